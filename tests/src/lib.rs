@@ -1,0 +1,1 @@
+//! GPU integration suite

@@ -1,0 +1,943 @@
+//! `cargo xtask bindgen`: generate `crates/cuda-sys/src/generated/` from the vendored headers.
+//!
+//! bindgen produces the types, constants and function declarations; this module then replaces
+//! every `extern "C"` declaration with a shim that calls through a function pointer resolved at
+//! run time (see `crates/cuda-sys/src/loader.rs`), and writes the tables the loader needs:
+//!
+//! - for the driver, each function's base name and the CUDA versions to ask `cuGetProcAddress_v2`
+//!   for, worked out from the `PFN_<name>_v<NNNNN>` typedefs of `cudaTypedefs.h` (the rule is
+//!   written down in `docs/architecture.md`, "Resolving driver functions");
+//! - for the other libraries, the exported symbol of each function (and its per-thread-default-
+//!   stream twin for the runtime);
+//! - for each status enum, the name and description of every value (from the header comments), so
+//!   errors can be printed without loading anything.
+
+use crate::util::{self, Result};
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use syn::visit_mut::VisitMut;
+
+/// How a library's functions are found at run time.
+#[derive(Clone, Copy, PartialEq)]
+enum Resolve {
+    /// `cuGetProcAddress_v2` with a base name and a CUDA version.
+    Driver,
+    /// `dlsym` of the exported symbol.
+    Symbol,
+}
+
+struct Lib {
+    /// Module and file name under `generated/`.
+    module: &'static str,
+    /// The `LibraryId` variant in `cuda-sys`.
+    id: &'static str,
+    /// Headers included by the wrapper bindgen parses.
+    headers: &'static [&'static str],
+    /// Items are generated for declarations in these headers (and whatever they need).
+    allow_files: &'static [&'static str],
+    resolve: Resolve,
+    /// The status enum functions return, with the type of its table and how it is named in Rust.
+    status: Option<Status>,
+}
+
+#[derive(Clone, Copy)]
+struct Status {
+    /// The type the functions return (`CUresult`).
+    ret: &'static str,
+    /// The newtype enum bindgen generates for it (`cudaError_enum`).
+    enum_type: &'static str,
+    /// Prefix stripped when turning a name into a description (`CUDA_ERROR_`).
+    prefix: &'static str,
+    /// Whether the status is a struct wrapping the enum in a field `err` (cuFile).
+    in_err_field: bool,
+}
+
+const LIBS: &[Lib] = &[
+    Lib {
+        module: "driver",
+        id: "Driver",
+        headers: &["cuda.h", "cudaTypedefs.h", "cudaProfiler.h", "cudaProfilerTypedefs.h"],
+        allow_files: &["cuda.h", "cudaTypedefs.h", "cudaProfiler.h", "cudaProfilerTypedefs.h"],
+        resolve: Resolve::Driver,
+        status: Some(Status {
+            ret: "CUresult",
+            enum_type: "cudaError_enum",
+            prefix: "CUDA_ERROR_",
+            in_err_field: false,
+        }),
+    },
+    Lib {
+        module: "runtime",
+        id: "Runtime",
+        headers: &["cuda_runtime_api.h"],
+        allow_files: &[
+            "cuda_runtime_api.h",
+            "driver_types.h",
+            "vector_types.h",
+            "surface_types.h",
+            "texture_types.h",
+            "library_types.h",
+            "device_types.h",
+            "cuda_device_runtime_api.h",
+        ],
+        resolve: Resolve::Symbol,
+        status: Some(Status {
+            ret: "cudaError_t",
+            enum_type: "cudaError",
+            prefix: "cudaError",
+            in_err_field: false,
+        }),
+    },
+    Lib {
+        module: "nvrtc",
+        id: "Nvrtc",
+        headers: &["nvrtc.h"],
+        allow_files: &["nvrtc.h"],
+        resolve: Resolve::Symbol,
+        status: Some(Status {
+            ret: "nvrtcResult",
+            enum_type: "nvrtcResult",
+            prefix: "NVRTC_ERROR_",
+            in_err_field: false,
+        }),
+    },
+    Lib {
+        module: "nvjitlink",
+        id: "NvJitLink",
+        headers: &["nvJitLink.h"],
+        allow_files: &["nvJitLink.h"],
+        resolve: Resolve::Symbol,
+        status: Some(Status {
+            ret: "nvJitLinkResult",
+            enum_type: "nvJitLinkResult",
+            prefix: "NVJITLINK_ERROR_",
+            in_err_field: false,
+        }),
+    },
+    Lib {
+        module: "nvvm",
+        id: "Nvvm",
+        headers: &["nvvm.h"],
+        allow_files: &["nvvm.h"],
+        resolve: Resolve::Symbol,
+        status: Some(Status {
+            ret: "nvvmResult",
+            enum_type: "nvvmResult",
+            prefix: "NVVM_ERROR_",
+            in_err_field: false,
+        }),
+    },
+    Lib {
+        module: "cufile",
+        id: "CuFile",
+        headers: &["cufile.h"],
+        allow_files: &["cufile.h"],
+        resolve: Resolve::Symbol,
+        status: Some(Status {
+            ret: "CUfileError_t",
+            enum_type: "CUfileOpError",
+            prefix: "CU_FILE_",
+            in_err_field: true,
+        }),
+    },
+    Lib {
+        module: "nvml",
+        id: "Nvml",
+        headers: &["nvml.h"],
+        allow_files: &["nvml.h"],
+        resolve: Resolve::Symbol,
+        status: Some(Status {
+            ret: "nvmlReturn_t",
+            enum_type: "nvmlReturn_enum",
+            prefix: "NVML_ERROR_",
+            in_err_field: false,
+        }),
+    },
+];
+
+const HEADER_LINE: &str = "// generated by `cargo xtask bindgen` from the headers in headers/, do not edit\n";
+
+pub fn run(args: &[String]) -> Result {
+    let mut args = args.to_vec();
+    let check = util::take_flag(&mut args, "--check");
+    util::no_more(&args)?;
+
+    let headers = headers_dir()?;
+    let include = headers.join("include");
+    let out_dir = util::root().join("crates/cuda-sys/src/generated");
+    let mut outputs: BTreeMap<PathBuf, String> = BTreeMap::new();
+    let mut mod_rs = String::from(HEADER_LINE);
+    mod_rs.push_str(&format!(
+        "\n//! Raw bindings generated from `headers/{}`.\n\n",
+        headers.file_name().unwrap().to_string_lossy()
+    ));
+    for lib in LIBS {
+        let text = generate(lib, &include)?;
+        outputs.insert(out_dir.join(format!("{}.rs", lib.module)), text);
+        mod_rs.push_str(&format!("pub mod {};\n", lib.module));
+    }
+    let version = crate::vendor::parse_cuda_version(&util::read(&include.join("cuda.h"))?)?;
+    mod_rs.push_str(&format!(
+        "\n/// `CUDA_VERSION` of the headers these bindings were generated from.\npub const HEADER_CUDA_VERSION: u32 = {version};\n"
+    ));
+    outputs.insert(out_dir.join("mod.rs"), mod_rs);
+
+    if check {
+        let mut stale = Vec::new();
+        for (path, text) in &outputs {
+            if std::fs::read_to_string(path).ok().as_deref() != Some(text.as_str()) {
+                stale.push(path.strip_prefix(util::root()).unwrap_or(path).display().to_string());
+            }
+        }
+        let known: BTreeSet<_> = outputs.keys().cloned().collect();
+        if let Ok(entries) = std::fs::read_dir(&out_dir) {
+            for entry in entries.flatten() {
+                if !known.contains(&entry.path()) {
+                    stale.push(format!("{} (not generated any more)", entry.path().display()));
+                }
+            }
+        }
+        if stale.is_empty() {
+            println!("generated bindings are up to date ({} files)", outputs.len());
+            Ok(())
+        } else {
+            Err(format!(
+                "the generated bindings differ from what the headers produce:\n  {}\nrun `cargo xtask bindgen` and commit the result",
+                stale.join("\n  ")
+            ))
+        }
+    } else {
+        if out_dir.exists() {
+            std::fs::remove_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+        }
+        for (path, text) in &outputs {
+            util::write(path, text.as_bytes())?;
+        }
+        println!("wrote {} files into {}", outputs.len(), out_dir.display());
+        Ok(())
+    }
+}
+
+/// The newest `headers/cuda-*` folder.
+fn headers_dir() -> Result<PathBuf> {
+    let dir = util::root().join("headers");
+    let mut found: Vec<(u32, u32, PathBuf)> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("{}: {e} (run cargo xtask vendor-headers)", dir.display()))?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let (major, minor) = name.strip_prefix("cuda-")?.split_once('.')?;
+            Some((major.parse().ok()?, minor.parse().ok()?, e.path()))
+        })
+        .collect();
+    found.sort();
+    found
+        .pop()
+        .map(|(_, _, p)| p)
+        .ok_or_else(|| format!("no headers/cuda-X.Y folder (run cargo xtask vendor-headers)"))
+}
+
+fn bindgen_builder(include: &Path, wrapper: &str, allow_files: &[&str]) -> bindgen::Builder {
+    let mut builder = bindgen::Builder::default()
+        .header_contents("cuda_sys_wrapper.h", wrapper)
+        .clang_arg(format!("-I{}", include.display()))
+        .clang_arg("-x")
+        .clang_arg("c")
+        .default_enum_style(bindgen::EnumVariation::NewType {
+            is_bitfield: false,
+            is_global: false,
+        })
+        .derive_default(true)
+        .derive_eq(true)
+        .derive_hash(true)
+        .impl_debug(false)
+        .layout_tests(true)
+        .generate_comments(true)
+        .merge_extern_blocks(true)
+        .disable_header_comment()
+        .formatter(bindgen::Formatter::None)
+        .use_core()
+        .ctypes_prefix("::core::ffi");
+    for file in allow_files {
+        builder = builder.allowlist_file(format!(".*/{}", regex::escape(file)));
+    }
+    builder
+}
+
+fn run_bindgen(builder: bindgen::Builder, what: &str) -> Result<syn::File> {
+    let bindings = builder
+        .generate()
+        .map_err(|e| format!("bindgen failed on {what}: {e} (is libclang installed? apt-get install libclang-dev)"))?;
+    syn::parse_file(&bindings.to_string()).map_err(|e| format!("bindgen output for {what} does not parse: {e}"))
+}
+
+/// One function to bind.
+struct Function {
+    /// The name users call (`cuMemAlloc`).
+    name: String,
+    /// The name the header declares after its macros (`cuMemAlloc_v2`), exported under this name too.
+    declared: String,
+    /// The exported symbol (`dlsym` libraries) or the base name for `cuGetProcAddress_v2` (driver).
+    symbol: String,
+    /// Per-thread default stream symbol (runtime) when it has one.
+    ptds_symbol: Option<String>,
+    /// Driver only: the version to ask `cuGetProcAddress_v2` for, the oldest version that serves the
+    /// same signature, and the version of the per-thread-default-stream variant (0 if none).
+    version: u32,
+    min_version: u32,
+    ptds_version: u32,
+    /// Whether the symbol may carry a `__name_MAJOR_MINOR` version tag (nvJitLink).
+    versioned: bool,
+    attrs: Vec<syn::Attribute>,
+    inputs: Vec<(syn::Ident, syn::Type)>,
+    output: Option<syn::Type>,
+}
+
+fn generate(lib: &Lib, include: &Path) -> Result<String> {
+    let wrapper: String = lib.headers.iter().map(|h| format!("#include <{h}>\n")).collect();
+    let mut file = run_bindgen(bindgen_builder(include, &wrapper, lib.allow_files), lib.module)?;
+
+    // Pull the function declarations out; everything else stays as bindgen wrote it.
+    let mut declared = Vec::new();
+    file.items.retain_mut(|item| {
+        if let syn::Item::ForeignMod(foreign) = item {
+            foreign.items.retain(|fi| {
+                if let syn::ForeignItem::Fn(f) = fi {
+                    declared.push(f.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+            !foreign.items.is_empty()
+        } else {
+            true
+        }
+    });
+    for item in &mut file.items {
+        tidy_docs(item);
+    }
+
+    let header_texts: Vec<String> = lib
+        .headers
+        .iter()
+        .chain(lib.allow_files.iter())
+        .filter_map(|h| std::fs::read_to_string(include.join(h)).ok())
+        .collect();
+    let mut functions = match lib.resolve {
+        Resolve::Driver => driver_functions(include, &file, declared)?,
+        Resolve::Symbol => symbol_functions(lib, &header_texts, declared)?,
+    };
+    functions.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut names = BTreeSet::new();
+    for f in &functions {
+        if !names.insert(f.name.clone()) {
+            return Err(format!("{}: two functions are named {}", lib.module, f.name));
+        }
+    }
+
+    let status_table = match lib.status {
+        Some(status) => status_values(&file, status)?,
+        None => Vec::new(),
+    };
+
+    let mut tokens = TokenStream::new();
+    for item in &file.items {
+        tokens.extend(quote!(#item));
+    }
+    tokens.extend(loader_items(lib, &functions));
+    for f in &functions {
+        tokens.extend(shim(lib, f, functions.iter().position(|g| g.name == f.name).unwrap()));
+    }
+    if let Some(status) = lib.status {
+        tokens.extend(status_items(status, &status_table));
+    }
+
+    let file: syn::File = syn::parse2(tokens).map_err(|e| format!("{}: generated code does not parse: {e}", lib.module))?;
+    let mut text = String::from(HEADER_LINE);
+    text.push_str(&format!(
+        "#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, unused_imports)]\n#![allow(clippy::all, rustdoc::all, unknown_lints, unpredictable_function_pointer_comparisons)]\n"
+    ));
+    text.push_str(&prettyplease::unparse(&file));
+    Ok(text)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The driver: base names and versions from cudaTypedefs.h
+
+/// One `PFN_<base>_v<version>[_ptds|_ptsz]` typedef.
+struct Pfn {
+    version: u32,
+    ptds: bool,
+    signature: String,
+}
+
+fn driver_functions(include: &Path, main: &syn::File, declared: Vec<syn::ForeignItemFn>) -> Result<Vec<Function>> {
+    // A second parse sees every PFN typedef, the ones cudaTypedefs.h keeps behind
+    // __CUDA_API_VERSION_INTERNAL included (older ABIs, needed to know where a signature changed).
+    let typedefs_h = util::read(&include.join("cudaTypedefs.h"))?;
+    let internal = internal_typedefs(&typedefs_h)?;
+    let legacy = legacy_declarations(&util::read(&include.join("cuda.h"))?)?;
+    let wrapper = format!("#include <cudaTypedefs.h>\n#include <cudaProfilerTypedefs.h>\n{legacy}\n{internal}\n");
+    let analysis = run_bindgen(
+        bindgen_builder(include, &wrapper, &["cuda.h", "cudaTypedefs.h", "cudaProfiler.h", "cudaProfilerTypedefs.h", "cuda_sys_wrapper.h"]),
+        "driver typedefs",
+    )?;
+
+    let mut aliases: HashMap<String, syn::Type> = HashMap::new();
+    for item in main.items.iter().chain(analysis.items.iter()) {
+        if let syn::Item::Type(t) = item {
+            aliases.insert(t.ident.to_string(), (*t.ty).clone());
+        }
+    }
+    let pfn_name = regex::Regex::new(r"^PFN_(\w+?)_v(\d+)(_ptds|_ptsz)?$").unwrap();
+    let mut pfns: BTreeMap<String, Vec<Pfn>> = BTreeMap::new();
+    for item in &analysis.items {
+        let syn::Item::Type(t) = item else { continue };
+        let name = t.ident.to_string();
+        let Some(cap) = pfn_name.captures(&name) else { continue };
+        let Some(bare) = bare_fn_of(&t.ty) else {
+            return Err(format!("{name} is not an optional function pointer"));
+        };
+        let signature = canonical_fn(&bare.inputs.iter().map(|a| a.ty.clone()).collect::<Vec<_>>(), output_type(&bare.output), &aliases);
+        let base = cap[1].to_string();
+        pfns.entry(base.clone()).or_default().push(Pfn {
+            version: cap[2].parse().unwrap(),
+            ptds: cap.get(3).is_some(),
+            signature,
+        });
+    }
+
+    // `#define cuMemAlloc cuMemAlloc_v2`, `#define cuMemcpyHtoD __CUDA_API_PTDS(cuMemcpyHtoD_v2)`:
+    // users call the macro's name.
+    let cuda_h = util::read(&include.join("cuda.h"))?;
+    let rename = regex::Regex::new(r"(?m)^\s*#\s*define\s+(cu\w+)\s+(?:__CUDA_API_PT(?:DS|SZ)\()?(cu\w+)\)?\s*$").unwrap();
+    let public_of: HashMap<String, String> = rename
+        .captures_iter(&cuda_h)
+        .filter(|c| c[1] != c[2])
+        .map(|c| (c[2].to_string(), c[1].to_string()))
+        .collect();
+    let mut functions = Vec::new();
+    let version_suffix = regex::Regex::new(r"^(\w+?)_v\d+$").unwrap();
+    for f in declared {
+        let declared_name = f.sig.ident.to_string();
+        let base = if pfns.contains_key(&declared_name) {
+            declared_name.clone()
+        } else if let Some(stripped) = version_suffix
+            .captures(&declared_name)
+            .map(|c| c[1].to_string())
+            .filter(|b| pfns.contains_key(b))
+        {
+            stripped
+        } else {
+            return Err(format!(
+                "{declared_name} is declared but no PFN_{declared_name}_v<N> typedef gives its version"
+            ));
+        };
+        let inputs = inputs_of(&f.sig)?;
+        let output = output_type(&f.sig.output);
+        let signature = canonical_fn(&inputs.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(), output.clone(), &aliases);
+        let (version, min_version, ptds_version) = driver_versions(&declared_name, &signature, &pfns[&base])?;
+        functions.push(Function {
+            name: public_of.get(&declared_name).cloned().unwrap_or_else(|| declared_name.clone()),
+            symbol: base,
+            declared: declared_name,
+            ptds_symbol: None,
+            version,
+            min_version,
+            ptds_version,
+            versioned: false,
+            attrs: f.attrs.iter().filter(|a| a.path().is_ident("doc")).cloned().collect(),
+            inputs,
+            output,
+        });
+    }
+
+    Ok(functions)
+}
+
+/// The version whose ABI a declaration binds (the newest `PFN_` typedef with its signature), the
+/// oldest version from which every variant up to that one has the same signature, and the version
+/// of the matching per-thread-default-stream variant (0 if none). See "Resolving driver functions"
+/// in docs/architecture.md.
+fn driver_versions(declared: &str, signature: &str, pfns: &[Pfn]) -> Result<(u32, u32, u32)> {
+    let mut plain: Vec<&Pfn> = pfns.iter().filter(|p| !p.ptds).collect();
+    plain.sort_by_key(|p| p.version);
+    let Some(bound) = plain.iter().rposition(|p| p.signature == signature) else {
+        let known: Vec<String> = plain.iter().map(|p| format!("v{}: {}", p.version, p.signature)).collect();
+        return Err(format!(
+            "{declared}: no PFN_ typedef has the declared signature\n  declared: {signature}\n  {}",
+            known.join("\n  ")
+        ));
+    };
+    let mut floor = bound;
+    while floor > 0 && plain[floor - 1].signature == signature {
+        floor -= 1;
+    }
+    let ptds_version = pfns
+        .iter()
+        .filter(|p| p.ptds && p.signature == signature)
+        .map(|p| p.version)
+        .max()
+        .unwrap_or(0);
+    Ok((plain[bound].version, plain[floor].version, ptds_version))
+}
+
+/// The legacy types and declarations cuda.h keeps at its end inside
+/// `#if defined(__CUDA_API_VERSION_INTERNAL)` (the block `#undef`s the ABI macros first, so it
+/// can follow the public part). The old `PFN_` typedefs refer to these types.
+fn legacy_declarations(cuda_h: &str) -> Result<String> {
+    let marker = "#if defined(__CUDA_API_VERSION_INTERNAL)\n";
+    let start = cuda_h.rfind(marker).ok_or("cuda.h: no __CUDA_API_VERSION_INTERNAL block")? + marker.len();
+    let block = &cuda_h[start..];
+    let end = block
+        .find("\n#elif")
+        .or_else(|| block.find("\n#endif"))
+        .ok_or("cuda.h: unterminated __CUDA_API_VERSION_INTERNAL block")?;
+    let block = &block[..end];
+    if block.lines().any(|l| {
+        let t = l.trim_start();
+        t.starts_with('#') && !t.starts_with("#undef")
+    }) {
+        return Err("cuda.h: preprocessor lines inside the legacy block; the generator must learn them".into());
+    }
+    Ok(block.to_string())
+}
+
+/// The typedef lines cudaTypedefs.h keeps inside `#if defined(__CUDA_API_VERSION_INTERNAL)`.
+fn internal_typedefs(text: &str) -> Result<String> {
+    let start = text
+        .find("#if defined(__CUDA_API_VERSION_INTERNAL)")
+        .ok_or("cudaTypedefs.h: no __CUDA_API_VERSION_INTERNAL block")?;
+    let block = &text[start..];
+    let end = block.find("\n#endif").ok_or("cudaTypedefs.h: unterminated __CUDA_API_VERSION_INTERNAL block")?;
+    let lines: Vec<&str> = block[..end]
+        .lines()
+        .skip(1)
+        .filter(|l| l.trim_start().starts_with("typedef"))
+        .collect();
+    if block[..end].lines().skip(1).any(|l| l.trim_start().starts_with('#')) {
+        return Err("cudaTypedefs.h: preprocessor lines inside the __CUDA_API_VERSION_INTERNAL block; the generator must learn them".into());
+    }
+    Ok(lines.join("\n"))
+}
+
+fn bare_fn_of(ty: &syn::Type) -> Option<syn::TypeBareFn> {
+    // Option<unsafe extern "C" fn(..) -> ..>
+    let syn::Type::Path(p) = ty else { return None };
+    let seg = p.path.segments.last()?;
+    if seg.ident != "Option" {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(args) = &seg.arguments else { return None };
+    match args.args.first()? {
+        syn::GenericArgument::Type(syn::Type::BareFn(f)) => Some(f.clone()),
+        _ => None,
+    }
+}
+
+fn output_type(output: &syn::ReturnType) -> Option<syn::Type> {
+    match output {
+        syn::ReturnType::Default => None,
+        syn::ReturnType::Type(_, t) => Some((**t).clone()),
+    }
+}
+
+/// A signature with every type alias expanded, as a string: two typedefs with the same string have
+/// the same ABI whatever their aliases are called (`CUdevice` and `CUdevice_v1` are both `c_int`).
+fn canonical_fn(inputs: &[syn::Type], output: Option<syn::Type>, aliases: &HashMap<String, syn::Type>) -> String {
+    struct Expand<'a>(&'a HashMap<String, syn::Type>, u32);
+    impl VisitMut for Expand<'_> {
+        fn visit_type_mut(&mut self, ty: &mut syn::Type) {
+            if let syn::Type::Path(p) = ty {
+                if p.qself.is_none() && p.path.segments.len() == 1 {
+                    let name = p.path.segments[0].ident.to_string();
+                    if let Some(target) = self.0.get(&name) {
+                        if self.1 < 64 {
+                            *ty = target.clone();
+                            self.1 += 1;
+                            self.visit_type_mut(ty);
+                            self.1 -= 1;
+                            return;
+                        }
+                    }
+                }
+            }
+            syn::visit_mut::visit_type_mut(self, ty);
+        }
+    }
+    let mut parts = Vec::new();
+    for ty in inputs.iter().cloned().chain(output) {
+        let mut ty = ty;
+        Expand(aliases, 0).visit_type_mut(&mut ty);
+        parts.push(quote!(#ty).to_string());
+    }
+    parts.join(" | ")
+}
+
+fn inputs_of(sig: &syn::Signature) -> Result<Vec<(syn::Ident, syn::Type)>> {
+    sig.inputs
+        .iter()
+        .enumerate()
+        .map(|(i, arg)| match arg {
+            syn::FnArg::Typed(pt) => {
+                let name = match &*pt.pat {
+                    syn::Pat::Ident(id) => id.ident.clone(),
+                    _ => format_ident!("arg{}", i),
+                };
+                Ok((name, (*pt.ty).clone()))
+            }
+            syn::FnArg::Receiver(_) => Err(format!("{}: unexpected receiver", sig.ident)),
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Libraries resolved by symbol
+
+fn symbol_functions(lib: &Lib, headers: &[String], declared: Vec<syn::ForeignItemFn>) -> Result<Vec<Function>> {
+    let declared_names: BTreeSet<String> = declared.iter().map(|f| f.sig.ident.to_string()).collect();
+    // `#define cudaGetDeviceProperties cudaGetDeviceProperties_v2`: users call the macro name.
+    let rename = regex::Regex::new(r"(?m)^\s*#\s*define\s+(\w+)\s+(\w+)\s*(?://.*)?$").unwrap();
+    // `#define cudaMemcpy __CUDART_API_PTDS(cudaMemcpy)`: the runtime's per-thread variants.
+    let ptds = regex::Regex::new(r"(?m)^\s*#\s*define\s+(\w+)\s+__CUDART_API_PT(DS|SZ)\((\w+)\)").unwrap();
+    let versioned = regex::Regex::new(r"^__(\w+)_\d+_\d+$").unwrap();
+    let mut public_of: HashMap<String, String> = HashMap::new();
+    let mut ptds_of: HashMap<String, String> = HashMap::new();
+    for text in headers {
+        for cap in rename.captures_iter(text) {
+            // A macro that renames onto a name also declared as a function of its own (cuFile's
+            // `cuFileDriverClose` and `cuFileDriverClose_v2`) leaves both under their own names.
+            if declared_names.contains(&cap[2]) && cap[1] != cap[2] && !declared_names.contains(&cap[1]) {
+                public_of.insert(cap[2].to_string(), cap[1].to_string());
+            }
+        }
+        for cap in ptds.captures_iter(text) {
+            let suffix = if &cap[2] == "DS" { "_ptds" } else { "_ptsz" };
+            ptds_of.insert(cap[3].to_string(), format!("{}{suffix}", &cap[3]));
+        }
+    }
+    let mut functions = Vec::new();
+    for f in declared {
+        let declared_name = f.sig.ident.to_string();
+        let (name, symbol, is_versioned) = if let Some(cap) = versioned.captures(&declared_name) {
+            // nvJitLink declares `__nvJitLinkCreate_13_5` behind a static inline `nvJitLinkCreate`;
+            // the library exports the plain name too (since 12.3), and the tagged one of its version.
+            (cap[1].to_string(), cap[1].to_string(), true)
+        } else if let Some(public) = public_of.get(&declared_name) {
+            (public.clone(), declared_name.clone(), false)
+        } else {
+            (declared_name.clone(), declared_name.clone(), false)
+        };
+        let inputs = inputs_of(&f.sig)?;
+        functions.push(Function {
+            ptds_symbol: ptds_of.get(&declared_name).cloned(),
+            name,
+            symbol,
+            declared: declared_name,
+            version: 0,
+            min_version: 0,
+            ptds_version: 0,
+            versioned: is_versioned,
+            attrs: f.attrs.iter().filter(|a| a.path().is_ident("doc")).cloned().collect(),
+            inputs,
+            output: output_type(&f.sig.output),
+        });
+    }
+    let _ = lib;
+    Ok(functions)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Emitting the loader tables and the shims
+
+fn loader_items(lib: &Lib, functions: &[Function]) -> TokenStream {
+    let n = functions.len();
+    let id = format_ident!("{}", lib.id);
+    let infos = functions.iter().map(|f| {
+        let name = cstr(&f.name);
+        let symbol = cstr(&f.symbol);
+        let ptds = match &f.ptds_symbol {
+            Some(s) => {
+                let s = cstr(s);
+                quote!(Some(#s))
+            }
+            None => quote!(None),
+        };
+        let (version, min_version, ptds_version, versioned) = (f.version, f.min_version, f.ptds_version, f.versioned);
+        quote! {
+            crate::loader::FnInfo {
+                name: #name,
+                symbol: #symbol,
+                ptds_symbol: #ptds,
+                version: #version,
+                min_version: #min_version,
+                ptds_version: #ptds_version,
+                versioned: #versioned,
+            }
+        }
+    });
+    quote! {
+        /// Every function of this module, in the order of the loader's slots.
+        pub static FUNCTIONS: [crate::loader::FnInfo; #n] = [#(#infos),*];
+        static SLOTS: [::core::sync::atomic::AtomicPtr<::core::ffi::c_void>; #n] =
+            [const { ::core::sync::atomic::AtomicPtr::new(::core::ptr::null_mut()) }; #n];
+        /// The library these functions are loaded from, resolved on first use.
+        pub static LIBRARY: crate::loader::Library =
+            crate::loader::Library::new(crate::loader::LibraryId::#id, &FUNCTIONS, &SLOTS);
+    }
+}
+
+fn cstr(s: &str) -> proc_macro2::Literal {
+    proc_macro2::Literal::c_string(&std::ffi::CString::new(s).unwrap())
+}
+
+fn shim(lib: &Lib, f: &Function, index: usize) -> TokenStream {
+    let name = format_ident!("{}", f.name);
+    let attrs = &f.attrs;
+    let params = f.inputs.iter().map(|(n, t)| quote!(#n: #t));
+    let types = f.inputs.iter().map(|(_, t)| t);
+    let args = f.inputs.iter().map(|(n, _)| n);
+    let ret = f.output.as_ref().map(|t| quote!(#t)).unwrap_or_else(|| quote!(()));
+    let returns_status = lib
+        .status
+        .map(|s| f.output.as_ref().is_some_and(|t| last_ident(t).as_deref() == Some(s.ret)))
+        .unwrap_or(false);
+    let load = quote! { crate::loader::load(&SLOTS[#index], &LIBRARY, #index) };
+    let fn_ty = quote! { unsafe extern "C" fn(#(#types),*) -> #ret };
+    let mut body_doc = String::new();
+    if f.declared != f.name {
+        body_doc.push_str(&format!(" The header declares this function as `{}`.\n", f.declared));
+    }
+    let loading_doc = if returns_status {
+        format!(
+            " # Loading\n\n The function is resolved on first call. If the library or the function cannot be \
+             loaded, it returns an error code outside the range the headers define; `.result()` on it gives \
+             an error that says what was missing and what to do (see [`crate::LoadError`]).\n{body_doc}"
+        )
+    } else {
+        format!(
+            " # Loading\n\n The function is resolved on first call; `Err` says what could not be loaded and \
+             what to do (see [`crate::LoadError`]).\n{body_doc}"
+        )
+    };
+    let safety = " # Safety\n\n This is the raw C function: every pointer must be valid for the access the CUDA \
+                  documentation describes, handles must be live, and the call must respect the library's \
+                  threading rules.";
+    let mut out = if returns_status {
+        quote! {
+            #(#attrs)*
+            #[doc = ""]
+            #[doc = #loading_doc]
+            #[doc = #safety]
+            #[inline]
+            pub unsafe fn #name(#(#params),*) -> #ret {
+                match #load {
+                    Ok(__cuda_sys_fn) => {
+                        // SAFETY: the loader stored a pointer to this very function (resolved by name and,
+                        // for the driver, by an ABI version with this signature).
+                        let __cuda_sys_fn: #fn_ty = unsafe { ::core::mem::transmute::<*mut ::core::ffi::c_void, #fn_ty>(__cuda_sys_fn) };
+                        unsafe { __cuda_sys_fn(#(#args),*) }
+                    }
+                    Err(e) => crate::loader::StatusCode::from_load_error(e),
+                }
+            }
+        }
+    } else {
+        quote! {
+            #(#attrs)*
+            #[doc = ""]
+            #[doc = #loading_doc]
+            #[doc = #safety]
+            #[inline]
+            pub unsafe fn #name(#(#params),*) -> ::core::result::Result<#ret, crate::LoadError> {
+                let __cuda_sys_fn = #load?;
+                // SAFETY: the loader stored a pointer to this very function, resolved by name.
+                let __cuda_sys_fn: #fn_ty = unsafe { ::core::mem::transmute::<*mut ::core::ffi::c_void, #fn_ty>(__cuda_sys_fn) };
+                Ok(unsafe { __cuda_sys_fn(#(#args),*) })
+            }
+        }
+    };
+    if f.declared != f.name {
+        let declared = format_ident!("{}", f.declared);
+        let doc = format!(" `{}`, the name the header's macros give [`{}`].", f.declared, f.name);
+        out.extend(quote! {
+            #[doc = #doc]
+            pub use self::#name as #declared;
+        });
+    }
+    out
+}
+
+fn last_ident(ty: &syn::Type) -> Option<String> {
+    match ty {
+        syn::Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Status tables
+
+struct StatusValue {
+    value: i64,
+    name: String,
+    description: String,
+}
+
+fn status_values(file: &syn::File, status: Status) -> Result<Vec<StatusValue>> {
+    let mut values = Vec::new();
+    for item in &file.items {
+        let syn::Item::Impl(imp) = item else { continue };
+        if last_ident(&imp.self_ty).as_deref() != Some(status.enum_type) {
+            continue;
+        }
+        for ii in &imp.items {
+            let syn::ImplItem::Const(c) = ii else { continue };
+            let syn::Expr::Call(call) = &c.expr else { continue };
+            let Some(arg) = call.args.first() else { continue };
+            let value = match arg {
+                syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => i.base10_parse::<i64>().ok(),
+                syn::Expr::Unary(syn::ExprUnary { op: syn::UnOp::Neg(_), expr, .. }) => match &**expr {
+                    syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => i.base10_parse::<i64>().ok().map(|v| -v),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some(value) = value else { continue };
+            let name = c.ident.to_string();
+            let doc = doc_text(&c.attrs);
+            let description = if doc.is_empty() { humanize(&name, status.prefix) } else { doc };
+            values.push(StatusValue { value, name, description });
+        }
+    }
+    if values.is_empty() {
+        return Err(format!("no values found for status enum {}", status.enum_type));
+    }
+    values.sort_by_key(|v| v.value);
+    values.dedup_by_key(|v| v.value);
+    Ok(values)
+}
+
+fn status_items(status: Status, values: &[StatusValue]) -> TokenStream {
+    let enum_type = format_ident!("{}", status.enum_type);
+    let rows = values.iter().map(|v| {
+        let value = v.value;
+        let (name, description) = (&v.name, &v.description);
+        quote!(crate::error::StatusInfo { value: #value, name: #name, description: #description })
+    });
+    let doc = format!(" Name and description of every `{}` value the headers list, sorted by value.", status.ret);
+    let _ = status.in_err_field;
+    quote! {
+        #[doc = #doc]
+        pub static STATUS_VALUES: &[crate::error::StatusInfo] = &[#(#rows),*];
+        impl #enum_type {
+            /// The value's name in the header (`None` for a value the headers do not list).
+            pub fn name(self) -> Option<&'static str> {
+                crate::error::StatusInfo::find(STATUS_VALUES, self.0 as i64).map(|s| s.name)
+            }
+            /// The header's description of the value (`None` for a value the headers do not list).
+            pub fn description(self) -> Option<&'static str> {
+                crate::error::StatusInfo::find(STATUS_VALUES, self.0 as i64).map(|s| s.description)
+            }
+        }
+    }
+}
+
+fn doc_text(attrs: &[syn::Attribute]) -> String {
+    let mut text = String::new();
+    for attr in attrs {
+        if let syn::Meta::NameValue(nv) = &attr.meta {
+            if nv.path.is_ident("doc") {
+                if let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) = &nv.value {
+                    text.push_str(&s.value());
+                    text.push(' ');
+                }
+            }
+        }
+    }
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `NVRTC_ERROR_OUT_OF_MEMORY` -> `out of memory`, for headers that document no value.
+fn humanize(name: &str, prefix: &str) -> String {
+    let tail = name.strip_prefix(prefix).unwrap_or(name);
+    let tail = tail
+        .trim_start_matches("NVRTC_")
+        .trim_start_matches("NVJITLINK_")
+        .trim_start_matches("NVVM_");
+    let words = tail.replace('_', " ").to_lowercase();
+    if words.is_empty() {
+        name.to_string()
+    } else {
+        words
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Doc comments: Doxygen to something rustdoc renders, with no accidental doctests
+
+fn tidy_docs(item: &mut syn::Item) {
+    struct Tidy;
+    impl VisitMut for Tidy {
+        fn visit_attribute_mut(&mut self, attr: &mut syn::Attribute) {
+            if let syn::Meta::NameValue(nv) = &mut attr.meta {
+                if nv.path.is_ident("doc") {
+                    if let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) = &mut nv.value {
+                        *s = syn::LitStr::new(&tidy_doc(&s.value()), Span::call_site());
+                    }
+                }
+            }
+        }
+    }
+    Tidy.visit_item_mut(item);
+}
+
+fn tidy_doc(doc: &str) -> String {
+    let mut out = Vec::new();
+    let mut in_code = false;
+    for line in doc.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("\\code") {
+            in_code = true;
+            out.push(" ```text".to_string());
+            continue;
+        }
+        if trimmed.starts_with("\\endcode") {
+            in_code = false;
+            out.push(" ```".to_string());
+            continue;
+        }
+        if in_code {
+            out.push(format!(" {line}"));
+            continue;
+        }
+        // Indentation would make rustdoc read a code block (and a doctest); the headers indent
+        // for layout only.
+        let mut text = trimmed.to_string();
+        for (from, to) in [
+            ("\\brief ", ""),
+            ("\\param ", "- parameter "),
+            ("\\return ", "Returns: "),
+            ("\\returns ", "Returns: "),
+            ("\\note ", "Note: "),
+            ("\\notefnerr", ""),
+            ("\\note_sync", ""),
+            ("\\note_null_stream", ""),
+            ("\\sa ", "See also: "),
+            ("\\deprecated", "Deprecated."),
+        ] {
+            text = text.replace(from, to);
+        }
+        if text.starts_with("```") {
+            text = format!("`{text}`");
+        }
+        out.push(if text.is_empty() { String::new() } else { format!(" {text}") });
+    }
+    if in_code {
+        out.push(" ```".to_string());
+    }
+    out.join("\n")
+}

@@ -1,0 +1,4 @@
+use crate::util::Result;
+pub fn run(_args: &[String]) -> Result {
+    Err("todo".into())
+}
