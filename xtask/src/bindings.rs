@@ -420,17 +420,17 @@ fn driver_functions(include: &Path, main: &syn::File, declared: Vec<syn::Foreign
         .map(|c| (c[2].to_string(), c[1].to_string()))
         .collect();
     let mut functions = Vec::new();
-    let version_suffix = regex::Regex::new(r"^(\w+?)_v\d+$").unwrap();
+    let version_suffix = regex::Regex::new(r"^(\w+?)_v(\d+)$").unwrap();
     for f in declared {
         let declared_name = f.sig.ident.to_string();
-        let base = if pfns.contains_key(&declared_name) {
-            declared_name.clone()
-        } else if let Some(stripped) = version_suffix
+        let (base, ordinal) = if pfns.contains_key(&declared_name) {
+            (declared_name.clone(), 1)
+        } else if let Some((stripped, ordinal)) = version_suffix
             .captures(&declared_name)
-            .map(|c| c[1].to_string())
-            .filter(|b| pfns.contains_key(b))
+            .map(|c| (c[1].to_string(), c[2].parse::<usize>().unwrap_or(0)))
+            .filter(|(b, _)| pfns.contains_key(b))
         {
-            stripped
+            (stripped, ordinal)
         } else {
             return Err(format!(
                 "{declared_name} is declared but no PFN_{declared_name}_v<N> typedef gives its version"
@@ -439,7 +439,7 @@ fn driver_functions(include: &Path, main: &syn::File, declared: Vec<syn::Foreign
         let inputs = inputs_of(&f.sig)?;
         let output = output_type(&f.sig.output);
         let signature = canonical_fn(&inputs.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(), output.clone(), &aliases);
-        let (version, min_version, ptds_version) = driver_versions(&declared_name, &signature, &pfns[&base])?;
+        let (version, min_version, ptds_version) = driver_versions(&declared_name, ordinal, &signature, &pfns[&base])?;
         functions.push(Function {
             name: public_of.get(&declared_name).cloned().unwrap_or_else(|| declared_name.clone()),
             symbol: base,
@@ -458,28 +458,39 @@ fn driver_functions(include: &Path, main: &syn::File, declared: Vec<syn::Foreign
     Ok(functions)
 }
 
-/// The version whose ABI a declaration binds (the newest `PFN_` typedef with its signature), the
-/// oldest version from which every variant up to that one has the same signature, and the version
-/// of the matching per-thread-default-stream variant (0 if none). See "Resolving driver functions"
-/// in docs/architecture.md.
-fn driver_versions(declared: &str, signature: &str, pfns: &[Pfn]) -> Result<(u32, u32, u32)> {
+/// The version whose ABI a declaration binds, the oldest version from which every variant up to
+/// that one has the same signature, and the version of the matching per-thread-default-stream
+/// variant (0 if none). See "Resolving driver functions" in docs/architecture.md.
+///
+/// The header names ABI variants `cuX`, `cuX_v2`, `cuX_v3`, ...; cudaTypedefs.h lists one
+/// `PFN_cuX_v<version>` per variant, oldest first. So variant `_vK` is the K-th typedef, and its
+/// signature must be the declared one (checked). Signatures alone cannot tell the variants apart:
+/// `cuGraphAddNode_v2` (12030) and `cuGraphAddNode_v3` (13040) have the same one.
+fn driver_versions(declared: &str, ordinal: usize, signature: &str, pfns: &[Pfn]) -> Result<(u32, u32, u32)> {
     let mut plain: Vec<&Pfn> = pfns.iter().filter(|p| !p.ptds).collect();
     plain.sort_by_key(|p| p.version);
-    let Some(bound) = plain.iter().rposition(|p| p.signature == signature) else {
-        let known: Vec<String> = plain.iter().map(|p| format!("v{}: {}", p.version, p.signature)).collect();
-        return Err(format!(
-            "{declared}: no PFN_ typedef has the declared signature\n  declared: {signature}\n  {}",
-            known.join("\n  ")
-        ));
+    let known = || -> String {
+        plain.iter().map(|p| format!("v{}: {}", p.version, p.signature)).collect::<Vec<_>>().join("\n  ")
     };
+    let Some(bound) = ordinal.checked_sub(1).filter(|i| *i < plain.len()) else {
+        return Err(format!("{declared}: variant {ordinal} but only {} PFN_ typedefs\n  {}", plain.len(), known()));
+    };
+    if plain[bound].signature != signature {
+        return Err(format!(
+            "{declared}: the typedef of variant {ordinal} has another signature\n  declared: {signature}\n  {}",
+            known()
+        ));
+    }
     let mut floor = bound;
     while floor > 0 && plain[floor - 1].signature == signature {
         floor -= 1;
     }
     let ptds_version = pfns
         .iter()
+        // the per-thread twin of this variant: same signature, older than the next variant
         .filter(|p| p.ptds && p.signature == signature)
         .map(|p| p.version)
+        .filter(|v| plain.get(bound + 1).is_none_or(|next| *v < next.version))
         .max()
         .unwrap_or(0);
     Ok((plain[bound].version, plain[floor].version, ptds_version))
