@@ -31,11 +31,9 @@ fn declared(header: &str, ret_and_api: &str, skip_from: Option<&str>) -> BTreeSe
     // nvml.h declares its legacy ABIs only for code that defines NVML_NO_UNVERSIONED_FUNC_DEFS;
     // the bindings follow the default, as cuda.h's legacy block is left out above.
     let mut text = text.to_string();
-    while let Some(start) = text.find("#ifdef NVML_NO_UNVERSIONED_FUNC_DEFS") {
-        let end = text[start..]
-            .find("#endif // #ifdef NVML_NO_UNVERSIONED_FUNC_DEFS")
-            .map(|e| start + e)
-            .unwrap();
+    let (open, close) = ("\n#ifdef NVML_NO_UNVERSIONED_FUNC_DEFS", "\n#endif // #ifdef NVML_NO_UNVERSIONED_FUNC_DEFS");
+    while let Some(start) = text.find(open) {
+        let end = text[start..].find(close).map(|e| start + e + close.len()).unwrap();
         text.replace_range(start..end, "");
     }
     let mut out = BTreeSet::new();
