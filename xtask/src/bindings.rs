@@ -299,6 +299,9 @@ fn generate(lib: &Lib, include: &Path) -> Result<String> {
     let wrapper: String = lib.headers.iter().map(|h| format!("#include <{h}>\n")).collect();
     let mut file = run_bindgen(bindgen_builder(include, &wrapper, lib.allow_files), lib.module)?;
 
+    for item in &mut file.items {
+        tidy_docs(item);
+    }
     // Pull the function declarations out; everything else stays as bindgen wrote it.
     let mut declared = Vec::new();
     file.items.retain_mut(|item| {
@@ -316,10 +319,6 @@ fn generate(lib: &Lib, include: &Path) -> Result<String> {
             true
         }
     });
-    for item in &mut file.items {
-        tidy_docs(item);
-    }
-
     let header_texts: Vec<String> = lib
         .headers
         .iter()
@@ -909,6 +908,8 @@ fn tidy_docs(item: &mut syn::Item) {
 fn tidy_doc(doc: &str) -> String {
     let mut out = Vec::new();
     let mut in_code = false;
+    // `\code` may end a line of prose; give each marker a line of its own.
+    let doc = doc.replace("\\code", "\n\\code\n").replace("\\endcode", "\n\\endcode\n");
     for line in doc.lines() {
         let trimmed = line.trim();
         if trimmed.starts_with("\\code") {

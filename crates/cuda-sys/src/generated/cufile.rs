@@ -2625,8 +2625,7 @@ pub unsafe fn cuFileDriverSetMaxCacheSize(max_cache_size: usize) -> CUfileError_
 
  @warning This is an advanced command and should be tuned based on available system memory
 
- @see cuFileDriverGetProperties
-*/
+ @see cuFileDriverGetProperties*/
 ///
 /** # Loading
 
@@ -2665,8 +2664,7 @@ pub unsafe fn cuFileDriverSetMaxDirectIOSize(
 
  @warning This is an advanced command and should be tuned based on supported GPU memory
 
- @see cuFileDriverGetProperties
-*/
+ @see cuFileDriverGetProperties*/
 ///
 /** # Loading
 
@@ -2698,40 +2696,40 @@ pub unsafe fn cuFileDriverSetMaxPinnedMemSize(max_pinned_size: usize) -> CUfileE
  P2P capabilities.
 
  @param[in] status_flag The filesystem/device status flag (e.g., CU_FILE_LUSTRE_SUPPORTED,
-                        CU_FILE_NVME_SUPPORTED, etc.)
+ CU_FILE_NVME_SUPPORTED, etc.)
  @param[in] p2p_flags   The P2P flags bitmask to set
 
  @return CU_FILE_SUCCESS on success
  @return CU_FILE_DRIVER_NOT_INITIALIZED if the cuFile driver is not initialized
  @return CU_FILE_INVALID_VALUE if status_flag is invalid
  @return CU_FILE_P2P_FLAG_NOT_SUPPORTED if p2p_flags contains flags not supported
-                               on the current platform
+ on the current platform
 
  @par Platform-Specific Restrictions:
  This API enforces strict platform-specific flag restrictions:
  - **x86_64 platforms**: Only CU_FILE_P2P_FLAG_PCI_P2PDMA is allowed
  - **AARCH64 platforms**: Only CU_FILE_P2P_FLAG_C2C is allowed
  - **Cross-platform flags**: CU_FILE_P2P_FLAG_NVFS and CU_FILE_P2P_FLAG_DMABUF are NOT allowed
-                            to be set via this API (they are managed internally by the driver)
+ to be set via this API (they are managed internally by the driver)
 
  @par Usage Example:
  @code
  // x86_64 platform - only P2PDMA allowed
  #ifndef AARCH64_PLATFORM
-     CUfileP2PFlags_t flags = CU_FILE_P2P_FLAG_PCI_P2PDMA;
-     CUfileError_t error = cuFileDriverSetP2PFlags(CU_FILE_NVME_SUPPORTED, flags);
-     if (error.err != CU_FILE_SUCCESS) {
-         fprintf(stderr, "Failed to set P2P flags: %d\n", error.err);
-     }
+ CUfileP2PFlags_t flags = CU_FILE_P2P_FLAG_PCI_P2PDMA;
+ CUfileError_t error = cuFileDriverSetP2PFlags(CU_FILE_NVME_SUPPORTED, flags);
+ if (error.err != CU_FILE_SUCCESS) {
+ fprintf(stderr, "Failed to set P2P flags: %d\n", error.err);
+ }
  #endif
 
  // AARCH64 platform - only C2C allowed
  #ifdef AARCH64_PLATFORM
-     CUfileP2PFlags_t flags = CU_FILE_P2P_FLAG_C2C;
-     CUfileError_t error = cuFileDriverSetP2PFlags(CU_FILE_NVME_SUPPORTED, flags);
-     if (error.err != CU_FILE_SUCCESS) {
-         fprintf(stderr, "Failed to set P2P flags: %d\n", error.err);
-     }
+ CUfileP2PFlags_t flags = CU_FILE_P2P_FLAG_C2C;
+ CUfileError_t error = cuFileDriverSetP2PFlags(CU_FILE_NVME_SUPPORTED, flags);
+ if (error.err != CU_FILE_SUCCESS) {
+ fprintf(stderr, "Failed to set P2P flags: %d\n", error.err);
+ }
  #endif
 
  // This will fail on any platform (NVFS not allowed via API)
@@ -2819,7 +2817,7 @@ pub unsafe fn cuFileDriverSetPollMode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/**@brief
+/** @brief
  Exports a copy of the detected PCIe topology to a specified file in JSON format.
 
  @param filename the path and file name where the exported PCIe topology should be written.
@@ -2829,8 +2827,7 @@ pub unsafe fn cuFileDriverSetPollMode(
  @return CU_FILE_SUCCESS on success
  @return CU_FILE_INVALID_VALUE if the filename is invalid.
  @return CU_FILE_INTERNAL_ERROR if the PCIe topology is not available.
- @return CU_FILE_DRIVER_* if there are errors opening/closing the driver.
-*/
+ @return CU_FILE_DRIVER_* if there are errors opening/closing the driver.*/
 ///
 /** # Loading
 
@@ -2971,7 +2968,7 @@ pub unsafe fn cuFileGetParameterGpuBounceBufferSlabArray(
  @param min_value Pointer to store the minimum value
  @param max_value Pointer to store the maximum value
  @return CUfileError_t Returns CU_FILE_SUCCESS on success
-                       Returns CU_FILE_INVALID_VALUE if min_value or max_value is NULL*/
+ Returns CU_FILE_INVALID_VALUE if min_value or max_value is NULL*/
 ///
 /** # Loading
 
@@ -3050,7 +3047,7 @@ pub unsafe fn cuFileGetParameterPosixPoolSlabArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/**@brief
+/** @brief
 
  @param param The parameter to get.
  @param value The location where the value will be stored.
@@ -3060,8 +3057,7 @@ pub unsafe fn cuFileGetParameterPosixPoolSlabArray(
 
  @note If the driver is open, cuFileGetParameter*() will return the current runtime value for the given parameter.
  @note If the driver is not opened yet, cuFileGetParameter*() will return the currently staged value for that parameter.
-       Staged parameter values are cleared when the driver is opened.
-*/
+ Staged parameter values are cleared when the driver is opened.*/
 ///
 /** # Loading
 
@@ -3258,7 +3254,7 @@ pub unsafe fn cuFileGetStatsLevel(level: *mut ::core::ffi::c_int) -> CUfileError
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/**@brief
+/** @brief
 
  @returns cufile library version.
 
@@ -3268,8 +3264,7 @@ pub unsafe fn cuFileGetStatsLevel(level: *mut ::core::ffi::c_int) -> CUfileError
 
  @return CU_FILE_SUCCESS on success
  @return CU_FILE_INVALID_VALUE if the input parameter is null.
- @return CU_FILE_DRIVER_VERSION_READ_ERROR if the version is not available.
-*/
+ @return CU_FILE_DRIVER_VERSION_READ_ERROR if the version is not available.*/
 ///
 /** # Loading
 
@@ -3345,8 +3340,7 @@ pub unsafe fn cuFileHandleDeregister(
 
  @see cuFileRead
  @see cuFileWrite
- @see cuFileHandleDeregister
-*/
+ @see cuFileHandleDeregister*/
 ///
 /** # Loading
 
@@ -3393,7 +3387,7 @@ pub unsafe fn cuFileHandleRegister(
 
  @note  If the bufPtr is not registered with @ref cuFileBufRegister, the data will be buffered through preallocated pinned buffers if needed.
  @note  This is useful for applications that need to perform IO to unaligned file offsets and/or size. This is also recommended
-        for cases where the BAR1 memory size is smaller than the size of the allocated memory.
+ for cases where the BAR1 memory size is smaller than the size of the allocated memory.
 
  @see cuFileBufRegister
  @see cuFileHandleRegister
@@ -3435,7 +3429,7 @@ pub unsafe fn cuFileRead(
     };
     Ok(unsafe { __cuda_sys_fn(fh, bufPtr_base, size, file_offset, bufPtr_offset) })
 }
-/**@brief
+/** @brief
 
  @param fh The cuFile handle for the file.
  @param bufPtr_base  base address of buffer in device or host memory
@@ -3452,7 +3446,7 @@ pub unsafe fn cuFileRead(
 
  @note  If the bufPtr_base is not registered with @ref cuFileBufRegister, the data will be buffered through preallocated pinned buffers.
  @note  This is useful for applications that need to perform IO to unaligned file offsets and/or size. This is also recommended
-        for cases where the BAR1 memory size is smaller than the size of the allocated memory.
+ for cases where the BAR1 memory size is smaller than the size of the allocated memory.
  @note  If the stream is registered with cuFileStreamRegister, the IO setup and teardown overhead will be reduced.
  @note  on cuda stream errors, the user must call cuFileStreamDeregister to release any outstanding cuFile resources for the stream.
 
@@ -3698,7 +3692,7 @@ pub unsafe fn cuFileSetParameterPosixPoolSlabArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/**@brief
+/** @brief
 
  @param param The parameter to set.
  @param value The source of the parameter value.
@@ -3709,8 +3703,7 @@ pub unsafe fn cuFileSetParameterPosixPoolSlabArray(
 
  @note  Setting values is only permitted when the driver is not open - set parameter values are applied at driver load time.
  @note  If the same parameter is set multiple times, only the last parameter is kept and used.
- @note  Parameter precedence (highest to losest) is: cuFileGetParameter*() (if set), then environment variable (if exists and set), then cufile.json,
-*/
+ @note  Parameter precedence (highest to losest) is: cuFileGetParameter*() (if set), then environment variable (if exists and set), then cufile.json,*/
 ///
 /** # Loading
 
@@ -3895,7 +3888,7 @@ pub unsafe fn cuFileStatsStop() -> CUfileError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/**@brief
+/** @brief
 
  @param CUstream cuda stream for the operation.
 
@@ -3903,7 +3896,7 @@ pub unsafe fn cuFileStatsStop() -> CUfileError_t {
  @note  highly recommend to call after cuda stream errors to release any outstanding cuFile resources for this stream
  @note  must be called before cuStreamDestroy call for the specified stream.
  @note  This is useful for applications that need to perform IO to unaligned file offsets and/or size. This is also recommended
-        for cases where the BAR1 memory size is smaller than the size of the allocated memory.
+ for cases where the BAR1 memory size is smaller than the size of the allocated memory.
 
  @return CU_FILE_SUCCESS on success
  @return CU_FILE_DRIVER_NOT_INITIALIZED if the driver is not initialized
@@ -3935,7 +3928,7 @@ pub unsafe fn cuFileStreamDeregister(stream: CUstream) -> CUfileError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/**@brief
+/** @brief
 
  @param CUstream cuda stream for the operation.
  @param flags for the stream to improve the stream execution of IO based on input parameters.
@@ -3947,7 +3940,7 @@ pub unsafe fn cuFileStreamDeregister(stream: CUstream) -> CUfileError_t {
 
  @note  allocates resources needed to support cuFile operations asynchronously for the cuda stream
  @note  This is useful for applications that need to perform IO to unaligned file offsets and/or size. This is also recommended
-        for cases where the BAR1 memory size is smaller than the size of the allocated memory.
+ for cases where the BAR1 memory size is smaller than the size of the allocated memory.
 
  @return CU_FILE_SUCCESS on success
  @return CU_FILE_DRIVER_NOT_INITIALIZED if the driver is not initialized
@@ -4023,7 +4016,7 @@ pub unsafe fn cuFileUseCount() -> ::core::result::Result<
 
  @note  If the bufPtr is not registered with @ref cuFileBufRegister, the data will be buffered through preallocated pinned buffers if needed.
  @note  This is useful for applications that need to perform IO to unaligned file offsets and/or size. This is also recommended
-        for cases where the BAR1 memory size is smaller than the size of the allocated memory.
+ for cases where the BAR1 memory size is smaller than the size of the allocated memory.
 
  @see cuFileBufRegister
  @see cuFileHandleRegister
@@ -4065,7 +4058,7 @@ pub unsafe fn cuFileWrite(
     };
     Ok(unsafe { __cuda_sys_fn(fh, bufPtr_base, size, file_offset, bufPtr_offset) })
 }
-/**@brief
+/** @brief
 
  @param fh The cuFile handle for the file.
  @param bufPtr_base  base address of buffer in device or host memory
@@ -4082,7 +4075,7 @@ pub unsafe fn cuFileWrite(
 
  @note  If the bufPtr_base is not registered with @ref cuFileBufRegister, the data will be buffered through preallocated pinned buffers.
  @note  This is useful for applications that need to perform IO to unaligned file offsets and/or size. This is also recommended
-        for cases where the BAR1 memory size is smaller than the size of the allocated memory.
+ for cases where the BAR1 memory size is smaller than the size of the allocated memory.
  @note  If the stream is registered with cuFileStreamRegister prior to this call, the IO setup and teardown overhead will be reduced.
  @note  on cuda stream errors, the user must call cuFileStreamDeregister to release any outstanding cuFile resources for the stream.
 

@@ -12197,7 +12197,9 @@ const _: () = {
 pub type CU_DEV_SM_RESOURCE_GROUP_PARAMS = CU_DEV_SM_RESOURCE_GROUP_PARAMS_st;
 /** \struct CUdevResource
  A tagged union describing different resources identified by the type field. This structure should not be directly modified outside of the API that created it.
+
  ```text
+
   struct {
       CUdevResourceType type;
       union {
@@ -12206,7 +12208,9 @@ pub type CU_DEV_SM_RESOURCE_GROUP_PARAMS = CU_DEV_SM_RESOURCE_GROUP_PARAMS_st;
  CUdevWorkqueueResource wq;
       };
   };
+
  ```
+
  - If \p type is \p CU_DEV_RESOURCE_TYPE_INVALID, this resoure is not valid and cannot be further accessed.
  - If \p type is \p CU_DEV_RESOURCE_TYPE_SM, the ::CUdevSmResource structure \p sm is filled in. For example,
  \p sm.smCount will reflect the amount of streaming multiprocessors available in this resource.
@@ -12289,7 +12293,9 @@ impl Default for CUdevResource_st {
 }
 /** \struct CUdevResource
  A tagged union describing different resources identified by the type field. This structure should not be directly modified outside of the API that created it.
+
  ```text
+
   struct {
       CUdevResourceType type;
       union {
@@ -12298,7 +12304,9 @@ impl Default for CUdevResource_st {
  CUdevWorkqueueResource wq;
       };
   };
+
  ```
+
  - If \p type is \p CU_DEV_RESOURCE_TYPE_INVALID, this resoure is not valid and cannot be further accessed.
  - If \p type is \p CU_DEV_RESOURCE_TYPE_SM, the ::CUdevSmResource structure \p sm is filled in. For example,
  \p sm.smCount will reflect the amount of streaming multiprocessors available in this resource.
@@ -12307,7 +12315,9 @@ impl Default for CUdevResource_st {
 pub type CUdevResource_v1 = CUdevResource_st;
 /** \struct CUdevResource
  A tagged union describing different resources identified by the type field. This structure should not be directly modified outside of the API that created it.
+
  ```text
+
   struct {
       CUdevResourceType type;
       union {
@@ -12316,7 +12326,9 @@ pub type CUdevResource_v1 = CUdevResource_st;
  CUdevWorkqueueResource wq;
       };
   };
+
  ```
+
  - If \p type is \p CU_DEV_RESOURCE_TYPE_INVALID, this resoure is not valid and cannot be further accessed.
  - If \p type is \p CU_DEV_RESOURCE_TYPE_SM, the ::CUdevSmResource structure \p sm is filled in. For example,
  \p sm.smCount will reflect the amount of streaming multiprocessors available in this resource.
@@ -20985,11 +20997,11 @@ pub unsafe fn cuArrayCreate(
 }
 /// `cuArrayCreate_v2`, the name the header's macros give [`cuArrayCreate`].
 pub use self::cuArrayCreate as cuArrayCreate_v2;
-/** \brief Destroys a CUDA array
+/** Destroys a CUDA array
 
  Destroys the CUDA array \p hArray.
 
- \param hArray - Array to destroy
+ - parameter hArray - Array to destroy
 
  \return
  ::CUDA_SUCCESS,
@@ -20999,9 +21011,9 @@ pub use self::cuArrayCreate as cuArrayCreate_v2;
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_ARRAY_IS_MAPPED,
  ::CUDA_ERROR_CONTEXT_IS_DESTROYED
- \notefnerr
 
- \sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
+
+ See also: ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
  ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,
  ::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,
  ::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,
@@ -21067,7 +21079,7 @@ pub unsafe fn cuArrayGetDescriptor(
 }
 /// `cuArrayGetDescriptor_v2`, the name the header's macros give [`cuArrayGetDescriptor`].
 pub use self::cuArrayGetDescriptor as cuArrayGetDescriptor_v2;
-/** \brief Returns the memory requirements of a CUDA array
+/** Returns the memory requirements of a CUDA array
 
  Returns the memory requirements of a CUDA array in \p memoryRequirements
  If the CUDA array is not allocated with flag ::CUDA_ARRAY3D_DEFERRED_MAPPING
@@ -21085,7 +21097,7 @@ pub use self::cuArrayGetDescriptor as cuArrayGetDescriptor_v2;
  \param[out] memoryRequirements - Pointer to ::CUDA_ARRAY_MEMORY_REQUIREMENTS
  \param[in] array - CUDA array to get the memory requirements of
  \param[in] device - Device to get the memory requirements for
- \sa ::cuMipmappedArrayGetMemoryRequirements, ::cuMemMapArrayAsync*/
+ See also: ::cuMipmappedArrayGetMemoryRequirements, ::cuMemMapArrayAsync*/
 ///
 /** # Loading
 
@@ -21121,7 +21133,7 @@ pub unsafe fn cuArrayGetMemoryRequirements(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets a CUDA array plane from a CUDA array
+/** Gets a CUDA array plane from a CUDA array
 
  Returns in \p pPlaneArray a CUDA array that represents a single format plane
  of the CUDA array \p hArray.
@@ -21134,9 +21146,9 @@ pub unsafe fn cuArrayGetMemoryRequirements(
  If 1 is passed for \p planeIdx, then the returned CUDA array has half the height and width
  of \p hArray with two channels and ::CU_AD_FORMAT_UNSIGNED_INT8 as its format.
 
- \param pPlaneArray   - Returned CUDA array referenced by the \p planeIdx
- \param hArray        - Multiplanar CUDA array
- \param planeIdx      - Plane index
+ - parameter pPlaneArray   - Returned CUDA array referenced by the \p planeIdx
+ - parameter hArray        - Multiplanar CUDA array
+ - parameter planeIdx      - Plane index
 
  \return
  ::CUDA_SUCCESS,
@@ -21145,7 +21157,7 @@ pub unsafe fn cuArrayGetMemoryRequirements(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_HANDLE
- \notefnerr
+
 
  \sa
  ::cuArrayCreate,
@@ -21185,7 +21197,7 @@ pub unsafe fn cuArrayGetPlane(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the layout properties of a sparse CUDA array
+/** Returns the layout properties of a sparse CUDA array
 
  Returns the layout properties of a sparse CUDA array in \p sparseProperties
  If the CUDA array is not allocated with flag ::CUDA_ARRAY3D_SPARSE
@@ -21204,7 +21216,7 @@ pub unsafe fn cuArrayGetPlane(
 
  \param[out] sparseProperties - Pointer to ::CUDA_ARRAY_SPARSE_PROPERTIES
  \param[in] array - CUDA array to get the sparse properties of
- \sa ::cuMipmappedArrayGetSparseProperties, ::cuMemMapArrayAsync*/
+ See also: ::cuMipmappedArrayGetSparseProperties, ::cuMemMapArrayAsync*/
 ///
 /** # Loading
 
@@ -21237,7 +21249,7 @@ pub unsafe fn cuArrayGetSparseProperties(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Complete a custom-storage checkpoint or restore operation
+/** Complete a custom-storage checkpoint or restore operation
 
  After ::cuCheckpointProcessCheckpoint or ::cuCheckpointProcessRestore with custom storage,
  ::cuCheckpointOperationComplete should be called when the application has finished or
@@ -21261,7 +21273,7 @@ pub unsafe fn cuArrayGetSparseProperties(
  ::CU_PROCESS_STATE_CHECKPOINTED state when completing a checkpoint operation or
  the ::CU_PROCESS_STATE_LOCKED state when completing a restore operation.
 
- \param handle - ::CUcheckpointCustomStorageInfo::handle set by a prior ::cuCheckpointProcessCheckpoint or ::cuCheckpointProcessRestore call
+ - parameter handle - ::CUcheckpointCustomStorageInfo::handle set by a prior ::cuCheckpointProcessCheckpoint or ::cuCheckpointProcessRestore call
 
  \return
  ::CUDA_SUCCESS
@@ -21296,7 +21308,7 @@ pub unsafe fn cuCheckpointOperationComplete(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Checkpoint a CUDA process's GPU memory contents
+/** Checkpoint a CUDA process's GPU memory contents
 
  Checkpoints a CUDA process specified by \p pid.
  The GPU memory contents will be brought into host memory or mapped onto
@@ -21314,12 +21326,12 @@ pub unsafe fn cuCheckpointOperationComplete(
  For each GPU which contains data from the checkpointed process,
  there is a corresponding entry in the ::CUcheckpointCustomStoragePerDeviceData array.
  - The device pointers and sizes for the contiguously mapped memory on a
-   particular GPU are set in the ::CUcheckpointCustomStoragePerDeviceData::devPtr
-   and ::CUcheckpointCustomStoragePerDeviceData::size fields respectively.
+ particular GPU are set in the ::CUcheckpointCustomStoragePerDeviceData::devPtr
+ and ::CUcheckpointCustomStoragePerDeviceData::size fields respectively.
  - A stream belonging to the primary context of a particular GPU is
-   set in ::CUcheckpointCustomStoragePerDeviceData::stream.
-   The application can use the stream to find out which GPU
-   the memory is mapped on and to enqueue the copies to custom storage.
+ set in ::CUcheckpointCustomStoragePerDeviceData::stream.
+ The application can use the stream to find out which GPU
+ the memory is mapped on and to enqueue the copies to custom storage.
 
  The application is responsible for copying the mapped data from the GPU at
  the specified device address to custom storage. When checkpointing to custom
@@ -21345,8 +21357,8 @@ pub unsafe fn cuCheckpointOperationComplete(
  Upon successful return, the target process will be in the
  ::CU_PROCESS_STATE_CHECKPOINTED state.
 
- \param pid - The process ID of the CUDA process
- \param args - Optional checkpoint operation arguments
+ - parameter pid - The process ID of the CUDA process
+ - parameter args - Optional checkpoint operation arguments
 
  \return
  ::CUDA_SUCCESS
@@ -21387,13 +21399,13 @@ pub unsafe fn cuCheckpointProcessCheckpoint(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the restore thread ID for a CUDA process
+/** Returns the restore thread ID for a CUDA process
 
  Returns in \p *tid the thread ID of the CUDA restore thread for the process
  specified by \p pid.
 
- \param pid - The process ID of the CUDA process
- \param tid - Returned restore thread ID
+ - parameter pid - The process ID of the CUDA process
+ - parameter tid - Returned restore thread ID
 
  \return
  ::CUDA_SUCCESS
@@ -21432,12 +21444,12 @@ pub unsafe fn cuCheckpointProcessGetRestoreThreadId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the process state of a CUDA process
+/** Returns the process state of a CUDA process
 
  Returns in \p *state the current state of the CUDA process specified by \p pid.
 
- \param pid - The process ID of the CUDA process
- \param state - Returned CUDA process state
+ - parameter pid - The process ID of the CUDA process
+ - parameter state - Returned CUDA process state
 
  \return
  ::CUDA_SUCCESS
@@ -21476,7 +21488,7 @@ pub unsafe fn cuCheckpointProcessGetState(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Lock a running CUDA process
+/** Lock a running CUDA process
 
  Lock the CUDA process specified by \p pid which will block further CUDA API
  calls. Process must be in the RUNNING state in order to lock.
@@ -21486,8 +21498,8 @@ pub unsafe fn cuCheckpointProcessGetState(
  If timeoutMs is specified and the timeout is reached the process will be left
  in the RUNNING state upon return.
 
- \param pid - The process ID of the CUDA process
- \param args - Optional lock operation arguments
+ - parameter pid - The process ID of the CUDA process
+ - parameter args - Optional lock operation arguments
 
  \return
  ::CUDA_SUCCESS
@@ -21528,7 +21540,7 @@ pub unsafe fn cuCheckpointProcessLock(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Restore a CUDA process's GPU memory contents from its last checkpoint
+/** Restore a CUDA process's GPU memory contents from its last checkpoint
 
  Restores a CUDA process specified by \p pid from its last checkpoint. Process
  must be in the ::CU_PROCESS_STATE_CHECKPOINTED state to restore.
@@ -21552,13 +21564,13 @@ pub unsafe fn cuCheckpointProcessLock(
  For each GPU which contains data from the restored process,
  there is a corresponding entry in the ::CUcheckpointCustomStoragePerDeviceData array.
  - The device pointers and sizes for the contiguously mapped memory on a
-   particular GPU are set in the ::CUcheckpointCustomStoragePerDeviceData::devPtr
-   and ::CUcheckpointCustomStoragePerDeviceData::size fields respectively.
+ particular GPU are set in the ::CUcheckpointCustomStoragePerDeviceData::devPtr
+ and ::CUcheckpointCustomStoragePerDeviceData::size fields respectively.
  - A stream belonging to the primary context of the GPU is
-   set in ::CUcheckpointCustomStoragePerDeviceData::stream.
-   The application can use the stream to find out which GPU
-   the memory is mapped on and to enqueue the copies from custom storage
-   back to the GPU.
+ set in ::CUcheckpointCustomStoragePerDeviceData::stream.
+ The application can use the stream to find out which GPU
+ the memory is mapped on and to enqueue the copies from custom storage
+ back to the GPU.
 
  The application is responsible for copying the data from custom storage to
  the GPU at the specified device address. When restoring from custom storage,
@@ -21582,8 +21594,8 @@ pub unsafe fn cuCheckpointProcessLock(
  Upon successful return, the target process will be in the
  ::CU_PROCESS_STATE_LOCKED state.
 
- \param pid - The process ID of the CUDA process
- \param args - Optional restore operation arguments
+ - parameter pid - The process ID of the CUDA process
+ - parameter args - Optional restore operation arguments
 
  \return
  ::CUDA_SUCCESS
@@ -21627,15 +21639,15 @@ pub unsafe fn cuCheckpointProcessRestore(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Unlock a CUDA process to allow CUDA API calls
+/** Unlock a CUDA process to allow CUDA API calls
 
  Unlocks a process specified by \p pid allowing it to resume making CUDA API
  calls. Process must be in the LOCKED state.
 
  Upon successful return the process will be in the RUNNING state.
 
- \param pid - The process ID of the CUDA process
- \param args - Optional unlock operation arguments
+ - parameter pid - The process ID of the CUDA process
+ - parameter args - Optional unlock operation arguments
 
  \return
  ::CUDA_SUCCESS
@@ -21675,23 +21687,23 @@ pub unsafe fn cuCheckpointProcessUnlock(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Deregister a previously registered coredump complete callback
+/** Deregister a previously registered coredump complete callback
 
  This function removes a callback that was registered with
  ::cuCoredumpRegisterCompleteCallback. The callback handle becomes invalid
  after this call.
 
- \param callback - The callback handle to deregister
+ - parameter callback - The callback handle to deregister
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_PERMITTED
 
- \note It is the caller's responsibility to deregister callbacks before
-       they go out of scope. The handle must identify a currently registered
-       complete callback; handles returned by other registration APIs and handles
-       that were already deregistered are invalid.
+ Note: It is the caller's responsibility to deregister callbacks before
+ they go out of scope. The handle must identify a currently registered
+ complete callback; handles returned by other registration APIs and handles
+ that were already deregistered are invalid.
 
  \sa
  ::cuCoredumpRegisterCompleteCallback*/
@@ -21722,23 +21734,23 @@ pub unsafe fn cuCoredumpDeregisterCompleteCallback(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Deregister a previously registered coredump start callback
+/** Deregister a previously registered coredump start callback
 
  This function removes a callback that was registered with
  ::cuCoredumpRegisterStartCallback. The callback handle becomes invalid
  after this call.
 
- \param callback - The callback handle to deregister
+ - parameter callback - The callback handle to deregister
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_PERMITTED
 
- \note It is the caller's responsibility to deregister callbacks before
-       they go out of scope. The handle must identify a currently registered
-       start callback; handles returned by other registration APIs and handles
-       that were already deregistered are invalid.
+ Note: It is the caller's responsibility to deregister callbacks before
+ they go out of scope. The handle must identify a currently registered
+ start callback; handles returned by other registration APIs and handles
+ that were already deregistered are invalid.
 
  \sa
  ::cuCoredumpRegisterStartCallback*/
@@ -21769,7 +21781,7 @@ pub unsafe fn cuCoredumpDeregisterStartCallback(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allows caller to fetch a coredump attribute value for the current context
+/** Allows caller to fetch a coredump attribute value for the current context
 
  Returns in \p *value the requested value specified by \p attrib. It is up to the caller
  to ensure that the data type and size of \p *value matches the request.
@@ -21779,61 +21791,61 @@ pub unsafe fn cuCoredumpDeregisterStartCallback(
 
  The supported attributes are:
  - ::CU_COREDUMP_ENABLE_ON_EXCEPTION: Bool where ::true means that GPU exceptions from
-      this context will create a coredump at the location specified by ::CU_COREDUMP_FILE.
-      The default value is ::false unless set to ::true globally or locally, or the
-      CU_CTX_USER_COREDUMP_ENABLE flag was set during context creation.
+ this context will create a coredump at the location specified by ::CU_COREDUMP_FILE.
+ The default value is ::false unless set to ::true globally or locally, or the
+ CU_CTX_USER_COREDUMP_ENABLE flag was set during context creation.
  - ::CU_COREDUMP_TRIGGER_HOST: Bool where ::true means that the host CPU will
-      also create a coredump. The default value is ::true unless set to ::false globally or
-      or locally. This value is deprecated as of CUDA 12.5 - raise the ::CU_COREDUMP_SKIP_ABORT
-      flag to disable host device abort() if needed.
+ also create a coredump. The default value is ::true unless set to ::false globally or
+ or locally. This value is deprecated as of CUDA 12.5 - raise the ::CU_COREDUMP_SKIP_ABORT
+ flag to disable host device abort() if needed.
  - ::CU_COREDUMP_LIGHTWEIGHT: Bool where ::true means that any resulting coredumps
-      will not have a dump of GPU memory or non-reloc ELF images. The default value is
-      ::false unless set to ::true globally or locally. This attribute is deprecated as
-      of CUDA 12.5, please use ::CU_COREDUMP_GENERATION_FLAGS instead.
+ will not have a dump of GPU memory or non-reloc ELF images. The default value is
+ ::false unless set to ::true globally or locally. This attribute is deprecated as
+ of CUDA 12.5, please use ::CU_COREDUMP_GENERATION_FLAGS instead.
  - ::CU_COREDUMP_ENABLE_USER_TRIGGER: Bool where ::true means that a coredump can be
-      created by writing to the system pipe specified by ::CU_COREDUMP_PIPE. The default
-      value is ::false unless set to ::true globally or locally.
+ created by writing to the system pipe specified by ::CU_COREDUMP_PIPE. The default
+ value is ::false unless set to ::true globally or locally.
  - ::CU_COREDUMP_FILE: String of up to 1023 characters that defines the location where
-      any coredumps generated by this context will be written. The default value is
-      ::core.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running
-      the CUDA applications and ::PID is the process ID of the CUDA application.
+ any coredumps generated by this context will be written. The default value is
+ ::core.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running
+ the CUDA applications and ::PID is the process ID of the CUDA application.
  - ::CU_COREDUMP_PIPE: String of up to 1023 characters that defines the name of the pipe
-      that will be monitored if user-triggered coredumps are enabled. The default value is
-      ::corepipe.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running
-      the CUDA application and ::PID is the process ID of the CUDA application.
+ that will be monitored if user-triggered coredumps are enabled. The default value is
+ ::corepipe.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running
+ the CUDA application and ::PID is the process ID of the CUDA application.
  - ::CU_COREDUMP_GENERATION_FLAGS: An integer with values to allow granular control the data
-      contained in a coredump specified as a bitwise OR combination of the following values:
-      + ::CU_COREDUMP_DEFAULT_FLAGS - if set by itself, coredump generation returns to its
-          default settings of including all memory regions that it is able to access
-      + ::CU_COREDUMP_SKIP_NONRELOCATED_ELF_IMAGES - Coredump will not include the data from
-          CUDA source modules that are not relocated at runtime.
-      + ::CU_COREDUMP_SKIP_GLOBAL_MEMORY - Coredump will not include device-side global data
-          that does not belong to any context.
-      + ::CU_COREDUMP_SKIP_SHARED_MEMORY - Coredump will not include grid-scale shared memory
-          for the warp that the dumped kernel belonged to.
-      + ::CU_COREDUMP_SKIP_LOCAL_MEMORY - Coredump will not include local memory from the kernel.
-      + ::CU_COREDUMP_LIGHTWEIGHT_FLAGS - Enables all of the above options. Equiavlent to setting
-          the ::CU_COREDUMP_LIGHTWEIGHT attribute to ::true.
-      + ::CU_COREDUMP_SKIP_ABORT - If set, GPU exceptions will not raise an abort() in the host CPU
-          process. Same functional goal as ::CU_COREDUMP_TRIGGER_HOST but better reflects the default
-          behavior.
-      + ::CU_COREDUMP_SKIP_CONSTBANK_MEMORY - Coredump will not include constbank memory.
-      + ::CU_COREDUMP_SKIP_TENSOR_MEMORY - Coredump will not include tensor memory data.
-          Tensor memory metadata may still be included.
-      + ::CU_COREDUMP_GZIP_COMPRESS - The generated coredump will be compressed with gzip, and .gz
-          suffix will be appended to the filename, if it's not a part of it already.
-      + ::CU_COREDUMP_FAULTED_CONTEXTS_ONLY - The coredump will only include contexts that have
-          encountered an exception or a trap.
-      + ::CU_COREDUMP_NO_ERRBAR_AT_EXIT - By default, when coredumps are requested, the GPU will ensure
-          memory faults and other errors prevent warps from exiting, if possible. This can potentially
-          affect the performance of the application. Setting this flag will disable this functionality,
-          making it possible for faulted warps to exit, but also avoiding the potential performance hit.
-      + ::CU_COREDUMP_LOG_ONLY - Setting this flag will disable actual generation of the coredump file,
-          but exception details will still be logged.
+ contained in a coredump specified as a bitwise OR combination of the following values:
+ + ::CU_COREDUMP_DEFAULT_FLAGS - if set by itself, coredump generation returns to its
+ default settings of including all memory regions that it is able to access
+ + ::CU_COREDUMP_SKIP_NONRELOCATED_ELF_IMAGES - Coredump will not include the data from
+ CUDA source modules that are not relocated at runtime.
+ + ::CU_COREDUMP_SKIP_GLOBAL_MEMORY - Coredump will not include device-side global data
+ that does not belong to any context.
+ + ::CU_COREDUMP_SKIP_SHARED_MEMORY - Coredump will not include grid-scale shared memory
+ for the warp that the dumped kernel belonged to.
+ + ::CU_COREDUMP_SKIP_LOCAL_MEMORY - Coredump will not include local memory from the kernel.
+ + ::CU_COREDUMP_LIGHTWEIGHT_FLAGS - Enables all of the above options. Equiavlent to setting
+ the ::CU_COREDUMP_LIGHTWEIGHT attribute to ::true.
+ + ::CU_COREDUMP_SKIP_ABORT - If set, GPU exceptions will not raise an abort() in the host CPU
+ process. Same functional goal as ::CU_COREDUMP_TRIGGER_HOST but better reflects the default
+ behavior.
+ + ::CU_COREDUMP_SKIP_CONSTBANK_MEMORY - Coredump will not include constbank memory.
+ + ::CU_COREDUMP_SKIP_TENSOR_MEMORY - Coredump will not include tensor memory data.
+ Tensor memory metadata may still be included.
+ + ::CU_COREDUMP_GZIP_COMPRESS - The generated coredump will be compressed with gzip, and .gz
+ suffix will be appended to the filename, if it's not a part of it already.
+ + ::CU_COREDUMP_FAULTED_CONTEXTS_ONLY - The coredump will only include contexts that have
+ encountered an exception or a trap.
+ + ::CU_COREDUMP_NO_ERRBAR_AT_EXIT - By default, when coredumps are requested, the GPU will ensure
+ memory faults and other errors prevent warps from exiting, if possible. This can potentially
+ affect the performance of the application. Setting this flag will disable this functionality,
+ making it possible for faulted warps to exit, but also avoiding the potential performance hit.
+ + ::CU_COREDUMP_LOG_ONLY - Setting this flag will disable actual generation of the coredump file,
+ but exception details will still be logged.
 
- \param attrib - The enum defining which value to fetch.
- \param value - void* containing the requested data.
- \param size - The size of the memory region \p value points to.
+ - parameter attrib - The enum defining which value to fetch.
+ - parameter value - void* containing the requested data.
+ - parameter size - The size of the memory region \p value points to.
 
  \return
  ::CUDA_SUCCESS,
@@ -21883,7 +21895,7 @@ pub unsafe fn cuCoredumpGetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allows caller to fetch a coredump attribute value for the entire application
+/** Allows caller to fetch a coredump attribute value for the entire application
 
  Returns in \p *value the requested value specified by \p attrib. It is up to the caller
  to ensure that the data type and size of \p *value matches the request.
@@ -21893,60 +21905,60 @@ pub unsafe fn cuCoredumpGetAttribute(
 
  The supported attributes are:
  - ::CU_COREDUMP_ENABLE_ON_EXCEPTION: Bool where ::true means that GPU exceptions from
-      this context will create a coredump at the location specified by ::CU_COREDUMP_FILE.
-      The default value is ::false.
+ this context will create a coredump at the location specified by ::CU_COREDUMP_FILE.
+ The default value is ::false.
  - ::CU_COREDUMP_TRIGGER_HOST: Bool where ::true means that the host CPU will
-      also create a coredump. The default value is ::true unless set to ::false globally or
-      or locally. This value is deprecated as of CUDA 12.5 - raise the ::CU_COREDUMP_SKIP_ABORT
-      flag to disable host device abort() if needed.
+ also create a coredump. The default value is ::true unless set to ::false globally or
+ or locally. This value is deprecated as of CUDA 12.5 - raise the ::CU_COREDUMP_SKIP_ABORT
+ flag to disable host device abort() if needed.
  - ::CU_COREDUMP_LIGHTWEIGHT: Bool where ::true means that any resulting coredumps
-      will not have a dump of GPU memory or non-reloc ELF images. The default value is
-      ::false. This attribute is deprecated as of CUDA 12.5, please use ::CU_COREDUMP_GENERATION_FLAGS
-      instead.
+ will not have a dump of GPU memory or non-reloc ELF images. The default value is
+ ::false. This attribute is deprecated as of CUDA 12.5, please use ::CU_COREDUMP_GENERATION_FLAGS
+ instead.
  - ::CU_COREDUMP_ENABLE_USER_TRIGGER: Bool where ::true means that a coredump can be
-      created by writing to the system pipe specified by ::CU_COREDUMP_PIPE. The default
-      value is ::false.
+ created by writing to the system pipe specified by ::CU_COREDUMP_PIPE. The default
+ value is ::false.
  - ::CU_COREDUMP_FILE: String of up to 1023 characters that defines the location where
-      any coredumps generated by this context will be written. The default value is
-      ::core.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running
-      the CUDA applications and ::PID is the process ID of the CUDA application.
+ any coredumps generated by this context will be written. The default value is
+ ::core.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running
+ the CUDA applications and ::PID is the process ID of the CUDA application.
  - ::CU_COREDUMP_PIPE: String of up to 1023 characters that defines the name of the pipe
-      that will be monitored if user-triggered coredumps are enabled. The default value is
-      ::corepipe.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running
-      the CUDA application and ::PID is the process ID of the CUDA application.
+ that will be monitored if user-triggered coredumps are enabled. The default value is
+ ::corepipe.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running
+ the CUDA application and ::PID is the process ID of the CUDA application.
  - ::CU_COREDUMP_GENERATION_FLAGS: An integer with values to allow granular control the data
-      contained in a coredump specified as a bitwise OR combination of the following values:
-      + ::CU_COREDUMP_DEFAULT_FLAGS - if set by itself, coredump generation returns to its
-          default settings of including all memory regions that it is able to access
-      + ::CU_COREDUMP_SKIP_NONRELOCATED_ELF_IMAGES - Coredump will not include the data from
-          CUDA source modules that are not relocated at runtime.
-      + ::CU_COREDUMP_SKIP_GLOBAL_MEMORY - Coredump will not include device-side global data
-          that does not belong to any context.
-      + ::CU_COREDUMP_SKIP_SHARED_MEMORY - Coredump will not include grid-scale shared memory
-          for the warp that the dumped kernel belonged to.
-      + ::CU_COREDUMP_SKIP_LOCAL_MEMORY - Coredump will not include local memory from the kernel.
-      + ::CU_COREDUMP_LIGHTWEIGHT_FLAGS - Enables all of the above options. Equiavlent to setting
-          the ::CU_COREDUMP_LIGHTWEIGHT attribute to ::true.
-      + ::CU_COREDUMP_SKIP_ABORT - If set, GPU exceptions will not raise an abort() in the host CPU
-          process. Same functional goal as ::CU_COREDUMP_TRIGGER_HOST but better reflects the default
-          behavior.
-      + ::CU_COREDUMP_SKIP_CONSTBANK_MEMORY - Coredump will not include constbank memory.
-      + ::CU_COREDUMP_SKIP_TENSOR_MEMORY - Coredump will not include tensor memory data.
-          Tensor memory metadata may still be included.
-      + ::CU_COREDUMP_GZIP_COMPRESS - The generated coredump will be compressed with gzip, and .gz
-          suffix will be appended to the filename, if it's not a part of it already.
-      + ::CU_COREDUMP_FAULTED_CONTEXTS_ONLY - The coredump will only include contexts that have
-          encountered an exception or a trap.
-      + ::CU_COREDUMP_NO_ERRBAR_AT_EXIT - By default, when coredumps are requested, the GPU will ensure
-          memory faults and other errors prevent warps from exiting, if possible. This can potentially
-          affect the performance of the application. Setting this flag will disable this functionality,
-          making it possible for faulted warps to exit, but also avoiding the potential performance hit.
-      + ::CU_COREDUMP_LOG_ONLY - Setting this flag will disable actual generation of the coredump file,
-          but exception details will still be logged.
+ contained in a coredump specified as a bitwise OR combination of the following values:
+ + ::CU_COREDUMP_DEFAULT_FLAGS - if set by itself, coredump generation returns to its
+ default settings of including all memory regions that it is able to access
+ + ::CU_COREDUMP_SKIP_NONRELOCATED_ELF_IMAGES - Coredump will not include the data from
+ CUDA source modules that are not relocated at runtime.
+ + ::CU_COREDUMP_SKIP_GLOBAL_MEMORY - Coredump will not include device-side global data
+ that does not belong to any context.
+ + ::CU_COREDUMP_SKIP_SHARED_MEMORY - Coredump will not include grid-scale shared memory
+ for the warp that the dumped kernel belonged to.
+ + ::CU_COREDUMP_SKIP_LOCAL_MEMORY - Coredump will not include local memory from the kernel.
+ + ::CU_COREDUMP_LIGHTWEIGHT_FLAGS - Enables all of the above options. Equiavlent to setting
+ the ::CU_COREDUMP_LIGHTWEIGHT attribute to ::true.
+ + ::CU_COREDUMP_SKIP_ABORT - If set, GPU exceptions will not raise an abort() in the host CPU
+ process. Same functional goal as ::CU_COREDUMP_TRIGGER_HOST but better reflects the default
+ behavior.
+ + ::CU_COREDUMP_SKIP_CONSTBANK_MEMORY - Coredump will not include constbank memory.
+ + ::CU_COREDUMP_SKIP_TENSOR_MEMORY - Coredump will not include tensor memory data.
+ Tensor memory metadata may still be included.
+ + ::CU_COREDUMP_GZIP_COMPRESS - The generated coredump will be compressed with gzip, and .gz
+ suffix will be appended to the filename, if it's not a part of it already.
+ + ::CU_COREDUMP_FAULTED_CONTEXTS_ONLY - The coredump will only include contexts that have
+ encountered an exception or a trap.
+ + ::CU_COREDUMP_NO_ERRBAR_AT_EXIT - By default, when coredumps are requested, the GPU will ensure
+ memory faults and other errors prevent warps from exiting, if possible. This can potentially
+ affect the performance of the application. Setting this flag will disable this functionality,
+ making it possible for faulted warps to exit, but also avoiding the potential performance hit.
+ + ::CU_COREDUMP_LOG_ONLY - Setting this flag will disable actual generation of the coredump file,
+ but exception details will still be logged.
 
- \param attrib - The enum defining which value to fetch.
- \param value - void* containing the requested data.
- \param size - The size of the memory region \p value points to.
+ - parameter attrib - The enum defining which value to fetch.
+ - parameter value - void* containing the requested data.
+ - parameter size - The size of the memory region \p value points to.
 
  \return
  ::CUDA_SUCCESS,
@@ -21991,7 +22003,7 @@ pub unsafe fn cuCoredumpGetAttributeGlobal(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Register a callback to be invoked when a GPU coredump completes
+/** Register a callback to be invoked when a GPU coredump completes
 
  This function registers a callback that will be called when a GPU coredump
  has been fully collected and written to disk. Callbacks are executed in the
@@ -21999,9 +22011,9 @@ pub unsafe fn cuCoredumpGetAttributeGlobal(
  multiple times with different userData, and each registration will receive
  a unique handle.
 
- \param callback     - The callback function to register
- \param userData     - User data pointer to pass to the callback
- \param callbackOut  - Location to store the callback handle (optional, may be NULL)
+ - parameter callback     - The callback function to register
+ - parameter userData     - User data pointer to pass to the callback
+ - parameter callbackOut  - Location to store the callback handle (optional, may be NULL)
 
  \return
  ::CUDA_SUCCESS,
@@ -22009,8 +22021,8 @@ pub unsafe fn cuCoredumpGetAttributeGlobal(
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_OUT_OF_MEMORY
 
- \note Callbacks execute synchronously during the coredump process and will
-       block coredump progress while running.
+ Note: Callbacks execute synchronously during the coredump process and will
+ block coredump progress while running.
 
  \sa
  ::cuCoredumpDeregisterCompleteCallback,
@@ -22050,7 +22062,7 @@ pub unsafe fn cuCoredumpRegisterCompleteCallback(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Register a callback to be invoked when a GPU coredump begins
+/** Register a callback to be invoked when a GPU coredump begins
 
  This function registers a callback that will be called when a GPU coredump
  is initiated, before any coredump data is collected. Callbacks are executed
@@ -22058,9 +22070,9 @@ pub unsafe fn cuCoredumpRegisterCompleteCallback(
  registered multiple times with different userData, and each registration
  will receive a unique handle.
 
- \param callback     - The callback function to register
- \param userData     - User data pointer to pass to the callback
- \param callbackOut  - Location to store the callback handle (optional, may be NULL)
+ - parameter callback     - The callback function to register
+ - parameter userData     - User data pointer to pass to the callback
+ - parameter callbackOut  - Location to store the callback handle (optional, may be NULL)
 
  \return
  ::CUDA_SUCCESS,
@@ -22068,8 +22080,8 @@ pub unsafe fn cuCoredumpRegisterCompleteCallback(
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_OUT_OF_MEMORY
 
- \note Callbacks execute synchronously during the coredump process and will
-       block coredump progress while running.
+ Note: Callbacks execute synchronously during the coredump process and will
+ block coredump progress while running.
 
  \sa
  ::cuCoredumpDeregisterStartCallback,
@@ -22109,7 +22121,7 @@ pub unsafe fn cuCoredumpRegisterStartCallback(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allows caller to set a coredump attribute value for the current context
+/** Allows caller to set a coredump attribute value for the current context
 
  This function should be considered an alternate interface to the CUDA-GDB environment
  variables defined in this document: https://docs.nvidia.com/cuda/cuda-gdb/index.html#gpu-coredump
@@ -22133,59 +22145,59 @@ pub unsafe fn cuCoredumpRegisterStartCallback(
 
  The supported attributes are:
  - ::CU_COREDUMP_ENABLE_ON_EXCEPTION: Bool where ::true means that GPU exceptions from
-      this context will create a coredump at the location specified by ::CU_COREDUMP_FILE.
-      The default value is ::false.
+ this context will create a coredump at the location specified by ::CU_COREDUMP_FILE.
+ The default value is ::false.
  - ::CU_COREDUMP_TRIGGER_HOST: Bool where ::true means that the host CPU will
-      also create a coredump. The default value is ::true unless set to ::false globally or
-      or locally. This value is deprecated as of CUDA 12.5 - raise the ::CU_COREDUMP_SKIP_ABORT
-      flag to disable host device abort() if needed.
+ also create a coredump. The default value is ::true unless set to ::false globally or
+ or locally. This value is deprecated as of CUDA 12.5 - raise the ::CU_COREDUMP_SKIP_ABORT
+ flag to disable host device abort() if needed.
  - ::CU_COREDUMP_LIGHTWEIGHT: Bool where ::true means that any resulting coredumps
-      will not have a dump of GPU memory or non-reloc ELF images. The default value is
-      ::false. This attribute is deprecated as of CUDA 12.5, please use ::CU_COREDUMP_GENERATION_FLAGS
-      instead.
+ will not have a dump of GPU memory or non-reloc ELF images. The default value is
+ ::false. This attribute is deprecated as of CUDA 12.5, please use ::CU_COREDUMP_GENERATION_FLAGS
+ instead.
  - ::CU_COREDUMP_FILE: String of up to 1023 characters that defines the location where
-      any coredumps generated by this context will be written. The default value is
-      ::core.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running
-      the CUDA applications and ::PID is the process ID of the CUDA application.
+ any coredumps generated by this context will be written. The default value is
+ ::core.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running
+ the CUDA applications and ::PID is the process ID of the CUDA application.
  - ::CU_COREDUMP_GENERATION_FLAGS: An integer with values to allow granular control the data
-      contained in a coredump specified as a bitwise OR combination of the following values:
-      + ::CU_COREDUMP_DEFAULT_FLAGS - if set by itself, coredump generation returns to its
-          default settings of including all memory regions that it is able to access
-      + ::CU_COREDUMP_SKIP_NONRELOCATED_ELF_IMAGES - Coredump will not include the data from
-          CUDA source modules that are not relocated at runtime.
-      + ::CU_COREDUMP_SKIP_GLOBAL_MEMORY - Coredump will not include device-side global data
-          that does not belong to any context.
-      + ::CU_COREDUMP_SKIP_SHARED_MEMORY - Coredump will not include grid-scale shared memory
-          for the warp that the dumped kernel belonged to.
-      + ::CU_COREDUMP_SKIP_LOCAL_MEMORY - Coredump will not include local memory from the kernel.
-      + ::CU_COREDUMP_LIGHTWEIGHT_FLAGS - Enables all of the above options. Equiavlent to setting
-          the ::CU_COREDUMP_LIGHTWEIGHT attribute to ::true.
-      + ::CU_COREDUMP_SKIP_ABORT - If set, GPU exceptions will not raise an abort() in the host CPU
-          process. Same functional goal as ::CU_COREDUMP_TRIGGER_HOST but better reflects the default
-          behavior.
-      + ::CU_COREDUMP_SKIP_CONSTBANK_MEMORY - Coredump will not include constbank memory.
-      + ::CU_COREDUMP_SKIP_TENSOR_MEMORY - Coredump will not include tensor memory data.
-          Tensor memory metadata may still be included.
-      + ::CU_COREDUMP_GZIP_COMPRESS - The generated coredump will be compressed with gzip, and .gz
-          suffix will be appended to the filename, if it's not a part of it already.
-      + ::CU_COREDUMP_FAULTED_CONTEXTS_ONLY - The coredump will only include contexts that have
-          encountered an exception or a trap.
-      + ::CU_COREDUMP_NO_ERRBAR_AT_EXIT - By default, when coredumps are requested, the GPU will ensure
-          memory faults and other errors prevent warps from exiting, if possible. This can potentially
-          affect the performance of the application. Setting this flag will disable this functionality,
-          making it possible for faulted warps to exit, but also avoiding the potential performance hit.
-      + ::CU_COREDUMP_LOG_ONLY - Setting this flag will disable actual generation of the coredump file,
-          but exception details will still be logged.
+ contained in a coredump specified as a bitwise OR combination of the following values:
+ + ::CU_COREDUMP_DEFAULT_FLAGS - if set by itself, coredump generation returns to its
+ default settings of including all memory regions that it is able to access
+ + ::CU_COREDUMP_SKIP_NONRELOCATED_ELF_IMAGES - Coredump will not include the data from
+ CUDA source modules that are not relocated at runtime.
+ + ::CU_COREDUMP_SKIP_GLOBAL_MEMORY - Coredump will not include device-side global data
+ that does not belong to any context.
+ + ::CU_COREDUMP_SKIP_SHARED_MEMORY - Coredump will not include grid-scale shared memory
+ for the warp that the dumped kernel belonged to.
+ + ::CU_COREDUMP_SKIP_LOCAL_MEMORY - Coredump will not include local memory from the kernel.
+ + ::CU_COREDUMP_LIGHTWEIGHT_FLAGS - Enables all of the above options. Equiavlent to setting
+ the ::CU_COREDUMP_LIGHTWEIGHT attribute to ::true.
+ + ::CU_COREDUMP_SKIP_ABORT - If set, GPU exceptions will not raise an abort() in the host CPU
+ process. Same functional goal as ::CU_COREDUMP_TRIGGER_HOST but better reflects the default
+ behavior.
+ + ::CU_COREDUMP_SKIP_CONSTBANK_MEMORY - Coredump will not include constbank memory.
+ + ::CU_COREDUMP_SKIP_TENSOR_MEMORY - Coredump will not include tensor memory data.
+ Tensor memory metadata may still be included.
+ + ::CU_COREDUMP_GZIP_COMPRESS - The generated coredump will be compressed with gzip, and .gz
+ suffix will be appended to the filename, if it's not a part of it already.
+ + ::CU_COREDUMP_FAULTED_CONTEXTS_ONLY - The coredump will only include contexts that have
+ encountered an exception or a trap.
+ + ::CU_COREDUMP_NO_ERRBAR_AT_EXIT - By default, when coredumps are requested, the GPU will ensure
+ memory faults and other errors prevent warps from exiting, if possible. This can potentially
+ affect the performance of the application. Setting this flag will disable this functionality,
+ making it possible for faulted warps to exit, but also avoiding the potential performance hit.
+ + ::CU_COREDUMP_LOG_ONLY - Setting this flag will disable actual generation of the coredump file,
+ but exception details will still be logged.
 
- \note ::CU_COREDUMP_GENERATION_FLAGS replaces all previously set coredump flags.
-       Mixing ::CU_COREDUMP_GENERATION_FLAGS with the deprecated boolean attributes
-       (::CU_COREDUMP_TRIGGER_HOST, ::CU_COREDUMP_LIGHTWEIGHT) can result in undefined behavior.
-       To avoid issues, either use only ::CU_COREDUMP_GENERATION_FLAGS or combine all desired
-       flag bits (including ::CU_COREDUMP_SKIP_ABORT) in a single call.
+ Note: ::CU_COREDUMP_GENERATION_FLAGS replaces all previously set coredump flags.
+ Mixing ::CU_COREDUMP_GENERATION_FLAGS with the deprecated boolean attributes
+ (::CU_COREDUMP_TRIGGER_HOST, ::CU_COREDUMP_LIGHTWEIGHT) can result in undefined behavior.
+ To avoid issues, either use only ::CU_COREDUMP_GENERATION_FLAGS or combine all desired
+ flag bits (including ::CU_COREDUMP_SKIP_ABORT) in a single call.
 
- \param attrib - The enum defining which value to set.
- \param value - void* containing the requested data.
- \param size - The size of the memory region \p value points to.
+ - parameter attrib - The enum defining which value to set.
+ - parameter value - void* containing the requested data.
+ - parameter size - The size of the memory region \p value points to.
 
  \return
  ::CUDA_SUCCESS,
@@ -22236,7 +22248,7 @@ pub unsafe fn cuCoredumpSetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allows caller to set a coredump attribute value globally
+/** Allows caller to set a coredump attribute value globally
 
  This function should be considered an alternate interface to the CUDA-GDB environment
  variables defined in this document: https://docs.nvidia.com/cuda/cuda-gdb/index.html#gpu-coredump
@@ -22254,67 +22266,67 @@ pub unsafe fn cuCoredumpSetAttribute(
 
  The supported attributes are:
  - ::CU_COREDUMP_ENABLE_ON_EXCEPTION: Bool where ::true means that GPU exceptions from
-      this context will create a coredump at the location specified by ::CU_COREDUMP_FILE.
-      The default value is ::false.
+ this context will create a coredump at the location specified by ::CU_COREDUMP_FILE.
+ The default value is ::false.
  - ::CU_COREDUMP_TRIGGER_HOST: Bool where ::true means that the host CPU will
-      also create a coredump. The default value is ::true unless set to ::false globally or
-      or locally. This value is deprecated as of CUDA 12.5 - raise the ::CU_COREDUMP_SKIP_ABORT
-      flag to disable host device abort() if needed.
+ also create a coredump. The default value is ::true unless set to ::false globally or
+ or locally. This value is deprecated as of CUDA 12.5 - raise the ::CU_COREDUMP_SKIP_ABORT
+ flag to disable host device abort() if needed.
  - ::CU_COREDUMP_LIGHTWEIGHT: Bool where ::true means that any resulting coredumps
-      will not have a dump of GPU memory or non-reloc ELF images. The default value is
-      ::false. This attribute is deprecated as of CUDA 12.5, please use ::CU_COREDUMP_GENERATION_FLAGS
-      instead.
+ will not have a dump of GPU memory or non-reloc ELF images. The default value is
+ ::false. This attribute is deprecated as of CUDA 12.5, please use ::CU_COREDUMP_GENERATION_FLAGS
+ instead.
  - ::CU_COREDUMP_ENABLE_USER_TRIGGER: Bool where ::true means that a coredump can be
-      created by writing to the system pipe specified by ::CU_COREDUMP_PIPE. The default
-      value is ::false.
+ created by writing to the system pipe specified by ::CU_COREDUMP_PIPE. The default
+ value is ::false.
  - ::CU_COREDUMP_FILE: String of up to 1023 characters that defines the location where
-      any coredumps generated by this context will be written. The default value is
-      ::core.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running
-      the CUDA applications and ::PID is the process ID of the CUDA application.
+ any coredumps generated by this context will be written. The default value is
+ ::core.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running
+ the CUDA applications and ::PID is the process ID of the CUDA application.
  - ::CU_COREDUMP_PIPE: String of up to 1023 characters that defines the name of the pipe
-      that will be monitored if user-triggered coredumps are enabled. This value may not be
-      changed after ::CU_COREDUMP_ENABLE_USER_TRIGGER is set to ::true. The default
-      value is ::corepipe.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine
-      running the CUDA application and ::PID is the process ID of the CUDA application.
+ that will be monitored if user-triggered coredumps are enabled. This value may not be
+ changed after ::CU_COREDUMP_ENABLE_USER_TRIGGER is set to ::true. The default
+ value is ::corepipe.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine
+ running the CUDA application and ::PID is the process ID of the CUDA application.
  - ::CU_COREDUMP_GENERATION_FLAGS: An integer with values to allow granular control the data
-      contained in a coredump specified as a bitwise OR combination of the following values:
-      + ::CU_COREDUMP_DEFAULT_FLAGS - if set by itself, coredump generation returns to its
-          default settings of including all memory regions that it is able to access
-      + ::CU_COREDUMP_SKIP_NONRELOCATED_ELF_IMAGES - Coredump will not include the data from
-          CUDA source modules that are not relocated at runtime.
-      + ::CU_COREDUMP_SKIP_GLOBAL_MEMORY - Coredump will not include device-side global data
-          that does not belong to any context.
-      + ::CU_COREDUMP_SKIP_SHARED_MEMORY - Coredump will not include grid-scale shared memory
-          for the warp that the dumped kernel belonged to.
-      + ::CU_COREDUMP_SKIP_LOCAL_MEMORY - Coredump will not include local memory from the kernel.
-      + ::CU_COREDUMP_LIGHTWEIGHT_FLAGS - Enables all of the above options. Equiavlent to setting
-          the ::CU_COREDUMP_LIGHTWEIGHT attribute to ::true.
-      + ::CU_COREDUMP_SKIP_ABORT - If set, GPU exceptions will not raise an abort() in the host CPU
-          process. Same functional goal as ::CU_COREDUMP_TRIGGER_HOST but better reflects the default
-          behavior.
-      + ::CU_COREDUMP_SKIP_CONSTBANK_MEMORY - Coredump will not include constbank memory.
-      + ::CU_COREDUMP_SKIP_TENSOR_MEMORY - Coredump will not include tensor memory data.
-          Tensor memory metadata may still be included.
-      + ::CU_COREDUMP_GZIP_COMPRESS - The generated coredump will be compressed with gzip, and .gz
-          suffix will be appended to the filename, if it's not a part of it already.
-      + ::CU_COREDUMP_FAULTED_CONTEXTS_ONLY - The coredump will only include contexts that have
-          encountered an exception or a trap.
-      + ::CU_COREDUMP_NO_ERRBAR_AT_EXIT - By default, when coredumps are requested, the GPU will ensure
-          memory faults and other errors prevent warps from exiting, if possible. This can potentially
-          affect the performance of the application. Setting this flag will disable this functionality,
-          making it possible for faulted warps to exit, but also avoiding the potential performance hit.
-      + ::CU_COREDUMP_LOG_ONLY - Setting this flag will disable actual generation of the coredump file,
-          but exception details will still be logged.
+ contained in a coredump specified as a bitwise OR combination of the following values:
+ + ::CU_COREDUMP_DEFAULT_FLAGS - if set by itself, coredump generation returns to its
+ default settings of including all memory regions that it is able to access
+ + ::CU_COREDUMP_SKIP_NONRELOCATED_ELF_IMAGES - Coredump will not include the data from
+ CUDA source modules that are not relocated at runtime.
+ + ::CU_COREDUMP_SKIP_GLOBAL_MEMORY - Coredump will not include device-side global data
+ that does not belong to any context.
+ + ::CU_COREDUMP_SKIP_SHARED_MEMORY - Coredump will not include grid-scale shared memory
+ for the warp that the dumped kernel belonged to.
+ + ::CU_COREDUMP_SKIP_LOCAL_MEMORY - Coredump will not include local memory from the kernel.
+ + ::CU_COREDUMP_LIGHTWEIGHT_FLAGS - Enables all of the above options. Equiavlent to setting
+ the ::CU_COREDUMP_LIGHTWEIGHT attribute to ::true.
+ + ::CU_COREDUMP_SKIP_ABORT - If set, GPU exceptions will not raise an abort() in the host CPU
+ process. Same functional goal as ::CU_COREDUMP_TRIGGER_HOST but better reflects the default
+ behavior.
+ + ::CU_COREDUMP_SKIP_CONSTBANK_MEMORY - Coredump will not include constbank memory.
+ + ::CU_COREDUMP_SKIP_TENSOR_MEMORY - Coredump will not include tensor memory data.
+ Tensor memory metadata may still be included.
+ + ::CU_COREDUMP_GZIP_COMPRESS - The generated coredump will be compressed with gzip, and .gz
+ suffix will be appended to the filename, if it's not a part of it already.
+ + ::CU_COREDUMP_FAULTED_CONTEXTS_ONLY - The coredump will only include contexts that have
+ encountered an exception or a trap.
+ + ::CU_COREDUMP_NO_ERRBAR_AT_EXIT - By default, when coredumps are requested, the GPU will ensure
+ memory faults and other errors prevent warps from exiting, if possible. This can potentially
+ affect the performance of the application. Setting this flag will disable this functionality,
+ making it possible for faulted warps to exit, but also avoiding the potential performance hit.
+ + ::CU_COREDUMP_LOG_ONLY - Setting this flag will disable actual generation of the coredump file,
+ but exception details will still be logged.
 
- \note ::CU_COREDUMP_GENERATION_FLAGS replaces all previously set coredump flags.
-       Mixing ::CU_COREDUMP_GENERATION_FLAGS with the deprecated boolean attributes
-       (::CU_COREDUMP_TRIGGER_HOST, ::CU_COREDUMP_LIGHTWEIGHT) can result in undefined behavior.
-       To avoid issues, either use only ::CU_COREDUMP_GENERATION_FLAGS or combine all desired
-       flag bits (including ::CU_COREDUMP_SKIP_ABORT) in a single call.
+ Note: ::CU_COREDUMP_GENERATION_FLAGS replaces all previously set coredump flags.
+ Mixing ::CU_COREDUMP_GENERATION_FLAGS with the deprecated boolean attributes
+ (::CU_COREDUMP_TRIGGER_HOST, ::CU_COREDUMP_LIGHTWEIGHT) can result in undefined behavior.
+ To avoid issues, either use only ::CU_COREDUMP_GENERATION_FLAGS or combine all desired
+ flag bits (including ::CU_COREDUMP_SKIP_ABORT) in a single call.
 
- \param attrib - The enum defining which value to set.
- \param value - void* containing the requested data.
- \param size - The size of the memory region \p value points to.
+ - parameter attrib - The enum defining which value to set.
+ - parameter value - void* containing the requested data.
+ - parameter size - The size of the memory region \p value points to.
 
  \return
  ::CUDA_SUCCESS,
@@ -22360,9 +22372,9 @@ pub unsafe fn cuCoredumpSetAttributeGlobal(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Increment a context's usage-count
+/** Increment a context's usage-count
 
- \deprecated
+ Deprecated.
 
  Note that this function is deprecated and should not be used.
 
@@ -22373,8 +22385,8 @@ pub unsafe fn cuCoredumpSetAttributeGlobal(
 
  Currently, the \p flags parameter must be 0.
 
- \param pctx  - Returned context handle of the current context
- \param flags - Context attach flags (must be 0)
+ - parameter pctx  - Returned context handle of the current context
+ - parameter flags - Context attach flags (must be 0)
 
  \return
  ::CUDA_SUCCESS,
@@ -22382,9 +22394,9 @@ pub unsafe fn cuCoredumpSetAttributeGlobal(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuCtxCreate,
+
+ See also: ::cuCtxCreate,
  ::cuCtxDestroy,
  ::cuCtxDetach,
  ::cuCtxGetApiVersion,
@@ -22490,9 +22502,9 @@ pub unsafe fn cuCtxDestroy(ctx: CUcontext) -> CUresult {
 }
 /// `cuCtxDestroy_v2`, the name the header's macros give [`cuCtxDestroy`].
 pub use self::cuCtxDestroy as cuCtxDestroy_v2;
-/** \brief Decrement a context's usage-count
+/** Decrement a context's usage-count
 
- \deprecated
+ Deprecated.
 
  Note that this function is deprecated and should not be used.
 
@@ -22501,16 +22513,16 @@ pub use self::cuCtxDestroy as cuCtxDestroy_v2;
  back by ::cuCtxCreate() or ::cuCtxAttach(), and must be current to the
  calling thread.
 
- \param ctx - Context to destroy
+ - parameter ctx - Context to destroy
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_DEINITIALIZED,
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT
- \notefnerr
 
- \sa ::cuCtxCreate,
+
+ See also: ::cuCtxCreate,
  ::cuCtxDestroy,
  ::cuCtxGetApiVersion,
  ::cuCtxGetCacheConfig,
@@ -22545,16 +22557,16 @@ pub unsafe fn cuCtxDetach(ctx: CUcontext) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Disables direct access to memory allocations in a peer context and
+/** Disables direct access to memory allocations in a peer context and
  unregisters any registered allocations.
 
-Returns ::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED if direct peer access has
+ Returns ::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED if direct peer access has
  not yet been enabled from \p peerContext to the current context.
 
  Returns ::CUDA_ERROR_INVALID_CONTEXT if there is no current context, or if
  \p peerContext is not a valid context.
 
- \param peerContext - Peer context to disable direct access to
+ - parameter peerContext - Peer context to disable direct access to
 
  \return
  ::CUDA_SUCCESS,
@@ -22562,7 +22574,7 @@ Returns ::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED if direct peer access has
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED,
  ::CUDA_ERROR_INVALID_CONTEXT,
- \notefnerr
+
 
  \sa
  ::cuDeviceCanAccessPeer,
@@ -22591,7 +22603,7 @@ pub unsafe fn cuCtxDisablePeerAccess(peerContext: CUcontext) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Enables direct access to memory allocations in a peer context.
+/** Enables direct access to memory allocations in a peer context.
 
  If both the current context and \p peerContext are on devices which support unified
  addressing (as may be queried using ::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING) and same
@@ -22622,8 +22634,8 @@ pub unsafe fn cuCtxDisablePeerAccess(peerContext: CUcontext) -> CUresult {
 
  Returns ::CUDA_ERROR_INVALID_VALUE if \p Flags is not 0.
 
- \param peerContext - Peer context to enable direct access to from the current context
- \param Flags       - Reserved for future use and must be set to 0
+ - parameter peerContext - Peer context to enable direct access to from the current context
+ - parameter Flags       - Reserved for future use and must be set to 0
 
  \return
  ::CUDA_SUCCESS,
@@ -22634,7 +22646,7 @@ pub unsafe fn cuCtxDisablePeerAccess(peerContext: CUcontext) -> CUresult {
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
+
 
  \sa
  ::cuDeviceCanAccessPeer,
@@ -22669,7 +22681,7 @@ pub unsafe fn cuCtxEnablePeerAccess(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a ::CUcontext handle for a green context
+/** Returns a ::CUcontext handle for a green context
 
  This API returns in \p pContext a ::CUcontext handle that represents the specified green context \p hCtx.
  The returned handle can be passed to CUDA APIs that accept a ::CUcontext and will be treated as if it
@@ -22680,10 +22692,10 @@ pub unsafe fn cuCtxEnablePeerAccess(
  Otherwise, passing a green context to such APIs will fail with ::CUDA_ERROR_INVALID_CONTEXT.
 
  The ::CUcontext returned by ::cuCtxFromGreenCtx may be passed to CUDA Driver APIs that accept a ::CUcontext.
-  - For APIs whose semantics are independent of green context resources, the operation is performed identically to
-    how it would perform with a primary context.
-  - For APIs whose behavior depends on green context resources (for example, kernel launch), the operation is
-    performed using the resources and configuration of the specified green context \p hCtx.
+ - For APIs whose semantics are independent of green context resources, the operation is performed identically to
+ how it would perform with a primary context.
+ - For APIs whose behavior depends on green context resources (for example, kernel launch), the operation is
+ performed using the resources and configuration of the specified green context \p hCtx.
 
  This call does not create a new independent context and does not change the underlying context lifetime.
  The validity of the returned \p pContext is tied to \p hCtx, and no additional destruction or release is
@@ -22691,8 +22703,8 @@ pub unsafe fn cuCtxEnablePeerAccess(
  Destroying \p pContext via ::cuCtxDestroy is undefined behavior.
 
 
- \param pContext Returned ::CUcontext with green context resources
- \param hCtx Green context to convert
+ - parameter pContext Returned ::CUcontext with green context resources
+ - parameter hCtx Green context to convert
 
  \return
  ::CUDA_SUCCESS,
@@ -22729,7 +22741,7 @@ pub unsafe fn cuCtxFromGreenCtx(pContext: *mut CUcontext, hCtx: CUgreenCtx) -> C
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the context's API version.
+/** Gets the context's API version.
 
  Returns a version number in \p version corresponding to the capabilities of
  the context (e.g. 3010 or 3020), which library developers can use to direct
@@ -22741,8 +22753,8 @@ pub unsafe fn cuCtxFromGreenCtx(pContext: *mut CUcontext, hCtx: CUgreenCtx) -> C
  may be different. For example, it is valid for the API version to be 3020 while
  the driver version is 4020.
 
- \param ctx     - Context to check
- \param version - Pointer to version
+ - parameter ctx     - Context to check
+ - parameter version - Pointer to version
 
  \return
  ::CUDA_SUCCESS,
@@ -22751,9 +22763,9 @@ pub unsafe fn cuCtxFromGreenCtx(pContext: *mut CUcontext, hCtx: CUgreenCtx) -> C
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_UNKNOWN
- \notefnerr
 
- \sa ::cuCtxCreate,
+
+ See also: ::cuCtxCreate,
  ::cuCtxDestroy,
  ::cuCtxGetDevice,
  ::cuCtxGetFlags,
@@ -22792,7 +22804,7 @@ pub unsafe fn cuCtxGetApiVersion(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the preferred cache configuration for the current context.
+/** Returns the preferred cache configuration for the current context.
 
  On devices where the L1 cache and shared memory use the same hardware
  resources, this function returns through \p pconfig the preferred cache configuration
@@ -22809,7 +22821,7 @@ pub unsafe fn cuCtxGetApiVersion(
  - ::CU_FUNC_CACHE_PREFER_L1: prefer larger L1 cache and smaller shared memory
  - ::CU_FUNC_CACHE_PREFER_EQUAL: prefer equal sized L1 cache and shared memory
 
- \param pconfig - Returned cache configuration
+ - parameter pconfig - Returned cache configuration
 
  \return
  ::CUDA_SUCCESS,
@@ -22817,9 +22829,9 @@ pub unsafe fn cuCtxGetApiVersion(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuCtxCreate,
+
+ See also: ::cuCtxCreate,
  ::cuCtxDestroy,
  ::cuCtxGetApiVersion,
  ::cuCtxGetDevice,
@@ -22855,19 +22867,19 @@ pub unsafe fn cuCtxGetCacheConfig(pconfig: *mut CUfunc_cache) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the CUDA context bound to the calling CPU thread.
+/** Returns the CUDA context bound to the calling CPU thread.
 
  Returns in \p *pctx the CUDA context bound to the calling CPU thread.
  If no context is bound to the calling CPU thread then \p *pctx is
  set to NULL and ::CUDA_SUCCESS is returned.
 
- \param pctx - Returned context handle
+ - parameter pctx - Returned context handle
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_DEINITIALIZED,
  ::CUDA_ERROR_NOT_INITIALIZED,
- \notefnerr
+
 
  \sa
  ::cuCtxSetCurrent,
@@ -22897,15 +22909,15 @@ pub unsafe fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Get context resources
+/** Get context resources
 
  Get the \p type resources available to the context represented by \p hCtx
- \param hCtx - Context to get resource for
+ - parameter hCtx - Context to get resource for
 
  Note: The API is not supported on 32-bit platforms.
 
- \param resource - Output pointer to a CUdevResource structure
- \param type - Type of resource to retrieve
+ - parameter resource - Output pointer to a CUdevResource structure
+ - parameter type - Type of resource to retrieve
 
  \return
  ::CUDA_SUCCESS,
@@ -22952,11 +22964,11 @@ pub unsafe fn cuCtxGetDevResource(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the device handle for the current context
+/** Returns the device handle for the current context
 
  Returns in \p *device the handle of the current context's device.
 
- \param device - Returned device handle for the current context
+ - parameter device - Returned device handle for the current context
 
  \return
  ::CUDA_SUCCESS,
@@ -22964,9 +22976,9 @@ pub unsafe fn cuCtxGetDevResource(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
- \notefnerr
 
- \sa ::cuCtxCreate,
+
+ See also: ::cuCtxCreate,
  ::cuCtxDestroy,
  ::cuCtxGetApiVersion,
  ::cuCtxGetCacheConfig,
@@ -23001,13 +23013,13 @@ pub unsafe fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the device handle for the specified context
+/** Returns the device handle for the specified context
 
  Returns in \p *device the handle of the specified context's device. If the specified context is NULL, the API will
  return the current context's device.
 
- \param device - Returned device handle for the specified context
- \param ctx - Context for which to obtain the device
+ - parameter device - Returned device handle for the specified context
+ - parameter ctx - Context for which to obtain the device
 
  \return
  ::CUDA_SUCCESS,
@@ -23015,9 +23027,9 @@ pub unsafe fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuCtxGetCurrent,
+
+ See also: ::cuCtxGetCurrent,
  ::cuCtxPopCurrent,
  ::cuCtxPushCurrent*/
 ///
@@ -23046,14 +23058,14 @@ pub unsafe fn cuCtxGetDevice_v2(device: *mut CUdevice, ctx: CUcontext) -> CUresu
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the execution affinity setting for the current context.
+/** Returns the execution affinity setting for the current context.
 
  Returns in \p *pExecAffinity the current value of \p type. The supported
  ::CUexecAffinityType values are:
  - ::CU_EXEC_AFFINITY_TYPE_SM_COUNT: number of SMs the context is limited to use.
 
- \param type          - Execution affinity type to query
- \param pExecAffinity - Returned execution affinity
+ - parameter type          - Execution affinity type to query
+ - parameter pExecAffinity - Returned execution affinity
 
  \return
  ::CUDA_SUCCESS,
@@ -23062,7 +23074,7 @@ pub unsafe fn cuCtxGetDevice_v2(device: *mut CUdevice, ctx: CUcontext) -> CUresu
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY
- \notefnerr
+
 
  \sa
  ::CUexecAffinityParam*/
@@ -23098,12 +23110,12 @@ pub unsafe fn cuCtxGetExecAffinity(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the flags for the current context
+/** Returns the flags for the current context
 
  Returns in \p *flags the flags of the current context. See ::cuCtxCreate
  for flag values.
 
- \param flags - Pointer to store flags of current context
+ - parameter flags - Pointer to store flags of current context
 
  \return
  ::CUDA_SUCCESS,
@@ -23111,9 +23123,9 @@ pub unsafe fn cuCtxGetExecAffinity(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
- \notefnerr
 
- \sa ::cuCtxCreate,
+
+ See also: ::cuCtxCreate,
  ::cuCtxGetApiVersion,
  ::cuCtxGetCacheConfig,
  ::cuCtxGetCurrent,
@@ -23148,15 +23160,15 @@ pub unsafe fn cuCtxGetFlags(flags: *mut ::core::ffi::c_uint) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the unique Id associated with the context supplied
+/** Returns the unique Id associated with the context supplied
 
  Returns in \p ctxId the unique Id which is associated with a given context.
  The Id is unique for the life of the program for this instance of CUDA.
  If context is supplied as NULL and there is one current, the Id of the
  current context is returned.
 
- \param ctx - Context for which to obtain the Id
- \param ctxId - Pointer to store the Id of the context
+ - parameter ctx - Context for which to obtain the Id
+ - parameter ctxId - Pointer to store the Id of the context
 
  \return
  ::CUDA_SUCCESS,
@@ -23165,9 +23177,9 @@ pub unsafe fn cuCtxGetFlags(flags: *mut ::core::ffi::c_uint) -> CUresult {
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuCtxCreate,
+
+ See also: ::cuCtxCreate,
  ::cuCtxDestroy,
  ::cuCtxGetApiVersion,
  ::cuCtxGetCacheConfig,
@@ -23207,34 +23219,34 @@ pub unsafe fn cuCtxGetId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns resource limits
+/** Returns resource limits
 
  Returns in \p *pvalue the current size of \p limit.  The supported
  ::CUlimit values are:
  - ::CU_LIMIT_STACK_SIZE: stack size in bytes of each GPU thread.
  - ::CU_LIMIT_PRINTF_FIFO_SIZE: size in bytes of the FIFO used by the
-   ::printf() device system call.
+ ::printf() device system call.
  - ::CU_LIMIT_MALLOC_HEAP_SIZE: size in bytes of the heap used by the
-   ::malloc() and ::free() device system calls.
+ ::malloc() and ::free() device system calls.
  - ::CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH: maximum grid depth at which a thread
-   can issue the device runtime call ::cudaDeviceSynchronize() to wait on
-   child grid launches to complete.
+ can issue the device runtime call ::cudaDeviceSynchronize() to wait on
+ child grid launches to complete.
  - ::CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT: maximum number of outstanding
-   device runtime launches that can be made from this context.
+ device runtime launches that can be made from this context.
  - ::CU_LIMIT_MAX_L2_FETCH_GRANULARITY: L2 cache fetch granularity.
  - ::CU_LIMIT_PERSISTING_L2_CACHE_SIZE: Persisting L2 cache size in bytes
  - ::CU_LIMIT_PER_BLOCK_MEMORY_SIZE: Per-block memory in bytes.
 
- \param limit  - Limit to query
- \param pvalue - Returned size of limit
+ - parameter limit  - Limit to query
+ - parameter pvalue - Returned size of limit
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_UNSUPPORTED_LIMIT
- \notefnerr
 
- \sa ::cuCtxCreate,
+
+ See also: ::cuCtxCreate,
  ::cuCtxDestroy,
  ::cuCtxGetApiVersion,
  ::cuCtxGetCacheConfig,
@@ -23269,9 +23281,9 @@ pub unsafe fn cuCtxGetLimit(pvalue: *mut usize, limit: CUlimit) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the current shared memory configuration for the current context.
+/** Returns the current shared memory configuration for the current context.
 
- \deprecated
+ Deprecated.
 
  This function will return in \p pConfig the current size of shared memory banks
  in the current context. On devices with configurable shared memory banks,
@@ -23282,20 +23294,20 @@ pub unsafe fn cuCtxGetLimit(pvalue: *mut usize, limit: CUlimit) -> CUresult {
 
  The returned bank configurations can be either:
  - ::CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE:  shared memory bank width is
-   four bytes.
+ four bytes.
  - ::CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE: shared memory bank width will
-   eight bytes.
+ eight bytes.
 
- \param pConfig - returned shared memory configuration
+ - parameter pConfig - returned shared memory configuration
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_DEINITIALIZED,
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuCtxCreate,
+
+ See also: ::cuCtxCreate,
  ::cuCtxDestroy,
  ::cuCtxGetApiVersion,
  ::cuCtxGetCacheConfig,
@@ -23332,7 +23344,7 @@ pub unsafe fn cuCtxGetSharedMemConfig(pConfig: *mut CUsharedconfig) -> CUresult 
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns numerical values that correspond to the least and
+/** Returns numerical values that correspond to the least and
  greatest stream priorities.
 
  Returns in \p *leastPriority and \p *greatestPriority the numerical values that correspond
@@ -23351,17 +23363,17 @@ pub unsafe fn cuCtxGetSharedMemConfig(pConfig: *mut CUsharedconfig) -> CUresult 
  the current context's device does not support stream priorities
  (see ::cuDeviceGetAttribute).
 
- \param leastPriority    - Pointer to an int in which the numerical value for least
-                           stream priority is returned
- \param greatestPriority - Pointer to an int in which the numerical value for greatest
-                           stream priority is returned
+ - parameter leastPriority    - Pointer to an int in which the numerical value for least
+ stream priority is returned
+ - parameter greatestPriority - Pointer to an int in which the numerical value for greatest
+ stream priority is returned
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
- \notefnerr
 
- \sa ::cuStreamCreateWithPriority,
+
+ See also: ::cuStreamCreateWithPriority,
  ::cuStreamGetPriority,
  ::cuCtxGetDevice,
  ::cuCtxGetFlags,
@@ -23452,7 +23464,7 @@ pub unsafe fn cuCtxPushCurrent(ctx: CUcontext) -> CUresult {
 }
 /// `cuCtxPushCurrent_v2`, the name the header's macros give [`cuCtxPushCurrent`].
 pub use self::cuCtxPushCurrent as cuCtxPushCurrent_v2;
-/** \brief Records an event.
+/** Records an event.
 
  Captures in \p hEvent all the activities of the context \p hCtx
  at the time of this call. \p hEvent and \p hCtx must be from the same
@@ -23465,12 +23477,12 @@ pub use self::cuCtxPushCurrent as cuCtxPushCurrent_v2;
  If the context passed to \p hCtx is a context converted from green context
  via ::cuCtxFromGreenCtx(), \p hEvent will capture only the activities of the green context.
 
- \note The API will return ::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED if the
+ Note: The API will return ::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED if the
  specified context \p hCtx has a stream in the capture mode. In such a case,
  the call will invalidate all the conflicting captures.
 
- \param hCtx - Context to record event for
- \param hEvent - Event to record
+ - parameter hCtx - Context to record event for
+ - parameter hEvent - Event to record
 
  \return
  ::CUDA_SUCCESS,
@@ -23508,7 +23520,7 @@ pub unsafe fn cuCtxRecordEvent(hCtx: CUcontext, hEvent: CUevent) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Resets all persisting lines in cache to normal status.
+/** Resets all persisting lines in cache to normal status.
 
  ::cuCtxResetPersistingL2Cache Resets all persisting lines in cache to normal
  status. Takes effect on function return.
@@ -23516,7 +23528,7 @@ pub unsafe fn cuCtxRecordEvent(hCtx: CUcontext, hEvent: CUevent) -> CUresult {
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_NOT_SUPPORTED
- \notefnerr
+
 
  \sa
  ::CUaccessPolicyWindow*/
@@ -23543,7 +23555,7 @@ pub unsafe fn cuCtxResetPersistingL2Cache() -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the preferred cache configuration for the current context.
+/** Sets the preferred cache configuration for the current context.
 
  On devices where the L1 cache and shared memory use the same hardware
  resources, this sets through \p config the preferred cache configuration for
@@ -23567,7 +23579,7 @@ pub unsafe fn cuCtxResetPersistingL2Cache() -> CUresult {
  - ::CU_FUNC_CACHE_PREFER_L1: prefer larger L1 cache and smaller shared memory
  - ::CU_FUNC_CACHE_PREFER_EQUAL: prefer equal sized L1 cache and shared memory
 
- \param config - Requested cache configuration
+ - parameter config - Requested cache configuration
 
  \return
  ::CUDA_SUCCESS,
@@ -23575,9 +23587,9 @@ pub unsafe fn cuCtxResetPersistingL2Cache() -> CUresult {
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuCtxCreate,
+
+ See also: ::cuCtxCreate,
  ::cuCtxDestroy,
  ::cuCtxGetApiVersion,
  ::cuCtxGetCacheConfig,
@@ -23614,7 +23626,7 @@ pub unsafe fn cuCtxSetCacheConfig(config: CUfunc_cache) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Binds the specified CUDA context to the calling CPU thread
+/** Binds the specified CUDA context to the calling CPU thread
 
  Binds the specified CUDA context to the calling CPU thread.
  If \p ctx is NULL then the CUDA context previously bound to the
@@ -23626,14 +23638,14 @@ pub unsafe fn cuCtxSetCacheConfig(config: CUfunc_cache) -> CUresult {
  of the calling CPU thread's CUDA context stack (or a no-op if the
  calling CPU thread's CUDA context stack is empty).
 
- \param ctx - Context to bind to the calling CPU thread
+ - parameter ctx - Context to bind to the calling CPU thread
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_DEINITIALIZED,
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT
- \notefnerr
+
 
  \sa
  ::cuCtxGetCurrent,
@@ -23663,12 +23675,12 @@ pub unsafe fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the flags for the current context
+/** Sets the flags for the current context
 
  Sets the flags for the current context overwriting previously set ones. See
  ::cuDevicePrimaryCtxSetFlags for flag values.
 
- \param flags - Flags to set on the current context
+ - parameter flags - Flags to set on the current context
 
  \return
  ::CUDA_SUCCESS,
@@ -23676,9 +23688,9 @@ pub unsafe fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
- \notefnerr
 
- \sa ::cuCtxCreate,
+
+ See also: ::cuCtxCreate,
  ::cuCtxGetApiVersion,
  ::cuCtxGetCacheConfig,
  ::cuCtxGetCurrent,
@@ -23712,7 +23724,7 @@ pub unsafe fn cuCtxSetFlags(flags: ::core::ffi::c_uint) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Set resource limits
+/** Set resource limits
 
  Setting \p limit to \p value is a request by the application to update
  the current limit maintained by the context. The driver is free to
@@ -23725,69 +23737,69 @@ pub unsafe fn cuCtxSetFlags(flags: ::core::ffi::c_uint) -> CUresult {
  discussed here.
 
  - ::CU_LIMIT_STACK_SIZE controls the stack size in bytes of each GPU thread.
-   The driver automatically increases the per-thread stack size
-   for each kernel launch as needed. This size isn't reset back to the
-   original value after each launch. Setting this value will take effect
-   immediately, and if necessary, the device will block until all preceding
-   requested tasks are complete.
+ The driver automatically increases the per-thread stack size
+ for each kernel launch as needed. This size isn't reset back to the
+ original value after each launch. Setting this value will take effect
+ immediately, and if necessary, the device will block until all preceding
+ requested tasks are complete.
 
  - ::CU_LIMIT_PRINTF_FIFO_SIZE controls the size in bytes of the FIFO used
-   by the ::printf() device system call. Setting ::CU_LIMIT_PRINTF_FIFO_SIZE
-   must be performed before launching any kernel that uses the ::printf()
-   device system call, otherwise ::CUDA_ERROR_INVALID_VALUE will be returned.
+ by the ::printf() device system call. Setting ::CU_LIMIT_PRINTF_FIFO_SIZE
+ must be performed before launching any kernel that uses the ::printf()
+ device system call, otherwise ::CUDA_ERROR_INVALID_VALUE will be returned.
 
  - ::CU_LIMIT_MALLOC_HEAP_SIZE controls the size in bytes of the heap used
-   by the ::malloc() and ::free() device system calls. Setting
-   ::CU_LIMIT_MALLOC_HEAP_SIZE must be performed before launching any kernel
-   that uses the ::malloc() or ::free() device system calls, otherwise
-   ::CUDA_ERROR_INVALID_VALUE will be returned.
+ by the ::malloc() and ::free() device system calls. Setting
+ ::CU_LIMIT_MALLOC_HEAP_SIZE must be performed before launching any kernel
+ that uses the ::malloc() or ::free() device system calls, otherwise
+ ::CUDA_ERROR_INVALID_VALUE will be returned.
 
  - ::CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH controls the maximum nesting depth of
-   a grid at which a thread can safely call ::cudaDeviceSynchronize(). Setting
-   this limit must be performed before any launch of a kernel that uses the
-   device runtime and calls ::cudaDeviceSynchronize() above the default sync
-   depth, two levels of grids. Calls to ::cudaDeviceSynchronize() will fail
-   with error code ::cudaErrorSyncDepthExceeded if the limitation is
-   violated. This limit can be set smaller than the default or up the maximum
-   launch depth of 24. When setting this limit, keep in mind that additional
-   levels of sync depth require the driver to reserve large amounts of device
-   memory which can no longer be used for user allocations. If these
-   reservations of device memory fail, ::cuCtxSetLimit() will return
-   ::CUDA_ERROR_OUT_OF_MEMORY, and the limit can be reset to a lower value.
-   This limit is only applicable to devices of compute capability < 9.0.
-   Attempting to set this limit on devices of other compute capability
-   versions will result in the error ::CUDA_ERROR_UNSUPPORTED_LIMIT being
-   returned.
+ a grid at which a thread can safely call ::cudaDeviceSynchronize(). Setting
+ this limit must be performed before any launch of a kernel that uses the
+ device runtime and calls ::cudaDeviceSynchronize() above the default sync
+ depth, two levels of grids. Calls to ::cudaDeviceSynchronize() will fail
+ with error code ::cudaErrorSyncDepthExceeded if the limitation is
+ violated. This limit can be set smaller than the default or up the maximum
+ launch depth of 24. When setting this limit, keep in mind that additional
+ levels of sync depth require the driver to reserve large amounts of device
+ memory which can no longer be used for user allocations. If these
+ reservations of device memory fail, ::cuCtxSetLimit() will return
+ ::CUDA_ERROR_OUT_OF_MEMORY, and the limit can be reset to a lower value.
+ This limit is only applicable to devices of compute capability < 9.0.
+ Attempting to set this limit on devices of other compute capability
+ versions will result in the error ::CUDA_ERROR_UNSUPPORTED_LIMIT being
+ returned.
 
  - ::CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT controls the maximum number of
-   outstanding device runtime launches that can be made from the current
-   context. A grid is outstanding from the point of launch up until the grid
-   is known to have been completed. Device runtime launches which violate
-   this limitation fail and return ::cudaErrorLaunchPendingCountExceeded when
-   ::cudaGetLastError() is called after launch. If more pending launches than
-   the default (2048 launches) are needed for a module using the device
-   runtime, this limit can be increased. Keep in mind that being able to
-   sustain additional pending launches will require the driver to reserve
-   larger amounts of device memory upfront which can no longer be used for
-   allocations. If these reservations fail, ::cuCtxSetLimit() will return
-   ::CUDA_ERROR_OUT_OF_MEMORY, and the limit can be reset to a lower value.
-   This limit is only applicable to devices of compute capability 3.5 and
-   higher. Attempting to set this limit on devices of compute capability less
-   than 3.5 will result in the error ::CUDA_ERROR_UNSUPPORTED_LIMIT being
-   returned.
+ outstanding device runtime launches that can be made from the current
+ context. A grid is outstanding from the point of launch up until the grid
+ is known to have been completed. Device runtime launches which violate
+ this limitation fail and return ::cudaErrorLaunchPendingCountExceeded when
+ ::cudaGetLastError() is called after launch. If more pending launches than
+ the default (2048 launches) are needed for a module using the device
+ runtime, this limit can be increased. Keep in mind that being able to
+ sustain additional pending launches will require the driver to reserve
+ larger amounts of device memory upfront which can no longer be used for
+ allocations. If these reservations fail, ::cuCtxSetLimit() will return
+ ::CUDA_ERROR_OUT_OF_MEMORY, and the limit can be reset to a lower value.
+ This limit is only applicable to devices of compute capability 3.5 and
+ higher. Attempting to set this limit on devices of compute capability less
+ than 3.5 will result in the error ::CUDA_ERROR_UNSUPPORTED_LIMIT being
+ returned.
 
  - ::CU_LIMIT_MAX_L2_FETCH_GRANULARITY controls the L2 cache fetch granularity.
-   Values can range from 0B to 128B. This is purely a performance hint and
-   it can be ignored or clamped depending on the platform.
+ Values can range from 0B to 128B. This is purely a performance hint and
+ it can be ignored or clamped depending on the platform.
 
  - ::CU_LIMIT_PERSISTING_L2_CACHE_SIZE controls size in bytes available for
-   persisting L2 cache. This is purely a performance hint and it can be
-   ignored or clamped depending on the platform.
+ persisting L2 cache. This is purely a performance hint and it can be
+ ignored or clamped depending on the platform.
 
  - ::CU_LIMIT_PER_BLOCK_MEMORY_SIZE constrols size in bytes of per-block memory.
 
- \param limit - Limit to set
- \param value - Size of limit
+ - parameter limit - Limit to set
+ - parameter value - Size of limit
 
  \return
  ::CUDA_SUCCESS,
@@ -23795,9 +23807,9 @@ pub unsafe fn cuCtxSetFlags(flags: ::core::ffi::c_uint) -> CUresult {
  ::CUDA_ERROR_UNSUPPORTED_LIMIT,
  ::CUDA_ERROR_OUT_OF_MEMORY,
  ::CUDA_ERROR_INVALID_CONTEXT
- \notefnerr
 
- \sa ::cuCtxCreate,
+
+ See also: ::cuCtxCreate,
  ::cuCtxDestroy,
  ::cuCtxGetApiVersion,
  ::cuCtxGetCacheConfig,
@@ -23832,9 +23844,9 @@ pub unsafe fn cuCtxSetLimit(limit: CUlimit, value: usize) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the shared memory configuration for the current context.
+/** Sets the shared memory configuration for the current context.
 
- \deprecated
+ Deprecated.
 
  On devices with configurable shared memory banks, this function will set
  the context's shared memory bank size which is used for subsequent kernel
@@ -23853,13 +23865,13 @@ pub unsafe fn cuCtxSetLimit(limit: CUlimit, value: usize) -> CUresult {
 
  The supported bank configurations are:
  - ::CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE: set bank width to the default initial
-   setting (currently, four bytes).
+ setting (currently, four bytes).
  - ::CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE: set shared memory bank width to
-   be natively four bytes.
+ be natively four bytes.
  - ::CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE: set shared memory bank width to
-   be natively eight bytes.
+ be natively eight bytes.
 
- \param config - requested shared memory configuration
+ - parameter config - requested shared memory configuration
 
  \return
  ::CUDA_SUCCESS,
@@ -23867,9 +23879,9 @@ pub unsafe fn cuCtxSetLimit(limit: CUlimit, value: usize) -> CUresult {
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuCtxCreate,
+
+ See also: ::cuCtxCreate,
  ::cuCtxDestroy,
  ::cuCtxGetApiVersion,
  ::cuCtxGetCacheConfig,
@@ -23906,7 +23918,7 @@ pub unsafe fn cuCtxSetSharedMemConfig(config: CUsharedconfig) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Block for the current context's tasks to complete
+/** Block for the current context's tasks to complete
 
  Blocks until the current context has completed all preceding requested tasks.
  If the current context is the primary context, green contexts that have been
@@ -23921,9 +23933,9 @@ pub unsafe fn cuCtxSetSharedMemConfig(config: CUsharedconfig) -> CUresult {
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
- \notefnerr
 
- \sa ::cuCtxCreate,
+
+ See also: ::cuCtxCreate,
  ::cuCtxDestroy,
  ::cuCtxGetApiVersion,
  ::cuCtxGetCacheConfig,
@@ -23958,7 +23970,7 @@ pub unsafe fn cuCtxSynchronize() -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Block for the specified context's tasks to complete
+/** Block for the specified context's tasks to complete
 
  Blocks until the specified context has completed all preceding requested tasks.
  If the specified context is the primary context, green contexts that have been
@@ -23970,7 +23982,7 @@ pub unsafe fn cuCtxSynchronize() -> CUresult {
 
  If the specified context is NULL, the API will operate on the current context.
 
- \param ctx - Context to synchronize
+ - parameter ctx - Context to synchronize
 
  \return
  ::CUDA_SUCCESS,
@@ -23979,9 +23991,9 @@ pub unsafe fn cuCtxSynchronize() -> CUresult {
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
- \notefnerr
 
- \sa ::cuCtxGetCurrent,
+
+ See also: ::cuCtxGetCurrent,
  ::cuCtxPopCurrent,
  ::cuCtxPushCurrent,
  ::cuGreenCtxCreate,
@@ -24010,7 +24022,7 @@ pub unsafe fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Make a context wait on an event
+/** Make a context wait on an event
 
  Makes all future work submitted to context \p hCtx wait for all work
  captured in \p hEvent. The synchronization will be performed on the device
@@ -24021,14 +24033,14 @@ pub unsafe fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
  If the context passed to \p hCtx is a context converted from green context
  via ::cuCtxFromGreenCtx(), the green context will wait for \p hEvent.
 
- \note \p hEvent may be from a different context or device than \p hCtx.
+ Note: \p hEvent may be from a different context or device than \p hCtx.
 
- \note The API will return ::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
+ Note: The API will return ::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
  invalidate the capture if the specified event \p hEvent is part of an ongoing
  capture sequence or if the specified context \p hCtx has a stream in the capture mode.
 
- \param hCtx    - Context to wait
- \param hEvent  - Event to wait on
+ - parameter hCtx    - Context to wait
+ - parameter hEvent  - Event to wait on
 
  \return
  ::CUDA_SUCCESS,
@@ -24066,22 +24078,22 @@ pub unsafe fn cuCtxWaitEvent(hCtx: CUcontext, hEvent: CUevent) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys an external memory object.
+/** Destroys an external memory object.
 
  Destroys the specified external memory object. Any existing buffers
  and CUDA mipmapped arrays mapped onto this object must no longer be
  used and must be explicitly freed using ::cuMemFree and
  ::cuMipmappedArrayDestroy respectively.
 
- \param extMem - External memory object to be destroyed
+ - parameter extMem - External memory object to be destroyed
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_HANDLE
- \notefnerr
 
- \sa ::cuImportExternalMemory,
+
+ See also: ::cuImportExternalMemory,
  ::cuExternalMemoryGetMappedBuffer,
  ::cuExternalMemoryGetMappedMipmappedArray*/
 ///
@@ -24107,21 +24119,21 @@ pub unsafe fn cuDestroyExternalMemory(extMem: CUexternalMemory) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys an external semaphore
+/** Destroys an external semaphore
 
  Destroys an external semaphore object and releases any references
  to the underlying resource. Any outstanding signals or waits must
  have completed before the semaphore is destroyed.
 
- \param extSem - External semaphore to be destroyed
+ - parameter extSem - External semaphore to be destroyed
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_HANDLE
- \notefnerr
 
- \sa ::cuImportExternalSemaphore,
+
+ See also: ::cuImportExternalSemaphore,
  ::cuSignalExternalSemaphoresAsync,
  ::cuWaitExternalSemaphoresAsync*/
 ///
@@ -24147,7 +24159,7 @@ pub unsafe fn cuDestroyExternalSemaphore(extSem: CUexternalSemaphore) -> CUresul
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Generate a resource descriptor
+/** Generate a resource descriptor
 
  Generates a single resource descriptor with the set of resources specified in \p resources.
  The generated resource descriptor is necessary for the creation of green contexts via the ::cuGreenCtxCreate API.
@@ -24166,9 +24178,9 @@ pub unsafe fn cuDestroyExternalSemaphore(extSem: CUexternalSemaphore) -> CUresul
 
  Note: The API is not supported on 32-bit platforms.
 
- \param phDesc - Output descriptor
- \param resources - Array of resources to be included in the descriptor
- \param nbResources - Number of resources passed in \p resources
+ - parameter phDesc - Output descriptor
+ - parameter resources - Array of resources to be included in the descriptor
+ - parameter nbResources - Number of resources passed in \p resources
 
  \return
  ::CUDA_SUCCESS,
@@ -24215,7 +24227,7 @@ pub unsafe fn cuDevResourceGenerateDesc(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Splits a \p CU_DEV_RESOURCE_TYPE_SM resource into structured groups.
+/** Splits a \p CU_DEV_RESOURCE_TYPE_SM resource into structured groups.
 
  This API will split a resource of ::CU_DEV_RESOURCE_TYPE_SM into \p nbGroups structured device resource groups (the \p result array),
  as well as an optional \p remainder, according to a set of requirements specified in the \p groupParams array. The term “structured”
@@ -24244,65 +24256,81 @@ pub unsafe fn cuDevResourceGenerateDesc(
  - There are no API \p flags at this time, so the value passed in should be 0.
 
  - A ::CU_DEV_SM_RESOURCE_GROUP_PARAMS array of size \p nbGroups. Each entry must be zero-initialized.
-     - \p smCount: must be either 0 or in the range of [2,inputSmCount] where inputSmCount is the amount of SMs the \p input resource has.
-     \p smCount must be a multiple of 2, as well as a multiple of \p coscheduledSmCount if it is nonzero.
-     When assigning SMs to a group (and if results are expected by having the \p result parameter set),
-     \p smCount cannot end up with 0 or a value less than \p coscheduledSmCount
-     otherwise CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION will be returned.
-     - \p coscheduledSmCount: allows grouping SMs together in order to be able to launch clusters on Compute Architecture 9.0+.
-     The default value may be queried from the device’s ::CU_DEV_RESOURCE_TYPE_SM resource (8 on Compute Architecture 9.0+ and 2 otherwise).
-     The maximum is 32 on Compute Architecture 9.0+ and 2 otherwise.
-     A \p coscheduledSmCount of 0 uses the default value internally while preserving 0 in \p groupParams.
-     Cluster occupancy will be derived from the resulting SM topology.
+ - \p smCount: must be either 0 or in the range of [2,inputSmCount] where inputSmCount is the amount of SMs the \p input resource has.
+ \p smCount must be a multiple of 2, as well as a multiple of \p coscheduledSmCount if it is nonzero.
+ When assigning SMs to a group (and if results are expected by having the \p result parameter set),
+ \p smCount cannot end up with 0 or a value less than \p coscheduledSmCount
+ otherwise CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION will be returned.
+ - \p coscheduledSmCount: allows grouping SMs together in order to be able to launch clusters on Compute Architecture 9.0+.
+ The default value may be queried from the device’s ::CU_DEV_RESOURCE_TYPE_SM resource (8 on Compute Architecture 9.0+ and 2 otherwise).
+ The maximum is 32 on Compute Architecture 9.0+ and 2 otherwise.
+ A \p coscheduledSmCount of 0 uses the default value internally while preserving 0 in \p groupParams.
+ Cluster occupancy will be derived from the resulting SM topology.
 
-     - \p preferredCoscheduledSmCount: Attempts to merge \p coscheduledSmCount groups into larger groups,
-     in order to make use of \p preferredClusterDimensions on Compute Architecture 10.0+. The default value is set to \p coscheduledSmCount.
-     - \p flags:
-         - \p CU_DEV_SM_RESOURCE_GROUP_BACKFILL: Treats constraints as a hint, ignoring them if necessary to reach the requested \p smCount.
-              Lets \p smCount be a non-multiple of \p coscheduledSmCount, filling the difference between SM count
-              and already assigned co-scheduled groupings with other SMs. This lets any resulting group behave similar to the \p remainder group for example.
-              When used with \p CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_ID, backfill fills up to the requested \p smCount using the target locality domain first,
-              then SMs not attributed to any locality domain, then SMs from other locality domains.
-              If no SMs can be found in the requested locality domain, CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION is returned.
-              When used with \p CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_SUPPLEMENTAL_SMS, backfill follows the same behavior after first consuming all SMs from the target locality domain.
-         - \p CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_ID: Specifies that the SM partition should be localized to the specified \p localityDomainId.
-         - \p CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_SUPPLEMENTAL_SMS: Modifier to ::CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_ID which allows selection of SMs in the locality domain exceeding the ::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_MULTIPROCESSOR_COUNT.
-     - \p localityDomainId: Specifies the locality domain that the partitioned SMs must be located on.  Only valid when
-     \c CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_ID is set in flags.
-     The special value \p CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_ID_ANY specifies that the partitioned SMs must be selected from the union of all
-     available locality domains in the input SM resource.
+ - \p preferredCoscheduledSmCount: Attempts to merge \p coscheduledSmCount groups into larger groups,
+ in order to make use of \p preferredClusterDimensions on Compute Architecture 10.0+. The default value is set to \p coscheduledSmCount.
+ - \p flags:
+ - \p CU_DEV_SM_RESOURCE_GROUP_BACKFILL: Treats constraints as a hint, ignoring them if necessary to reach the requested \p smCount.
+ Lets \p smCount be a non-multiple of \p coscheduledSmCount, filling the difference between SM count
+ and already assigned co-scheduled groupings with other SMs. This lets any resulting group behave similar to the \p remainder group for example.
+ When used with \p CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_ID, backfill fills up to the requested \p smCount using the target locality domain first,
+ then SMs not attributed to any locality domain, then SMs from other locality domains.
+ If no SMs can be found in the requested locality domain, CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION is returned.
+ When used with \p CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_SUPPLEMENTAL_SMS, backfill follows the same behavior after first consuming all SMs from the target locality domain.
+ - \p CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_ID: Specifies that the SM partition should be localized to the specified \p localityDomainId.
+ - \p CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_SUPPLEMENTAL_SMS: Modifier to ::CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_ID which allows selection of SMs in the locality domain exceeding the ::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_MULTIPROCESSOR_COUNT.
+ - \p localityDomainId: Specifies the locality domain that the partitioned SMs must be located on.  Only valid when
+ \c CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_ID is set in flags.
+ The special value \p CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_ID_ANY specifies that the partitioned SMs must be selected from the union of all
+ available locality domains in the input SM resource.
 
  <b>Example params and their effect:</b>
 
  A groupParams array element is defined in the following order:
- \code
- { .smCount, .coscheduledSmCount, .preferredCoscheduledSmCount, .flags, \/\* .reserved \*\/ }
- \endcode
 
- \code
-// Example 1
-// Will discover how many SMs are available without imposing a co-scheduled group-size constraint.
-// The rest is placed in the optional remainder.
-CU_DEV_SM_RESOURCE_GROUP_PARAMS params { 0, 0, 0, 0, 0 };
- \endcode
- \code
-// Example 2
-// Assuming the device has 10+ SMs, the result will have 10 SMs that are co-scheduled in groups of 2 SMs.
-// The rest is placed in the optional remainder.
-CU_DEV_SM_RESOURCE_GROUP_PARAMS params { 10, 2, 0, 0, 0 };
-// Setting the coscheduledSmCount to 2 guarantees that we can always have a valid result
-// as long as the SM count is less than or equal to the input resource SM count.
- \endcode
- \code
-// Example 3
-// A single piece is split-off, but instead of assigning the rest to the remainder, a second group contains everything else
-// This assumes the device has 10+ SMs (8 of which are coscheduled in groups of 4),
-// otherwise the second group could end up with 0 SMs, which is not allowed.
-CU_DEV_SM_RESOURCE_GROUP_PARAMS params[] = {
-{8, 4, 0, 0, 0},
-{0, 2, 0, CU_DEV_SM_RESOURCE_GROUP_BACKFILL, 0},
-};
- \endcode
+ ```text
+
+  { .smCount, .coscheduledSmCount, .preferredCoscheduledSmCount, .flags, \/\* .reserved \*\/ }
+
+ ```
+
+
+
+ ```text
+
+ // Example 1
+ // Will discover how many SMs are available without imposing a co-scheduled group-size constraint.
+ // The rest is placed in the optional remainder.
+ CU_DEV_SM_RESOURCE_GROUP_PARAMS params { 0, 0, 0, 0, 0 };
+
+ ```
+
+
+ ```text
+
+ // Example 2
+ // Assuming the device has 10+ SMs, the result will have 10 SMs that are co-scheduled in groups of 2 SMs.
+ // The rest is placed in the optional remainder.
+ CU_DEV_SM_RESOURCE_GROUP_PARAMS params { 10, 2, 0, 0, 0 };
+ // Setting the coscheduledSmCount to 2 guarantees that we can always have a valid result
+ // as long as the SM count is less than or equal to the input resource SM count.
+
+ ```
+
+
+ ```text
+
+ // Example 3
+ // A single piece is split-off, but instead of assigning the rest to the remainder, a second group contains everything else
+ // This assumes the device has 10+ SMs (8 of which are coscheduled in groups of 4),
+ // otherwise the second group could end up with 0 SMs, which is not allowed.
+ CU_DEV_SM_RESOURCE_GROUP_PARAMS params[] = {
+ {8, 4, 0, 0, 0},
+ {0, 2, 0, CU_DEV_SM_RESOURCE_GROUP_BACKFILL, 0},
+ };
+
+ ```
+
 
  The difference between a catch-all param group as the last entry and the remainder is in two aspects:
  - The remainder may be NULL / _TYPE_INVALID (if there are no SMs remaining), while a result group must always be valid.
@@ -24313,12 +24341,12 @@ CU_DEV_SM_RESOURCE_GROUP_PARAMS params[] = {
  Splitting an input into N groups, can be accomplished by repeatedly splitting off 1 group and re-splitting
  the remainder (a bisect operation). However, it's recommended to accomplish this with a single call wherever possible.
 
- \param result - Output array of \p CUdevResource resources. Can be NULL, alongside an smCount of 0, for discovery purpose.
- \param nbGroups - Specifies the number of groups in \p result and \p groupParams
- \param input - Input SM resource to be split. Must be a valid \p CU_DEV_RESOURCE_TYPE_SM resource.
- \param remainder - If splitting the input resource leaves any SMs, the remainder is placed in here.
- \param flags - Flags specifying how the API should behave. The value should be 0 for now.
- \param groupParams - Description of how the SMs should be split and assigned to the corresponding result entry.
+ - parameter result - Output array of \p CUdevResource resources. Can be NULL, alongside an smCount of 0, for discovery purpose.
+ - parameter nbGroups - Specifies the number of groups in \p result and \p groupParams
+ - parameter input - Input SM resource to be split. Must be a valid \p CU_DEV_RESOURCE_TYPE_SM resource.
+ - parameter remainder - If splitting the input resource leaves any SMs, the remainder is placed in here.
+ - parameter flags - Flags specifying how the API should behave. The value should be 0 for now.
+ - parameter groupParams - Description of how the SMs should be split and assigned to the corresponding result entry.
 
  \return
  ::CUDA_SUCCESS,
@@ -24379,7 +24407,7 @@ pub unsafe fn cuDevSmResourceSplit(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Splits \p CU_DEV_RESOURCE_TYPE_SM resources.
+/** Splits \p CU_DEV_RESOURCE_TYPE_SM resources.
 
  Splits \p CU_DEV_RESOURCE_TYPE_SM resources into \p nbGroups, adhering to the minimum SM count specified in \p minCount
  and the usage flags in \p flags. If \p result is NULL, the API simulates a split and provides the amount of groups that
@@ -24405,9 +24433,9 @@ pub unsafe fn cuDevSmResourceSplit(
 
  The following flags are supported:
  - \p CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING : Lower the minimum SM count and alignment, and treat each SM independent of its hierarchy.
-  This allows more fine grained partitions but at the cost of advanced features (such as large clusters on compute capability 9.0+).
+ This allows more fine grained partitions but at the cost of advanced features (such as large clusters on compute capability 9.0+).
  - \p CU_DEV_SM_RESOURCE_SPLIT_MAX_POTENTIAL_CLUSTER_SIZE : Compute Capability 9.0+ only. Attempt to create groups that may allow
-  for maximally sized thread clusters. This can be queried post green context creation using ::cuOccupancyMaxPotentialClusterSize.
+ for maximally sized thread clusters. This can be queried post green context creation using ::cuOccupancyMaxPotentialClusterSize.
 
  A successful API call must either have:
  - A valid array of \p result pointers of size passed in \p nbGroups, with \p input of type \p CU_DEV_RESOURCE_TYPE_SM.
@@ -24418,13 +24446,13 @@ pub unsafe fn cuDevSmResourceSplit(
 
  Note: The API is not supported on 32-bit platforms.
 
- \param result - Output array of \p CUdevResource resources. Can be NULL to query the number of groups.
- \param nbGroups - This is a pointer, specifying the number of groups that would be or should be created as described below.
- \param input - Input SM resource to be split. Must be a valid \p CU_DEV_RESOURCE_TYPE_SM resource.
- \param remainder - If the input resource cannot be cleanly split among \p nbGroups, the remainder is placed in here.
+ - parameter result - Output array of \p CUdevResource resources. Can be NULL to query the number of groups.
+ - parameter nbGroups - This is a pointer, specifying the number of groups that would be or should be created as described below.
+ - parameter input - Input SM resource to be split. Must be a valid \p CU_DEV_RESOURCE_TYPE_SM resource.
+ - parameter remainder - If the input resource cannot be cleanly split among \p nbGroups, the remainder is placed in here.
  Can be ommitted (NULL) if the user does not need the remaining set.
- \param flags - Flags specifying how these partitions are used or which constraints to abide by when splitting the input. Zero is valid for default behavior.
- \param minCount - Minimum number of SMs required
+ - parameter flags - Flags specifying how these partitions are used or which constraints to abide by when splitting the input. Zero is valid for default behavior.
+ - parameter minCount - Minimum number of SMs required
 
  \return
  ::CUDA_SUCCESS,
@@ -24483,25 +24511,25 @@ pub unsafe fn cuDevSmResourceSplitByCount(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Queries if a device may directly access a peer device's memory.
+/** Queries if a device may directly access a peer device's memory.
 
  Returns in \p *canAccessPeer a value of 1 if contexts on \p dev are capable of
  directly accessing memory from contexts on \p peerDev and 0 otherwise.
  If direct access of \p peerDev from \p dev is possible, then access may be
  enabled on two specific contexts by calling ::cuCtxEnablePeerAccess().
 
- \param canAccessPeer - Returned access capability
- \param dev           - Device from which allocations on \p peerDev are to
-                        be directly accessed.
- \param peerDev       - Device on which the allocations to be directly accessed
-                        by \p dev reside.
+ - parameter canAccessPeer - Returned access capability
+ - parameter dev           - Device from which allocations on \p peerDev are to
+ be directly accessed.
+ - parameter peerDev       - Device on which the allocations to be directly accessed
+ by \p dev reside.
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_DEINITIALIZED,
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_DEVICE
- \notefnerr
+
 
  \sa
  ::cuCtxEnablePeerAccess,
@@ -24542,9 +24570,9 @@ pub unsafe fn cuDeviceCanAccessPeer(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the compute capability of the device
+/** Returns the compute capability of the device
 
- \deprecated
+ Deprecated.
 
  This function was deprecated as of CUDA 5.0 and its functionality superseded
  by ::cuDeviceGetAttribute().
@@ -24552,9 +24580,9 @@ pub unsafe fn cuDeviceCanAccessPeer(
  Returns in \p *major and \p *minor the major and minor revision numbers that
  define the compute capability of the device \p dev.
 
- \param major - Major revision number
- \param minor - Minor revision number
- \param dev   - Device handle
+ - parameter major - Major revision number
+ - parameter minor - Minor revision number
+ - parameter dev   - Device handle
 
  \return
  ::CUDA_SUCCESS,
@@ -24563,7 +24591,7 @@ pub unsafe fn cuDeviceCanAccessPeer(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE
- \notefnerr
+
 
  \sa
  ::cuDeviceGetAttribute,
@@ -24607,13 +24635,13 @@ pub unsafe fn cuDeviceComputeCapability(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a handle to a compute device
+/** Returns a handle to a compute device
 
  Returns in \p *device a device handle given an ordinal in the range <b>[0,
  ::cuDeviceGetCount()-1]</b>.
 
- \param device  - Returned device handle
- \param ordinal - Device number to get handle for
+ - parameter device  - Returned device handle
+ - parameter ordinal - Device number to get handle for
 
  \return
  ::CUDA_SUCCESS,
@@ -24622,7 +24650,7 @@ pub unsafe fn cuDeviceComputeCapability(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE
- \notefnerr
+
 
  \sa
  ::cuDeviceGetAttribute,
@@ -24661,14 +24689,14 @@ pub unsafe fn cuDeviceGet(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns information about the device
+/** Returns information about the device
 
  Returns in \p *pi the integer value of the attribute \p attrib on device
  \p dev.
 
- \param pi     - Returned device attribute value
- \param attrib - Device attribute to query
- \param dev    - Device handle
+ - parameter pi     - Returned device attribute value
+ - parameter attrib - Device attribute to query
+ - parameter dev    - Device handle
 
  \return
  ::CUDA_SUCCESS,
@@ -24677,7 +24705,7 @@ pub unsafe fn cuDeviceGet(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE
- \notefnerr
+
 
  \sa
  ::cuDeviceGetCount,
@@ -24723,13 +24751,13 @@ pub unsafe fn cuDeviceGetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a handle to a compute device
+/** Returns a handle to a compute device
 
  Returns in \p *device a device handle given a PCI bus ID string.
 
- \param dev      - Returned device handle
+ - parameter dev      - Returned device handle
 
- \param pciBusId - String in one of the following forms:
+ - parameter pciBusId - String in one of the following forms:
  [domain]:[bus]:[device].[function]
  [domain]:[bus]:[device]
  [bus]:[device].[function]
@@ -24741,7 +24769,7 @@ pub unsafe fn cuDeviceGetAttribute(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE
- \notefnerr
+
 
  \sa
  ::cuDeviceGet,
@@ -24780,19 +24808,19 @@ pub unsafe fn cuDeviceGetByPCIBusId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Retrieves the number of fabric cliques
+/** Retrieves the number of fabric cliques
 
  Retrieves the number of fabric cliques that the device is part of.
 
  \param[out] count Number of fabric cliques that the device is part of.
  \param[in]  dev   Device for which the number of fabric cliques is requested.
 
- \return ::CUDA_SUCCESS,
-         ::CUDA_ERROR_INVALID_VALUE,
-         ::CUDA_ERROR_NOT_INITIALIZED,
-         ::CUDA_ERROR_DEINITIALIZED,
-         ::CUDA_ERROR_NOT_PERMITTED,
-         ::CUDA_ERROR_NOT_SUPPORTED*/
+ Returns: ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_VALUE,
+ ::CUDA_ERROR_NOT_INITIALIZED,
+ ::CUDA_ERROR_DEINITIALIZED,
+ ::CUDA_ERROR_NOT_PERMITTED,
+ ::CUDA_ERROR_NOT_SUPPORTED*/
 ///
 /** # Loading
 
@@ -24816,7 +24844,7 @@ pub unsafe fn cuDeviceGetCliqueCount(count: *mut usize, dev: CUdevice) -> CUresu
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Retrieves fabric clique information
+/** Retrieves fabric clique information
 
  Returns the fabric clique information for the cliques that the device is a
  part of. User must specify the size of the \p cliqueInfo array in \p count.
@@ -24825,15 +24853,15 @@ pub unsafe fn cuDeviceGetCliqueCount(count: *mut usize, dev: CUdevice) -> CUresu
 
  \param[out]      cliqueInfo  Array to store the fabric clique information.
  \param[in,out]   count       Input: Size of the \p cliqueInfo array.
-                              Output: Number of entries updated in the \p cliqueInfo array.
+ Output: Number of entries updated in the \p cliqueInfo array.
  \param[in]       dev         Device for which the clique information is requested.
 
- \return ::CUDA_SUCCESS,
-         ::CUDA_ERROR_INVALID_VALUE,
-         ::CUDA_ERROR_NOT_INITIALIZED,
-         ::CUDA_ERROR_DEINITIALIZED,
-         ::CUDA_ERROR_NOT_PERMITTED,
-         ::CUDA_ERROR_NOT_SUPPORTED*/
+ Returns: ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_VALUE,
+ ::CUDA_ERROR_NOT_INITIALIZED,
+ ::CUDA_ERROR_DEINITIALIZED,
+ ::CUDA_ERROR_NOT_PERMITTED,
+ ::CUDA_ERROR_NOT_SUPPORTED*/
 ///
 /** # Loading
 
@@ -24869,13 +24897,13 @@ pub unsafe fn cuDeviceGetCliqueInfo(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the number of compute-capable devices
+/** Returns the number of compute-capable devices
 
  Returns in \p *count the number of devices with compute capability greater
  than or equal to 2.0 that are available for execution. If there is no such
  device, ::cuDeviceGetCount() returns 0.
 
- \param count - Returned number of compute-capable devices
+ - parameter count - Returned number of compute-capable devices
 
  \return
  ::CUDA_SUCCESS,
@@ -24883,7 +24911,7 @@ pub unsafe fn cuDeviceGetCliqueInfo(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
+
 
  \sa
  ::cuDeviceGetAttribute,
@@ -24919,7 +24947,7 @@ pub unsafe fn cuDeviceGetCount(count: *mut ::core::ffi::c_int) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the default mempool of a device
+/** Returns the default mempool of a device
 
  The default mempool of a device contains device memory from that device.
 
@@ -24930,9 +24958,9 @@ pub unsafe fn cuDeviceGetCount(count: *mut ::core::ffi::c_int) -> CUresult {
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE,
  ::CUDA_ERROR_NOT_SUPPORTED
- \notefnerr
 
- \sa ::cuMemAllocAsync, ::cuMemPoolTrimTo, ::cuMemPoolGetAttribute, ::cuMemPoolSetAttribute, cuMemPoolSetAccess, ::cuDeviceGetMemPool, ::cuMemPoolCreate*/
+
+ See also: ::cuMemAllocAsync, ::cuMemPoolTrimTo, ::cuMemPoolGetAttribute, ::cuMemPoolSetAttribute, cuMemPoolSetAccess, ::cuDeviceGetMemPool, ::cuMemPoolCreate*/
 ///
 /** # Loading
 
@@ -24962,16 +24990,16 @@ pub unsafe fn cuDeviceGetDefaultMemPool(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Get device resources
+/** Get device resources
 
  Get the \p type resources available to the \p device.
  This may often be the starting point for further partitioning or configuring of resources.
 
  Note: The API is not supported on 32-bit platforms.
 
- \param device - Device to get resource for
- \param resource - Output pointer to a CUdevResource structure
- \param type - Type of resource to retrieve
+ - parameter device - Device to get resource for
+ - parameter resource - Output pointer to a CUdevResource structure
+ - parameter type - Type of resource to retrieve
 
  \return
  ::CUDA_SUCCESS,
@@ -25018,16 +25046,16 @@ pub unsafe fn cuDeviceGetDevResource(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns information about the execution affinity support of the device.
+/** Returns information about the execution affinity support of the device.
 
  Returns in \p *pi whether execution affinity type \p type is supported by device \p dev.
  The supported types are:
  - ::CU_EXEC_AFFINITY_TYPE_SM_COUNT: 1 if context with limited SMs is supported by the device,
-   or 0 if not;
+ or 0 if not;
 
- \param pi   - 1 if the execution affinity type \p type is supported by the device, or 0 if not
- \param type - Execution affinity type to query
- \param dev  - Device handle
+ - parameter pi   - 1 if the execution affinity type \p type is supported by the device, or 0 if not
+ - parameter type - Execution affinity type to query
+ - parameter dev  - Device handle
 
  \return
  ::CUDA_SUCCESS,
@@ -25036,7 +25064,7 @@ pub unsafe fn cuDeviceGetDevResource(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE
- \notefnerr
+
 
  \sa
  ::cuDeviceGetAttribute,
@@ -25080,19 +25108,19 @@ pub unsafe fn cuDeviceGetExecAffinitySupport(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Retrieves the fabric cluster UUID
+/** Retrieves the fabric cluster UUID
 
  Retrieves the fabric cluster UUID for the given device.
 
  \param[out] uuid  Fabric cluster UUID.
  \param[in]  dev   Device for which the fabric cluster UUID is requested.
 
- \return ::CUDA_SUCCESS,
-         ::CUDA_ERROR_INVALID_VALUE,
-         ::CUDA_ERROR_NOT_INITIALIZED,
-         ::CUDA_ERROR_DEINITIALIZED,
-         ::CUDA_ERROR_NOT_PERMITTED,
-         ::CUDA_ERROR_NOT_SUPPORTED*/
+ Returns: ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_VALUE,
+ ::CUDA_ERROR_NOT_INITIALIZED,
+ ::CUDA_ERROR_DEINITIALIZED,
+ ::CUDA_ERROR_NOT_PERMITTED,
+ ::CUDA_ERROR_NOT_SUPPORTED*/
 ///
 /** # Loading
 
@@ -25119,21 +25147,21 @@ pub unsafe fn cuDeviceGetFabricClusterUuid(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Query asynchronous allocation attributes related to graphs
+/** Query asynchronous allocation attributes related to graphs
 
  Valid attributes are:
 
  - ::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: Amount of memory, in bytes, currently associated with graphs
  - ::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: High watermark of memory, in bytes, associated with graphs since the
-   last time it was reset.  High watermark can only be reset to zero.
+ last time it was reset.  High watermark can only be reset to zero.
  - ::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: Amount of memory, in bytes, currently allocated for use by
-   the CUDA graphs asynchronous allocator.
+ the CUDA graphs asynchronous allocator.
  - ::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: High watermark of memory, in bytes, currently allocated for use by
-   the CUDA graphs asynchronous allocator.
+ the CUDA graphs asynchronous allocator.
 
- \param device - Specifies the scope of the query
- \param attr - attribute to get
- \param value - retrieved value
+ - parameter device - Specifies the scope of the query
+ - parameter attr - attribute to get
+ - parameter value - retrieved value
 
  \return
  ::CUDA_SUCCESS,
@@ -25178,7 +25206,7 @@ pub unsafe fn cuDeviceGetGraphMemAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Queries details about atomic operations supported between the device and host.
+/** Queries details about atomic operations supported between the device and host.
 
  Returns in \p *capabilities the details about requested atomic \p *operations over the
  the link between \p dev and the host. The allocated size of \p *operations and
@@ -25192,16 +25220,16 @@ pub unsafe fn cuDeviceGetGraphMemAttribute(
  Returns ::CUDA_ERROR_INVALID_VALUE if \p *capabilities or \p *operations is NULL, if \p count is 0,
  or if any of \p *operations is not valid.
 
- \param capabilities          - Returned capability details of each requested operation
- \param operations            - Requested operations
- \param count                 - Count of requested operations and size of capabilities
- \param dev                   - Device handle
+ - parameter capabilities          - Returned capability details of each requested operation
+ - parameter operations            - Requested operations
+ - parameter count                 - Count of requested operations and size of capabilities
+ - parameter dev                   - Device handle
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_DEVICE,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
+
 
  \sa
  ::cuDeviceGetAttribute,
@@ -25245,14 +25273,14 @@ pub unsafe fn cuDeviceGetHostAtomicCapabilities(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Return an LUID and device node mask for the device
+/** Return an LUID and device node mask for the device
 
  Return identifying information (\p luid and \p deviceNodeMask) to allow
  matching device with graphics APIs.
 
- \param luid - Returned LUID
- \param deviceNodeMask - Returned device node mask
- \param dev  - Device to get identifier string for
+ - parameter luid - Returned LUID
+ - parameter deviceNodeMask - Returned device node mask
+ - parameter dev  - Device to get identifier string for
 
  \return
  ::CUDA_SUCCESS,
@@ -25260,7 +25288,7 @@ pub unsafe fn cuDeviceGetHostAtomicCapabilities(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE
- \notefnerr
+
 
  \sa
  ::cuDeviceGetAttribute,
@@ -25305,7 +25333,7 @@ pub unsafe fn cuDeviceGetLuid(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the current mempool for a device
+/** Gets the current mempool for a device
 
  Returns the last pool provided to ::cuDeviceSetMemPool for this device
  or the device's default memory pool if ::cuDeviceSetMemPool has never been called.
@@ -25316,7 +25344,7 @@ pub unsafe fn cuDeviceGetLuid(
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuDeviceGetDefaultMemPool, ::cuMemPoolCreate, ::cuDeviceSetMemPool*/
+ See also: ::cuDeviceGetDefaultMemPool, ::cuMemPoolCreate, ::cuDeviceSetMemPool*/
 ///
 /** # Loading
 
@@ -25343,15 +25371,15 @@ pub unsafe fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUre
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns an identifier string for the device
+/** Returns an identifier string for the device
 
  Returns an ASCII string identifying the device \p dev in the NULL-terminated
  string pointed to by \p name. \p len specifies the maximum length of the
  string that may be returned. \p name is shortened to the specified \p len, if \p len is less than the device name
 
- \param name - Returned identifier string for the device
- \param len  - Maximum length of string to store in \p name
- \param dev  - Device to get identifier string for
+ - parameter name - Returned identifier string for the device
+ - parameter len  - Maximum length of string to store in \p name
+ - parameter dev  - Device to get identifier string for
 
  \return
  ::CUDA_SUCCESS,
@@ -25360,7 +25388,7 @@ pub unsafe fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUre
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE
- \notefnerr
+
 
  \sa
  ::cuDeviceGetAttribute,
@@ -25406,7 +25434,7 @@ pub unsafe fn cuDeviceGetName(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Return NvSciSync attributes that this device can support.
+/** Return NvSciSync attributes that this device can support.
 
  Returns in \p nvSciSyncAttrList, the properties of NvSciSync that
  this CUDA device, \p dev can support. The returned \p nvSciSyncAttrList
@@ -25445,9 +25473,9 @@ pub unsafe fn cuDeviceGetName(
  NvSciSyncAttrKey_GpuId is set to the same UUID that is returned for this
  \p device from ::cuDeviceGetUuid.
 
- \param nvSciSyncAttrList     - Return NvSciSync attributes supported.
- \param dev                   - Valid Cuda Device to get NvSciSync attributes for.
- \param flags                 - flags describing NvSciSync usage.
+ - parameter nvSciSyncAttrList     - Return NvSciSync attributes supported.
+ - parameter dev                   - Valid Cuda Device to get NvSciSync attributes for.
+ - parameter flags                 - flags describing NvSciSync usage.
 
  \return
 
@@ -25500,7 +25528,7 @@ pub unsafe fn cuDeviceGetNvSciSyncAttributes(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Queries details about atomic operations supported between two devices
+/** Queries details about atomic operations supported between two devices
 
  Returns in \p *capabilities the details about requested atomic \p *operations over the
  the link between \p srcDevice and \p dstDevice. The allocated size of \p *operations and
@@ -25515,17 +25543,17 @@ pub unsafe fn cuDeviceGetNvSciSyncAttributes(
  Returns ::CUDA_ERROR_INVALID_VALUE if \p *capabilities or \p *operations is NULL, if \p count is 0,
  or if any of \p *operations is not valid.
 
- \param capabilities          - Returned capability details of each requested operation
- \param operations            - Requested operations
- \param count                 - Count of requested operations and size of capabilities
- \param srcDevice             - The source device of the target link
- \param dstDevice             - The destination device of the target link
+ - parameter capabilities          - Returned capability details of each requested operation
+ - parameter operations            - Requested operations
+ - parameter count                 - Count of requested operations and size of capabilities
+ - parameter srcDevice             - The source device of the target link
+ - parameter dstDevice             - The destination device of the target link
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_DEVICE,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
+
 
  \sa
  ::cuDeviceGetP2PAttribute,
@@ -25574,20 +25602,20 @@ pub unsafe fn cuDeviceGetP2PAtomicCapabilities(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Queries attributes of the link between two devices.
+/** Queries attributes of the link between two devices.
 
  Returns in \p *value the value of the requested attribute \p attrib of the
  link between \p srcDevice and \p dstDevice. The supported attributes are:
  - ::CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK: A relative value indicating the
-   performance of the link between two devices.
+ performance of the link between two devices.
  - ::CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED P2P: 1 if P2P Access is enable.
  - ::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED: 1 if all CUDA-valid atomic
-   operations over the link are supported.
+ operations over the link are supported.
  - ::CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED: 1 if cudaArray can
-   be accessed over the link.
+ be accessed over the link.
  - ::CU_DEVICE_P2P_ATTRIBUTE_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED: 1 if some
-   CUDA-valid atomic operations over the link are supported. Information about
-   specific operations can be retrieved with ::cuDeviceGetP2PAtomicCapabilities.
+ CUDA-valid atomic operations over the link are supported. Information about
+ specific operations can be retrieved with ::cuDeviceGetP2PAtomicCapabilities.
 
  Returns ::CUDA_ERROR_INVALID_DEVICE if \p srcDevice or \p dstDevice are not valid
  or if they represent the same device.
@@ -25595,10 +25623,10 @@ pub unsafe fn cuDeviceGetP2PAtomicCapabilities(
  Returns ::CUDA_ERROR_INVALID_VALUE if \p attrib is not valid or if \p value is
  a null pointer.
 
- \param value         - Returned value of the requested attribute
- \param attrib        - The requested attribute of the link between \p srcDevice and \p dstDevice.
- \param srcDevice     - The source device of the target link.
- \param dstDevice     - The destination device of the target link.
+ - parameter value         - Returned value of the requested attribute
+ - parameter attrib        - The requested attribute of the link between \p srcDevice and \p dstDevice.
+ - parameter srcDevice     - The source device of the target link.
+ - parameter dstDevice     - The destination device of the target link.
 
  \return
  ::CUDA_SUCCESS,
@@ -25606,7 +25634,7 @@ pub unsafe fn cuDeviceGetP2PAtomicCapabilities(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_DEVICE,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
+
 
  \sa
  ::cuCtxEnablePeerAccess,
@@ -25652,20 +25680,20 @@ pub unsafe fn cuDeviceGetP2PAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a PCI Bus Id string for the device
+/** Returns a PCI Bus Id string for the device
 
  Returns an ASCII string identifying the device \p dev in the NULL-terminated
  string pointed to by \p pciBusId. \p len specifies the maximum length of the
  string that may be returned.
 
- \param pciBusId - Returned identifier string for the device in the following format
+ - parameter pciBusId - Returned identifier string for the device in the following format
  [domain]:[bus]:[device].[function]
  where \p domain, \p bus, \p device, and \p function are all hexadecimal values.
  pciBusId should be large enough to store 13 characters including the NULL-terminator.
 
- \param len      - Maximum length of string to store in \p name
+ - parameter len      - Maximum length of string to store in \p name
 
- \param dev      - Device to get identifier string for
+ - parameter dev      - Device to get identifier string for
 
  \return
  ::CUDA_SUCCESS,
@@ -25673,7 +25701,7 @@ pub unsafe fn cuDeviceGetP2PAttribute(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE
- \notefnerr
+
 
  \sa
  ::cuDeviceGet,
@@ -25715,49 +25743,53 @@ pub unsafe fn cuDeviceGetPCIBusId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns properties for a selected device
+/** Returns properties for a selected device
 
- \deprecated
+ Deprecated.
 
  This function was deprecated as of CUDA 5.0 and replaced by ::cuDeviceGetAttribute().
 
  Returns in \p *prop the properties of device \p dev. The ::CUdevprop
  structure is defined as:
 
- \code
-typedef struct CUdevprop_st {
-int maxThreadsPerBlock;
-int maxThreadsDim[3];
-int maxGridSize[3];
-int sharedMemPerBlock;
-int totalConstantMemory;
-int SIMDWidth;
-int memPitch;
-int regsPerBlock;
-int clockRate;
-int textureAlign
-} CUdevprop;
- \endcode
+
+ ```text
+
+ typedef struct CUdevprop_st {
+ int maxThreadsPerBlock;
+ int maxThreadsDim[3];
+ int maxGridSize[3];
+ int sharedMemPerBlock;
+ int totalConstantMemory;
+ int SIMDWidth;
+ int memPitch;
+ int regsPerBlock;
+ int clockRate;
+ int textureAlign
+ } CUdevprop;
+
+ ```
+
  where:
 
  - ::maxThreadsPerBlock is the maximum number of threads per block;
  - ::maxThreadsDim[3] is the maximum sizes of each dimension of a block;
  - ::maxGridSize[3] is the maximum sizes of each dimension of a grid;
  - ::sharedMemPerBlock is the total amount of shared memory available per
-   block in bytes;
+ block in bytes;
  - ::totalConstantMemory is the total amount of constant memory available on
-   the device in bytes;
+ the device in bytes;
  - ::SIMDWidth is the warp size;
  - ::memPitch is the maximum pitch allowed by the memory copy functions that
-   involve memory regions allocated through ::cuMemAllocPitch();
+ involve memory regions allocated through ::cuMemAllocPitch();
  - ::regsPerBlock is the total number of registers available per block;
  - ::clockRate is the clock frequency in kilohertz;
  - ::textureAlign is the alignment requirement; texture base addresses that
-   are aligned to ::textureAlign bytes do not need an offset applied to
-   texture fetches.
+ are aligned to ::textureAlign bytes do not need an offset applied to
+ texture fetches.
 
- \param prop - Returned properties of device
- \param dev  - Device to get properties for
+ - parameter prop - Returned properties of device
+ - parameter dev  - Device to get properties for
 
  \return
  ::CUDA_SUCCESS,
@@ -25766,7 +25798,7 @@ int textureAlign
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE
- \notefnerr
+
 
  \sa
  ::cuDeviceGetAttribute,
@@ -25801,15 +25833,15 @@ pub unsafe fn cuDeviceGetProperties(prop: *mut CUdevprop, dev: CUdevice) -> CUre
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the maximum number of elements allocatable in a 1D linear texture for a given texture element size.
+/** Returns the maximum number of elements allocatable in a 1D linear texture for a given texture element size.
 
  Returns in \p maxWidthInElements the maximum number of texture elements allocatable in a 1D linear texture
  for given \p format and \p numChannels.
 
- \param maxWidthInElements    - Returned maximum number of texture elements allocatable for given \p format and \p numChannels.
- \param format                - Texture format.
- \param numChannels           - Number of channels per texture element.
- \param dev                   - Device handle.
+ - parameter maxWidthInElements    - Returned maximum number of texture elements allocatable for given \p format and \p numChannels.
+ - parameter format                - Texture format.
+ - parameter numChannels           - Number of channels per texture element.
+ - parameter dev                   - Device handle.
 
  \return
  ::CUDA_SUCCESS,
@@ -25818,7 +25850,7 @@ pub unsafe fn cuDeviceGetProperties(prop: *mut CUdevprop, dev: CUdevice) -> CUre
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE
- \notefnerr
+
 
  \sa
  ::cuDeviceGetAttribute,
@@ -25892,12 +25924,12 @@ pub unsafe fn cuDeviceGetUuid(uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
 }
 /// `cuDeviceGetUuid_v2`, the name the header's macros give [`cuDeviceGetUuid`].
 pub use self::cuDeviceGetUuid as cuDeviceGetUuid_v2;
-/** \brief Free unused memory that was cached on the specified device for use with graphs back to the OS.
+/** Free unused memory that was cached on the specified device for use with graphs back to the OS.
 
  Blocks which are not in use by a graph that is either currently executing or scheduled to execute are
  freed back to the operating system.
 
- \param device - The device for which cached memory should be freed.
+ - parameter device - The device for which cached memory should be freed.
 
  \return
  ::CUDA_SUCCESS,
@@ -25931,15 +25963,15 @@ pub unsafe fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Get the state of the primary context
+/** Get the state of the primary context
 
  Returns in \p *flags the flags for the primary context of \p dev, and in
  \p *active whether it is active.  See ::cuDevicePrimaryCtxSetFlags for flag
  values.
 
- \param dev    - Device to get primary context flags for
- \param flags  - Pointer to store flags
- \param active - Pointer to store context state; 0 = inactive, 1 = active
+ - parameter dev    - Device to get primary context flags for
+ - parameter flags  - Pointer to store flags
+ - parameter active - Pointer to store context state; 0 = inactive, 1 = active
 
  \return
  ::CUDA_SUCCESS,
@@ -25947,7 +25979,7 @@ pub unsafe fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult {
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_DEVICE,
  ::CUDA_ERROR_INVALID_VALUE,
- \notefnerr
+
 
  \sa
  ::cuDevicePrimaryCtxSetFlags,
@@ -26041,7 +26073,7 @@ pub unsafe fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
 }
 /// `cuDevicePrimaryCtxReset_v2`, the name the header's macros give [`cuDevicePrimaryCtxReset`].
 pub use self::cuDevicePrimaryCtxReset as cuDevicePrimaryCtxReset_v2;
-/** \brief Retain the primary context on the GPU
+/** Retain the primary context on the GPU
 
  Retains the primary context on the device.
  Once the user successfully retains the primary context, the primary context
@@ -26060,8 +26092,8 @@ pub use self::cuDevicePrimaryCtxReset as cuDevicePrimaryCtxReset_v2;
  Please note that the primary context always supports pinned allocations. Other
  flags can be specified by ::cuDevicePrimaryCtxSetFlags().
 
- \param pctx  - Returned context handle of the new context
- \param dev   - Device for which primary context is requested
+ - parameter pctx  - Returned context handle of the new context
+ - parameter dev   - Device for which primary context is requested
 
  \return
  ::CUDA_SUCCESS,
@@ -26072,9 +26104,9 @@ pub use self::cuDevicePrimaryCtxReset as cuDevicePrimaryCtxReset_v2;
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_OUT_OF_MEMORY,
  ::CUDA_ERROR_UNKNOWN
- \notefnerr
 
- \sa ::cuDevicePrimaryCtxRelease,
+
+ See also: ::cuDevicePrimaryCtxRelease,
  ::cuDevicePrimaryCtxSetFlags,
  ::cuCtxCreate,
  ::cuCtxGetApiVersion,
@@ -26145,7 +26177,7 @@ pub unsafe fn cuDevicePrimaryCtxSetFlags(
 }
 /// `cuDevicePrimaryCtxSetFlags_v2`, the name the header's macros give [`cuDevicePrimaryCtxSetFlags`].
 pub use self::cuDevicePrimaryCtxSetFlags as cuDevicePrimaryCtxSetFlags_v2;
-/** \brief Registers a callback function to receive async notifications
+/** Registers a callback function to receive async notifications
 
  Registers \p callbackFunc to receive async notifications.
 
@@ -26162,10 +26194,10 @@ pub use self::cuDevicePrimaryCtxSetFlags as cuDevicePrimaryCtxSetFlags_v2;
 
  Returns in \p *callback a handle representing the registered callback instance.
 
- \param device - The device on which to register the callback
- \param callbackFunc - The function to register as a callback
- \param userData - A generic pointer to user data. This is passed into the callback function.
- \param callback - A handle representing the registered callback instance
+ - parameter device - The device on which to register the callback
+ - parameter callbackFunc - The function to register as a callback
+ - parameter userData - A generic pointer to user data. This is passed into the callback function.
+ - parameter callback - A handle representing the registered callback instance
 
  \return
  ::CUDA_SUCCESS,
@@ -26174,7 +26206,7 @@ pub use self::cuDevicePrimaryCtxSetFlags as cuDevicePrimaryCtxSetFlags_v2;
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_UNKNOWN
- \notefnerr
+
 
  \sa
  ::cuDeviceUnregisterAsyncNotification*/
@@ -26216,18 +26248,18 @@ pub unsafe fn cuDeviceRegisterAsyncNotification(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Set asynchronous allocation attributes related to graphs
+/** Set asynchronous allocation attributes related to graphs
 
  Valid attributes are:
 
  - ::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: High watermark of memory, in bytes, associated with graphs since the
-   last time it was reset.  High watermark can only be reset to zero.
+ last time it was reset.  High watermark can only be reset to zero.
  - ::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: High watermark of memory, in bytes, currently allocated for use by
-   the CUDA graphs asynchronous allocator.
+ the CUDA graphs asynchronous allocator.
 
- \param device - Specifies the scope of the query
- \param attr - attribute to get
- \param value - pointer to value to set
+ - parameter device - Specifies the scope of the query
+ - parameter attr - attribute to get
+ - parameter value - pointer to value to set
 
  \return
  ::CUDA_SUCCESS,
@@ -26272,20 +26304,20 @@ pub unsafe fn cuDeviceSetGraphMemAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the current memory pool of a device
+/** Sets the current memory pool of a device
 
  The memory pool must be local to the specified device.
  ::cuMemAllocAsync allocates from the current mempool of the provided stream's device.
  By default, a device's current memory pool is its default memory pool.
 
- \note Use ::cuMemAllocFromPoolAsync to specify asynchronous allocations from a device different
+ Note: Use ::cuMemAllocFromPoolAsync to specify asynchronous allocations from a device different
  than the one the stream runs on.
 
  \returns
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuDeviceGetDefaultMemPool, ::cuDeviceGetMemPool, ::cuMemPoolCreate, ::cuMemPoolDestroy, ::cuMemAllocFromPoolAsync*/
+ See also: ::cuDeviceGetDefaultMemPool, ::cuDeviceGetMemPool, ::cuMemPoolCreate, ::cuMemPoolDestroy, ::cuMemAllocFromPoolAsync*/
 ///
 /** # Loading
 
@@ -26338,13 +26370,13 @@ pub unsafe fn cuDeviceTotalMem(bytes: *mut usize, dev: CUdevice) -> CUresult {
 }
 /// `cuDeviceTotalMem_v2`, the name the header's macros give [`cuDeviceTotalMem`].
 pub use self::cuDeviceTotalMem as cuDeviceTotalMem_v2;
-/** \brief Unregisters an async notification callback
+/** Unregisters an async notification callback
 
  Unregisters \p callback so that the corresponding callback function will stop receiving
  async notifications.
 
- \param device - The device from which to remove \p callback.
- \param callback - The callback instance to unregister from receiving async notifications.
+ - parameter device - The device from which to remove \p callback.
+ - parameter callback - The callback instance to unregister from receiving async notifications.
 
  \return
  ::CUDA_SUCCESS,
@@ -26353,7 +26385,7 @@ pub use self::cuDeviceTotalMem as cuDeviceTotalMem_v2;
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_UNKNOWN
- \notefnerr
+
 
  \sa
  ::cuDeviceRegisterAsyncNotification*/
@@ -26386,7 +26418,7 @@ pub unsafe fn cuDeviceUnregisterAsyncNotification(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the latest CUDA version supported by driver
+/** Returns the latest CUDA version supported by driver
 
  Returns in \p *driverVersion the version of CUDA supported by
  the driver.  The version is returned as
@@ -26396,12 +26428,12 @@ pub unsafe fn cuDeviceUnregisterAsyncNotification(
  This function automatically returns ::CUDA_ERROR_INVALID_VALUE if
  \p driverVersion is NULL.
 
- \param driverVersion - Returns the CUDA driver version
+ - parameter driverVersion - Returns the CUDA driver version
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
+
 
  \sa
  ::cudaDriverGetVersion,
@@ -26431,25 +26463,25 @@ pub unsafe fn cuDriverGetVersion(driverVersion: *mut ::core::ffi::c_int) -> CUre
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates an event
+/** Creates an event
 
  Creates an event *phEvent for the current context with the flags specified via
  \p Flags. Valid flags include:
  - ::CU_EVENT_DEFAULT: Default event creation flag.
  - ::CU_EVENT_BLOCKING_SYNC: Specifies that the created event should use blocking
-   synchronization.  A CPU thread that uses ::cuEventSynchronize() to wait on
-   an event created with this flag will block until the event has actually
-   been recorded.
+ synchronization.  A CPU thread that uses ::cuEventSynchronize() to wait on
+ an event created with this flag will block until the event has actually
+ been recorded.
  - ::CU_EVENT_DISABLE_TIMING: Specifies that the created event does not need
-   to record timing data.  Events created with this flag specified and
-   the ::CU_EVENT_BLOCKING_SYNC flag not specified will provide the best
-   performance when used with ::cuStreamWaitEvent() and ::cuEventQuery().
+ to record timing data.  Events created with this flag specified and
+ the ::CU_EVENT_BLOCKING_SYNC flag not specified will provide the best
+ performance when used with ::cuStreamWaitEvent() and ::cuEventQuery().
  - ::CU_EVENT_INTERPROCESS: Specifies that the created event may be used as an
-   interprocess event by ::cuIpcGetEventHandle(). ::CU_EVENT_INTERPROCESS must
-   be specified along with ::CU_EVENT_DISABLE_TIMING.
+ interprocess event by ::cuIpcGetEventHandle(). ::CU_EVENT_INTERPROCESS must
+ be specified along with ::CU_EVENT_DISABLE_TIMING.
 
- \param phEvent - Returns newly created event
- \param Flags   - Event creation flags
+ - parameter phEvent - Returns newly created event
+ - parameter Flags   - Event creation flags
 
  \return
  ::CUDA_SUCCESS,
@@ -26458,7 +26490,7 @@ pub unsafe fn cuDriverGetVersion(driverVersion: *mut ::core::ffi::c_int) -> CUre
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_OUT_OF_MEMORY
- \notefnerr
+
 
  \sa
  ::cuEventRecord,
@@ -26557,7 +26589,7 @@ pub unsafe fn cuEventElapsedTime(
 }
 /// `cuEventElapsedTime_v2`, the name the header's macros give [`cuEventElapsedTime`].
 pub use self::cuEventElapsedTime as cuEventElapsedTime_v2;
-/** \brief Queries an event's status
+/** Queries an event's status
 
  Queries the status of all work currently captured by \p hEvent. See
  ::cuEventRecord() for details on what is captured by an event.
@@ -26568,7 +26600,7 @@ pub use self::cuEventElapsedTime as cuEventElapsedTime_v2;
  For the purposes of Unified Memory, a return value of ::CUDA_SUCCESS
  is equivalent to having called ::cuEventSynchronize().
 
- \param hEvent - Event to query
+ - parameter hEvent - Event to query
 
  \return
  ::CUDA_SUCCESS,
@@ -26577,9 +26609,9 @@ pub use self::cuEventElapsedTime as cuEventElapsedTime_v2;
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_READY
- \notefnerr
 
- \sa ::cuEventCreate,
+
+ See also: ::cuEventCreate,
  ::cuEventRecord,
  ::cuEventSynchronize,
  ::cuEventDestroy,
@@ -26608,7 +26640,7 @@ pub unsafe fn cuEventQuery(hEvent: CUevent) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Records an event
+/** Records an event
 
  Captures in \p hEvent the contents of \p hStream at the time of this call.
  \p hEvent and \p hStream must be from the same context otherwise
@@ -26626,8 +26658,8 @@ pub unsafe fn cuEventQuery(hEvent: CUevent) -> CUresult {
  event represents an empty set of work, so for example ::cuEventQuery()
  would return ::CUDA_SUCCESS.
 
- \param hEvent  - Event to record
- \param hStream - Stream to record event for
+ - parameter hEvent  - Event to record
+ - parameter hStream - Stream to record event for
 
  \return
  ::CUDA_SUCCESS,
@@ -26636,10 +26668,10 @@ pub unsafe fn cuEventQuery(hEvent: CUevent) -> CUresult {
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_INVALID_VALUE
- \note_null_stream
- \notefnerr
 
- \sa ::cuEventCreate,
+
+
+ See also: ::cuEventCreate,
  ::cuEventQuery,
  ::cuEventSynchronize,
  ::cuStreamWaitEvent,
@@ -26670,7 +26702,7 @@ pub unsafe fn cuEventRecord(hEvent: CUevent, hStream: CUstream) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Records an event
+/** Records an event
 
  Captures in \p hEvent the contents of \p hStream at the time of this call.
  \p hEvent and \p hStream must be from the same context otherwise
@@ -26691,12 +26723,12 @@ pub unsafe fn cuEventRecord(hEvent: CUevent, hStream: CUstream) -> CUresult {
  flags include:
  - ::CU_EVENT_RECORD_DEFAULT: Default event creation flag.
  - ::CU_EVENT_RECORD_EXTERNAL: Event is captured in the graph as an external
-   event node when performing stream capture. This flag is invalid outside
-   of stream capture.
+ event node when performing stream capture. This flag is invalid outside
+ of stream capture.
 
- \param hEvent  - Event to record
- \param hStream - Stream to record event for
- \param flags   - See ::CUevent_capture_flags
+ - parameter hEvent  - Event to record
+ - parameter hStream - Stream to record event for
+ - parameter flags   - See ::CUevent_capture_flags
 
  \return
  ::CUDA_SUCCESS,
@@ -26705,10 +26737,10 @@ pub unsafe fn cuEventRecord(hEvent: CUevent, hStream: CUstream) -> CUresult {
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_INVALID_VALUE
- \note_null_stream
- \notefnerr
 
- \sa ::cuEventCreate,
+
+
+ See also: ::cuEventCreate,
  ::cuEventQuery,
  ::cuEventSynchronize,
  ::cuStreamWaitEvent,
@@ -26751,7 +26783,7 @@ pub unsafe fn cuEventRecordWithFlags(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Waits for an event to complete
+/** Waits for an event to complete
 
  Waits until the completion of all work currently captured in \p hEvent.
  See ::cuEventRecord() for details on what is captured by an event.
@@ -26762,7 +26794,7 @@ pub unsafe fn cuEventRecordWithFlags(
  not been set, then the CPU thread will busy-wait until the event has
  been completed by the device.
 
- \param hEvent - Event to wait for
+ - parameter hEvent - Event to wait for
 
  \return
  ::CUDA_SUCCESS,
@@ -26770,9 +26802,9 @@ pub unsafe fn cuEventRecordWithFlags(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE
- \notefnerr
 
- \sa ::cuEventCreate,
+
+ See also: ::cuEventCreate,
  ::cuEventRecord,
  ::cuEventQuery,
  ::cuEventDestroy,
@@ -26801,7 +26833,7 @@ pub unsafe fn cuEventSynchronize(hEvent: CUevent) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Maps a buffer onto an imported memory object
+/** Maps a buffer onto an imported memory object
 
  Maps a buffer onto an imported memory object and returns a device
  pointer in \p devPtr.
@@ -26810,13 +26842,17 @@ pub unsafe fn cuEventSynchronize(hEvent: CUevent) -> CUresult {
  \p bufferDesc. The ::CUDA_EXTERNAL_MEMORY_BUFFER_DESC structure is
  defined as follows:
 
- \code
-typedef struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st {
-unsigned long long offset;
-unsigned long long size;
-unsigned int flags;
-} CUDA_EXTERNAL_MEMORY_BUFFER_DESC;
- \endcode
+
+ ```text
+
+ typedef struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st {
+ unsigned long long offset;
+ unsigned long long size;
+ unsigned int flags;
+ } CUDA_EXTERNAL_MEMORY_BUFFER_DESC;
+
+ ```
+
 
  where ::CUDA_EXTERNAL_MEMORY_BUFFER_DESC::offset is the offset in
  the memory object where the buffer's base address is.
@@ -26837,9 +26873,9 @@ unsigned int flags;
 
  The returned pointer \p devPtr must be freed using ::cuMemFree.
 
- \param devPtr     - Returned device pointer to buffer
- \param extMem     - Handle to external memory object
- \param bufferDesc - Buffer descriptor
+ - parameter devPtr     - Returned device pointer to buffer
+ - parameter extMem     - Handle to external memory object
+ - parameter bufferDesc - Buffer descriptor
 
  \return
  ::CUDA_SUCCESS,
@@ -26847,9 +26883,9 @@ unsigned int flags;
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_ALREADY_MAPPED,
  ::CUDA_ERROR_INVALID_HANDLE
- \notefnerr
 
- \sa ::cuImportExternalMemory,
+
+ See also: ::cuImportExternalMemory,
  ::cuDestroyExternalMemory,
  ::cuExternalMemoryGetMappedMipmappedArray*/
 ///
@@ -26887,7 +26923,7 @@ pub unsafe fn cuExternalMemoryGetMappedBuffer(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Maps a CUDA mipmapped array onto an external memory object
+/** Maps a CUDA mipmapped array onto an external memory object
 
  Maps a CUDA mipmapped array onto an external object and returns a
  handle to it in \p mipmap.
@@ -26896,13 +26932,17 @@ pub unsafe fn cuExternalMemoryGetMappedBuffer(
  described in \p mipmapDesc. The structure
  ::CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC is defined as follows:
 
- \code
-typedef struct CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st {
-unsigned long long offset;
-CUDA_ARRAY3D_DESCRIPTOR arrayDesc;
-unsigned int numLevels;
-} CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC;
- \endcode
+
+ ```text
+
+ typedef struct CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st {
+ unsigned long long offset;
+ CUDA_ARRAY3D_DESCRIPTOR arrayDesc;
+ unsigned int numLevels;
+ } CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC;
+
+ ```
+
 
  where ::CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC::offset is the
  offset in the memory object where the base level of the mipmap
@@ -26925,18 +26965,18 @@ unsigned int numLevels;
 
  The returned CUDA mipmapped array must be freed using ::cuMipmappedArrayDestroy.
 
- \param mipmap     - Returned CUDA mipmapped array
- \param extMem     - Handle to external memory object
- \param mipmapDesc - CUDA array descriptor
+ - parameter mipmap     - Returned CUDA mipmapped array
+ - parameter extMem     - Handle to external memory object
+ - parameter mipmapDesc - CUDA array descriptor
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_HANDLE
- \notefnerr
 
- \sa ::cuImportExternalMemory,
+
+ See also: ::cuImportExternalMemory,
  ::cuDestroyExternalMemory,
  ::cuExternalMemoryGetMappedBuffer*/
 ///
@@ -26974,7 +27014,7 @@ pub unsafe fn cuExternalMemoryGetMappedMipmappedArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Performs a batch of copies over a fabric asynchronously.
+/** Performs a batch of copies over a fabric asynchronously.
 
  The batch as a whole executes in stream order but copies within a batch are
  not guaranteed to execute in any specific order. Specifying dependent copies
@@ -26990,14 +27030,14 @@ pub unsafe fn cuExternalMemoryGetMappedMipmappedArray(
 
  The following operand type combinations are supported:
  - ::CU_FABRIC_COPY_OPERAND_TYPE_POINTER to ::CU_FABRIC_COPY_OPERAND_TYPE_POINTER:
-   Copy between two device-accessible pointers. At least one operand must be
-   local to the stream's device.
+ Copy between two device-accessible pointers. At least one operand must be
+ local to the stream's device.
  - ::CU_FABRIC_COPY_OPERAND_TYPE_POINTER to ::CU_FABRIC_COPY_OPERAND_TYPE_LOGICAL_ENDPOINT:
-   -- copy from a local pointer to a remote UNICAST or MULTICAST logical
-   endpoint at the specified offset.
+ -- copy from a local pointer to a remote UNICAST or MULTICAST logical
+ endpoint at the specified offset.
  - ::CU_FABRIC_COPY_OPERAND_TYPE_LOGICAL_ENDPOINT to ::CU_FABRIC_COPY_OPERAND_TYPE_POINTER:
-   -- copy from a remote UNICAST logical endpoint at the specified offset
-   to a local pointer.
+ -- copy from a remote UNICAST logical endpoint at the specified offset
+ to a local pointer.
 
  A single batch may contain a heterogeneous mix of operation types.
 
@@ -27012,23 +27052,23 @@ pub unsafe fn cuExternalMemoryGetMappedMipmappedArray(
 
  \notes
  1. Source and destination are always accessed in stream order. So care must
-    be taken to ensure that neither operand is deallocated before the copy has
-    completed. In particular, if the source is ephemeral, e.g., a stack
-    variable, then the stream must be synchronized before the variable goes
-out of scope.
+ be taken to ensure that neither operand is deallocated before the copy has
+ completed. In particular, if the source is ephemeral, e.g., a stack
+ variable, then the stream must be synchronized before the variable goes
+ out of scope.
  2. For pointer-to-pointer copies, at least one operand must be local.
-    For copies involving a pointer and a logical endpoint, the pointer must
-    be local. Being "local" means it resides either on the stream's device,
-    or in the host memory.
+ For copies involving a pointer and a logical endpoint, the pointer must
+ be local. Being "local" means it resides either on the stream's device,
+ or in the host memory.
  3. All operands must be accessible from the stream's device.
  4. This API is only available on platforms that support logical endpoints.
-    It returns ::CUDA_ERROR_NOT_SUPPORTED on all other configurations.
+ It returns ::CUDA_ERROR_NOT_SUPPORTED on all other configurations.
 
- \param numOps  - Total number of copy operations.
- \param opList  - Array of size \p numOps containing the copy operations.
- \param flags   - Flags for future use, must be zero.
- \param hStream - Stream to enqueue the operations in. Must not be the
-                  legacy NULL stream.
+ - parameter numOps  - Total number of copy operations.
+ - parameter opList  - Array of size \p numOps containing the copy operations.
+ - parameter flags   - Flags for future use, must be zero.
+ - parameter hStream - Stream to enqueue the operations in. Must not be the
+ legacy NULL stream.
 
  \return
  ::CUDA_SUCCESS,
@@ -27036,7 +27076,7 @@ out of scope.
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_SUPPORTED
- \notefnerr
+
  \note_async
 
  \sa
@@ -27081,7 +27121,7 @@ pub unsafe fn cuFabricCpyBatchAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Blocks until remote writes are visible to the specified scope
+/** Blocks until remote writes are visible to the specified scope
 
  Blocks until GPUDirect RDMA writes to the target context via mappings
  created through APIs like nvidia_p2p_get_pages (see
@@ -27106,8 +27146,8 @@ pub unsafe fn cuFabricCpyBatchAsync(
  Users may query support for this API via
  ::CU_DEVICE_ATTRIBUTE_FLUSH_FLUSH_GPU_DIRECT_RDMA_OPTIONS.
 
- \param target - The target of the operation, see ::CUflushGPUDirectRDMAWritesTarget
- \param scope  - The scope of the operation, see ::CUflushGPUDirectRDMAWritesScope
+ - parameter target - The target of the operation, see ::CUflushGPUDirectRDMAWritesTarget
+ - parameter scope  - The scope of the operation, see ::CUflushGPUDirectRDMAWritesScope
 
  \return
  ::CUDA_SUCCESS,
@@ -27115,7 +27155,6 @@ pub unsafe fn cuFabricCpyBatchAsync(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
- \notefnerr
 */
 ///
 /** # Loading
@@ -27149,65 +27188,65 @@ pub unsafe fn cuFlushGPUDirectRDMAWrites(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns information about a function
+/** Returns information about a function
 
  Returns in \p *pi the integer value of the attribute \p attrib on the kernel
  given by \p hfunc. The supported attributes are:
  - ::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: The maximum number of threads
-   per block, beyond which a launch of the function would fail. This number
-   depends on both the function and the device on which the function is
-   currently loaded.
+ per block, beyond which a launch of the function would fail. This number
+ depends on both the function and the device on which the function is
+ currently loaded.
  - ::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: The size in bytes of
-   statically-allocated shared memory per block required by this function.
-   This does not include dynamically-allocated shared memory requested by
-   the user at runtime.
+ statically-allocated shared memory per block required by this function.
+ This does not include dynamically-allocated shared memory requested by
+ the user at runtime.
  - ::CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: The size in bytes of user-allocated
-   constant memory required by this function.
+ constant memory required by this function.
  - ::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: The size in bytes of local memory
-   used by each thread of this function.
+ used by each thread of this function.
  - ::CU_FUNC_ATTRIBUTE_NUM_REGS: The number of registers used by each thread
-   of this function.
+ of this function.
  - ::CU_FUNC_ATTRIBUTE_PTX_VERSION: The PTX virtual architecture version for
-   which the function was compiled. This value is the major PTX version * 10
-   + the minor PTX version, so a PTX version 1.3 function would return the
-   value 13. Note that this may return the undefined value of 0 for cubins
-   compiled prior to CUDA 3.0.
+ which the function was compiled. This value is the major PTX version * 10
+ + the minor PTX version, so a PTX version 1.3 function would return the
+ value 13. Note that this may return the undefined value of 0 for cubins
+ compiled prior to CUDA 3.0.
  - ::CU_FUNC_ATTRIBUTE_BINARY_VERSION: The binary architecture version for
-   which the function was compiled. This value is the major binary
-   version * 10 + the minor binary version, so a binary version 1.3 function
-   would return the value 13. Note that this will return a value of 10 for
-   legacy cubins that do not have a properly-encoded binary architecture
-   version.
+ which the function was compiled. This value is the major binary
+ version * 10 + the minor binary version, so a binary version 1.3 function
+ would return the value 13. Note that this will return a value of 10 for
+ legacy cubins that do not have a properly-encoded binary architecture
+ version.
  - ::CU_FUNC_CACHE_MODE_CA: The attribute to indicate whether the function has
-   been compiled with user specified option "-Xptxas --dlcm=ca" set .
+ been compiled with user specified option "-Xptxas --dlcm=ca" set .
  - ::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: The maximum size in bytes of
-   dynamically-allocated shared memory.
+ dynamically-allocated shared memory.
  - ::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: Preferred shared memory-L1
-   cache split ratio in percent of total shared memory.
+ cache split ratio in percent of total shared memory.
  - ::CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET: If this attribute is set, the
-   kernel must launch with a valid cluster size specified.
+ kernel must launch with a valid cluster size specified.
  - ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: The required cluster width in
-   blocks.
+ blocks.
  - ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT: The required cluster height in
-   blocks.
+ blocks.
  - ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH: The required cluster depth in
-   blocks.
+ blocks.
  - ::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: Indicates whether
-   the function can be launched with non-portable cluster size. 1 is allowed,
-   0 is disallowed. A non-portable cluster size may only function on the
-   specific SKUs the program is tested on. The launch might fail if the
-   program is run on a different hardware platform. CUDA API provides
-   cudaOccupancyMaxActiveClusters to assist with checking whether the desired
-   size can be launched on the current device. A portable cluster size is
-   guaranteed to be functional on all compute capabilities higher than the
-   target compute capability. The portable cluster size for sm_90 is 8 blocks
-   per cluster. This value may increase for future compute capabilities. The
-   specific hardware unit may support higher cluster sizes that’s not
-   guaranteed to be portable.
+ the function can be launched with non-portable cluster size. 1 is allowed,
+ 0 is disallowed. A non-portable cluster size may only function on the
+ specific SKUs the program is tested on. The launch might fail if the
+ program is run on a different hardware platform. CUDA API provides
+ cudaOccupancyMaxActiveClusters to assist with checking whether the desired
+ size can be launched on the current device. A portable cluster size is
+ guaranteed to be functional on all compute capabilities higher than the
+ target compute capability. The portable cluster size for sm_90 is 8 blocks
+ per cluster. This value may increase for future compute capabilities. The
+ specific hardware unit may support higher cluster sizes that’s not
+ guaranteed to be portable.
  - ::CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: The block
-   scheduling policy of a function. The value type is CUclusterSchedulingPolicy.
+ scheduling policy of a function. The value type is CUclusterSchedulingPolicy.
  - ::CU_FUNC_ATTRIBUTE_SHARED_MEMORY_MODE: The shared memory mode of a function.
-   The value type is CUsharedMemoryMode / cudaSharedMemoryMode.
+ The value type is CUsharedMemoryMode / cudaSharedMemoryMode.
 
  With a few execeptions, function attributes may also be queried on unloaded
  function handles returned from ::cuModuleEnumerateFunctions.
@@ -27220,9 +27259,9 @@ pub unsafe fn cuFlushGPUDirectRDMAWrites(
  - ::CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES
  - ::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
- \param pi     - Returned attribute value
- \param attrib - Attribute requested
- \param hfunc  - Function to query attribute of
+ - parameter pi     - Returned attribute value
+ - parameter attrib - Attribute requested
+ - parameter hfunc  - Function to query attribute of
 
  \return
  ::CUDA_SUCCESS,
@@ -27232,9 +27271,9 @@ pub unsafe fn cuFlushGPUDirectRDMAWrites(
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_FUNCTION_NOT_LOADED
- \notefnerr
 
- \sa ::cuCtxGetCacheConfig,
+
+ See also: ::cuCtxGetCacheConfig,
  ::cuCtxSetCacheConfig,
  ::cuFuncSetCacheConfig,
  ::cuLaunchKernel,
@@ -27278,7 +27317,7 @@ pub unsafe fn cuFuncGetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a module handle
+/** Returns a module handle
 
  Returns in \p *hmod the handle of the module that function \p hfunc
  is located in. The lifetime of the module corresponds to the lifetime of
@@ -27288,8 +27327,8 @@ pub unsafe fn cuFuncGetAttribute(
  If the handle returned by this API refers to a module loaded by the CUDA runtime,
  calling ::cuModuleUnload() on that module will result in undefined behavior.
 
- \param hmod - Returned module handle
- \param hfunc   - Function to retrieve module for
+ - parameter hmod - Returned module handle
+ - parameter hfunc   - Function to retrieve module for
 
  \return
  ::CUDA_SUCCESS,
@@ -27298,7 +27337,6 @@ pub unsafe fn cuFuncGetAttribute(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_FOUND
- \notefnerr
 */
 ///
 /** # Loading
@@ -27326,7 +27364,7 @@ pub unsafe fn cuFuncGetModule(hmod: *mut CUmodule, hfunc: CUfunction) -> CUresul
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the function name for a ::CUfunction handle
+/** Returns the function name for a ::CUfunction handle
 
  Returns in \p **name the function name associated with the function handle \p hfunc .
  The function name is returned as a null-terminated string. The returned name is only
@@ -27335,13 +27373,12 @@ pub unsafe fn cuFuncGetModule(hmod: *mut CUmodule, hfunc: CUfunction) -> CUresul
  the function is not declared as having C linkage. If either \p **name or \p hfunc
  is NULL, ::CUDA_ERROR_INVALID_VALUE is returned.
 
- \param name - The returned name of the function
- \param hfunc - The function handle to retrieve the name for
+ - parameter name - The returned name of the function
+ - parameter hfunc - The function handle to retrieve the name for
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
- \notefnerr
 */
 ///
 /** # Loading
@@ -27375,19 +27412,19 @@ pub unsafe fn cuFuncGetName(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the number of parameters used by the function
+/** Returns the number of parameters used by the function
 
  Queries the number of kernel parameters used by \p func and returns it in \p paramCount.
 
- \param func        - The function to query
- \param paramCount  - Returns the number of parameters used by the function
+ - parameter func        - The function to query
+ - parameter paramCount  - Returns the number of parameters used by the function
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuFuncGetParamInfo*/
+
+ See also: ::cuFuncGetParamInfo*/
 ///
 /** # Loading
 
@@ -27414,7 +27451,7 @@ pub unsafe fn cuFuncGetParamCount(func: CUfunction, paramCount: *mut usize) -> C
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the offset and size of a kernel parameter in the device-side parameter layout
+/** Returns the offset and size of a kernel parameter in the device-side parameter layout
 
  Queries the kernel parameter at \p paramIndex into \p func's list of parameters, and returns
  in \p paramOffset and \p paramSize the offset and size, respectively, where the parameter
@@ -27423,17 +27460,17 @@ pub unsafe fn cuFuncGetParamCount(func: CUfunction, paramCount: *mut usize) -> C
  ::cudaGraphKernelNodeUpdatesApply(). \p paramIndex must be less than the number of parameters
  that \p func takes. \p paramSize can be set to NULL if only the parameter offset is desired.
 
- \param func        - The function to query
- \param paramIndex  - The parameter index to query
- \param paramOffset - Returns the offset into the device-side parameter layout at which the parameter resides
- \param paramSize   - Optionally returns the size of the parameter in the device-side parameter layout
+ - parameter func        - The function to query
+ - parameter paramIndex  - The parameter index to query
+ - parameter paramOffset - Returns the offset into the device-side parameter layout at which the parameter resides
+ - parameter paramSize   - Optionally returns the size of the parameter in the device-side parameter layout
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
- \notefnerr
 
- \sa ::cuKernelGetParamInfo*/
+
+ See also: ::cuKernelGetParamInfo*/
 ///
 /** # Loading
 
@@ -27472,19 +27509,19 @@ pub unsafe fn cuFuncGetParamInfo(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns if the function is loaded
+/** Returns if the function is loaded
 
  Returns in \p state the loading state of \p function.
 
- \param state - returned loading state
- \param function - the function to check
+ - parameter state - returned loading state
+ - parameter function - the function to check
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuFuncLoad,
+ See also: ::cuFuncLoad,
  ::cuModuleEnumerateFunctions*/
 ///
 /** # Loading
@@ -27518,19 +27555,19 @@ pub unsafe fn cuFuncIsLoaded(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Loads a function
+/** Loads a function
 
  Finalizes function loading for \p function. Calling this API with a
  fully loaded function has no effect.
 
- \param function - the function to load
+ - parameter function - the function to load
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuModuleEnumerateFunctions,
+ See also: ::cuModuleEnumerateFunctions,
  ::cuFuncIsLoaded*/
 ///
 /** # Loading
@@ -27555,7 +27592,7 @@ pub unsafe fn cuFuncLoad(function: CUfunction) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets information about a function
+/** Sets information about a function
 
  This call sets the value of a specified attribute \p attrib on the kernel given
  by \p hfunc to an integer value specified by \p val
@@ -27566,43 +27603,43 @@ pub unsafe fn cuFuncLoad(function: CUfunction) -> CUresult {
 
  Supported attributes for the cuFuncSetAttribute call are:
  - ::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: This maximum size in bytes of
-   dynamically-allocated shared memory. The value should contain the requested
-   maximum size of dynamically-allocated shared memory. The sum of this value and
-   the function attribute ::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES cannot exceed the
-   device attribute ::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN.
-   The maximal size of requestable dynamic shared memory may differ by GPU
-   architecture.
+ dynamically-allocated shared memory. The value should contain the requested
+ maximum size of dynamically-allocated shared memory. The sum of this value and
+ the function attribute ::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES cannot exceed the
+ device attribute ::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN.
+ The maximal size of requestable dynamic shared memory may differ by GPU
+ architecture.
  - ::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: On devices where the L1
-   cache and shared memory use the same hardware resources, this sets the shared memory
-   carveout preference, in percent of the total shared memory.
-   See ::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-   This is only a hint, and the driver can choose a different ratio if required to execute the function.
+ cache and shared memory use the same hardware resources, this sets the shared memory
+ carveout preference, in percent of the total shared memory.
+ See ::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+ This is only a hint, and the driver can choose a different ratio if required to execute the function.
  - ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: The required cluster width in
-   blocks. The width, height, and depth values must either all be 0 or all be
-   positive. The validity of the cluster dimensions is checked at launch time.
-   If the value is set during compile time, it cannot be set at runtime.
-   Setting it at runtime will return CUDA_ERROR_NOT_PERMITTED.
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return CUDA_ERROR_NOT_PERMITTED.
  - ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT: The required cluster height in
-   blocks. The width, height, and depth values must either all be 0 or all be
-   positive. The validity of the cluster dimensions is checked at launch time.
-   If the value is set during compile time, it cannot be set at runtime.
-   Setting it at runtime will return CUDA_ERROR_NOT_PERMITTED.
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return CUDA_ERROR_NOT_PERMITTED.
  - ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH: The required cluster depth in
-   blocks. The width, height, and depth values must either all be 0 or all be
-   positive. The validity of the cluster dimensions is checked at launch time.
-   If the value is set during compile time, it cannot be set at runtime.
-   Setting it at runtime will return CUDA_ERROR_NOT_PERMITTED.
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return CUDA_ERROR_NOT_PERMITTED.
  - ::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: Indicates whether
-   the function can be launched with non-portable cluster size. 1 is allowed,
-   0 is disallowed.
+ the function can be launched with non-portable cluster size. 1 is allowed,
+ 0 is disallowed.
  - ::CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: The block
-   scheduling policy of a function. The value type is CUclusterSchedulingPolicy.
+ scheduling policy of a function. The value type is CUclusterSchedulingPolicy.
  - ::CU_FUNC_ATTRIBUTE_SHARED_MEMORY_MODE: The shared memory mode of a function.
-   The value type is CUsharedMemoryMode / cudaSharedMemoryMode.
+ The value type is CUsharedMemoryMode / cudaSharedMemoryMode.
 
- \param hfunc  - Function to query attribute of
- \param attrib - Attribute requested
- \param value   - The value to set
+ - parameter hfunc  - Function to query attribute of
+ - parameter attrib - Attribute requested
+ - parameter value   - The value to set
 
  \return
  ::CUDA_SUCCESS,
@@ -27611,9 +27648,9 @@ pub unsafe fn cuFuncLoad(function: CUfunction) -> CUresult {
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuCtxGetCacheConfig,
+
+ See also: ::cuCtxGetCacheConfig,
  ::cuCtxSetCacheConfig,
  ::cuFuncSetCacheConfig,
  ::cuLaunchKernel,
@@ -27655,17 +27692,17 @@ pub unsafe fn cuFuncSetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the block-dimensions for the function
+/** Sets the block-dimensions for the function
 
- \deprecated
+ Deprecated.
 
  Specifies the \p x, \p y, and \p z dimensions of the thread blocks that are
  created when the kernel given by \p hfunc is launched.
 
- \param hfunc - Kernel to specify dimensions of
- \param x     - X dimension
- \param y     - Y dimension
- \param z     - Z dimension
+ - parameter hfunc - Kernel to specify dimensions of
+ - parameter x     - X dimension
+ - parameter y     - Y dimension
+ - parameter z     - Z dimension
 
  \return
  ::CUDA_SUCCESS,
@@ -27674,9 +27711,9 @@ pub unsafe fn cuFuncSetAttribute(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuFuncSetSharedSize,
+
+ See also: ::cuFuncSetSharedSize,
  ::cuFuncSetCacheConfig,
  ::cuFuncGetAttribute,
  ::cuParamSetSize,
@@ -27725,7 +27762,7 @@ pub unsafe fn cuFuncSetBlockShape(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the preferred cache configuration for a device function
+/** Sets the preferred cache configuration for a device function
 
  On devices where the L1 cache and shared memory use the same hardware
  resources, this sets through \p config the preferred cache configuration for
@@ -27749,8 +27786,8 @@ pub unsafe fn cuFuncSetBlockShape(
  - ::CU_FUNC_CACHE_PREFER_L1: prefer larger L1 cache and smaller shared memory
  - ::CU_FUNC_CACHE_PREFER_EQUAL: prefer equal sized L1 cache and shared memory
 
- \param hfunc  - Kernel to configure cache for
- \param config - Requested cache configuration
+ - parameter hfunc  - Kernel to configure cache for
+ - parameter config - Requested cache configuration
 
  \return
  ::CUDA_SUCCESS,
@@ -27758,9 +27795,9 @@ pub unsafe fn cuFuncSetBlockShape(
  ::CUDA_ERROR_DEINITIALIZED,
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT
- \notefnerr
 
- \sa ::cuCtxGetCacheConfig,
+
+ See also: ::cuCtxGetCacheConfig,
  ::cuCtxSetCacheConfig,
  ::cuFuncGetAttribute,
  ::cuLaunchKernel,
@@ -27792,9 +27829,9 @@ pub unsafe fn cuFuncSetCacheConfig(hfunc: CUfunction, config: CUfunc_cache) -> C
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the shared memory configuration for a device function.
+/** Sets the shared memory configuration for a device function.
 
- \deprecated
+ Deprecated.
 
  On devices with configurable shared memory banks, this function will
  force all subsequent launches of the specified device function to have
@@ -27818,14 +27855,14 @@ pub unsafe fn cuFuncSetCacheConfig(hfunc: CUfunction, config: CUfunc_cache) -> C
 
  The supported bank configurations are:
  - ::CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE: use the context's shared memory
-   configuration when launching this function.
+ configuration when launching this function.
  - ::CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE: set shared memory bank width to
-   be natively four bytes when launching this function.
+ be natively four bytes when launching this function.
  - ::CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE: set shared memory bank width to
-   be natively eight bytes when launching this function.
+ be natively eight bytes when launching this function.
 
- \param hfunc  - kernel to be given a shared memory config
- \param config - requested shared memory configuration
+ - parameter hfunc  - kernel to be given a shared memory config
+ - parameter config - requested shared memory configuration
 
  \return
  ::CUDA_SUCCESS,
@@ -27833,9 +27870,9 @@ pub unsafe fn cuFuncSetCacheConfig(hfunc: CUfunction, config: CUfunc_cache) -> C
  ::CUDA_ERROR_DEINITIALIZED,
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT
- \notefnerr
 
- \sa ::cuCtxGetCacheConfig,
+
+ See also: ::cuCtxGetCacheConfig,
  ::cuCtxSetCacheConfig,
  ::cuCtxGetSharedMemConfig,
  ::cuCtxSetSharedMemConfig,
@@ -27871,15 +27908,15 @@ pub unsafe fn cuFuncSetSharedMemConfig(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the dynamic shared-memory size for the function
+/** Sets the dynamic shared-memory size for the function
 
- \deprecated
+ Deprecated.
 
  Sets through \p bytes the amount of dynamic shared memory that will be
  available to each thread block when the kernel given by \p hfunc is launched.
 
- \param hfunc - Kernel to specify dynamic shared-memory size for
- \param bytes - Dynamic shared-memory size per thread in bytes
+ - parameter hfunc - Kernel to specify dynamic shared-memory size for
+ - parameter bytes - Dynamic shared-memory size per thread in bytes
 
  \return
  ::CUDA_SUCCESS,
@@ -27888,9 +27925,9 @@ pub unsafe fn cuFuncSetSharedMemConfig(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuFuncSetBlockShape,
+
+ See also: ::cuFuncSetBlockShape,
  ::cuFuncSetCacheConfig,
  ::cuFuncGetAttribute,
  ::cuParamSetSize,
@@ -27930,15 +27967,15 @@ pub unsafe fn cuFuncSetSharedSize(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the string representation of an error code enum name
+/** Gets the string representation of an error code enum name
 
  Sets \p *pStr to the address of a NULL-terminated string representation
  of the name of the enum error code \p error.
  If the error code is not recognized, ::CUDA_ERROR_INVALID_VALUE
  will be returned and \p *pStr will be set to the NULL address.
 
- \param error - Error code to convert to string
- \param pStr - Address of the string pointer.
+ - parameter error - Error code to convert to string
+ - parameter pStr - Address of the string pointer.
 
  \return
  ::CUDA_SUCCESS,
@@ -27979,15 +28016,15 @@ pub unsafe fn cuGetErrorName(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the string description of an error code
+/** Gets the string description of an error code
 
  Sets \p *pStr to the address of a NULL-terminated string description
  of the error code \p error.
  If the error code is not recognized, ::CUDA_ERROR_INVALID_VALUE
  will be returned and \p *pStr will be set to the NULL address.
 
- \param error - Error code to convert to string
- \param pStr - Address of the string pointer.
+ - parameter error - Error code to convert to string
+ - parameter pStr - Address of the string pointer.
 
  \return
  ::CUDA_SUCCESS,
@@ -28105,7 +28142,7 @@ pub unsafe fn cuGetProcAddress(
 }
 /// `cuGetProcAddress_v2`, the name the header's macros give [`cuGetProcAddress`].
 pub use self::cuGetProcAddress as cuGetProcAddress_v2;
-/** \brief Creates a batch memory operation node and adds it to a graph
+/** Creates a batch memory operation node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.
 
@@ -28126,11 +28163,11 @@ pub use self::cuGetProcAddress as cuGetProcAddress_v2;
  expressed with CUDA-visible dependencies such as events. This ensures that
  the scheduler does not serialize them in an improper order.
 
- \param phGraphNode     - Returns newly created node
- \param hGraph          - Graph to which to add the node
- \param dependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
- \param nodeParams      - Parameters for the node
+ - parameter phGraphNode     - Returns newly created node
+ - parameter hGraph          - Graph to which to add the node
+ - parameter dependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
+ - parameter nodeParams      - Parameters for the node
 
  \return
  ::CUDA_SUCCESS,
@@ -28139,7 +28176,7 @@ pub use self::cuGetProcAddress as cuGetProcAddress_v2;
  ::CUDA_ERROR_NOT_SUPPORTED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode,
@@ -28206,7 +28243,7 @@ pub unsafe fn cuGraphAddBatchMemOpNode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a child graph node and adds it to a graph
+/** Creates a child graph node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.
 
@@ -28221,11 +28258,11 @@ pub unsafe fn cuGraphAddBatchMemOpNode(
 
  The node executes an embedded child graph. The child graph is cloned in this call.
 
- \param phGraphNode     - Returns newly created node
- \param hGraph          - Graph to which to add the node
- \param dependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
- \param childGraph      - The graph to clone into this node
+ - parameter phGraphNode     - Returns newly created node
+ - parameter hGraph          - Graph to which to add the node
+ - parameter dependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
+ - parameter childGraph      - The graph to clone into this node
 
  \return
  ::CUDA_SUCCESS,
@@ -28233,7 +28270,7 @@ pub unsafe fn cuGraphAddBatchMemOpNode(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode,
@@ -28339,7 +28376,7 @@ pub unsafe fn cuGraphAddDependencies(
 }
 /// `cuGraphAddDependencies_v2`, the name the header's macros give [`cuGraphAddDependencies`].
 pub use self::cuGraphAddDependencies as cuGraphAddDependencies_v2;
-/** \brief Creates an empty node and adds it to a graph
+/** Creates an empty node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.
 
@@ -28354,10 +28391,10 @@ pub use self::cuGraphAddDependencies as cuGraphAddDependencies_v2;
  nodes with a barrier between them can be represented using an empty node and
  2*n dependency edges, rather than no empty node and n^2 dependency edges.
 
- \param phGraphNode     - Returns newly created node
- \param hGraph          - Graph to which to add the node
- \param dependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
+ - parameter phGraphNode     - Returns newly created node
+ - parameter hGraph          - Graph to which to add the node
+ - parameter dependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
 
  \return
  ::CUDA_SUCCESS,
@@ -28365,7 +28402,7 @@ pub use self::cuGraphAddDependencies as cuGraphAddDependencies_v2;
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode,
@@ -28414,7 +28451,7 @@ pub unsafe fn cuGraphAddEmptyNode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates an event record node and adds it to a graph
+/** Creates an event record node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.
 
@@ -28427,11 +28464,11 @@ pub unsafe fn cuGraphAddEmptyNode(
  Each launch of the graph will record \p event to capture execution of the
  node's dependencies.
 
- \param phGraphNode     - Returns newly created node
- \param hGraph          - Graph to which to add the node
- \param dependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
- \param event           - Event for the node
+ - parameter phGraphNode     - Returns newly created node
+ - parameter hGraph          - Graph to which to add the node
+ - parameter dependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
+ - parameter event           - Event for the node
 
  \return
  ::CUDA_SUCCESS,
@@ -28440,7 +28477,7 @@ pub unsafe fn cuGraphAddEmptyNode(
  ::CUDA_ERROR_NOT_SUPPORTED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode,
@@ -28497,7 +28534,7 @@ pub unsafe fn cuGraphAddEventRecordNode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates an event wait node and adds it to a graph
+/** Creates an event wait node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.
 
@@ -28511,11 +28548,11 @@ pub unsafe fn cuGraphAddEventRecordNode(
  for details on what is captured by an event. \p event may be from a different context
  or device than the launch stream.
 
- \param phGraphNode     - Returns newly created node
- \param hGraph          - Graph to which to add the node
- \param dependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
- \param event           - Event for the node
+ - parameter phGraphNode     - Returns newly created node
+ - parameter hGraph          - Graph to which to add the node
+ - parameter dependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
+ - parameter event           - Event for the node
 
  \return
  ::CUDA_SUCCESS,
@@ -28524,7 +28561,7 @@ pub unsafe fn cuGraphAddEventRecordNode(
  ::CUDA_ERROR_NOT_SUPPORTED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode,
@@ -28581,7 +28618,7 @@ pub unsafe fn cuGraphAddEventWaitNode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates an external semaphore signal node and adds it to a graph
+/** Creates an external semaphore signal node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.
 
@@ -28595,11 +28632,11 @@ pub unsafe fn cuGraphAddEventWaitNode(
  when the node is launched.  The operation(s) will occur after all of the node's
  dependencies have completed.
 
- \param phGraphNode     - Returns newly created node
- \param hGraph          - Graph to which to add the node
- \param dependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
- \param nodeParams      - Parameters for the node
+ - parameter phGraphNode     - Returns newly created node
+ - parameter hGraph          - Graph to which to add the node
+ - parameter dependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
+ - parameter nodeParams      - Parameters for the node
 
  \return
  ::CUDA_SUCCESS,
@@ -28608,7 +28645,7 @@ pub unsafe fn cuGraphAddEventWaitNode(
  ::CUDA_ERROR_NOT_SUPPORTED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode,
@@ -28677,7 +28714,7 @@ pub unsafe fn cuGraphAddExternalSemaphoresSignalNode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates an external semaphore wait node and adds it to a graph
+/** Creates an external semaphore wait node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.
 
@@ -28691,11 +28728,11 @@ pub unsafe fn cuGraphAddExternalSemaphoresSignalNode(
  when the node is launched.  The node's dependencies will not be launched until
  the wait operation has completed.
 
- \param phGraphNode     - Returns newly created node
- \param hGraph          - Graph to which to add the node
- \param dependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
- \param nodeParams      - Parameters for the node
+ - parameter phGraphNode     - Returns newly created node
+ - parameter hGraph          - Graph to which to add the node
+ - parameter dependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
+ - parameter nodeParams      - Parameters for the node
 
  \return
  ::CUDA_SUCCESS,
@@ -28704,7 +28741,7 @@ pub unsafe fn cuGraphAddExternalSemaphoresSignalNode(
  ::CUDA_ERROR_NOT_SUPPORTED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode,
@@ -28773,7 +28810,7 @@ pub unsafe fn cuGraphAddExternalSemaphoresWaitNode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a host execution node and adds it to a graph
+/** Creates a host execution node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.
 
@@ -28786,11 +28823,11 @@ pub unsafe fn cuGraphAddExternalSemaphoresWaitNode(
  When the graph is launched, the node will invoke the specified CPU function.
  Host nodes are not supported under MPS with pre-Volta GPUs.
 
- \param phGraphNode     - Returns newly created node
- \param hGraph          - Graph to which to add the node
- \param dependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
- \param nodeParams      - Parameters for the host node
+ - parameter phGraphNode     - Returns newly created node
+ - parameter hGraph          - Graph to which to add the node
+ - parameter dependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
+ - parameter nodeParams      - Parameters for the host node
 
  \return
  ::CUDA_SUCCESS,
@@ -28799,7 +28836,7 @@ pub unsafe fn cuGraphAddExternalSemaphoresWaitNode(
  ::CUDA_ERROR_NOT_SUPPORTED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode,
@@ -28914,7 +28951,7 @@ pub unsafe fn cuGraphAddKernelNode(
 }
 /// `cuGraphAddKernelNode_v2`, the name the header's macros give [`cuGraphAddKernelNode`].
 pub use self::cuGraphAddKernelNode as cuGraphAddKernelNode_v2;
-/** \brief Creates an allocation node and adds it to a graph
+/** Creates an allocation node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.
 
@@ -28924,11 +28961,11 @@ pub use self::cuGraphAddKernelNode as cuGraphAddKernelNode_v2;
  at the root of the graph. \p dependencies may not have any duplicate entries. A handle
  to the new node will be returned in \p phGraphNode.
 
- \param phGraphNode     - Returns newly created node
- \param hGraph          - Graph to which to add the node
- \param dependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
- \param nodeParams      - Parameters for the node
+ - parameter phGraphNode     - Returns newly created node
+ - parameter hGraph          - Graph to which to add the node
+ - parameter dependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
+ - parameter nodeParams      - Parameters for the node
 
  When ::cuGraphAddMemAllocNode creates an allocation node, it returns the address of the allocation in
  \p nodeParams.dptr.  The allocation's address remains fixed across instantiations and launches.
@@ -28965,7 +29002,7 @@ pub use self::cuGraphAddKernelNode as cuGraphAddKernelNode_v2;
  ::CUDA_ERROR_NOT_SUPPORTED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode,
@@ -29036,7 +29073,7 @@ pub unsafe fn cuGraphAddMemAllocNode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a memory free node and adds it to a graph
+/** Creates a memory free node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.
 
@@ -29046,11 +29083,11 @@ pub unsafe fn cuGraphAddMemAllocNode(
  at the root of the graph. \p dependencies may not have any duplicate entries. A handle
  to the new node will be returned in \p phGraphNode.
 
- \param phGraphNode     - Returns newly created node
- \param hGraph          - Graph to which to add the node
- \param dependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
- \param dptr            - Address of memory to free
+ - parameter phGraphNode     - Returns newly created node
+ - parameter hGraph          - Graph to which to add the node
+ - parameter dependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
+ - parameter dptr            - Address of memory to free
 
  ::cuGraphAddMemFreeNode will return ::CUDA_ERROR_INVALID_VALUE if the user attempts to free:
  - an allocation twice in the same graph.
@@ -29070,7 +29107,7 @@ pub unsafe fn cuGraphAddMemAllocNode(
  ::CUDA_ERROR_NOT_SUPPORTED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode,
@@ -29135,7 +29172,7 @@ pub unsafe fn cuGraphAddMemFreeNode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a memcpy node and adds it to a graph
+/** Creates a memcpy node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.
 
@@ -29155,12 +29192,12 @@ pub unsafe fn cuGraphAddMemFreeNode(
  for those operand(s). The managed memory will be treated as residing on either the
  host or the device, depending on which memory type is specified.
 
- \param phGraphNode     - Returns newly created node
- \param hGraph          - Graph to which to add the node
- \param dependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
- \param copyParams      - Parameters for the memory copy
- \param ctx             - Context on which to run the node
+ - parameter phGraphNode     - Returns newly created node
+ - parameter hGraph          - Graph to which to add the node
+ - parameter dependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
+ - parameter copyParams      - Parameters for the memory copy
+ - parameter ctx             - Context on which to run the node
 
  \return
  ::CUDA_SUCCESS,
@@ -29168,7 +29205,7 @@ pub unsafe fn cuGraphAddMemFreeNode(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode,
@@ -29235,7 +29272,7 @@ pub unsafe fn cuGraphAddMemcpyNode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a memset node and adds it to a graph
+/** Creates a memset node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.
 
@@ -29248,12 +29285,12 @@ pub unsafe fn cuGraphAddMemcpyNode(
  The element size must be 1, 2, or 4 bytes.
  When the graph is launched, the node will perform the memset described by \p memsetParams.
 
- \param phGraphNode     - Returns newly created node
- \param hGraph          - Graph to which to add the node
- \param dependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
- \param memsetParams    - Parameters for the memory set
- \param ctx             - Context on which to run the node
+ - parameter phGraphNode     - Returns newly created node
+ - parameter hGraph          - Graph to which to add the node
+ - parameter dependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
+ - parameter memsetParams    - Parameters for the memory set
+ - parameter ctx             - Context on which to run the node
 
  \return
  ::CUDA_SUCCESS,
@@ -29262,7 +29299,7 @@ pub unsafe fn cuGraphAddMemcpyNode(
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_CONTEXT
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode,
@@ -29385,7 +29422,7 @@ pub unsafe fn cuGraphAddNode(
 }
 /// `cuGraphAddNode_v2`, the name the header's macros give [`cuGraphAddNode`].
 pub use self::cuGraphAddNode as cuGraphAddNode_v2;
-/** \brief Adds a node of arbitrary type to a graph
+/** Adds a node of arbitrary type to a graph
 
  Creates a new node in \p hGraph described by \p nodeParams with \p numDependencies
  dependencies specified via \p dependencies. \p numDependencies may be 0.
@@ -29407,13 +29444,13 @@ pub use self::cuGraphAddNode as cuGraphAddNode_v2;
 
  A handle to the new node will be returned in \p phGraphNode.
 
- \param phGraphNode     - Returns newly created node
- \param hGraph          - Graph to which to add the node
- \param dependencies    - Dependencies of the node
- \param dependencyData  - Optional edge data for the dependencies. If NULL, the data is
-                          assumed to be default (zeroed) for all dependencies.
- \param numDependencies - Number of dependencies
- \param nodeParams      - Specification of the node
+ - parameter phGraphNode     - Returns newly created node
+ - parameter hGraph          - Graph to which to add the node
+ - parameter dependencies    - Dependencies of the node
+ - parameter dependencyData  - Optional edge data for the dependencies. If NULL, the data is
+ assumed to be default (zeroed) for all dependencies.
+ - parameter numDependencies - Number of dependencies
+ - parameter nodeParams      - Specification of the node
 
  \return
  ::CUDA_SUCCESS,
@@ -29421,7 +29458,7 @@ pub use self::cuGraphAddNode as cuGraphAddNode_v2;
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_NOT_SUPPORTED
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphCreate,
@@ -29480,7 +29517,7 @@ pub unsafe fn cuGraphAddNode_v3(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a batch mem op node's parameters
+/** Returns a batch mem op node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.
 
@@ -29491,8 +29528,8 @@ pub unsafe fn cuGraphAddNode_v3(
  directly. Use ::cuGraphBatchMemOpNodeSetParams to update the
  parameters of this node.
 
- \param hNode          - Node to get the parameters for
- \param nodeParams_out - Pointer to return the parameters
+ - parameter hNode          - Node to get the parameters for
+ - parameter nodeParams_out - Pointer to return the parameters
 
  \return
  ::CUDA_SUCCESS,
@@ -29500,7 +29537,7 @@ pub unsafe fn cuGraphAddNode_v3(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeGetParams,
@@ -29539,7 +29576,7 @@ pub unsafe fn cuGraphBatchMemOpNodeGetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets a batch mem op node's parameters
+/** Sets a batch mem op node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeSetParams.
 
@@ -29548,8 +29585,8 @@ pub unsafe fn cuGraphBatchMemOpNodeGetParams(
  The paramArray inside \p nodeParams is copied and therefore it can be
  freed after the call returns.
 
- \param hNode      - Node to set the parameters for
- \param nodeParams - Parameters to copy
+ - parameter hNode      - Node to set the parameters for
+ - parameter nodeParams - Parameters to copy
 
  \return
  ::CUDA_SUCCESS,
@@ -29557,7 +29594,7 @@ pub unsafe fn cuGraphBatchMemOpNodeGetParams(
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_OUT_OF_MEMORY
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeSetParams,
@@ -29596,7 +29633,7 @@ pub unsafe fn cuGraphBatchMemOpNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets a handle to the embedded graph of a child graph node
+/** Gets a handle to the embedded graph of a child graph node
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.
 
@@ -29607,8 +29644,8 @@ pub unsafe fn cuGraphBatchMemOpNodeSetParams(
  Allocation and free nodes cannot be added to the returned graph.
  Attempting to do so will return an error.
 
- \param hNode   - Node to get the embedded graph for
- \param phGraph - Location to store a handle to the graph
+ - parameter hNode   - Node to get the embedded graph for
+ - parameter phGraph - Location to store a handle to the graph
 
  \return
  ::CUDA_SUCCESS,
@@ -29616,7 +29653,7 @@ pub unsafe fn cuGraphBatchMemOpNodeSetParams(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddChildGraphNode,
@@ -29650,7 +29687,7 @@ pub unsafe fn cuGraphChildGraphNodeGetGraph(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Clones a graph
+/** Clones a graph
 
  This function creates a copy of \p originalGraph and returns it in \p phGraphClone.
  All parameters are copied into the cloned graph. The original graph may be modified
@@ -29659,17 +29696,17 @@ pub unsafe fn cuGraphChildGraphNodeGetGraph(
  Child graph nodes in the original graph are recursively copied into the clone.
 
  \note: Cloning is not supported for graphs which contain memory allocation nodes,
-        memory free nodes, or conditional nodes.
+ memory free nodes, or conditional nodes.
 
- \param phGraphClone  - Returns newly created cloned graph
- \param originalGraph - Graph to clone
+ - parameter phGraphClone  - Returns newly created cloned graph
+ - parameter originalGraph - Graph to clone
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_OUT_OF_MEMORY
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphCreate,
@@ -29700,7 +29737,7 @@ pub unsafe fn cuGraphClone(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Create a conditional handle
+/** Create a conditional handle
 
  Creates a conditional handle associated with \p hGraph.
 
@@ -29710,19 +29747,19 @@ pub unsafe fn cuGraphClone(
 
  Handles can only be set from the context with which they are associated.
 
- \param pHandle_out        - Pointer used to return the handle to the caller.
- \param hGraph             - Graph which will contain the conditional node using this handle.
- \param ctx                - Context for the handle and associated conditional node.
- \param defaultLaunchValue - Optional initial value for the conditional variable.
-                             Applied at the beginning of each graph execution if CU_GRAPH_COND_ASSIGN_DEFAULT is set in \p flags.
- \param flags              - Currently must be CU_GRAPH_COND_ASSIGN_DEFAULT or 0.
+ - parameter pHandle_out        - Pointer used to return the handle to the caller.
+ - parameter hGraph             - Graph which will contain the conditional node using this handle.
+ - parameter ctx                - Context for the handle and associated conditional node.
+ - parameter defaultLaunchValue - Optional initial value for the conditional variable.
+ Applied at the beginning of each graph execution if CU_GRAPH_COND_ASSIGN_DEFAULT is set in \p flags.
+ - parameter flags              - Currently must be CU_GRAPH_COND_ASSIGN_DEFAULT or 0.
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_SUPPORTED
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode*/
@@ -29767,12 +29804,12 @@ pub unsafe fn cuGraphConditionalHandleCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a graph
+/** Creates a graph
 
  Creates an empty graph, which is returned via \p phGraph.
 
- \param phGraph - Returns newly created graph
- \param flags   - Graph creation flags, must be 0
+ - parameter phGraph - Returns newly created graph
+ - parameter flags   - Graph creation flags, must be 0
 
  \return
  ::CUDA_SUCCESS,
@@ -29781,7 +29818,7 @@ pub unsafe fn cuGraphConditionalHandleCreate(
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_OUT_OF_MEMORY
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddChildGraphNode,
@@ -29825,16 +29862,16 @@ pub unsafe fn cuGraphCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Write a DOT file describing graph structure
+/** Write a DOT file describing graph structure
 
  Using the provided \p hGraph, write to \p path a DOT formatted description of the graph.
  By default this includes the graph topology, node types, node id, kernel names and memcpy direction.
  \p flags can be specified to write more detailed information about each node type such as
  parameter values, kernel attributes, node and function handles.
 
- \param hGraph - The graph to create a DOT file from
- \param path   - The path to write the DOT file to
- \param flags  - Flags from CUgraphDebugDot_flags for specifying which additional node information to write
+ - parameter hGraph - The graph to create a DOT file from
+ - parameter path   - The path to write the DOT file to
+ - parameter flags  - Flags from CUgraphDebugDot_flags for specifying which additional node information to write
 
  \return
  ::CUDA_SUCCESS,
@@ -29875,11 +29912,11 @@ pub unsafe fn cuGraphDebugDotPrint(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys a graph
+/** Destroys a graph
 
  Destroys the graph specified by \p hGraph, as well as all of its nodes.
 
- \param hGraph - Graph to destroy
+ - parameter hGraph - Graph to destroy
 
  \return
  ::CUDA_SUCCESS,
@@ -29887,7 +29924,7 @@ pub unsafe fn cuGraphDebugDotPrint(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphCreate*/
@@ -29914,7 +29951,7 @@ pub unsafe fn cuGraphDestroy(hGraph: CUgraph) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Remove a node from the graph
+/** Remove a node from the graph
 
  Removes \p hNode from its graph. This operation also severs any dependencies of other nodes
  on \p hNode and vice versa.
@@ -29922,13 +29959,13 @@ pub unsafe fn cuGraphDestroy(hGraph: CUgraph) -> CUresult {
  Nodes which belong to a graph which contains allocation or free nodes cannot be destroyed.
  Any attempt to do so will return an error.
 
- \param hNode  - Node to remove
+ - parameter hNode  - Node to remove
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddChildGraphNode,
@@ -29960,14 +29997,14 @@ pub unsafe fn cuGraphDestroyNode(hNode: CUgraphNode) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the event associated with an event record node
+/** Returns the event associated with an event record node
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.
 
  Returns the event of event record node \p hNode in \p event_out.
 
- \param hNode     - Node to get the event for
- \param event_out - Pointer to return the event
+ - parameter hNode     - Node to get the event for
+ - parameter event_out - Pointer to return the event
 
  \return
  ::CUDA_SUCCESS,
@@ -29975,7 +30012,7 @@ pub unsafe fn cuGraphDestroyNode(hNode: CUgraphNode) -> CUresult {
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddEventRecordNode,
@@ -30012,16 +30049,16 @@ pub unsafe fn cuGraphEventRecordNodeGetEvent(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets an event record node's event
+/** Sets an event record node's event
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeSetParams.
 
  Sets the event of event record node \p hNode to \p event.
 
- \param hNode - Node to set the event for
- \param event - Event to use
+ - parameter hNode - Node to set the event for
+ - parameter event - Event to use
 
- \note This function will reset the node's context to the event's device context.
+ Note: This function will reset the node's context to the event's device context.
 
  \return
  ::CUDA_SUCCESS,
@@ -30029,7 +30066,7 @@ pub unsafe fn cuGraphEventRecordNodeGetEvent(
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_OUT_OF_MEMORY
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeSetParams,
@@ -30064,14 +30101,14 @@ pub unsafe fn cuGraphEventRecordNodeSetEvent(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the event associated with an event wait node
+/** Returns the event associated with an event wait node
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.
 
  Returns the event of event wait node \p hNode in \p event_out.
 
- \param hNode     - Node to get the event for
- \param event_out - Pointer to return the event
+ - parameter hNode     - Node to get the event for
+ - parameter event_out - Pointer to return the event
 
  \return
  ::CUDA_SUCCESS,
@@ -30079,7 +30116,7 @@ pub unsafe fn cuGraphEventRecordNodeSetEvent(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddEventWaitNode,
@@ -30116,14 +30153,14 @@ pub unsafe fn cuGraphEventWaitNodeGetEvent(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets an event wait node's event
+/** Sets an event wait node's event
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeSetParams.
 
  Sets the event of event wait node \p hNode to \p event.
 
- \param hNode - Node to set the event for
- \param event - Event to use
+ - parameter hNode - Node to set the event for
+ - parameter event - Event to use
 
  \return
  ::CUDA_SUCCESS,
@@ -30131,7 +30168,7 @@ pub unsafe fn cuGraphEventWaitNodeGetEvent(
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_OUT_OF_MEMORY
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeSetParams,
@@ -30166,7 +30203,7 @@ pub unsafe fn cuGraphEventWaitNodeSetEvent(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the parameters for a batch mem op node in the given graphExec
+/** Sets the parameters for a batch mem op node in the given graphExec
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.
 
@@ -30176,11 +30213,11 @@ pub unsafe fn cuGraphEventWaitNodeSetEvent(
 
  The following fields on operations may be modified on an executable graph:
 
-  op.waitValue.address
-  op.waitValue.value[64]
-  op.waitValue.flags bits corresponding to wait type (i.e. CU_STREAM_WAIT_VALUE_FLUSH bit cannot be modified)
-  op.writeValue.address
-  op.writeValue.value[64]
+ op.waitValue.address
+ op.waitValue.value[64]
+ op.waitValue.flags bits corresponding to wait type (i.e. CU_STREAM_WAIT_VALUE_FLUSH bit cannot be modified)
+ op.writeValue.address
+ op.writeValue.value[64]
 
  Other fields, such as the context, count or type of operations, and other types of operations such as membars,
  may not be modified.
@@ -30194,15 +30231,15 @@ pub unsafe fn cuGraphEventWaitNodeSetEvent(
  The paramArray inside \p nodeParams is copied and therefore it can be
  freed after the call returns.
 
- \param hGraphExec - The executable graph in which to set the specified node
- \param hNode      - Batch mem op node from the graph from which graphExec was instantiated
- \param nodeParams - Updated Parameters to set
+ - parameter hGraphExec - The executable graph in which to set the specified node
+ - parameter hNode      - Batch mem op node from the graph from which graphExec was instantiated
+ - parameter nodeParams - Updated Parameters to set
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphExecNodeSetParams,
@@ -30246,7 +30283,7 @@ pub unsafe fn cuGraphExecBatchMemOpNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Updates node parameters in the child graph node in the given graphExec.
+/** Updates node parameters in the child graph node in the given graphExec.
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.
 
@@ -30264,15 +30301,15 @@ pub unsafe fn cuGraphExecBatchMemOpNodeSetParams(
  on what can be updated in an instantiated graph.  The update is recursive, so child graph
  nodes contained within the top level child graph will also be updated.
 
- \param hGraphExec - The executable graph in which to set the specified node
- \param hNode      - Host node from the graph which was used to instantiate graphExec
- \param childGraph - The graph supplying the updated parameters
+ - parameter hGraphExec - The executable graph in which to set the specified node
+ - parameter hNode      - Host node from the graph which was used to instantiate graphExec
+ - parameter childGraph - The graph supplying the updated parameters
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphExecNodeSetParams,
@@ -30319,14 +30356,14 @@ pub unsafe fn cuGraphExecChildGraphNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys an executable graph
+/** Destroys an executable graph
 
  Destroys the executable graph specified by \p hGraphExec, as well
  as all of its executable nodes. If the executable graph is
  in-flight, it will not be terminated, but rather freed
  asynchronously on completion.
 
- \param hGraphExec - Executable graph to destroy
+ - parameter hGraphExec - Executable graph to destroy
 
  \return
  ::CUDA_SUCCESS,
@@ -30334,7 +30371,7 @@ pub unsafe fn cuGraphExecChildGraphNodeSetParams(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphInstantiate,
@@ -30363,7 +30400,7 @@ pub unsafe fn cuGraphExecDestroy(hGraphExec: CUgraphExec) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the event for an event record node in the given graphExec
+/** Sets the event for an event record node in the given graphExec
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.
 
@@ -30375,15 +30412,15 @@ pub unsafe fn cuGraphExecDestroy(hGraphExec: CUgraphExec) -> CUresult {
  enqueued or running launches of \p hGraphExec are not affected by this call.
  \p hNode is also not modified by this call.
 
- \param hGraphExec - The executable graph in which to set the specified node
- \param hNode      - event record node from the graph from which graphExec was instantiated
- \param event      - Updated event to use
+ - parameter hGraphExec - The executable graph in which to set the specified node
+ - parameter hNode      - event record node from the graph from which graphExec was instantiated
+ - parameter event      - Updated event to use
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphExecNodeSetParams,
@@ -30433,7 +30470,7 @@ pub unsafe fn cuGraphExecEventRecordNodeSetEvent(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the event for an event wait node in the given graphExec
+/** Sets the event for an event wait node in the given graphExec
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.
 
@@ -30445,15 +30482,15 @@ pub unsafe fn cuGraphExecEventRecordNodeSetEvent(
  enqueued or running launches of \p hGraphExec are not affected by this call.
  \p hNode is also not modified by this call.
 
- \param hGraphExec - The executable graph in which to set the specified node
- \param hNode      - event wait node from the graph from which graphExec was instantiated
- \param event      - Updated event to use
+ - parameter hGraphExec - The executable graph in which to set the specified node
+ - parameter hNode      - event wait node from the graph from which graphExec was instantiated
+ - parameter event      - Updated event to use
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphExecNodeSetParams,
@@ -30503,7 +30540,7 @@ pub unsafe fn cuGraphExecEventWaitNodeSetEvent(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the parameters for an external semaphore signal node in the given graphExec
+/** Sets the parameters for an external semaphore signal node in the given graphExec
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.
 
@@ -30519,15 +30556,15 @@ pub unsafe fn cuGraphExecEventWaitNodeSetEvent(
 
  Changing \p nodeParams->numExtSems is not supported.
 
- \param hGraphExec - The executable graph in which to set the specified node
- \param hNode      - semaphore signal node from the graph from which graphExec was instantiated
- \param nodeParams - Updated Parameters to set
+ - parameter hGraphExec - The executable graph in which to set the specified node
+ - parameter hNode      - semaphore signal node from the graph from which graphExec was instantiated
+ - parameter nodeParams - Updated Parameters to set
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphExecNodeSetParams,
@@ -30580,7 +30617,7 @@ pub unsafe fn cuGraphExecExternalSemaphoresSignalNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the parameters for an external semaphore wait node in the given graphExec
+/** Sets the parameters for an external semaphore wait node in the given graphExec
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.
 
@@ -30596,15 +30633,15 @@ pub unsafe fn cuGraphExecExternalSemaphoresSignalNodeSetParams(
 
  Changing \p nodeParams->numExtSems is not supported.
 
- \param hGraphExec - The executable graph in which to set the specified node
- \param hNode      - semaphore wait node from the graph from which graphExec was instantiated
- \param nodeParams - Updated Parameters to set
+ - parameter hGraphExec - The executable graph in which to set the specified node
+ - parameter hNode      - semaphore wait node from the graph from which graphExec was instantiated
+ - parameter nodeParams - Updated Parameters to set
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphExecNodeSetParams,
@@ -30657,20 +30694,20 @@ pub unsafe fn cuGraphExecExternalSemaphoresWaitNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Query the instantiation flags of an executable graph
+/** Query the instantiation flags of an executable graph
 
  Returns the flags that were passed to instantiation for the given executable graph.
  ::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD will not be returned by this API as it does
  not affect the resulting executable graph.
 
- \param hGraphExec - The executable graph to query
- \param flags      - Returns the instantiation flags
+ - parameter hGraphExec - The executable graph to query
+ - parameter flags      - Returns the instantiation flags
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphInstantiate,
@@ -30704,13 +30741,13 @@ pub unsafe fn cuGraphExecGetFlags(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the id of a given graph exec
+/** Returns the id of a given graph exec
 
  Returns the id of \p hGraphExec in \p *graphId.
  The value in \p *graphId will match that referenced by ::cuGraphDebugDotPrint.
 
- \param hGraphExec - Graph to query
- \param *graphId - Pointer to return the graphId
+ - parameter hGraphExec - Graph to query
+ - parameter *graphId - Pointer to return the graphId
  \return
  ::CUDA_SUCCESS
  ::CUDA_ERROR_INVALID_VALUE
@@ -30754,7 +30791,7 @@ pub unsafe fn cuGraphExecGetId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the parameters for a host node in the given graphExec.
+/** Sets the parameters for a host node in the given graphExec.
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.
 
@@ -30766,15 +30803,15 @@ pub unsafe fn cuGraphExecGetId(
  or running launches of \p hGraphExec are not affected by this call.  hNode is also
  not modified by this call.
 
- \param hGraphExec - The executable graph in which to set the specified node
- \param hNode      - Host node from the graph which was used to instantiate graphExec
- \param nodeParams - The updated parameters to set
+ - parameter hGraphExec - The executable graph in which to set the specified node
+ - parameter hNode      - Host node from the graph which was used to instantiate graphExec
+ - parameter nodeParams - The updated parameters to set
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphExecNodeSetParams,
@@ -30863,7 +30900,7 @@ pub unsafe fn cuGraphExecKernelNodeSetParams(
 }
 /// `cuGraphExecKernelNodeSetParams_v2`, the name the header's macros give [`cuGraphExecKernelNodeSetParams`].
 pub use self::cuGraphExecKernelNodeSetParams as cuGraphExecKernelNodeSetParams_v2;
-/** \brief Sets the parameters for a memcpy node in the given graphExec.
+/** Sets the parameters for a memcpy node in the given graphExec.
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.
 
@@ -30883,16 +30920,16 @@ pub use self::cuGraphExecKernelNodeSetParams as cuGraphExecKernelNodeSetParams_v
  Returns CUDA_ERROR_INVALID_VALUE if the memory operands' mappings changed or
  either the original or new memory operands are multidimensional.
 
- \param hGraphExec - The executable graph in which to set the specified node
- \param hNode      - Memcpy node from the graph which was used to instantiate graphExec
- \param copyParams - The updated parameters to set
- \param ctx        - Context on which to run the node
+ - parameter hGraphExec - The executable graph in which to set the specified node
+ - parameter hNode      - Memcpy node from the graph which was used to instantiate graphExec
+ - parameter copyParams - The updated parameters to set
+ - parameter ctx        - Context on which to run the node
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphExecNodeSetParams,
@@ -30946,7 +30983,7 @@ pub unsafe fn cuGraphExecMemcpyNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the parameters for a memset node in the given graphExec.
+/** Sets the parameters for a memset node in the given graphExec.
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.
 
@@ -30970,16 +31007,16 @@ pub unsafe fn cuGraphExecMemcpyNodeSetParams(
  or running launches of \p hGraphExec are not affected by this call.  hNode is also
  not modified by this call.
 
- \param hGraphExec   - The executable graph in which to set the specified node
- \param hNode        - Memset node from the graph which was used to instantiate graphExec
- \param memsetParams - The updated parameters to set
- \param ctx          - Context on which to run the node
+ - parameter hGraphExec   - The executable graph in which to set the specified node
+ - parameter hNode        - Memset node from the graph which was used to instantiate graphExec
+ - parameter memsetParams - The updated parameters to set
+ - parameter ctx          - Context on which to run the node
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphExecNodeSetParams,
@@ -31033,7 +31070,7 @@ pub unsafe fn cuGraphExecMemsetNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Update a graph node's parameters in an instantiated graph
+/** Update a graph node's parameters in an instantiated graph
 
  Sets the parameters of a node in an executable graph \p hGraphExec. The node is identified
  by the corresponding node \p hNode in the non-executable graph from which the executable
@@ -31045,31 +31082,31 @@ pub unsafe fn cuGraphExecMemsetNodeSetParams(
 
  Allowed changes to parameters on executable graphs are as follows:
  <table>
-   <tr><th>Node type<th>Allowed changes
-   <tr><td>kernel<td>See ::cuGraphExecKernelNodeSetParams
-   <tr><td>memcpy<td>Addresses for 1-dimensional copies if allocated in same context; see ::cuGraphExecMemcpyNodeSetParams
-   <tr><td>memset<td>Addresses for 1-dimensional memsets if allocated in same context; see ::cuGraphExecMemsetNodeSetParams
-<tr><td>host<td>Context changes are not allowed
-   <tr><td>child graph<td>Topology must match and restrictions apply recursively; see ::cuGraphExecUpdate
-   <tr><td>event wait<td>Unrestricted
-<tr><td>event record<td>Event only, context changes are not allowed
-   <tr><td>external semaphore signal<td>Number of semaphore operations and context cannot change
-   <tr><td>external semaphore wait<td>Number of semaphore operations and context cannot change
-   <tr><td>memory allocation<td>API unsupported
-   <tr><td>memory free<td>API unsupported
-   <tr><td>batch memops<td>Addresses, values, and operation type for wait operations; see ::cuGraphExecBatchMemOpNodeSetParams
+ <tr><th>Node type<th>Allowed changes
+ <tr><td>kernel<td>See ::cuGraphExecKernelNodeSetParams
+ <tr><td>memcpy<td>Addresses for 1-dimensional copies if allocated in same context; see ::cuGraphExecMemcpyNodeSetParams
+ <tr><td>memset<td>Addresses for 1-dimensional memsets if allocated in same context; see ::cuGraphExecMemsetNodeSetParams
+ <tr><td>host<td>Context changes are not allowed
+ <tr><td>child graph<td>Topology must match and restrictions apply recursively; see ::cuGraphExecUpdate
+ <tr><td>event wait<td>Unrestricted
+ <tr><td>event record<td>Event only, context changes are not allowed
+ <tr><td>external semaphore signal<td>Number of semaphore operations and context cannot change
+ <tr><td>external semaphore wait<td>Number of semaphore operations and context cannot change
+ <tr><td>memory allocation<td>API unsupported
+ <tr><td>memory free<td>API unsupported
+ <tr><td>batch memops<td>Addresses, values, and operation type for wait operations; see ::cuGraphExecBatchMemOpNodeSetParams
  </table>
 
- \param hGraphExec  - The executable graph in which to update the specified node
- \param hNode       - Corresponding node from the graph from which graphExec was instantiated
- \param nodeParams  - Updated Parameters to set
+ - parameter hGraphExec  - The executable graph in which to update the specified node
+ - parameter hNode       - Corresponding node from the graph from which graphExec was instantiated
+ - parameter nodeParams  - Updated Parameters to set
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_SUPPORTED
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode,
@@ -31149,7 +31186,7 @@ pub unsafe fn cuGraphExecUpdate(
 }
 /// `cuGraphExecUpdate_v2`, the name the header's macros give [`cuGraphExecUpdate`].
 pub use self::cuGraphExecUpdate as cuGraphExecUpdate_v2;
-/** \brief Returns an external semaphore signal node's parameters
+/** Returns an external semaphore signal node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.
 
@@ -31160,8 +31197,8 @@ pub use self::cuGraphExecUpdate as cuGraphExecUpdate_v2;
  directly. Use ::cuGraphExternalSemaphoresSignalNodeSetParams to update the
  parameters of this node.
 
- \param hNode      - Node to get the parameters for
- \param params_out - Pointer to return the parameters
+ - parameter hNode      - Node to get the parameters for
+ - parameter params_out - Pointer to return the parameters
 
  \return
  ::CUDA_SUCCESS,
@@ -31169,7 +31206,7 @@ pub use self::cuGraphExecUpdate as cuGraphExecUpdate_v2;
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeGetParams,
@@ -31211,14 +31248,14 @@ pub unsafe fn cuGraphExternalSemaphoresSignalNodeGetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets an external semaphore signal node's parameters
+/** Sets an external semaphore signal node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeSetParams.
 
  Sets the parameters of an external semaphore signal node \p hNode to \p nodeParams.
 
- \param hNode      - Node to set the parameters for
- \param nodeParams - Parameters to copy
+ - parameter hNode      - Node to set the parameters for
+ - parameter nodeParams - Parameters to copy
 
  \return
  ::CUDA_SUCCESS,
@@ -31226,7 +31263,7 @@ pub unsafe fn cuGraphExternalSemaphoresSignalNodeGetParams(
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_OUT_OF_MEMORY
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeSetParams,
@@ -31267,7 +31304,7 @@ pub unsafe fn cuGraphExternalSemaphoresSignalNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns an external semaphore wait node's parameters
+/** Returns an external semaphore wait node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.
 
@@ -31278,8 +31315,8 @@ pub unsafe fn cuGraphExternalSemaphoresSignalNodeSetParams(
  directly. Use ::cuGraphExternalSemaphoresSignalNodeSetParams to update the
  parameters of this node.
 
- \param hNode      - Node to get the parameters for
- \param params_out - Pointer to return the parameters
+ - parameter hNode      - Node to get the parameters for
+ - parameter params_out - Pointer to return the parameters
 
  \return
  ::CUDA_SUCCESS,
@@ -31287,7 +31324,7 @@ pub unsafe fn cuGraphExternalSemaphoresSignalNodeSetParams(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeGetParams,
@@ -31329,14 +31366,14 @@ pub unsafe fn cuGraphExternalSemaphoresWaitNodeGetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets an external semaphore wait node's parameters
+/** Sets an external semaphore wait node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeSetParams.
 
  Sets the parameters of an external semaphore wait node \p hNode to \p nodeParams.
 
- \param hNode      - Node to set the parameters for
- \param nodeParams - Parameters to copy
+ - parameter hNode      - Node to set the parameters for
+ - parameter nodeParams - Parameters to copy
 
  \return
  ::CUDA_SUCCESS,
@@ -31344,7 +31381,7 @@ pub unsafe fn cuGraphExternalSemaphoresWaitNodeGetParams(
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_OUT_OF_MEMORY
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeSetParams,
@@ -31429,13 +31466,13 @@ pub unsafe fn cuGraphGetEdges(
 }
 /// `cuGraphGetEdges_v2`, the name the header's macros give [`cuGraphGetEdges`].
 pub use self::cuGraphGetEdges as cuGraphGetEdges_v2;
-/** \brief Returns the id of a given graph
+/** Returns the id of a given graph
 
  Returns the id of \p hGraph in \p *graphId.
  The value in \p *graphId will match that referenced by ::cuGraphDebugDotPrint.
 
- \param hGraph - Graph to query
- \param *graphId - Pointer to return the graphId
+ - parameter hGraph - Graph to query
+ - parameter *graphId - Pointer to return the graphId
  \return
  ::CUDA_SUCCESS
  ::CUDA_ERROR_INVALID_VALUE
@@ -31476,7 +31513,7 @@ pub unsafe fn cuGraphGetId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a graph's nodes
+/** Returns a graph's nodes
 
  Returns a list of \p hGraph's nodes. \p nodes may be NULL, in which case this
  function will return the number of nodes in \p numNodes. Otherwise,
@@ -31484,9 +31521,9 @@ pub unsafe fn cuGraphGetId(
  number of nodes, the remaining entries in \p nodes will be set to NULL, and the
  number of nodes actually obtained will be returned in \p numNodes.
 
- \param hGraph   - Graph to query
- \param nodes    - Pointer to return the nodes
- \param numNodes - See description
+ - parameter hGraph   - Graph to query
+ - parameter nodes    - Pointer to return the nodes
+ - parameter numNodes - See description
 
  \return
  ::CUDA_SUCCESS,
@@ -31494,7 +31531,7 @@ pub unsafe fn cuGraphGetId(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphCreate,
@@ -31538,7 +31575,7 @@ pub unsafe fn cuGraphGetNodes(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a graph's root nodes
+/** Returns a graph's root nodes
 
  Returns a list of \p hGraph's root nodes. \p rootNodes may be NULL, in which case this
  function will return the number of root nodes in \p numRootNodes. Otherwise,
@@ -31546,9 +31583,9 @@ pub unsafe fn cuGraphGetNodes(
  number of root nodes, the remaining entries in \p rootNodes will be set to NULL, and the
  number of nodes actually obtained will be returned in \p numRootNodes.
 
- \param hGraph       - Graph to query
- \param rootNodes    - Pointer to return the root nodes
- \param numRootNodes - See description
+ - parameter hGraph       - Graph to query
+ - parameter rootNodes    - Pointer to return the root nodes
+ - parameter numRootNodes - See description
 
  \return
  ::CUDA_SUCCESS,
@@ -31556,7 +31593,7 @@ pub unsafe fn cuGraphGetNodes(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphCreate,
@@ -31600,14 +31637,14 @@ pub unsafe fn cuGraphGetRootNodes(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a host node's parameters
+/** Returns a host node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.
 
  Returns the parameters of host node \p hNode in \p nodeParams.
 
- \param hNode      - Node to get the parameters for
- \param nodeParams - Pointer to return the parameters
+ - parameter hNode      - Node to get the parameters for
+ - parameter nodeParams - Pointer to return the parameters
 
  \return
  ::CUDA_SUCCESS,
@@ -31615,7 +31652,7 @@ pub unsafe fn cuGraphGetRootNodes(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeGetParams,
@@ -31654,14 +31691,14 @@ pub unsafe fn cuGraphHostNodeGetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets a host node's parameters
+/** Sets a host node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeSetParams.
 
  Sets the parameters of host node \p hNode to \p nodeParams.
 
- \param hNode      - Node to set the parameters for
- \param nodeParams - Parameters to copy
+ - parameter hNode      - Node to set the parameters for
+ - parameter nodeParams - Parameters to copy
 
  \return
  ::CUDA_SUCCESS,
@@ -31669,7 +31706,7 @@ pub unsafe fn cuGraphHostNodeGetParams(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeSetParams,
@@ -31746,7 +31783,7 @@ pub unsafe fn cuGraphInstantiate(
 }
 /// `cuGraphInstantiateWithFlags`, the name the header's macros give [`cuGraphInstantiate`].
 pub use self::cuGraphInstantiate as cuGraphInstantiateWithFlags;
-/** \brief Creates an executable graph from a graph
+/** Creates an executable graph from a graph
 
  Instantiates \p hGraph as an executable graph according to the \p instantiateParams structure.
  The graph is validated for any structural constraints or intra-node constraints
@@ -31757,14 +31794,18 @@ pub use self::cuGraphInstantiate as cuGraphInstantiateWithFlags;
  graph launches, as well as returning more detailed information in the event of an error.
  ::CUDA_GRAPH_INSTANTIATE_PARAMS is defined as:
 
- \code
-typedef struct {
-cuuint64_t flags;
-CUstream hUploadStream;
-CUgraphNode hErrNode_out;
-CUgraphInstantiateResult result_out;
-} CUDA_GRAPH_INSTANTIATE_PARAMS;
- \endcode
+
+ ```text
+
+ typedef struct {
+ cuuint64_t flags;
+ CUstream hUploadStream;
+ CUgraphNode hErrNode_out;
+ CUgraphInstantiateResult result_out;
+ } CUDA_GRAPH_INSTANTIATE_PARAMS;
+
+ ```
+
 
  The \p flags field controls the behavior of instantiation and subsequent
  graph launches. Valid flags are:
@@ -31802,44 +31843,44 @@ CUgraphInstantiateResult result_out;
  - The graph's nodes must reside on a single context.
  - The graph can only contain kernel nodes, memcpy nodes, memset nodes, and child graph nodes.
  - The graph cannot be empty and must contain at least one kernel, memcpy, or memset node.
-   Operation-specific restrictions are outlined below.
+ Operation-specific restrictions are outlined below.
  - Kernel nodes:
-   - Use of CUDA Dynamic Parallelism is not permitted.
-   - Cooperative launches are permitted as long as MPS is not in use.
+ - Use of CUDA Dynamic Parallelism is not permitted.
+ - Cooperative launches are permitted as long as MPS is not in use.
  - Memcpy nodes:
-   - Only copies involving device memory and/or pinned device-mapped host memory are permitted.
-   - Copies involving CUDA arrays are not permitted.
-   - Both operands must be accessible from the current context, and the current context must
-     match the context of other nodes in the graph.
+ - Only copies involving device memory and/or pinned device-mapped host memory are permitted.
+ - Copies involving CUDA arrays are not permitted.
+ - Both operands must be accessible from the current context, and the current context must
+ match the context of other nodes in the graph.
 
  In the event of an error, the \p result_out and \p hErrNode_out fields will contain more
  information about the nature of the error. Possible error reporting includes:
 
  - ::CUDA_GRAPH_INSTANTIATE_ERROR, if passed an invalid value or if an unexpected error occurred
-   which is described by the return value of the function. \p hErrNode_out will be set to NULL.
+ which is described by the return value of the function. \p hErrNode_out will be set to NULL.
  - ::CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE, if the graph structure is invalid. \p hErrNode_out
-   will be set to one of the offending nodes.
+ will be set to one of the offending nodes.
  - ::CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED, if the graph is instantiated for device
-   launch but contains a node of an unsupported node type, or a node which performs unsupported
-   operations, such as use of CUDA dynamic parallelism within a kernel node. \p hErrNode_out will
-   be set to this node.
+ launch but contains a node of an unsupported node type, or a node which performs unsupported
+ operations, such as use of CUDA dynamic parallelism within a kernel node. \p hErrNode_out will
+ be set to this node.
  - ::CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED, if the graph is instantiated for device
-   launch but a node’s context differs from that of another node. This error can also be returned
-   if a graph is not instantiated for device launch and it contains kernels which call device-side
-   cudaGraphLaunch() from multiple contexts. \p hErrNode_out will be set to this node.
+ launch but a node’s context differs from that of another node. This error can also be returned
+ if a graph is not instantiated for device launch and it contains kernels which call device-side
+ cudaGraphLaunch() from multiple contexts. \p hErrNode_out will be set to this node.
 
  If instantiation is successful, \p result_out will be set to ::CUDA_GRAPH_INSTANTIATE_SUCCESS,
  and \p hErrNode_out will be set to NULL.
 
- \param phGraphExec       - Returns instantiated graph
- \param hGraph            - Graph to instantiate
- \param instantiateParams - Instantiation parameters
+ - parameter phGraphExec       - Returns instantiated graph
+ - parameter hGraph            - Graph to instantiate
+ - parameter instantiateParams - Instantiation parameters
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphCreate,
@@ -31880,7 +31921,7 @@ pub unsafe fn cuGraphInstantiateWithParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies attributes from source node to destination node.
+/** Copies attributes from source node to destination node.
 
  Copies attributes from source node \p src to destination node \p dst.
  Both node must have the same context.
@@ -31892,7 +31933,7 @@ pub unsafe fn cuGraphInstantiateWithParams(
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
+
 
  \sa
  ::CUaccessPolicyWindow*/
@@ -31925,7 +31966,7 @@ pub unsafe fn cuGraphKernelNodeCopyAttributes(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Queries node attribute.
+/** Queries node attribute.
 
  Queries attribute \p attr from node \p hNode and stores it in corresponding
  member of \p value_out.
@@ -31938,7 +31979,7 @@ pub unsafe fn cuGraphKernelNodeCopyAttributes(
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_HANDLE
- \notefnerr
+
 
  \sa
  ::CUaccessPolicyWindow*/
@@ -32012,7 +32053,7 @@ pub unsafe fn cuGraphKernelNodeGetParams(
 }
 /// `cuGraphKernelNodeGetParams_v2`, the name the header's macros give [`cuGraphKernelNodeGetParams`].
 pub use self::cuGraphKernelNodeGetParams as cuGraphKernelNodeGetParams_v2;
-/** \brief Sets node attribute.
+/** Sets node attribute.
 
  Sets attribute \p attr on node \p hNode from corresponding attribute of
  \p value.
@@ -32025,7 +32066,7 @@ pub use self::cuGraphKernelNodeGetParams as cuGraphKernelNodeGetParams_v2;
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_HANDLE
- \notefnerr
+
 
  \sa
  ::CUaccessPolicyWindow*/
@@ -32099,7 +32140,7 @@ pub unsafe fn cuGraphKernelNodeSetParams(
 }
 /// `cuGraphKernelNodeSetParams_v2`, the name the header's macros give [`cuGraphKernelNodeSetParams`].
 pub use self::cuGraphKernelNodeSetParams as cuGraphKernelNodeSetParams_v2;
-/** \brief Launches an executable graph in a stream
+/** Launches an executable graph in a stream
 
  Executes \p hGraphExec in \p hStream. Only one instance of \p hGraphExec may be executing
  at a time. Each launch is ordered behind both any previous work in \p hStream
@@ -32110,8 +32151,8 @@ pub use self::cuGraphKernelNodeSetParams as cuGraphKernelNodeSetParams_v2;
  \p hGraphExec was not instantiated with ::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
  the launch will fail with ::CUDA_ERROR_INVALID_VALUE.
 
- \param hGraphExec - Executable graph to launch
- \param hStream    - Stream in which to launch the graph
+ - parameter hGraphExec - Executable graph to launch
+ - parameter hStream    - Stream in which to launch the graph
 
  \return
  ::CUDA_SUCCESS,
@@ -32119,7 +32160,7 @@ pub use self::cuGraphKernelNodeSetParams as cuGraphKernelNodeSetParams_v2;
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphInstantiate,
@@ -32148,7 +32189,7 @@ pub unsafe fn cuGraphLaunch(hGraphExec: CUgraphExec, hStream: CUstream) -> CUres
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a memory alloc node's parameters
+/** Returns a memory alloc node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.
 
@@ -32157,8 +32198,8 @@ pub unsafe fn cuGraphLaunch(hGraphExec: CUgraphExec, hStream: CUstream) -> CUres
  node.  This memory remains valid until the node is destroyed.  The returned
  parameters must not be modified.
 
- \param hNode      - Node to get the parameters for
- \param params_out - Pointer to return the parameters
+ - parameter hNode      - Node to get the parameters for
+ - parameter params_out - Pointer to return the parameters
 
  \return
  ::CUDA_SUCCESS,
@@ -32166,7 +32207,7 @@ pub unsafe fn cuGraphLaunch(hGraphExec: CUgraphExec, hStream: CUstream) -> CUres
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeGetParams,
@@ -32204,14 +32245,14 @@ pub unsafe fn cuGraphMemAllocNodeGetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a memory free node's parameters
+/** Returns a memory free node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.
 
  Returns the address of a memory free node \p hNode in \p dptr_out.
 
- \param hNode    - Node to get the parameters for
- \param dptr_out - Pointer to return the device address
+ - parameter hNode    - Node to get the parameters for
+ - parameter dptr_out - Pointer to return the device address
 
  \return
  ::CUDA_SUCCESS,
@@ -32219,7 +32260,7 @@ pub unsafe fn cuGraphMemAllocNodeGetParams(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeGetParams,
@@ -32254,14 +32295,14 @@ pub unsafe fn cuGraphMemFreeNodeGetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a memcpy node's parameters
+/** Returns a memcpy node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.
 
  Returns the parameters of memcpy node \p hNode in \p nodeParams.
 
- \param hNode      - Node to get the parameters for
- \param nodeParams - Pointer to return the parameters
+ - parameter hNode      - Node to get the parameters for
+ - parameter nodeParams - Pointer to return the parameters
 
  \return
  ::CUDA_SUCCESS,
@@ -32269,7 +32310,7 @@ pub unsafe fn cuGraphMemFreeNodeGetParams(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeGetParams,
@@ -32305,14 +32346,14 @@ pub unsafe fn cuGraphMemcpyNodeGetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets a memcpy node's parameters
+/** Sets a memcpy node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeSetParams.
 
  Sets the parameters of memcpy node \p hNode to \p nodeParams.
 
- \param hNode      - Node to set the parameters for
- \param nodeParams - Parameters to copy
+ - parameter hNode      - Node to set the parameters for
+ - parameter nodeParams - Parameters to copy
 
  \return
  ::CUDA_SUCCESS,
@@ -32320,7 +32361,7 @@ pub unsafe fn cuGraphMemcpyNodeGetParams(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeSetParams,
@@ -32356,14 +32397,14 @@ pub unsafe fn cuGraphMemcpyNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a memset node's parameters
+/** Returns a memset node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.
 
  Returns the parameters of memset node \p hNode in \p nodeParams.
 
- \param hNode      - Node to get the parameters for
- \param nodeParams - Pointer to return the parameters
+ - parameter hNode      - Node to get the parameters for
+ - parameter nodeParams - Pointer to return the parameters
 
  \return
  ::CUDA_SUCCESS,
@@ -32371,7 +32412,7 @@ pub unsafe fn cuGraphMemcpyNodeSetParams(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeGetParams,
@@ -32410,14 +32451,14 @@ pub unsafe fn cuGraphMemsetNodeGetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets a memset node's parameters
+/** Sets a memset node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeSetParams.
 
  Sets the parameters of memset node \p hNode to \p nodeParams.
 
- \param hNode      - Node to set the parameters for
- \param nodeParams - Parameters to copy
+ - parameter hNode      - Node to set the parameters for
+ - parameter nodeParams - Parameters to copy
 
  \return
  ::CUDA_SUCCESS,
@@ -32425,7 +32466,7 @@ pub unsafe fn cuGraphMemsetNodeGetParams(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeSetParams,
@@ -32464,7 +32505,7 @@ pub unsafe fn cuGraphMemsetNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Finds a cloned version of a node
+/** Finds a cloned version of a node
 
  This function returns the node in \p hClonedGraph corresponding to \p hOriginalNode
  in the original graph.
@@ -32474,15 +32515,15 @@ pub unsafe fn cuGraphMemsetNodeSetParams(
  ::cuGraphClone, and the corresponding cloned node in \p hClonedGraph must not have
  been removed. The cloned node is then returned via \p phClonedNode.
 
- \param phNode  - Returns handle to the cloned node
- \param hOriginalNode - Handle to the original node
- \param hClonedGraph - Cloned graph to query
+ - parameter phNode  - Returns handle to the cloned node
+ - parameter hOriginalNode - Handle to the original node
+ - parameter hClonedGraph - Cloned graph to query
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphClone*/
@@ -32521,13 +32562,13 @@ pub unsafe fn cuGraphNodeFindInClone(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the graph that contains a given graph node
+/** Returns the graph that contains a given graph node
 
  Returns the graph that contains \p hNode in \p *phGraph.
  If \p hNode is in a child graph, the child graph it is in is returned.
 
- \param hNode - Node to query
- \param *phGraph - Pointer to return the containing graph
+ - parameter hNode - Node to query
+ - parameter *phGraph - Pointer to return the containing graph
  \return
  ::CUDA_SUCCESS
  ::CUDA_ERROR_INVALID_VALUE
@@ -32650,7 +32691,7 @@ pub unsafe fn cuGraphNodeGetDependentNodes(
 }
 /// `cuGraphNodeGetDependentNodes_v2`, the name the header's macros give [`cuGraphNodeGetDependentNodes`].
 pub use self::cuGraphNodeGetDependentNodes as cuGraphNodeGetDependentNodes_v2;
-/** \brief Query whether a node in the given graphExec is enabled
+/** Query whether a node in the given graphExec is enabled
 
  Sets isEnabled to 1 if \p hNode is enabled, or 0 if \p hNode is disabled.
 
@@ -32659,24 +32700,24 @@ pub use self::cuGraphNodeGetDependentNodes as cuGraphNodeGetDependentNodes_v2;
 
  \p hNode must not have been removed from the original graph.
 
- \note The following node types are currently supported:
-       - Kernel
-       - Memset
-       - Memcpy
-       - Batch memcpy
-       - Fabric memcpy
+ Note: The following node types are currently supported:
+ - Kernel
+ - Memset
+ - Memcpy
+ - Batch memcpy
+ - Fabric memcpy
 
- \note This function will not reflect device-side updates for device-updatable kernel nodes.
+ Note: This function will not reflect device-side updates for device-updatable kernel nodes.
 
- \param hGraphExec - The executable graph in which to set the specified node
- \param hNode      - Node from the graph from which graphExec was instantiated
- \param isEnabled  - Location to return the enabled status of the node
+ - parameter hGraphExec - The executable graph in which to set the specified node
+ - parameter hNode      - Node from the graph from which graphExec was instantiated
+ - parameter isEnabled  - Location to return the enabled status of the node
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeSetEnabled,
@@ -32718,14 +32759,14 @@ pub unsafe fn cuGraphNodeGetEnabled(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the local node id of a given graph node
+/** Returns the local node id of a given graph node
 
  Returns the node id of \p hNode in \p *nodeId.
  The nodeId matches that referenced by ::cuGraphDebugDotPrint.
  The local nodeId and graphId together can uniquely identify the node.
 
- \param hNode - Node to query
- \param nodeId - Pointer to return the nodeId
+ - parameter hNode - Node to query
+ - parameter nodeId - Pointer to return the nodeId
  \return
  ::CUDA_SUCCESS
  ::CUDA_ERROR_INVALID_VALUE
@@ -32736,8 +32777,7 @@ pub unsafe fn cuGraphNodeGetEnabled(
  ::cuGraphNodeGetContainingGraph
  ::cuGraphNodeGetToolsId
  ::cuGraphGetId
- ::cuGraphExecGetId
-*/
+ ::cuGraphExecGetId*/
 ///
 /** # Loading
 
@@ -32770,7 +32810,7 @@ pub unsafe fn cuGraphNodeGetLocalId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Return a graph node's parameters
+/** Return a graph node's parameters
 
  Returns the parameters of graph node \p hNode in \p *nodeParams.
 
@@ -32785,8 +32825,8 @@ pub unsafe fn cuGraphNodeGetLocalId(
  semantics or other parameters that govern behavior of node creation but are not part
  of the final functional descriptor.
 
- \param hNode      - Node to get the parameters for
- \param nodeParams - Pointer to return the parameters
+ - parameter hNode      - Node to get the parameters for
+ - parameter nodeParams - Pointer to return the parameters
 
  \return
  ::CUDA_SUCCESS,
@@ -32794,7 +32834,7 @@ pub unsafe fn cuGraphNodeGetLocalId(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeSetParams,
@@ -32829,10 +32869,10 @@ pub unsafe fn cuGraphNodeGetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns an id used by tools to identify a given node
+/** Returns an id used by tools to identify a given node
 
- \param hNode - Node to query
- \param *toolsNodeId - Pointer to return the id used by tools
+ - parameter hNode - Node to query
+ - parameter *toolsNodeId - Pointer to return the id used by tools
  \return
  ::CUDA_SUCCESS
  ::CUDA_ERROR_INVALID_VALUE
@@ -32876,12 +32916,12 @@ pub unsafe fn cuGraphNodeGetToolsId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a node's type
+/** Returns a node's type
 
  Returns the node type of \p hNode in \p type.
 
- \param hNode - Node to query
- \param type  - Pointer to return the node type
+ - parameter hNode - Node to query
+ - parameter type  - Pointer to return the node type
 
  \return
  ::CUDA_SUCCESS,
@@ -32889,7 +32929,7 @@ pub unsafe fn cuGraphNodeGetToolsId(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphGetNodes,
@@ -32932,7 +32972,7 @@ pub unsafe fn cuGraphNodeGetType(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Enables or disables the specified node in the given graphExec
+/** Enables or disables the specified node in the given graphExec
 
  Sets \p hNode to be either enabled or disabled. Disabled nodes are functionally equivalent
  to empty nodes until they are reenabled. Existing node parameters are not affected by
@@ -32952,22 +32992,22 @@ pub unsafe fn cuGraphNodeGetType(
  device-updatable kernel node while it is being updated from the device will result in
  undefined behavior.
 
- \note The following node types are currently supported:
-       - Kernel
-       - Memset
-       - Memcpy
-       - Batch memcpy
-       - Fabric memcpy
+ Note: The following node types are currently supported:
+ - Kernel
+ - Memset
+ - Memcpy
+ - Batch memcpy
+ - Fabric memcpy
 
- \param hGraphExec - The executable graph in which to set the specified node
- \param hNode      - Node from the graph from which graphExec was instantiated
- \param isEnabled  - Node is enabled if != 0, otherwise the node is disabled
+ - parameter hGraphExec - The executable graph in which to set the specified node
+ - parameter hNode      - Node from the graph from which graphExec was instantiated
+ - parameter isEnabled  - Node is enabled if != 0, otherwise the node is disabled
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphNodeGetEnabled,
@@ -33009,7 +33049,7 @@ pub unsafe fn cuGraphNodeSetEnabled(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Update a graph node's parameters
+/** Update a graph node's parameters
 
  Sets the parameters of graph node \p hNode to \p nodeParams. The node type specified by
  \p nodeParams->type must match the type of \p hNode. \p nodeParams must be fully
@@ -33018,15 +33058,15 @@ pub unsafe fn cuGraphNodeSetEnabled(
  Modifying parameters is not supported for node types CU_GRAPH_NODE_TYPE_MEM_ALLOC and
  CU_GRAPH_NODE_TYPE_MEM_FREE.
 
- \param hNode      - Node to set the parameters for
- \param nodeParams - Parameters to copy
+ - parameter hNode      - Node to set the parameters for
+ - parameter nodeParams - Parameters to copy
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_SUPPORTED
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode,
@@ -33061,7 +33101,7 @@ pub unsafe fn cuGraphNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Update a graph node's parameters
+/** Update a graph node's parameters
 
  Sets the parameters of graph node \p hNode to \p nodeParams. The node type specified by
  \p nodeParams->type must match the type of \p hNode. \p nodeParams must be fully
@@ -33074,8 +33114,8 @@ pub unsafe fn cuGraphNodeSetParams(
  underlying device context of ctx must match the device context that the ::CUfunction
  was loaded into; otherwise the call returns ::CUDA_ERROR_INVALID_CONTEXT.
 
- \param hNode      - Node to set the parameters for
- \param nodeParams - Parameters to copy
+ - parameter hNode      - Node to set the parameters for
+ - parameter nodeParams - Parameters to copy
 
  \return
  ::CUDA_SUCCESS,
@@ -33083,7 +33123,7 @@ pub unsafe fn cuGraphNodeSetParams(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_NOT_SUPPORTED
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode_v3,
@@ -33118,16 +33158,16 @@ pub unsafe fn cuGraphNodeSetParams_v2(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Release a user object reference from a graph
+/** Release a user object reference from a graph
 
  Releases user object references owned by a graph.
 
  See CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.
 
- \param graph  - The graph that will release the reference
- \param object - The user object to release a reference for
- \param count  - The number of references to release, typically 1. Must be nonzero
-                 and not larger than INT_MAX.
+ - parameter graph  - The graph that will release the reference
+ - parameter object - The user object to release a reference for
+ - parameter count  - The number of references to release, typically 1. Must be nonzero
+ and not larger than INT_MAX.
 
  \return
  ::CUDA_SUCCESS,
@@ -33218,19 +33258,19 @@ pub unsafe fn cuGraphRemoveDependencies(
 }
 /// `cuGraphRemoveDependencies_v2`, the name the header's macros give [`cuGraphRemoveDependencies`].
 pub use self::cuGraphRemoveDependencies as cuGraphRemoveDependencies_v2;
-/** \brief Retain a reference to a user object from a graph
+/** Retain a reference to a user object from a graph
 
  Creates or moves user object references that will be owned by a CUDA graph.
 
  See CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.
 
- \param graph  - The graph to associate the reference with
- \param object - The user object to retain a reference for
- \param count  - The number of references to add to the graph, typically 1. Must be
-                 nonzero and not larger than INT_MAX.
- \param flags  - The optional flag ::CU_GRAPH_USER_OBJECT_MOVE transfers references
-                 from the calling thread, rather than create new references. Pass 0
-                 to create new references.
+ - parameter graph  - The graph to associate the reference with
+ - parameter object - The user object to retain a reference for
+ - parameter count  - The number of references to add to the graph, typically 1. Must be
+ nonzero and not larger than INT_MAX.
+ - parameter flags  - The optional flag ::CU_GRAPH_USER_OBJECT_MOVE transfers references
+ from the calling thread, rather than create new references. Pass 0
+ to create new references.
 
  \return
  ::CUDA_SUCCESS,
@@ -33280,15 +33320,15 @@ pub unsafe fn cuGraphRetainUserObject(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Uploads an executable graph in a stream
+/** Uploads an executable graph in a stream
 
  Uploads \p hGraphExec to the device in \p hStream without executing it. Uploads of
  the same \p hGraphExec will be serialized. Each upload is ordered behind both any
  previous work in \p hStream and any previous launches of \p hGraphExec.
  Uses memory cached by \p stream to back the allocations owned by \p hGraphExec.
 
- \param hGraphExec - Executable graph to upload
- \param hStream    - Stream in which to upload the graph
+ - parameter hGraphExec - Executable graph to upload
+ - parameter hStream    - Stream in which to upload the graph
 
  \return
  ::CUDA_SUCCESS,
@@ -33296,7 +33336,7 @@ pub unsafe fn cuGraphRetainUserObject(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphInstantiate,
@@ -33325,7 +33365,7 @@ pub unsafe fn cuGraphUpload(hGraphExec: CUgraphExec, hStream: CUstream) -> CUres
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Map graphics resources for access by CUDA
+/** Map graphics resources for access by CUDA
 
  Maps the \p count graphics resources in \p resources for access by CUDA.
 
@@ -33341,9 +33381,9 @@ pub unsafe fn cuGraphUpload(hGraphExec: CUgraphExec, hStream: CUstream) -> CUres
  If \p resources includes any duplicate entries then ::CUDA_ERROR_INVALID_HANDLE is returned.
  If any of \p resources are presently mapped for access by CUDA then ::CUDA_ERROR_ALREADY_MAPPED is returned.
 
- \param count      - Number of resources to map
- \param resources  - Resources to map for CUDA usage
- \param hStream    - Stream with which to synchronize
+ - parameter count      - Number of resources to map
+ - parameter resources  - Resources to map for CUDA usage
+ - parameter hStream    - Stream with which to synchronize
 
  \return
  ::CUDA_SUCCESS,
@@ -33353,8 +33393,8 @@ pub unsafe fn cuGraphUpload(hGraphExec: CUgraphExec, hStream: CUstream) -> CUres
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_ALREADY_MAPPED,
  ::CUDA_ERROR_UNKNOWN
- \note_null_stream
- \notefnerr
+
+
 
  \sa
  ::cuGraphicsResourceGetMappedPointer,
@@ -33396,7 +33436,7 @@ pub unsafe fn cuGraphicsMapResources(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Get a mipmapped array through which to access a mapped graphics resource.
+/** Get a mipmapped array through which to access a mapped graphics resource.
 
  Returns in \p *pMipmappedArray a mipmapped array through which the mapped graphics
  resource \p resource. The value set in \p *pMipmappedArray may change every time
@@ -33406,8 +33446,8 @@ pub unsafe fn cuGraphicsMapResources(
  ::CUDA_ERROR_NOT_MAPPED_AS_ARRAY is returned.
  If \p resource is not mapped then ::CUDA_ERROR_NOT_MAPPED is returned.
 
- \param pMipmappedArray - Returned mipmapped array through which \p resource may be accessed
- \param resource        - Mapped resource to access
+ - parameter pMipmappedArray - Returned mipmapped array through which \p resource may be accessed
+ - parameter resource        - Mapped resource to access
 
  \return
  ::CUDA_SUCCESS,
@@ -33418,7 +33458,7 @@ pub unsafe fn cuGraphicsMapResources(
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_NOT_MAPPED,
  ::CUDA_ERROR_NOT_MAPPED_AS_ARRAY
- \notefnerr
+
 
  \sa
  ::cuGraphicsResourceGetMappedPointer,
@@ -33528,7 +33568,7 @@ pub unsafe fn cuGraphicsResourceSetMapFlags(
 }
 /// `cuGraphicsResourceSetMapFlags_v2`, the name the header's macros give [`cuGraphicsResourceSetMapFlags`].
 pub use self::cuGraphicsResourceSetMapFlags as cuGraphicsResourceSetMapFlags_v2;
-/** \brief Get an array through which to access a subresource of a mapped graphics resource.
+/** Get an array through which to access a subresource of a mapped graphics resource.
 
  Returns in \p *pArray an array through which the subresource of the mapped
  graphics resource \p resource which corresponds to array index \p arrayIndex
@@ -33543,12 +33583,12 @@ pub use self::cuGraphicsResourceSetMapFlags as cuGraphicsResourceSetMapFlags_v2;
  ::CUDA_ERROR_INVALID_VALUE is returned.
  If \p resource is not mapped then ::CUDA_ERROR_NOT_MAPPED is returned.
 
- \param pArray      - Returned array through which a subresource of \p resource may be accessed
- \param resource    - Mapped resource to access
- \param arrayIndex  - Array index for array textures or cubemap face
-                      index as defined by ::CUarray_cubemap_face for
-                      cubemap textures for the subresource to access
- \param mipLevel    - Mipmap level for the subresource to access
+ - parameter pArray      - Returned array through which a subresource of \p resource may be accessed
+ - parameter resource    - Mapped resource to access
+ - parameter arrayIndex  - Array index for array textures or cubemap face
+ index as defined by ::CUarray_cubemap_face for
+ cubemap textures for the subresource to access
+ - parameter mipLevel    - Mipmap level for the subresource to access
 
  \return
  ::CUDA_SUCCESS,
@@ -33559,7 +33599,7 @@ pub use self::cuGraphicsResourceSetMapFlags as cuGraphicsResourceSetMapFlags_v2;
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_NOT_MAPPED,
  ::CUDA_ERROR_NOT_MAPPED_AS_ARRAY
- \notefnerr
+
 
  \sa
  ::cuGraphicsResourceGetMappedPointer,
@@ -33602,7 +33642,7 @@ pub unsafe fn cuGraphicsSubResourceGetMappedArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Unmap graphics resources.
+/** Unmap graphics resources.
 
  Unmaps the \p count graphics resources in \p resources.
 
@@ -33617,9 +33657,9 @@ pub unsafe fn cuGraphicsSubResourceGetMappedArray(
  If \p resources includes any duplicate entries then ::CUDA_ERROR_INVALID_HANDLE is returned.
  If any of \p resources are not presently mapped for access by CUDA then ::CUDA_ERROR_NOT_MAPPED is returned.
 
- \param count      - Number of resources to unmap
- \param resources  - Resources to unmap
- \param hStream    - Stream with which to synchronize
+ - parameter count      - Number of resources to unmap
+ - parameter resources  - Resources to unmap
+ - parameter hStream    - Stream with which to synchronize
 
  \return
  ::CUDA_SUCCESS,
@@ -33629,8 +33669,8 @@ pub unsafe fn cuGraphicsSubResourceGetMappedArray(
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_NOT_MAPPED,
  ::CUDA_ERROR_UNKNOWN
- \note_null_stream
- \notefnerr
+
+
 
  \sa
  ::cuGraphicsMapResources,
@@ -33670,7 +33710,7 @@ pub unsafe fn cuGraphicsUnmapResources(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Unregisters a graphics resource for access by CUDA
+/** Unregisters a graphics resource for access by CUDA
 
  Unregisters the graphics resource \p resource so it is not accessible by
  CUDA unless registered again.
@@ -33678,7 +33718,7 @@ pub unsafe fn cuGraphicsUnmapResources(
  If \p resource is invalid then ::CUDA_ERROR_INVALID_HANDLE is
  returned.
 
- \param resource - Resource to unregister
+ - parameter resource - Resource to unregister
 
  \return
  ::CUDA_SUCCESS,
@@ -33687,7 +33727,7 @@ pub unsafe fn cuGraphicsUnmapResources(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_UNKNOWN
- \notefnerr
+
 
  \sa
  ::cuGraphicsD3D9RegisterResource,
@@ -33719,7 +33759,7 @@ pub unsafe fn cuGraphicsUnregisterResource(resource: CUgraphicsResource) -> CUre
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a green context with a specified set of resources.
+/** Creates a green context with a specified set of resources.
 
  This API creates a green context with the resources specified in the descriptor \p desc and
  returns it in the handle represented by \p phCtx. This API will retain the primary context on device \p dev,
@@ -33733,10 +33773,10 @@ pub unsafe fn cuGraphicsUnregisterResource(resource: CUgraphicsResource) -> CUre
 
  Note: The API is not supported on 32-bit platforms.
 
- \param phCtx - Pointer for the output handle to the green context
- \param desc - Descriptor generated via ::cuDevResourceGenerateDesc which contains the set of resources to be used
- \param dev - Device on which to create the green context.
- \param flags - One of the supported green context creation flags.
+ - parameter phCtx - Pointer for the output handle to the green context
+ - parameter desc - Descriptor generated via ::cuDevResourceGenerateDesc which contains the set of resources to be used
+ - parameter dev - Device on which to create the green context.
+ - parameter flags - One of the supported green context creation flags.
 
  The supported flags are:
  - \p CU_GREEN_CTX_NONE : Default behavior.
@@ -33797,7 +33837,7 @@ pub unsafe fn cuGreenCtxCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys a green context
+/** Destroys a green context
 
  Destroys the green context, releasing the primary context of the device that this green context was created for.
  Any resources provisioned for this green context (that were initially available via the resource descriptor)
@@ -33809,7 +33849,7 @@ pub unsafe fn cuGreenCtxCreate(
 
  Additionally, the API will invalidate all active captures on these streams.
 
- \param hCtx - Green context to be destroyed
+ - parameter hCtx - Green context to be destroyed
 
  \return
  ::CUDA_SUCCESS,
@@ -33844,12 +33884,12 @@ pub unsafe fn cuGreenCtxDestroy(hCtx: CUgreenCtx) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Get green context resources
+/** Get green context resources
 
  Get the \p type resources available to the green context represented by \p hCtx
- \param hCtx - Green context to get resource for
- \param resource - Output pointer to a CUdevResource structure
- \param type - Type of resource to retrieve
+ - parameter hCtx - Green context to get resource for
+ - parameter resource - Output pointer to a CUdevResource structure
+ - parameter type - Type of resource to retrieve
 
  \return
  ::CUDA_SUCCESS
@@ -33896,15 +33936,15 @@ pub unsafe fn cuGreenCtxGetDevResource(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the unique Id associated with the green context supplied
+/** Returns the unique Id associated with the green context supplied
 
  Returns in \p greenCtxId the unique Id which is associated with a given green context.
  The Id is unique for the life of the program for this instance of CUDA.
  If green context is supplied as NULL and the current context is set to a green context,
  the Id of the current green context is returned.
 
- \param greenCtx - Green context for which to obtain the Id
- \param greenCtxId - Pointer to store the Id of the green context
+ - parameter greenCtx - Green context for which to obtain the Id
+ - parameter greenCtxId - Pointer to store the Id of the green context
 
  \return
  ::CUDA_SUCCESS,
@@ -33913,9 +33953,9 @@ pub unsafe fn cuGreenCtxGetDevResource(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuGreenCtxCreate,
+
+ See also: ::cuGreenCtxCreate,
  ::cuGreenCtxDestroy,
  ::cuCtxGetId*/
 ///
@@ -33950,7 +33990,7 @@ pub unsafe fn cuGreenCtxGetId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Records an event.
+/** Records an event.
 
  Captures in \p hEvent all the activities of the green context of \p hCtx
  at the time of this call. \p hEvent and \p hCtx must be from the same
@@ -33959,12 +33999,12 @@ pub unsafe fn cuGreenCtxGetId(
  then examine or wait for completion of the work that was captured. Uses of
  \p hCtx after this call do not modify \p hEvent.
 
- \note The API will return ::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED if the
+ Note: The API will return ::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED if the
  specified green context \p hCtx has a stream in the capture mode. In such
  a case, the call will invalidate all the conflicting captures.
 
- \param hCtx - Green context to record event for
- \param hEvent  - Event to record
+ - parameter hCtx - Green context to record event for
+ - parameter hEvent  - Event to record
 
  \return
  ::CUDA_SUCCESS,
@@ -34002,7 +34042,7 @@ pub unsafe fn cuGreenCtxRecordEvent(hCtx: CUgreenCtx, hEvent: CUevent) -> CUresu
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Create a stream for use in the green context
+/** Create a stream for use in the green context
 
  Creates a stream for use in the specified green context \p greenCtx and returns a handle in \p phStream.
  The stream can be destroyed by calling ::cuStreamDestroy(). Note that the API ignores the context that
@@ -34010,8 +34050,8 @@ pub unsafe fn cuGreenCtxRecordEvent(hCtx: CUgreenCtx, hEvent: CUevent) -> CUresu
 
  The supported values for \p flags are:
  - ::CU_STREAM_NON_BLOCKING: This must be specified. It indicates that work running in the created
-   stream may run concurrently with work in the default stream, and that
-   the created stream should perform no implicit synchronization with the default stream.
+ stream may run concurrently with work in the default stream, and that
+ the created stream should perform no implicit synchronization with the default stream.
 
  Specifying \p priority affects the scheduling priority of work in the stream. Priorities provide a
  hint to preferentially run work with higher priority when possible, but do not preempt
@@ -34022,12 +34062,12 @@ pub unsafe fn cuGreenCtxRecordEvent(hCtx: CUgreenCtx, hEvent: CUevent) -> CUresu
  outside the numerical range returned by ::cuCtxGetStreamPriorityRange,
  it will automatically be clamped to the lowest or the highest number in the range.
 
- \param phStream - Returned newly created stream
- \param greenCtx - Green context for which to create the stream for
- \param flags    - Flags for stream creation. \p CU_STREAM_NON_BLOCKING must be specified.
- \param priority - Stream priority. Lower numbers represent higher priorities.
-                   See ::cuCtxGetStreamPriorityRange for more information about
-                   meaningful stream priorities that can be passed.
+ - parameter phStream - Returned newly created stream
+ - parameter greenCtx - Green context for which to create the stream for
+ - parameter flags    - Flags for stream creation. \p CU_STREAM_NON_BLOCKING must be specified.
+ - parameter priority - Stream priority. Lower numbers represent higher priorities.
+ See ::cuCtxGetStreamPriorityRange for more information about
+ meaningful stream priorities that can be passed.
 
  \return
  ::CUDA_SUCCESS,
@@ -34036,13 +34076,13 @@ pub unsafe fn cuGreenCtxRecordEvent(hCtx: CUgreenCtx, hEvent: CUevent) -> CUresu
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_OUT_OF_MEMORY
- \notefnerr
 
- \note In the current implementation, only compute kernels launched in
+
+ Note: In the current implementation, only compute kernels launched in
  priority streams are affected by the stream's priority. Stream priorities have
  no effect on host-to-device and device-to-host memory operations.
 
- \sa ::cuStreamDestroy,
+ See also: ::cuStreamDestroy,
  ::cuGreenCtxCreate
  ::cuStreamCreate,
  ::cuStreamGetPriority,
@@ -34092,22 +34132,22 @@ pub unsafe fn cuGreenCtxStreamCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Make a green context wait on an event
+/** Make a green context wait on an event
 
  Makes all future work submitted to green context \p hCtx wait for all work
  captured in \p hEvent. The synchronization will be performed on the device
  and will not block the calling CPU thread. See ::cuGreenCtxRecordEvent()
  or ::cuEventRecord(), for details on what is captured by an event.
 
- \note \p hEvent may be from a different context or device than \p hCtx.
+ Note: \p hEvent may be from a different context or device than \p hCtx.
 
- \note The API will return ::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
+ Note: The API will return ::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
  invalidate the capture if the specified event \p hEvent is part of an
  ongoing capture sequence or if the specified green context \p hCtx has
  a stream in the capture mode.
 
- \param hCtx    - Green context to wait
- \param hEvent  - Event to wait on
+ - parameter hCtx    - Green context to wait
+ - parameter hEvent  - Event to wait on
 
  \return
  ::CUDA_SUCCESS,
@@ -34145,7 +34185,7 @@ pub unsafe fn cuGreenCtxWaitEvent(hCtx: CUgreenCtx, hEvent: CUevent) -> CUresult
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Imports an external memory object
+/** Imports an external memory object
 
  Imports an externally allocated memory object and returns
  a handle to that in \p extMem_out.
@@ -34154,39 +34194,47 @@ pub unsafe fn cuGreenCtxWaitEvent(hCtx: CUgreenCtx, hEvent: CUevent) -> CUresult
  \p memHandleDesc. The ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC structure
  is defined as follows:
 
- \code
-typedef struct CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st {
-CUexternalMemoryHandleType type;
-union {
-int fd;
-struct {
-void *handle;
-const void *name;
-} win32;
-const void *nvSciBufObject;
-} handle;
-unsigned long long size;
-unsigned int flags;
-} CUDA_EXTERNAL_MEMORY_HANDLE_DESC;
- \endcode
+
+ ```text
+
+ typedef struct CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st {
+ CUexternalMemoryHandleType type;
+ union {
+ int fd;
+ struct {
+ void *handle;
+ const void *name;
+ } win32;
+ const void *nvSciBufObject;
+ } handle;
+ unsigned long long size;
+ unsigned int flags;
+ } CUDA_EXTERNAL_MEMORY_HANDLE_DESC;
+
+ ```
+
 
  where ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::type specifies the type
  of handle being imported. ::CUexternalMemoryHandleType is
  defined as:
 
- \code
-typedef enum CUexternalMemoryHandleType_enum {
-CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD          = 1,
-CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_WIN32       = 2,
-CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_WIN32_KMT   = 3,
-CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D12_HEAP         = 4,
-CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D12_RESOURCE     = 5,
-CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D11_RESOURCE     = 6,
-CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D11_RESOURCE_KMT = 7,
-CU_EXTERNAL_MEMORY_HANDLE_TYPE_NVSCIBUF           = 8,
-CU_EXTERNAL_MEMORY_HANDLE_TYPE_DMABUF_FD          = 9
-} CUexternalMemoryHandleType;
- \endcode
+
+ ```text
+
+ typedef enum CUexternalMemoryHandleType_enum {
+ CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD          = 1,
+ CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_WIN32       = 2,
+ CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_WIN32_KMT   = 3,
+ CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D12_HEAP         = 4,
+ CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D12_RESOURCE     = 5,
+ CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D11_RESOURCE     = 6,
+ CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D11_RESOURCE_KMT = 7,
+ CU_EXTERNAL_MEMORY_HANDLE_TYPE_NVSCIBUF           = 8,
+ CU_EXTERNAL_MEMORY_HANDLE_TYPE_DMABUF_FD          = 9
+ } CUexternalMemoryHandleType;
+
+ ```
+
 
  If ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::type is
  ::CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD, then
@@ -34296,8 +34344,8 @@ CU_EXTERNAL_MEMORY_HANDLE_TYPE_DMABUF_FD          = 9
  ::CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D11_RESOURCE
  ::CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D11_RESOURCE_KMT
 
- \param extMem_out    - Returned handle to an external memory object
- \param memHandleDesc - Memory import handle descriptor
+ - parameter extMem_out    - Returned handle to an external memory object
+ - parameter memHandleDesc - Memory import handle descriptor
 
  \return
  ::CUDA_SUCCESS,
@@ -34305,15 +34353,15 @@ CU_EXTERNAL_MEMORY_HANDLE_TYPE_DMABUF_FD          = 9
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_OPERATING_SYSTEM
- \notefnerr
 
- \note If the Vulkan memory imported into CUDA is mapped on the CPU then the
+
+ Note: If the Vulkan memory imported into CUDA is mapped on the CPU then the
  application must use vkInvalidateMappedMemoryRanges/vkFlushMappedMemoryRanges
  as well as appropriate Vulkan pipeline barriers to maintain coherence between
  CPU and GPU. For more information on these APIs, please refer to "Synchronization
  and Cache Control" chapter from Vulkan specification.
 
- \sa ::cuDestroyExternalMemory,
+ See also: ::cuDestroyExternalMemory,
  ::cuExternalMemoryGetMappedBuffer,
  ::cuExternalMemoryGetMappedMipmappedArray*/
 ///
@@ -34348,7 +34396,7 @@ pub unsafe fn cuImportExternalMemory(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Imports an external semaphore
+/** Imports an external semaphore
 
  Imports an externally allocated synchronization object and returns
  a handle to that in \p extSem_out.
@@ -34357,39 +34405,47 @@ pub unsafe fn cuImportExternalMemory(
  \p semHandleDesc. The ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC is
  defined as follows:
 
- \code
-typedef struct CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st {
-CUexternalSemaphoreHandleType type;
-union {
-int fd;
-struct {
-void *handle;
-const void *name;
-} win32;
-const void* NvSciSyncObj;
-} handle;
-unsigned int flags;
-} CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC;
- \endcode
+
+ ```text
+
+ typedef struct CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st {
+ CUexternalSemaphoreHandleType type;
+ union {
+ int fd;
+ struct {
+ void *handle;
+ const void *name;
+ } win32;
+ const void* NvSciSyncObj;
+ } handle;
+ unsigned int flags;
+ } CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC;
+
+ ```
+
 
  where ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::type specifies the type of
  handle being imported. ::CUexternalSemaphoreHandleType is defined
  as:
 
- \code
-typedef enum CUexternalSemaphoreHandleType_enum {
-CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD                = 1,
-CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_WIN32             = 2,
-CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_WIN32_KMT         = 3,
-CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D12_FENCE              = 4,
-CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_FENCE              = 5,
-CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_NVSCISYNC                = 6,
-CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_KEYED_MUTEX        = 7,
-CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_KEYED_MUTEX_KMT    = 8,
-CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD    = 9,
-CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_WIN32 = 10
-} CUexternalSemaphoreHandleType;
- \endcode
+
+ ```text
+
+ typedef enum CUexternalSemaphoreHandleType_enum {
+ CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD                = 1,
+ CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_WIN32             = 2,
+ CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_WIN32_KMT         = 3,
+ CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D12_FENCE              = 4,
+ CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_FENCE              = 5,
+ CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_NVSCISYNC                = 6,
+ CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_KEYED_MUTEX        = 7,
+ CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_KEYED_MUTEX_KMT    = 8,
+ CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD    = 9,
+ CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_WIN32 = 10
+ } CUexternalSemaphoreHandleType;
+
+ ```
+
 
  If ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::type is
  ::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD, then
@@ -34488,8 +34544,8 @@ CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_WIN32 = 10
  call. If ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::name
  is not NULL, then it must name a valid synchronization object.
 
- \param extSem_out    - Returned handle to an external semaphore
- \param semHandleDesc - Semaphore import handle descriptor
+ - parameter extSem_out    - Returned handle to an external semaphore
+ - parameter semHandleDesc - Semaphore import handle descriptor
 
  \return
  ::CUDA_SUCCESS,
@@ -34497,9 +34553,9 @@ CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_WIN32 = 10
  ::CUDA_ERROR_NOT_SUPPORTED,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_OPERATING_SYSTEM
- \notefnerr
 
- \sa ::cuDestroyExternalSemaphore,
+
+ See also: ::cuDestroyExternalSemaphore,
  ::cuSignalExternalSemaphoresAsync,
  ::cuWaitExternalSemaphoresAsync*/
 ///
@@ -34534,7 +34590,7 @@ pub unsafe fn cuImportExternalSemaphore(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Initialize the CUDA driver API
+/** Initialize the CUDA driver API
  Initializes the driver API and must be called before any other function from
  the driver API in the current process. Currently, the \p Flags parameter must be 0. If ::cuInit()
  has not been called, any function from the driver API will return
@@ -34544,7 +34600,7 @@ pub unsafe fn cuImportExternalSemaphore(
  set the environment variable CUDA_FORCE_PRELOAD_LIBRARIES=0. CUDA will lazily load JIT libraries as needed.
  To disable JIT entirely, set the environment variable CUDA_DISABLE_JIT=1.
 
- \param Flags - Initialization flag for CUDA.
+ - parameter Flags - Initialization flag for CUDA.
 
  \return
  ::CUDA_SUCCESS,
@@ -34552,7 +34608,7 @@ pub unsafe fn cuImportExternalSemaphore(
  ::CUDA_ERROR_INVALID_DEVICE,
  ::CUDA_ERROR_SYSTEM_DRIVER_MISMATCH,
  ::CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE
- \notefnerr*/
+*/
 ///
 /** # Loading
 
@@ -34576,7 +34632,7 @@ pub unsafe fn cuInit(Flags: ::core::ffi::c_uint) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Attempts to close memory mapped with ::cuIpcOpenMemHandle
+/** Attempts to close memory mapped with ::cuIpcOpenMemHandle
 
  Decrements the reference count of the memory returned by ::cuIpcOpenMemHandle by 1.
  When the reference count reaches 0, this API unmaps the memory. The original allocation
@@ -34593,7 +34649,7 @@ pub unsafe fn cuInit(Flags: ::core::ffi::c_uint) -> CUresult {
  Users can test their device for IPC functionality by calling
  ::cuapiDeviceGetAttribute with ::CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED
 
- \param dptr - Device pointer returned by ::cuIpcOpenMemHandle
+ - parameter dptr - Device pointer returned by ::cuIpcOpenMemHandle
 
  \returns
  ::CUDA_SUCCESS,
@@ -34632,7 +34688,7 @@ pub unsafe fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets an interprocess handle for a previously allocated event
+/** Gets an interprocess handle for a previously allocated event
 
  Takes as input a previously allocated event. This event must have been
  created with the ::CU_EVENT_INTERPROCESS and ::CU_EVENT_DISABLE_TIMING
@@ -34653,10 +34709,10 @@ pub unsafe fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CUresult {
  Users can test their device for IPC functionality by calling
  ::cuDeviceGetAttribute with ::CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED
 
- \param pHandle - Pointer to a user allocated CUipcEventHandle
-                    in which to return the opaque event handle
- \param event   - Event allocated with ::CU_EVENT_INTERPROCESS and
-                    ::CU_EVENT_DISABLE_TIMING flags.
+ - parameter pHandle - Pointer to a user allocated CUipcEventHandle
+ in which to return the opaque event handle
+ - parameter event   - Event allocated with ::CU_EVENT_INTERPROCESS and
+ ::CU_EVENT_DISABLE_TIMING flags.
 
  \return
  ::CUDA_SUCCESS,
@@ -34705,7 +34761,7 @@ pub unsafe fn cuIpcGetEventHandle(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets an interprocess memory handle for an existing device memory
+/** Gets an interprocess memory handle for an existing device memory
  allocation
 
  Takes a pointer to the base of an existing device memory allocation created
@@ -34725,9 +34781,9 @@ pub unsafe fn cuIpcGetEventHandle(
  Users can test their device for IPC functionality by calling
  ::cuapiDeviceGetAttribute with ::CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED
 
- \param pHandle - Pointer to user allocated ::CUipcMemHandle to return
-                    the handle in.
- \param dptr    - Base pointer to previously allocated device memory
+ - parameter pHandle - Pointer to user allocated ::CUipcMemHandle to return
+ the handle in.
+ - parameter dptr    - Base pointer to previously allocated device memory
 
  \returns
  ::CUDA_SUCCESS,
@@ -34774,7 +34830,7 @@ pub unsafe fn cuIpcGetMemHandle(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Opens an interprocess event handle for use in the current process
+/** Opens an interprocess event handle for use in the current process
 
  Opens an interprocess event handle exported from another process with
  ::cuIpcGetEventHandle. This function returns a ::CUevent that behaves like
@@ -34791,8 +34847,8 @@ pub unsafe fn cuIpcGetMemHandle(
  Users can test their device for IPC functionality by calling
  ::cuapiDeviceGetAttribute with ::CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED
 
- \param phEvent - Returns the imported event
- \param handle  - Interprocess handle to open
+ - parameter phEvent - Returns the imported event
+ - parameter handle  - Interprocess handle to open
 
  \returns
  ::CUDA_SUCCESS,
@@ -34880,73 +34936,73 @@ pub unsafe fn cuIpcOpenMemHandle(
 }
 /// `cuIpcOpenMemHandle_v2`, the name the header's macros give [`cuIpcOpenMemHandle`].
 pub use self::cuIpcOpenMemHandle as cuIpcOpenMemHandle_v2;
-/** \brief Returns information about a kernel
+/** Returns information about a kernel
 
  Returns in \p *pi the integer value of the attribute \p attrib for the kernel
  \p kernel for the requested device \p dev. The supported attributes are:
  - ::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: The maximum number of threads
-   per block, beyond which a launch of the kernel would fail. This number
-   depends on both the kernel and the requested device.
+ per block, beyond which a launch of the kernel would fail. This number
+ depends on both the kernel and the requested device.
  - ::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: The size in bytes of
-   statically-allocated shared memory per block required by this kernel.
-   This does not include dynamically-allocated shared memory requested by
-   the user at runtime.
+ statically-allocated shared memory per block required by this kernel.
+ This does not include dynamically-allocated shared memory requested by
+ the user at runtime.
  - ::CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: The size in bytes of user-allocated
-   constant memory required by this kernel.
+ constant memory required by this kernel.
  - ::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: The size in bytes of local memory
-   used by each thread of this kernel.
+ used by each thread of this kernel.
  - ::CU_FUNC_ATTRIBUTE_NUM_REGS: The number of registers used by each thread
-   of this kernel.
+ of this kernel.
  - ::CU_FUNC_ATTRIBUTE_PTX_VERSION: The PTX virtual architecture version for
-   which the kernel was compiled. This value is the major PTX version * 10
-   + the minor PTX version, so a PTX version 1.3 function would return the
-   value 13. Note that this may return the undefined value of 0 for cubins
-   compiled prior to CUDA 3.0.
+ which the kernel was compiled. This value is the major PTX version * 10
+ + the minor PTX version, so a PTX version 1.3 function would return the
+ value 13. Note that this may return the undefined value of 0 for cubins
+ compiled prior to CUDA 3.0.
  - ::CU_FUNC_ATTRIBUTE_BINARY_VERSION: The binary architecture version for
-   which the kernel was compiled. This value is the major binary
-   version * 10 + the minor binary version, so a binary version 1.3 function
-   would return the value 13. Note that this will return a value of 10 for
-   legacy cubins that do not have a properly-encoded binary architecture
-   version.
+ which the kernel was compiled. This value is the major binary
+ version * 10 + the minor binary version, so a binary version 1.3 function
+ would return the value 13. Note that this will return a value of 10 for
+ legacy cubins that do not have a properly-encoded binary architecture
+ version.
  - ::CU_FUNC_CACHE_MODE_CA: The attribute to indicate whether the kernel has
-   been compiled with user specified option "-Xptxas --dlcm=ca" set.
+ been compiled with user specified option "-Xptxas --dlcm=ca" set.
  - ::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: The maximum size in bytes of
-   dynamically-allocated shared memory.
+ dynamically-allocated shared memory.
  - ::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: Preferred shared memory-L1
-   cache split ratio in percent of total shared memory.
+ cache split ratio in percent of total shared memory.
  - ::CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET: If this attribute is set, the
-   kernel must launch with a valid cluster size specified.
+ kernel must launch with a valid cluster size specified.
  - ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: The required cluster width in
-   blocks.
+ blocks.
  - ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT: The required cluster height in
-   blocks.
+ blocks.
  - ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH: The required cluster depth in
-   blocks.
+ blocks.
  - ::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: Indicates whether
-   the function can be launched with non-portable cluster size. 1 is allowed,
-   0 is disallowed. A non-portable cluster size may only function on the
-   specific SKUs the program is tested on. The launch might fail if the
-   program is run on a different hardware platform. CUDA API provides
-   cudaOccupancyMaxActiveClusters to assist with checking whether the desired
-   size can be launched on the current device. A portable cluster size is
-   guaranteed to be functional on all compute capabilities higher than the
-   target compute capability. The portable cluster size for sm_90 is 8 blocks
-   per cluster. This value may increase for future compute capabilities. The
-   specific hardware unit may support higher cluster sizes that’s not
-   guaranteed to be portable.
+ the function can be launched with non-portable cluster size. 1 is allowed,
+ 0 is disallowed. A non-portable cluster size may only function on the
+ specific SKUs the program is tested on. The launch might fail if the
+ program is run on a different hardware platform. CUDA API provides
+ cudaOccupancyMaxActiveClusters to assist with checking whether the desired
+ size can be launched on the current device. A portable cluster size is
+ guaranteed to be functional on all compute capabilities higher than the
+ target compute capability. The portable cluster size for sm_90 is 8 blocks
+ per cluster. This value may increase for future compute capabilities. The
+ specific hardware unit may support higher cluster sizes that’s not
+ guaranteed to be portable.
  - ::CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: The block
-   scheduling policy of a function. The value type is CUclusterSchedulingPolicy.
+ scheduling policy of a function. The value type is CUclusterSchedulingPolicy.
  - ::CU_FUNC_ATTRIBUTE_SHARED_MEMORY_MODE: The shared memory mode of a function.
-   The value type is CUsharedMemoryMode / cudaSharedMemoryMode.
+ The value type is CUsharedMemoryMode / cudaSharedMemoryMode.
 
- \note If another thread is trying to set the same attribute on the same device using
+ Note: If another thread is trying to set the same attribute on the same device using
  ::cuKernelSetAttribute() simultaneously, the attribute query will give the old or new
  value depending on the interleavings chosen by the OS scheduler and memory consistency.
 
- \param pi     - Returned attribute value
- \param attrib - Attribute requested
- \param kernel  - Kernel to query attribute of
- \param dev - Device to query attribute of
+ - parameter pi     - Returned attribute value
+ - parameter attrib - Attribute requested
+ - parameter kernel  - Kernel to query attribute of
+ - parameter dev - Device to query attribute of
 
  \return
  ::CUDA_SUCCESS,
@@ -34956,7 +35012,7 @@ pub use self::cuIpcOpenMemHandle as cuIpcOpenMemHandle_v2;
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE
 
- \sa ::cuLibraryLoadData,
+ See also: ::cuLibraryLoadData,
  ::cuLibraryLoadFromFile,
  ::cuLibraryUnload,
  ::cuKernelSetAttribute,
@@ -35004,13 +35060,13 @@ pub unsafe fn cuKernelGetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a function handle
+/** Returns a function handle
 
  Returns in \p pFunc the handle of the function for the requested kernel \p kernel and
  the current context. If function handle is not found, the call returns ::CUDA_ERROR_NOT_FOUND.
 
- \param pFunc - Returned function handle
- \param kernel - Kernel to retrieve function for the requested context
+ - parameter pFunc - Returned function handle
+ - parameter kernel - Kernel to retrieve function for the requested context
 
  \return
  ::CUDA_SUCCESS,
@@ -35022,7 +35078,7 @@ pub unsafe fn cuKernelGetAttribute(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_CONTEXT_IS_DESTROYED
 
- \sa ::cuLibraryLoadData,
+ See also: ::cuLibraryLoadData,
  ::cuLibraryLoadFromFile,
  ::cuLibraryUnload,
  ::cuLibraryGetKernel,
@@ -35054,12 +35110,12 @@ pub unsafe fn cuKernelGetFunction(pFunc: *mut CUfunction, kernel: CUkernel) -> C
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a library handle
+/** Returns a library handle
 
  Returns in \p pLib the handle of the library for the requested kernel \p kernel
 
- \param pLib - Returned library handle
- \param kernel - Kernel to retrieve library handle
+ - parameter pLib - Returned library handle
+ - parameter kernel - Kernel to retrieve library handle
 
  \return
  ::CUDA_SUCCESS,
@@ -35069,7 +35125,7 @@ pub unsafe fn cuKernelGetFunction(pFunc: *mut CUfunction, kernel: CUkernel) -> C
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_NOT_FOUND
 
- \sa ::cuLibraryLoadData,
+ See also: ::cuLibraryLoadData,
  ::cuLibraryLoadFromFile,
  ::cuLibraryUnload,
  ::cuLibraryGetKernel*/
@@ -35099,7 +35155,7 @@ pub unsafe fn cuKernelGetLibrary(pLib: *mut CUlibrary, kernel: CUkernel) -> CUre
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the function name for a ::CUkernel handle
+/** Returns the function name for a ::CUkernel handle
 
  Returns in \p **name the function name associated with the kernel handle \p hfunc .
  The function name is returned as a null-terminated string. The returned name is only
@@ -35108,13 +35164,12 @@ pub unsafe fn cuKernelGetLibrary(pLib: *mut CUlibrary, kernel: CUkernel) -> CUre
  the function is not declared as having C linkage. If either \p **name or \p hfunc
  is NULL, ::CUDA_ERROR_INVALID_VALUE is returned.
 
- \param name - The returned name of the function
- \param hfunc - The function handle to retrieve the name for
+ - parameter name - The returned name of the function
+ - parameter hfunc - The function handle to retrieve the name for
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 */
 ///
 /** # Loading
@@ -35148,19 +35203,19 @@ pub unsafe fn cuKernelGetName(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the number of parameters used by the kernel
+/** Returns the number of parameters used by the kernel
 
  Queries the number of kernel parameters used by \p kernel and returns it in \p paramCount.
 
- \param kernel      - The kernel to query
- \param paramCount  - Returns the number of parameters used by the function
+ - parameter kernel      - The kernel to query
+ - parameter paramCount  - Returns the number of parameters used by the function
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuKernelGetParamInfo*/
+
+ See also: ::cuKernelGetParamInfo*/
 ///
 /** # Loading
 
@@ -35187,7 +35242,7 @@ pub unsafe fn cuKernelGetParamCount(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the offset and size of a kernel parameter in the device-side parameter layout
+/** Returns the offset and size of a kernel parameter in the device-side parameter layout
 
  Queries the kernel parameter at \p paramIndex into \p kernel's list of parameters, and returns
  in \p paramOffset and \p paramSize the offset and size, respectively, where the parameter
@@ -35196,17 +35251,17 @@ pub unsafe fn cuKernelGetParamCount(
  ::cudaGraphKernelNodeUpdatesApply(). \p paramIndex must be less than the number of parameters
  that \p kernel takes. \p paramSize can be set to NULL if only the parameter offset is desired.
 
- \param kernel      - The kernel to query
- \param paramIndex  - The parameter index to query
- \param paramOffset - Returns the offset into the device-side parameter layout at which the parameter resides
- \param paramSize   - Optionally returns the size of the parameter in the device-side parameter layout
+ - parameter kernel      - The kernel to query
+ - parameter paramIndex  - The parameter index to query
+ - parameter paramOffset - Returns the offset into the device-side parameter layout at which the parameter resides
+ - parameter paramSize   - Optionally returns the size of the parameter in the device-side parameter layout
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
- \notefnerr
 
- \sa ::cuFuncGetParamInfo*/
+
+ See also: ::cuFuncGetParamInfo*/
 ///
 /** # Loading
 
@@ -35245,7 +35300,7 @@ pub unsafe fn cuKernelGetParamInfo(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets information about a kernel
+/** Sets information about a kernel
 
  This call sets the value of a specified attribute \p attrib on the kernel \p kernel
  for the requested device \p dev to an integer value specified by \p val.
@@ -35261,49 +35316,49 @@ pub unsafe fn cuKernelGetParamInfo(
 
  Supported attributes are:
  - ::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: This is the maximum size in bytes of
-   dynamically-allocated shared memory. The value should contain the requested
-   maximum size of dynamically-allocated shared memory. The sum of this value and
-   the function attribute ::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES cannot exceed the
-   device attribute ::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN.
-   The maximal size of requestable dynamic shared memory may differ by GPU
-   architecture.
+ dynamically-allocated shared memory. The value should contain the requested
+ maximum size of dynamically-allocated shared memory. The sum of this value and
+ the function attribute ::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES cannot exceed the
+ device attribute ::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN.
+ The maximal size of requestable dynamic shared memory may differ by GPU
+ architecture.
  - ::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: On devices where the L1
-   cache and shared memory use the same hardware resources, this sets the shared memory
-   carveout preference, in percent of the total shared memory.
-   See ::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-   This is only a hint, and the driver can choose a different ratio if required to execute the function.
+ cache and shared memory use the same hardware resources, this sets the shared memory
+ carveout preference, in percent of the total shared memory.
+ See ::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+ This is only a hint, and the driver can choose a different ratio if required to execute the function.
  - ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: The required cluster width in
-   blocks. The width, height, and depth values must either all be 0 or all be
-   positive. The validity of the cluster dimensions is checked at launch time.
-   If the value is set during compile time, it cannot be set at runtime.
-   Setting it at runtime will return CUDA_ERROR_NOT_PERMITTED.
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return CUDA_ERROR_NOT_PERMITTED.
  - ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT: The required cluster height in
-   blocks. The width, height, and depth values must either all be 0 or all be
-   positive. The validity of the cluster dimensions is checked at launch time.
-   If the value is set during compile time, it cannot be set at runtime.
-   Setting it at runtime will return CUDA_ERROR_NOT_PERMITTED.
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return CUDA_ERROR_NOT_PERMITTED.
  - ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH: The required cluster depth in
-   blocks. The width, height, and depth values must either all be 0 or all be
-   positive. The validity of the cluster dimensions is checked at launch time.
-   If the value is set during compile time, it cannot be set at runtime.
-   Setting it at runtime will return CUDA_ERROR_NOT_PERMITTED.
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return CUDA_ERROR_NOT_PERMITTED.
  - ::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: Indicates whether
-   the function can be launched with non-portable cluster size. 1 is allowed,
-   0 is disallowed.
+ the function can be launched with non-portable cluster size. 1 is allowed,
+ 0 is disallowed.
  - ::CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: The block
-   scheduling policy of a function. The value type is CUclusterSchedulingPolicy.
+ scheduling policy of a function. The value type is CUclusterSchedulingPolicy.
  - ::CU_FUNC_ATTRIBUTE_SHARED_MEMORY_MODE: The shared memory mode of a function.
-   The value type is CUsharedMemoryMode / cudaSharedMemoryMode.
+ The value type is CUsharedMemoryMode / cudaSharedMemoryMode.
 
- \note The API has stricter locking requirements in comparison to its legacy counterpart
+ Note: The API has stricter locking requirements in comparison to its legacy counterpart
  ::cuFuncSetAttribute() due to device-wide semantics. If multiple threads are trying to
  set the same attribute on the same device simultaneously, the attribute setting will depend
  on the interleavings chosen by the OS scheduler and memory consistency.
 
- \param attrib - Attribute requested
- \param val - Value to set
- \param kernel  - Kernel to set attribute of
- \param dev - Device to set attribute of
+ - parameter attrib - Attribute requested
+ - parameter val - Value to set
+ - parameter kernel  - Kernel to set attribute of
+ - parameter dev - Device to set attribute of
 
  \return
  ::CUDA_SUCCESS,
@@ -35314,7 +35369,7 @@ pub unsafe fn cuKernelGetParamInfo(
  ::CUDA_ERROR_INVALID_DEVICE,
  ::CUDA_ERROR_OUT_OF_MEMORY
 
- \sa ::cuLibraryLoadData,
+ See also: ::cuLibraryLoadData,
  ::cuLibraryLoadFromFile,
  ::cuLibraryUnload,
  ::cuKernelGetAttribute,
@@ -35362,7 +35417,7 @@ pub unsafe fn cuKernelSetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the preferred cache configuration for a device kernel.
+/** Sets the preferred cache configuration for a device kernel.
 
  On devices where the L1 cache and shared memory use the same hardware
  resources, this sets through \p config the preferred cache configuration for
@@ -35389,14 +35444,14 @@ pub unsafe fn cuKernelSetAttribute(
  - ::CU_FUNC_CACHE_PREFER_L1: prefer larger L1 cache and smaller shared memory
  - ::CU_FUNC_CACHE_PREFER_EQUAL: prefer equal sized L1 cache and shared memory
 
- \note The API has stricter locking requirements in comparison to its legacy counterpart
+ Note: The API has stricter locking requirements in comparison to its legacy counterpart
  ::cuFuncSetCacheConfig() due to device-wide semantics. If multiple threads are trying to
  set a config on the same device simultaneously, the cache config setting will depend
  on the interleavings chosen by the OS scheduler and memory consistency.
 
- \param kernel  - Kernel to configure cache for
- \param config - Requested cache configuration
- \param dev - Device to set attribute of
+ - parameter kernel  - Kernel to configure cache for
+ - parameter config - Requested cache configuration
+ - parameter dev - Device to set attribute of
 
  \return
  ::CUDA_SUCCESS,
@@ -35407,7 +35462,7 @@ pub unsafe fn cuKernelSetAttribute(
  ::CUDA_ERROR_INVALID_DEVICE,
  ::CUDA_ERROR_OUT_OF_MEMORY
 
- \sa ::cuLibraryLoadData,
+ See also: ::cuLibraryLoadData,
  ::cuLibraryLoadFromFile,
  ::cuLibraryUnload,
  ::cuLibraryGetKernel,
@@ -35448,9 +35503,9 @@ pub unsafe fn cuKernelSetCacheConfig(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Launches a CUDA function
+/** Launches a CUDA function
 
- \deprecated
+ Deprecated.
 
  Invokes the kernel \p f on a 1 x 1 x 1 grid of blocks. The block
  contains the number of threads specified by a previous call to
@@ -35458,12 +35513,12 @@ pub unsafe fn cuKernelSetCacheConfig(
 
  The block shape, dynamic shared memory size, and parameter information
  must be set using
-  ::cuFuncSetBlockShape(),
-  ::cuFuncSetSharedSize(),
-  ::cuParamSetSize(),
-  ::cuParamSeti(),
-  ::cuParamSetf(), and
-  ::cuParamSetv()
+ ::cuFuncSetBlockShape(),
+ ::cuFuncSetSharedSize(),
+ ::cuParamSetSize(),
+ ::cuParamSeti(),
+ ::cuParamSetf(), and
+ ::cuParamSetv()
  prior to calling this function.
 
  Launching a function via ::cuLaunchKernel() invalidates the function's
@@ -35471,7 +35526,7 @@ pub unsafe fn cuKernelSetCacheConfig(
  launching via cuLaunchKernel, this state must be re-initialized prior to
  calling this function. Failure to do so results in undefined behavior.
 
- \param f - Kernel to launch
+ - parameter f - Kernel to launch
 
  \return
  ::CUDA_SUCCESS,
@@ -35484,9 +35539,9 @@ pub unsafe fn cuKernelSetCacheConfig(
  ::CUDA_ERROR_LAUNCH_TIMEOUT,
  ::CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING,
  ::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED
- \notefnerr
 
- \sa ::cuFuncSetBlockShape,
+
+ See also: ::cuFuncSetBlockShape,
  ::cuFuncSetSharedSize,
  ::cuFuncGetAttribute,
  ::cuParamSetSize,
@@ -35519,7 +35574,7 @@ pub unsafe fn cuLaunch(f: CUfunction) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Launches a CUDA function ::CUfunction or a CUDA kernel ::CUkernel where thread blocks
+/** Launches a CUDA function ::CUfunction or a CUDA kernel ::CUkernel where thread blocks
  can cooperate and synchronize as they execute
 
  Invokes the function ::CUfunction or the kernel ::CUkernel \p f on a \p gridDimX x \p gridDimY x \p gridDimZ
@@ -35566,16 +35621,16 @@ pub unsafe fn cuLaunch(f: CUfunction) -> CUresult {
  the kernel on will either be taken from the specified stream \p hStream
  or the current context in case of NULL stream.
 
- \param f              - Function ::CUfunction or Kernel ::CUkernel to launch
- \param gridDimX       - Width of grid in blocks
- \param gridDimY       - Height of grid in blocks
- \param gridDimZ       - Depth of grid in blocks
- \param blockDimX      - X dimension of each thread block
- \param blockDimY      - Y dimension of each thread block
- \param blockDimZ      - Z dimension of each thread block
- \param sharedMemBytes - Dynamic shared-memory size per thread block in bytes
- \param hStream        - Stream identifier
- \param kernelParams   - Array of pointers to kernel parameters
+ - parameter f              - Function ::CUfunction or Kernel ::CUkernel to launch
+ - parameter gridDimX       - Width of grid in blocks
+ - parameter gridDimY       - Height of grid in blocks
+ - parameter gridDimZ       - Depth of grid in blocks
+ - parameter blockDimX      - X dimension of each thread block
+ - parameter blockDimY      - Y dimension of each thread block
+ - parameter blockDimZ      - Z dimension of each thread block
+ - parameter sharedMemBytes - Dynamic shared-memory size per thread block in bytes
+ - parameter hStream        - Stream identifier
+ - parameter kernelParams   - Array of pointers to kernel parameters
 
  \return
  ::CUDA_SUCCESS,
@@ -35592,10 +35647,10 @@ pub unsafe fn cuLaunch(f: CUfunction) -> CUresult {
  ::CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
  ::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,
  ::CUDA_ERROR_NOT_FOUND
- \note_null_stream
- \notefnerr
 
- \sa ::cuCtxGetCacheConfig,
+
+
+ See also: ::cuCtxGetCacheConfig,
  ::cuCtxSetCacheConfig,
  ::cuFuncSetCacheConfig,
  ::cuFuncGetAttribute,
@@ -35674,9 +35729,9 @@ pub unsafe fn cuLaunchCooperativeKernel(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Launches CUDA functions on multiple devices where thread blocks can cooperate and synchronize as they execute
+/** Launches CUDA functions on multiple devices where thread blocks can cooperate and synchronize as they execute
 
- \deprecated This function is deprecated as of CUDA 11.3.
+ Deprecated. This function is deprecated as of CUDA 11.3.
 
  Invokes kernels as specified in the \p launchParamsList array where each element
  of the array specifies all the parameters required to perform a single kernel launch.
@@ -35712,50 +35767,54 @@ pub unsafe fn cuLaunchCooperativeKernel(
  The kernels cannot make use of CUDA dynamic parallelism.
 
  The ::CUDA_LAUNCH_PARAMS structure is defined as:
- \code
-typedef struct CUDA_LAUNCH_PARAMS_st
-{
-CUfunction function;
-unsigned int gridDimX;
-unsigned int gridDimY;
-unsigned int gridDimZ;
-unsigned int blockDimX;
-unsigned int blockDimY;
-unsigned int blockDimZ;
-unsigned int sharedMemBytes;
-CUstream hStream;
-void **kernelParams;
-} CUDA_LAUNCH_PARAMS;
- \endcode
+
+ ```text
+
+ typedef struct CUDA_LAUNCH_PARAMS_st
+ {
+ CUfunction function;
+ unsigned int gridDimX;
+ unsigned int gridDimY;
+ unsigned int gridDimZ;
+ unsigned int blockDimX;
+ unsigned int blockDimY;
+ unsigned int blockDimZ;
+ unsigned int sharedMemBytes;
+ CUstream hStream;
+ void **kernelParams;
+ } CUDA_LAUNCH_PARAMS;
+
+ ```
+
  where:
  - ::CUDA_LAUNCH_PARAMS::function specifies the kernel to be launched. All functions must
-   be identical with respect to the compiled code.
-   Note that you can also specify context-less kernel ::CUkernel by querying the handle
-   using ::cuLibraryGetKernel() and then casting to ::CUfunction. In this case, the context to
-   launch the kernel on be taken from the specified stream ::CUDA_LAUNCH_PARAMS::hStream.
+ be identical with respect to the compiled code.
+ Note that you can also specify context-less kernel ::CUkernel by querying the handle
+ using ::cuLibraryGetKernel() and then casting to ::CUfunction. In this case, the context to
+ launch the kernel on be taken from the specified stream ::CUDA_LAUNCH_PARAMS::hStream.
  - ::CUDA_LAUNCH_PARAMS::gridDimX is the width of the grid in blocks. This must match across
-   all kernels launched.
+ all kernels launched.
  - ::CUDA_LAUNCH_PARAMS::gridDimY is the height of the grid in blocks. This must match across
-   all kernels launched.
+ all kernels launched.
  - ::CUDA_LAUNCH_PARAMS::gridDimZ is the depth of the grid in blocks. This must match across
-   all kernels launched.
+ all kernels launched.
  - ::CUDA_LAUNCH_PARAMS::blockDimX is the X dimension of each thread block. This must match across
-   all kernels launched.
+ all kernels launched.
  - ::CUDA_LAUNCH_PARAMS::blockDimX is the Y dimension of each thread block. This must match across
-   all kernels launched.
+ all kernels launched.
  - ::CUDA_LAUNCH_PARAMS::blockDimZ is the Z dimension of each thread block. This must match across
-   all kernels launched.
+ all kernels launched.
  - ::CUDA_LAUNCH_PARAMS::sharedMemBytes is the dynamic shared-memory size per thread block in bytes.
-   This must match across all kernels launched.
+ This must match across all kernels launched.
  - ::CUDA_LAUNCH_PARAMS::hStream is the handle to the stream to perform the launch in. This cannot
-   be the NULL stream or ::CU_STREAM_LEGACY or ::CU_STREAM_PER_THREAD. The CUDA context associated
-   with this stream must match that associated with ::CUDA_LAUNCH_PARAMS::function.
+ be the NULL stream or ::CU_STREAM_LEGACY or ::CU_STREAM_PER_THREAD. The CUDA context associated
+ with this stream must match that associated with ::CUDA_LAUNCH_PARAMS::function.
  - ::CUDA_LAUNCH_PARAMS::kernelParams is an array of pointers to kernel parameters. If
-   ::CUDA_LAUNCH_PARAMS::function has N parameters, then ::CUDA_LAUNCH_PARAMS::kernelParams
-   needs to be an array of N pointers. Each of ::CUDA_LAUNCH_PARAMS::kernelParams[0] through
-   ::CUDA_LAUNCH_PARAMS::kernelParams[N-1] must point to a region of memory from which the actual
-   kernel parameter will be copied. The number of kernel parameters and their offsets and sizes
-   do not need to be specified as that information is retrieved directly from the kernel's image.
+ ::CUDA_LAUNCH_PARAMS::function has N parameters, then ::CUDA_LAUNCH_PARAMS::kernelParams
+ needs to be an array of N pointers. Each of ::CUDA_LAUNCH_PARAMS::kernelParams[0] through
+ ::CUDA_LAUNCH_PARAMS::kernelParams[N-1] must point to a region of memory from which the actual
+ kernel parameter will be copied. The number of kernel parameters and their offsets and sizes
+ do not need to be specified as that information is retrieved directly from the kernel's image.
 
  By default, the kernel won't begin execution on any GPU until all prior work in all the specified
  streams has completed. This behavior can be overridden by specifying the flag
@@ -35783,9 +35842,9 @@ void **kernelParams;
  If either of these conditions is not met, then ::cuLaunchCooperativeKernelMultiDevice() will
  return ::CUDA_ERROR_INVALID_IMAGE.
 
- \param launchParamsList - List of launch parameters, one per device
- \param numDevices       - Size of the \p launchParamsList array
- \param flags            - Flags to control launch behavior
+ - parameter launchParamsList - List of launch parameters, one per device
+ - parameter numDevices       - Size of the \p launchParamsList array
+ - parameter flags            - Flags to control launch behavior
 
  \return
  ::CUDA_SUCCESS,
@@ -35801,10 +35860,10 @@ void **kernelParams;
  ::CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING,
  ::CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
  ::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED
- \note_null_stream
- \notefnerr
 
- \sa ::cuCtxGetCacheConfig,
+
+
+ See also: ::cuCtxGetCacheConfig,
  ::cuCtxSetCacheConfig,
  ::cuFuncSetCacheConfig,
  ::cuFuncGetAttribute,
@@ -35845,9 +35904,9 @@ pub unsafe fn cuLaunchCooperativeKernelMultiDevice(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Launches a CUDA function
+/** Launches a CUDA function
 
- \deprecated
+ Deprecated.
 
  Invokes the kernel \p f on a \p grid_width x \p grid_height grid of
  blocks. Each block contains the number of threads specified by a previous
@@ -35855,12 +35914,12 @@ pub unsafe fn cuLaunchCooperativeKernelMultiDevice(
 
  The block shape, dynamic shared memory size, and parameter information
  must be set using
-  ::cuFuncSetBlockShape(),
-  ::cuFuncSetSharedSize(),
-  ::cuParamSetSize(),
-  ::cuParamSeti(),
-  ::cuParamSetf(), and
-  ::cuParamSetv()
+ ::cuFuncSetBlockShape(),
+ ::cuFuncSetSharedSize(),
+ ::cuParamSetSize(),
+ ::cuParamSeti(),
+ ::cuParamSetf(), and
+ ::cuParamSetv()
  prior to calling this function.
 
  Launching a function via ::cuLaunchKernel() invalidates the function's
@@ -35868,9 +35927,9 @@ pub unsafe fn cuLaunchCooperativeKernelMultiDevice(
  launching via cuLaunchKernel, this state must be re-initialized prior to
  calling this function. Failure to do so results in undefined behavior.
 
- \param f           - Kernel to launch
- \param grid_width  - Width of grid in blocks
- \param grid_height - Height of grid in blocks
+ - parameter f           - Kernel to launch
+ - parameter grid_width  - Width of grid in blocks
+ - parameter grid_height - Height of grid in blocks
 
  \return
  ::CUDA_SUCCESS,
@@ -35883,9 +35942,9 @@ pub unsafe fn cuLaunchCooperativeKernelMultiDevice(
  ::CUDA_ERROR_LAUNCH_TIMEOUT,
  ::CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING,
  ::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED
- \notefnerr
 
- \sa ::cuFuncSetBlockShape,
+
+ See also: ::cuFuncSetBlockShape,
  ::cuFuncSetSharedSize,
  ::cuFuncGetAttribute,
  ::cuParamSetSize,
@@ -35930,9 +35989,9 @@ pub unsafe fn cuLaunchGrid(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Launches a CUDA function
+/** Launches a CUDA function
 
- \deprecated
+ Deprecated.
 
  Invokes the kernel \p f on a \p grid_width x \p grid_height grid of
  blocks. Each block contains the number of threads specified by a previous
@@ -35940,12 +35999,12 @@ pub unsafe fn cuLaunchGrid(
 
  The block shape, dynamic shared memory size, and parameter information
  must be set using
-  ::cuFuncSetBlockShape(),
-  ::cuFuncSetSharedSize(),
-  ::cuParamSetSize(),
-  ::cuParamSeti(),
-  ::cuParamSetf(), and
-  ::cuParamSetv()
+ ::cuFuncSetBlockShape(),
+ ::cuFuncSetSharedSize(),
+ ::cuParamSetSize(),
+ ::cuParamSeti(),
+ ::cuParamSetf(), and
+ ::cuParamSetv()
  prior to calling this function.
 
  Launching a function via ::cuLaunchKernel() invalidates the function's
@@ -35953,10 +36012,10 @@ pub unsafe fn cuLaunchGrid(
  launching via cuLaunchKernel, this state must be re-initialized prior to
  calling this function. Failure to do so results in undefined behavior.
 
- \param f           - Kernel to launch
- \param grid_width  - Width of grid in blocks
- \param grid_height - Height of grid in blocks
- \param hStream     - Stream identifier
+ - parameter f           - Kernel to launch
+ - parameter grid_width  - Width of grid in blocks
+ - parameter grid_height - Height of grid in blocks
+ - parameter hStream     - Stream identifier
 
  \return
  ::CUDA_SUCCESS,
@@ -35971,14 +36030,14 @@ pub unsafe fn cuLaunchGrid(
  ::CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING,
  ::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED
 
- \note In certain cases where cubins are created with no ABI (i.e., using \p ptxas \p --abi-compile \p no),
-       this function may serialize kernel launches. The CUDA driver retains asynchronous behavior by
-       growing the per-thread stack as needed per launch and not shrinking it afterwards.
+ Note: In certain cases where cubins are created with no ABI (i.e., using \p ptxas \p --abi-compile \p no),
+ this function may serialize kernel launches. The CUDA driver retains asynchronous behavior by
+ growing the per-thread stack as needed per launch and not shrinking it afterwards.
 
- \note_null_stream
- \notefnerr
 
- \sa ::cuFuncSetBlockShape,
+
+
+ See also: ::cuFuncSetBlockShape,
  ::cuFuncSetSharedSize,
  ::cuFuncGetAttribute,
  ::cuParamSetSize,
@@ -36026,7 +36085,7 @@ pub unsafe fn cuLaunchGridAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Enqueues a host function call in a stream
+/** Enqueues a host function call in a stream
 
  Enqueues a host function to run in a stream.  The function will be called
  after currently enqueued work and will block work added after it.
@@ -36040,34 +36099,34 @@ pub unsafe fn cuLaunchGridAsync(
 
  For the purposes of Unified Memory, execution makes a number of guarantees:
  <ul>
-   <li>The stream is considered idle for the duration of the function's
-   execution.  Thus, for example, the function may always use memory attached
-   to the stream it was enqueued in.</li>
-   <li>The start of execution of the function has the same effect as
-   synchronizing an event recorded in the same stream immediately prior to
-   the function.  It thus synchronizes streams which have been "joined"
-   prior to the function.</li>
-   <li>Adding device work to any stream does not have the effect of making
-   the stream active until all preceding host functions and stream callbacks
-   have executed.  Thus, for
-   example, a function might use global attached memory even if work has
-   been added to another stream, if the work has been ordered behind the
-   function call with an event.</li>
-   <li>Completion of the function does not cause a stream to become
-   active except as described above.  The stream will remain idle
-   if no device work follows the function, and will remain idle across
-   consecutive host functions or stream callbacks without device work in
-   between.  Thus, for example,
-   stream synchronization can be done by signaling from a host function at the
-   end of the stream.</li>
+ <li>The stream is considered idle for the duration of the function's
+ execution.  Thus, for example, the function may always use memory attached
+ to the stream it was enqueued in.</li>
+ <li>The start of execution of the function has the same effect as
+ synchronizing an event recorded in the same stream immediately prior to
+ the function.  It thus synchronizes streams which have been "joined"
+ prior to the function.</li>
+ <li>Adding device work to any stream does not have the effect of making
+ the stream active until all preceding host functions and stream callbacks
+ have executed.  Thus, for
+ example, a function might use global attached memory even if work has
+ been added to another stream, if the work has been ordered behind the
+ function call with an event.</li>
+ <li>Completion of the function does not cause a stream to become
+ active except as described above.  The stream will remain idle
+ if no device work follows the function, and will remain idle across
+ consecutive host functions or stream callbacks without device work in
+ between.  Thus, for example,
+ stream synchronization can be done by signaling from a host function at the
+ end of the stream.</li>
  </ul>
 
  Note that, in contrast to ::cuStreamAddCallback, the function will not be
  called in the event of an error in the CUDA context.
 
- \param hStream  - Stream to enqueue function call in
- \param fn       - The function to call once preceding stream operations are complete
- \param userData - User-specified data to be passed to the function
+ - parameter hStream  - Stream to enqueue function call in
+ - parameter fn       - The function to call once preceding stream operations are complete
+ - parameter userData - User-specified data to be passed to the function
 
  \return
  ::CUDA_SUCCESS,
@@ -36076,10 +36135,10 @@ pub unsafe fn cuLaunchGridAsync(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_NOT_SUPPORTED
- \note_null_stream
- \notefnerr
 
- \sa ::cuStreamCreate,
+
+
+ See also: ::cuStreamCreate,
  ::cuStreamQuery,
  ::cuStreamSynchronize,
  ::cuStreamWaitEvent,
@@ -36122,7 +36181,7 @@ pub unsafe fn cuLaunchHostFunc(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Enqueues a host function call in a stream
+/** Enqueues a host function call in a stream
 
  Enqueues a host function to run in a stream.  The function will be called
  after currently enqueued work and will block work added after it.
@@ -36136,35 +36195,35 @@ pub unsafe fn cuLaunchHostFunc(
 
  For the purposes of Unified Memory, execution makes a number of guarantees:
  <ul>
-   <li>The stream is considered idle for the duration of the function's
-   execution.  Thus, for example, the function may always use memory attached
-   to the stream it was enqueued in.</li>
-   <li>The start of execution of the function has the same effect as
-   synchronizing an event recorded in the same stream immediately prior to
-   the function.  It thus synchronizes streams which have been "joined"
-   prior to the function.</li>
-   <li>Adding device work to any stream does not have the effect of making
-   the stream active until all preceding host functions and stream callbacks
-   have executed.  Thus, for
-   example, a function might use global attached memory even if work has
-   been added to another stream, if the work has been ordered behind the
-   function call with an event.</li>
-   <li>Completion of the function does not cause a stream to become
-   active except as described above.  The stream will remain idle
-   if no device work follows the function, and will remain idle across
-   consecutive host functions or stream callbacks without device work in
-   between.  Thus, for example,
-   stream synchronization can be done by signaling from a host function at the
-   end of the stream.</li>
+ <li>The stream is considered idle for the duration of the function's
+ execution.  Thus, for example, the function may always use memory attached
+ to the stream it was enqueued in.</li>
+ <li>The start of execution of the function has the same effect as
+ synchronizing an event recorded in the same stream immediately prior to
+ the function.  It thus synchronizes streams which have been "joined"
+ prior to the function.</li>
+ <li>Adding device work to any stream does not have the effect of making
+ the stream active until all preceding host functions and stream callbacks
+ have executed.  Thus, for
+ example, a function might use global attached memory even if work has
+ been added to another stream, if the work has been ordered behind the
+ function call with an event.</li>
+ <li>Completion of the function does not cause a stream to become
+ active except as described above.  The stream will remain idle
+ if no device work follows the function, and will remain idle across
+ consecutive host functions or stream callbacks without device work in
+ between.  Thus, for example,
+ stream synchronization can be done by signaling from a host function at the
+ end of the stream.</li>
  </ul>
 
  Note that, in contrast to ::cuStreamAddCallback, the function will not be
  called in the event of an error in the CUDA context.
 
- \param hStream  - Stream to enqueue function call in
- \param fn       - The function to call once preceding stream operations are complete
- \param userData - User-specified data to be passed to the function
- \param syncMode - Synchronization mode for the host function
+ - parameter hStream  - Stream to enqueue function call in
+ - parameter fn       - The function to call once preceding stream operations are complete
+ - parameter userData - User-specified data to be passed to the function
+ - parameter syncMode - Synchronization mode for the host function
 
  \return
  ::CUDA_SUCCESS,
@@ -36173,10 +36232,10 @@ pub unsafe fn cuLaunchHostFunc(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_NOT_SUPPORTED
- \note_null_stream
- \notefnerr
 
- \sa ::cuStreamCreate,
+
+
+ See also: ::cuStreamCreate,
  ::cuStreamQuery,
  ::cuStreamSynchronize,
  ::cuStreamWaitEvent,
@@ -36222,7 +36281,7 @@ pub unsafe fn cuLaunchHostFunc_v2(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Launches a CUDA function ::CUfunction or a CUDA kernel ::CUkernel
+/** Launches a CUDA function ::CUfunction or a CUDA kernel ::CUkernel
 
  Invokes the function ::CUfunction or the kernel ::CUkernel \p f
  on a \p gridDimX x \p gridDimY x \p gridDimZ grid of blocks.
@@ -36247,19 +36306,23 @@ pub unsafe fn cuLaunchHostFunc_v2(
  This places the burden on the application of knowing each kernel
  parameter's size and alignment/padding within the buffer.  Here is
  an example of using the \p extra parameter in this manner:
- \code
-size_t argBufferSize;
-char argBuffer[256];
 
-// populate argBuffer and argBufferSize
+ ```text
 
-void *config[] = {
-CU_LAUNCH_PARAM_BUFFER_POINTER, argBuffer,
-CU_LAUNCH_PARAM_BUFFER_SIZE,    &argBufferSize,
-CU_LAUNCH_PARAM_END
-};
-status = cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, NULL, config);
- \endcode
+ size_t argBufferSize;
+ char argBuffer[256];
+
+ // populate argBuffer and argBufferSize
+
+ void *config[] = {
+ CU_LAUNCH_PARAM_BUFFER_POINTER, argBuffer,
+ CU_LAUNCH_PARAM_BUFFER_SIZE,    &argBufferSize,
+ CU_LAUNCH_PARAM_END
+ };
+ status = cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, NULL, config);
+
+ ```
+
 
  The \p extra parameter exists to allow ::cuLaunchKernel to take
  additional less commonly used arguments.  \p extra specifies a list of
@@ -36268,13 +36331,13 @@ status = cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, NULL, config);
  list must be terminated with either NULL or ::CU_LAUNCH_PARAM_END.
 
  - ::CU_LAUNCH_PARAM_END, which indicates the end of the \p extra
-   array;
+ array;
  - ::CU_LAUNCH_PARAM_BUFFER_POINTER, which specifies that the next
-   value in \p extra will be a pointer to a buffer containing all
-   the kernel parameters for launching kernel \p f;
+ value in \p extra will be a pointer to a buffer containing all
+ the kernel parameters for launching kernel \p f;
  - ::CU_LAUNCH_PARAM_BUFFER_SIZE, which specifies that the next
-   value in \p extra will be a pointer to a size_t containing the
-   size of the buffer specified with ::CU_LAUNCH_PARAM_BUFFER_POINTER;
+ value in \p extra will be a pointer to a size_t containing the
+ size of the buffer specified with ::CU_LAUNCH_PARAM_BUFFER_POINTER;
 
  The error ::CUDA_ERROR_INVALID_VALUE will be returned if kernel
  parameters are specified with both \p kernelParams and \p extra
@@ -36282,12 +36345,12 @@ status = cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, NULL, config);
 
  Calling ::cuLaunchKernel() invalidates the persistent function state
  set through the following deprecated APIs:
-  ::cuFuncSetBlockShape(),
-  ::cuFuncSetSharedSize(),
-  ::cuParamSetSize(),
-  ::cuParamSeti(),
-  ::cuParamSetf(),
-  ::cuParamSetv().
+ ::cuFuncSetBlockShape(),
+ ::cuFuncSetSharedSize(),
+ ::cuParamSetSize(),
+ ::cuParamSeti(),
+ ::cuParamSetf(),
+ ::cuParamSetv().
 
  Note that to use ::cuLaunchKernel(), the kernel \p f must either have
  been compiled with toolchain version 3.2 or later so that it will
@@ -36301,17 +36364,17 @@ status = cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, NULL, config);
  the kernel on will either be taken from the specified stream \p hStream
  or the current context in case of NULL stream.
 
- \param f              - Function ::CUfunction or Kernel ::CUkernel to launch
- \param gridDimX       - Width of grid in blocks
- \param gridDimY       - Height of grid in blocks
- \param gridDimZ       - Depth of grid in blocks
- \param blockDimX      - X dimension of each thread block
- \param blockDimY      - Y dimension of each thread block
- \param blockDimZ      - Z dimension of each thread block
- \param sharedMemBytes - Dynamic shared-memory size per thread block in bytes
- \param hStream        - Stream identifier
- \param kernelParams   - Array of pointers to kernel parameters
- \param extra          - Extra options
+ - parameter f              - Function ::CUfunction or Kernel ::CUkernel to launch
+ - parameter gridDimX       - Width of grid in blocks
+ - parameter gridDimY       - Height of grid in blocks
+ - parameter gridDimZ       - Depth of grid in blocks
+ - parameter blockDimX      - X dimension of each thread block
+ - parameter blockDimY      - Y dimension of each thread block
+ - parameter blockDimZ      - Z dimension of each thread block
+ - parameter sharedMemBytes - Dynamic shared-memory size per thread block in bytes
+ - parameter hStream        - Stream identifier
+ - parameter kernelParams   - Array of pointers to kernel parameters
+ - parameter extra          - Extra options
 
  \return
  ::CUDA_SUCCESS,
@@ -36327,10 +36390,10 @@ status = cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, NULL, config);
  ::CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING,
  ::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,
  ::CUDA_ERROR_NOT_FOUND
- \note_null_stream
- \notefnerr
 
- \sa ::cuCtxGetCacheConfig,
+
+
+ See also: ::cuCtxGetCacheConfig,
  ::cuCtxSetCacheConfig,
  ::cuFuncSetCacheConfig,
  ::cuFuncGetAttribute,
@@ -36412,27 +36475,31 @@ pub unsafe fn cuLaunchKernel(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Launches a CUDA function ::CUfunction or a CUDA kernel ::CUkernel with launch-time configuration
+/** Launches a CUDA function ::CUfunction or a CUDA kernel ::CUkernel with launch-time configuration
 
  Invokes the function ::CUfunction or the kernel ::CUkernel \p f with the specified launch-time configuration
  \p config.
 
  The ::CUlaunchConfig structure is defined as:
 
- \code
-       typedef struct CUlaunchConfig_st {
-     unsigned int gridDimX;
-     unsigned int gridDimY;
-     unsigned int gridDimZ;
-     unsigned int blockDimX;
-     unsigned int blockDimY;
-     unsigned int blockDimZ;
-     unsigned int sharedMemBytes;
-     CUstream hStream;
-     CUlaunchAttribute *attrs;
-     unsigned int numAttrs;
- } CUlaunchConfig;
- \endcode
+
+ ```text
+
+        typedef struct CUlaunchConfig_st {
+      unsigned int gridDimX;
+      unsigned int gridDimY;
+      unsigned int gridDimZ;
+      unsigned int blockDimX;
+      unsigned int blockDimY;
+      unsigned int blockDimZ;
+      unsigned int sharedMemBytes;
+      CUstream hStream;
+      CUlaunchAttribute *attrs;
+      unsigned int numAttrs;
+  } CUlaunchConfig;
+
+ ```
+
 
  where:
  - ::CUlaunchConfig::gridDimX is the width of the grid in blocks.
@@ -36442,100 +36509,116 @@ pub unsafe fn cuLaunchKernel(
  - ::CUlaunchConfig::blockDimX is the Y dimension of each thread block.
  - ::CUlaunchConfig::blockDimZ is the Z dimension of each thread block.
  - ::CUlaunchConfig::sharedMemBytes is the dynamic shared-memory size per
-   thread block in bytes.
+ thread block in bytes.
  - ::CUlaunchConfig::hStream is the handle to the stream to perform the launch
-   in. The CUDA context associated with this stream must match that associated
-   with function f.
+ in. The CUDA context associated with this stream must match that associated
+ with function f.
  - ::CUlaunchConfig::attrs is an array of ::CUlaunchConfig::numAttrs
-   continguous ::CUlaunchAttribute elements. The value of this pointer is not
-   considered if ::CUlaunchConfig::numAttrs is zero. However, in that case, it
-   is recommended to set the pointer to NULL.
+ continguous ::CUlaunchAttribute elements. The value of this pointer is not
+ considered if ::CUlaunchConfig::numAttrs is zero. However, in that case, it
+ is recommended to set the pointer to NULL.
  - ::CUlaunchConfig::numAttrs is the number of attributes populating the
-   first ::CUlaunchConfig::numAttrs positions of the ::CUlaunchConfig::attrs
-   array.
+ first ::CUlaunchConfig::numAttrs positions of the ::CUlaunchConfig::attrs
+ array.
 
  Launch-time configuration is specified by adding entries to
  ::CUlaunchConfig::attrs. Each entry is an attribute ID and a corresponding
  attribute value.
 
  The ::CUlaunchAttribute structure is defined as:
- \code
-       typedef struct CUlaunchAttribute_st {
-     CUlaunchAttributeID id;
-     CUlaunchAttributeValue value;
- } CUlaunchAttribute;
- \endcode
+
+ ```text
+
+        typedef struct CUlaunchAttribute_st {
+      CUlaunchAttributeID id;
+      CUlaunchAttributeValue value;
+  } CUlaunchAttribute;
+
+ ```
+
  where:
  - ::CUlaunchAttribute::id is a unique enum identifying the attribute.
  - ::CUlaunchAttribute::value is a union that hold the attribute value.
 
  An example of using the \p config parameter:
- \code
-       CUlaunchAttribute coopAttr = {.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
-                               .value = 1};
- CUlaunchConfig config = {... // set block and grid dimensions
-                        .attrs = &coopAttr,
-                        .numAttrs = 1};
 
- cuLaunchKernelEx(&config, kernel, NULL, NULL);
- \endcode
+ ```text
+
+        CUlaunchAttribute coopAttr = {.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+                                .value = 1};
+  CUlaunchConfig config = {... // set block and grid dimensions
+                         .attrs = &coopAttr,
+                         .numAttrs = 1};
+
+  cuLaunchKernelEx(&config, kernel, NULL, NULL);
+
+ ```
+
 
  The ::CUlaunchAttributeID enum is defined as:
- \code
-       typedef enum CUlaunchAttributeID_enum {
-     CU_LAUNCH_ATTRIBUTE_IGNORE = 0,
-     CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW   = 1,
-     CU_LAUNCH_ATTRIBUTE_COOPERATIVE            = 2,
-     CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY = 3,
-     CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION                    = 4,
-     CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5,
-     CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION    = 6,
-     CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT                   = 7,
-     CU_LAUNCH_ATTRIBUTE_PRIORITY               = 8,
-     CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP    = 9,
-     CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN        = 10,
-     CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION = 11,
-     CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT = 12,
-     CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE = 13,
- } CUlaunchAttributeID;
- \endcode
+
+ ```text
+
+        typedef enum CUlaunchAttributeID_enum {
+      CU_LAUNCH_ATTRIBUTE_IGNORE = 0,
+      CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW   = 1,
+      CU_LAUNCH_ATTRIBUTE_COOPERATIVE            = 2,
+      CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY = 3,
+      CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION                    = 4,
+      CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5,
+      CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION    = 6,
+      CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT                   = 7,
+      CU_LAUNCH_ATTRIBUTE_PRIORITY               = 8,
+      CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP    = 9,
+      CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN        = 10,
+      CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION = 11,
+      CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT = 12,
+      CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE = 13,
+  } CUlaunchAttributeID;
+
+ ```
+
 
  and the corresponding ::CUlaunchAttributeValue union as :
- \code
-       typedef union CUlaunchAttributeValue_union {
-     CUaccessPolicyWindow accessPolicyWindow;
-     int cooperative;
-     CUsynchronizationPolicy syncPolicy;
-     struct {
-         unsigned int x;
-         unsigned int y;
-         unsigned int z;
-     } clusterDim;
-     CUclusterSchedulingPolicy clusterSchedulingPolicyPreference;
-     int programmaticStreamSerializationAllowed;
-     struct {
-         CUevent event;
-         int flags;
-         int triggerAtBlockStart;
-     } programmaticEvent;
-     int priority;
-     CUlaunchMemSyncDomainMap memSyncDomainMap;
-     CUlaunchMemSyncDomain memSyncDomain;
-     struct {
-         unsigned int x;
-         unsigned int y;
-         unsigned int z;
-     } preferredClusterDim;
-     struct {
-         CUevent event;
-         int flags;
-     } launchCompletionEvent;
-     struct {
-         int deviceUpdatable;
-         CUgraphDeviceNode devNode;
-     } deviceUpdatableKernelNode;
- } CUlaunchAttributeValue;
- \endcode
+
+ ```text
+
+        typedef union CUlaunchAttributeValue_union {
+      CUaccessPolicyWindow accessPolicyWindow;
+      int cooperative;
+      CUsynchronizationPolicy syncPolicy;
+      struct {
+          unsigned int x;
+          unsigned int y;
+          unsigned int z;
+      } clusterDim;
+      CUclusterSchedulingPolicy clusterSchedulingPolicyPreference;
+      int programmaticStreamSerializationAllowed;
+      struct {
+          CUevent event;
+          int flags;
+          int triggerAtBlockStart;
+      } programmaticEvent;
+      int priority;
+      CUlaunchMemSyncDomainMap memSyncDomainMap;
+      CUlaunchMemSyncDomain memSyncDomain;
+      struct {
+          unsigned int x;
+          unsigned int y;
+          unsigned int z;
+      } preferredClusterDim;
+      struct {
+          CUevent event;
+          int flags;
+      } launchCompletionEvent;
+      struct {
+          int deviceUpdatable;
+          CUgraphDeviceNode devNode;
+      } deviceUpdatableKernelNode;
+  } CUlaunchAttributeValue;
+
+ ```
+
 
  Setting ::CU_LAUNCH_ATTRIBUTE_COOPERATIVE to a non-zero value causes the
  kernel launch to be a cooperative launch, with exactly the same usage and
@@ -36569,9 +36652,9 @@ pub unsafe fn cuLaunchKernel(
  complete. Alternatively, blocks of B may begin before all blocks of A have
  begun, for example:
 
-  - If B can claim execution resources unavailable to A, for example if they
-    run on different GPUs.
-  - If B is a higher priority than A.
+ - If B can claim execution resources unavailable to A, for example if they
+ run on different GPUs.
+ - If B is a higher priority than A.
 
  Exercise caution if such an ordering inversion could lead to deadlock. The
  event supplied must not be an interprocess or interop event. The event must
@@ -36648,10 +36731,10 @@ pub unsafe fn cuLaunchKernel(
  the kernel on will either be taken from the specified stream ::CUlaunchConfig::hStream
  or the current context in case of NULL stream.
 
- \param config         - Config to launch
- \param f              - Function ::CUfunction or Kernel ::CUkernel to launch
- \param kernelParams   - Array of pointers to kernel parameters
- \param extra          - Extra options
+ - parameter config         - Config to launch
+ - parameter f              - Function ::CUfunction or Kernel ::CUkernel to launch
+ - parameter kernelParams   - Array of pointers to kernel parameters
+ - parameter extra          - Extra options
 
  \return
  ::CUDA_SUCCESS,
@@ -36668,10 +36751,10 @@ pub unsafe fn cuLaunchKernel(
  ::CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
  ::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,
  ::CUDA_ERROR_NOT_FOUND
- \note_null_stream
- \notefnerr
 
- \sa ::cuCtxGetCacheConfig,
+
+
+ See also: ::cuCtxGetCacheConfig,
  ::cuCtxSetCacheConfig,
  ::cuFuncSetCacheConfig,
  ::cuFuncGetAttribute,
@@ -36719,21 +36802,21 @@ pub unsafe fn cuLaunchKernelEx(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Retrieve the kernel handles within a library.
+/** Retrieve the kernel handles within a library.
 
  Returns in \p kernels a maximum number of \p numKernels kernel handles within \p lib.
  The returned kernel handle becomes invalid when the library is unloaded.
 
- \param kernels - Buffer where the kernel handles are returned to
- \param numKernels - Maximum number of kernel handles may be returned to the buffer
- \param lib - Library to query from
+ - parameter kernels - Buffer where the kernel handles are returned to
+ - parameter numKernels - Maximum number of kernel handles may be returned to the buffer
+ - parameter lib - Library to query from
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuLibraryGetKernelCount*/
+ See also: ::cuLibraryGetKernelCount*/
 ///
 /** # Loading
 
@@ -36769,7 +36852,7 @@ pub unsafe fn cuLibraryEnumerateKernels(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a global device pointer
+/** Returns a global device pointer
 
  Returns in \p *dptr and \p *bytes the base pointer and size of the global with
  name \p name for the requested library \p library and the current context.
@@ -36777,10 +36860,10 @@ pub unsafe fn cuLibraryEnumerateKernels(
  One of the parameters \p dptr or \p bytes (not both) can be NULL in which
  case it is ignored.
 
- \param dptr - Returned global device pointer for the requested context
- \param bytes - Returned global size in bytes
- \param library - Library to retrieve global from
- \param name - Name of global to retrieve
+ - parameter dptr - Returned global device pointer for the requested context
+ - parameter bytes - Returned global size in bytes
+ - parameter library - Library to retrieve global from
+ - parameter name - Name of global to retrieve
 
  \return
  ::CUDA_SUCCESS,
@@ -36792,7 +36875,7 @@ pub unsafe fn cuLibraryEnumerateKernels(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_CONTEXT_IS_DESTROYED
 
- \sa ::cuLibraryLoadData,
+ See also: ::cuLibraryLoadData,
  ::cuLibraryLoadFromFile,
  ::cuLibraryUnload,
  ::cuLibraryGetModule,
@@ -36835,14 +36918,14 @@ pub unsafe fn cuLibraryGetGlobal(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a kernel handle
+/** Returns a kernel handle
 
  Returns in \p pKernel the handle of the kernel with name \p name located in library \p library.
  If kernel handle is not found, the call returns ::CUDA_ERROR_NOT_FOUND.
 
- \param pKernel - Returned kernel handle
- \param library - Library to retrieve kernel from
- \param name - Name of kernel to retrieve
+ - parameter pKernel - Returned kernel handle
+ - parameter library - Library to retrieve kernel from
+ - parameter name - Name of kernel to retrieve
 
  \return
  ::CUDA_SUCCESS,
@@ -36852,7 +36935,7 @@ pub unsafe fn cuLibraryGetGlobal(
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_NOT_FOUND
 
- \sa ::cuLibraryLoadData,
+ See also: ::cuLibraryLoadData,
  ::cuLibraryLoadFromFile,
  ::cuLibraryUnload,
  ::cuKernelGetFunction,
@@ -36893,12 +36976,12 @@ pub unsafe fn cuLibraryGetKernel(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the number of kernels within a library
+/** Returns the number of kernels within a library
 
  Returns in \p count the number of kernels in \p lib.
 
- \param count - Number of kernels found within the library
- \param lib - Library to query
+ - parameter count - Number of kernels found within the library
+ - parameter lib - Library to query
 
  \return
  ::CUDA_SUCCESS,
@@ -36933,7 +37016,7 @@ pub unsafe fn cuLibraryGetKernelCount(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a pointer to managed memory
+/** Returns a pointer to managed memory
 
  Returns in \p *dptr and \p *bytes the base pointer and size of the managed memory with
  name \p name for the requested library \p library. If no managed memory with the
@@ -36942,10 +37025,10 @@ pub unsafe fn cuLibraryGetKernelCount(
  Note that managed memory for library \p library is shared across devices and is registered
  when the library is loaded into atleast one context.
 
- \param dptr - Returned pointer to the managed memory
- \param bytes - Returned memory size in bytes
- \param library - Library to retrieve managed memory from
- \param name - Name of managed memory to retrieve
+ - parameter dptr - Returned pointer to the managed memory
+ - parameter bytes - Returned memory size in bytes
+ - parameter library - Library to retrieve managed memory from
+ - parameter name - Name of managed memory to retrieve
 
  \return
  ::CUDA_SUCCESS,
@@ -36955,7 +37038,7 @@ pub unsafe fn cuLibraryGetKernelCount(
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_NOT_FOUND
 
- \sa ::cuLibraryLoadData,
+ See also: ::cuLibraryLoadData,
  ::cuLibraryLoadFromFile,
  ::cuLibraryUnload*/
 ///
@@ -36996,13 +37079,13 @@ pub unsafe fn cuLibraryGetManaged(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a module handle
+/** Returns a module handle
 
  Returns in \p pMod the module handle associated with the current context located in
  library \p library. If module handle is not found, the call returns ::CUDA_ERROR_NOT_FOUND.
 
- \param pMod - Returned module handle
- \param library - Library to retrieve module from
+ - parameter pMod - Returned module handle
+ - parameter library - Library to retrieve module from
 
  \return
  ::CUDA_SUCCESS,
@@ -37014,7 +37097,7 @@ pub unsafe fn cuLibraryGetManaged(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_CONTEXT_IS_DESTROYED
 
- \sa ::cuLibraryLoadData,
+ See also: ::cuLibraryLoadData,
  ::cuLibraryLoadFromFile,
  ::cuLibraryUnload,
  ::cuModuleGetFunction*/
@@ -37044,16 +37127,16 @@ pub unsafe fn cuLibraryGetModule(pMod: *mut CUmodule, library: CUlibrary) -> CUr
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a pointer to a unified function
+/** Returns a pointer to a unified function
 
  Returns in \p *fptr the function pointer to a unified function denoted by \p symbol.
  If no unified function with name \p symbol exists, the call returns ::CUDA_ERROR_NOT_FOUND.
  If there is no device with attribute ::CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS present in the system,
  the call may return ::CUDA_ERROR_NOT_FOUND.
 
- \param fptr - Returned pointer to a unified function
- \param library - Library to retrieve function pointer memory from
- \param symbol - Name of function pointer to retrieve
+ - parameter fptr - Returned pointer to a unified function
+ - parameter library - Library to retrieve function pointer memory from
+ - parameter symbol - Name of function pointer to retrieve
 
  \return
  ::CUDA_SUCCESS,
@@ -37063,7 +37146,7 @@ pub unsafe fn cuLibraryGetModule(pMod: *mut CUmodule, library: CUlibrary) -> CUr
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_NOT_FOUND
 
- \sa ::cuLibraryLoadData,
+ See also: ::cuLibraryLoadData,
  ::cuLibraryLoadFromFile,
  ::cuLibraryUnload*/
 ///
@@ -37101,16 +37184,16 @@ pub unsafe fn cuLibraryGetUnifiedFunction(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Load a library with specified code and options
+/** Load a library with specified code and options
 
  Takes a pointer \p code and loads the corresponding library \p library based on
  the application defined library loading mode:
  - If module loading is set to EAGER, via the environment variables described in "Module loading",
-   \p library is loaded eagerly into all contexts at the time of the call and future contexts
-   at the time of creation until the library is unloaded with ::cuLibraryUnload().
+ \p library is loaded eagerly into all contexts at the time of the call and future contexts
+ at the time of creation until the library is unloaded with ::cuLibraryUnload().
  - If the environment variables are set to LAZY, \p library
-   is not immediately loaded onto all existent contexts and will only be
-   loaded when a function is needed for that context, such as a kernel launch.
+ is not immediately loaded onto all existent contexts and will only be
+ loaded when a function is needed for that context, such as a kernel launch.
 
  These environment variables are described in the CUDA programming guide under the
  "CUDA environment variables" section.
@@ -37127,17 +37210,17 @@ pub unsafe fn cuLibraryGetUnifiedFunction(
  Library load options are passed as an array via \p libraryOptions and any corresponding parameters are passed in
  \p libraryOptionValues. The number of total library load options is supplied via \p numLibraryOptions.
 
- \note If the library contains managed variables and no device in the system
+ Note: If the library contains managed variables and no device in the system
  supports managed variables this call is expected to return ::CUDA_ERROR_NOT_SUPPORTED
 
- \param library             - Returned library
- \param code                - Code to load
- \param jitOptions          - Options for JIT
- \param jitOptionsValues    - Option values for JIT
- \param numJitOptions       - Number of options
- \param libraryOptions      - Options for loading
- \param libraryOptionValues - Option values for loading
- \param numLibraryOptions   - Number of options for loading
+ - parameter library             - Returned library
+ - parameter code                - Code to load
+ - parameter jitOptions          - Options for JIT
+ - parameter jitOptionsValues    - Option values for JIT
+ - parameter numJitOptions       - Number of options
+ - parameter libraryOptions      - Options for loading
+ - parameter libraryOptionValues - Option values for loading
+ - parameter numLibraryOptions   - Number of options for loading
 
  \return
  ::CUDA_SUCCESS,
@@ -37153,7 +37236,7 @@ pub unsafe fn cuLibraryGetUnifiedFunction(
  ::CUDA_ERROR_JIT_COMPILER_NOT_FOUND,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuLibraryLoadFromFile,
+ See also: ::cuLibraryLoadFromFile,
  ::cuLibraryUnload,
  ::cuModuleLoad,
  ::cuModuleLoadData,
@@ -37219,16 +37302,16 @@ pub unsafe fn cuLibraryLoadData(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Load a library with specified file and options
+/** Load a library with specified file and options
 
  Takes a pointer \p code and loads the corresponding library \p library based on
  the application defined library loading mode:
  - If module loading is set to EAGER, via the environment variables described in "Module loading",
-   \p library is loaded eagerly into all contexts at the time of the call and future contexts
-   at the time of creation until the library is unloaded with ::cuLibraryUnload().
+ \p library is loaded eagerly into all contexts at the time of the call and future contexts
+ at the time of creation until the library is unloaded with ::cuLibraryUnload().
  - If the environment variables are set to LAZY, \p library
-   is not immediately loaded onto all existent contexts and will only be
-   loaded when a function is needed for that context, such as a kernel launch.
+ is not immediately loaded onto all existent contexts and will only be
+ loaded when a function is needed for that context, such as a kernel launch.
 
  These environment variables are described in the CUDA programming guide under the
  "CUDA environment variables" section.
@@ -37245,17 +37328,17 @@ pub unsafe fn cuLibraryLoadData(
  Library load options are passed as an array via \p libraryOptions and any corresponding parameters are passed in
  \p libraryOptionValues. The number of total library load options is supplied via \p numLibraryOptions.
 
- \note If the library contains managed variables and no device in the system
+ Note: If the library contains managed variables and no device in the system
  supports managed variables this call is expected to return ::CUDA_ERROR_NOT_SUPPORTED
 
- \param library             - Returned library
- \param fileName            - File to load from
- \param jitOptions          - Options for JIT
- \param jitOptionsValues    - Option values for JIT
- \param numJitOptions       - Number of options
- \param libraryOptions      - Options for loading
- \param libraryOptionValues - Option values for loading
- \param numLibraryOptions   - Number of options for loading
+ - parameter library             - Returned library
+ - parameter fileName            - File to load from
+ - parameter jitOptions          - Options for JIT
+ - parameter jitOptionsValues    - Option values for JIT
+ - parameter numJitOptions       - Number of options
+ - parameter libraryOptions      - Options for loading
+ - parameter libraryOptionValues - Option values for loading
+ - parameter numLibraryOptions   - Number of options for loading
 
  \return
  ::CUDA_SUCCESS,
@@ -37271,7 +37354,7 @@ pub unsafe fn cuLibraryLoadData(
  ::CUDA_ERROR_JIT_COMPILER_NOT_FOUND,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuLibraryLoadData,
+ See also: ::cuLibraryLoadData,
  ::cuLibraryUnload,
  ::cuModuleLoad,
  ::cuModuleLoadData,
@@ -37337,11 +37420,11 @@ pub unsafe fn cuLibraryLoadFromFile(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Unloads a library
+/** Unloads a library
 
  Unloads the library specified with \p library
 
- \param library - Library to unload
+ - parameter library - Library to unload
 
  \return
  ::CUDA_SUCCESS,
@@ -37349,7 +37432,7 @@ pub unsafe fn cuLibraryLoadFromFile(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuLibraryLoadData,
+ See also: ::cuLibraryLoadData,
  ::cuLibraryLoadFromFile,
  ::cuModuleUnload*/
 ///
@@ -37488,23 +37571,23 @@ pub unsafe fn cuLinkAddFile(
 }
 /// `cuLinkAddFile_v2`, the name the header's macros give [`cuLinkAddFile`].
 pub use self::cuLinkAddFile as cuLinkAddFile_v2;
-/** \brief Complete a pending linker invocation
+/** Complete a pending linker invocation
 
  Completes the pending linker action and returns the cubin image for the linked
  device code, which can be used with ::cuModuleLoadData.  The cubin is owned by
  \p state, so it should be loaded before \p state is destroyed via ::cuLinkDestroy.
  This call does not destroy \p state.
 
- \param state    A pending linker invocation
- \param cubinOut On success, this will point to the output image
- \param sizeOut  Optional parameter to receive the size of the generated image
+ - parameter state    A pending linker invocation
+ - parameter cubinOut On success, this will point to the output image
+ - parameter sizeOut  Optional parameter to receive the size of the generated image
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_OUT_OF_MEMORY
 
- \sa ::cuLinkCreate,
+ See also: ::cuLinkCreate,
  ::cuLinkAddData,
  ::cuLinkAddFile,
  ::cuLinkDestroy,
@@ -37585,15 +37668,15 @@ pub unsafe fn cuLinkCreate(
 }
 /// `cuLinkCreate_v2`, the name the header's macros give [`cuLinkCreate`].
 pub use self::cuLinkCreate as cuLinkCreate_v2;
-/** \brief Destroys state for a JIT linker invocation.
+/** Destroys state for a JIT linker invocation.
 
- \param state State object for the linker invocation
+ - parameter state State object for the linker invocation
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_HANDLE
 
- \sa ::cuLinkCreate*/
+ See also: ::cuLinkCreate*/
 ///
 /** # Loading
 
@@ -37617,7 +37700,7 @@ pub unsafe fn cuLinkDestroy(state: CUlinkState) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Associates a device to a multicast logical endpoint
+/** Associates a device to a multicast logical endpoint
 
  Associates a device to a logical endpoint. The type of the logical endpoint
  must be ::CU_LOGICAL_ENDPOINT_TYPE_MULTICAST.
@@ -37636,9 +37719,9 @@ pub unsafe fn cuLinkDestroy(state: CUlinkState) -> CUresult {
  added to this multicast logical endpoint.
 
  \param[in] leId Logical endpoint id representing
-                a multicast logical endpoint.
+ a multicast logical endpoint.
  \param[in] dev Device that will be associated
-                with the multicast logical endpoint.
+ with the multicast logical endpoint.
 
  \return
  ::CUDA_SUCCESS,
@@ -37689,7 +37772,7 @@ pub unsafe fn cuLogicalEndpointAddDevice(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Bind a memory allocation represented by a virtual address to a logical endpoint
+/** Bind a memory allocation represented by a virtual address to a logical endpoint
 
  Binds the memory allocation specified by its mapped address \p ptr to a
  logical endpoint represented by \p leId at the offset \p offset.
@@ -37806,7 +37889,7 @@ pub unsafe fn cuLogicalEndpointBindAddr(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Binds memory object represented by a handle to the logical endpoint
+/** Binds memory object represented by a handle to the logical endpoint
 
  Binds the memory allocation specified by \p memHandle to a logical endpoint
  represented by \p leId at the offset \p offset. The memory must have been
@@ -37929,7 +38012,7 @@ pub unsafe fn cuLogicalEndpointBindMem(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a logical endpoint with the requested properties and associates it with the logical endpoint id
+/** Creates a logical endpoint with the requested properties and associates it with the logical endpoint id
 
  This creates a logical endpoint as described by \p prop. The number of
  participating devices is determined by the ::CUlogicalEndpointProp::type.
@@ -37961,7 +38044,7 @@ pub unsafe fn cuLogicalEndpointBindMem(
  the properties of the logical endpoint.
 
  \param[in] leId Logical endpoint id that will be associated with the newly
-                 created logical endpoint.
+ created logical endpoint.
  \param[in] prop Properties of the logical endpoint to create.
 
  \return
@@ -38017,7 +38100,7 @@ pub unsafe fn cuLogicalEndpointCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Removes the association of the logical endpoint from the logical endpoint id
+/** Removes the association of the logical endpoint from the logical endpoint id
 
  Removes the association between the logical endpoint id and the logical
  endpoint resources. Any memory bound by this process to any device associated
@@ -38069,7 +38152,7 @@ pub unsafe fn cuLogicalEndpointDestroy(leId: CUlogicalEndpointId) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Exports a logical endpoint associated with leId to an IPC handle
+/** Exports a logical endpoint associated with leId to an IPC handle
 
  Given a logical endpoint id \p leId, create a shareable handle \p handle that
  can be used to share the logical endpoint with other processes. The recipient
@@ -38079,10 +38162,10 @@ pub unsafe fn cuLogicalEndpointDestroy(leId: CUlogicalEndpointId) -> CUresult {
  defined by the requested handle type in \p handletype.
 
  \param[out] handle Pointer to the location in which to store the requested
-                    handle type.
+ handle type.
  \param[in] leId Logical endpoint id of logical endpoint.
  \param[in] handleType Type of shareable handle requested.
-                       Defines type and size of the handle output parameter.
+ Defines type and size of the handle output parameter.
 
  \return
  ::CUDA_SUCCESS,
@@ -38140,7 +38223,7 @@ pub unsafe fn cuLogicalEndpointExport(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Calculates the minimum alignment and the maximum size for the given logical endpoint properties
+/** Calculates the minimum alignment and the maximum size for the given logical endpoint properties
 
  The \p bindAlignment can be used as a multiple for size and bind offset
  values. The \p maxSize is the maximum size of the logical endpoint.
@@ -38148,7 +38231,7 @@ pub unsafe fn cuLogicalEndpointExport(
  the request to the smaller value.
 
  \param[out] bindAlignment Minimum alignment granularity of the proposed
-                           logical endpoint.
+ logical endpoint.
  \param[out] maxSize Maximum size of the logical endpoint.
  \param[in] prop Properties of the logical endpoint.
 
@@ -38210,7 +38293,7 @@ pub unsafe fn cuLogicalEndpointGetLimits(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Releases a range of logical endpoint ids
+/** Releases a range of logical endpoint ids
 
  Releases up to \p count logical endpoint ids starting at \p baseLeId.
  The range of ids represented by [\p baseLeId, \p baseLeId + \p count) must
@@ -38269,7 +38352,7 @@ pub unsafe fn cuLogicalEndpointIdRelease(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Reserves a range of logical endpoint ids
+/** Reserves a range of logical endpoint ids
 
  Reserves a range of logical endpoint ids starting at \p *baseLeId and
  extending for \p count.
@@ -38277,8 +38360,8 @@ pub unsafe fn cuLogicalEndpointIdRelease(
  via ::cuLogicalEndpointCreate or ::cuLogicalEndpointImport respectively.
 
  \param[out] baseLeId If ::cuLogicalEndpointIdReserve returns CUDA_SUCCESS,
-                      *baseLeId contains the base logical endpoint id of the
-                      reserved logical endpoint id range.
+ *baseLeId contains the base logical endpoint id of the
+ reserved logical endpoint id range.
  \param[in] count The number of logical endpoint ids to reserve.
 
  \return
@@ -38333,7 +38416,7 @@ pub unsafe fn cuLogicalEndpointIdReserve(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Imports a logical endpoint from the given IPC handle and associates it with a logical endpoint id
+/** Imports a logical endpoint from the given IPC handle and associates it with a logical endpoint id
 
  Imports a logical endpoint from the given IPC \p handle and associates it
  with the logical endpoint id specified by \p leId.
@@ -38345,9 +38428,9 @@ pub unsafe fn cuLogicalEndpointIdReserve(
  then ::CUDA_ERROR_NOT_PERMITTED will be returned
 
  \param[in] leId Logical endpoint id that will be used to access the exported
-                 logical endpoint.
+ logical endpoint.
  \param[in] handle Shareable handle representing the logical endpoint that is
-                   to be imported.
+ to be imported.
  \param[in] handleType Handle type of the exported handle
 
  \return
@@ -38406,7 +38489,7 @@ pub unsafe fn cuLogicalEndpointImport(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Determines if all logical endpoints in the range have been successfully constructed
+/** Determines if all logical endpoints in the range have been successfully constructed
 
  Queries the driver to determine if all logical endpoints in the given range
  starting at \p leId and extending for \p count have been successfully
@@ -38429,10 +38512,10 @@ pub unsafe fn cuLogicalEndpointImport(
  \param[in] leId First logical endpoint ID to be queried.
  \param[in] count Number of logical endpoints IDs to be queried.
  \param[out] queryStatus Status of the logical endpoints.
-                         Returns 0 if any logical endpoint in the given range
-                         is not fully constructed,
-                         and non-zero if all logical endpoints in the given
-                         range are fully constructed.
+ Returns 0 if any logical endpoint in the given range
+ is not fully constructed,
+ and non-zero if all logical endpoints in the given
+ range are fully constructed.
 
  \return
  ::CUDA_SUCCESS,
@@ -38493,7 +38576,7 @@ pub unsafe fn cuLogicalEndpointQuery(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Unbinds any binding at offset from the logical endpoint
+/** Unbinds any binding at offset from the logical endpoint
 
  Unbinds any memory allocations bound to the logical endpoint on \p dev at
  \p offset and up to the given \p size. The intended \p size of the unbind and
@@ -38572,10 +38655,10 @@ pub unsafe fn cuLogicalEndpointUnbind(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets log iterator to point to the end of log buffer, where the next message would be written.
+/** Sets log iterator to point to the end of log buffer, where the next message would be written.
 
- \param iterator_out - Location to store an iterator to the current tail of the logs
- \param flags        - Reserved for future use, must be 0
+ - parameter iterator_out - Location to store an iterator to the current tail of the logs
+ - parameter flags        - Reserved for future use, must be 0
 
  \return
  ::CUDA_SUCCESS
@@ -38612,22 +38695,22 @@ pub unsafe fn cuLogsCurrent(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Dump accumulated driver logs into a file
+/** Dump accumulated driver logs into a file
 
  Logs generated by the driver are stored in an internal buffer and can be copied out using this API.
  This API dumps all driver logs starting from \p iterator into \p pathToFile provided.
 
- \note \p iterator is auto-advancing. Dumping logs will update the value of
-       \p iterator to receive the next generated log.
+ Note: \p iterator is auto-advancing. Dumping logs will update the value of
+ \p iterator to receive the next generated log.
 
- \note The driver reserves limited memory for storing logs.
-       The oldest logs may be overwritten and become unrecoverable. An indication will appear in the
-       destination outupt if the logs have been truncated. Call dump after each failed API to mitigate this
-       risk.
+ Note: The driver reserves limited memory for storing logs.
+ The oldest logs may be overwritten and become unrecoverable. An indication will appear in the
+ destination outupt if the logs have been truncated. Call dump after each failed API to mitigate this
+ risk.
 
- \param iterator   - Optional auto-advancing iterator specifying the starting log to read. NULL value dumps all logs.
- \param pathToFile - Path to output file for dumping logs
- \param flags      - Reserved for future use, must be 0
+ - parameter iterator   - Optional auto-advancing iterator specifying the starting log to read. NULL value dumps all logs.
+ - parameter pathToFile - Path to output file for dumping logs
+ - parameter flags      - Reserved for future use, must be 0
 
  \return
  ::CUDA_SUCCESS
@@ -38667,7 +38750,7 @@ pub unsafe fn cuLogsDumpToFile(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Dump accumulated driver logs into a buffer
+/** Dump accumulated driver logs into a buffer
 
  Logs generated by the driver are stored in an internal buffer and can be copied out using this API.
  This API dumps driver logs from \p iterator into \p buffer up to the size specified in \p *size.
@@ -38678,23 +38761,23 @@ pub unsafe fn cuLogsDumpToFile(
  If the provided \p buffer is not large enough to hold any messages, \p *size will be set to 0 and
  the function will return ::CUDA_ERROR_INVALID_VALUE.
 
- \note \p iterator is auto-advancing. Dumping logs will update the value of
-       \p iterator to receive the next generated log.
+ Note: \p iterator is auto-advancing. Dumping logs will update the value of
+ \p iterator to receive the next generated log.
 
- \note The driver reserves limited memory for storing logs. The maximum size of the buffer is 25600 bytes.
-       The oldest logs may be overwritten and become unrecoverable. An indication will appear in the
-       destination outupt if the logs have been truncated. Call dump after each failed API to mitigate this
-       risk.
+ Note: The driver reserves limited memory for storing logs. The maximum size of the buffer is 25600 bytes.
+ The oldest logs may be overwritten and become unrecoverable. An indication will appear in the
+ destination outupt if the logs have been truncated. Call dump after each failed API to mitigate this
+ risk.
 
- \note If the provided value in \p *size is not large enough to hold all buffered messages, a message will
-       be added at the head of the buffer indicating this. The driver then computes the number of messages
-       it is able to store in \p buffer and writes it out. The final message in \p buffer will always be
-       the most recent log message as of when the API is called.
+ Note: If the provided value in \p *size is not large enough to hold all buffered messages, a message will
+ be added at the head of the buffer indicating this. The driver then computes the number of messages
+ it is able to store in \p buffer and writes it out. The final message in \p buffer will always be
+ the most recent log message as of when the API is called.
 
- \param iterator  - Optional auto-advancing iterator specifying the starting log to read. NULL value dumps all logs.
- \param buffer    - Pointer to dump logs
- \param size      - See description
- \param flags     - Reserved for future use, must be 0
+ - parameter iterator  - Optional auto-advancing iterator specifying the starting log to read. NULL value dumps all logs.
+ - parameter buffer    - Pointer to dump logs
+ - parameter size      - See description
+ - parameter flags     - Reserved for future use, must be 0
 
  \return
  ::CUDA_SUCCESS,
@@ -38737,11 +38820,11 @@ pub unsafe fn cuLogsDumpToMemory(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Register a callback function to receive error log messages
+/** Register a callback function to receive error log messages
 
- \param callbackFunc  - The function to register as a callback
- \param userData      - A generic pointer to user data. This is passed into the callback function.
- \param callback_out  - Optional location to store the callback handle after it is registered
+ - parameter callbackFunc  - The function to register as a callback
+ - parameter userData      - A generic pointer to user data. This is passed into the callback function.
+ - parameter callback_out  - Optional location to store the callback handle after it is registered
 
  \return
  ::CUDA_SUCCESS
@@ -38781,9 +38864,9 @@ pub unsafe fn cuLogsRegisterCallback(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Unregister a log message callback
+/** Unregister a log message callback
 
- \param callback  - The callback instance to unregister from receiving log messages
+ - parameter callback  - The callback instance to unregister from receiving log messages
 
  \return
  ::CUDA_SUCCESS
@@ -38811,7 +38894,7 @@ pub unsafe fn cuLogsUnregisterCallback(callback: CUlogsCallbackHandle) -> CUresu
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Free an address range reservation.
+/** Free an address range reservation.
 
  Frees a virtual address range reserved by cuMemAddressReserve.  The size
  must match what was given to memAddressReserve and the ptr given must
@@ -38827,7 +38910,7 @@ pub unsafe fn cuLogsUnregisterCallback(callback: CUlogsCallbackHandle) -> CUresu
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuMemAddressReserve*/
+ See also: ::cuMemAddressReserve*/
 ///
 /** # Loading
 
@@ -38851,7 +38934,7 @@ pub unsafe fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allocate an address range reservation.
+/** Allocate an address range reservation.
 
  Reserves a virtual address range based on the given parameters, giving
  the starting address of the range in \p ptr.  This API requires a system that
@@ -38875,7 +38958,7 @@ pub unsafe fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuMemAddressFree*/
+ See also: ::cuMemAddressFree*/
 ///
 /** # Loading
 
@@ -38987,21 +39070,21 @@ pub unsafe fn cuMemAlloc(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
 }
 /// `cuMemAlloc_v2`, the name the header's macros give [`cuMemAlloc`].
 pub use self::cuMemAlloc as cuMemAlloc_v2;
-/** \brief Allocates memory with stream ordered semantics
+/** Allocates memory with stream ordered semantics
 
  Inserts an allocation operation into \p hStream.
  A pointer to the allocated memory is returned immediately in *dptr.
  The allocation must not be accessed until the the allocation operation completes.
  The allocation comes from the memory pool current to the stream's device.
 
- \note The default memory pool of a device contains device memory from that device.
+ Note: The default memory pool of a device contains device memory from that device.
 
- \note Basic stream ordering allows future work submitted into the same stream to use the allocation.
-       Stream query, stream synchronize, and CUDA events can be used to guarantee that the allocation
-       operation completes before work submitted in a separate stream runs.
- \note During stream capture, this function results in the creation of an allocation node.  In this case,
-       the allocation is owned by the graph instead of the memory pool. The memory pool's properties
-       are used to set the node's creation parameters.
+ Note: Basic stream ordering allows future work submitted into the same stream to use the allocation.
+ Stream query, stream synchronize, and CUDA events can be used to guarantee that the allocation
+ operation completes before work submitted in a separate stream runs.
+ Note: During stream capture, this function results in the creation of an allocation node.  In this case,
+ the allocation is owned by the graph instead of the memory pool. The memory pool's properties
+ are used to set the node's creation parameters.
 
  \param[out] dptr    - Returned device pointer
  \param[in] bytesize - Number of bytes to allocate
@@ -39014,9 +39097,9 @@ pub use self::cuMemAlloc as cuMemAlloc_v2;
  ::CUDA_ERROR_NOT_SUPPORTED,
  ::CUDA_ERROR_OUT_OF_MEMORY
 
- \sa ::cuMemAllocFromPoolAsync, ::cuMemFreeAsync, ::cuDeviceSetMemPool,
-     ::cuDeviceGetDefaultMemPool, ::cuDeviceGetMemPool, ::cuMemPoolCreate,
-     ::cuMemPoolSetAccess, ::cuMemPoolSetAttribute*/
+ See also: ::cuMemAllocFromPoolAsync, ::cuMemFreeAsync, ::cuDeviceSetMemPool,
+ ::cuDeviceGetDefaultMemPool, ::cuDeviceGetMemPool, ::cuMemPoolCreate,
+ ::cuMemPoolSetAccess, ::cuMemPoolSetAttribute*/
 ///
 /** # Loading
 
@@ -39048,7 +39131,7 @@ pub unsafe fn cuMemAllocAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allocates memory from a specified pool with stream ordered semantics.
+/** Allocates memory from a specified pool with stream ordered semantics.
 
  Inserts an allocation operation into \p hStream.
  A pointer to the allocated memory is returned immediately in *dptr.
@@ -39081,9 +39164,9 @@ pub unsafe fn cuMemAllocAsync(
  ::CUDA_ERROR_NOT_SUPPORTED,
  ::CUDA_ERROR_OUT_OF_MEMORY
 
- \sa ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,
-     ::cuDeviceGetMemPool, ::cuMemPoolCreate, ::cuMemPoolSetAccess,
-     ::cuMemPoolSetAttribute*/
+ See also: ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,
+ ::cuDeviceGetMemPool, ::cuMemPoolCreate, ::cuMemPoolSetAccess,
+ ::cuMemPoolSetAttribute*/
 ///
 /** # Loading
 
@@ -39157,7 +39240,7 @@ pub unsafe fn cuMemAllocHost(
 }
 /// `cuMemAllocHost_v2`, the name the header's macros give [`cuMemAllocHost`].
 pub use self::cuMemAllocHost as cuMemAllocHost_v2;
-/** \brief Allocates memory that will be automatically managed by the Unified Memory system
+/** Allocates memory that will be automatically managed by the Unified Memory system
 
  Allocates \p bytesize bytes of managed memory on the device and returns in
  \p *dptr a pointer to the allocated memory. If the device doesn't support
@@ -39237,9 +39320,9 @@ pub use self::cuMemAllocHost as cuMemAllocHost_v2;
  in the CUDA programming guide under the "CUDA environment variables" section.
  - On ARM, managed memory is not available on discrete gpu with Drive PX-2.
 
- \param dptr     - Returned device pointer
- \param bytesize - Requested allocation size in bytes
- \param flags    - Must be one of ::CU_MEM_ATTACH_GLOBAL or ::CU_MEM_ATTACH_HOST
+ - parameter dptr     - Returned device pointer
+ - parameter bytesize - Requested allocation size in bytes
+ - parameter flags    - Must be one of ::CU_MEM_ATTACH_GLOBAL or ::CU_MEM_ATTACH_HOST
 
  \return
  ::CUDA_SUCCESS,
@@ -39249,9 +39332,9 @@ pub use self::cuMemAllocHost as cuMemAllocHost_v2;
  ::CUDA_ERROR_NOT_SUPPORTED,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_OUT_OF_MEMORY
- \notefnerr
 
- \sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
+
+ See also: ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
  ::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAllocHost,
  ::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,
  ::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,
@@ -39385,7 +39468,7 @@ pub unsafe fn cuMemBatchDecompressAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Create a CUDA memory handle representing a memory allocation of a given size described by the given properties
+/** Create a CUDA memory handle representing a memory allocation of a given size described by the given properties
 
  This creates a memory allocation on the target device specified through the
  \p prop structure. The created allocation will not have any device or host
@@ -39417,7 +39500,7 @@ pub unsafe fn cuMemBatchDecompressAsync(
  The locality domain ID must be a valid locality domain ID for the specified device.
  See also ::cuDeviceGetAttribute with the attribute ::CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_COUNT.
 
- \note On devices with a single locality domain, ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN and localityDomainId 0 is
+ Note: On devices with a single locality domain, ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN and localityDomainId 0 is
  equivalent to a full-device allocation created with ::CU_MEM_LOCATION_TYPE_DEVICE.
  The resulting allocation will be of type ::CU_MEM_LOCATION_TYPE_DEVICE.
 
@@ -39454,9 +39537,9 @@ pub unsafe fn cuMemBatchDecompressAsync(
  ::CUDA_ERROR_DEINITIALIZED,
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED
- \notefnerr
 
- \sa ::cuMemRelease, ::cuMemExportToShareableHandle, ::cuMemImportFromShareableHandle*/
+
+ See also: ::cuMemRelease, ::cuMemExportToShareableHandle, ::cuMemImportFromShareableHandle*/
 ///
 /** # Loading
 
@@ -39597,7 +39680,7 @@ pub unsafe fn cuMemDiscardBatchAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Exports an allocation to a requested shareable handle type
+/** Exports an allocation to a requested shareable handle type
 
  Given a CUDA memory handle, create a shareable memory
  allocation handle that can be used to share the memory with other
@@ -39625,7 +39708,7 @@ pub unsafe fn cuMemDiscardBatchAsync(
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuMemImportFromShareableHandle*/
+ See also: ::cuMemImportFromShareableHandle*/
 ///
 /** # Loading
 
@@ -39690,18 +39773,18 @@ pub unsafe fn cuMemFree(dptr: CUdeviceptr) -> CUresult {
 }
 /// `cuMemFree_v2`, the name the header's macros give [`cuMemFree`].
 pub use self::cuMemFree as cuMemFree_v2;
-/** \brief Frees memory with stream ordered semantics
+/** Frees memory with stream ordered semantics
 
  Inserts a free operation into \p hStream.
  The allocation must not be accessed after stream execution reaches the free.
  After this API returns, accessing the memory from any subsequent work launched on the GPU
  or querying its pointer attributes results in undefined behavior.
 
- \note During stream capture, this function results in the creation of a free node and
-       must therefore be passed the address of a graph allocation.
+ Note: During stream capture, this function results in the creation of a free node and
+ must therefore be passed the address of a graph allocation.
 
- \param dptr - memory to free
- \param hStream - The stream establishing the stream ordering contract.
+ - parameter dptr - memory to free
+ - parameter hStream - The stream establishing the stream ordering contract.
  \returns
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
@@ -39731,12 +39814,12 @@ pub unsafe fn cuMemFreeAsync(dptr: CUdeviceptr, hStream: CUstream) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Frees page-locked host memory
+/** Frees page-locked host memory
 
  Frees the memory space pointed to by \p p, which must have been returned by
  a previous call to ::cuMemAllocHost().
 
- \param p - Pointer to memory to free
+ - parameter p - Pointer to memory to free
 
  \return
  ::CUDA_SUCCESS,
@@ -39744,9 +39827,9 @@ pub unsafe fn cuMemFreeAsync(dptr: CUdeviceptr, hStream: CUstream) -> CUresult {
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
+
+ See also: ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
  ::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,
  ::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,
  ::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,
@@ -39782,7 +39865,7 @@ pub unsafe fn cuMemFreeHost(p: *mut ::core::ffi::c_void) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Get the access \p flags set for the given \p location and \p ptr
+/** Get the access \p flags set for the given \p location and \p ptr
 
  \param[out] flags   - Flags set for this location
  \param[in] location - Location in which to check the flags for
@@ -39796,7 +39879,7 @@ pub unsafe fn cuMemFreeHost(p: *mut ::core::ffi::c_void) -> CUresult {
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuMemSetAccess*/
+ See also: ::cuMemSetAccess*/
 ///
 /** # Loading
 
@@ -39870,7 +39953,7 @@ pub unsafe fn cuMemGetAddressRange(
 }
 /// `cuMemGetAddressRange_v2`, the name the header's macros give [`cuMemGetAddressRange`].
 pub use self::cuMemGetAddressRange as cuMemGetAddressRange_v2;
-/** \brief Calculates either the minimal or recommended granularity
+/** Calculates either the minimal or recommended granularity
 
  Calculates either the minimal or recommended granularity
  for a given allocation specification and returns it in granularity.  This
@@ -39887,7 +39970,7 @@ pub use self::cuMemGetAddressRange as cuMemGetAddressRange_v2;
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuMemCreate, ::cuMemMap*/
+ See also: ::cuMemCreate, ::cuMemMap*/
 ///
 /** # Loading
 
@@ -39923,7 +40006,7 @@ pub unsafe fn cuMemGetAllocationGranularity(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Retrieve the contents of the property structure defining properties for this handle
+/** Retrieve the contents of the property structure defining properties for this handle
 
  \param[out] prop  - Pointer to a properties structure which will hold the information about this handle
  \param[in] handle - Handle which to perform the query on
@@ -39935,7 +40018,7 @@ pub unsafe fn cuMemGetAllocationGranularity(
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuMemCreate, ::cuMemImportFromShareableHandle*/
+ See also: ::cuMemCreate, ::cuMemImportFromShareableHandle*/
 ///
 /** # Loading
 
@@ -39968,7 +40051,7 @@ pub unsafe fn cuMemGetAllocationPropertiesFromHandle(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the default memory pool for a given location and allocation type
+/** Returns the default memory pool for a given location and allocation type
 
  The memory location can be of one of ::CU_MEM_LOCATION_TYPE_DEVICE, ::CU_MEM_LOCATION_TYPE_HOST,
  ::CU_MEM_LOCATION_TYPE_HOST_NUMA, or ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN.
@@ -39985,9 +40068,9 @@ pub unsafe fn cuMemGetAllocationPropertiesFromHandle(
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE,
  ::CUDA_ERROR_NOT_SUPPORTED
- \notefnerr
 
- \sa ::cuMemAllocAsync, ::cuMemPoolTrimTo, ::cuMemPoolGetAttribute, ::cuMemPoolSetAttribute, cuMemPoolSetAccess, ::cuMemGetMemPool, ::cuMemPoolCreate*/
+
+ See also: ::cuMemAllocAsync, ::cuMemPoolTrimTo, ::cuMemPoolGetAttribute, ::cuMemPoolSetAttribute, cuMemPoolSetAccess, ::cuMemGetMemPool, ::cuMemPoolCreate*/
 ///
 /** # Loading
 
@@ -40023,7 +40106,7 @@ pub unsafe fn cuMemGetDefaultMemPool(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Retrieve handle for an address range
+/** Retrieve handle for an address range
 
  Get a handle of the specified type to an address range.
  When requesting CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
@@ -40069,7 +40152,7 @@ pub unsafe fn cuMemGetDefaultMemPool(
  \param[in] size        - Length of the address range. Must be aligned to host page size.
  \param[in] handleType  - Type of handle requested (defines type and size of the \p handle output parameter)
  \param[in] flags       - When requesting CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD the value could be
-                          ::CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE, otherwise 0.
+ ::CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE, otherwise 0.
 
  \return
  ::CUDA_SUCCESS,
@@ -40145,7 +40228,7 @@ pub unsafe fn cuMemGetInfo(free: *mut usize, total: *mut usize) -> CUresult {
 }
 /// `cuMemGetInfo_v2`, the name the header's macros give [`cuMemGetInfo`].
 pub use self::cuMemGetInfo as cuMemGetInfo_v2;
-/** \brief Gets residency information for a memory address range
+/** Gets residency information for a memory address range
 
  Retrieves memory location information for the specified address range starting at \p ptr
  with size \p size. The API summarizes the location information with a granularity specified
@@ -40160,7 +40243,7 @@ pub use self::cuMemGetInfo as cuMemGetInfo_v2;
  the function will:
  - Divide the 1GB range into 8 summary regions of 128MB each
  - Within each 128MB region, sample every 2MB to determine the most common location. If there is a
-   tie a random winner is chosen.
+ tie a random winner is chosen.
  - Populate the \p location_out array with 8 entries, one for each 128MB region
  \p summaryGranularity should be less than or equal to \p size and greater than 0. \p samplingGranularity should
  be less than or equal to \p summaryGranularity. If the \p samplingGranularity is set to 0, a system dependent value is
@@ -40171,24 +40254,24 @@ pub use self::cuMemGetInfo as cuMemGetInfo_v2;
 
  The memory range must refer to one of the following:
  - Managed memory allocated via ::cuMemAllocManaged, via ::cuMemAllocFromPool
-   from a managed memory pool or declared via __managed__ variables.
+ from a managed memory pool or declared via __managed__ variables.
  - System-allocated pageable memory that is not registered via ::cuMemHostRegister.
  If the memory range does not refer to one of the above, the call returns ::CUDA_ERROR_INVALID_VALUE.
 
  All devices on the system must have non-zero value of device attribute ::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS.
  If not, this call returns ::CUDA_ERROR_NOT_SUPPORTED.
 
- \param ptr                 - Starting address of the memory range to query
- \param size                - Size in bytes of the memory range to query
- \param summaryGranularity  - Granularity in bytes at which to summarize location information
- \param samplingGranularity - Granularity in bytes at which to sample memory within each summary region
- \param location_out        - Array to store location information, one entry per summary region
+ - parameter ptr                 - Starting address of the memory range to query
+ - parameter size                - Size in bytes of the memory range to query
+ - parameter summaryGranularity  - Granularity in bytes at which to summarize location information
+ - parameter samplingGranularity - Granularity in bytes at which to sample memory within each summary region
+ - parameter location_out        - Array to store location information, one entry per summary region
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_SUPPORTED
- \notefnerr*/
+*/
 ///
 /** # Loading
 
@@ -40238,7 +40321,7 @@ pub unsafe fn cuMemGetLocationInfo(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the current memory pool for a memory location and of a particular allocation type
+/** Gets the current memory pool for a memory location and of a particular allocation type
 
  The memory location can be of one of ::CU_MEM_LOCATION_TYPE_DEVICE, ::CU_MEM_LOCATION_TYPE_HOST or
  ::CU_MEM_LOCATION_TYPE_HOST_NUMA,
@@ -40260,7 +40343,7 @@ pub unsafe fn cuMemGetLocationInfo(
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuDeviceGetDefaultMemPool, ::cuMemPoolCreate, ::cuDeviceSetMemPool, ::cuMemSetMemPool*/
+ See also: ::cuDeviceGetDefaultMemPool, ::cuMemPoolCreate, ::cuDeviceSetMemPool, ::cuMemSetMemPool*/
 ///
 /** # Loading
 
@@ -40296,7 +40379,7 @@ pub unsafe fn cuMemGetMemPool(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allocates page-locked host memory
+/** Allocates page-locked host memory
 
  Allocates \p bytesize bytes of host memory that is page-locked and accessible
  to the device. The driver tracks the virtual memory ranges allocated with
@@ -40317,19 +40400,19 @@ pub unsafe fn cuMemGetMemPool(
  affect the allocation, as follows.
 
  - ::CU_MEMHOSTALLOC_PORTABLE: The memory returned by this call will be
-   considered as pinned memory by all CUDA contexts, not just the one that
-   performed the allocation.
+ considered as pinned memory by all CUDA contexts, not just the one that
+ performed the allocation.
 
  - ::CU_MEMHOSTALLOC_DEVICEMAP: Maps the allocation into the CUDA address
-   space. The device pointer to the memory may be obtained by calling
-   ::cuMemHostGetDevicePointer().
+ space. The device pointer to the memory may be obtained by calling
+ ::cuMemHostGetDevicePointer().
 
  - ::CU_MEMHOSTALLOC_WRITECOMBINED: Allocates the memory as write-combined
-   (WC). WC memory can be transferred across the PCI Express bus more
-   quickly on some system configurations, but cannot be read efficiently by
-   most CPUs. WC memory is a good option for buffers that will be written by
-   the CPU and read by the GPU via mapped pinned memory or host->device
-   transfers.
+ (WC). WC memory can be transferred across the PCI Express bus more
+ quickly on some system configurations, but cannot be read efficiently by
+ most CPUs. WC memory is a good option for buffers that will be written by
+ the CPU and read by the GPU via mapped pinned memory or host->device
+ transfers.
 
  All of these flags are orthogonal to one another: a developer may allocate
  memory that is portable, mapped and/or write-combined with no restrictions.
@@ -40351,9 +40434,9 @@ pub unsafe fn cuMemGetMemPool(
  to query the device pointer, even if the context supports unified addressing.
  See \ref CUDA_UNIFIED for additional details.
 
- \param pp       - Returned pointer to host memory
- \param bytesize - Requested allocation size in bytes
- \param Flags    - Flags for allocation request
+ - parameter pp       - Returned pointer to host memory
+ - parameter bytesize - Requested allocation size in bytes
+ - parameter Flags    - Flags for allocation request
 
  \return
  ::CUDA_SUCCESS,
@@ -40363,9 +40446,9 @@ pub unsafe fn cuMemGetMemPool(
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_OUT_OF_MEMORY
  ::CUDA_ERROR_EXTERNAL_DEVICE
- \notefnerr
 
- \sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
+
+ See also: ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
  ::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,
  ::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,
  ::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,
@@ -40449,7 +40532,7 @@ pub unsafe fn cuMemHostGetDevicePointer(
 }
 /// `cuMemHostGetDevicePointer_v2`, the name the header's macros give [`cuMemHostGetDevicePointer`].
 pub use self::cuMemHostGetDevicePointer as cuMemHostGetDevicePointer_v2;
-/** \brief Passes back flags that were used for a pinned allocation
+/** Passes back flags that were used for a pinned allocation
 
  Passes back the flags \p pFlags that were specified when allocating
  the pinned host buffer \p p allocated by ::cuMemHostAlloc.
@@ -40457,8 +40540,8 @@ pub use self::cuMemHostGetDevicePointer as cuMemHostGetDevicePointer_v2;
  ::cuMemHostGetFlags() will fail if the pointer does not reside in
  an allocation performed by ::cuMemAllocHost() or ::cuMemHostAlloc().
 
- \param pFlags - Returned flags word
- \param p     - Host pointer
+ - parameter pFlags - Returned flags word
+ - parameter p     - Host pointer
 
  \return
  ::CUDA_SUCCESS,
@@ -40466,7 +40549,7 @@ pub use self::cuMemHostGetDevicePointer as cuMemHostGetDevicePointer_v2;
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
+
 
  \sa
  ::cuMemAllocHost,
@@ -40542,14 +40625,14 @@ pub unsafe fn cuMemHostRegister(
 }
 /// `cuMemHostRegister_v2`, the name the header's macros give [`cuMemHostRegister`].
 pub use self::cuMemHostRegister as cuMemHostRegister_v2;
-/** \brief Unregisters a memory range that was registered with cuMemHostRegister.
+/** Unregisters a memory range that was registered with cuMemHostRegister.
 
  Unmaps the memory range whose base address is specified by \p p, and makes
  it pageable again.
 
  The base address must be the same one specified to ::cuMemHostRegister().
 
- \param p - Host pointer to memory to unregister
+ - parameter p - Host pointer to memory to unregister
 
  \return
  ::CUDA_SUCCESS,
@@ -40559,7 +40642,7 @@ pub use self::cuMemHostRegister as cuMemHostRegister_v2;
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_OUT_OF_MEMORY,
  ::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
- \notefnerr
+
 
  \sa
  ::cuMemHostRegister,
@@ -40589,7 +40672,7 @@ pub unsafe fn cuMemHostUnregister(p: *mut ::core::ffi::c_void) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Imports an allocation from a requested shareable handle type.
+/** Imports an allocation from a requested shareable handle type.
 
  If the current process cannot support the memory described by this shareable
  handle, this API will error as ::CUDA_ERROR_NOT_SUPPORTED.
@@ -40598,7 +40681,7 @@ pub unsafe fn cuMemHostUnregister(p: *mut ::core::ffi::c_void) -> CUresult {
  granted access to the same IMEX channel as the exporter process, this API will error
  as ::CUDA_ERROR_NOT_PERMITTED.
 
- \note Importing shareable handles exported from some graphics APIs(VUlkan, OpenGL, etc)
+ Note: Importing shareable handles exported from some graphics APIs(VUlkan, OpenGL, etc)
  created on devices under an SLI group may not be supported, and thus this API will
  return CUDA_ERROR_NOT_SUPPORTED.
  There is no guarantee that the contents of \p handle will be the same CUDA memory handle
@@ -40615,7 +40698,7 @@ pub unsafe fn cuMemHostUnregister(p: *mut ::core::ffi::c_void) -> CUresult {
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuMemExportToShareableHandle, ::cuMemMap, ::cuMemRelease*/
+ See also: ::cuMemExportToShareableHandle, ::cuMemMap, ::cuMemRelease*/
 ///
 /** # Loading
 
@@ -40651,7 +40734,7 @@ pub unsafe fn cuMemImportFromShareableHandle(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Maps an allocation handle to a reserved virtual address range.
+/** Maps an allocation handle to a reserved virtual address range.
 
  Maps bytes of memory represented by \p handle starting from byte \p offset to
  \p size to address range [\p addr, \p addr + \p size]. This range must be an
@@ -40690,8 +40773,8 @@ pub unsafe fn cuMemImportFromShareableHandle(
  \param[in] ptr    - Address where memory will be mapped.
  \param[in] size   - Size of the memory mapping.
  \param[in] offset - Offset into the memory represented by
-                   - \p handle from which to start mapping
-                   - Note: currently must be zero.
+ - \p handle from which to start mapping
+ - Note: currently must be zero.
  \param[in] handle - Handle to a shareable memory
  \param[in] flags  - flags for future use, must be zero now.
  \return
@@ -40704,9 +40787,9 @@ pub unsafe fn cuMemImportFromShareableHandle(
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED,
  ::CUDA_ERROR_ILLEGAL_STATE
- \notefnerr
 
- \sa ::cuMemUnmap, ::cuMemSetAccess, ::cuMemCreate, ::cuMemAddressReserve, ::cuMemImportFromShareableHandle*/
+
+ See also: ::cuMemUnmap, ::cuMemSetAccess, ::cuMemCreate, ::cuMemAddressReserve, ::cuMemImportFromShareableHandle*/
 ///
 /** # Loading
 
@@ -40748,51 +40831,55 @@ pub unsafe fn cuMemMap(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Maps or unmaps subregions of sparse CUDA arrays and sparse CUDA mipmapped arrays
+/** Maps or unmaps subregions of sparse CUDA arrays and sparse CUDA mipmapped arrays
 
  Performs map or unmap operations on subregions of sparse CUDA arrays and sparse CUDA mipmapped arrays.
  Each operation is specified by a ::CUarrayMapInfo entry in the \p mapInfoList array of size \p count.
  The structure ::CUarrayMapInfo is defined as follow:
-\code
-typedef struct CUarrayMapInfo_st {
-CUresourcetype resourceType;
-union {
-CUmipmappedArray mipmap;
-CUarray array;
-} resource;
 
-CUarraySparseSubresourceType subresourceType;
-union {
-struct {
-unsigned int level;
-unsigned int layer;
-unsigned int offsetX;
-unsigned int offsetY;
-unsigned int offsetZ;
-unsigned int extentWidth;
-unsigned int extentHeight;
-unsigned int extentDepth;
-} sparseLevel;
-struct {
-unsigned int layer;
-unsigned long long offset;
-unsigned long long size;
-} miptail;
-} subresource;
+ ```text
 
-CUmemOperationType memOperationType;
+ typedef struct CUarrayMapInfo_st {
+ CUresourcetype resourceType;
+ union {
+ CUmipmappedArray mipmap;
+ CUarray array;
+ } resource;
 
-CUmemHandleType memHandleType;
-union {
-CUmemGenericAllocationHandle memHandle;
-} memHandle;
+ CUarraySparseSubresourceType subresourceType;
+ union {
+ struct {
+ unsigned int level;
+ unsigned int layer;
+ unsigned int offsetX;
+ unsigned int offsetY;
+ unsigned int offsetZ;
+ unsigned int extentWidth;
+ unsigned int extentHeight;
+ unsigned int extentDepth;
+ } sparseLevel;
+ struct {
+ unsigned int layer;
+ unsigned long long offset;
+ unsigned long long size;
+ } miptail;
+ } subresource;
 
-unsigned long long offset;
-unsigned int deviceBitMask;
-unsigned int flags;
-unsigned int reserved[2];
-} CUarrayMapInfo;
-\endcode
+ CUmemOperationType memOperationType;
+
+ CUmemHandleType memHandleType;
+ union {
+ CUmemGenericAllocationHandle memHandle;
+ } memHandle;
+
+ unsigned long long offset;
+ unsigned int deviceBitMask;
+ unsigned int flags;
+ unsigned int reserved[2];
+ } CUarrayMapInfo;
+
+ ```
+
 
  where ::CUarrayMapInfo::resourceType specifies the type of resource to be operated on.
  If ::CUarrayMapInfo::resourceType is set to ::CUresourcetype::CU_RESOURCE_TYPE_ARRAY then
@@ -40809,12 +40896,16 @@ unsigned int reserved[2];
 
  ::CUarrayMapInfo::subresourceType specifies the type of subresource within the resource.
  ::CUarraySparseSubresourceType_enum is defined as:
-\code
-typedef enum CUarraySparseSubresourceType_enum {
-CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_SPARSE_LEVEL = 0,
-CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_MIPTAIL = 1
-} CUarraySparseSubresourceType;
-\endcode
+
+ ```text
+
+ typedef enum CUarraySparseSubresourceType_enum {
+ CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_SPARSE_LEVEL = 0,
+ CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_MIPTAIL = 1
+ } CUarraySparseSubresourceType;
+
+ ```
+
 
  where ::CUarraySparseSubresourceType::CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_SPARSE_LEVEL indicates a
  sparse-miplevel which spans at least one tile in every dimension. The remaining miplevels which
@@ -40848,12 +40939,16 @@ CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_MIPTAIL = 1
  flag set the ::CUarrayMapInfo::subresourceType and the contents of ::CUarrayMapInfo::subresource will be ignored.
 
  ::CUarrayMapInfo::memOperationType specifies the type of operation. ::CUmemOperationType is defined as:
-\code
-typedef enum CUmemOperationType_enum {
-CU_MEM_OPERATION_TYPE_MAP = 1,
-CU_MEM_OPERATION_TYPE_UNMAP = 2
-} CUmemOperationType;
-\endcode
+
+ ```text
+
+ typedef enum CUmemOperationType_enum {
+ CU_MEM_OPERATION_TYPE_MAP = 1,
+ CU_MEM_OPERATION_TYPE_UNMAP = 2
+ } CUmemOperationType;
+
+ ```
+
  If ::CUarrayMapInfo::memOperationType is set to ::CUmemOperationType::CU_MEM_OPERATION_TYPE_MAP then the subresource
  will be mapped onto the tile pool memory specified by ::CUarrayMapInfo::memHandle at offset ::CUarrayMapInfo::offset.
  The tile pool allocation has to be created by specifying the ::CU_MEM_CREATE_USAGE_TILE_POOL flag when calling ::cuMemCreate. Also,
@@ -40878,7 +40973,7 @@ CU_MEM_OPERATION_TYPE_UNMAP = 2
  \param[in] count       - Count of ::CUarrayMapInfo  in \p mapInfoList
  \param[in] hStream     - Stream identifier for the stream to use for map or unmap operations
 
- \sa ::cuMipmappedArrayCreate, ::cuArrayCreate, ::cuArray3DCreate, ::cuMemCreate, ::cuArrayGetSparseProperties, ::cuMipmappedArrayGetSparseProperties*/
+ See also: ::cuMipmappedArrayCreate, ::cuArrayCreate, ::cuArray3DCreate, ::cuMemCreate, ::cuArrayGetSparseProperties, ::cuMipmappedArrayGetSparseProperties*/
 ///
 /** # Loading
 
@@ -40914,7 +41009,7 @@ pub unsafe fn cuMemMapArrayAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a memory pool
+/** Creates a memory pool
 
  Creates a CUDA memory pool and returns the handle in \p pool.  The \p poolProps determines
  the properties of the pool such as the backing device and IPC capabilities.
@@ -40937,7 +41032,7 @@ pub unsafe fn cuMemMapArrayAsync(
  The locality domain ID must be a valid locality domain ID for the specified device.
  See also ::cuDeviceGetAttribute with the attribute ::CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_COUNT.
 
- \note On devices with a single locality domain, a memory pool created with ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN
+ Note: On devices with a single locality domain, a memory pool created with ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN
  and localityDomainId 0 is equivalent to a full-device memory pool created with ::CU_MEM_LOCATION_TYPE_DEVICE.
  The pool will report ::CU_MEM_LOCATION_TYPE_DEVICE for ::CU_MEMPOOL_ATTR_LOCATION_TYPE and -1 for ::CU_MEMPOOL_ATTR_LOCALITY_DOMAIN_ID.
 
@@ -40971,7 +41066,7 @@ pub unsafe fn cuMemMapArrayAsync(
  ::CUmemPoolProps::usage should be zero as decompress for managed memory is not supported.
  For managed memory pools, all devices on the system must have non-zero ::concurrentManagedAccess. If not, this call returns CUDA_ERROR_NOT_SUPPORTED
 
- \note Specifying CU_MEM_HANDLE_TYPE_NONE creates a memory pool that will not support IPC.
+ Note: Specifying CU_MEM_HANDLE_TYPE_NONE creates a memory pool that will not support IPC.
 
  \returns
  ::CUDA_SUCCESS,
@@ -40981,8 +41076,8 @@ pub unsafe fn cuMemMapArrayAsync(
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuDeviceSetMemPool, ::cuDeviceGetMemPool, ::cuDeviceGetDefaultMemPool,
-     ::cuMemAllocFromPoolAsync, ::cuMemPoolExportToShareableHandle*/
+ See also: ::cuDeviceSetMemPool, ::cuDeviceGetMemPool, ::cuDeviceGetDefaultMemPool,
+ ::cuMemAllocFromPoolAsync, ::cuMemPoolExportToShareableHandle*/
 ///
 /** # Loading
 
@@ -41015,7 +41110,7 @@ pub unsafe fn cuMemPoolCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys the specified memory pool
+/** Destroys the specified memory pool
 
  If any pointers obtained from this pool haven't been freed or
  the pool has free operations that haven't completed
@@ -41026,14 +41121,14 @@ pub unsafe fn cuMemPoolCreate(
  Destroying the current mempool of a device sets the default mempool of
  that device as the current mempool for that device.
 
- \note A device's default memory pool cannot be destroyed.
+ Note: A device's default memory pool cannot be destroyed.
 
  \returns
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuMemFreeAsync, ::cuDeviceSetMemPool, ::cuDeviceGetMemPool,
-     ::cuDeviceGetDefaultMemPool, ::cuMemPoolCreate*/
+ See also: ::cuMemFreeAsync, ::cuDeviceSetMemPool, ::cuDeviceGetMemPool,
+ ::cuDeviceGetDefaultMemPool, ::cuMemPoolCreate*/
 ///
 /** # Loading
 
@@ -41057,7 +41152,7 @@ pub unsafe fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Export data to share a memory pool allocation between processes.
+/** Export data to share a memory pool allocation between processes.
 
  Constructs \p shareData_out for sharing a specific allocation from an already shared memory pool.
  The recipient process can import the allocation with the ::cuMemPoolImportPointer api.
@@ -41072,7 +41167,7 @@ pub unsafe fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_OUT_OF_MEMORY
 
- \sa ::cuMemPoolExportToShareableHandle, ::cuMemPoolImportFromShareableHandle, ::cuMemPoolImportPointer*/
+ See also: ::cuMemPoolExportToShareableHandle, ::cuMemPoolImportFromShareableHandle, ::cuMemPoolImportPointer*/
 ///
 /** # Loading
 
@@ -41105,7 +41200,7 @@ pub unsafe fn cuMemPoolExportPointer(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Exports a memory pool to the requested handle type.
+/** Exports a memory pool to the requested handle type.
 
  Given an IPC capable mempool, create an OS handle to share the pool with another process.
  A recipient process can convert the shareable handle into a mempool with ::cuMemPoolImportFromShareableHandle.
@@ -41126,10 +41221,10 @@ pub unsafe fn cuMemPoolExportPointer(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_OUT_OF_MEMORY
 
- \sa ::cuMemPoolImportFromShareableHandle, ::cuMemPoolExportPointer,
-     ::cuMemPoolImportPointer, ::cuMemAllocAsync, ::cuMemFreeAsync,
-     ::cuDeviceGetDefaultMemPool, ::cuDeviceGetMemPool, ::cuMemPoolCreate,
-     ::cuMemPoolSetAccess, ::cuMemPoolSetAttribute*/
+ See also: ::cuMemPoolImportFromShareableHandle, ::cuMemPoolExportPointer,
+ ::cuMemPoolImportPointer, ::cuMemAllocAsync, ::cuMemFreeAsync,
+ ::cuDeviceGetDefaultMemPool, ::cuDeviceGetMemPool, ::cuMemPoolCreate,
+ ::cuMemPoolSetAccess, ::cuMemPoolSetAttribute*/
 ///
 /** # Loading
 
@@ -41168,7 +41263,7 @@ pub unsafe fn cuMemPoolExportToShareableHandle(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the accessibility of a pool from a device
+/** Returns the accessibility of a pool from a device
 
  Returns the accessibility of the pool's memory from the specified location.
 
@@ -41176,8 +41271,8 @@ pub unsafe fn cuMemPoolExportToShareableHandle(
  \param[in] memPool  - the pool being queried
  \param[in] location - the location accessing the pool
 
- \sa ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,
-     ::cuDeviceGetMemPool, ::cuMemPoolCreate*/
+ See also: ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,
+ ::cuDeviceGetMemPool, ::cuMemPoolCreate*/
 ///
 /** # Loading
 
@@ -41213,68 +41308,68 @@ pub unsafe fn cuMemPoolGetAccess(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets attributes of a memory pool
+/** Gets attributes of a memory pool
 
  Supported attributes are:
  - ::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: (value type = cuuint64_t)
-                    Amount of reserved memory in bytes to hold onto before trying
-                    to release memory back to the OS. When more than the release
-                    threshold bytes of memory are held by the memory pool, the
-                    allocator will try to release memory back to the OS on the
-                    next call to stream, event or context synchronize. (default 0)
+ Amount of reserved memory in bytes to hold onto before trying
+ to release memory back to the OS. When more than the release
+ threshold bytes of memory are held by the memory pool, the
+ allocator will try to release memory back to the OS on the
+ next call to stream, event or context synchronize. (default 0)
  - ::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: (value type = int)
-                    Allow ::cuMemAllocAsync to use memory asynchronously freed
-                    in another stream as long as a stream ordering dependency
-                    of the allocating stream on the free action exists.
-                    Cuda events and null stream interactions can create the required
-                    stream ordered dependencies. (default enabled)
+ Allow ::cuMemAllocAsync to use memory asynchronously freed
+ in another stream as long as a stream ordering dependency
+ of the allocating stream on the free action exists.
+ Cuda events and null stream interactions can create the required
+ stream ordered dependencies. (default enabled)
  - ::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: (value type = int)
-                    Allow reuse of already completed frees when there is no dependency
-                    between the free and allocation. (default enabled)
+ Allow reuse of already completed frees when there is no dependency
+ between the free and allocation. (default enabled)
  - ::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: (value type = int)
-                    Allow ::cuMemAllocAsync to insert new stream dependencies
-                    in order to establish the stream ordering required to reuse
-                    a piece of memory released by ::cuMemFreeAsync (default enabled).
+ Allow ::cuMemAllocAsync to insert new stream dependencies
+ in order to establish the stream ordering required to reuse
+ a piece of memory released by ::cuMemFreeAsync (default enabled).
  - ::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: (value type = cuuint64_t)
-                    Amount of backing memory currently allocated for the mempool
+ Amount of backing memory currently allocated for the mempool
  - ::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: (value type = cuuint64_t)
-                    High watermark of backing memory allocated for the mempool since the
-                    last time it was reset.
+ High watermark of backing memory allocated for the mempool since the
+ last time it was reset.
  - ::CU_MEMPOOL_ATTR_USED_MEM_CURRENT: (value type = cuuint64_t)
-                    Amount of memory from the pool that is currently in use by the application.
+ Amount of memory from the pool that is currently in use by the application.
  - ::CU_MEMPOOL_ATTR_USED_MEM_HIGH: (value type = cuuint64_t)
-                    High watermark of the amount of memory from the pool that was in use by the application.
+ High watermark of the amount of memory from the pool that was in use by the application.
 
  The following properties can be also be queried on imported and default pools:
  - ::CU_MEMPOOL_ATTR_ALLOCATION_TYPE: (value type = CUmemAllocationType)
-                    The allocation type of the mempool
+ The allocation type of the mempool
  - ::CU_MEMPOOL_ATTR_EXPORT_HANDLE_TYPES: (value type = CUmemAllocationHandleType)
-                    Available export handle types for the mempool. For imported pools this
-                    value is always CU_MEM_HANDLE_TYPE_NONE as an imported pool cannot be
-                    re-exported
+ Available export handle types for the mempool. For imported pools this
+ value is always CU_MEM_HANDLE_TYPE_NONE as an imported pool cannot be
+ re-exported
  - ::CU_MEMPOOL_ATTR_LOCATION_ID: (value type = int)
-                    The location id for the mempool. If the location type for this pool is
-                    CU_MEM_LOCATION_TYPE_INVISIBLE then ID will be CU_DEVICE_INVALID.
+ The location id for the mempool. If the location type for this pool is
+ CU_MEM_LOCATION_TYPE_INVISIBLE then ID will be CU_DEVICE_INVALID.
  - ::CU_MEMPOOL_ATTR_LOCATION_TYPE: (value type = CUmemLocationType)
-                    The location type for the mempool. For imported memory pools where the
-                    device is not directly visible to the importing process or pools imported
-                    via fabric handles across nodes this will be
-                    CU_MEM_LOCATION_TYPE_INVISIBLE.
+ The location type for the mempool. For imported memory pools where the
+ device is not directly visible to the importing process or pools imported
+ via fabric handles across nodes this will be
+ CU_MEM_LOCATION_TYPE_INVISIBLE.
  - ::CU_MEMPOOL_ATTR_LOCALITY_DOMAIN_ID: (value type = int)
-                    The locality domain id for the mempool, if the mempool is localized to a locality domain.
-                    A value of -1 indicates that the mempool is not localized to a locality domain.
+ The locality domain id for the mempool, if the mempool is localized to a locality domain.
+ A value of -1 indicates that the mempool is not localized to a locality domain.
 
-                    \note On devices with a single locality domain, mempools created with
-                    ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN and localityDomainId 0 are equivalent to full-device mempools
-                    created with ::CU_MEM_LOCATION_TYPE_DEVICE. The value of this attribute will be -1 for such mempools.
+ Note: On devices with a single locality domain, mempools created with
+ ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN and localityDomainId 0 are equivalent to full-device mempools
+ created with ::CU_MEM_LOCATION_TYPE_DEVICE. The value of this attribute will be -1 for such mempools.
  - ::CU_MEMPOOL_ATTR_MAX_POOL_SIZE: (value type = cuuint64_t)
-                    Maximum size of the pool in bytes, this value may be
-                    higher than what was initially passed to cuMemPoolCreate
-                    due to alignment requirements. A value of 0 indicates no
-                    maximum size. For CU__MEM_ALLOCATION_TYPE_MANAGED and IPC
-                    imported pools this value will be system dependent.
+ Maximum size of the pool in bytes, this value may be
+ higher than what was initially passed to cuMemPoolCreate
+ due to alignment requirements. A value of 0 indicates no
+ maximum size. For CU__MEM_ALLOCATION_TYPE_MANAGED and IPC
+ imported pools this value will be system dependent.
  - ::CU_MEMPOOL_ATTR_HW_DECOMPRESS_ENABLED: (value type = int)
-                    Indicates whether the pool has hardware compresssion enabled
+ Indicates whether the pool has hardware compresssion enabled
  \param[in] pool   - The memory pool to get attributes of
  \param[in] attr   - The attribute to get
  \param[out] value - Retrieved value
@@ -41284,8 +41379,8 @@ pub unsafe fn cuMemPoolGetAccess(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,
-     ::cuDeviceGetMemPool, ::cuMemPoolCreate*/
+ See also: ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,
+ ::cuDeviceGetMemPool, ::cuMemPoolCreate*/
 ///
 /** # Loading
 
@@ -41321,7 +41416,7 @@ pub unsafe fn cuMemPoolGetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief imports a memory pool from a shared handle.
+/** imports a memory pool from a shared handle.
 
  Specific allocations can be imported from the imported pool with cuMemPoolImportPointer.
 
@@ -41329,9 +41424,9 @@ pub unsafe fn cuMemPoolGetAttribute(
  granted access to the same IMEX channel as the exporter process, this API will error
  as ::CUDA_ERROR_NOT_PERMITTED.
 
- \note Imported memory pools do not support creating new allocations.
-       As such imported memory pools may not be used in cuDeviceSetMemPool
-       or ::cuMemAllocFromPoolAsync calls.
+ Note: Imported memory pools do not support creating new allocations.
+ As such imported memory pools may not be used in cuDeviceSetMemPool
+ or ::cuMemAllocFromPoolAsync calls.
 
  \param[out] pool_out    - Returned memory pool
  \param[in] handle       - OS handle of the pool to open
@@ -41344,7 +41439,7 @@ pub unsafe fn cuMemPoolGetAttribute(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_OUT_OF_MEMORY
 
- \sa ::cuMemPoolExportToShareableHandle, ::cuMemPoolExportPointer, ::cuMemPoolImportPointer*/
+ See also: ::cuMemPoolExportToShareableHandle, ::cuMemPoolExportPointer, ::cuMemPoolImportPointer*/
 ///
 /** # Loading
 
@@ -41383,7 +41478,7 @@ pub unsafe fn cuMemPoolImportFromShareableHandle(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Import a memory pool allocation from another process.
+/** Import a memory pool allocation from another process.
 
  Returns in \p ptr_out a pointer to the imported memory.
  The imported memory must not be accessed before the allocation operation completes
@@ -41392,10 +41487,10 @@ pub unsafe fn cuMemPoolImportFromShareableHandle(
  or cuMemFreeAsync.  If cuMemFreeAsync is used, the free must be completed
  on the importing process before the free operation on the exporting process.
 
- \note The cuMemFreeAsync api may be used in the exporting process before
-       the cuMemFreeAsync operation completes in its stream as long as the
-       cuMemFreeAsync in the exporting process specifies a stream with
-       a stream dependency on the importing process's cuMemFreeAsync.
+ Note: The cuMemFreeAsync api may be used in the exporting process before
+ the cuMemFreeAsync operation completes in its stream as long as the
+ cuMemFreeAsync in the exporting process specifies a stream with
+ a stream dependency on the importing process's cuMemFreeAsync.
 
  \param[out] ptr_out  - pointer to imported memory
  \param[in] pool      - pool from which to import
@@ -41407,7 +41502,7 @@ pub unsafe fn cuMemPoolImportFromShareableHandle(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_OUT_OF_MEMORY
 
- \sa ::cuMemPoolExportToShareableHandle, ::cuMemPoolImportFromShareableHandle, ::cuMemPoolExportPointer*/
+ See also: ::cuMemPoolExportToShareableHandle, ::cuMemPoolImportFromShareableHandle, ::cuMemPoolExportPointer*/
 ///
 /** # Loading
 
@@ -41443,7 +41538,7 @@ pub unsafe fn cuMemPoolImportPointer(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Controls visibility of pools between devices
+/** Controls visibility of pools between devices
 
  \param[in] pool  - The pool being modified
  \param[in] map   - Array of access descriptors. Each descriptor instructs the access to enable for a single gpu.
@@ -41455,8 +41550,8 @@ pub unsafe fn cuMemPoolImportPointer(
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,
-     ::cuDeviceGetMemPool, ::cuMemPoolCreate*/
+ See also: ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,
+ ::cuDeviceGetMemPool, ::cuMemPoolCreate*/
 ///
 /** # Loading
 
@@ -41492,34 +41587,34 @@ pub unsafe fn cuMemPoolSetAccess(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets attributes of a memory pool
+/** Sets attributes of a memory pool
 
  Supported attributes are:
  - ::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: (value type = cuuint64_t)
-                    Amount of reserved memory in bytes to hold onto before trying
-                    to release memory back to the OS. When more than the release
-                    threshold bytes of memory are held by the memory pool, the
-                    allocator will try to release memory back to the OS on the
-                    next call to stream, event or context synchronize. (default 0)
+ Amount of reserved memory in bytes to hold onto before trying
+ to release memory back to the OS. When more than the release
+ threshold bytes of memory are held by the memory pool, the
+ allocator will try to release memory back to the OS on the
+ next call to stream, event or context synchronize. (default 0)
  - ::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: (value type = int)
-                    Allow ::cuMemAllocAsync to use memory asynchronously freed
-                    in another stream as long as a stream ordering dependency
-                    of the allocating stream on the free action exists.
-                    Cuda events and null stream interactions can create the required
-                    stream ordered dependencies. (default enabled)
+ Allow ::cuMemAllocAsync to use memory asynchronously freed
+ in another stream as long as a stream ordering dependency
+ of the allocating stream on the free action exists.
+ Cuda events and null stream interactions can create the required
+ stream ordered dependencies. (default enabled)
  - ::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: (value type = int)
-                    Allow reuse of already completed frees when there is no dependency
-                    between the free and allocation. (default enabled)
+ Allow reuse of already completed frees when there is no dependency
+ between the free and allocation. (default enabled)
  - ::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: (value type = int)
-                    Allow ::cuMemAllocAsync to insert new stream dependencies
-                    in order to establish the stream ordering required to reuse
-                    a piece of memory released by ::cuMemFreeAsync (default enabled).
+ Allow ::cuMemAllocAsync to insert new stream dependencies
+ in order to establish the stream ordering required to reuse
+ a piece of memory released by ::cuMemFreeAsync (default enabled).
  - ::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: (value type = cuuint64_t)
-                    Reset the high watermark that tracks the amount of backing memory that was
-                    allocated for the memory pool. It is illegal to set this attribute to a non-zero value.
+ Reset the high watermark that tracks the amount of backing memory that was
+ allocated for the memory pool. It is illegal to set this attribute to a non-zero value.
  - ::CU_MEMPOOL_ATTR_USED_MEM_HIGH: (value type = cuuint64_t)
-                    Reset the high watermark that tracks the amount of used memory that was
-                    allocated for the memory pool.
+ Reset the high watermark that tracks the amount of used memory that was
+ allocated for the memory pool.
 
  \param[in] pool  - The memory pool to modify
  \param[in] attr  - The attribute to modify
@@ -41529,8 +41624,8 @@ pub unsafe fn cuMemPoolSetAccess(
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,
-     ::cuDeviceGetMemPool, ::cuMemPoolCreate*/
+ See also: ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,
+ ::cuDeviceGetMemPool, ::cuMemPoolCreate*/
 ///
 /** # Loading
 
@@ -41566,7 +41661,7 @@ pub unsafe fn cuMemPoolSetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Tries to release memory back to the OS
+/** Tries to release memory back to the OS
 
  Releases memory back to the OS until the pool contains fewer than minBytesToKeep
  reserved bytes, or there is no more memory that the allocator can safely release.
@@ -41576,7 +41671,7 @@ pub unsafe fn cuMemPoolSetAttribute(
  \note: Allocations that have not been freed count as outstanding.
 
  \note: Allocations that have been asynchronously freed but whose completion has
-        not been observed on the host (eg. by a synchronize) can count as outstanding.
+ not been observed on the host (eg. by a synchronize) can count as outstanding.
 
  \param[in] pool           - The memory pool to trim
  \param[in] minBytesToKeep - If the pool has less than minBytesToKeep reserved,
@@ -41587,8 +41682,8 @@ pub unsafe fn cuMemPoolSetAttribute(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,
-     ::cuDeviceGetMemPool, ::cuMemPoolCreate*/
+ See also: ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,
+ ::cuDeviceGetMemPool, ::cuMemPoolCreate*/
 ///
 /** # Loading
 
@@ -41717,7 +41812,7 @@ pub unsafe fn cuMemPrefetchBatchAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Query an attribute of a given memory range
+/** Query an attribute of a given memory range
 
  Query an attribute about the memory range starting at \p devPtr with a size of \p count bytes. The
  memory range must refer to managed memory allocated via ::cuMemAllocManaged or declared via
@@ -41759,7 +41854,7 @@ pub unsafe fn cuMemPrefetchBatchAsync(
  if all the pages in the memory range have the same host NUMA node ID as their preferred location or it will be ::CU_MEM_LOCATION_TYPE_INVALID
  if either all the pages don't have the same preferred location or some of the pages don't have a preferred location at all.
  Note that the actual location type of the pages in the memory range at the time of the query may be different from the preferred location type.
-  - ::CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID: If this attribute is specified, \p data will be
+ - ::CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID: If this attribute is specified, \p data will be
  interpreted as a 32-bit integer, and \p dataSize must be 4. If the ::CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE query for the same address range
  returns ::CU_MEM_LOCATION_TYPE_DEVICE, it will be a valid device ordinal or if it returns ::CU_MEM_LOCATION_TYPE_HOST_NUMA, it will be a valid host NUMA node ID
  or if it returns any other location type, the id should be ignored.
@@ -41771,27 +41866,27 @@ pub unsafe fn cuMemPrefetchBatchAsync(
  prefetched to the same location, ::CUmemLocationType will be ::CU_MEM_LOCATION_TYPE_INVALID.
  Note that this simply returns the last location type that the application requested to prefetch the memory range to. It gives no indication as to
  whether the prefetch operation to that location has completed or even begun.
-  - ::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID: If this attribute is specified, \p data will be
+ - ::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID: If this attribute is specified, \p data will be
  interpreted as a 32-bit integer, and \p dataSize must be 4. If the ::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE query for the same address range
  returns ::CU_MEM_LOCATION_TYPE_DEVICE, it will be a valid device ordinal or if it returns ::CU_MEM_LOCATION_TYPE_HOST_NUMA, it will be a valid host NUMA node ID
  or if it returns any other location type, the id should be ignored.
 
- \param data      - A pointers to a memory location where the result
-                    of each attribute query will be written to.
- \param dataSize  - Array containing the size of data
- \param attribute - The attribute to query
- \param devPtr    - Start of the range to query
- \param count     - Size of the range to query
+ - parameter data      - A pointers to a memory location where the result
+ of each attribute query will be written to.
+ - parameter dataSize  - Array containing the size of data
+ - parameter attribute - The attribute to query
+ - parameter devPtr    - Start of the range to query
+ - parameter count     - Size of the range to query
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE
- \notefnerr
- \note_async
- \note_null_stream
 
- \sa ::cuMemRangeGetAttributes, ::cuMemPrefetchAsync,
+ \note_async
+
+
+ See also: ::cuMemRangeGetAttributes, ::cuMemPrefetchAsync,
  ::cuMemAdvise,
  ::cudaMemRangeGetAttribute*/
 ///
@@ -41835,7 +41930,7 @@ pub unsafe fn cuMemRangeGetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Query attributes of a given memory range.
+/** Query attributes of a given memory range.
 
  Query attributes of the memory range starting at \p devPtr with a size of \p count bytes. The
  memory range must refer to managed memory allocated via ::cuMemAllocManaged or declared via
@@ -41855,14 +41950,14 @@ pub unsafe fn cuMemRangeGetAttribute(
  - ::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE
  - ::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID
 
- \param data          - A two-dimensional array containing pointers to memory
-                        locations where the result of each attribute query will be written to.
- \param dataSizes     - Array containing the sizes of each result
- \param attributes    - An array of attributes to query
-                        (numAttributes and the number of attributes in this array should match)
- \param numAttributes - Number of attributes to query
- \param devPtr        - Start of the range to query
- \param count         - Size of the range to query
+ - parameter data          - A two-dimensional array containing pointers to memory
+ locations where the result of each attribute query will be written to.
+ - parameter dataSizes     - Array containing the sizes of each result
+ - parameter attributes    - An array of attributes to query
+ (numAttributes and the number of attributes in this array should match)
+ - parameter numAttributes - Number of attributes to query
+ - parameter devPtr        - Start of the range to query
+ - parameter count         - Size of the range to query
 
  \return
  ::CUDA_SUCCESS,
@@ -41870,9 +41965,9 @@ pub unsafe fn cuMemRangeGetAttribute(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE
- \notefnerr
 
- \sa ::cuMemRangeGetAttribute, ::cuMemAdvise,
+
+ See also: ::cuMemRangeGetAttribute, ::cuMemAdvise,
  ::cuMemPrefetchAsync,
  ::cudaMemRangeGetAttributes*/
 ///
@@ -41921,7 +42016,7 @@ pub unsafe fn cuMemRangeGetAttributes(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Release a memory handle representing a memory allocation which was previously allocated through cuMemCreate.
+/** Release a memory handle representing a memory allocation which was previously allocated through cuMemCreate.
 
  Frees the memory that was allocated on a device through cuMemCreate.
 
@@ -41941,9 +42036,9 @@ pub unsafe fn cuMemRangeGetAttributes(
  ::CUDA_ERROR_DEINITIALIZED,
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED
- \notefnerr
 
- \sa ::cuMemCreate*/
+
+ See also: ::cuMemCreate*/
 ///
 /** # Loading
 
@@ -41969,13 +42064,13 @@ pub unsafe fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Given an address \p addr, returns the allocation handle of the backing memory allocation.
+/** Given an address \p addr, returns the allocation handle of the backing memory allocation.
 
  The handle is guaranteed to be the same handle value used to map the memory. If the address
  requested is not mapped, the function will fail. The returned handle must be released with
  corresponding number of calls to ::cuMemRelease.
 
- \note The address \p addr, can be any address in a range previously mapped
+ Note: The address \p addr, can be any address in a range previously mapped
  by ::cuMemMap, and not necessarily the start address.
 
  \param[out] handle CUDA Memory handle for the backing memory allocation.
@@ -41988,7 +42083,7 @@ pub unsafe fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuMemCreate, ::cuMemRelease, ::cuMemMap*/
+ See also: ::cuMemCreate, ::cuMemRelease, ::cuMemMap*/
 ///
 /** # Loading
 
@@ -42021,7 +42116,7 @@ pub unsafe fn cuMemRetainAllocationHandle(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Set the access flags for each location specified in \p desc for the given virtual address range
+/** Set the access flags for each location specified in \p desc for the given virtual address range
 
  Given the virtual address range via \p ptr and \p size, and the locations
  in the array given by \p desc and \p count, set the access flags for the
@@ -42040,17 +42135,17 @@ pub unsafe fn cuMemRetainAllocationHandle(
  \param[in] ptr   - Starting address for the virtual address range
  \param[in] size  - Length of the virtual address range
  \param[in] desc  - Array of ::CUmemAccessDesc that describe how to change the
-                  - mapping for each location specified
+ - mapping for each location specified
  \param[in] count - Number of ::CUmemAccessDesc in \p desc
  \returns
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE,
  ::CUDA_ERROR_NOT_SUPPORTED
- \notefnerr
- \note_sync
 
- \sa ::cuMemSetAccess, ::cuMemCreate, :cuMemMap*/
+
+
+ See also: ::cuMemSetAccess, ::cuMemCreate, :cuMemMap*/
 ///
 /** # Loading
 
@@ -42089,7 +42184,7 @@ pub unsafe fn cuMemSetAccess(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the current memory pool for a memory location and allocation type
+/** Sets the current memory pool for a memory location and allocation type
 
  The memory location can be of one of ::CU_MEM_LOCATION_TYPE_DEVICE, ::CU_MEM_LOCATION_TYPE_HOST or
  ::CU_MEM_LOCATION_TYPE_HOST_NUMA,
@@ -42107,7 +42202,7 @@ pub unsafe fn cuMemSetAccess(
  this API is the equivalent of calling ::cuDeviceSetMemPool with the location id as the device.
  For further details on the implications, please refer to the documentation for ::cuDeviceSetMemPool.
 
- \note Use ::cuMemAllocFromPoolAsync to specify asynchronous allocations from a device different
+ Note: Use ::cuMemAllocFromPoolAsync to specify asynchronous allocations from a device different
  than the one the stream runs on.
 
  \returns
@@ -42115,7 +42210,7 @@ pub unsafe fn cuMemSetAccess(
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuDeviceGetDefaultMemPool, ::cuDeviceGetMemPool, ::cuMemGetMemPool, ::cuMemPoolCreate, ::cuMemPoolDestroy, ::cuMemAllocFromPoolAsync*/
+ See also: ::cuDeviceGetDefaultMemPool, ::cuDeviceGetMemPool, ::cuMemGetMemPool, ::cuMemPoolCreate, ::cuMemPoolDestroy, ::cuMemAllocFromPoolAsync*/
 ///
 /** # Loading
 
@@ -42151,7 +42246,7 @@ pub unsafe fn cuMemSetMemPool(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Unmap the backing memory of a given address range.
+/** Unmap the backing memory of a given address range.
 
  The range must be the entire contiguous address range that was mapped to.  In
  other words, ::cuMemUnmap cannot unmap a sub-range of an address range mapped
@@ -42172,10 +42267,10 @@ pub unsafe fn cuMemSetMemPool(
  ::CUDA_ERROR_DEINITIALIZED,
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED
- \notefnerr
- \note_sync
 
- \sa ::cuMemCreate, ::cuMemAddressReserve*/
+
+
+ See also: ::cuMemCreate, ::cuMemAddressReserve*/
 ///
 /** # Loading
 
@@ -42199,18 +42294,18 @@ pub unsafe fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies memory
+/** Copies memory
 
  Copies data between two pointers.
  \p dst and \p src are base pointers of the destination and source, respectively.
  \p ByteCount specifies the number of bytes to copy.
  Note that this function infers the type of the transfer (host to host, host to
-   device, device to device, or device to host) from the pointer values.  This
-   function is only allowed in contexts which support unified addressing.
+ device, device to device, or device to host) from the pointer values.  This
+ function is only allowed in contexts which support unified addressing.
 
- \param dst - Destination unified virtual address space pointer
- \param src - Source unified virtual address space pointer
- \param ByteCount - Size of memory copy in bytes
+ - parameter dst - Destination unified virtual address space pointer
+ - parameter src - Source unified virtual address space pointer
+ - parameter ByteCount - Size of memory copy in bytes
 
  \return
  ::CUDA_SUCCESS,
@@ -42218,11 +42313,11 @@ pub unsafe fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
- \note_sync
+
+
  \note_memcpy
 
- \sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
+ See also: ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
  ::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,
  ::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,
  ::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,
@@ -42449,13 +42544,13 @@ pub unsafe fn cuMemcpy3DBatchAsync(
 }
 /// `cuMemcpy3DBatchAsync_v2`, the name the header's macros give [`cuMemcpy3DBatchAsync`].
 pub use self::cuMemcpy3DBatchAsync as cuMemcpy3DBatchAsync_v2;
-/** \brief Copies memory between contexts
+/** Copies memory between contexts
 
  Perform a 3D memory copy according to the parameters specified in
  \p pCopy.  See the definition of the ::CUDA_MEMCPY3D_PEER structure
  for documentation of its parameters.
 
- \param pCopy - Parameters for the memory copy
+ - parameter pCopy - Parameters for the memory copy
 
  \return
  ::CUDA_SUCCESS,
@@ -42463,10 +42558,10 @@ pub use self::cuMemcpy3DBatchAsync as cuMemcpy3DBatchAsync_v2;
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
- \note_sync
 
- \sa ::cuMemcpyDtoD, ::cuMemcpyPeer, ::cuMemcpyDtoDAsync, ::cuMemcpyPeerAsync,
+
+
+ See also: ::cuMemcpyDtoD, ::cuMemcpyPeer, ::cuMemcpyDtoDAsync, ::cuMemcpyPeerAsync,
  ::cuMemcpy3DPeerAsync,
  ::cudaMemcpy3DPeer*/
 ///
@@ -42494,14 +42589,14 @@ pub unsafe fn cuMemcpy3DPeer(pCopy: *const CUDA_MEMCPY3D_PEER) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies memory between contexts asynchronously.
+/** Copies memory between contexts asynchronously.
 
  Perform a 3D memory copy according to the parameters specified in
  \p pCopy.  See the definition of the ::CUDA_MEMCPY3D_PEER structure
  for documentation of its parameters.
 
- \param pCopy - Parameters for the memory copy
- \param hStream - Stream identifier
+ - parameter pCopy - Parameters for the memory copy
+ - parameter hStream - Stream identifier
 
  \return
  ::CUDA_SUCCESS,
@@ -42509,11 +42604,11 @@ pub unsafe fn cuMemcpy3DPeer(pCopy: *const CUDA_MEMCPY3D_PEER) -> CUresult {
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
- \note_async
- \note_null_stream
 
- \sa ::cuMemcpyDtoD, ::cuMemcpyPeer, ::cuMemcpyDtoDAsync, ::cuMemcpyPeerAsync,
+ \note_async
+
+
+ See also: ::cuMemcpyDtoD, ::cuMemcpyPeer, ::cuMemcpyDtoDAsync, ::cuMemcpyPeerAsync,
  ::cuMemcpy3DPeerAsync,
  ::cudaMemcpy3DPeerAsync*/
 ///
@@ -42580,19 +42675,19 @@ pub unsafe fn cuMemcpy3DWithAttributesAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies memory asynchronously
+/** Copies memory asynchronously
 
  Copies data between two pointers.
  \p dst and \p src are base pointers of the destination and source, respectively.
  \p ByteCount specifies the number of bytes to copy.
  Note that this function infers the type of the transfer (host to host, host to
-   device, device to device, or device to host) from the pointer values.  This
-   function is only allowed in contexts which support unified addressing.
+ device, device to device, or device to host) from the pointer values.  This
+ function is only allowed in contexts which support unified addressing.
 
- \param dst       - Destination unified virtual address space pointer
- \param src       - Source unified virtual address space pointer
- \param ByteCount - Size of memory copy in bytes
- \param hStream   - Stream identifier
+ - parameter dst       - Destination unified virtual address space pointer
+ - parameter src       - Source unified virtual address space pointer
+ - parameter ByteCount - Size of memory copy in bytes
+ - parameter hStream   - Stream identifier
 
  \return
  ::CUDA_SUCCESS,
@@ -42601,12 +42696,12 @@ pub unsafe fn cuMemcpy3DWithAttributesAsync(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_HANDLE
- \notefnerr
+
  \note_async
- \note_null_stream
+
  \note_memcpy
 
- \sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
+ See also: ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
  ::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,
  ::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,
  ::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,
@@ -43242,7 +43337,7 @@ pub unsafe fn cuMemcpyHtoDAsync(
 }
 /// `cuMemcpyHtoDAsync_v2`, the name the header's macros give [`cuMemcpyHtoDAsync`].
 pub use self::cuMemcpyHtoDAsync as cuMemcpyHtoDAsync_v2;
-/** \brief Copies device memory between two contexts
+/** Copies device memory between two contexts
 
  Copies from device memory in one context to device memory in another
  context. \p dstDevice is the base device pointer of the destination memory
@@ -43250,11 +43345,11 @@ pub use self::cuMemcpyHtoDAsync as cuMemcpyHtoDAsync_v2;
  device pointer of the source memory and \p srcContext is the source pointer.
  \p ByteCount specifies the number of bytes to copy.
 
- \param dstDevice  - Destination device pointer
- \param dstContext - Destination context
- \param srcDevice  - Source device pointer
- \param srcContext - Source context
- \param ByteCount  - Size of memory copy in bytes
+ - parameter dstDevice  - Destination device pointer
+ - parameter dstContext - Destination context
+ - parameter srcDevice  - Source device pointer
+ - parameter srcContext - Source context
+ - parameter ByteCount  - Size of memory copy in bytes
 
  \return
  ::CUDA_SUCCESS,
@@ -43262,10 +43357,10 @@ pub use self::cuMemcpyHtoDAsync as cuMemcpyHtoDAsync_v2;
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
- \note_sync
 
- \sa ::cuMemcpyDtoD, ::cuMemcpy3DPeer, ::cuMemcpyDtoDAsync, ::cuMemcpyPeerAsync,
+
+
+ See also: ::cuMemcpyDtoD, ::cuMemcpy3DPeer, ::cuMemcpyDtoDAsync, ::cuMemcpyPeerAsync,
  ::cuMemcpy3DPeerAsync,
  ::cudaMemcpyPeer*/
 ///
@@ -43311,7 +43406,7 @@ pub unsafe fn cuMemcpyPeer(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies device memory between two contexts asynchronously.
+/** Copies device memory between two contexts asynchronously.
 
  Copies from device memory in one context to device memory in another
  context. \p dstDevice is the base device pointer of the destination memory
@@ -43319,12 +43414,12 @@ pub unsafe fn cuMemcpyPeer(
  device pointer of the source memory and \p srcContext is the source pointer.
  \p ByteCount specifies the number of bytes to copy.
 
- \param dstDevice  - Destination device pointer
- \param dstContext - Destination context
- \param srcDevice  - Source device pointer
- \param srcContext - Source context
- \param ByteCount  - Size of memory copy in bytes
- \param hStream    - Stream identifier
+ - parameter dstDevice  - Destination device pointer
+ - parameter dstContext - Destination context
+ - parameter srcDevice  - Source device pointer
+ - parameter srcContext - Source context
+ - parameter ByteCount  - Size of memory copy in bytes
+ - parameter hStream    - Stream identifier
 
  \return
  ::CUDA_SUCCESS,
@@ -43333,11 +43428,11 @@ pub unsafe fn cuMemcpyPeer(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_HANDLE
- \notefnerr
- \note_async
- \note_null_stream
 
- \sa ::cuMemcpyDtoD, ::cuMemcpyPeer, ::cuMemcpy3DPeer, ::cuMemcpyDtoDAsync,
+ \note_async
+
+
+ See also: ::cuMemcpyDtoD, ::cuMemcpyPeer, ::cuMemcpy3DPeer, ::cuMemcpyDtoDAsync,
  ::cuMemcpy3DPeerAsync,
  ::cudaMemcpyPeerAsync*/
 ///
@@ -43472,15 +43567,15 @@ pub unsafe fn cuMemsetD16(
 }
 /// `cuMemsetD16_v2`, the name the header's macros give [`cuMemsetD16`].
 pub use self::cuMemsetD16 as cuMemsetD16_v2;
-/** \brief Sets device memory
+/** Sets device memory
 
  Sets the memory range of \p N 16-bit values to the specified value
  \p us. The \p dstDevice pointer must be two byte aligned.
 
- \param dstDevice - Destination device pointer
- \param us        - Value to set
- \param N         - Number of elements
- \param hStream   - Stream identifier
+ - parameter dstDevice - Destination device pointer
+ - parameter us        - Value to set
+ - parameter N         - Number of elements
+ - parameter hStream   - Stream identifier
 
  \return
  ::CUDA_SUCCESS,
@@ -43488,11 +43583,11 @@ pub use self::cuMemsetD16 as cuMemsetD16_v2;
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
- \note_memset
- \note_null_stream
 
- \sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
+ \note_memset
+
+
+ See also: ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
  ::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,
  ::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,
  ::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,
@@ -43587,7 +43682,7 @@ pub unsafe fn cuMemsetD2D16(
 }
 /// `cuMemsetD2D16_v2`, the name the header's macros give [`cuMemsetD2D16`].
 pub use self::cuMemsetD2D16 as cuMemsetD2D16_v2;
-/** \brief Sets device memory
+/** Sets device memory
 
  Sets the 2D memory range of \p Width 16-bit values to the specified value
  \p us. \p Height specifies the number of rows to set, and \p dstPitch
@@ -43596,12 +43691,12 @@ pub use self::cuMemsetD2D16 as cuMemsetD2D16_v2;
  fastest when the pitch is one that has been passed back by
  ::cuMemAllocPitch().
 
- \param dstDevice - Destination device pointer
- \param dstPitch  - Pitch of destination device pointer(Unused if \p Height is 1)
- \param us        - Value to set
- \param Width     - Width of row
- \param Height    - Number of rows
- \param hStream   - Stream identifier
+ - parameter dstDevice - Destination device pointer
+ - parameter dstPitch  - Pitch of destination device pointer(Unused if \p Height is 1)
+ - parameter us        - Value to set
+ - parameter Width     - Width of row
+ - parameter Height    - Number of rows
+ - parameter hStream   - Stream identifier
 
  \return
  ::CUDA_SUCCESS,
@@ -43609,11 +43704,11 @@ pub use self::cuMemsetD2D16 as cuMemsetD2D16_v2;
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
- \note_memset
- \note_null_stream
 
- \sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
+ \note_memset
+
+
+ See also: ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
  ::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,
  ::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,
  ::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,
@@ -43714,7 +43809,7 @@ pub unsafe fn cuMemsetD2D32(
 }
 /// `cuMemsetD2D32_v2`, the name the header's macros give [`cuMemsetD2D32`].
 pub use self::cuMemsetD2D32 as cuMemsetD2D32_v2;
-/** \brief Sets device memory
+/** Sets device memory
 
  Sets the 2D memory range of \p Width 32-bit values to the specified value
  \p ui. \p Height specifies the number of rows to set, and \p dstPitch
@@ -43723,12 +43818,12 @@ pub use self::cuMemsetD2D32 as cuMemsetD2D32_v2;
  fastest when the pitch is one that has been passed back by
  ::cuMemAllocPitch().
 
- \param dstDevice - Destination device pointer
- \param dstPitch  - Pitch of destination device pointer(Unused if \p Height is 1)
- \param ui        - Value to set
- \param Width     - Width of row
- \param Height    - Number of rows
- \param hStream   - Stream identifier
+ - parameter dstDevice - Destination device pointer
+ - parameter dstPitch  - Pitch of destination device pointer(Unused if \p Height is 1)
+ - parameter ui        - Value to set
+ - parameter Width     - Width of row
+ - parameter Height    - Number of rows
+ - parameter hStream   - Stream identifier
 
  \return
  ::CUDA_SUCCESS,
@@ -43736,11 +43831,11 @@ pub use self::cuMemsetD2D32 as cuMemsetD2D32_v2;
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
- \note_memset
- \note_null_stream
 
- \sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
+ \note_memset
+
+
+ See also: ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
  ::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,
  ::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,
  ::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,
@@ -43841,7 +43936,7 @@ pub unsafe fn cuMemsetD2D8(
 }
 /// `cuMemsetD2D8_v2`, the name the header's macros give [`cuMemsetD2D8`].
 pub use self::cuMemsetD2D8 as cuMemsetD2D8_v2;
-/** \brief Sets device memory
+/** Sets device memory
 
  Sets the 2D memory range of \p Width 8-bit values to the specified value
  \p uc. \p Height specifies the number of rows to set, and \p dstPitch
@@ -43849,12 +43944,12 @@ pub use self::cuMemsetD2D8 as cuMemsetD2D8_v2;
  fastest when the pitch is one that has been passed back by
  ::cuMemAllocPitch().
 
- \param dstDevice - Destination device pointer
- \param dstPitch  - Pitch of destination device pointer(Unused if \p Height is 1)
- \param uc        - Value to set
- \param Width     - Width of row
- \param Height    - Number of rows
- \param hStream   - Stream identifier
+ - parameter dstDevice - Destination device pointer
+ - parameter dstPitch  - Pitch of destination device pointer(Unused if \p Height is 1)
+ - parameter uc        - Value to set
+ - parameter Width     - Width of row
+ - parameter Height    - Number of rows
+ - parameter hStream   - Stream identifier
 
  \return
  ::CUDA_SUCCESS,
@@ -43862,11 +43957,11 @@ pub use self::cuMemsetD2D8 as cuMemsetD2D8_v2;
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
- \note_memset
- \note_null_stream
 
- \sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
+ \note_memset
+
+
+ See also: ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
  ::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,
  ::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,
  ::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,
@@ -43961,15 +44056,15 @@ pub unsafe fn cuMemsetD32(
 }
 /// `cuMemsetD32_v2`, the name the header's macros give [`cuMemsetD32`].
 pub use self::cuMemsetD32 as cuMemsetD32_v2;
-/** \brief Sets device memory
+/** Sets device memory
 
  Sets the memory range of \p N 32-bit values to the specified value
  \p ui. The \p dstDevice pointer must be four byte aligned.
 
- \param dstDevice - Destination device pointer
- \param ui        - Value to set
- \param N         - Number of elements
- \param hStream   - Stream identifier
+ - parameter dstDevice - Destination device pointer
+ - parameter ui        - Value to set
+ - parameter N         - Number of elements
+ - parameter hStream   - Stream identifier
 
  \return
  ::CUDA_SUCCESS,
@@ -43977,11 +44072,11 @@ pub use self::cuMemsetD32 as cuMemsetD32_v2;
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
- \note_memset
- \note_null_stream
 
- \sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
+ \note_memset
+
+
+ See also: ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
  ::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,
  ::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,
  ::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,
@@ -44069,15 +44164,15 @@ pub unsafe fn cuMemsetD8(
 }
 /// `cuMemsetD8_v2`, the name the header's macros give [`cuMemsetD8`].
 pub use self::cuMemsetD8 as cuMemsetD8_v2;
-/** \brief Sets device memory
+/** Sets device memory
 
  Sets the memory range of \p N 8-bit values to the specified value
  \p uc.
 
- \param dstDevice - Destination device pointer
- \param uc        - Value to set
- \param N         - Number of elements
- \param hStream   - Stream identifier
+ - parameter dstDevice - Destination device pointer
+ - parameter uc        - Value to set
+ - parameter N         - Number of elements
+ - parameter hStream   - Stream identifier
 
  \return
  ::CUDA_SUCCESS,
@@ -44085,11 +44180,11 @@ pub use self::cuMemsetD8 as cuMemsetD8_v2;
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
- \note_memset
- \note_null_stream
 
- \sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
+ \note_memset
+
+
+ See also: ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,
  ::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,
  ::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,
  ::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,
@@ -44140,7 +44235,7 @@ pub unsafe fn cuMemsetD8Async(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a CUDA mipmapped array
+/** Creates a CUDA mipmapped array
 
  Creates a CUDA mipmapped array according to the ::CUDA_ARRAY3D_DESCRIPTOR structure
  \p pMipmappedArrayDesc and returns a handle to the new CUDA mipmapped array in \p *pHandle.
@@ -44149,127 +44244,135 @@ pub unsafe fn cuMemsetD8Async(
 
  The ::CUDA_ARRAY3D_DESCRIPTOR is defined as:
 
- \code
-typedef struct {
-unsigned int Width;
-unsigned int Height;
-unsigned int Depth;
-CUarray_format Format;
-unsigned int NumChannels;
-unsigned int Flags;
-} CUDA_ARRAY3D_DESCRIPTOR;
- \endcode
+
+ ```text
+
+ typedef struct {
+ unsigned int Width;
+ unsigned int Height;
+ unsigned int Depth;
+ CUarray_format Format;
+ unsigned int NumChannels;
+ unsigned int Flags;
+ } CUDA_ARRAY3D_DESCRIPTOR;
+
+ ```
+
  where:
 
  - \p Width, \p Height, and \p Depth are the width, height, and depth of the
  CUDA array (in elements); the following types of CUDA arrays can be allocated:
-     - A 1D mipmapped array is allocated if \p Height and \p Depth extents are both zero.
-     - A 2D mipmapped array is allocated if only \p Depth extent is zero.
-     - A 3D mipmapped array is allocated if all three extents are non-zero.
-     - A 1D layered CUDA mipmapped array is allocated if only \p Height is zero and the
-       ::CUDA_ARRAY3D_LAYERED flag is set. Each layer is a 1D array. The number
-       of layers is determined by the depth extent.
-     - A 2D layered CUDA mipmapped array is allocated if all three extents are non-zero and
-       the ::CUDA_ARRAY3D_LAYERED flag is set. Each layer is a 2D array. The number
-       of layers is determined by the depth extent.
-     - A cubemap CUDA mipmapped array is allocated if all three extents are non-zero and the
-       ::CUDA_ARRAY3D_CUBEMAP flag is set. \p Width must be equal to \p Height, and
-       \p Depth must be six. A cubemap is a special type of 2D layered CUDA array,
-       where the six layers represent the six faces of a cube. The order of the six
-       layers in memory is the same as that listed in ::CUarray_cubemap_face.
-     - A cubemap layered CUDA mipmapped array is allocated if all three extents are non-zero,
-       and both, ::CUDA_ARRAY3D_CUBEMAP and ::CUDA_ARRAY3D_LAYERED flags are set.
-       \p Width must be equal to \p Height, and \p Depth must be a multiple of six.
-       A cubemap layered CUDA array is a special type of 2D layered CUDA array that
-       consists of a collection of cubemaps. The first six layers represent the first
-       cubemap, the next six layers form the second cubemap, and so on.
+ - A 1D mipmapped array is allocated if \p Height and \p Depth extents are both zero.
+ - A 2D mipmapped array is allocated if only \p Depth extent is zero.
+ - A 3D mipmapped array is allocated if all three extents are non-zero.
+ - A 1D layered CUDA mipmapped array is allocated if only \p Height is zero and the
+ ::CUDA_ARRAY3D_LAYERED flag is set. Each layer is a 1D array. The number
+ of layers is determined by the depth extent.
+ - A 2D layered CUDA mipmapped array is allocated if all three extents are non-zero and
+ the ::CUDA_ARRAY3D_LAYERED flag is set. Each layer is a 2D array. The number
+ of layers is determined by the depth extent.
+ - A cubemap CUDA mipmapped array is allocated if all three extents are non-zero and the
+ ::CUDA_ARRAY3D_CUBEMAP flag is set. \p Width must be equal to \p Height, and
+ \p Depth must be six. A cubemap is a special type of 2D layered CUDA array,
+ where the six layers represent the six faces of a cube. The order of the six
+ layers in memory is the same as that listed in ::CUarray_cubemap_face.
+ - A cubemap layered CUDA mipmapped array is allocated if all three extents are non-zero,
+ and both, ::CUDA_ARRAY3D_CUBEMAP and ::CUDA_ARRAY3D_LAYERED flags are set.
+ \p Width must be equal to \p Height, and \p Depth must be a multiple of six.
+ A cubemap layered CUDA array is a special type of 2D layered CUDA array that
+ consists of a collection of cubemaps. The first six layers represent the first
+ cubemap, the next six layers form the second cubemap, and so on.
 
  - ::Format specifies the format of the elements; ::CUarray_format is
  defined as:
- \code
-typedef enum CUarray_format_enum {
-CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
-CU_AD_FORMAT_UNSIGNED_INT16 = 0x02,
-CU_AD_FORMAT_UNSIGNED_INT32 = 0x03,
-CU_AD_FORMAT_SIGNED_INT8 = 0x08,
-CU_AD_FORMAT_SIGNED_INT16 = 0x09,
-CU_AD_FORMAT_SIGNED_INT32 = 0x0a,
-CU_AD_FORMAT_HALF = 0x10,
-CU_AD_FORMAT_FLOAT = 0x20,
-CU_AD_FORMAT_NV12 = 0xb0,
-CU_AD_FORMAT_UNORM_INT8X1 = 0xc0,
-CU_AD_FORMAT_UNORM_INT8X2 = 0xc1,
-CU_AD_FORMAT_UNORM_INT8X4 = 0xc2,
-CU_AD_FORMAT_UNORM_INT16X1 = 0xc3,
-CU_AD_FORMAT_UNORM_INT16X2 = 0xc4,
-CU_AD_FORMAT_UNORM_INT16X4 = 0xc5,
-CU_AD_FORMAT_SNORM_INT8X1 = 0xc6,
-CU_AD_FORMAT_SNORM_INT8X2 = 0xc7,
-CU_AD_FORMAT_SNORM_INT8X4 = 0xc8,
-CU_AD_FORMAT_SNORM_INT16X1 = 0xc9,
-CU_AD_FORMAT_SNORM_INT16X2 = 0xca,
-CU_AD_FORMAT_SNORM_INT16X4 = 0xcb,
-CU_AD_FORMAT_BC1_UNORM = 0x91,
-CU_AD_FORMAT_BC1_UNORM_SRGB = 0x92,
-CU_AD_FORMAT_BC2_UNORM = 0x93,
-CU_AD_FORMAT_BC2_UNORM_SRGB = 0x94,
-CU_AD_FORMAT_BC3_UNORM = 0x95,
-CU_AD_FORMAT_BC3_UNORM_SRGB = 0x96,
-CU_AD_FORMAT_BC4_UNORM = 0x97,
-CU_AD_FORMAT_BC4_SNORM = 0x98,
-CU_AD_FORMAT_BC5_UNORM = 0x99,
-CU_AD_FORMAT_BC5_SNORM = 0x9a,
-CU_AD_FORMAT_BC6H_UF16 = 0x9b,
-CU_AD_FORMAT_BC6H_SF16 = 0x9c,
-CU_AD_FORMAT_BC7_UNORM = 0x9d,
-CU_AD_FORMAT_BC7_UNORM_SRGB = 0x9e,
-CU_AD_FORMAT_P010 = 0x9f,
-CU_AD_FORMAT_P016 = 0xa1,
-CU_AD_FORMAT_NV16 = 0xa2,
-CU_AD_FORMAT_P210 = 0xa3,
-CU_AD_FORMAT_P216 = 0xa4,
-CU_AD_FORMAT_YUY2 = 0xa5,
-CU_AD_FORMAT_Y210 = 0xa6,
-CU_AD_FORMAT_Y216 = 0xa7,
-CU_AD_FORMAT_AYUV = 0xa8,
-CU_AD_FORMAT_Y410 = 0xa9,
-CU_AD_FORMAT_Y416 = 0xb1,
-CU_AD_FORMAT_Y444_PLANAR8 = 0xb2,
-CU_AD_FORMAT_Y444_PLANAR10 = 0xb3,
-CU_AD_FORMAT_YUV444_8bit_SemiPlanar = 0xb4,
-CU_AD_FORMAT_YUV444_16bit_SemiPlanar = 0xb5,
-CU_AD_FORMAT_UNORM_INT_101010_2 = 0x50,
-CU_AD_FORMAT_UINT8_PACKED_422 = 0x51,
-CU_AD_FORMAT_UINT8_PACKED_444 = 0x52,
-CU_AD_FORMAT_UINT8_SEMIPLANAR_420 = 0x53,
-CU_AD_FORMAT_UINT16_SEMIPLANAR_420 = 0x54,
-CU_AD_FORMAT_UINT8_SEMIPLANAR_422 = 0x55,
-CU_AD_FORMAT_UINT16_SEMIPLANAR_422 = 0x56,
-CU_AD_FORMAT_UINT8_SEMIPLANAR_444 = 0x57,
-CU_AD_FORMAT_UINT16_SEMIPLANAR_444 = 0x58,
-CU_AD_FORMAT_UINT8_PLANAR_420 = 0x59,
-CU_AD_FORMAT_UINT16_PLANAR_420 = 0x5a,
-CU_AD_FORMAT_UINT8_PLANAR_422 = 0x5b,
-CU_AD_FORMAT_UINT16_PLANAR_422 = 0x5c,
-CU_AD_FORMAT_UINT8_PLANAR_444 = 0x5d,
-CU_AD_FORMAT_UINT16_PLANAR_444 = 0x5e,
-} CUarray_format;
-  \endcode
+
+ ```text
+
+ typedef enum CUarray_format_enum {
+ CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
+ CU_AD_FORMAT_UNSIGNED_INT16 = 0x02,
+ CU_AD_FORMAT_UNSIGNED_INT32 = 0x03,
+ CU_AD_FORMAT_SIGNED_INT8 = 0x08,
+ CU_AD_FORMAT_SIGNED_INT16 = 0x09,
+ CU_AD_FORMAT_SIGNED_INT32 = 0x0a,
+ CU_AD_FORMAT_HALF = 0x10,
+ CU_AD_FORMAT_FLOAT = 0x20,
+ CU_AD_FORMAT_NV12 = 0xb0,
+ CU_AD_FORMAT_UNORM_INT8X1 = 0xc0,
+ CU_AD_FORMAT_UNORM_INT8X2 = 0xc1,
+ CU_AD_FORMAT_UNORM_INT8X4 = 0xc2,
+ CU_AD_FORMAT_UNORM_INT16X1 = 0xc3,
+ CU_AD_FORMAT_UNORM_INT16X2 = 0xc4,
+ CU_AD_FORMAT_UNORM_INT16X4 = 0xc5,
+ CU_AD_FORMAT_SNORM_INT8X1 = 0xc6,
+ CU_AD_FORMAT_SNORM_INT8X2 = 0xc7,
+ CU_AD_FORMAT_SNORM_INT8X4 = 0xc8,
+ CU_AD_FORMAT_SNORM_INT16X1 = 0xc9,
+ CU_AD_FORMAT_SNORM_INT16X2 = 0xca,
+ CU_AD_FORMAT_SNORM_INT16X4 = 0xcb,
+ CU_AD_FORMAT_BC1_UNORM = 0x91,
+ CU_AD_FORMAT_BC1_UNORM_SRGB = 0x92,
+ CU_AD_FORMAT_BC2_UNORM = 0x93,
+ CU_AD_FORMAT_BC2_UNORM_SRGB = 0x94,
+ CU_AD_FORMAT_BC3_UNORM = 0x95,
+ CU_AD_FORMAT_BC3_UNORM_SRGB = 0x96,
+ CU_AD_FORMAT_BC4_UNORM = 0x97,
+ CU_AD_FORMAT_BC4_SNORM = 0x98,
+ CU_AD_FORMAT_BC5_UNORM = 0x99,
+ CU_AD_FORMAT_BC5_SNORM = 0x9a,
+ CU_AD_FORMAT_BC6H_UF16 = 0x9b,
+ CU_AD_FORMAT_BC6H_SF16 = 0x9c,
+ CU_AD_FORMAT_BC7_UNORM = 0x9d,
+ CU_AD_FORMAT_BC7_UNORM_SRGB = 0x9e,
+ CU_AD_FORMAT_P010 = 0x9f,
+ CU_AD_FORMAT_P016 = 0xa1,
+ CU_AD_FORMAT_NV16 = 0xa2,
+ CU_AD_FORMAT_P210 = 0xa3,
+ CU_AD_FORMAT_P216 = 0xa4,
+ CU_AD_FORMAT_YUY2 = 0xa5,
+ CU_AD_FORMAT_Y210 = 0xa6,
+ CU_AD_FORMAT_Y216 = 0xa7,
+ CU_AD_FORMAT_AYUV = 0xa8,
+ CU_AD_FORMAT_Y410 = 0xa9,
+ CU_AD_FORMAT_Y416 = 0xb1,
+ CU_AD_FORMAT_Y444_PLANAR8 = 0xb2,
+ CU_AD_FORMAT_Y444_PLANAR10 = 0xb3,
+ CU_AD_FORMAT_YUV444_8bit_SemiPlanar = 0xb4,
+ CU_AD_FORMAT_YUV444_16bit_SemiPlanar = 0xb5,
+ CU_AD_FORMAT_UNORM_INT_101010_2 = 0x50,
+ CU_AD_FORMAT_UINT8_PACKED_422 = 0x51,
+ CU_AD_FORMAT_UINT8_PACKED_444 = 0x52,
+ CU_AD_FORMAT_UINT8_SEMIPLANAR_420 = 0x53,
+ CU_AD_FORMAT_UINT16_SEMIPLANAR_420 = 0x54,
+ CU_AD_FORMAT_UINT8_SEMIPLANAR_422 = 0x55,
+ CU_AD_FORMAT_UINT16_SEMIPLANAR_422 = 0x56,
+ CU_AD_FORMAT_UINT8_SEMIPLANAR_444 = 0x57,
+ CU_AD_FORMAT_UINT16_SEMIPLANAR_444 = 0x58,
+ CU_AD_FORMAT_UINT8_PLANAR_420 = 0x59,
+ CU_AD_FORMAT_UINT16_PLANAR_420 = 0x5a,
+ CU_AD_FORMAT_UINT8_PLANAR_422 = 0x5b,
+ CU_AD_FORMAT_UINT16_PLANAR_422 = 0x5c,
+ CU_AD_FORMAT_UINT8_PLANAR_444 = 0x5d,
+ CU_AD_FORMAT_UINT16_PLANAR_444 = 0x5e,
+ } CUarray_format;
+
+ ```
+
 
  - \p NumChannels specifies the number of packed components per CUDA array
  element; it may be 1, 2, or 4;
 
  - ::Flags may be set to
-   - ::CUDA_ARRAY3D_LAYERED to enable creation of layered CUDA mipmapped arrays. If this flag is set,
-     \p Depth specifies the number of layers, not the depth of a 3D array.
-   - ::CUDA_ARRAY3D_SURFACE_LDST to enable surface references to be bound to individual mipmap levels of
-     the CUDA mipmapped array. If this flag is not set, ::cuSurfRefSetArray will fail when attempting to
-     bind a mipmap level of the CUDA mipmapped array to a surface reference.
-   - ::CUDA_ARRAY3D_CUBEMAP to enable creation of mipmapped cubemaps. If this flag is set, \p Width must be
-     equal to \p Height, and \p Depth must be six. If the ::CUDA_ARRAY3D_LAYERED flag is also set,
-     then \p Depth must be a multiple of six.
-   - ::CUDA_ARRAY3D_TEXTURE_GATHER to indicate that the CUDA mipmapped array will be used for texture gather.
-     Texture gather can only be performed on 2D CUDA mipmapped arrays.
+ - ::CUDA_ARRAY3D_LAYERED to enable creation of layered CUDA mipmapped arrays. If this flag is set,
+ \p Depth specifies the number of layers, not the depth of a 3D array.
+ - ::CUDA_ARRAY3D_SURFACE_LDST to enable surface references to be bound to individual mipmap levels of
+ the CUDA mipmapped array. If this flag is not set, ::cuSurfRefSetArray will fail when attempting to
+ bind a mipmap level of the CUDA mipmapped array to a surface reference.
+ - ::CUDA_ARRAY3D_CUBEMAP to enable creation of mipmapped cubemaps. If this flag is set, \p Width must be
+ equal to \p Height, and \p Depth must be six. If the ::CUDA_ARRAY3D_LAYERED flag is also set,
+ then \p Depth must be a multiple of six.
+ - ::CUDA_ARRAY3D_TEXTURE_GATHER to indicate that the CUDA mipmapped array will be used for texture gather.
+ Texture gather can only be performed on 2D CUDA mipmapped arrays.
 
  \p Width, \p Height and \p Depth must meet certain size requirements as listed in the following table.
  All values are specified in elements. Note that for brevity's sake, the full name of the device attribute
@@ -44316,9 +44419,9 @@ CU_AD_FORMAT_UINT16_PLANAR_444 = 0x5e,
  </table>
 
 
- \param pHandle             - Returned mipmapped array
- \param pMipmappedArrayDesc - mipmapped array descriptor
- \param numMipmapLevels     - Number of mipmap levels
+ - parameter pHandle             - Returned mipmapped array
+ - parameter pMipmappedArrayDesc - mipmapped array descriptor
+ - parameter numMipmapLevels     - Number of mipmap levels
 
  \return
  ::CUDA_SUCCESS,
@@ -44328,7 +44431,7 @@ CU_AD_FORMAT_UINT16_PLANAR_444 = 0x5e,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_OUT_OF_MEMORY,
  ::CUDA_ERROR_UNKNOWN
- \notefnerr
+
 
  \sa
  ::cuMipmappedArrayDestroy,
@@ -44370,11 +44473,11 @@ pub unsafe fn cuMipmappedArrayCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys a CUDA mipmapped array
+/** Destroys a CUDA mipmapped array
 
  Destroys the CUDA mipmapped array \p hMipmappedArray.
 
- \param hMipmappedArray - Mipmapped array to destroy
+ - parameter hMipmappedArray - Mipmapped array to destroy
 
  \return
  ::CUDA_SUCCESS,
@@ -44384,7 +44487,7 @@ pub unsafe fn cuMipmappedArrayCreate(
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_ARRAY_IS_MAPPED,
  ::CUDA_ERROR_CONTEXT_IS_DESTROYED
- \notefnerr
+
 
  \sa
  ::cuMipmappedArrayCreate,
@@ -44414,7 +44517,7 @@ pub unsafe fn cuMipmappedArrayDestroy(hMipmappedArray: CUmipmappedArray) -> CUre
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets a mipmap level of a CUDA mipmapped array
+/** Gets a mipmap level of a CUDA mipmapped array
 
  Returns in \p *pLevelArray a CUDA array that represents a single mipmap level
  of the CUDA mipmapped array \p hMipmappedArray.
@@ -44422,9 +44525,9 @@ pub unsafe fn cuMipmappedArrayDestroy(hMipmappedArray: CUmipmappedArray) -> CUre
  If \p level is greater than the maximum number of levels in this mipmapped array,
  ::CUDA_ERROR_INVALID_VALUE is returned.
 
- \param pLevelArray     - Returned mipmap level CUDA array
- \param hMipmappedArray - CUDA mipmapped array
- \param level           - Mipmap level
+ - parameter pLevelArray     - Returned mipmap level CUDA array
+ - parameter hMipmappedArray - CUDA mipmapped array
+ - parameter level           - Mipmap level
 
  \return
  ::CUDA_SUCCESS,
@@ -44433,7 +44536,7 @@ pub unsafe fn cuMipmappedArrayDestroy(hMipmappedArray: CUmipmappedArray) -> CUre
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_HANDLE
- \notefnerr
+
 
  \sa
  ::cuMipmappedArrayCreate,
@@ -44475,7 +44578,7 @@ pub unsafe fn cuMipmappedArrayGetLevel(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the memory requirements of a CUDA mipmapped array
+/** Returns the memory requirements of a CUDA mipmapped array
 
  Returns the memory requirements of a CUDA mipmapped array in \p memoryRequirements
  If the CUDA mipmapped array is not allocated with flag ::CUDA_ARRAY3D_DEFERRED_MAPPING
@@ -44494,7 +44597,7 @@ pub unsafe fn cuMipmappedArrayGetLevel(
  \param[out] memoryRequirements - Pointer to ::CUDA_ARRAY_MEMORY_REQUIREMENTS
  \param[in] mipmap - CUDA mipmapped array to get the memory requirements of
  \param[in] device - Device to get the memory requirements for
- \sa ::cuArrayGetMemoryRequirements, ::cuMemMapArrayAsync*/
+ See also: ::cuArrayGetMemoryRequirements, ::cuMemMapArrayAsync*/
 ///
 /** # Loading
 
@@ -44530,7 +44633,7 @@ pub unsafe fn cuMipmappedArrayGetMemoryRequirements(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the layout properties of a sparse CUDA mipmapped array
+/** Returns the layout properties of a sparse CUDA mipmapped array
 
  Returns the sparse array layout properties in \p sparseProperties
  If the CUDA mipmapped array is not allocated with flag ::CUDA_ARRAY3D_SPARSE
@@ -44550,7 +44653,7 @@ pub unsafe fn cuMipmappedArrayGetMemoryRequirements(
 
  \param[out] sparseProperties - Pointer to ::CUDA_ARRAY_SPARSE_PROPERTIES
  \param[in] mipmap - CUDA mipmapped array to get the sparse properties of
- \sa ::cuArrayGetSparseProperties, ::cuMemMapArrayAsync*/
+ See also: ::cuArrayGetSparseProperties, ::cuMemMapArrayAsync*/
 ///
 /** # Loading
 
@@ -44583,7 +44686,7 @@ pub unsafe fn cuMipmappedArrayGetSparseProperties(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the function handles within a module.
+/** Returns the function handles within a module.
 
  Returns in \p functions a maximum number of \p numFunctions function handles within \p mod. When
  function loading mode is set to LAZY the function retrieved may be partially loaded. The loading
@@ -44592,9 +44695,9 @@ pub unsafe fn cuMipmappedArrayGetSparseProperties(
  latency. Alternatively, ::cuFunctionLoad can be used to explicitly load a function. The returned
  function handles become invalid when the module is unloaded.
 
- \param functions - Buffer where the function handles are returned to
- \param numFunctions - Maximum number of function handles may be returned to the buffer
- \param mod - Module to query from
+ - parameter functions - Buffer where the function handles are returned to
+ - parameter numFunctions - Maximum number of function handles may be returned to the buffer
+ - parameter mod - Module to query from
 
  \return
  ::CUDA_SUCCESS,
@@ -44602,7 +44705,7 @@ pub unsafe fn cuMipmappedArrayGetSparseProperties(
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuModuleGetFunction,
+ See also: ::cuModuleGetFunction,
  ::cuModuleGetFunctionCount,
  ::cuFuncIsLoaded,
  ::cuFuncLoad*/
@@ -44641,15 +44744,15 @@ pub unsafe fn cuModuleEnumerateFunctions(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a function handle
+/** Returns a function handle
 
  Returns in \p *hfunc the handle of the function of name \p name located in
  module \p hmod. If no function of that name exists, ::cuModuleGetFunction()
  returns ::CUDA_ERROR_NOT_FOUND.
 
- \param hfunc - Returned function handle
- \param hmod  - Module to retrieve function from
- \param name  - Name of function to retrieve
+ - parameter hfunc - Returned function handle
+ - parameter hmod  - Module to retrieve function from
+ - parameter name  - Name of function to retrieve
 
  \return
  ::CUDA_SUCCESS,
@@ -44658,9 +44761,9 @@ pub unsafe fn cuModuleEnumerateFunctions(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_FOUND
- \notefnerr
 
- \sa ::cuModuleGetGlobal,
+
+ See also: ::cuModuleGetGlobal,
  ::cuModuleGetTexRef,
  ::cuModuleLoad,
  ::cuModuleLoadData,
@@ -44702,12 +44805,12 @@ pub unsafe fn cuModuleGetFunction(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the number of functions within a module
+/** Returns the number of functions within a module
 
  Returns in \p count the number of functions in \p mod.
 
- \param count - Number of functions found within the module
- \param mod - Module to query
+ - parameter count - Number of functions found within the module
+ - parameter mod - Module to query
 
  \return
  ::CUDA_SUCCESS,
@@ -44783,17 +44886,17 @@ pub unsafe fn cuModuleGetGlobal(
 }
 /// `cuModuleGetGlobal_v2`, the name the header's macros give [`cuModuleGetGlobal`].
 pub use self::cuModuleGetGlobal as cuModuleGetGlobal_v2;
-/** \brief Query lazy loading mode
+/** Query lazy loading mode
 
  Returns lazy loading mode
  Module loading mode is controlled by CUDA_MODULE_LOADING env variable
 
- \param mode      - Returns the lazy loading mode
+ - parameter mode      - Returns the lazy loading mode
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
- \notefnerr
+
 
  \sa
  ::cuModuleLoad,*/
@@ -44822,17 +44925,17 @@ pub unsafe fn cuModuleGetLoadingMode(mode: *mut CUmoduleLoadingMode) -> CUresult
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a handle to a surface reference
+/** Returns a handle to a surface reference
 
- \deprecated
+ Deprecated.
 
  Returns in \p *pSurfRef the handle of the surface reference of name \p name
  in the module \p hmod. If no surface reference of that name exists,
  ::cuModuleGetSurfRef() returns ::CUDA_ERROR_NOT_FOUND.
 
- \param pSurfRef  - Returned surface reference
- \param hmod     - Module to retrieve surface reference from
- \param name     - Name of surface reference to retrieve
+ - parameter pSurfRef  - Returned surface reference
+ - parameter hmod     - Module to retrieve surface reference from
+ - parameter name     - Name of surface reference to retrieve
 
  \return
  ::CUDA_SUCCESS,
@@ -44841,7 +44944,7 @@ pub unsafe fn cuModuleGetLoadingMode(mode: *mut CUmoduleLoadingMode) -> CUresult
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_FOUND
- \notefnerr
+
 
  \sa
  ::cuModuleGetFunction,
@@ -44887,9 +44990,9 @@ pub unsafe fn cuModuleGetSurfRef(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a handle to a texture reference
+/** Returns a handle to a texture reference
 
- \deprecated
+ Deprecated.
 
  Returns in \p *pTexRef the handle of the texture reference of name \p name
  in the module \p hmod. If no texture reference of that name exists,
@@ -44897,9 +45000,9 @@ pub unsafe fn cuModuleGetSurfRef(
  handle should not be destroyed, since it will be destroyed when the module
  is unloaded.
 
- \param pTexRef  - Returned texture reference
- \param hmod     - Module to retrieve texture reference from
- \param name     - Name of texture reference to retrieve
+ - parameter pTexRef  - Returned texture reference
+ - parameter hmod     - Module to retrieve texture reference from
+ - parameter name     - Name of texture reference to retrieve
 
  \return
  ::CUDA_SUCCESS,
@@ -44908,7 +45011,7 @@ pub unsafe fn cuModuleGetSurfRef(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_FOUND
- \notefnerr
+
 
  \sa
  ::cuModuleGetFunction,
@@ -44954,7 +45057,7 @@ pub unsafe fn cuModuleGetTexRef(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Loads a compute module
+/** Loads a compute module
 
  Takes a filename \p fname and loads the corresponding module \p module into
  the current context. The CUDA driver API does not attempt to lazily
@@ -44965,8 +45068,8 @@ pub unsafe fn cuModuleGetTexRef(
  a \e fatbin file as output by \b nvcc from toolchain 4.0 or
  later, or a \e Tile IR file.
 
- \param module - Returned module
- \param fname  - Filename of module to load
+ - parameter module - Returned module
+ - parameter fname  - Filename of module to load
 
  \return
  ::CUDA_SUCCESS,
@@ -44983,9 +45086,9 @@ pub unsafe fn cuModuleGetTexRef(
  ::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND,
  ::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,
  ::CUDA_ERROR_JIT_COMPILER_NOT_FOUND
- \notefnerr
 
- \sa ::cuModuleGetFunction,
+
+ See also: ::cuModuleGetFunction,
  ::cuModuleGetGlobal,
  ::cuModuleGetTexRef,
  ::cuModuleLoadData,
@@ -45024,15 +45127,15 @@ pub unsafe fn cuModuleLoad(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Load a module's data
+/** Load a module's data
 
  Takes a pointer \p image and loads the corresponding module \p module into
  the current context. The \p image may be a \e cubin or \e fatbin
  as output by \b nvcc, or a NULL-terminated \e PTX, either as output by \b nvcc
  or hand-written, or \e Tile IR data.
 
- \param module - Returned module
- \param image  - Module data to load
+ - parameter module - Returned module
+ - parameter image  - Module data to load
 
  \return
  ::CUDA_SUCCESS,
@@ -45047,9 +45150,9 @@ pub unsafe fn cuModuleLoad(
  ::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND,
  ::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,
  ::CUDA_ERROR_JIT_COMPILER_NOT_FOUND
- \notefnerr
 
- \sa ::cuModuleGetFunction,
+
+ See also: ::cuModuleGetFunction,
  ::cuModuleGetGlobal,
  ::cuModuleGetTexRef,
  ::cuModuleLoad,
@@ -45088,18 +45191,18 @@ pub unsafe fn cuModuleLoadData(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Load a module's data with options
+/** Load a module's data with options
 
  Takes a pointer \p image and loads the corresponding module \p module into
  the current context. The \p image may be a \e cubin or \e fatbin
  as output by \b nvcc, or a NULL-terminated \e PTX, either as output by \b nvcc
  or hand-written, or \e Tile IR data.
 
- \param module       - Returned module
- \param image        - Module data to load
- \param numOptions   - Number of options
- \param options      - Options for JIT
- \param optionValues - Option values for JIT
+ - parameter module       - Returned module
+ - parameter image        - Module data to load
+ - parameter numOptions   - Number of options
+ - parameter options      - Options for JIT
+ - parameter optionValues - Option values for JIT
 
  \return
  ::CUDA_SUCCESS,
@@ -45114,9 +45217,9 @@ pub unsafe fn cuModuleLoadData(
  ::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND,
  ::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,
  ::CUDA_ERROR_JIT_COMPILER_NOT_FOUND
- \notefnerr
 
- \sa ::cuModuleGetFunction,
+
+ See also: ::cuModuleGetFunction,
  ::cuModuleGetGlobal,
  ::cuModuleGetTexRef,
  ::cuModuleLoad,
@@ -45164,7 +45267,7 @@ pub unsafe fn cuModuleLoadDataEx(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Load a module's data
+/** Load a module's data
 
  Takes a pointer \p fatCubin and loads the corresponding module \p module
  into the current context. The pointer represents a <i>fat binary</i> object,
@@ -45177,8 +45280,8 @@ pub unsafe fn cuModuleLoadDataEx(
  objects can be constructed by providing the <i>-fatbin option</i> to \b nvcc.
  More information can be found in the \b nvcc document.
 
- \param module   - Returned module
- \param fatCubin - Fat binary to load
+ - parameter module   - Returned module
+ - parameter fatCubin - Fat binary to load
 
  \return
  ::CUDA_SUCCESS,
@@ -45194,9 +45297,9 @@ pub unsafe fn cuModuleLoadDataEx(
  ::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND,
  ::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,
  ::CUDA_ERROR_JIT_COMPILER_NOT_FOUND
- \notefnerr
 
- \sa ::cuModuleGetFunction,
+
+ See also: ::cuModuleGetFunction,
  ::cuModuleGetGlobal,
  ::cuModuleGetTexRef,
  ::cuModuleLoad,
@@ -45235,13 +45338,13 @@ pub unsafe fn cuModuleLoadFatBinary(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Unloads a module
+/** Unloads a module
 
  Unloads a module \p hmod from the current context. Attempting to unload
  a module which was obtained from the Library Management API such as
  ::cuLibraryGetModule will return ::CUDA_ERROR_NOT_PERMITTED.
 
- \param hmod - Module to unload
+ - parameter hmod - Module to unload
 
  \return
  ::CUDA_SUCCESS,
@@ -45250,10 +45353,10 @@ pub unsafe fn cuModuleLoadFatBinary(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_PERMITTED
- \notefnerr
+
  \note_destroy_ub
 
- \sa ::cuModuleGetFunction,
+ See also: ::cuModuleGetFunction,
  ::cuModuleGetGlobal,
  ::cuModuleGetTexRef,
  ::cuModuleLoad,
@@ -45283,7 +45386,7 @@ pub unsafe fn cuModuleUnload(hmod: CUmodule) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Associate a device to a multicast object.
+/** Associate a device to a multicast object.
 
  Associates a device to a multicast object. The added device will be a part of
  the multicast team of size specified by CUmulticastObjectProp::numDevices
@@ -45304,7 +45407,7 @@ pub unsafe fn cuModuleUnload(hmod: CUmodule) -> CUresult {
 
  \param[in] mcHandle     Handle representing a multicast object.
  \param[in] dev          Device that will be associated to the multicast
-                         object.
+ object.
 
  \return
  ::CUDA_SUCCESS,
@@ -45316,7 +45419,7 @@ pub unsafe fn cuModuleUnload(hmod: CUmodule) -> CUresult {
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuMulticastCreate, ::cuMulticastBindMem, ::cuMulticastBindAddr*/
+ See also: ::cuMulticastCreate, ::cuMulticastBindMem, ::cuMulticastBindAddr*/
 ///
 /** # Loading
 
@@ -45349,7 +45452,7 @@ pub unsafe fn cuMulticastAddDevice(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Bind a memory allocation represented by a virtual address to a multicast object.
+/** Bind a memory allocation represented by a virtual address to a multicast object.
 
  Binds a memory allocation specified by its mapped address \p memptr to a
  multicast object represented by \p mcHandle.
@@ -45403,7 +45506,7 @@ pub unsafe fn cuMulticastAddDevice(
  \param[in]  mcOffset     Offset into multicast va range for attachment.
  \param[in]  memptr       Virtual address of the memory allocation.
  \param[in]  size         Size of memory that will be bound to the
-                          multicast object.
+ multicast object.
  \param[in]  flags        Flags for future use, must be zero now.
 
  \return
@@ -45419,8 +45522,8 @@ pub unsafe fn cuMulticastAddDevice(
  ::CUDA_ERROR_ILLEGAL_STATE,
  ::CUDA_ERROR_MULTICAST_RESOURCE_FULL
 
- \sa ::cuMulticastCreate, ::cuMulticastAddDevice, ::cuMemCreate
- \sa ::cuMulticastBindAddr_v2*/
+ See also: ::cuMulticastCreate, ::cuMulticastAddDevice, ::cuMemCreate
+ See also: ::cuMulticastBindAddr_v2*/
 ///
 /** # Loading
 
@@ -45462,7 +45565,7 @@ pub unsafe fn cuMulticastBindAddr(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Bind a memory allocation represented by a virtual address to a multicast object.
+/** Bind a memory allocation represented by a virtual address to a multicast object.
 
  Binds a memory allocation specified by its mapped address \p memptr to a
  multicast object represented by \p mcHandle. The binding will be applicable
@@ -45524,7 +45627,7 @@ pub unsafe fn cuMulticastBindAddr(
  \param[in]  mcOffset     Offset into multicast va range for attachment.
  \param[in]  memptr       Virtual address of the memory allocation.
  \param[in]  size         Size of memory that will be bound to the
-                          multicast object.
+ multicast object.
  \param[in]  flags        Flags for future use, must be zero now.
 
  \return
@@ -45540,7 +45643,7 @@ pub unsafe fn cuMulticastBindAddr(
  ::CUDA_ERROR_ILLEGAL_STATE,
  ::CUDA_ERROR_MULTICAST_RESOURCE_FULL
 
- \sa ::cuMulticastCreate, ::cuMulticastAddDevice, ::cuMemCreate*/
+ See also: ::cuMulticastCreate, ::cuMulticastAddDevice, ::cuMemCreate*/
 ///
 /** # Loading
 
@@ -45585,7 +45688,7 @@ pub unsafe fn cuMulticastBindAddr_v2(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Bind a memory allocation represented by a handle to a multicast object.
+/** Bind a memory allocation represented by a handle to a multicast object.
 
  Binds a memory allocation specified by \p memHandle and created via
  ::cuMemCreate to a multicast object represented by \p mcHandle and created
@@ -45641,7 +45744,7 @@ pub unsafe fn cuMulticastBindAddr_v2(
  \param[in]  memHandle    Handle representing a memory allocation.
  \param[in]  memOffset    Offset into the memory for attachment.
  \param[in]  size         Size of the memory that will be bound to the
-                          multicast object.
+ multicast object.
  \param[in]  flags        Flags for future use, must be zero for now.
 
  \return
@@ -45657,8 +45760,8 @@ pub unsafe fn cuMulticastBindAddr_v2(
  ::CUDA_ERROR_ILLEGAL_STATE,
  ::CUDA_ERROR_MULTICAST_RESOURCE_FULL
 
- \sa ::cuMulticastCreate, ::cuMulticastAddDevice, ::cuMemCreate
- \sa ::cuMulticastBindMem_v2*/
+ See also: ::cuMulticastCreate, ::cuMulticastAddDevice, ::cuMemCreate
+ See also: ::cuMulticastBindMem_v2*/
 ///
 /** # Loading
 
@@ -45705,7 +45808,7 @@ pub unsafe fn cuMulticastBindMem(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Bind a memory allocation represented by a handle to a multicast object.
+/** Bind a memory allocation represented by a handle to a multicast object.
 
  Binds a memory allocation specified by \p memHandle and created via
  ::cuMemCreate to a multicast object represented by \p mcHandle and created
@@ -45772,7 +45875,7 @@ pub unsafe fn cuMulticastBindMem(
  \param[in]  memHandle    Handle representing a memory allocation.
  \param[in]  memOffset    Offset into the memory for attachment.
  \param[in]  size         Size of the memory that will be bound to the
-                          multicast object.
+ multicast object.
  \param[in]  flags        Flags for future use, must be zero for now.
 
  \return
@@ -45788,7 +45891,7 @@ pub unsafe fn cuMulticastBindMem(
  ::CUDA_ERROR_ILLEGAL_STATE,
  ::CUDA_ERROR_MULTICAST_RESOURCE_FULL
 
- \sa ::cuMulticastCreate, ::cuMulticastAddDevice, ::cuMemCreate*/
+ See also: ::cuMulticastCreate, ::cuMulticastAddDevice, ::cuMemCreate*/
 ///
 /** # Loading
 
@@ -45838,7 +45941,7 @@ pub unsafe fn cuMulticastBindMem_v2(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Create a generic allocation handle representing a multicast object described by the given properties.
+/** Create a generic allocation handle representing a multicast object described by the given properties.
 
  This creates a multicast object as described by \p prop. The number of
  participating devices is specified by ::CUmulticastObjectProp::numDevices.
@@ -45877,9 +45980,9 @@ pub unsafe fn cuMulticastBindMem_v2(
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuMulticastAddDevice, ::cuMulticastBindMem, ::cuMulticastBindAddr, ::cuMulticastUnbind
- \sa ::cuMemCreate, ::cuMemRelease, ::cuMemExportToShareableHandle, ::cuMemImportFromShareableHandle
- \sa ::cuMulticastBindAddr_v2, ::cuMulticastBindMem_v2*/
+ See also: ::cuMulticastAddDevice, ::cuMulticastBindMem, ::cuMulticastBindAddr, ::cuMulticastUnbind
+ See also: ::cuMemCreate, ::cuMemRelease, ::cuMemExportToShareableHandle, ::cuMemImportFromShareableHandle
+ See also: ::cuMulticastBindAddr_v2, ::cuMulticastBindMem_v2*/
 ///
 /** # Loading
 
@@ -45912,7 +46015,7 @@ pub unsafe fn cuMulticastCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Calculates either the minimal or recommended granularity for multicast object
+/** Calculates either the minimal or recommended granularity for multicast object
 
  Calculates either the minimal or recommended granularity for a given set of
  multicast object properties and returns it in granularity.  This granularity
@@ -45931,8 +46034,8 @@ pub unsafe fn cuMulticastCreate(
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuMulticastCreate, ::cuMulticastBindMem, ::cuMulticastBindAddr, ::cuMulticastUnbind
- \sa ::cuMulticastBindMem_v2, ::cuMulticastBindAddr_v2*/
+ See also: ::cuMulticastCreate, ::cuMulticastBindMem, ::cuMulticastBindAddr, ::cuMulticastUnbind
+ See also: ::cuMulticastBindMem_v2, ::cuMulticastBindAddr_v2*/
 ///
 /** # Loading
 
@@ -45968,7 +46071,7 @@ pub unsafe fn cuMulticastGetGranularity(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Unbind any memory allocations bound to a multicast object at a given offset and upto a given size.
+/** Unbind any memory allocations bound to a multicast object at a given offset and upto a given size.
 
  Unbinds any memory allocations hosted on \p dev and bound to a multicast
  object at \p mcOffset and upto a given \p size.
@@ -45997,8 +46100,8 @@ pub unsafe fn cuMulticastGetGranularity(
  ::CUDA_ERROR_NOT_PERMITTED,
  ::CUDA_ERROR_NOT_SUPPORTED
 
- \sa ::cuMulticastBindMem, ::cuMulticastBindAddr
- \sa ::cuMulticastBindMem_v2, ::cuMulticastBindAddr_v2*/
+ See also: ::cuMulticastBindMem, ::cuMulticastBindAddr
+ See also: ::cuMulticastBindMem_v2, ::cuMulticastBindAddr_v2*/
 ///
 /** # Loading
 
@@ -46037,7 +46140,7 @@ pub unsafe fn cuMulticastUnbind(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns dynamic shared memory available per block when launching \p numBlocks blocks on SM
+/** Returns dynamic shared memory available per block when launching \p numBlocks blocks on SM
 
  Returns in \p *dynamicSmemSize the maximum size of dynamic shared memory to allow \p numBlocks blocks per SM.
 
@@ -46046,10 +46149,10 @@ pub unsafe fn cuMulticastUnbind(
  to the API by casting to ::CUfunction. Here, the context to use for calculations
  will be the current context.
 
- \param dynamicSmemSize - Returned maximum dynamic shared memory
- \param func            - Kernel function for which occupancy is calculated
- \param numBlocks       - Number of blocks to fit on SM
- \param blockSize       - Size of the blocks
+ - parameter dynamicSmemSize - Returned maximum dynamic shared memory
+ - parameter func            - Kernel function for which occupancy is calculated
+ - parameter numBlocks       - Number of blocks to fit on SM
+ - parameter blockSize       - Size of the blocks
 
  \return
  ::CUDA_SUCCESS,
@@ -46058,7 +46161,7 @@ pub unsafe fn cuMulticastUnbind(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_UNKNOWN
- \notefnerr*/
+*/
 ///
 /** # Loading
 
@@ -46097,7 +46200,7 @@ pub unsafe fn cuOccupancyAvailableDynamicSMemPerBlock(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns occupancy of a function
+/** Returns occupancy of a function
 
  Returns in \p *numBlocks the number of the maximum active blocks per
  streaming multiprocessor.
@@ -46107,10 +46210,10 @@ pub unsafe fn cuOccupancyAvailableDynamicSMemPerBlock(
  to the API by casting to ::CUfunction. Here, the context to use for calculations
  will be the current context.
 
- \param numBlocks       - Returned occupancy
- \param func            - Kernel for which occupancy is calculated
- \param blockSize       - Block size the kernel is intended to be launched with
- \param dynamicSMemSize - Per-block dynamic shared memory usage intended, in bytes
+ - parameter numBlocks       - Returned occupancy
+ - parameter func            - Kernel for which occupancy is calculated
+ - parameter blockSize       - Block size the kernel is intended to be launched with
+ - parameter dynamicSMemSize - Per-block dynamic shared memory usage intended, in bytes
 
  \return
  ::CUDA_SUCCESS,
@@ -46119,7 +46222,7 @@ pub unsafe fn cuOccupancyAvailableDynamicSMemPerBlock(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_UNKNOWN
- \notefnerr
+
 
  \sa
  ::cudaOccupancyMaxActiveBlocksPerMultiprocessor*/
@@ -46161,7 +46264,7 @@ pub unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns occupancy of a function
+/** Returns occupancy of a function
 
  Returns in \p *numBlocks the number of the maximum active blocks per
  streaming multiprocessor.
@@ -46170,28 +46273,28 @@ pub unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
  valid flags are:
 
  - ::CU_OCCUPANCY_DEFAULT, which maintains the default behavior as
-   ::cuOccupancyMaxActiveBlocksPerMultiprocessor;
+ ::cuOccupancyMaxActiveBlocksPerMultiprocessor;
 
  - ::CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE, which suppresses the
-   default behavior on platform where global caching affects
-   occupancy. On such platforms, if caching is enabled, but
-   per-block SM resource usage would result in zero occupancy, the
-   occupancy calculator will calculate the occupancy as if caching
-   is disabled. Setting ::CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE makes
-   the occupancy calculator to return 0 in such cases. More information
-   can be found about this feature in the "Unified L1/Texture Cache"
-   section of the Maxwell tuning guide.
+ default behavior on platform where global caching affects
+ occupancy. On such platforms, if caching is enabled, but
+ per-block SM resource usage would result in zero occupancy, the
+ occupancy calculator will calculate the occupancy as if caching
+ is disabled. Setting ::CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE makes
+ the occupancy calculator to return 0 in such cases. More information
+ can be found about this feature in the "Unified L1/Texture Cache"
+ section of the Maxwell tuning guide.
 
  Note that the API can also be with launch context-less kernel ::CUkernel
  by querying the handle using ::cuLibraryGetKernel() and then passing it
  to the API by casting to ::CUfunction. Here, the context to use for calculations
  will be the current context.
 
- \param numBlocks       - Returned occupancy
- \param func            - Kernel for which occupancy is calculated
- \param blockSize       - Block size the kernel is intended to be launched with
- \param dynamicSMemSize - Per-block dynamic shared memory usage intended, in bytes
- \param flags           - Requested behavior for the occupancy calculator
+ - parameter numBlocks       - Returned occupancy
+ - parameter func            - Kernel for which occupancy is calculated
+ - parameter blockSize       - Block size the kernel is intended to be launched with
+ - parameter dynamicSMemSize - Per-block dynamic shared memory usage intended, in bytes
+ - parameter flags           - Requested behavior for the occupancy calculator
 
  \return
  ::CUDA_SUCCESS,
@@ -46200,7 +46303,7 @@ pub unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_UNKNOWN
- \notefnerr
+
 
  \sa
  ::cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags*/
@@ -46245,7 +46348,7 @@ pub unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Given the kernel function (\p func) and launch configuration
+/** Given the kernel function (\p func) and launch configuration
  (\p config), return the maximum number of clusters that could co-exist
  on the target device in \p *numClusters.
 
@@ -46265,11 +46368,11 @@ pub unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
  will either be taken from the specified stream \p config->hStream
  or the current context in case of NULL stream.
 
- \param numClusters - Returned maximum number of clusters that
-                      could co-exist on the target device
- \param func        - Kernel function for which maximum number
-                      of clusters are calculated
- \param config      - Launch configuration for the given kernel function
+ - parameter numClusters - Returned maximum number of clusters that
+ could co-exist on the target device
+ - parameter func        - Kernel function for which maximum number
+ of clusters are calculated
+ - parameter config      - Launch configuration for the given kernel function
 
  \return
  ::CUDA_SUCCESS,
@@ -46279,7 +46382,7 @@ pub unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_CLUSTER_SIZE,
  ::CUDA_ERROR_UNKNOWN
- \notefnerr
+
 
  \sa
  ::cudaFuncGetAttributes,
@@ -46319,7 +46422,7 @@ pub unsafe fn cuOccupancyMaxActiveClusters(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Suggest a launch configuration with reasonable occupancy
+/** Suggest a launch configuration with reasonable occupancy
 
  Returns in \p *blockSize a reasonable block size that can achieve
  the maximum occupancy (or, the maximum number of active warps with
@@ -46344,22 +46447,26 @@ pub unsafe fn cuOccupancyMaxActiveClusters(
  shared memory needed by \p func for any given block size. \p
  dynamicSMemSize is ignored. An example signature is:
 
- \code
-    // Take block size, returns dynamic shared memory needed
-    size_t blockToSmem(int blockSize);
- \endcode
+
+ ```text
+
+     // Take block size, returns dynamic shared memory needed
+     size_t blockToSmem(int blockSize);
+
+ ```
+
 
  Note that the API can also be used with context-less kernel ::CUkernel
  by querying the handle using ::cuLibraryGetKernel() and then passing it
  to the API by casting to ::CUfunction. Here, the context to use for calculations
  will be the current context.
 
- \param minGridSize - Returned minimum grid size needed to achieve the maximum occupancy
- \param blockSize   - Returned maximum block size that can achieve the maximum occupancy
- \param func        - Kernel for which launch configuration is calculated
- \param blockSizeToDynamicSMemSize - A function that calculates how much per-block dynamic shared memory \p func uses based on the block size
- \param dynamicSMemSize - Dynamic shared memory usage intended, in bytes
- \param blockSizeLimit  - The maximum block size \p func is designed to handle
+ - parameter minGridSize - Returned minimum grid size needed to achieve the maximum occupancy
+ - parameter blockSize   - Returned maximum block size that can achieve the maximum occupancy
+ - parameter func        - Kernel for which launch configuration is calculated
+ - parameter blockSizeToDynamicSMemSize - A function that calculates how much per-block dynamic shared memory \p func uses based on the block size
+ - parameter dynamicSMemSize - Dynamic shared memory usage intended, in bytes
+ - parameter blockSizeLimit  - The maximum block size \p func is designed to handle
 
  \return
  ::CUDA_SUCCESS,
@@ -46368,7 +46475,7 @@ pub unsafe fn cuOccupancyMaxActiveClusters(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_UNKNOWN
- \notefnerr
+
 
  \sa
  ::cudaOccupancyMaxPotentialBlockSize*/
@@ -46425,7 +46532,7 @@ pub unsafe fn cuOccupancyMaxPotentialBlockSize(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Suggest a launch configuration with reasonable occupancy
+/** Suggest a launch configuration with reasonable occupancy
 
  An extended version of ::cuOccupancyMaxPotentialBlockSize. In
  addition to arguments passed to ::cuOccupancyMaxPotentialBlockSize,
@@ -46436,30 +46543,30 @@ pub unsafe fn cuOccupancyMaxPotentialBlockSize(
  valid flags are:
 
  - ::CU_OCCUPANCY_DEFAULT, which maintains the default behavior as
-   ::cuOccupancyMaxPotentialBlockSize;
+ ::cuOccupancyMaxPotentialBlockSize;
 
  - ::CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE, which suppresses the
-   default behavior on platform where global caching affects
-   occupancy. On such platforms, the launch configurations that
-   produces maximal occupancy might not support global
-   caching. Setting ::CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE
-   guarantees that the the produced launch configuration is global
-   caching compatible at a potential cost of occupancy. More information
-   can be found about this feature in the "Unified L1/Texture Cache"
-   section of the Maxwell tuning guide.
+ default behavior on platform where global caching affects
+ occupancy. On such platforms, the launch configurations that
+ produces maximal occupancy might not support global
+ caching. Setting ::CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE
+ guarantees that the the produced launch configuration is global
+ caching compatible at a potential cost of occupancy. More information
+ can be found about this feature in the "Unified L1/Texture Cache"
+ section of the Maxwell tuning guide.
 
  Note that the API can also be used with context-less kernel ::CUkernel
  by querying the handle using ::cuLibraryGetKernel() and then passing it
  to the API by casting to ::CUfunction. Here, the context to use for calculations
  will be the current context.
 
- \param minGridSize - Returned minimum grid size needed to achieve the maximum occupancy
- \param blockSize   - Returned maximum block size that can achieve the maximum occupancy
- \param func        - Kernel for which launch configuration is calculated
- \param blockSizeToDynamicSMemSize - A function that calculates how much per-block dynamic shared memory \p func uses based on the block size
- \param dynamicSMemSize - Dynamic shared memory usage intended, in bytes
- \param blockSizeLimit  - The maximum block size \p func is designed to handle
- \param flags       - Options
+ - parameter minGridSize - Returned minimum grid size needed to achieve the maximum occupancy
+ - parameter blockSize   - Returned maximum block size that can achieve the maximum occupancy
+ - parameter func        - Kernel for which launch configuration is calculated
+ - parameter blockSizeToDynamicSMemSize - A function that calculates how much per-block dynamic shared memory \p func uses based on the block size
+ - parameter dynamicSMemSize - Dynamic shared memory usage intended, in bytes
+ - parameter blockSizeLimit  - The maximum block size \p func is designed to handle
+ - parameter flags       - Options
 
  \return
  ::CUDA_SUCCESS,
@@ -46468,7 +46575,7 @@ pub unsafe fn cuOccupancyMaxPotentialBlockSize(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_UNKNOWN
- \notefnerr
+
 
  \sa
  ::cudaOccupancyMaxPotentialBlockSizeWithFlags*/
@@ -46529,7 +46636,7 @@ pub unsafe fn cuOccupancyMaxPotentialBlockSizeWithFlags(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Given the kernel function (\p func) and launch configuration
+/** Given the kernel function (\p func) and launch configuration
  (\p config), return the maximum cluster size in \p *clusterSize.
 
  The cluster dimensions in \p config are ignored. If func has a required
@@ -46548,11 +46655,11 @@ pub unsafe fn cuOccupancyMaxPotentialBlockSizeWithFlags(
  will either be taken from the specified stream \p config->hStream
  or the current context in case of NULL stream.
 
- \param clusterSize - Returned maximum cluster size that can be launched
-                      for the given kernel function and launch configuration
- \param func        - Kernel function for which maximum cluster
-                      size is calculated
- \param config      - Launch configuration for the given kernel function
+ - parameter clusterSize - Returned maximum cluster size that can be launched
+ for the given kernel function and launch configuration
+ - parameter func        - Kernel function for which maximum cluster
+ size is calculated
+ - parameter config      - Launch configuration for the given kernel function
 
  \return
  ::CUDA_SUCCESS,
@@ -46561,7 +46668,7 @@ pub unsafe fn cuOccupancyMaxPotentialBlockSizeWithFlags(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_UNKNOWN
- \notefnerr
+
 
  \sa
  ::cudaFuncGetAttributes,
@@ -46601,15 +46708,15 @@ pub unsafe fn cuOccupancyMaxPotentialClusterSize(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the parameter size for the function
+/** Sets the parameter size for the function
 
- \deprecated
+ Deprecated.
 
  Sets through \p numbytes the total size in bytes needed by the function
  parameters of the kernel corresponding to \p hfunc.
 
- \param hfunc    - Kernel to set parameter size for
- \param numbytes - Size of parameter list in bytes
+ - parameter hfunc    - Kernel to set parameter size for
+ - parameter numbytes - Size of parameter list in bytes
 
  \return
  ::CUDA_SUCCESS,
@@ -46617,9 +46724,9 @@ pub unsafe fn cuOccupancyMaxPotentialClusterSize(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuFuncSetBlockShape,
+
+ See also: ::cuFuncSetBlockShape,
  ::cuFuncSetSharedSize,
  ::cuFuncGetAttribute,
  ::cuParamSetf,
@@ -46658,18 +46765,18 @@ pub unsafe fn cuParamSetSize(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Adds a texture-reference to the function's argument list
+/** Adds a texture-reference to the function's argument list
 
- \deprecated
+ Deprecated.
 
  Makes the CUDA array or linear memory bound to the texture reference
  \p hTexRef available to a device program as a texture. In this version of
  CUDA, the texture-reference must be obtained via ::cuModuleGetTexRef() and
  the \p texunit parameter must be set to ::CU_PARAM_TR_DEFAULT.
 
- \param hfunc   - Kernel to add texture-reference to
- \param texunit - Texture unit (must be ::CU_PARAM_TR_DEFAULT)
- \param hTexRef - Texture-reference to add to argument list
+ - parameter hfunc   - Kernel to add texture-reference to
+ - parameter texunit - Texture unit (must be ::CU_PARAM_TR_DEFAULT)
+ - parameter hTexRef - Texture-reference to add to argument list
 
  \return
  ::CUDA_SUCCESS,
@@ -46677,7 +46784,7 @@ pub unsafe fn cuParamSetSize(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr*/
+*/
 ///
 /** # Loading
 
@@ -46713,16 +46820,16 @@ pub unsafe fn cuParamSetTexRef(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Adds a floating-point parameter to the function's argument list
+/** Adds a floating-point parameter to the function's argument list
 
- \deprecated
+ Deprecated.
 
  Sets a floating-point parameter that will be specified the next time the
  kernel corresponding to \p hfunc will be invoked. \p offset is a byte offset.
 
- \param hfunc  - Kernel to add parameter to
- \param offset - Offset to add parameter to argument list
- \param value  - Value of parameter
+ - parameter hfunc  - Kernel to add parameter to
+ - parameter offset - Offset to add parameter to argument list
+ - parameter value  - Value of parameter
 
  \return
  ::CUDA_SUCCESS,
@@ -46730,9 +46837,9 @@ pub unsafe fn cuParamSetTexRef(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuFuncSetBlockShape,
+
+ See also: ::cuFuncSetBlockShape,
  ::cuFuncSetSharedSize,
  ::cuFuncGetAttribute,
  ::cuParamSetSize,
@@ -46773,16 +46880,16 @@ pub unsafe fn cuParamSetf(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Adds an integer parameter to the function's argument list
+/** Adds an integer parameter to the function's argument list
 
- \deprecated
+ Deprecated.
 
  Sets an integer parameter that will be specified the next time the
  kernel corresponding to \p hfunc will be invoked. \p offset is a byte offset.
 
- \param hfunc  - Kernel to add parameter to
- \param offset - Offset to add parameter to argument list
- \param value  - Value of parameter
+ - parameter hfunc  - Kernel to add parameter to
+ - parameter offset - Offset to add parameter to argument list
+ - parameter value  - Value of parameter
 
  \return
  ::CUDA_SUCCESS,
@@ -46790,9 +46897,9 @@ pub unsafe fn cuParamSetf(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuFuncSetBlockShape,
+
+ See also: ::cuFuncSetBlockShape,
  ::cuFuncSetSharedSize,
  ::cuFuncGetAttribute,
  ::cuParamSetSize,
@@ -46837,18 +46944,18 @@ pub unsafe fn cuParamSeti(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Adds arbitrary data to the function's argument list
+/** Adds arbitrary data to the function's argument list
 
- \deprecated
+ Deprecated.
 
  Copies an arbitrary amount of data (specified in \p numbytes) from \p ptr
  into the parameter space of the kernel corresponding to \p hfunc. \p offset
  is a byte offset.
 
- \param hfunc    - Kernel to add data to
- \param offset   - Offset to add data to argument list
- \param ptr      - Pointer to arbitrary data
- \param numbytes - Size of data to copy in bytes
+ - parameter hfunc    - Kernel to add data to
+ - parameter offset   - Offset to add data to argument list
+ - parameter ptr      - Pointer to arbitrary data
+ - parameter numbytes - Size of data to copy in bytes
 
  \return
  ::CUDA_SUCCESS,
@@ -46856,9 +46963,9 @@ pub unsafe fn cuParamSeti(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
 
- \sa ::cuFuncSetBlockShape,
+
+ See also: ::cuFuncSetBlockShape,
  ::cuFuncSetSharedSize,
  ::cuFuncGetAttribute,
  ::cuParamSetSize,
@@ -46906,187 +47013,187 @@ pub unsafe fn cuParamSetv(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns information about a pointer
+/** Returns information about a pointer
 
  The supported attributes are:
 
  - ::CU_POINTER_ATTRIBUTE_CONTEXT:
 
-      Returns in \p *data the ::CUcontext in which \p ptr was allocated or
-      registered.
-      The type of \p data must be ::CUcontext *.
+ Returns in \p *data the ::CUcontext in which \p ptr was allocated or
+ registered.
+ The type of \p data must be ::CUcontext *.
 
-      If \p ptr was not allocated by, mapped by, or registered with
-      a ::CUcontext which uses unified virtual addressing then
-      ::CUDA_ERROR_INVALID_VALUE is returned.
+ If \p ptr was not allocated by, mapped by, or registered with
+ a ::CUcontext which uses unified virtual addressing then
+ ::CUDA_ERROR_INVALID_VALUE is returned.
 
  - ::CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
 
-      Returns in \p *data the physical memory type of the memory that
-      \p ptr addresses as a ::CUmemorytype enumerated value.
-      The type of \p data must be unsigned int.
+ Returns in \p *data the physical memory type of the memory that
+ \p ptr addresses as a ::CUmemorytype enumerated value.
+ The type of \p data must be unsigned int.
 
-      If \p ptr addresses device memory then \p *data is set to
-      ::CU_MEMORYTYPE_DEVICE.  The particular ::CUdevice on which the
-      memory resides is the ::CUdevice of the ::CUcontext returned by the
-      ::CU_POINTER_ATTRIBUTE_CONTEXT attribute of \p ptr.
+ If \p ptr addresses device memory then \p *data is set to
+ ::CU_MEMORYTYPE_DEVICE.  The particular ::CUdevice on which the
+ memory resides is the ::CUdevice of the ::CUcontext returned by the
+ ::CU_POINTER_ATTRIBUTE_CONTEXT attribute of \p ptr.
 
-      If \p ptr addresses host memory then \p *data is set to
-      ::CU_MEMORYTYPE_HOST.
+ If \p ptr addresses host memory then \p *data is set to
+ ::CU_MEMORYTYPE_HOST.
 
-      If \p ptr was not allocated by, mapped by, or registered with
-      a ::CUcontext which uses unified virtual addressing then
-      ::CUDA_ERROR_INVALID_VALUE is returned.
+ If \p ptr was not allocated by, mapped by, or registered with
+ a ::CUcontext which uses unified virtual addressing then
+ ::CUDA_ERROR_INVALID_VALUE is returned.
 
-      If the current ::CUcontext does not support unified virtual
-      addressing then ::CUDA_ERROR_INVALID_CONTEXT is returned.
+ If the current ::CUcontext does not support unified virtual
+ addressing then ::CUDA_ERROR_INVALID_CONTEXT is returned.
 
  - ::CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
 
-      Returns in \p *data the device pointer value through which
-      \p ptr may be accessed by kernels running in the current
-      ::CUcontext.
-      The type of \p data must be CUdeviceptr *.
+ Returns in \p *data the device pointer value through which
+ \p ptr may be accessed by kernels running in the current
+ ::CUcontext.
+ The type of \p data must be CUdeviceptr *.
 
-      If there exists no device pointer value through which
-      kernels running in the current ::CUcontext may access
-      \p ptr then ::CUDA_ERROR_INVALID_VALUE is returned.
+ If there exists no device pointer value through which
+ kernels running in the current ::CUcontext may access
+ \p ptr then ::CUDA_ERROR_INVALID_VALUE is returned.
 
-      If there is no current ::CUcontext then
-      ::CUDA_ERROR_INVALID_CONTEXT is returned.
+ If there is no current ::CUcontext then
+ ::CUDA_ERROR_INVALID_CONTEXT is returned.
 
-      Except in the exceptional disjoint addressing cases discussed
-      below, the value returned in \p *data will equal the input
-      value \p ptr.
+ Except in the exceptional disjoint addressing cases discussed
+ below, the value returned in \p *data will equal the input
+ value \p ptr.
 
  - ::CU_POINTER_ATTRIBUTE_HOST_POINTER:
 
-      Returns in \p *data the host pointer value through which
-      \p ptr may be accessed by by the host program.
-      The type of \p data must be void **.
-      If there exists no host pointer value through which
-      the host program may directly access \p ptr then
-      ::CUDA_ERROR_INVALID_VALUE is returned.
+ Returns in \p *data the host pointer value through which
+ \p ptr may be accessed by by the host program.
+ The type of \p data must be void **.
+ If there exists no host pointer value through which
+ the host program may directly access \p ptr then
+ ::CUDA_ERROR_INVALID_VALUE is returned.
 
-      Except in the exceptional disjoint addressing cases discussed
-      below, the value returned in \p *data will equal the input
-      value \p ptr.
+ Except in the exceptional disjoint addressing cases discussed
+ below, the value returned in \p *data will equal the input
+ value \p ptr.
 
  - ::CU_POINTER_ATTRIBUTE_P2P_TOKENS:
 
-      Returns in \p *data two tokens for use with the nv-p2p.h Linux
-      kernel interface. \p data must be a struct of type
-      CUDA_POINTER_ATTRIBUTE_P2P_TOKENS.
+ Returns in \p *data two tokens for use with the nv-p2p.h Linux
+ kernel interface. \p data must be a struct of type
+ CUDA_POINTER_ATTRIBUTE_P2P_TOKENS.
 
-      \p ptr must be a pointer to memory obtained from :cuMemAlloc().
-      Note that p2pToken and vaSpaceToken are only valid for the
-      lifetime of the source allocation. A subsequent allocation at
-      the same address may return completely different tokens.
-      Querying this attribute has a side effect of setting the attribute
-      ::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS for the region of memory that
-      \p ptr points to.
+ \p ptr must be a pointer to memory obtained from :cuMemAlloc().
+ Note that p2pToken and vaSpaceToken are only valid for the
+ lifetime of the source allocation. A subsequent allocation at
+ the same address may return completely different tokens.
+ Querying this attribute has a side effect of setting the attribute
+ ::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS for the region of memory that
+ \p ptr points to.
 
  - ::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
 
-      A boolean attribute which when set, ensures that synchronous memory operations
-      initiated on the region of memory that \p ptr points to will always synchronize.
-      See further documentation in the section titled "API synchronization behavior"
-      to learn more about cases when synchronous memory operations can
-      exhibit asynchronous behavior.
+ A boolean attribute which when set, ensures that synchronous memory operations
+ initiated on the region of memory that \p ptr points to will always synchronize.
+ See further documentation in the section titled "API synchronization behavior"
+ to learn more about cases when synchronous memory operations can
+ exhibit asynchronous behavior.
 
  - ::CU_POINTER_ATTRIBUTE_BUFFER_ID:
 
-      Returns in \p *data a buffer ID which is guaranteed to be unique within the process.
-      \p data must point to an unsigned long long.
+ Returns in \p *data a buffer ID which is guaranteed to be unique within the process.
+ \p data must point to an unsigned long long.
 
-      \p ptr must be a pointer to memory obtained from a CUDA memory allocation API.
-      Every memory allocation from any of the CUDA memory allocation APIs will
-      have a unique ID over a process lifetime. Subsequent allocations do not reuse IDs
-      from previous freed allocations. IDs are only unique within a single process.
+ \p ptr must be a pointer to memory obtained from a CUDA memory allocation API.
+ Every memory allocation from any of the CUDA memory allocation APIs will
+ have a unique ID over a process lifetime. Subsequent allocations do not reuse IDs
+ from previous freed allocations. IDs are only unique within a single process.
 
 
  - ::CU_POINTER_ATTRIBUTE_IS_MANAGED:
 
-      Returns in \p *data a boolean that indicates whether the pointer points to
-      managed memory or not.
+ Returns in \p *data a boolean that indicates whether the pointer points to
+ managed memory or not.
 
-      If \p ptr is not a valid CUDA pointer then ::CUDA_ERROR_INVALID_VALUE is returned.
+ If \p ptr is not a valid CUDA pointer then ::CUDA_ERROR_INVALID_VALUE is returned.
 
  - ::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
 
-      Returns in \p *data an integer representing a device ordinal of a device against
-      which the memory was allocated or registered.
+ Returns in \p *data an integer representing a device ordinal of a device against
+ which the memory was allocated or registered.
 
  - ::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
 
-      Returns in \p *data a boolean that indicates if this pointer maps to
-      an allocation that is suitable for ::cudaIpcGetMemHandle.
+ Returns in \p *data a boolean that indicates if this pointer maps to
+ an allocation that is suitable for ::cudaIpcGetMemHandle.
 
  - ::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
 
-      Returns in \p *data the starting address for the allocation referenced
-      by the device pointer \p ptr.  Note that this is not necessarily the
-      address of the mapped region, but the address of the mappable address
-      range \p ptr references (e.g. from ::cuMemAddressReserve).
+ Returns in \p *data the starting address for the allocation referenced
+ by the device pointer \p ptr.  Note that this is not necessarily the
+ address of the mapped region, but the address of the mappable address
+ range \p ptr references (e.g. from ::cuMemAddressReserve).
 
  - ::CU_POINTER_ATTRIBUTE_RANGE_SIZE:
 
-      Returns in \p *data the size for the allocation referenced by the device
-      pointer \p ptr.  Note that this is not necessarily the size of the mapped
-      region, but the size of the mappable address range \p ptr references
-      (e.g. from ::cuMemAddressReserve).  To retrieve the size of the mapped
-      region, see ::cuMemGetAddressRange
+ Returns in \p *data the size for the allocation referenced by the device
+ pointer \p ptr.  Note that this is not necessarily the size of the mapped
+ region, but the size of the mappable address range \p ptr references
+ (e.g. from ::cuMemAddressReserve).  To retrieve the size of the mapped
+ region, see ::cuMemGetAddressRange
 
  - ::CU_POINTER_ATTRIBUTE_MAPPED:
 
-      Returns in \p *data a boolean that indicates if this pointer is in a
-      valid address range that is mapped to a backing allocation.
+ Returns in \p *data a boolean that indicates if this pointer is in a
+ valid address range that is mapped to a backing allocation.
 
  - ::CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
 
-      Returns a bitmask of the allowed handle types for an allocation that may
-      be passed to ::cuMemExportToShareableHandle.
+ Returns a bitmask of the allowed handle types for an allocation that may
+ be passed to ::cuMemExportToShareableHandle.
 
  - ::CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
 
-      Returns in \p *data a boolean that indicates if the memory this pointer is
-      referencing can be used with the GPUDirect RDMA API.
+ Returns in \p *data a boolean that indicates if the memory this pointer is
+ referencing can be used with the GPUDirect RDMA API.
 
  - ::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
 
-      Returns in \p *data the handle to the mempool that the allocation was obtained from.
+ Returns in \p *data the handle to the mempool that the allocation was obtained from.
 
  - ::CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
 
-      Returns in \p *data a boolean that indicates whether the pointer points
-      to memory that is capable to be used for hardware accelerated
-      decompression.
+ Returns in \p *data a boolean that indicates whether the pointer points
+ to memory that is capable to be used for hardware accelerated
+ decompression.
  - ::CU_POINTER_ATTRIBUTE_LOCALITY_DOMAIN_ORDINAL:
 
-      Returns in \p *data an integer representing the locality domain ordinal of the allocation,
-      or -1 if the allocation is not localized to a locality domain.
+ Returns in \p *data an integer representing the locality domain ordinal of the allocation,
+ or -1 if the allocation is not localized to a locality domain.
 
  \par
 
  Note that for most allocations in the unified virtual address space
  the host and device pointer for accessing the allocation will be the
  same.  The exceptions to this are
-  - user memory registered using ::cuMemHostRegister
-  - host memory allocated using ::cuMemHostAlloc with the
-    ::CU_MEMHOSTALLOC_WRITECOMBINED flag
+ - user memory registered using ::cuMemHostRegister
+ - host memory allocated using ::cuMemHostAlloc with the
+ ::CU_MEMHOSTALLOC_WRITECOMBINED flag
  For these types of allocation there will exist separate, disjoint host
  and device addresses for accessing the allocation.  In particular
-  - The host address will correspond to an invalid unmapped device address
-    (which will result in an exception if accessed from the device)
-  - The device address will correspond to an invalid unmapped host address
-    (which will result in an exception if accessed from the host).
+ - The host address will correspond to an invalid unmapped device address
+ (which will result in an exception if accessed from the device)
+ - The device address will correspond to an invalid unmapped host address
+ (which will result in an exception if accessed from the host).
  For these types of allocations, querying ::CU_POINTER_ATTRIBUTE_HOST_POINTER
  and ::CU_POINTER_ATTRIBUTE_DEVICE_POINTER may be used to retrieve the host
  and device addresses from either address.
 
- \param data      - Returned pointer attribute value
- \param attribute - Pointer attribute to query
- \param ptr       - Pointer
+ - parameter data      - Returned pointer attribute value
+ - parameter attribute - Pointer attribute to query
+ - parameter ptr       - Pointer
 
  \return
  ::CUDA_SUCCESS,
@@ -47095,7 +47202,7 @@ pub unsafe fn cuParamSetv(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE
- \notefnerr
+
 
  \sa
  ::cuPointerSetAttribute,
@@ -47142,7 +47249,7 @@ pub unsafe fn cuPointerGetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns information about a pointer.
+/** Returns information about a pointer.
 
  The supported attributes are (refer to ::cuPointerGetAttribute for attribute descriptions and restrictions):
 
@@ -47163,12 +47270,12 @@ pub unsafe fn cuPointerGetAttribute(
  - ::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE
  - ::CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE
 
- \param numAttributes - Number of attributes to query
- \param attributes    - An array of attributes to query
-                      (numAttributes and the number of attributes in this array should match)
- \param data          - A two-dimensional array containing pointers to memory
-                      locations where the result of each attribute query will be written to.
- \param ptr           - Pointer to query
+ - parameter numAttributes - Number of attributes to query
+ - parameter attributes    - An array of attributes to query
+ (numAttributes and the number of attributes in this array should match)
+ - parameter data          - A two-dimensional array containing pointers to memory
+ locations where the result of each attribute query will be written to.
+ - parameter ptr           - Pointer to query
 
  Unlike ::cuPointerGetAttribute, this function will not return an error when the \p ptr
  encountered is not a valid CUDA pointer. Instead, the attributes are assigned default NULL values
@@ -47183,7 +47290,7 @@ pub unsafe fn cuPointerGetAttribute(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE
- \notefnerr
+
 
  \sa
  ::cuPointerGetAttribute,
@@ -47227,25 +47334,25 @@ pub unsafe fn cuPointerGetAttributes(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Set attributes on a previously allocated memory region
+/** Set attributes on a previously allocated memory region
 
  The supported attributes are:
 
  - ::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
 
-      A boolean attribute that can either be set (1) or unset (0). When set,
-      the region of memory that \p ptr points to is guaranteed to always synchronize
-      memory operations that are synchronous. If there are some previously initiated
-      synchronous memory operations that are pending when this attribute is set, the
-      function does not return until those memory operations are complete.
-      See further documentation in the section titled "API synchronization behavior"
-      to learn more about cases when synchronous memory operations can
-      exhibit asynchronous behavior.
-      \p value will be considered as a pointer to an unsigned integer to which this attribute is to be set.
+ A boolean attribute that can either be set (1) or unset (0). When set,
+ the region of memory that \p ptr points to is guaranteed to always synchronize
+ memory operations that are synchronous. If there are some previously initiated
+ synchronous memory operations that are pending when this attribute is set, the
+ function does not return until those memory operations are complete.
+ See further documentation in the section titled "API synchronization behavior"
+ to learn more about cases when synchronous memory operations can
+ exhibit asynchronous behavior.
+ \p value will be considered as a pointer to an unsigned integer to which this attribute is to be set.
 
- \param value     - Pointer to memory containing the value to be set
- \param attribute - Pointer attribute to set
- \param ptr       - Pointer to a memory region allocated using CUDA memory allocation APIs
+ - parameter value     - Pointer to memory containing the value to be set
+ - parameter attribute - Pointer attribute to set
+ - parameter ptr       - Pointer to a memory region allocated using CUDA memory allocation APIs
 
  \return
  ::CUDA_SUCCESS,
@@ -47254,9 +47361,9 @@ pub unsafe fn cuPointerGetAttributes(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_DEVICE
- \notefnerr
 
- \sa ::cuPointerGetAttribute,
+
+ See also: ::cuPointerGetAttribute,
  ::cuPointerGetAttributes,
  ::cuMemAlloc,
  ::cuMemFree,
@@ -47300,9 +47407,9 @@ pub unsafe fn cuPointerSetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Initialize the profiling.
+/** Initialize the profiling.
 
- \deprecated
+ Deprecated.
 
  Note that this function is deprecated and should not be used.
  Starting with CUDA 12.0, it always returns error code ::CUDA_ERROR_NOT_SUPPORTED.
@@ -47323,27 +47430,27 @@ pub unsafe fn cuPointerSetAttribute(
 
  for each set of counters/options\n
  {\n
-     cuProfilerInitialize(); //Initialize profiling, set the counters or options in the config file \n
-     ...\n
-     cuProfilerStart(); \n
-     // code to be profiled \n
-     cuProfilerStop(); \n
-     ...\n
-     cuProfilerStart(); \n
-     // code to be profiled \n
-     cuProfilerStop(); \n
-     ...\n
+ cuProfilerInitialize(); //Initialize profiling, set the counters or options in the config file \n
+ ...\n
+ cuProfilerStart(); \n
+ // code to be profiled \n
+ cuProfilerStop(); \n
+ ...\n
+ cuProfilerStart(); \n
+ // code to be profiled \n
+ cuProfilerStop(); \n
+ ...\n
  }\n
 
- \param configFile - Name of the config file that lists the counters/options
+ - parameter configFile - Name of the config file that lists the counters/options
  for profiling.
- \param outputFile - Name of the outputFile where the profiling results will
+ - parameter outputFile - Name of the outputFile where the profiling results will
  be stored.
- \param outputMode - outputMode, can be ::CU_OUT_KEY_VALUE_PAIR or ::CU_OUT_CSV.
+ - parameter outputMode - outputMode, can be ::CU_OUT_KEY_VALUE_PAIR or ::CU_OUT_CSV.
 
  \return
  ::CUDA_ERROR_NOT_SUPPORTED
- \notefnerr
+
 
  \sa
  ::cuProfilerStart,
@@ -47383,7 +47490,7 @@ pub unsafe fn cuProfilerInitialize(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Enable profiling.
+/** Enable profiling.
 
  Enables profile collection by the active profiling tool for the
  current context. If profiling is already enabled, then
@@ -47397,7 +47504,7 @@ pub unsafe fn cuProfilerInitialize(
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_CONTEXT
- \notefnerr
+
 
  \sa
  ::cuProfilerInitialize,
@@ -47426,7 +47533,7 @@ pub unsafe fn cuProfilerStart() -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Disable profiling.
+/** Disable profiling.
 
  Disables profile collection by the active profiling tool for the
  current context. If profiling is already disabled, then
@@ -47439,7 +47546,7 @@ pub unsafe fn cuProfilerStart() -> CUresult {
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_CONTEXT
- \notefnerr
+
 
  \sa
  ::cuProfilerInitialize,
@@ -47468,7 +47575,7 @@ pub unsafe fn cuProfilerStop() -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Signals a set of external semaphore objects
+/** Signals a set of external semaphore objects
 
  Enqueues a signal operation on a set of externally allocated
  semaphore object in the specified stream. The operations will be
@@ -47544,19 +47651,19 @@ pub unsafe fn cuProfilerStop() -> CUresult {
  then the keyed mutex will be released with the key specified in
  ::CUDA_EXTERNAL_SEMAPHORE_PARAMS::params::keyedmutex::key.
 
- \param extSemArray - Set of external semaphores to be signaled
- \param paramsArray - Array of semaphore parameters
- \param numExtSems  - Number of semaphores to signal
- \param stream      - Stream to enqueue the signal operations in
+ - parameter extSemArray - Set of external semaphores to be signaled
+ - parameter paramsArray - Array of semaphore parameters
+ - parameter numExtSems  - Number of semaphores to signal
+ - parameter stream      - Stream to enqueue the signal operations in
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_NOT_SUPPORTED
- \notefnerr
 
- \sa ::cuImportExternalSemaphore,
+
+ See also: ::cuImportExternalSemaphore,
  ::cuDestroyExternalSemaphore,
  ::cuWaitExternalSemaphoresAsync*/
 ///
@@ -47597,9 +47704,9 @@ pub unsafe fn cuSignalExternalSemaphoresAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Add a callback to a compute stream
+/** Add a callback to a compute stream
 
- \note This function is slated for eventual deprecation and removal. If
+ Note: This function is slated for eventual deprecation and removal. If
  you do not require the callback to execute in case of a device error,
  consider using ::cuLaunchHostFunc. Additionally, this function is not
  supported with ::cuStreamBeginCapture and ::cuStreamEndCapture, unlike
@@ -47623,31 +47730,31 @@ pub unsafe fn cuSignalExternalSemaphoresAsync(
  For the purposes of Unified Memory, callback execution makes a number of
  guarantees:
  <ul>
-   <li>The callback stream is considered idle for the duration of the
-   callback.  Thus, for example, a callback may always use memory attached
-   to the callback stream.</li>
-   <li>The start of execution of a callback has the same effect as
-   synchronizing an event recorded in the same stream immediately prior to
-   the callback.  It thus synchronizes streams which have been "joined"
-   prior to the callback.</li>
-   <li>Adding device work to any stream does not have the effect of making
-   the stream active until all preceding host functions and stream callbacks
-   have executed.  Thus, for
-   example, a callback might use global attached memory even if work has
-   been added to another stream, if the work has been ordered behind the
-   callback with an event.</li>
-   <li>Completion of a callback does not cause a stream to become
-   active except as described above.  The callback stream will remain idle
-   if no device work follows the callback, and will remain idle across
-   consecutive callbacks without device work in between.  Thus, for example,
-   stream synchronization can be done by signaling from a callback at the
-   end of the stream.</li>
+ <li>The callback stream is considered idle for the duration of the
+ callback.  Thus, for example, a callback may always use memory attached
+ to the callback stream.</li>
+ <li>The start of execution of a callback has the same effect as
+ synchronizing an event recorded in the same stream immediately prior to
+ the callback.  It thus synchronizes streams which have been "joined"
+ prior to the callback.</li>
+ <li>Adding device work to any stream does not have the effect of making
+ the stream active until all preceding host functions and stream callbacks
+ have executed.  Thus, for
+ example, a callback might use global attached memory even if work has
+ been added to another stream, if the work has been ordered behind the
+ callback with an event.</li>
+ <li>Completion of a callback does not cause a stream to become
+ active except as described above.  The callback stream will remain idle
+ if no device work follows the callback, and will remain idle across
+ consecutive callbacks without device work in between.  Thus, for example,
+ stream synchronization can be done by signaling from a callback at the
+ end of the stream.</li>
  </ul>
 
- \param hStream  - Stream to add callback to
- \param callback - The function to call once preceding stream operations are complete
- \param userData - User specified data to be passed to the callback function
- \param flags    - Reserved for future use, must be 0
+ - parameter hStream  - Stream to add callback to
+ - parameter callback - The function to call once preceding stream operations are complete
+ - parameter userData - User specified data to be passed to the callback function
+ - parameter flags    - Reserved for future use, must be 0
 
  \return
  ::CUDA_SUCCESS,
@@ -47656,10 +47763,10 @@ pub unsafe fn cuSignalExternalSemaphoresAsync(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_NOT_SUPPORTED
- \note_null_stream
- \notefnerr
 
- \sa ::cuStreamCreate,
+
+
+ See also: ::cuStreamCreate,
  ::cuStreamQuery,
  ::cuStreamSynchronize,
  ::cuStreamWaitEvent,
@@ -47706,7 +47813,7 @@ pub unsafe fn cuStreamAddCallback(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Attach memory to a stream asynchronously
+/** Attach memory to a stream asynchronously
 
  Enqueues an operation in \p hStream to specify stream association of
  \p length bytes of memory starting from \p dptr. This function is a
@@ -47716,11 +47823,11 @@ pub unsafe fn cuStreamAddCallback(
 
  \p dptr must point to one of the following types of memories:
  - managed memory declared using the __managed__ keyword or allocated with
-   ::cuMemAllocManaged.
+ ::cuMemAllocManaged.
  - a valid host-accessible region of system-allocated pageable memory. This
-   type of memory may only be specified if the device associated with the
-   stream reports a non-zero value for the device attribute
-   ::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS.
+ type of memory may only be specified if the device associated with the
+ stream reports a non-zero value for the device attribute
+ ::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS.
 
  For managed allocations, \p length must be either zero or the entire
  allocation's size. Both indicate that the entire allocation's stream
@@ -47766,12 +47873,12 @@ pub unsafe fn cuStreamAddCallback(
  asynchronous operation, and as a result, the change to default association won't
  happen until all work in the stream has completed.
 
- \param hStream - Stream in which to enqueue the attach operation
- \param dptr    - Pointer to memory (must be a pointer to managed memory or
-                  to a valid host-accessible region of system-allocated
-                  pageable memory)
- \param length  - Length of memory
- \param flags   - Must be one of ::CUmemAttach_flags
+ - parameter hStream - Stream in which to enqueue the attach operation
+ - parameter dptr    - Pointer to memory (must be a pointer to managed memory or
+ to a valid host-accessible region of system-allocated
+ pageable memory)
+ - parameter length  - Length of memory
+ - parameter flags   - Must be one of ::CUmemAttach_flags
 
  \return
  ::CUDA_SUCCESS,
@@ -47780,10 +47887,10 @@ pub unsafe fn cuStreamAddCallback(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_NOT_SUPPORTED
- \note_null_stream
- \notefnerr
 
- \sa ::cuStreamCreate,
+
+
+ See also: ::cuStreamCreate,
  ::cuStreamQuery,
  ::cuStreamSynchronize,
  ::cuStreamWaitEvent,
@@ -47933,7 +48040,7 @@ pub unsafe fn cuStreamBeginCaptureToCig(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Begins graph capture on a stream to an existing graph
+/** Begins graph capture on a stream to an existing graph
 
  Begin graph capture on \p hStream, placing new nodes into an existing graph. When a stream is
  in capture mode, all operations pushed into the stream will not be executed, but will instead
@@ -47948,25 +48055,25 @@ pub unsafe fn cuStreamBeginCaptureToCig(
  If \p mode is not ::CU_STREAM_CAPTURE_MODE_RELAXED, ::cuStreamEndCapture must be
  called on this stream from the same thread.
 
- \param hStream         - Stream in which to initiate capture.
- \param hGraph          - Graph to capture into.
- \param dependencies    - Dependencies of the first node captured in the stream.  Can be NULL if numDependencies is 0.
- \param dependencyData  - Optional array of data associated with each dependency.
- \param numDependencies - Number of dependencies.
- \param mode            - Controls the interaction of this capture sequence with other API
-                          calls that are potentially unsafe. For more details see
-                          ::cuThreadExchangeStreamCaptureMode.
+ - parameter hStream         - Stream in which to initiate capture.
+ - parameter hGraph          - Graph to capture into.
+ - parameter dependencies    - Dependencies of the first node captured in the stream.  Can be NULL if numDependencies is 0.
+ - parameter dependencyData  - Optional array of data associated with each dependency.
+ - parameter numDependencies - Number of dependencies.
+ - parameter mode            - Controls the interaction of this capture sequence with other API
+ calls that are potentially unsafe. For more details see
+ ::cuThreadExchangeStreamCaptureMode.
 
- \note Kernels captured using this API must not use texture and surface references.
-       Reading or writing through any texture or surface reference is undefined
-       behavior. This restriction does not apply to texture and surface objects.
+ Note: Kernels captured using this API must not use texture and surface references.
+ Reading or writing through any texture or surface reference is undefined
+ behavior. This restriction does not apply to texture and surface objects.
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_DEINITIALIZED,
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
+
 
  \sa
  ::cuStreamBeginCapture,
@@ -48028,12 +48135,12 @@ pub unsafe fn cuStreamBeginCaptureToGraph(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Begin graph capture on a stream to an existing graph.
+/** Begin graph capture on a stream to an existing graph.
 
  Begin graph capture on \p hStream to the existing \p hGraph. The node creation order while recapturing the graph
  must be identical to the original graph. The recapture will fail immediately for:
-   * Topology mismatches between the existing graph and the recaptured graph
-   * Parameter mismatches for memory allocation or free nodes
+ * Topology mismatches between the existing graph and the recaptured graph
+ * Parameter mismatches for memory allocation or free nodes
 
  Any other node parameter mismatches during recapture can be configured to call the function provided in \p callbackFunc.
  The recapture will fail immediately if the callback returns anything other than CUDA_SUCCESS.
@@ -48042,22 +48149,22 @@ pub unsafe fn cuStreamBeginCaptureToGraph(
 
  See cuStreamBeginCapture for additional detail on beginning the capture.
 
- \note Any user objects associated with \p graph will be released prior to the recapture.
+ Note: Any user objects associated with \p graph will be released prior to the recapture.
 
- \param hStream - Stream in which to initiate capture
- \param mode    - Controls the interaction of this capture sequence with other API
-                  calls that are potentially unsafe. For more details see
-                  ::cuThreadExchangeStreamCaptureMode.
- \param hGraph  - Existing CUDA graph to be captured into
- \param callbackFunc - Function that will be called for all parameter mismatches from the original graph
- \param userData - A generic pointer to user data that is passed into the callback function
+ - parameter hStream - Stream in which to initiate capture
+ - parameter mode    - Controls the interaction of this capture sequence with other API
+ calls that are potentially unsafe. For more details see
+ ::cuThreadExchangeStreamCaptureMode.
+ - parameter hGraph  - Existing CUDA graph to be captured into
+ - parameter callbackFunc - Function that will be called for all parameter mismatches from the original graph
+ - parameter userData - A generic pointer to user data that is passed into the callback function
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_DEINITIALIZED,
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE,
- \notefnerr
+
 
  \sa
  ::cuStreamCreate,
@@ -48106,7 +48213,7 @@ pub unsafe fn cuStreamBeginRecaptureToGraph(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies attributes from source stream to destination stream.
+/** Copies attributes from source stream to destination stream.
 
  Copies attributes from source stream \p src to destination stream \p dst.
  Both streams must have the same context.
@@ -48118,7 +48225,7 @@ pub unsafe fn cuStreamBeginRecaptureToGraph(
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
+
 
  \sa
  ::CUaccessPolicyWindow*/
@@ -48145,7 +48252,7 @@ pub unsafe fn cuStreamCopyAttributes(dst: CUstream, src: CUstream) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Create a stream
+/** Create a stream
 
  Creates a stream and returns a handle in \p phStream.  The \p Flags argument
  determines behaviors of the stream.
@@ -48153,11 +48260,11 @@ pub unsafe fn cuStreamCopyAttributes(dst: CUstream, src: CUstream) -> CUresult {
  Valid values for \p Flags are:
  - ::CU_STREAM_DEFAULT: Default stream creation flag.
  - ::CU_STREAM_NON_BLOCKING: Specifies that work running in the created
-   stream may run concurrently with work in stream 0 (the NULL stream), and that
-   the created stream should perform no implicit synchronization with stream 0.
+ stream may run concurrently with work in stream 0 (the NULL stream), and that
+ the created stream should perform no implicit synchronization with stream 0.
 
- \param phStream - Returned newly created stream
- \param Flags    - Parameters for stream creation
+ - parameter phStream - Returned newly created stream
+ - parameter Flags    - Parameters for stream creation
 
  \return
  ::CUDA_SUCCESS,
@@ -48167,9 +48274,9 @@ pub unsafe fn cuStreamCopyAttributes(dst: CUstream, src: CUstream) -> CUresult {
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_OUT_OF_MEMORY
  ::CUDA_ERROR_EXTERNAL_DEVICE
- \notefnerr
 
- \sa ::cuStreamDestroy,
+
+ See also: ::cuStreamDestroy,
  ::cuStreamCreateWithPriority,
  ::cuGreenCtxStreamCreate,
  ::cuStreamGetPriority,
@@ -48210,7 +48317,7 @@ pub unsafe fn cuStreamCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Create a stream with the given priority
+/** Create a stream with the given priority
 
  Creates a stream with the specified priority and returns a handle in \p phStream.
  This affects the scheduling priority of work in the stream. Priorities provide a
@@ -48224,12 +48331,12 @@ pub unsafe fn cuStreamCreate(
  outside the numerical range returned by ::cuCtxGetStreamPriorityRange,
  it will automatically be clamped to the lowest or the highest number in the range.
 
- \param phStream    - Returned newly created stream
- \param flags       - Flags for stream creation. See ::cuStreamCreate for a list of
-                      valid flags
- \param priority    - Stream priority. Lower numbers represent higher priorities.
-                      See ::cuCtxGetStreamPriorityRange for more information about
-                      meaningful stream priorities that can be passed.
+ - parameter phStream    - Returned newly created stream
+ - parameter flags       - Flags for stream creation. See ::cuStreamCreate for a list of
+ valid flags
+ - parameter priority    - Stream priority. Lower numbers represent higher priorities.
+ See ::cuCtxGetStreamPriorityRange for more information about
+ meaningful stream priorities that can be passed.
 
  \return
  ::CUDA_SUCCESS,
@@ -48239,16 +48346,16 @@ pub unsafe fn cuStreamCreate(
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_OUT_OF_MEMORY
  ::CUDA_ERROR_EXTERNAL_DEVICE
- \notefnerr
 
- \note Stream priorities are supported only on GPUs
+
+ Note: Stream priorities are supported only on GPUs
  with compute capability 3.5 or higher.
 
- \note In the current implementation, only compute kernels launched in
+ Note: In the current implementation, only compute kernels launched in
  priority streams are affected by the stream's priority. Stream priorities have
  no effect on host-to-device and device-to-host memory operations.
 
- \sa ::cuStreamDestroy,
+ See also: ::cuStreamDestroy,
  ::cuStreamCreate,
  ::cuGreenCtxStreamCreate,
  ::cuStreamGetPriority,
@@ -48321,7 +48428,7 @@ pub unsafe fn cuStreamDestroy(hStream: CUstream) -> CUresult {
 }
 /// `cuStreamDestroy_v2`, the name the header's macros give [`cuStreamDestroy`].
 pub use self::cuStreamDestroy as cuStreamDestroy_v2;
-/** \brief Ends capture on a stream, returning the captured graph
+/** Ends capture on a stream, returning the captured graph
 
  End capture on \p hStream, returning the captured graph via \p phGraph.
  Capture must have been initiated on \p hStream via a call to ::cuStreamBeginCapture.
@@ -48332,8 +48439,8 @@ pub use self::cuStreamDestroy as cuStreamDestroy_v2;
  ::CU_STREAM_CAPTURE_MODE_RELAXED, this call must be from the same thread as
  ::cuStreamBeginCapture.
 
- \param hStream - Stream to query
- \param phGraph - The captured graph
+ - parameter hStream - Stream to query
+ - parameter phGraph - The captured graph
 
  \return
  ::CUDA_SUCCESS,
@@ -48341,7 +48448,7 @@ pub use self::cuStreamDestroy as cuStreamDestroy_v2;
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
- \notefnerr
+
 
  \sa
  ::cuStreamCreate,
@@ -48397,7 +48504,7 @@ pub unsafe fn cuStreamEndCaptureToCig(hStream: CUstream) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Queries stream attribute.
+/** Queries stream attribute.
 
  Queries attribute \p attr from \p hStream and stores it in corresponding
  member of \p value_out.
@@ -48410,7 +48517,7 @@ pub unsafe fn cuStreamEndCaptureToCig(hStream: CUstream) -> CUresult {
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_HANDLE
- \notefnerr
+
 
  \sa
  ::CUaccessPolicyWindow*/
@@ -48509,7 +48616,7 @@ pub unsafe fn cuStreamGetCaptureInfo(
 }
 /// `cuStreamGetCaptureInfo_v3`, the name the header's macros give [`cuStreamGetCaptureInfo`].
 pub use self::cuStreamGetCaptureInfo as cuStreamGetCaptureInfo_v3;
-/** \brief Query the context associated with a stream
+/** Query the context associated with a stream
 
  Returns the CUDA context that the stream is associated with.
 
@@ -48519,21 +48626,21 @@ pub use self::cuStreamGetCaptureInfo as cuStreamGetCaptureInfo_v3;
 
  The stream handle \p hStream can refer to any of the following:
  <ul>
-   <li>a stream created via any of the CUDA driver APIs such as ::cuStreamCreate
-   and ::cuStreamCreateWithPriority, or their runtime API equivalents such as
-   ::cudaStreamCreate, ::cudaStreamCreateWithFlags and ::cudaStreamCreateWithPriority.
-   The returned context is the context that was active in the calling thread when the
-   stream was created. Passing an invalid handle will result in undefined behavior.</li>
-   <li>any of the special streams such as the NULL stream, ::CU_STREAM_LEGACY and
-   ::CU_STREAM_PER_THREAD. The runtime API equivalents of these are also accepted,
-   which are NULL, ::cudaStreamLegacy and ::cudaStreamPerThread respectively.
-   Specifying any of the special handles will return the context current to the
-   calling thread. If no context is current to the calling thread,
-   ::CUDA_ERROR_INVALID_CONTEXT is returned.</li>
+ <li>a stream created via any of the CUDA driver APIs such as ::cuStreamCreate
+ and ::cuStreamCreateWithPriority, or their runtime API equivalents such as
+ ::cudaStreamCreate, ::cudaStreamCreateWithFlags and ::cudaStreamCreateWithPriority.
+ The returned context is the context that was active in the calling thread when the
+ stream was created. Passing an invalid handle will result in undefined behavior.</li>
+ <li>any of the special streams such as the NULL stream, ::CU_STREAM_LEGACY and
+ ::CU_STREAM_PER_THREAD. The runtime API equivalents of these are also accepted,
+ which are NULL, ::cudaStreamLegacy and ::cudaStreamPerThread respectively.
+ Specifying any of the special handles will return the context current to the
+ calling thread. If no context is current to the calling thread,
+ ::CUDA_ERROR_INVALID_CONTEXT is returned.</li>
  </ul>
 
- \param hStream - Handle to the stream to be queried
- \param pctx    - Returned context associated with the stream
+ - parameter hStream - Handle to the stream to be queried
+ - parameter pctx    - Returned context associated with the stream
 
  \return
  ::CUDA_SUCCESS,
@@ -48542,9 +48649,9 @@ pub use self::cuStreamGetCaptureInfo as cuStreamGetCaptureInfo_v3;
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_NOT_SUPPORTED
- \notefnerr
 
- \sa ::cuStreamDestroy,
+
+ See also: ::cuStreamDestroy,
  ::cuStreamCreateWithPriority,
  ::cuStreamGetPriority,
  ::cuStreamGetFlags,
@@ -48581,7 +48688,7 @@ pub unsafe fn cuStreamGetCtx(hStream: CUstream, pctx: *mut CUcontext) -> CUresul
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Query the contexts associated with a stream
+/** Query the contexts associated with a stream
 
  Returns the contexts that the stream is associated with.
 
@@ -48593,26 +48700,26 @@ pub unsafe fn cuStreamGetCtx(hStream: CUstream, pctx: *mut CUcontext) -> CUresul
 
  The stream handle \p hStream can refer to any of the following:
  <ul>
-   <li>a stream created via any of the CUDA driver APIs such as ::cuStreamCreate,
-   ::cuStreamCreateWithPriority and ::cuGreenCtxStreamCreate, or their runtime API equivalents such as
-   ::cudaStreamCreate, ::cudaStreamCreateWithFlags and ::cudaStreamCreateWithPriority.
-   Passing an invalid handle will result in undefined behavior.</li>
-   <li>any of the special streams such as the NULL stream, ::CU_STREAM_LEGACY and
-   ::CU_STREAM_PER_THREAD. The runtime API equivalents of these are also accepted,
-   which are NULL, ::cudaStreamLegacy and ::cudaStreamPerThread respectively.
-   If any of the special handles are specified, the API will operate on the context current to the
-   calling thread. If a green context (that was converted via ::cuCtxFromGreenCtx() before setting it current)
-   is current to the calling thread, the API will return the green context in \p pGreenCtx
-   and the primary context of the associated device in \p pCtx. If a regular context is current,
-   the API returns the regular context in \p pCtx and NULL in \p pGreenCtx.
-   Note that specifying ::CU_STREAM_PER_THREAD or ::cudaStreamPerThread will return ::CUDA_ERROR_INVALID_HANDLE
-   if a green context is current to the calling thread.
-   If no context is current to the calling thread, ::CUDA_ERROR_INVALID_CONTEXT is returned.</li>
+ <li>a stream created via any of the CUDA driver APIs such as ::cuStreamCreate,
+ ::cuStreamCreateWithPriority and ::cuGreenCtxStreamCreate, or their runtime API equivalents such as
+ ::cudaStreamCreate, ::cudaStreamCreateWithFlags and ::cudaStreamCreateWithPriority.
+ Passing an invalid handle will result in undefined behavior.</li>
+ <li>any of the special streams such as the NULL stream, ::CU_STREAM_LEGACY and
+ ::CU_STREAM_PER_THREAD. The runtime API equivalents of these are also accepted,
+ which are NULL, ::cudaStreamLegacy and ::cudaStreamPerThread respectively.
+ If any of the special handles are specified, the API will operate on the context current to the
+ calling thread. If a green context (that was converted via ::cuCtxFromGreenCtx() before setting it current)
+ is current to the calling thread, the API will return the green context in \p pGreenCtx
+ and the primary context of the associated device in \p pCtx. If a regular context is current,
+ the API returns the regular context in \p pCtx and NULL in \p pGreenCtx.
+ Note that specifying ::CU_STREAM_PER_THREAD or ::cudaStreamPerThread will return ::CUDA_ERROR_INVALID_HANDLE
+ if a green context is current to the calling thread.
+ If no context is current to the calling thread, ::CUDA_ERROR_INVALID_CONTEXT is returned.</li>
  </ul>
 
- \param hStream   - Handle to the stream to be queried
- \param pCtx      - Returned regular context associated with the stream
- \param pGreenCtx - Returned green context if the stream is associated with a green context or NULL if not
+ - parameter hStream   - Handle to the stream to be queried
+ - parameter pCtx      - Returned regular context associated with the stream
+ - parameter pGreenCtx - Returned green context if the stream is associated with a green context or NULL if not
 
  \return
  ::CUDA_SUCCESS,
@@ -48620,9 +48727,9 @@ pub unsafe fn cuStreamGetCtx(hStream: CUstream, pctx: *mut CUcontext) -> CUresul
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE
- \notefnerr
 
- \sa ::cuStreamDestroy,
+
+ See also: ::cuStreamDestroy,
  ::cuStreamCreate
  ::cuStreamCreateWithPriority,
  ::cuGreenCtxStreamCreate,
@@ -48670,16 +48777,16 @@ pub unsafe fn cuStreamGetCtx_v2(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Get stream resources
+/** Get stream resources
 
  Get the \p type resources available to the \p hStream and store them in \p resource.
 
  Note: The API will return ::CUDA_ERROR_INVALID_RESOURCE_TYPE is \p type is
  \p CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG or \p CU_DEV_RESOURCE_TYPE_WORKQUEUE.
 
- \param hStream - Stream to get resource for
- \param resource - Output pointer to a CUdevResource structure
- \param type - Type of resource to retrieve
+ - parameter hStream - Stream to get resource for
+ - parameter resource - Output pointer to a CUdevResource structure
+ - parameter type - Type of resource to retrieve
 
  \return
  ::CUDA_SUCCESS,
@@ -48688,7 +48795,7 @@ pub unsafe fn cuStreamGetCtx_v2(
  ::CUDA_ERROR_INVALID_RESOURCE_TYPE,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_HANDLE
- \notefnerr
+
 
  \sa
  ::cuGreenCtxCreate,
@@ -48732,12 +48839,12 @@ pub unsafe fn cuStreamGetDevResource(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the device handle of the stream
+/** Returns the device handle of the stream
 
  Returns in \p *device the device handle of the stream
 
- \param hStream - Handle to the stream to be queried
- \param device - Returns the device to which a stream belongs
+ - parameter hStream - Handle to the stream to be queried
+ - parameter device - Returns the device to which a stream belongs
 
  \return
  ::CUDA_SUCCESS,
@@ -48747,7 +48854,7 @@ pub unsafe fn cuStreamGetDevResource(
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_OUT_OF_MEMORY
- \notefnerr
+
 
  \sa
  ::cuStreamDestroy,
@@ -48780,16 +48887,16 @@ pub unsafe fn cuStreamGetDevice(hStream: CUstream, device: *mut CUdevice) -> CUr
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Query the flags of a given stream
+/** Query the flags of a given stream
 
  Query the flags of a stream created using ::cuStreamCreate, ::cuStreamCreateWithPriority or ::cuGreenCtxStreamCreate
  and return the flags in \p flags.
 
- \param hStream    - Handle to the stream to be queried
- \param flags      - Pointer to an unsigned integer in which the stream's flags are returned
-                     The value returned in \p flags is a logical 'OR' of all flags that
-                     were used while creating this stream. See ::cuStreamCreate for the list
-                     of valid flags
+ - parameter hStream    - Handle to the stream to be queried
+ - parameter flags      - Pointer to an unsigned integer in which the stream's flags are returned
+ The value returned in \p flags is a logical 'OR' of all flags that
+ were used while creating this stream. See ::cuStreamCreate for the list
+ of valid flags
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_DEINITIALIZED,
@@ -48798,9 +48905,9 @@ pub unsafe fn cuStreamGetDevice(hStream: CUstream, device: *mut CUdevice) -> CUr
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_OUT_OF_MEMORY
- \notefnerr
 
- \sa ::cuStreamDestroy,
+
+ See also: ::cuStreamDestroy,
  ::cuStreamCreate,
  ::cuGreenCtxStreamCreate,
  ::cuStreamGetPriority,
@@ -48835,32 +48942,32 @@ pub unsafe fn cuStreamGetFlags(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Query the green context associated with a stream
+/** Query the green context associated with a stream
 
  Returns the CUDA green context that the stream is associated with, or NULL if the stream
  is not associated with any green context.
 
  The stream handle \p hStream can refer to any of the following:
  <ul>
-   <li>
-   a stream created via any of the CUDA driver APIs such as ::cuStreamCreate, ::cuStreamCreateWithPriority
-   and ::cuGreenCtxStreamCreate, or their runtime API equivalents such as
-   ::cudaStreamCreate, ::cudaStreamCreateWithFlags and ::cudaStreamCreateWithPriority.
-   If during stream creation the context that was active in the calling thread was obtained
-   with cuCtxFromGreenCtx, that green context is returned in \p phCtx.
-   Otherwise, \p *phCtx is set to NULL instead.
-   </li>
-   <li>
-   special stream such as the NULL stream or ::CU_STREAM_LEGACY.
-   In that case if context that is active in the calling thread was obtained
-   with cuCtxFromGreenCtx, that green context is returned.
-   Otherwise, \p *phCtx is set to NULL instead.
-   </li>
+ <li>
+ a stream created via any of the CUDA driver APIs such as ::cuStreamCreate, ::cuStreamCreateWithPriority
+ and ::cuGreenCtxStreamCreate, or their runtime API equivalents such as
+ ::cudaStreamCreate, ::cudaStreamCreateWithFlags and ::cudaStreamCreateWithPriority.
+ If during stream creation the context that was active in the calling thread was obtained
+ with cuCtxFromGreenCtx, that green context is returned in \p phCtx.
+ Otherwise, \p *phCtx is set to NULL instead.
+ </li>
+ <li>
+ special stream such as the NULL stream or ::CU_STREAM_LEGACY.
+ In that case if context that is active in the calling thread was obtained
+ with cuCtxFromGreenCtx, that green context is returned.
+ Otherwise, \p *phCtx is set to NULL instead.
+ </li>
  </ul>
  Passing an invalid handle will result in undefined behavior.
 
- \param hStream - Handle to the stream to be queried
- \param phCtx   - Returned green context associated with the stream
+ - parameter hStream - Handle to the stream to be queried
+ - parameter phCtx   - Returned green context associated with the stream
 
  \return
  ::CUDA_SUCCESS,
@@ -48868,9 +48975,9 @@ pub unsafe fn cuStreamGetFlags(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE,
- \notefnerr
 
- \sa ::cuStreamDestroy,
+
+ See also: ::cuStreamDestroy,
  ::cuStreamCreate,
  ::cuStreamCreateWithPriority,
  ::cuStreamGetCtx,
@@ -48913,32 +49020,32 @@ pub unsafe fn cuStreamGetGreenCtx(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the unique Id associated with the stream handle supplied
+/** Returns the unique Id associated with the stream handle supplied
 
  Returns in \p streamId the unique Id which is associated with the given stream handle.
  The Id is unique for the life of the program.
 
  The stream handle \p hStream can refer to any of the following:
  <ul>
-   <li>a stream created via any of the CUDA driver APIs such as ::cuStreamCreate
-   and ::cuStreamCreateWithPriority, or their runtime API equivalents such as
-   ::cudaStreamCreate, ::cudaStreamCreateWithFlags and ::cudaStreamCreateWithPriority.
-   Passing an invalid handle will result in undefined behavior.</li>
-   <li>any of the special streams such as the NULL stream, ::CU_STREAM_LEGACY and
-   ::CU_STREAM_PER_THREAD. The runtime API equivalents of these are also accepted,
-   which are NULL, ::cudaStreamLegacy and ::cudaStreamPerThread respectively.</li>
+ <li>a stream created via any of the CUDA driver APIs such as ::cuStreamCreate
+ and ::cuStreamCreateWithPriority, or their runtime API equivalents such as
+ ::cudaStreamCreate, ::cudaStreamCreateWithFlags and ::cudaStreamCreateWithPriority.
+ Passing an invalid handle will result in undefined behavior.</li>
+ <li>any of the special streams such as the NULL stream, ::CU_STREAM_LEGACY and
+ ::CU_STREAM_PER_THREAD. The runtime API equivalents of these are also accepted,
+ which are NULL, ::cudaStreamLegacy and ::cudaStreamPerThread respectively.</li>
  </ul>
 
- \param hStream    - Handle to the stream to be queried
- \param streamId   - Pointer to store the Id of the stream
+ - parameter hStream    - Handle to the stream to be queried
+ - parameter streamId   - Pointer to store the Id of the stream
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_HANDLE
- \notefnerr
 
- \sa ::cuStreamDestroy,
+
+ See also: ::cuStreamDestroy,
  ::cuStreamCreate,
  ::cuStreamGetPriority,
  ::cudaStreamGetId*/
@@ -48974,7 +49081,7 @@ pub unsafe fn cuStreamGetId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Query the priority of a given stream
+/** Query the priority of a given stream
 
  Query the priority of a stream created using ::cuStreamCreate, ::cuStreamCreateWithPriority or ::cuGreenCtxStreamCreate
  and return the priority in \p priority. Note that if the stream was created with a
@@ -48982,8 +49089,8 @@ pub unsafe fn cuStreamGetId(
  this function returns the clamped priority.
  See ::cuStreamCreateWithPriority for details about priority clamping.
 
- \param hStream    - Handle to the stream to be queried
- \param priority   - Pointer to a signed integer in which the stream's priority is returned
+ - parameter hStream    - Handle to the stream to be queried
+ - parameter priority   - Pointer to a signed integer in which the stream's priority is returned
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_DEINITIALIZED,
@@ -48992,9 +49099,9 @@ pub unsafe fn cuStreamGetId(
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_OUT_OF_MEMORY
- \notefnerr
 
- \sa ::cuStreamDestroy,
+
+ See also: ::cuStreamDestroy,
  ::cuStreamCreate,
  ::cuStreamCreateWithPriority,
  ::cuGreenCtxStreamCreate,
@@ -49031,16 +49138,16 @@ pub unsafe fn cuStreamGetPriority(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a stream's capture status
+/** Returns a stream's capture status
 
  Return the capture status of \p hStream via \p captureStatus. After a successful
  call, \p *captureStatus will contain one of the following:
  - ::CU_STREAM_CAPTURE_STATUS_NONE: The stream is not capturing.
  - ::CU_STREAM_CAPTURE_STATUS_ACTIVE: The stream is capturing.
  - ::CU_STREAM_CAPTURE_STATUS_INVALIDATED: The stream was capturing but an error
-   has invalidated the capture sequence. The capture sequence must be terminated
-   with ::cuStreamEndCapture on the stream where it was initiated in order to
-   continue using \p hStream.
+ has invalidated the capture sequence. The capture sequence must be terminated
+ with ::cuStreamEndCapture on the stream where it was initiated in order to
+ continue using \p hStream.
 
  Note that, if this is called on ::CU_STREAM_LEGACY (the "null stream") while
  a blocking stream in the same context is capturing, it will return
@@ -49052,8 +49159,8 @@ pub unsafe fn cuStreamGetPriority(
  stream is not supported for stream capture, but attempted use would have an
  implicit dependency on the capturing stream(s).
 
- \param hStream       - Stream to query
- \param captureStatus - Returns the stream's capture status
+ - parameter hStream       - Stream to query
+ - parameter captureStatus - Returns the stream's capture status
 
  \return
  ::CUDA_SUCCESS,
@@ -49061,7 +49168,7 @@ pub unsafe fn cuStreamGetPriority(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
- \notefnerr
+
 
  \sa
  ::cuStreamCreate,
@@ -49099,7 +49206,7 @@ pub unsafe fn cuStreamIsCapturing(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Determine status of a compute stream
+/** Determine status of a compute stream
 
  Returns ::CUDA_SUCCESS if all operations in the stream specified by
  \p hStream have completed, or ::CUDA_ERROR_NOT_READY if not.
@@ -49107,7 +49214,7 @@ pub unsafe fn cuStreamIsCapturing(
  For the purposes of Unified Memory, a return value of ::CUDA_SUCCESS
  is equivalent to having called ::cuStreamSynchronize().
 
- \param hStream - Stream to query status of
+ - parameter hStream - Stream to query status of
 
  \return
  ::CUDA_SUCCESS,
@@ -49116,10 +49223,10 @@ pub unsafe fn cuStreamIsCapturing(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_NOT_READY
- \note_null_stream
- \notefnerr
 
- \sa ::cuStreamCreate,
+
+
+ See also: ::cuStreamCreate,
  ::cuStreamWaitEvent,
  ::cuStreamDestroy,
  ::cuStreamSynchronize,
@@ -49148,7 +49255,7 @@ pub unsafe fn cuStreamQuery(hStream: CUstream) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets stream attribute.
+/** Sets stream attribute.
 
  Sets attribute \p attr on \p hStream from corresponding attribute of
  \p value. The updated attribute will be applied to subsequent work
@@ -49162,7 +49269,7 @@ pub unsafe fn cuStreamQuery(hStream: CUstream) -> CUresult {
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_INVALID_HANDLE
- \notefnerr
+
 
  \sa
  ::CUaccessPolicyWindow*/
@@ -49201,14 +49308,14 @@ pub unsafe fn cuStreamSetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Wait until a stream's tasks are completed
+/** Wait until a stream's tasks are completed
 
  Waits until the device has completed all operations in the stream specified
  by \p hStream. If the context was created with the
  ::CU_CTX_SCHED_BLOCKING_SYNC flag, the CPU thread will block until the
  stream is finished with all of its tasks.
 
- \param hStream - Stream to wait for
+ - parameter hStream - Stream to wait for
 
  \return
  ::CUDA_SUCCESS,
@@ -49217,10 +49324,10 @@ pub unsafe fn cuStreamSetAttribute(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE
 
- \note_null_stream
- \notefnerr
 
- \sa ::cuStreamCreate,
+
+
+ See also: ::cuStreamCreate,
  ::cuStreamDestroy,
  ::cuStreamWaitEvent,
  ::cuStreamQuery,
@@ -49301,7 +49408,7 @@ pub unsafe fn cuStreamUpdateCaptureDependencies(
 }
 /// `cuStreamUpdateCaptureDependencies_v2`, the name the header's macros give [`cuStreamUpdateCaptureDependencies`].
 pub use self::cuStreamUpdateCaptureDependencies as cuStreamUpdateCaptureDependencies_v2;
-/** \brief Make a compute stream wait on an event
+/** Make a compute stream wait on an event
 
  Makes all future work submitted to \p hStream wait for all work captured in
  \p hEvent.  See ::cuEventRecord() for details on what is captured by an event.
@@ -49311,12 +49418,12 @@ pub use self::cuStreamUpdateCaptureDependencies as cuStreamUpdateCaptureDependen
  flags include:
  - ::CU_EVENT_WAIT_DEFAULT: Default event creation flag.
  - ::CU_EVENT_WAIT_EXTERNAL: Event is captured in the graph as an external
-   event node when performing stream capture. This flag is invalid outside
-   of stream capture.
+ event node when performing stream capture. This flag is invalid outside
+ of stream capture.
 
- \param hStream - Stream to wait
- \param hEvent  - Event to wait on (may not be NULL)
- \param Flags   - See ::CUevent_capture_flags
+ - parameter hStream - Stream to wait
+ - parameter hEvent  - Event to wait on (may not be NULL)
+ - parameter Flags   - See ::CUevent_capture_flags
 
  \return
  ::CUDA_SUCCESS,
@@ -49324,10 +49431,10 @@ pub use self::cuStreamUpdateCaptureDependencies as cuStreamUpdateCaptureDependen
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_HANDLE,
- \note_null_stream
- \notefnerr
 
- \sa ::cuStreamCreate,
+
+
+ See also: ::cuStreamCreate,
  ::cuEventRecord,
  ::cuStreamQuery,
  ::cuStreamSynchronize,
@@ -49533,7 +49640,7 @@ pub unsafe fn cuStreamWriteValue64(
 }
 /// `cuStreamWriteValue64_v2`, the name the header's macros give [`cuStreamWriteValue64`].
 pub use self::cuStreamWriteValue64 as cuStreamWriteValue64_v2;
-/** \brief Creates a surface object
+/** Creates a surface object
 
  Creates a surface object and returns it in \p pSurfObject. \p pResDesc describes
  the data to perform surface load/stores on. ::CUDA_RESOURCE_DESC::resType must be
@@ -49544,8 +49651,8 @@ pub use self::cuStreamWriteValue64 as cuStreamWriteValue64_v2;
  Additionally, a surface object is an opaque value, and, as such, should only be
  accessed through CUDA API calls.
 
- \param pSurfObject - Surface object to create
- \param pResDesc    - Resource descriptor
+ - parameter pSurfObject - Surface object to create
+ - parameter pResDesc    - Resource descriptor
 
  \return
  ::CUDA_SUCCESS,
@@ -49589,11 +49696,11 @@ pub unsafe fn cuSurfObjectCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys a surface object
+/** Destroys a surface object
 
  Destroys the surface object specified by \p surfObject.
 
- \param surfObject - Surface object to destroy
+ - parameter surfObject - Surface object to destroy
 
  \return
  ::CUDA_SUCCESS,
@@ -49628,12 +49735,12 @@ pub unsafe fn cuSurfObjectDestroy(surfObject: CUsurfObject) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a surface object's resource descriptor
+/** Returns a surface object's resource descriptor
 
  Returns the resource descriptor for the surface object specified by \p surfObject.
 
- \param pResDesc   - Resource descriptor
- \param surfObject - Surface object
+ - parameter pResDesc   - Resource descriptor
+ - parameter surfObject - Surface object
 
  \return
  ::CUDA_SUCCESS,
@@ -49677,16 +49784,16 @@ pub unsafe fn cuSurfObjectGetResourceDesc(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Passes back the CUDA array bound to a surface reference.
+/** Passes back the CUDA array bound to a surface reference.
 
- \deprecated
+ Deprecated.
 
  Returns in \p *phArray the CUDA array bound to the surface reference
  \p hSurfRef, or returns ::CUDA_ERROR_INVALID_VALUE if the surface reference
  is not bound to any CUDA array.
 
- \param phArray - Surface reference handle
- \param hSurfRef - Surface reference handle
+ - parameter phArray - Surface reference handle
+ - parameter hSurfRef - Surface reference handle
 
  \return
  ::CUDA_SUCCESS,
@@ -49695,7 +49802,7 @@ pub unsafe fn cuSurfObjectGetResourceDesc(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuModuleGetSurfRef, ::cuSurfRefSetArray*/
+ See also: ::cuModuleGetSurfRef, ::cuSurfRefSetArray*/
 ///
 /** # Loading
 
@@ -49722,9 +49829,9 @@ pub unsafe fn cuSurfRefGetArray(phArray: *mut CUarray, hSurfRef: CUsurfref) -> C
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the CUDA array for a surface reference.
+/** Sets the CUDA array for a surface reference.
 
- \deprecated
+ Deprecated.
 
  Sets the CUDA array \p hArray to be read and written by the surface reference
  \p hSurfRef.  Any previous CUDA array state associated with the surface
@@ -49732,9 +49839,9 @@ pub unsafe fn cuSurfRefGetArray(phArray: *mut CUarray, hSurfRef: CUsurfref) -> C
  The ::CUDA_ARRAY3D_SURFACE_LDST flag must have been set for the CUDA array.
  Any CUDA array previously bound to \p hSurfRef is unbound.
 
- \param hSurfRef - Surface reference handle
- \param hArray - CUDA array handle
- \param Flags - set to 0
+ - parameter hSurfRef - Surface reference handle
+ - parameter hArray - CUDA array handle
+ - parameter Flags - set to 0
 
  \return
  ::CUDA_SUCCESS,
@@ -49781,7 +49888,7 @@ pub unsafe fn cuSurfRefSetArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Create a tensor map descriptor object representing im2col memory region
+/** Create a tensor map descriptor object representing im2col memory region
 
  Creates a descriptor for Tensor Memory Access (TMA) object specified
  by the parameters describing a im2col memory layout and returns it in \p tensorMap.
@@ -49797,65 +49904,73 @@ pub unsafe fn cuSurfRefSetArray(
  - \p tensorMap address must be aligned to 64 bytes.
 
  - \p tensorDataType has to be an enum from ::CUtensorMapDataType which is defined as:
- \code
-typedef enum CUtensorMapDataType_enum {
-CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0,       // 1 byte
-CU_TENSOR_MAP_DATA_TYPE_UINT16,          // 2 bytes
-CU_TENSOR_MAP_DATA_TYPE_UINT32,          // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_INT32,           // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_UINT64,          // 8 bytes
-CU_TENSOR_MAP_DATA_TYPE_INT64,           // 8 bytes
-CU_TENSOR_MAP_DATA_TYPE_FLOAT16,         // 2 bytes
-CU_TENSOR_MAP_DATA_TYPE_FLOAT32,         // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_FLOAT64,         // 8 bytes
-CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,        // 2 bytes
-CU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ,     // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_TFLOAT32,        // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ     // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B,    // 4 bits
-CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B,   // 4 bits
-CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B    // 6 bits
-} CUtensorMapDataType;
- \endcode
-  ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B copies '16 x U4' packed values to memory aligned as 8 bytes. There are no gaps between packed values.
-  ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B copies '16 x U4' packed values to memory aligned as 16 bytes. There are 8 byte gaps between every 8 byte chunk of packed values.
-  ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B copies '16 x U6' packed values to memory aligned as 16 bytes. There are 4 byte gaps between every 12 byte chunk of packed values.
+
+ ```text
+
+ typedef enum CUtensorMapDataType_enum {
+ CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0,       // 1 byte
+ CU_TENSOR_MAP_DATA_TYPE_UINT16,          // 2 bytes
+ CU_TENSOR_MAP_DATA_TYPE_UINT32,          // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_INT32,           // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_UINT64,          // 8 bytes
+ CU_TENSOR_MAP_DATA_TYPE_INT64,           // 8 bytes
+ CU_TENSOR_MAP_DATA_TYPE_FLOAT16,         // 2 bytes
+ CU_TENSOR_MAP_DATA_TYPE_FLOAT32,         // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_FLOAT64,         // 8 bytes
+ CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,        // 2 bytes
+ CU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ,     // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_TFLOAT32,        // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ     // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B,    // 4 bits
+ CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B,   // 4 bits
+ CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B    // 6 bits
+ } CUtensorMapDataType;
+
+ ```
+
+ ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B copies '16 x U4' packed values to memory aligned as 8 bytes. There are no gaps between packed values.
+ ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B copies '16 x U4' packed values to memory aligned as 16 bytes. There are 8 byte gaps between every 8 byte chunk of packed values.
+ ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B copies '16 x U6' packed values to memory aligned as 16 bytes. There are 4 byte gaps between every 12 byte chunk of packed values.
 
  - \p tensorRank, which specifies the number of tensor dimensions, must be 3, 4, or 5.
 
  - \p globalAddress, which specifies the starting address of the memory region described, must be 16 byte aligned. The following requirements need to also be met:
-    - When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, \p globalAddress must be 32 byte aligned.
-    - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, \p globalAddress must be 32 byte aligned.
+ - When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, \p globalAddress must be 32 byte aligned.
+ - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, \p globalAddress must be 32 byte aligned.
 
  - \p globalDim array, which specifies tensor size of each of the \p tensorRank dimensions, must be non-zero and less than or
  equal to 2^31. Additionally, the following requirements need to be met for the packed data types:
-    - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, globalDim[0] must be a multiple of 128.
-    - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, \p globalDim[0] must be a multiple of 2.
-    - Dimension for the packed data types must reflect the number of individual U# values.
+ - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, globalDim[0] must be a multiple of 128.
+ - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, \p globalDim[0] must be a multiple of 2.
+ - Dimension for the packed data types must reflect the number of individual U# values.
 
  - \p globalStrides array, which specifies tensor stride of each of the lower \p tensorRank - 1 dimensions in bytes, must be a
  multiple of 16 and less than 2^40. Additionally, the following requirements need to be met:
-    - When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, the strides must be a multiple of 32.
-    - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, the strides must be a multiple of 32.
+ - When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, the strides must be a multiple of 32.
+ - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, the strides must be a multiple of 32.
  Each following dimension specified includes previous dimension stride:
- \code
-globalStrides[0] = globalDim[0] * elementSizeInBytes(tensorDataType) + padding[0];
-for (i = 1; i < tensorRank - 1; i++)
-globalStrides[i] = globalStrides[i – 1] * (globalDim[i] + padding[i]);
-assert(globalStrides[i] >= globalDim[i]);
- \endcode
+
+ ```text
+
+ globalStrides[0] = globalDim[0] * elementSizeInBytes(tensorDataType) + padding[0];
+ for (i = 1; i < tensorRank - 1; i++)
+ globalStrides[i] = globalStrides[i – 1] * (globalDim[i] + padding[i]);
+ assert(globalStrides[i] >= globalDim[i]);
+
+ ```
+
 
  - \p pixelBoxLowerCorner array specifies the coordinate offsets {D, H, W} of the bounding box from top/left/front corner. The number of
  offsets and their precision depend on the tensor dimensionality:
-    - When \p tensorRank is 3, one signed offset within range [-32768, 32767] is supported.
-    - When \p tensorRank is 4, two signed offsets each within range [-128, 127] are supported.
-    - When \p tensorRank is 5, three offsets each within range [-16, 15] are supported.
+ - When \p tensorRank is 3, one signed offset within range [-32768, 32767] is supported.
+ - When \p tensorRank is 4, two signed offsets each within range [-128, 127] are supported.
+ - When \p tensorRank is 5, three offsets each within range [-16, 15] are supported.
 
  - \p pixelBoxUpperCorner array specifies the coordinate offsets {D, H, W} of the bounding box from bottom/right/back corner. The number of
  offsets and their precision depend on the tensor dimensionality:
-    - When \p tensorRank is 3, one signed offset within range [-32768, 32767] is supported.
-    - When \p tensorRank is 4, two signed offsets each within range [-128, 127] are supported.
-    - When \p tensorRank is 5, three offsets each within range [-16, 15] are supported.
+ - When \p tensorRank is 3, one signed offset within range [-32768, 32767] is supported.
+ - When \p tensorRank is 4, two signed offsets each within range [-128, 127] are supported.
+ - When \p tensorRank is 5, three offsets each within range [-16, 15] are supported.
  The bounding box specified by \p pixelBoxLowerCorner and \p pixelBoxUpperCorner must have non-zero area.
 
  - \p channelsPerPixel, which specifies the number of elements which must be accessed along C dimension, must be less than or equal to 256.
@@ -49872,86 +49987,102 @@ assert(globalStrides[i] >= globalDim[i]);
  To load N elements along i-th dimension, \p boxDim[i] must be set to N * \p elementStrides[i].
 
  - \p interleave specifies the interleaved layout of type ::CUtensorMapInterleave, which is defined as:
- \code
-typedef enum CUtensorMapInterleave_enum {
-CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
-CU_TENSOR_MAP_INTERLEAVE_16B,
-CU_TENSOR_MAP_INTERLEAVE_32B
-} CUtensorMapInterleave;
- \endcode
+
+ ```text
+
+ typedef enum CUtensorMapInterleave_enum {
+ CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
+ CU_TENSOR_MAP_INTERLEAVE_16B,
+ CU_TENSOR_MAP_INTERLEAVE_32B
+ } CUtensorMapInterleave;
+
+ ```
+
  TMA supports interleaved layouts like NC/8HWC8 where C8 utilizes 16 bytes in memory assuming 2 byte per channel or NC/16HWC16 where C16
  uses 32 bytes.
  When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_NONE and \p swizzle is not ::CU_TENSOR_MAP_SWIZZLE_NONE, the bounding box inner dimension
  (computed as \p channelsPerPixel multiplied by element size in bytes derived from \p tensorDataType) must be less than or equal to the swizzle size.
-    - CU_TENSOR_MAP_SWIZZLE_32B requires the bounding box inner dimension to be <= 32.
-    - CU_TENSOR_MAP_SWIZZLE_64B requires the bounding box inner dimension to be <= 64.
-    - CU_TENSOR_MAP_SWIZZLE_128B* require the bounding box inner dimension to be <= 128.
+ - CU_TENSOR_MAP_SWIZZLE_32B requires the bounding box inner dimension to be <= 32.
+ - CU_TENSOR_MAP_SWIZZLE_64B requires the bounding box inner dimension to be <= 64.
+ - CU_TENSOR_MAP_SWIZZLE_128B* require the bounding box inner dimension to be <= 128.
  Additionally, \p tensorDataType of ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B requires \p interleave to be ::CU_TENSOR_MAP_INTERLEAVE_NONE.
 
  - \p swizzle, which specifies the shared memory bank swizzling pattern, has to be of type ::CUtensorMapSwizzle which is defined as:
- \code
-typedef enum CUtensorMapSwizzle_enum {
-CU_TENSOR_MAP_SWIZZLE_NONE = 0,
-CU_TENSOR_MAP_SWIZZLE_32B,                   // Swizzle 16B chunks within 32B  span
-CU_TENSOR_MAP_SWIZZLE_64B,                   // Swizzle 16B chunks within 64B  span
-CU_TENSOR_MAP_SWIZZLE_128B,                  // Swizzle 16B chunks within 128B span
-CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B,         // Swizzle 32B chunks within 128B span
-CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B_FLIP_8B, // Swizzle 32B chunks within 128B span, additionally swap lower 8B with upper 8B within each 16B for every alternate row
-CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B,         // Swizzle 64B chunks within 128B span
-} CUtensorMapSwizzle;
- \endcode
+
+ ```text
+
+ typedef enum CUtensorMapSwizzle_enum {
+ CU_TENSOR_MAP_SWIZZLE_NONE = 0,
+ CU_TENSOR_MAP_SWIZZLE_32B,                   // Swizzle 16B chunks within 32B  span
+ CU_TENSOR_MAP_SWIZZLE_64B,                   // Swizzle 16B chunks within 64B  span
+ CU_TENSOR_MAP_SWIZZLE_128B,                  // Swizzle 16B chunks within 128B span
+ CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B,         // Swizzle 32B chunks within 128B span
+ CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B_FLIP_8B, // Swizzle 32B chunks within 128B span, additionally swap lower 8B with upper 8B within each 16B for every alternate row
+ CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B,         // Swizzle 64B chunks within 128B span
+ } CUtensorMapSwizzle;
+
+ ```
+
  Data are organized in a specific order in global memory; however, this may not match the order in which the application accesses data
  in shared memory. This difference in data organization may cause bank conflicts when shared memory is accessed. In order to avoid this
  problem, data can be loaded to shared memory with shuffling across shared memory banks.
  When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, \p swizzle must be ::CU_TENSOR_MAP_SWIZZLE_32B.
  Other interleave modes can have any swizzling pattern.
  When the \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B, only the following swizzle modes are supported:
-    - CU_TENSOR_MAP_SWIZZLE_NONE (Load & Store)
-    - CU_TENSOR_MAP_SWIZZLE_128B (Load & Store)
-    - CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load & Store)
-    - CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B (Store only)
+ - CU_TENSOR_MAP_SWIZZLE_NONE (Load & Store)
+ - CU_TENSOR_MAP_SWIZZLE_128B (Load & Store)
+ - CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load & Store)
+ - CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B (Store only)
  When the \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, only the following swizzle modes are supported:
-    - CU_TENSOR_MAP_SWIZZLE_NONE (Load only)
-    - CU_TENSOR_MAP_SWIZZLE_128B (Load only)
-    - CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load only)
+ - CU_TENSOR_MAP_SWIZZLE_NONE (Load only)
+ - CU_TENSOR_MAP_SWIZZLE_128B (Load only)
+ - CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load only)
 
  - \p l2Promotion specifies L2 fetch size which indicates the byte granularity at which L2 requests are filled from DRAM. It must be of
  type ::CUtensorMapL2promotion, which is defined as:
- \code
-typedef enum CUtensorMapL2promotion_enum {
-CU_TENSOR_MAP_L2_PROMOTION_NONE = 0,
-CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
-CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-CU_TENSOR_MAP_L2_PROMOTION_L2_256B
-} CUtensorMapL2promotion;
- \endcode
+
+ ```text
+
+ typedef enum CUtensorMapL2promotion_enum {
+ CU_TENSOR_MAP_L2_PROMOTION_NONE = 0,
+ CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
+ CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+ CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+ } CUtensorMapL2promotion;
+
+ ```
+
 
  - \p oobFill, which indicates whether zero or a special NaN constant should be used to fill out-of-bound elements, must be of type
  ::CUtensorMapFloatOOBfill which is defined as:
- \code
-typedef enum CUtensorMapFloatOOBfill_enum {
-CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,
-CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
-} CUtensorMapFloatOOBfill;
- \endcode
+
+ ```text
+
+ typedef enum CUtensorMapFloatOOBfill_enum {
+ CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,
+ CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+ } CUtensorMapFloatOOBfill;
+
+ ```
+
  Note that ::CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA can only be used when \p tensorDataType represents a floating-point data type,
  and when \p tensorDataType is not ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, and ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B.
 
- \param tensorMap             - Tensor map object to create
- \param tensorDataType        - Tensor data type
- \param tensorRank            - Dimensionality of tensor; must be at least 3
- \param globalAddress         - Starting address of memory region described by tensor
- \param globalDim             - Array containing tensor size (number of elements) along each of the \p tensorRank dimensions
- \param globalStrides         - Array containing stride size (in bytes) along each of the \p tensorRank - 1 dimensions
- \param pixelBoxLowerCorner   - Array containing DHW dimensions of lower box corner
- \param pixelBoxUpperCorner   - Array containing DHW dimensions of upper box corner
- \param channelsPerPixel      - Number of channels per pixel
- \param pixelsPerColumn       - Number of pixels per column
- \param elementStrides        - Array containing traversal stride in each of the \p tensorRank dimensions
- \param interleave            - Type of interleaved layout the tensor addresses
- \param swizzle               - Bank swizzling pattern inside shared memory
- \param l2Promotion           - L2 promotion size
- \param oobFill               - Indicate whether zero or special NaN constant will be used to fill out-of-bound elements
+ - parameter tensorMap             - Tensor map object to create
+ - parameter tensorDataType        - Tensor data type
+ - parameter tensorRank            - Dimensionality of tensor; must be at least 3
+ - parameter globalAddress         - Starting address of memory region described by tensor
+ - parameter globalDim             - Array containing tensor size (number of elements) along each of the \p tensorRank dimensions
+ - parameter globalStrides         - Array containing stride size (in bytes) along each of the \p tensorRank - 1 dimensions
+ - parameter pixelBoxLowerCorner   - Array containing DHW dimensions of lower box corner
+ - parameter pixelBoxUpperCorner   - Array containing DHW dimensions of upper box corner
+ - parameter channelsPerPixel      - Number of channels per pixel
+ - parameter pixelsPerColumn       - Number of pixels per column
+ - parameter elementStrides        - Array containing traversal stride in each of the \p tensorRank dimensions
+ - parameter interleave            - Type of interleaved layout the tensor addresses
+ - parameter swizzle               - Bank swizzling pattern inside shared memory
+ - parameter l2Promotion           - L2 promotion size
+ - parameter oobFill               - Indicate whether zero or special NaN constant will be used to fill out-of-bound elements
 
  \return
  ::CUDA_SUCCESS,
@@ -50053,7 +50184,7 @@ pub unsafe fn cuTensorMapEncodeIm2col(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Create a tensor map descriptor object representing im2col memory region, but where
+/** Create a tensor map descriptor object representing im2col memory region, but where
  the elements are exclusively loaded along the W dimension.
 
  Creates a descriptor for Tensor Memory Access (TMA) object specified by the parameters
@@ -50072,53 +50203,61 @@ pub unsafe fn cuTensorMapEncodeIm2col(
  - \p tensorMap address must be aligned to 64 bytes.
 
  - \p tensorDataType has to be an enum from ::CUtensorMapDataType which is defined as:
- \code
-typedef enum CUtensorMapDataType_enum {
-CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0,       // 1 byte
-CU_TENSOR_MAP_DATA_TYPE_UINT16,          // 2 bytes
-CU_TENSOR_MAP_DATA_TYPE_UINT32,          // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_INT32,           // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_UINT64,          // 8 bytes
-CU_TENSOR_MAP_DATA_TYPE_INT64,           // 8 bytes
-CU_TENSOR_MAP_DATA_TYPE_FLOAT16,         // 2 bytes
-CU_TENSOR_MAP_DATA_TYPE_FLOAT32,         // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_FLOAT64,         // 8 bytes
-CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,        // 2 bytes
-CU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ,     // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_TFLOAT32,        // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ     // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B,    // 4 bits
-CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B,   // 4 bits
-CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B    // 6 bits
-} CUtensorMapDataType;
- \endcode
-  ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B copies '16 x U4' packed values to memory aligned as 8 bytes. There are no gaps between packed values.
-  ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B copies '16 x U4' packed values to memory aligned as 16 bytes. There are 8 byte gaps between every 8 byte chunk of packed values.
-  ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B copies '16 x U6' packed values to memory aligned as 16 bytes. There are 4 byte gaps between every 12 byte chunk of packed values.
+
+ ```text
+
+ typedef enum CUtensorMapDataType_enum {
+ CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0,       // 1 byte
+ CU_TENSOR_MAP_DATA_TYPE_UINT16,          // 2 bytes
+ CU_TENSOR_MAP_DATA_TYPE_UINT32,          // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_INT32,           // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_UINT64,          // 8 bytes
+ CU_TENSOR_MAP_DATA_TYPE_INT64,           // 8 bytes
+ CU_TENSOR_MAP_DATA_TYPE_FLOAT16,         // 2 bytes
+ CU_TENSOR_MAP_DATA_TYPE_FLOAT32,         // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_FLOAT64,         // 8 bytes
+ CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,        // 2 bytes
+ CU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ,     // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_TFLOAT32,        // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ     // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B,    // 4 bits
+ CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B,   // 4 bits
+ CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B    // 6 bits
+ } CUtensorMapDataType;
+
+ ```
+
+ ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B copies '16 x U4' packed values to memory aligned as 8 bytes. There are no gaps between packed values.
+ ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B copies '16 x U4' packed values to memory aligned as 16 bytes. There are 8 byte gaps between every 8 byte chunk of packed values.
+ ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B copies '16 x U6' packed values to memory aligned as 16 bytes. There are 4 byte gaps between every 12 byte chunk of packed values.
 
  - \p tensorRank, which specifies the number of tensor dimensions, must be 3, 4, or 5.
 
  - \p globalAddress, which specifies the starting address of the memory region described, must be 16 byte aligned. The following requirements need to also be met:
-    - When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, \p globalAddress must be 32 byte aligned.
-    - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, \p globalAddress must be 32 byte aligned.
+ - When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, \p globalAddress must be 32 byte aligned.
+ - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, \p globalAddress must be 32 byte aligned.
 
  - \p globalDim array, which specifies tensor size of each of the \p tensorRank dimensions, must be non-zero and less than or
  equal to 2^31. Additionally, the following requirements need to be met for the packed data types:
-    - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, globalDim[0] must be a multiple of 128.
-    - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, \p globalDim[0] must be a multiple of 2.
-    - Dimension for the packed data types must reflect the number of individual U# values.
+ - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, globalDim[0] must be a multiple of 128.
+ - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, \p globalDim[0] must be a multiple of 2.
+ - Dimension for the packed data types must reflect the number of individual U# values.
 
  - \p globalStrides array, which specifies tensor stride of each of the lower \p tensorRank - 1 dimensions in bytes, must be a
  multiple of 16 and less than 2^40. Additionally, the following requirements need to be met:
-    - When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, the strides must be a multiple of 32.
-    - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, the strides must be a multiple of 32.
+ - When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, the strides must be a multiple of 32.
+ - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, the strides must be a multiple of 32.
  Each following dimension specified includes previous dimension stride:
- \code
-globalStrides[0] = globalDim[0] * elementSizeInBytes(tensorDataType) + padding[0];
-for (i = 1; i < tensorRank - 1; i++)
-globalStrides[i] = globalStrides[i – 1] * (globalDim[i] + padding[i]);
-assert(globalStrides[i] >= globalDim[i]);
- \endcode
+
+ ```text
+
+ globalStrides[0] = globalDim[0] * elementSizeInBytes(tensorDataType) + padding[0];
+ for (i = 1; i < tensorRank - 1; i++)
+ globalStrides[i] = globalStrides[i – 1] * (globalDim[i] + padding[i]);
+ assert(globalStrides[i] >= globalDim[i]);
+
+ ```
+
 
  - \p pixelBoxLowerCornerWidth specifies the coordinate offset W of the bounding box from left corner. The offset must be
  within range [-32768, 32767].
@@ -50143,89 +50282,109 @@ assert(globalStrides[i] >= globalDim[i]);
  To load N elements along i-th dimension, \p boxDim[i] must be set to N * \p elementStrides[i].
 
  - \p interleave specifies the interleaved layout of type ::CUtensorMapInterleave, which is defined as:
- \code
-typedef enum CUtensorMapInterleave_enum {
-CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
-CU_TENSOR_MAP_INTERLEAVE_16B,
-CU_TENSOR_MAP_INTERLEAVE_32B
-} CUtensorMapInterleave;
- \endcode
+
+ ```text
+
+ typedef enum CUtensorMapInterleave_enum {
+ CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
+ CU_TENSOR_MAP_INTERLEAVE_16B,
+ CU_TENSOR_MAP_INTERLEAVE_32B
+ } CUtensorMapInterleave;
+
+ ```
+
  TMA supports interleaved layouts like NC/8HWC8 where C8 utilizes 16 bytes in memory assuming 2 byte per channel or NC/16HWC16 where C16
  uses 32 bytes.
  When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_NONE, the bounding box inner dimension (computed as \p channelsPerPixel multiplied by
  element size in bytes derived from \p tensorDataType) must be less than or equal to the swizzle size.
-    - CU_TENSOR_MAP_SWIZZLE_64B requires the bounding box inner dimension to be <= 64.
-    - CU_TENSOR_MAP_SWIZZLE_128B* require the bounding box inner dimension to be <= 128.
+ - CU_TENSOR_MAP_SWIZZLE_64B requires the bounding box inner dimension to be <= 64.
+ - CU_TENSOR_MAP_SWIZZLE_128B* require the bounding box inner dimension to be <= 128.
  Additionally, \p tensorDataType of ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B requires \p interleave to be ::CU_TENSOR_MAP_INTERLEAVE_NONE.
 
  - \p mode, which describes loading of elements loaded along the W dimension, has to be one of the following ::CUtensorMapIm2ColWideMode types:
- \code
-          CU_TENSOR_MAP_IM2COL_WIDE_MODE_W,
-          CU_TENSOR_MAP_IM2COL_WIDE_MODE_W128
- \endcode
+
+ ```text
+
+           CU_TENSOR_MAP_IM2COL_WIDE_MODE_W,
+           CU_TENSOR_MAP_IM2COL_WIDE_MODE_W128
+
+ ```
+
  ::CU_TENSOR_MAP_IM2COL_WIDE_MODE_W allows the number of elements loaded along the W dimension to be specified
  via the \p pixelsPerColumn field.
 
  - \p swizzle, which specifies the shared memory bank swizzling pattern, must be one of the following
  ::CUtensorMapSwizzle modes (other swizzle modes are not supported):
- \code
-typedef enum CUtensorMapSwizzle_enum {
-CU_TENSOR_MAP_SWIZZLE_64B,                   // Swizzle 16B chunks within 64B  span
-CU_TENSOR_MAP_SWIZZLE_128B,                  // Swizzle 16B chunks within 128B span
-CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B,         // Swizzle 32B chunks within 128B span
-} CUtensorMapSwizzle;
- \endcode
+
+ ```text
+
+ typedef enum CUtensorMapSwizzle_enum {
+ CU_TENSOR_MAP_SWIZZLE_64B,                   // Swizzle 16B chunks within 64B  span
+ CU_TENSOR_MAP_SWIZZLE_128B,                  // Swizzle 16B chunks within 128B span
+ CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B,         // Swizzle 32B chunks within 128B span
+ } CUtensorMapSwizzle;
+
+ ```
+
  Data are organized in a specific order in global memory; however, this may not match the order in which the application accesses data
  in shared memory. This difference in data organization may cause bank conflicts when shared memory is accessed. In order to avoid this
  problem, data can be loaded to shared memory with shuffling across shared memory banks.
  When the \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B, only the following swizzle modes are supported:
-    - CU_TENSOR_MAP_SWIZZLE_64B (Store only)
-    - CU_TENSOR_MAP_SWIZZLE_128B (Load & Store)
-    - CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load & Store)
+ - CU_TENSOR_MAP_SWIZZLE_64B (Store only)
+ - CU_TENSOR_MAP_SWIZZLE_128B (Load & Store)
+ - CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load & Store)
  When the \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, only the following swizzle modes are supported:
-    - CU_TENSOR_MAP_SWIZZLE_128B (Load only)
-    - CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load only)
+ - CU_TENSOR_MAP_SWIZZLE_128B (Load only)
+ - CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load only)
 
  Additionally, ::CU_TENSOR_MAP_SWIZZLE_96B is supported only when \p mode is ::CU_TENSOR_MAP_IM2COL_WIDE_MODE_W.
 
  - \p l2Promotion specifies L2 fetch size which indicates the byte granularity at which L2 requests are filled from DRAM. It must be of
  type ::CUtensorMapL2promotion, which is defined as:
- \code
-typedef enum CUtensorMapL2promotion_enum {
-CU_TENSOR_MAP_L2_PROMOTION_NONE = 0,
-CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
-CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-CU_TENSOR_MAP_L2_PROMOTION_L2_256B
-} CUtensorMapL2promotion;
- \endcode
+
+ ```text
+
+ typedef enum CUtensorMapL2promotion_enum {
+ CU_TENSOR_MAP_L2_PROMOTION_NONE = 0,
+ CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
+ CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+ CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+ } CUtensorMapL2promotion;
+
+ ```
+
 
  - \p oobFill, which indicates whether zero or a special NaN constant should be used to fill out-of-bound elements, must be of type
  ::CUtensorMapFloatOOBfill which is defined as:
- \code
-typedef enum CUtensorMapFloatOOBfill_enum {
-CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,
-CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
-} CUtensorMapFloatOOBfill;
- \endcode
+
+ ```text
+
+ typedef enum CUtensorMapFloatOOBfill_enum {
+ CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,
+ CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+ } CUtensorMapFloatOOBfill;
+
+ ```
+
  Note that ::CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA can only be used when \p tensorDataType represents a floating-point data type,
  and when \p tensorDataType is not ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, and ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B.
 
- \param tensorMap                - Tensor map object to create
- \param tensorDataType           - Tensor data type
- \param tensorRank               - Dimensionality of tensor; must be at least 3
- \param globalAddress            - Starting address of memory region described by tensor
- \param globalDim                - Array containing tensor size (number of elements) along each of the \p tensorRank dimensions
- \param globalStrides            - Array containing stride size (in bytes) along each of the \p tensorRank - 1 dimensions
- \param pixelBoxLowerCornerWidth - Width offset of left box corner
- \param pixelBoxUpperCornerWidth - Width offset of right box corner
- \param channelsPerPixel         - Number of channels per pixel
- \param pixelsPerColumn          - Number of pixels per column
- \param elementStrides           - Array containing traversal stride in each of the \p tensorRank dimensions
- \param interleave               - Type of interleaved layout the tensor addresses
- \param mode                     - W or W128 mode
- \param swizzle                  - Bank swizzling pattern inside shared memory
- \param l2Promotion              - L2 promotion size
- \param oobFill                  - Indicate whether zero or special NaN constant will be used to fill out-of-bound elements
+ - parameter tensorMap                - Tensor map object to create
+ - parameter tensorDataType           - Tensor data type
+ - parameter tensorRank               - Dimensionality of tensor; must be at least 3
+ - parameter globalAddress            - Starting address of memory region described by tensor
+ - parameter globalDim                - Array containing tensor size (number of elements) along each of the \p tensorRank dimensions
+ - parameter globalStrides            - Array containing stride size (in bytes) along each of the \p tensorRank - 1 dimensions
+ - parameter pixelBoxLowerCornerWidth - Width offset of left box corner
+ - parameter pixelBoxUpperCornerWidth - Width offset of right box corner
+ - parameter channelsPerPixel         - Number of channels per pixel
+ - parameter pixelsPerColumn          - Number of pixels per column
+ - parameter elementStrides           - Array containing traversal stride in each of the \p tensorRank dimensions
+ - parameter interleave               - Type of interleaved layout the tensor addresses
+ - parameter mode                     - W or W128 mode
+ - parameter swizzle                  - Bank swizzling pattern inside shared memory
+ - parameter l2Promotion              - L2 promotion size
+ - parameter oobFill                  - Indicate whether zero or special NaN constant will be used to fill out-of-bound elements
 
  \return
  ::CUDA_SUCCESS,
@@ -50331,7 +50490,7 @@ pub unsafe fn cuTensorMapEncodeIm2colWide(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Create a tensor map descriptor object representing tiled memory region
+/** Create a tensor map descriptor object representing tiled memory region
 
  Creates a descriptor for Tensor Memory Access (TMA) object specified
  by the parameters describing a tiled region and returns it in \p tensorMap.
@@ -50347,59 +50506,67 @@ pub unsafe fn cuTensorMapEncodeIm2colWide(
  - \p tensorMap address must be aligned to 64 bytes.
 
  - \p tensorDataType has to be an enum from ::CUtensorMapDataType which is defined as:
- \code
-typedef enum CUtensorMapDataType_enum {
-CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0,       // 1 byte
-CU_TENSOR_MAP_DATA_TYPE_UINT16,          // 2 bytes
-CU_TENSOR_MAP_DATA_TYPE_UINT32,          // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_INT32,           // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_UINT64,          // 8 bytes
-CU_TENSOR_MAP_DATA_TYPE_INT64,           // 8 bytes
-CU_TENSOR_MAP_DATA_TYPE_FLOAT16,         // 2 bytes
-CU_TENSOR_MAP_DATA_TYPE_FLOAT32,         // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_FLOAT64,         // 8 bytes
-CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,        // 2 bytes
-CU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ,     // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_TFLOAT32,        // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ,    // 4 bytes
-CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B,    // 4 bits
-CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B,   // 4 bits
-CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B    // 6 bits
-} CUtensorMapDataType;
- \endcode
-  ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B copies '16 x U4' packed values to memory aligned as 8 bytes. There are no gaps between packed values.
-  ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B copies '16 x U4' packed values to memory aligned as 16 bytes. There are 8 byte gaps between every 8 byte chunk of packed values.
-  ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B copies '16 x U6' packed values to memory aligned as 16 bytes. There are 4 byte gaps between every 12 byte chunk of packed values.
+
+ ```text
+
+ typedef enum CUtensorMapDataType_enum {
+ CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0,       // 1 byte
+ CU_TENSOR_MAP_DATA_TYPE_UINT16,          // 2 bytes
+ CU_TENSOR_MAP_DATA_TYPE_UINT32,          // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_INT32,           // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_UINT64,          // 8 bytes
+ CU_TENSOR_MAP_DATA_TYPE_INT64,           // 8 bytes
+ CU_TENSOR_MAP_DATA_TYPE_FLOAT16,         // 2 bytes
+ CU_TENSOR_MAP_DATA_TYPE_FLOAT32,         // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_FLOAT64,         // 8 bytes
+ CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,        // 2 bytes
+ CU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ,     // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_TFLOAT32,        // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ,    // 4 bytes
+ CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B,    // 4 bits
+ CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B,   // 4 bits
+ CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B    // 6 bits
+ } CUtensorMapDataType;
+
+ ```
+
+ ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B copies '16 x U4' packed values to memory aligned as 8 bytes. There are no gaps between packed values.
+ ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B copies '16 x U4' packed values to memory aligned as 16 bytes. There are 8 byte gaps between every 8 byte chunk of packed values.
+ ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B copies '16 x U6' packed values to memory aligned as 16 bytes. There are 4 byte gaps between every 12 byte chunk of packed values.
 
  - \p tensorRank must be non-zero and less than or equal to the maximum supported dimensionality of 5. If \p interleave is not
  ::CU_TENSOR_MAP_INTERLEAVE_NONE, then \p tensorRank must additionally be greater than or equal to 3.
 
  - \p globalAddress, which specifies the starting address of the memory region described, must be 16 byte aligned. The following requirements need to also be met:
-    - When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, \p globalAddress must be 32 byte aligned.
-    - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, \p globalAddress must be 32 byte aligned.
+ - When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, \p globalAddress must be 32 byte aligned.
+ - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, \p globalAddress must be 32 byte aligned.
 
  - \p globalDim array, which specifies tensor size of each of the \p tensorRank dimensions, must be non-zero and less than or
  equal to 2^31. Additionally, the following requirements need to be met for the packed data types:
-    - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, globalDim[0] must be a multiple of 128.
-    - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, \p globalDim[0] must be a multiple of 2.
-    - Dimension for the packed data types must reflect the number of individual U# values.
+ - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, globalDim[0] must be a multiple of 128.
+ - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, \p globalDim[0] must be a multiple of 2.
+ - Dimension for the packed data types must reflect the number of individual U# values.
 
  - \p globalStrides array, which specifies tensor stride of each of the lower \p tensorRank - 1 dimensions in bytes, must be a
  multiple of 16 and less than 2^40. Additionally, the following requirements need to be met:
-    - When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, the strides must be a multiple of 32.
-    - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, the strides must be a multiple of 32.
+ - When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, the strides must be a multiple of 32.
+ - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, the strides must be a multiple of 32.
  Each following dimension specified includes previous dimension stride:
- \code
-globalStrides[0] = globalDim[0] * elementSizeInBytes(tensorDataType) + padding[0];
-for (i = 1; i < tensorRank - 1; i++)
-globalStrides[i] = globalStrides[i – 1] * (globalDim[i] + padding[i]);
-assert(globalStrides[i] >= globalDim[i]);
- \endcode
+
+ ```text
+
+ globalStrides[0] = globalDim[0] * elementSizeInBytes(tensorDataType) + padding[0];
+ for (i = 1; i < tensorRank - 1; i++)
+ globalStrides[i] = globalStrides[i – 1] * (globalDim[i] + padding[i]);
+ assert(globalStrides[i] >= globalDim[i]);
+
+ ```
+
 
  - \p boxDim array, which specifies number of elements to be traversed along each of the \p tensorRank dimensions, must be non-zero
  and less than or equal to 256. Additionally, the following requirements need to be met:
-    - When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_NONE, { \p boxDim[0] * elementSizeInBytes( \p tensorDataType ) } must be a multiple of 16 bytes.
-    - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, boxDim[0] must be 128.
+ - When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_NONE, { \p boxDim[0] * elementSizeInBytes( \p tensorDataType ) } must be a multiple of 16 bytes.
+ - When \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, boxDim[0] must be 128.
 
  - \p elementStrides array, which specifies the iteration step along each of the \p tensorRank dimensions, must be non-zero and less
  than or equal to 8. Note that when \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_NONE, the first element of this array is ignored since
@@ -50409,83 +50576,99 @@ assert(globalStrides[i] >= globalDim[i]);
  i-th dimension, \p boxDim[i] must be set to N * \p elementStrides[i].
 
  - \p interleave specifies the interleaved layout of type ::CUtensorMapInterleave, which is defined as:
- \code
-typedef enum CUtensorMapInterleave_enum {
-CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
-CU_TENSOR_MAP_INTERLEAVE_16B,
-CU_TENSOR_MAP_INTERLEAVE_32B
-} CUtensorMapInterleave;
- \endcode
+
+ ```text
+
+ typedef enum CUtensorMapInterleave_enum {
+ CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
+ CU_TENSOR_MAP_INTERLEAVE_16B,
+ CU_TENSOR_MAP_INTERLEAVE_32B
+ } CUtensorMapInterleave;
+
+ ```
+
  TMA supports interleaved layouts like NC/8HWC8 where C8 utilizes 16 bytes in memory assuming 2 byte per channel or NC/16HWC16 where C16
  uses 32 bytes.
  When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_NONE and \p swizzle is not ::CU_TENSOR_MAP_SWIZZLE_NONE, the bounding box inner dimension
  (computed as \p boxDim[0] multiplied by element size derived from \p tensorDataType) must be less than or equal to the swizzle size.
-    - CU_TENSOR_MAP_SWIZZLE_32B requires the bounding box inner dimension to be <= 32.
-    - CU_TENSOR_MAP_SWIZZLE_64B requires the bounding box inner dimension to be <= 64.
-    - CU_TENSOR_MAP_SWIZZLE_128B* require the bounding box inner dimension to be <= 128.
+ - CU_TENSOR_MAP_SWIZZLE_32B requires the bounding box inner dimension to be <= 32.
+ - CU_TENSOR_MAP_SWIZZLE_64B requires the bounding box inner dimension to be <= 64.
+ - CU_TENSOR_MAP_SWIZZLE_128B* require the bounding box inner dimension to be <= 128.
  Additionally, \p tensorDataType of ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B requires \p interleave to be ::CU_TENSOR_MAP_INTERLEAVE_NONE.
 
  - \p swizzle, which specifies the shared memory bank swizzling pattern, has to be of type ::CUtensorMapSwizzle which is defined as:
- \code
-typedef enum CUtensorMapSwizzle_enum {
-CU_TENSOR_MAP_SWIZZLE_NONE = 0,
-CU_TENSOR_MAP_SWIZZLE_32B,                   // Swizzle 16B chunks within 32B  span
-CU_TENSOR_MAP_SWIZZLE_64B,                   // Swizzle 16B chunks within 64B  span
-CU_TENSOR_MAP_SWIZZLE_128B,                  // Swizzle 16B chunks within 128B span
-CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B,         // Swizzle 32B chunks within 128B span
-CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B_FLIP_8B, // Swizzle 32B chunks within 128B span, additionally swap lower 8B with upper 8B within each 16B for every alternate row
-CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B,         // Swizzle 64B chunks within 128B span
-} CUtensorMapSwizzle;
- \endcode
+
+ ```text
+
+ typedef enum CUtensorMapSwizzle_enum {
+ CU_TENSOR_MAP_SWIZZLE_NONE = 0,
+ CU_TENSOR_MAP_SWIZZLE_32B,                   // Swizzle 16B chunks within 32B  span
+ CU_TENSOR_MAP_SWIZZLE_64B,                   // Swizzle 16B chunks within 64B  span
+ CU_TENSOR_MAP_SWIZZLE_128B,                  // Swizzle 16B chunks within 128B span
+ CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B,         // Swizzle 32B chunks within 128B span
+ CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B_FLIP_8B, // Swizzle 32B chunks within 128B span, additionally swap lower 8B with upper 8B within each 16B for every alternate row
+ CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B,         // Swizzle 64B chunks within 128B span
+ } CUtensorMapSwizzle;
+
+ ```
+
  Data are organized in a specific order in global memory; however, this may not match the order in which the application accesses data
  in shared memory. This difference in data organization may cause bank conflicts when shared memory is accessed. In order to avoid this
  problem, data can be loaded to shared memory with shuffling across shared memory banks.
  When \p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, \p swizzle must be ::CU_TENSOR_MAP_SWIZZLE_32B.
  Other interleave modes can have any swizzling pattern.
  When the \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B, only the following swizzle modes are supported:
-    - CU_TENSOR_MAP_SWIZZLE_NONE (Load & Store)
-    - CU_TENSOR_MAP_SWIZZLE_128B (Load & Store)
-    - CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load & Store)
-    - CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B (Store only)
+ - CU_TENSOR_MAP_SWIZZLE_NONE (Load & Store)
+ - CU_TENSOR_MAP_SWIZZLE_128B (Load & Store)
+ - CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load & Store)
+ - CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B (Store only)
  When the \p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, only the following swizzle modes are supported:
-    - CU_TENSOR_MAP_SWIZZLE_NONE (Load only)
-    - CU_TENSOR_MAP_SWIZZLE_128B (Load only)
-    - CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load only)
+ - CU_TENSOR_MAP_SWIZZLE_NONE (Load only)
+ - CU_TENSOR_MAP_SWIZZLE_128B (Load only)
+ - CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load only)
 
  - \p l2Promotion specifies L2 fetch size which indicates the byte granurality at which L2 requests is filled from DRAM. It must be of
  type ::CUtensorMapL2promotion, which is defined as:
- \code
-typedef enum CUtensorMapL2promotion_enum {
-CU_TENSOR_MAP_L2_PROMOTION_NONE = 0,
-CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
-CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-CU_TENSOR_MAP_L2_PROMOTION_L2_256B
-} CUtensorMapL2promotion;
- \endcode
+
+ ```text
+
+ typedef enum CUtensorMapL2promotion_enum {
+ CU_TENSOR_MAP_L2_PROMOTION_NONE = 0,
+ CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
+ CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+ CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+ } CUtensorMapL2promotion;
+
+ ```
+
 
  - \p oobFill, which indicates whether zero or a special NaN constant should be used to fill out-of-bound elements, must be of type
  ::CUtensorMapFloatOOBfill which is defined as:
- \code
-typedef enum CUtensorMapFloatOOBfill_enum {
-CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,
-CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
-} CUtensorMapFloatOOBfill;
- \endcode
+
+ ```text
+
+ typedef enum CUtensorMapFloatOOBfill_enum {
+ CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,
+ CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+ } CUtensorMapFloatOOBfill;
+
+ ```
+
  Note that ::CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA can only be used when \p tensorDataType represents a floating-point data type,
  and when \p tensorDataType is not ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, and ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B.
 
- \param tensorMap         - Tensor map object to create
- \param tensorDataType    - Tensor data type
- \param tensorRank        - Dimensionality of tensor
- \param globalAddress     - Starting address of memory region described by tensor
- \param globalDim         - Array containing tensor size (number of elements) along each of the \p tensorRank dimensions
- \param globalStrides     - Array containing stride size (in bytes) along each of the \p tensorRank - 1 dimensions
- \param boxDim            - Array containing traversal box size (number of elments) along each of the \p tensorRank dimensions. Specifies how many elements to be traversed along each tensor dimension.
- \param elementStrides    - Array containing traversal stride in each of the \p tensorRank dimensions
- \param interleave        - Type of interleaved layout the tensor addresses
- \param swizzle           - Bank swizzling pattern inside shared memory
- \param l2Promotion       - L2 promotion size
- \param oobFill           - Indicate whether zero or special NaN constant must be used to fill out-of-bound elements
+ - parameter tensorMap         - Tensor map object to create
+ - parameter tensorDataType    - Tensor data type
+ - parameter tensorRank        - Dimensionality of tensor
+ - parameter globalAddress     - Starting address of memory region described by tensor
+ - parameter globalDim         - Array containing tensor size (number of elements) along each of the \p tensorRank dimensions
+ - parameter globalStrides     - Array containing stride size (in bytes) along each of the \p tensorRank - 1 dimensions
+ - parameter boxDim            - Array containing traversal box size (number of elments) along each of the \p tensorRank dimensions. Specifies how many elements to be traversed along each tensor dimension.
+ - parameter elementStrides    - Array containing traversal stride in each of the \p tensorRank dimensions
+ - parameter interleave        - Type of interleaved layout the tensor addresses
+ - parameter swizzle           - Bank swizzling pattern inside shared memory
+ - parameter l2Promotion       - L2 promotion size
+ - parameter oobFill           - Indicate whether zero or special NaN constant must be used to fill out-of-bound elements
 
  \return
  ::CUDA_SUCCESS,
@@ -50575,7 +50758,7 @@ pub unsafe fn cuTensorMapEncodeTiled(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Modify an existing tensor map descriptor with an updated global address
+/** Modify an existing tensor map descriptor with an updated global address
 
  Modifies the descriptor for Tensor Memory Access (TMA) object passed in \p tensorMap with
  an updated \p globalAddress.
@@ -50584,8 +50767,8 @@ pub unsafe fn cuTensorMapEncodeTiled(
  Additionally, a tensor map object is an opaque value, and, as such, should only be
  accessed through CUDA API calls.
 
- \param tensorMap             - Tensor map object to modify
- \param globalAddress         - Starting address of memory region described by tensor, must follow previous alignment requirements
+ - parameter tensorMap             - Tensor map object to modify
+ - parameter globalAddress         - Starting address of memory region described by tensor, must follow previous alignment requirements
 
  \return
  ::CUDA_SUCCESS,
@@ -50630,7 +50813,7 @@ pub unsafe fn cuTensorMapReplaceAddress(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the allocation class of an already-encoded tensor map
+/** Sets the allocation class of an already-encoded tensor map
 
  Requests a Tensor Memory Accelerator (TMA) allocation class for an existing
  \p tensorMap that was previously initialized by a tensor-map encoding API.
@@ -50639,15 +50822,15 @@ pub unsafe fn cuTensorMapReplaceAddress(
  \p allocClass selects the class:
  - ::CU_TENSOR_MAP_ALLOC_CLASS_SMALL requests the safe 4 KiB window.
  - ::CU_TENSOR_MAP_ALLOC_CLASS_LARGE requests the 128 KiB window. When LARGE
-   is the effective class, the caller guarantees that, before the tensor map
-   is used, its effective base allocation is backed by a contiguous,
-   accessible region of at least
-   ::CU_DEVICE_ATTRIBUTE_TENSOR_MAP_LARGE_TENSOR_MIN_SIZE bytes. Violating
-   this is undefined behavior at kernel execution time, not an error of this
-   API.
+ is the effective class, the caller guarantees that, before the tensor map
+ is used, its effective base allocation is backed by a contiguous,
+ accessible region of at least
+ ::CU_DEVICE_ATTRIBUTE_TENSOR_MAP_LARGE_TENSOR_MIN_SIZE bytes. Violating
+ this is undefined behavior at kernel execution time, not an error of this
+ API.
  - ::CU_TENSOR_MAP_ALLOC_CLASS_AUTO re-evaluates the encoded tensor geometry
-   using the driver's conservative contiguity policy. The global address is
-   not inspected.
+ using the driver's conservative contiguity policy. The global address is
+ not inspected.
 
  On architectures where allocation-class selection affects TMA OOB address
  generation, this function adjusts only the encoded selector through an
@@ -50667,9 +50850,9 @@ pub unsafe fn cuTensorMapReplaceAddress(
  requests succeed without changing \p tensorMap and report
  ::CU_TENSOR_MAP_ALLOC_CLASS_SMALL.
 
- \param tensorMap     - Tensor map to modify in place
- \param allocClass    - Requested allocation class
- \param outAllocClass - Optional; receives the resulting allocation class
+ - parameter tensorMap     - Tensor map to modify in place
+ - parameter allocClass    - Requested allocation class
+ - parameter outAllocClass - Optional; receives the resulting allocation class
 
  \return
  ::CUDA_SUCCESS,
@@ -50718,7 +50901,7 @@ pub unsafe fn cuTensorMapSetAllocationClass(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a texture object
+/** Creates a texture object
 
  Creates a texture object and returns it in \p pTexObject. \p pResDesc describes
  the data to texture from. \p pTexDesc describes how the data should be sampled.
@@ -50733,49 +50916,57 @@ pub unsafe fn cuTensorMapSetAllocationClass(
  accessed through CUDA API calls.
 
  The ::CUDA_RESOURCE_DESC structure is defined as:
- \code
-typedef struct CUDA_RESOURCE_DESC_st
-{
-CUresourcetype resType;
 
-union {
-struct {
-CUarray hArray;
-} array;
-struct {
-CUmipmappedArray hMipmappedArray;
-} mipmap;
-struct {
-CUdeviceptr devPtr;
-CUarray_format format;
-unsigned int numChannels;
-size_t sizeInBytes;
-} linear;
-struct {
-CUdeviceptr devPtr;
-CUarray_format format;
-unsigned int numChannels;
-size_t width;
-size_t height;
-size_t pitchInBytes;
-} pitch2D;
-} res;
+ ```text
 
-unsigned int flags;
-} CUDA_RESOURCE_DESC;
+ typedef struct CUDA_RESOURCE_DESC_st
+ {
+ CUresourcetype resType;
 
- \endcode
+ union {
+ struct {
+ CUarray hArray;
+ } array;
+ struct {
+ CUmipmappedArray hMipmappedArray;
+ } mipmap;
+ struct {
+ CUdeviceptr devPtr;
+ CUarray_format format;
+ unsigned int numChannels;
+ size_t sizeInBytes;
+ } linear;
+ struct {
+ CUdeviceptr devPtr;
+ CUarray_format format;
+ unsigned int numChannels;
+ size_t width;
+ size_t height;
+ size_t pitchInBytes;
+ } pitch2D;
+ } res;
+
+ unsigned int flags;
+ } CUDA_RESOURCE_DESC;
+
+
+ ```
+
  where:
  - ::CUDA_RESOURCE_DESC::resType specifies the type of resource to texture from.
  CUresourceType is defined as:
- \code
-typedef enum CUresourcetype_enum {
-CU_RESOURCE_TYPE_ARRAY           = 0x00,
-CU_RESOURCE_TYPE_MIPMAPPED_ARRAY = 0x01,
-CU_RESOURCE_TYPE_LINEAR          = 0x02,
-CU_RESOURCE_TYPE_PITCH2D         = 0x03
-} CUresourcetype;
- \endcode
+
+ ```text
+
+ typedef enum CUresourcetype_enum {
+ CU_RESOURCE_TYPE_ARRAY           = 0x00,
+ CU_RESOURCE_TYPE_MIPMAPPED_ARRAY = 0x01,
+ CU_RESOURCE_TYPE_LINEAR          = 0x02,
+ CU_RESOURCE_TYPE_PITCH2D         = 0x03
+ } CUresourcetype;
+
+ ```
+
 
  \par
  If ::CUDA_RESOURCE_DESC::resType is set to ::CU_RESOURCE_TYPE_ARRAY, ::CUDA_RESOURCE_DESC::res::array::hArray
@@ -50807,66 +50998,78 @@ CU_RESOURCE_TYPE_PITCH2D         = 0x03
 
 
  The ::CUDA_TEXTURE_DESC struct is defined as
- \code
-typedef struct CUDA_TEXTURE_DESC_st {
-CUaddress_mode addressMode[3];
-CUfilter_mode filterMode;
-unsigned int flags;
-unsigned int maxAnisotropy;
-CUfilter_mode mipmapFilterMode;
-float mipmapLevelBias;
-float minMipmapLevelClamp;
-float maxMipmapLevelClamp;
-} CUDA_TEXTURE_DESC;
- \endcode
+
+ ```text
+
+ typedef struct CUDA_TEXTURE_DESC_st {
+ CUaddress_mode addressMode[3];
+ CUfilter_mode filterMode;
+ unsigned int flags;
+ unsigned int maxAnisotropy;
+ CUfilter_mode mipmapFilterMode;
+ float mipmapLevelBias;
+ float minMipmapLevelClamp;
+ float maxMipmapLevelClamp;
+ } CUDA_TEXTURE_DESC;
+
+ ```
+
  where
  - ::CUDA_TEXTURE_DESC::addressMode specifies the addressing mode for each dimension of the texture data. ::CUaddress_mode is defined as:
-   \code
-typedef enum CUaddress_mode_enum {
-CU_TR_ADDRESS_MODE_WRAP = 0,
-CU_TR_ADDRESS_MODE_CLAMP = 1,
-CU_TR_ADDRESS_MODE_MIRROR = 2,
-CU_TR_ADDRESS_MODE_BORDER = 3
-} CUaddress_mode;
-   \endcode
-   This is ignored if ::CUDA_RESOURCE_DESC::resType is ::CU_RESOURCE_TYPE_LINEAR. Also, if the flag, ::CU_TRSF_NORMALIZED_COORDINATES
-   is not set, the only supported address mode is ::CU_TR_ADDRESS_MODE_CLAMP.
+
+ ```text
+
+ typedef enum CUaddress_mode_enum {
+ CU_TR_ADDRESS_MODE_WRAP = 0,
+ CU_TR_ADDRESS_MODE_CLAMP = 1,
+ CU_TR_ADDRESS_MODE_MIRROR = 2,
+ CU_TR_ADDRESS_MODE_BORDER = 3
+ } CUaddress_mode;
+
+ ```
+
+ This is ignored if ::CUDA_RESOURCE_DESC::resType is ::CU_RESOURCE_TYPE_LINEAR. Also, if the flag, ::CU_TRSF_NORMALIZED_COORDINATES
+ is not set, the only supported address mode is ::CU_TR_ADDRESS_MODE_CLAMP.
 
  - ::CUDA_TEXTURE_DESC::filterMode specifies the filtering mode to be used when fetching from the texture. CUfilter_mode is defined as:
-   \code
-typedef enum CUfilter_mode_enum {
-CU_TR_FILTER_MODE_POINT = 0,
-CU_TR_FILTER_MODE_LINEAR = 1
-} CUfilter_mode;
-   \endcode
-   This is ignored if ::CUDA_RESOURCE_DESC::resType is ::CU_RESOURCE_TYPE_LINEAR.
+
+ ```text
+
+ typedef enum CUfilter_mode_enum {
+ CU_TR_FILTER_MODE_POINT = 0,
+ CU_TR_FILTER_MODE_LINEAR = 1
+ } CUfilter_mode;
+
+ ```
+
+ This is ignored if ::CUDA_RESOURCE_DESC::resType is ::CU_RESOURCE_TYPE_LINEAR.
 
  - ::CUDA_TEXTURE_DESC::flags can be any combination of the following:
-   - ::CU_TRSF_READ_AS_INTEGER, which suppresses the default behavior of
-   having the texture promote integer data to floating point data in the
-   range [0, 1]. Note that texture with 32-bit integer format would not be
-   promoted, regardless of whether or not this flag is specified.
-   - ::CU_TRSF_NORMALIZED_COORDINATES, which suppresses the default behavior
-   of having the texture coordinates range from [0, Dim) where Dim is the
-   width or height of the CUDA array. Instead, the texture coordinates
-   [0, 1.0) reference the entire breadth of the array dimension; Note that
-   for CUDA mipmapped arrays, this flag has to be set.
-   - ::CU_TRSF_DISABLE_TRILINEAR_OPTIMIZATION, which disables any trilinear
-   filtering optimizations. Trilinear optimizations improve texture filtering
-   performance by allowing bilinear filtering on textures in scenarios where
-   it can closely approximate the expected results.
-   - ::CU_TRSF_SEAMLESS_CUBEMAP, which enables seamless cube map filtering.
-   This flag can only be specified if the underlying resource is a CUDA array
-   or a CUDA mipmapped array that was created with the flag ::CUDA_ARRAY3D_CUBEMAP.
-   When seamless cube map filtering is enabled, texture address modes specified
-   by ::CUDA_TEXTURE_DESC::addressMode are ignored. Instead, if the ::CUDA_TEXTURE_DESC::filterMode
-   is set to ::CU_TR_FILTER_MODE_POINT the address mode ::CU_TR_ADDRESS_MODE_CLAMP
-   will be applied for all dimensions. If the ::CUDA_TEXTURE_DESC::filterMode is
-   set to ::CU_TR_FILTER_MODE_LINEAR seamless cube map filtering will be performed
-   when sampling along the cube face borders.
+ - ::CU_TRSF_READ_AS_INTEGER, which suppresses the default behavior of
+ having the texture promote integer data to floating point data in the
+ range [0, 1]. Note that texture with 32-bit integer format would not be
+ promoted, regardless of whether or not this flag is specified.
+ - ::CU_TRSF_NORMALIZED_COORDINATES, which suppresses the default behavior
+ of having the texture coordinates range from [0, Dim) where Dim is the
+ width or height of the CUDA array. Instead, the texture coordinates
+ [0, 1.0) reference the entire breadth of the array dimension; Note that
+ for CUDA mipmapped arrays, this flag has to be set.
+ - ::CU_TRSF_DISABLE_TRILINEAR_OPTIMIZATION, which disables any trilinear
+ filtering optimizations. Trilinear optimizations improve texture filtering
+ performance by allowing bilinear filtering on textures in scenarios where
+ it can closely approximate the expected results.
+ - ::CU_TRSF_SEAMLESS_CUBEMAP, which enables seamless cube map filtering.
+ This flag can only be specified if the underlying resource is a CUDA array
+ or a CUDA mipmapped array that was created with the flag ::CUDA_ARRAY3D_CUBEMAP.
+ When seamless cube map filtering is enabled, texture address modes specified
+ by ::CUDA_TEXTURE_DESC::addressMode are ignored. Instead, if the ::CUDA_TEXTURE_DESC::filterMode
+ is set to ::CU_TR_FILTER_MODE_POINT the address mode ::CU_TR_ADDRESS_MODE_CLAMP
+ will be applied for all dimensions. If the ::CUDA_TEXTURE_DESC::filterMode is
+ set to ::CU_TR_FILTER_MODE_LINEAR seamless cube map filtering will be performed
+ when sampling along the cube face borders.
 
  - ::CUDA_TEXTURE_DESC::maxAnisotropy specifies the maximum anisotropy ratio to be used when doing anisotropic filtering. This value will be
-   clamped to the range [1,16].
+ clamped to the range [1,16].
 
  - ::CUDA_TEXTURE_DESC::mipmapFilterMode specifies the filter mode when the calculated mipmap level lies between two defined mipmap levels.
 
@@ -50878,57 +51081,61 @@ CU_TR_FILTER_MODE_LINEAR = 1
 
 
  The ::CUDA_RESOURCE_VIEW_DESC struct is defined as
- \code
-typedef struct CUDA_RESOURCE_VIEW_DESC_st
-{
-CUresourceViewFormat format;
-size_t width;
-size_t height;
-size_t depth;
-unsigned int firstMipmapLevel;
-unsigned int lastMipmapLevel;
-unsigned int firstLayer;
-unsigned int lastLayer;
-} CUDA_RESOURCE_VIEW_DESC;
- \endcode
+
+ ```text
+
+ typedef struct CUDA_RESOURCE_VIEW_DESC_st
+ {
+ CUresourceViewFormat format;
+ size_t width;
+ size_t height;
+ size_t depth;
+ unsigned int firstMipmapLevel;
+ unsigned int lastMipmapLevel;
+ unsigned int firstLayer;
+ unsigned int lastLayer;
+ } CUDA_RESOURCE_VIEW_DESC;
+
+ ```
+
  where:
  - ::CUDA_RESOURCE_VIEW_DESC::format specifies how the data contained in the CUDA array or CUDA mipmapped array should
-   be interpreted. Note that this can incur a change in size of the texture data. If the resource view format is a block
-   compressed format, then the underlying CUDA array or CUDA mipmapped array has to have a base of format ::CU_AD_FORMAT_UNSIGNED_INT32.
-   with 2 or 4 channels, depending on the block compressed format. For ex., BC1 and BC4 require the underlying CUDA array to have
-   a format of ::CU_AD_FORMAT_UNSIGNED_INT32 with 2 channels. The other BC formats require the underlying resource to have the same base
-   format but with 4 channels.
+ be interpreted. Note that this can incur a change in size of the texture data. If the resource view format is a block
+ compressed format, then the underlying CUDA array or CUDA mipmapped array has to have a base of format ::CU_AD_FORMAT_UNSIGNED_INT32.
+ with 2 or 4 channels, depending on the block compressed format. For ex., BC1 and BC4 require the underlying CUDA array to have
+ a format of ::CU_AD_FORMAT_UNSIGNED_INT32 with 2 channels. The other BC formats require the underlying resource to have the same base
+ format but with 4 channels.
 
  - ::CUDA_RESOURCE_VIEW_DESC::width specifies the new width of the texture data. If the resource view format is a block
-   compressed format, this value has to be 4 times the original width of the resource. For non block compressed formats,
-   this value has to be equal to that of the original resource.
+ compressed format, this value has to be 4 times the original width of the resource. For non block compressed formats,
+ this value has to be equal to that of the original resource.
 
  - ::CUDA_RESOURCE_VIEW_DESC::height specifies the new height of the texture data. If the resource view format is a block
-   compressed format, this value has to be 4 times the original height of the resource. For non block compressed formats,
-   this value has to be equal to that of the original resource.
+ compressed format, this value has to be 4 times the original height of the resource. For non block compressed formats,
+ this value has to be equal to that of the original resource.
 
  - ::CUDA_RESOURCE_VIEW_DESC::depth specifies the new depth of the texture data. This value has to be equal to that of the
-   original resource.
+ original resource.
 
  - ::CUDA_RESOURCE_VIEW_DESC::firstMipmapLevel specifies the most detailed mipmap level. This will be the new mipmap level zero.
-   For non-mipmapped resources, this value has to be zero.::CUDA_TEXTURE_DESC::minMipmapLevelClamp and ::CUDA_TEXTURE_DESC::maxMipmapLevelClamp
-   will be relative to this value. For ex., if the firstMipmapLevel is set to 2, and a minMipmapLevelClamp of 1.2 is specified,
-   then the actual minimum mipmap level clamp will be 3.2.
+ For non-mipmapped resources, this value has to be zero.::CUDA_TEXTURE_DESC::minMipmapLevelClamp and ::CUDA_TEXTURE_DESC::maxMipmapLevelClamp
+ will be relative to this value. For ex., if the firstMipmapLevel is set to 2, and a minMipmapLevelClamp of 1.2 is specified,
+ then the actual minimum mipmap level clamp will be 3.2.
 
  - ::CUDA_RESOURCE_VIEW_DESC::lastMipmapLevel specifies the least detailed mipmap level. For non-mipmapped resources, this value
-   has to be zero.
+ has to be zero.
 
  - ::CUDA_RESOURCE_VIEW_DESC::firstLayer specifies the first layer index for layered textures. This will be the new layer zero.
-   For non-layered resources, this value has to be zero.
+ For non-layered resources, this value has to be zero.
 
  - ::CUDA_RESOURCE_VIEW_DESC::lastLayer specifies the last layer index for layered textures. For non-layered resources,
-   this value has to be zero.
+ this value has to be zero.
 
 
- \param pTexObject   - Texture object to create
- \param pResDesc     - Resource descriptor
- \param pTexDesc     - Texture descriptor
- \param pResViewDesc - Resource view descriptor
+ - parameter pTexObject   - Texture object to create
+ - parameter pResDesc     - Resource descriptor
+ - parameter pTexDesc     - Texture descriptor
+ - parameter pResViewDesc - Resource view descriptor
 
  \return
  ::CUDA_SUCCESS,
@@ -50978,11 +51185,11 @@ pub unsafe fn cuTexObjectCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys a texture object
+/** Destroys a texture object
 
  Destroys the texture object specified by \p texObject.
 
- \param texObject - Texture object to destroy
+ - parameter texObject - Texture object to destroy
 
  \return
  ::CUDA_SUCCESS,
@@ -51017,12 +51224,12 @@ pub unsafe fn cuTexObjectDestroy(texObject: CUtexObject) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a texture object's resource descriptor
+/** Returns a texture object's resource descriptor
 
  Returns the resource descriptor for the texture object specified by \p texObject.
 
- \param pResDesc  - Resource descriptor
- \param texObject - Texture object
+ - parameter pResDesc  - Resource descriptor
+ - parameter texObject - Texture object
 
  \return
  ::CUDA_SUCCESS,
@@ -51066,13 +51273,13 @@ pub unsafe fn cuTexObjectGetResourceDesc(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a texture object's resource view descriptor
+/** Returns a texture object's resource view descriptor
 
  Returns the resource view descriptor for the texture object specified by \p texObject.
  If no resource view was set for \p texObject, the ::CUDA_ERROR_INVALID_VALUE is returned.
 
- \param pResViewDesc - Resource view descriptor
- \param texObject    - Texture object
+ - parameter pResViewDesc - Resource view descriptor
+ - parameter texObject    - Texture object
 
  \return
  ::CUDA_SUCCESS,
@@ -51116,12 +51323,12 @@ pub unsafe fn cuTexObjectGetResourceViewDesc(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a texture object's texture descriptor
+/** Returns a texture object's texture descriptor
 
  Returns the texture descriptor for the texture object specified by \p texObject.
 
- \param pTexDesc  - Texture descriptor
- \param texObject - Texture object
+ - parameter pTexDesc  - Texture descriptor
+ - parameter texObject - Texture object
 
  \return
  ::CUDA_SUCCESS,
@@ -51162,9 +51369,9 @@ pub unsafe fn cuTexObjectGetTextureDesc(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a texture reference
+/** Creates a texture reference
 
- \deprecated
+ Deprecated.
 
  Creates a texture reference and returns its handle in \p *pTexRef. Once
  created, the application must call ::cuTexRefSetArray() or
@@ -51173,7 +51380,7 @@ pub unsafe fn cuTexObjectGetTextureDesc(
  interpretation (addressing, filtering, etc.) to be used when the memory is
  read through this texture reference.
 
- \param pTexRef - Returned texture reference
+ - parameter pTexRef - Returned texture reference
 
  \return
  ::CUDA_SUCCESS,
@@ -51182,7 +51389,7 @@ pub unsafe fn cuTexObjectGetTextureDesc(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuTexRefDestroy*/
+ See also: ::cuTexRefDestroy*/
 ///
 /** # Loading
 
@@ -51206,13 +51413,13 @@ pub unsafe fn cuTexRefCreate(pTexRef: *mut CUtexref) -> CUresult {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys a texture reference
+/** Destroys a texture reference
 
- \deprecated
+ Deprecated.
 
  Destroys the texture reference specified by \p hTexRef.
 
- \param hTexRef - Texture reference to destroy
+ - parameter hTexRef - Texture reference to destroy
 
  \return
  ::CUDA_SUCCESS,
@@ -51221,7 +51428,7 @@ pub unsafe fn cuTexRefCreate(pTexRef: *mut CUtexref) -> CUresult {
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuTexRefCreate*/
+ See also: ::cuTexRefCreate*/
 ///
 /** # Loading
 
@@ -51277,17 +51484,17 @@ pub unsafe fn cuTexRefGetAddress(
 }
 /// `cuTexRefGetAddress_v2`, the name the header's macros give [`cuTexRefGetAddress`].
 pub use self::cuTexRefGetAddress as cuTexRefGetAddress_v2;
-/** \brief Gets the addressing mode used by a texture reference
+/** Gets the addressing mode used by a texture reference
 
- \deprecated
+ Deprecated.
 
  Returns in \p *pam the addressing mode corresponding to the
  dimension \p dim of the texture reference \p hTexRef. Currently, the only
  valid value for \p dim are 0 and 1.
 
- \param pam     - Returned addressing mode
- \param hTexRef - Texture reference
- \param dim     - Dimension
+ - parameter pam     - Returned addressing mode
+ - parameter hTexRef - Texture reference
+ - parameter dim     - Dimension
 
  \return
  ::CUDA_SUCCESS,
@@ -51296,7 +51503,7 @@ pub use self::cuTexRefGetAddress as cuTexRefGetAddress_v2;
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuTexRefSetAddress,
+ See also: ::cuTexRefSetAddress,
  ::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,
  ::cuTexRefSetFilterMode, ::cuTexRefSetFlags, ::cuTexRefSetFormat,
  ::cuTexRefGetAddress, ::cuTexRefGetArray,
@@ -51336,16 +51543,16 @@ pub unsafe fn cuTexRefGetAddressMode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the array bound to a texture reference
+/** Gets the array bound to a texture reference
 
- \deprecated
+ Deprecated.
 
  Returns in \p *phArray the CUDA array bound to the texture reference
  \p hTexRef, or returns ::CUDA_ERROR_INVALID_VALUE if the texture reference
  is not bound to any CUDA array.
 
- \param phArray - Returned array
- \param hTexRef - Texture reference
+ - parameter phArray - Returned array
+ - parameter hTexRef - Texture reference
 
  \return
  ::CUDA_SUCCESS,
@@ -51354,7 +51561,7 @@ pub unsafe fn cuTexRefGetAddressMode(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuTexRefSetAddress,
+ See also: ::cuTexRefSetAddress,
  ::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,
  ::cuTexRefSetFilterMode, ::cuTexRefSetFlags, ::cuTexRefSetFormat,
  ::cuTexRefGetAddress, ::cuTexRefGetAddressMode,
@@ -51385,9 +51592,9 @@ pub unsafe fn cuTexRefGetArray(phArray: *mut CUarray, hTexRef: CUtexref) -> CUre
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the border color used by a texture reference
+/** Gets the border color used by a texture reference
 
- \deprecated
+ Deprecated.
 
  Returns in \p pBorderColor, values of the RGBA color used by
  the texture reference \p hTexRef.
@@ -51398,8 +51605,8 @@ pub unsafe fn cuTexRefGetArray(phArray: *mut CUarray, hTexRef: CUtexref) -> CUre
  pBorderColor[2] holds 'B' component
  pBorderColor[3] holds 'A' component
 
- \param hTexRef  - Texture reference
- \param pBorderColor   - Returned Type and Value of RGBA color
+ - parameter hTexRef  - Texture reference
+ - parameter pBorderColor   - Returned Type and Value of RGBA color
 
  \return
  ::CUDA_SUCCESS,
@@ -51408,7 +51615,7 @@ pub unsafe fn cuTexRefGetArray(phArray: *mut CUarray, hTexRef: CUtexref) -> CUre
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuTexRefSetAddressMode,
+ See also: ::cuTexRefSetAddressMode,
  ::cuTexRefSetAddressMode, ::cuTexRefSetBorderColor*/
 ///
 /** # Loading
@@ -51436,15 +51643,15 @@ pub unsafe fn cuTexRefGetBorderColor(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the filter-mode used by a texture reference
+/** Gets the filter-mode used by a texture reference
 
- \deprecated
+ Deprecated.
 
  Returns in \p *pfm the filtering mode of the texture reference
  \p hTexRef.
 
- \param pfm     - Returned filtering mode
- \param hTexRef - Texture reference
+ - parameter pfm     - Returned filtering mode
+ - parameter hTexRef - Texture reference
 
  \return
  ::CUDA_SUCCESS,
@@ -51453,7 +51660,7 @@ pub unsafe fn cuTexRefGetBorderColor(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuTexRefSetAddress,
+ See also: ::cuTexRefSetAddress,
  ::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,
  ::cuTexRefSetFilterMode, ::cuTexRefSetFlags, ::cuTexRefSetFormat,
  ::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,
@@ -51487,14 +51694,14 @@ pub unsafe fn cuTexRefGetFilterMode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the flags used by a texture reference
+/** Gets the flags used by a texture reference
 
- \deprecated
+ Deprecated.
 
  Returns in \p *pFlags the flags of the texture reference \p hTexRef.
 
- \param pFlags  - Returned flags
- \param hTexRef - Texture reference
+ - parameter pFlags  - Returned flags
+ - parameter hTexRef - Texture reference
 
  \return
  ::CUDA_SUCCESS,
@@ -51503,7 +51710,7 @@ pub unsafe fn cuTexRefGetFilterMode(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuTexRefSetAddress,
+ See also: ::cuTexRefSetAddress,
  ::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,
  ::cuTexRefSetFilterMode, ::cuTexRefSetFlags, ::cuTexRefSetFormat,
  ::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,
@@ -51537,17 +51744,17 @@ pub unsafe fn cuTexRefGetFlags(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the format used by a texture reference
+/** Gets the format used by a texture reference
 
- \deprecated
+ Deprecated.
 
  Returns in \p *pFormat and \p *pNumChannels the format and number
  of components of the CUDA array bound to the texture reference \p hTexRef.
  If \p pFormat or \p pNumChannels is NULL, it will be ignored.
 
- \param pFormat      - Returned format
- \param pNumChannels - Returned number of components
- \param hTexRef      - Texture reference
+ - parameter pFormat      - Returned format
+ - parameter pNumChannels - Returned number of components
+ - parameter hTexRef      - Texture reference
 
  \return
  ::CUDA_SUCCESS,
@@ -51556,7 +51763,7 @@ pub unsafe fn cuTexRefGetFlags(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuTexRefSetAddress,
+ See also: ::cuTexRefSetAddress,
  ::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,
  ::cuTexRefSetFilterMode, ::cuTexRefSetFlags, ::cuTexRefSetFormat,
  ::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,
@@ -51596,15 +51803,15 @@ pub unsafe fn cuTexRefGetFormat(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the maximum anisotropy for a texture reference
+/** Gets the maximum anisotropy for a texture reference
 
- \deprecated
+ Deprecated.
 
  Returns the maximum anisotropy in \p pmaxAniso that's used when reading memory through
  the texture reference \p hTexRef.
 
- \param pmaxAniso - Returned maximum anisotropy
- \param hTexRef   - Texture reference
+ - parameter pmaxAniso - Returned maximum anisotropy
+ - parameter hTexRef   - Texture reference
 
  \return
  ::CUDA_SUCCESS,
@@ -51613,7 +51820,7 @@ pub unsafe fn cuTexRefGetFormat(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuTexRefSetAddress,
+ See also: ::cuTexRefSetAddress,
  ::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,
  ::cuTexRefSetFlags, ::cuTexRefSetFormat,
  ::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,
@@ -51647,15 +51854,15 @@ pub unsafe fn cuTexRefGetMaxAnisotropy(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the mipmap filtering mode for a texture reference
+/** Gets the mipmap filtering mode for a texture reference
 
- \deprecated
+ Deprecated.
 
  Returns the mipmap filtering mode in \p pfm that's used when reading memory through
  the texture reference \p hTexRef.
 
- \param pfm     - Returned mipmap filtering mode
- \param hTexRef - Texture reference
+ - parameter pfm     - Returned mipmap filtering mode
+ - parameter hTexRef - Texture reference
 
  \return
  ::CUDA_SUCCESS,
@@ -51664,7 +51871,7 @@ pub unsafe fn cuTexRefGetMaxAnisotropy(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuTexRefSetAddress,
+ See also: ::cuTexRefSetAddress,
  ::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,
  ::cuTexRefSetFlags, ::cuTexRefSetFormat,
  ::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,
@@ -51698,15 +51905,15 @@ pub unsafe fn cuTexRefGetMipmapFilterMode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the mipmap level bias for a texture reference
+/** Gets the mipmap level bias for a texture reference
 
- \deprecated
+ Deprecated.
 
  Returns the mipmap level bias in \p pBias that's added to the specified mipmap
  level when reading memory through the texture reference \p hTexRef.
 
- \param pbias   - Returned mipmap level bias
- \param hTexRef - Texture reference
+ - parameter pbias   - Returned mipmap level bias
+ - parameter hTexRef - Texture reference
 
  \return
  ::CUDA_SUCCESS,
@@ -51715,7 +51922,7 @@ pub unsafe fn cuTexRefGetMipmapFilterMode(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuTexRefSetAddress,
+ See also: ::cuTexRefSetAddress,
  ::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,
  ::cuTexRefSetFlags, ::cuTexRefSetFormat,
  ::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,
@@ -51746,16 +51953,16 @@ pub unsafe fn cuTexRefGetMipmapLevelBias(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the min/max mipmap level clamps for a texture reference
+/** Gets the min/max mipmap level clamps for a texture reference
 
- \deprecated
+ Deprecated.
 
  Returns the min/max mipmap level clamps in \p pminMipmapLevelClamp and \p pmaxMipmapLevelClamp
  that's used when reading memory through the texture reference \p hTexRef.
 
- \param pminMipmapLevelClamp - Returned mipmap min level clamp
- \param pmaxMipmapLevelClamp - Returned mipmap max level clamp
- \param hTexRef              - Texture reference
+ - parameter pminMipmapLevelClamp - Returned mipmap min level clamp
+ - parameter pmaxMipmapLevelClamp - Returned mipmap max level clamp
+ - parameter hTexRef              - Texture reference
 
  \return
  ::CUDA_SUCCESS,
@@ -51764,7 +51971,7 @@ pub unsafe fn cuTexRefGetMipmapLevelBias(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuTexRefSetAddress,
+ See also: ::cuTexRefSetAddress,
  ::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,
  ::cuTexRefSetFlags, ::cuTexRefSetFormat,
  ::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,
@@ -51800,16 +52007,16 @@ pub unsafe fn cuTexRefGetMipmapLevelClamp(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the mipmapped array bound to a texture reference
+/** Gets the mipmapped array bound to a texture reference
 
- \deprecated
+ Deprecated.
 
  Returns in \p *phMipmappedArray the CUDA mipmapped array bound to the texture
  reference \p hTexRef, or returns ::CUDA_ERROR_INVALID_VALUE if the texture reference
  is not bound to any CUDA mipmapped array.
 
- \param phMipmappedArray - Returned mipmapped array
- \param hTexRef          - Texture reference
+ - parameter phMipmappedArray - Returned mipmapped array
+ - parameter hTexRef          - Texture reference
 
  \return
  ::CUDA_SUCCESS,
@@ -51818,7 +52025,7 @@ pub unsafe fn cuTexRefGetMipmapLevelClamp(
  ::CUDA_ERROR_INVALID_CONTEXT,
  ::CUDA_ERROR_INVALID_VALUE
 
- \sa ::cuTexRefSetAddress,
+ See also: ::cuTexRefSetAddress,
  ::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,
  ::cuTexRefSetFilterMode, ::cuTexRefSetFlags, ::cuTexRefSetFormat,
  ::cuTexRefGetAddress, ::cuTexRefGetAddressMode,
@@ -51934,31 +52141,35 @@ pub unsafe fn cuTexRefSetAddress2D(
 }
 /// `cuTexRefSetAddress2D_v3`, the name the header's macros give [`cuTexRefSetAddress2D`].
 pub use self::cuTexRefSetAddress2D as cuTexRefSetAddress2D_v3;
-/** \brief Sets the addressing mode for a texture reference
+/** Sets the addressing mode for a texture reference
 
- \deprecated
+ Deprecated.
 
  Specifies the addressing mode \p am for the given dimension \p dim of the
  texture reference \p hTexRef. If \p dim is zero, the addressing mode is
  applied to the first parameter of the functions used to fetch from the
  texture; if \p dim is 1, the second, and so on. ::CUaddress_mode is defined
  as:
- \code
-typedef enum CUaddress_mode_enum {
-CU_TR_ADDRESS_MODE_WRAP = 0,
-CU_TR_ADDRESS_MODE_CLAMP = 1,
-CU_TR_ADDRESS_MODE_MIRROR = 2,
-CU_TR_ADDRESS_MODE_BORDER = 3
-} CUaddress_mode;
- \endcode
+
+ ```text
+
+ typedef enum CUaddress_mode_enum {
+ CU_TR_ADDRESS_MODE_WRAP = 0,
+ CU_TR_ADDRESS_MODE_CLAMP = 1,
+ CU_TR_ADDRESS_MODE_MIRROR = 2,
+ CU_TR_ADDRESS_MODE_BORDER = 3
+ } CUaddress_mode;
+
+ ```
+
 
  Note that this call has no effect if \p hTexRef is bound to linear memory.
  Also, if the flag, ::CU_TRSF_NORMALIZED_COORDINATES, is not set, the only
  supported address mode is ::CU_TR_ADDRESS_MODE_CLAMP.
 
- \param hTexRef - Texture reference
- \param dim     - Dimension
- \param am      - Addressing mode to set
+ - parameter hTexRef - Texture reference
+ - parameter dim     - Dimension
+ - parameter am      - Addressing mode to set
 
  \return
  ::CUDA_SUCCESS,
@@ -52008,9 +52219,9 @@ pub unsafe fn cuTexRefSetAddressMode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Binds an array as a texture reference
+/** Binds an array as a texture reference
 
- \deprecated
+ Deprecated.
 
  Binds the CUDA array \p hArray to the texture reference \p hTexRef. Any
  previous address or CUDA array state associated with the texture reference
@@ -52018,9 +52229,9 @@ pub unsafe fn cuTexRefSetAddressMode(
  ::CU_TRSA_OVERRIDE_FORMAT. Any CUDA array previously bound to \p hTexRef is
  unbound.
 
- \param hTexRef - Texture reference to bind
- \param hArray  - Array to bind
- \param Flags   - Options (must be ::CU_TRSA_OVERRIDE_FORMAT)
+ - parameter hTexRef - Texture reference to bind
+ - parameter hArray  - Array to bind
+ - parameter Flags   - Options (must be ::CU_TRSA_OVERRIDE_FORMAT)
 
  \return
  ::CUDA_SUCCESS,
@@ -52070,9 +52281,9 @@ pub unsafe fn cuTexRefSetArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the border color for a texture reference
+/** Sets the border color for a texture reference
 
- \deprecated
+ Deprecated.
 
  Specifies the value of the RGBA color via the \p pBorderColor to the texture reference
  \p hTexRef. The color value supports only float type and holds color components in
@@ -52086,8 +52297,8 @@ pub unsafe fn cuTexRefSetArray(
  CU_TR_ADDRESS_MODE_BORDER using ::cuTexRefSetAddressMode.
  Applications using integer border color values have to "reinterpret_cast" their values to float.
 
- \param hTexRef       - Texture reference
- \param pBorderColor  - RGBA color
+ - parameter hTexRef       - Texture reference
+ - parameter pBorderColor  - RGBA color
 
  \return
  ::CUDA_SUCCESS,
@@ -52125,24 +52336,28 @@ pub unsafe fn cuTexRefSetBorderColor(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the filtering mode for a texture reference
+/** Sets the filtering mode for a texture reference
 
- \deprecated
+ Deprecated.
 
  Specifies the filtering mode \p fm to be used when reading memory through
  the texture reference \p hTexRef. ::CUfilter_mode_enum is defined as:
 
- \code
-typedef enum CUfilter_mode_enum {
-CU_TR_FILTER_MODE_POINT = 0,
-CU_TR_FILTER_MODE_LINEAR = 1
-} CUfilter_mode;
- \endcode
+
+ ```text
+
+ typedef enum CUfilter_mode_enum {
+ CU_TR_FILTER_MODE_POINT = 0,
+ CU_TR_FILTER_MODE_LINEAR = 1
+ } CUfilter_mode;
+
+ ```
+
 
  Note that this call has no effect if \p hTexRef is bound to linear memory.
 
- \param hTexRef - Texture reference
- \param fm      - Filtering mode to set
+ - parameter hTexRef - Texture reference
+ - parameter fm      - Filtering mode to set
 
  \return
  ::CUDA_SUCCESS,
@@ -52183,30 +52398,30 @@ pub unsafe fn cuTexRefSetFilterMode(hTexRef: CUtexref, fm: CUfilter_mode) -> CUr
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the flags for a texture reference
+/** Sets the flags for a texture reference
 
- \deprecated
+ Deprecated.
 
  Specifies optional flags via \p Flags to specify the behavior of data
  returned through the texture reference \p hTexRef. The valid flags are:
 
  - ::CU_TRSF_READ_AS_INTEGER, which suppresses the default behavior of
-   having the texture promote integer data to floating point data in the
-   range [0, 1]. Note that texture with 32-bit integer format
-   would not be promoted, regardless of whether or not this
-   flag is specified;
+ having the texture promote integer data to floating point data in the
+ range [0, 1]. Note that texture with 32-bit integer format
+ would not be promoted, regardless of whether or not this
+ flag is specified;
  - ::CU_TRSF_NORMALIZED_COORDINATES, which suppresses the
-   default behavior of having the texture coordinates range
-   from [0, Dim) where Dim is the width or height of the CUDA
-   array. Instead, the texture coordinates [0, 1.0) reference
-   the entire breadth of the array dimension;
+ default behavior of having the texture coordinates range
+ from [0, Dim) where Dim is the width or height of the CUDA
+ array. Instead, the texture coordinates [0, 1.0) reference
+ the entire breadth of the array dimension;
  - ::CU_TRSF_DISABLE_TRILINEAR_OPTIMIZATION, which disables any trilinear
-   filtering optimizations. Trilinear optimizations improve texture filtering
-   performance by allowing bilinear filtering on textures in scenarios where
-   it can closely approximate the expected results.
+ filtering optimizations. Trilinear optimizations improve texture filtering
+ performance by allowing bilinear filtering on textures in scenarios where
+ it can closely approximate the expected results.
 
- \param hTexRef - Texture reference
- \param Flags   - Optional flags to set
+ - parameter hTexRef - Texture reference
+ - parameter Flags   - Optional flags to set
 
  \return
  ::CUDA_SUCCESS,
@@ -52250,9 +52465,9 @@ pub unsafe fn cuTexRefSetFlags(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the format for a texture reference
+/** Sets the format for a texture reference
 
- \deprecated
+ Deprecated.
 
  Specifies the format of the data to be read by the texture reference
  \p hTexRef. \p fmt and \p NumPackedComponents are exactly analogous to the
@@ -52260,9 +52475,9 @@ pub unsafe fn cuTexRefSetFlags(
  They specify the format of each component and the number of components per
  array element.
 
- \param hTexRef             - Texture reference
- \param fmt                 - Format to set
- \param NumPackedComponents - Number of components per array element
+ - parameter hTexRef             - Texture reference
+ - parameter fmt                 - Format to set
+ - parameter NumPackedComponents - Number of components per array element
 
  \return
  ::CUDA_SUCCESS,
@@ -52313,17 +52528,17 @@ pub unsafe fn cuTexRefSetFormat(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the maximum anisotropy for a texture reference
+/** Sets the maximum anisotropy for a texture reference
 
- \deprecated
+ Deprecated.
 
  Specifies the maximum anisotropy \p maxAniso to be used when reading memory through
  the texture reference \p hTexRef.
 
  Note that this call has no effect if \p hTexRef is bound to linear memory.
 
- \param hTexRef  - Texture reference
- \param maxAniso - Maximum anisotropy
+ - parameter hTexRef  - Texture reference
+ - parameter maxAniso - Maximum anisotropy
 
  \return
  ::CUDA_SUCCESS,
@@ -52367,24 +52582,28 @@ pub unsafe fn cuTexRefSetMaxAnisotropy(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the mipmap filtering mode for a texture reference
+/** Sets the mipmap filtering mode for a texture reference
 
- \deprecated
+ Deprecated.
 
  Specifies the mipmap filtering mode \p fm to be used when reading memory through
  the texture reference \p hTexRef. ::CUfilter_mode_enum is defined as:
 
- \code
-typedef enum CUfilter_mode_enum {
-CU_TR_FILTER_MODE_POINT = 0,
-CU_TR_FILTER_MODE_LINEAR = 1
-} CUfilter_mode;
- \endcode
+
+ ```text
+
+ typedef enum CUfilter_mode_enum {
+ CU_TR_FILTER_MODE_POINT = 0,
+ CU_TR_FILTER_MODE_LINEAR = 1
+ } CUfilter_mode;
+
+ ```
+
 
  Note that this call has no effect if \p hTexRef is not bound to a mipmapped array.
 
- \param hTexRef - Texture reference
- \param fm      - Filtering mode to set
+ - parameter hTexRef - Texture reference
+ - parameter fm      - Filtering mode to set
 
  \return
  ::CUDA_SUCCESS,
@@ -52428,17 +52647,17 @@ pub unsafe fn cuTexRefSetMipmapFilterMode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the mipmap level bias for a texture reference
+/** Sets the mipmap level bias for a texture reference
 
- \deprecated
+ Deprecated.
 
  Specifies the mipmap level bias \p bias to be added to the specified mipmap level when
  reading memory through the texture reference \p hTexRef.
 
  Note that this call has no effect if \p hTexRef is not bound to a mipmapped array.
 
- \param hTexRef - Texture reference
- \param bias    - Mipmap level bias
+ - parameter hTexRef - Texture reference
+ - parameter bias    - Mipmap level bias
 
  \return
  ::CUDA_SUCCESS,
@@ -52476,9 +52695,9 @@ pub unsafe fn cuTexRefSetMipmapLevelBias(hTexRef: CUtexref, bias: f32) -> CUresu
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the mipmap min/max mipmap level clamps for a texture reference
+/** Sets the mipmap min/max mipmap level clamps for a texture reference
 
- \deprecated
+ Deprecated.
 
  Specifies the min/max mipmap level clamps, \p minMipmapLevelClamp and \p maxMipmapLevelClamp
  respectively, to be used when reading memory through the texture reference
@@ -52486,9 +52705,9 @@ pub unsafe fn cuTexRefSetMipmapLevelBias(hTexRef: CUtexref, bias: f32) -> CUresu
 
  Note that this call has no effect if \p hTexRef is not bound to a mipmapped array.
 
- \param hTexRef        - Texture reference
- \param minMipmapLevelClamp - Mipmap min level clamp
- \param maxMipmapLevelClamp - Mipmap max level clamp
+ - parameter hTexRef        - Texture reference
+ - parameter minMipmapLevelClamp - Mipmap min level clamp
+ - parameter maxMipmapLevelClamp - Mipmap max level clamp
 
  \return
  ::CUDA_SUCCESS,
@@ -52530,18 +52749,18 @@ pub unsafe fn cuTexRefSetMipmapLevelClamp(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Binds a mipmapped array to a texture reference
+/** Binds a mipmapped array to a texture reference
 
- \deprecated
+ Deprecated.
 
  Binds the CUDA mipmapped array \p hMipmappedArray to the texture reference \p hTexRef.
  Any previous address or CUDA array state associated with the texture reference
  is superseded by this function. \p Flags must be set to ::CU_TRSA_OVERRIDE_FORMAT.
  Any CUDA array previously bound to \p hTexRef is unbound.
 
- \param hTexRef         - Texture reference to bind
- \param hMipmappedArray - Mipmapped array to bind
- \param Flags           - Options (must be ::CU_TRSA_OVERRIDE_FORMAT)
+ - parameter hTexRef         - Texture reference to bind
+ - parameter hMipmappedArray - Mipmapped array to bind
+ - parameter Flags           - Options (must be ::CU_TRSA_OVERRIDE_FORMAT)
 
  \return
  ::CUDA_SUCCESS,
@@ -52591,17 +52810,21 @@ pub unsafe fn cuTexRefSetMipmappedArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Swaps the stream capture interaction mode for a thread
+/** Swaps the stream capture interaction mode for a thread
 
  Sets the calling thread's stream capture interaction mode to the value contained
  in \p *mode, and overwrites \p *mode with the previous mode for the thread. To
  facilitate deterministic behavior across function or module boundaries, callers
- are encouraged to use this API in a push-pop fashion: \code
-CUstreamCaptureMode mode = desiredMode;
-cuThreadExchangeStreamCaptureMode(&mode);
-...
-cuThreadExchangeStreamCaptureMode(&mode); // restore previous mode
- \endcode
+ are encouraged to use this API in a push-pop fashion:
+ ```text
+
+ CUstreamCaptureMode mode = desiredMode;
+ cuThreadExchangeStreamCaptureMode(&mode);
+ ...
+ cuThreadExchangeStreamCaptureMode(&mode); // restore previous mode
+
+ ```
+
 
  During stream capture (see ::cuStreamBeginCapture), some actions, such as a call
  to ::cudaMalloc, may be unsafe. In the case of ::cudaMalloc, the operation is
@@ -52616,27 +52839,27 @@ cuThreadExchangeStreamCaptureMode(&mode); // restore previous mode
 
  A thread's mode is one of the following:
  - \p CU_STREAM_CAPTURE_MODE_GLOBAL: This is the default mode. If the local thread has
-   an ongoing capture sequence that was not initiated with
-   \p CU_STREAM_CAPTURE_MODE_RELAXED at \p cuStreamBeginCapture, or if any other thread
-   has a concurrent capture sequence initiated with \p CU_STREAM_CAPTURE_MODE_GLOBAL,
-   this thread is prohibited from potentially unsafe API calls.
+ an ongoing capture sequence that was not initiated with
+ \p CU_STREAM_CAPTURE_MODE_RELAXED at \p cuStreamBeginCapture, or if any other thread
+ has a concurrent capture sequence initiated with \p CU_STREAM_CAPTURE_MODE_GLOBAL,
+ this thread is prohibited from potentially unsafe API calls.
  - \p CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: If the local thread has an ongoing capture
-   sequence not initiated with \p CU_STREAM_CAPTURE_MODE_RELAXED, it is prohibited
-   from potentially unsafe API calls. Concurrent capture sequences in other threads
-   are ignored.
+ sequence not initiated with \p CU_STREAM_CAPTURE_MODE_RELAXED, it is prohibited
+ from potentially unsafe API calls. Concurrent capture sequences in other threads
+ are ignored.
  - \p CU_STREAM_CAPTURE_MODE_RELAXED: The local thread is not prohibited from potentially
-   unsafe API calls. Note that the thread is still prohibited from API calls which
-   necessarily conflict with stream capture, for example, attempting ::cuEventQuery
-   on an event that was last recorded inside a capture sequence.
+ unsafe API calls. Note that the thread is still prohibited from API calls which
+ necessarily conflict with stream capture, for example, attempting ::cuEventQuery
+ on an event that was last recorded inside a capture sequence.
 
- \param mode - Pointer to mode value to swap with the current mode
+ - parameter mode - Pointer to mode value to swap with the current mode
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_DEINITIALIZED,
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_INVALID_VALUE
- \notefnerr
+
 
  \sa
  ::cuStreamBeginCapture*/
@@ -52667,7 +52890,7 @@ pub unsafe fn cuThreadExchangeStreamCaptureMode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Create a user object
+/** Create a user object
 
  Create a user object with the specified destructor callback and initial reference count. The
  initial references are owned by the caller.
@@ -52678,16 +52901,16 @@ pub unsafe fn cuThreadExchangeStreamCaptureMode(
 
  See CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.
 
- \param object_out      - Location to return the user object handle
- \param ptr             - The pointer to pass to the destroy function
- \param destroy         - Callback to free the user object when it is no longer in use
- \param initialRefcount - The initial refcount to create the object with, typically 1. The
-                          initial references are owned by the calling thread.
- \param flags           - Currently it is required to pass ::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC,
-                          which is the only defined flag. This indicates that the destroy
-                          callback cannot be waited on by any CUDA API. Users requiring
-                          synchronization of the callback should signal its completion
-                          manually.
+ - parameter object_out      - Location to return the user object handle
+ - parameter ptr             - The pointer to pass to the destroy function
+ - parameter destroy         - Callback to free the user object when it is no longer in use
+ - parameter initialRefcount - The initial refcount to create the object with, typically 1. The
+ initial references are owned by the calling thread.
+ - parameter flags           - Currently it is required to pass ::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC,
+ which is the only defined flag. This indicates that the destroy
+ callback cannot be waited on by any CUDA API. Users requiring
+ synchronization of the callback should signal its completion
+ manually.
 
  \return
  ::CUDA_SUCCESS,
@@ -52740,7 +52963,7 @@ pub unsafe fn cuUserObjectCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Release a reference to a user object
+/** Release a reference to a user object
 
  Releases user object references owned by the caller. The object's destructor is invoked if
  the reference count reaches zero.
@@ -52750,9 +52973,9 @@ pub unsafe fn cuUserObjectCreate(
 
  See CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.
 
- \param object - The object to release
- \param count  - The number of references to release, typically 1. Must be nonzero
-                 and not larger than INT_MAX.
+ - parameter object - The object to release
+ - parameter count  - The number of references to release, typically 1. Must be nonzero
+ and not larger than INT_MAX.
 
  \return
  ::CUDA_SUCCESS,
@@ -52793,15 +53016,15 @@ pub unsafe fn cuUserObjectRelease(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Retain a reference to a user object
+/** Retain a reference to a user object
 
  Retains new references to a user object. The new references are owned by the caller.
 
  See CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.
 
- \param object - The object to retain
- \param count  - The number of references to retain, typically 1. Must be nonzero
-                 and not larger than INT_MAX.
+ - parameter object - The object to retain
+ - parameter count  - The number of references to retain, typically 1. Must be nonzero
+ and not larger than INT_MAX.
 
  \return
  ::CUDA_SUCCESS,
@@ -52842,7 +53065,7 @@ pub unsafe fn cuUserObjectRetain(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Waits on a set of external semaphore objects
+/** Waits on a set of external semaphore objects
 
  Enqueues a wait operation on a set of externally allocated
  semaphore object in the specified stream. The operations will be
@@ -52898,10 +53121,10 @@ pub unsafe fn cuUserObjectRetain(
  value is specified the timeout never elapses. The windows INFINITE
  macro must be used to specify infinite timeout.
 
- \param extSemArray - External semaphores to be waited on
- \param paramsArray - Array of semaphore parameters
- \param numExtSems  - Number of semaphores to wait on
- \param stream      - Stream to enqueue the wait operations in
+ - parameter extSemArray - External semaphores to be waited on
+ - parameter paramsArray - Array of semaphore parameters
+ - parameter numExtSems  - Number of semaphores to wait on
+ - parameter stream      - Stream to enqueue the wait operations in
 
  \return
  ::CUDA_SUCCESS,
@@ -52909,9 +53132,9 @@ pub unsafe fn cuUserObjectRetain(
  ::CUDA_ERROR_INVALID_HANDLE,
  ::CUDA_ERROR_NOT_SUPPORTED,
  ::CUDA_ERROR_TIMEOUT
- \notefnerr
 
- \sa ::cuImportExternalSemaphore,
+
+ See also: ::cuImportExternalSemaphore,
  ::cuDestroyExternalSemaphore,
  ::cuSignalExternalSemaphoresAsync*/
 ///

@@ -758,15 +758,14 @@ pub unsafe fn nvJitLinkGetLinkedPtxSize(
 /// `__nvJitLinkGetLinkedPtxSize_13_5`, the name the header's macros give [`nvJitLinkGetLinkedPtxSize`].
 pub use self::nvJitLinkGetLinkedPtxSize as __nvJitLinkGetLinkedPtxSize_13_5;
 /** \ingroup linking
- \brief   nvJitLinkVersion returns the current version of nvJitLink.
+   nvJitLinkVersion returns the current version of nvJitLink.
 
- \param    [out] major        The major version.
- \param    [out] minor        The minor version.
+ - parameter    [out] major        The major version.
+ - parameter    [out] minor        The minor version.
  \return
-   - \link #nvJitLinkResult NVJITLINK_SUCCESS \endlink
-   - \link #nvJitLinkResult NVJITLINK_ERROR_INVALID_INPUT\endlink
-   - \link #nvJitLinkResult NVJITLINK_ERROR_INTERNAL\endlink
-*/
+ - \link #nvJitLinkResult NVJITLINK_SUCCESS \endlink
+ - \link #nvJitLinkResult NVJITLINK_ERROR_INVALID_INPUT\endlink
+ - \link #nvJitLinkResult NVJITLINK_ERROR_INTERNAL\endlink*/
 ///
 /** # Loading
 

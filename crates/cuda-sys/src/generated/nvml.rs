@@ -16169,12 +16169,12 @@ pub static LIBRARY: crate::loader::Library = crate::loader::Library::new(
  @param computeInstance                      The compute instance handle
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a computeInstance is invalid
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation
-         - \ref NVML_ERROR_IN_USE            If the compute instance is in use. This error would be returned if
-                                             processes (e.g. CUDA application) are active on the compute instance.*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a computeInstance is invalid
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation
+ - \ref NVML_ERROR_IN_USE            If the compute instance is in use. This error would be returned if
+ processes (e.g. CUDA application) are active on the compute instance.*/
 ///
 /** # Loading
 
@@ -16211,10 +16211,10 @@ pub unsafe fn nvmlComputeInstanceDestroy(
  @param info                                 Return compute instance information
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a computeInstance or \a info are invalid
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a computeInstance or \a info are invalid
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
 ///
 /** # Loading
 
@@ -16262,12 +16262,12 @@ pub use self::nvmlComputeInstanceGetInfo as nvmlComputeInstanceGetInfo_v2;
  @param device                               The identifier of the target device
 
  @return
-         - \ref NVML_SUCCESS                 if accounting information has been cleared
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if accounting information has been cleared
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -16300,10 +16300,10 @@ pub unsafe fn nvmlDeviceClearAccountingPids(device: nvmlDevice_t) -> nvmlReturn_
  @param device                               The identifier of the target device
 
  @return
-         - \ref NVML_SUCCESS                 if the calling process has been successfully unbound
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if the calling process has been successfully unbound
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -16346,17 +16346,17 @@ pub unsafe fn nvmlDeviceClearCpuAffinity(device: nvmlDevice_t) -> nvmlReturn_t {
  @param counterType                          Flag that indicates which type of errors should be cleared.
 
  @return
-         - \ref NVML_SUCCESS                 if the error counts were cleared
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a counterType is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the error counts were cleared
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a counterType is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see
-      - nvmlDeviceGetDetailedEccErrors()
-      - nvmlDeviceGetTotalEccErrors()*/
+ - nvmlDeviceGetDetailedEccErrors()
+ - nvmlDeviceGetTotalEccErrors()*/
 ///
 /** # Loading
 
@@ -16394,13 +16394,13 @@ pub unsafe fn nvmlDeviceClearEccErrorCounts(
  @param device                               The device handle of the GPU to request field values for
  @param valuesCount                          Number of entries in values that should be cleared
  @param values                               Array of \a valuesCount structures to hold field values.
-                                             Each value's fieldId must be populated prior to this call
+ Each value's fieldId must be populated prior to this call
 
  @return
-         - \ref NVML_SUCCESS                 if any values in \a values were cleared. Note that you must
-                                             check the nvmlReturn field of each value for each individual
-                                             status
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a values is NULL*/
+ - \ref NVML_SUCCESS                 if any values in \a values were cleared. Note that you must
+ check the nvmlReturn field of each value for each individual
+ status
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a values is NULL*/
 ///
 /** # Loading
 
@@ -16450,12 +16450,12 @@ pub unsafe fn nvmlDeviceClearFieldValues(
  @param gpuInstance                          Returns the GPU instance handle
 
  @return
-         - \ref NVML_SUCCESS                       Upon success
-         - \ref NVML_ERROR_UNINITIALIZED           If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT        If \a device, \a profile, \a profileId or \a gpuInstance are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED           If \a device doesn't have MIG mode enabled or in vGPU guest
-         - \ref NVML_ERROR_NO_PERMISSION           If user doesn't have permission to perform the operation
-         - \ref NVML_ERROR_INSUFFICIENT_RESOURCES  If the requested GPU instance could not be created*/
+ - \ref NVML_SUCCESS                       Upon success
+ - \ref NVML_ERROR_UNINITIALIZED           If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT        If \a device, \a profile, \a profileId or \a gpuInstance are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED           If \a device doesn't have MIG mode enabled or in vGPU guest
+ - \ref NVML_ERROR_NO_PERMISSION           If user doesn't have permission to perform the operation
+ - \ref NVML_ERROR_INSUFFICIENT_RESOURCES  If the requested GPU instance could not be created*/
 ///
 /** # Loading
 
@@ -16506,13 +16506,13 @@ pub unsafe fn nvmlDeviceCreateGpuInstance(
  @param gpuInstance                          Returns the GPU instance handle
 
  @return
-         - \ref NVML_SUCCESS                       Upon success
-         - \ref NVML_ERROR_UNINITIALIZED           If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT        If \a device, \a profile, \a profileId, \a placement or \a gpuInstance
-                                                   are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED           If \a device doesn't have MIG mode enabled or in vGPU guest
-         - \ref NVML_ERROR_NO_PERMISSION           If user doesn't have permission to perform the operation
-         - \ref NVML_ERROR_INSUFFICIENT_RESOURCES  If the requested GPU instance could not be created*/
+ - \ref NVML_SUCCESS                       Upon success
+ - \ref NVML_ERROR_UNINITIALIZED           If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT        If \a device, \a profile, \a profileId, \a placement or \a gpuInstance
+ are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED           If \a device doesn't have MIG mode enabled or in vGPU guest
+ - \ref NVML_ERROR_NO_PERMISSION           If user doesn't have permission to perform the operation
+ - \ref NVML_ERROR_INSUFFICIENT_RESOURCES  If the requested GPU instance could not be created*/
 ///
 /** # Loading
 
@@ -16566,16 +16566,16 @@ pub unsafe fn nvmlDeviceCreateGpuInstanceWithPlacement(
  Some Kepler devices supported.
 
  @param pciInfo                              The PCI tree to be searched.  Only the domain, bus, and device
-                                             fields are used in this call.
+ fields are used in this call.
 
  @return
-         - \ref NVML_SUCCESS                 if counters were successfully reset
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a pciInfo is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the operating system does not support this feature
-         - \ref NVML_ERROR_OPERATING_SYSTEM  if the operating system is denying this feature
-         - \ref NVML_ERROR_NO_PERMISSION     if the calling process has insufficient permissions to perform operation
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if counters were successfully reset
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a pciInfo is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the operating system does not support this feature
+ - \ref NVML_ERROR_OPERATING_SYSTEM  if the operating system is denying this feature
+ - \ref NVML_ERROR_NO_PERMISSION     if the calling process has insufficient permissions to perform operation
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -16612,14 +16612,14 @@ pub unsafe fn nvmlDeviceDiscoverGpus(pciInfo: *mut nvmlPciInfo_t) -> nvmlReturn_
  @param link                                 Specifies the NvLink link to be queried
  @param counter                              Specifies the counter that should be frozen (0 or 1).
  @param freeze                               NVML_FEATURE_ENABLED = freeze the receive and transmit counters
-                                             NVML_FEATURE_DISABLED = unfreeze the receive and transmit counters
+ NVML_FEATURE_DISABLED = unfreeze the receive and transmit counters
 
  @return
-         - \ref NVML_SUCCESS                 if counters were successfully frozen or unfrozen
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a link, \a counter, or \a freeze is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if counters were successfully frozen or unfrozen
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a link, \a counter, or \a freeze is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -16666,18 +16666,18 @@ pub unsafe fn nvmlDeviceFreezeNvLinkUtilizationCounter(
  @param device                               The identifier of the target device
  @param apiType                              Target API type for this operation
  @param isRestricted                         Reference in which to return the current restriction
-                                             NVML_FEATURE_ENABLED indicates that the API is root-only
-                                             NVML_FEATURE_DISABLED indicates that the API is accessible to all users
+ NVML_FEATURE_ENABLED indicates that the API is root-only
+ NVML_FEATURE_DISABLED indicates that the API is accessible to all users
 
  @return
-         - \ref NVML_SUCCESS                 if \a isRestricted has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a apiType incorrect or \a isRestricted is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device or the device does not support
-                                                 the feature that is being queried (E.G. Enabling/disabling Auto Boosted clocks is
-                                                 not supported by the device)
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a isRestricted has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a apiType incorrect or \a isRestricted is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device or the device does not support
+ the feature that is being queried (E.G. Enabling/disabling Auto Boosted clocks is
+ not supported by the device)
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlRestrictedAPI_t*/
 ///
@@ -16724,14 +16724,14 @@ pub unsafe fn nvmlDeviceGetAPIRestriction(
 
  @param device                               The identifier of the target device
  @param bufferSize                           Reference in which to provide the size (in number of elements)
-                                               of the circular buffer for accounting stats.
+ of the circular buffer for accounting stats.
 
  @return
-         - \ref NVML_SUCCESS                 if buffer size was successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a bufferSize is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature or accounting mode is disabled
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if buffer size was successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a bufferSize is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature or accounting mode is disabled
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceGetAccountingStats
  @see nvmlDeviceGetAccountingPids*/
@@ -16767,7 +16767,7 @@ pub unsafe fn nvmlDeviceGetAccountingBufferSize(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " Queries the state of per process accounting mode.\n\n For Kepler &tm; or newer fully supported devices.\n\n See \\ref nvmlDeviceGetAccountingStats for more details.\n See \\ref nvmlDeviceSetAccountingMode\n\n/\n/**\n @note In the MPS locality-domain view, this API returns the physical parent's\n       accounting mode as reported by MPS. See \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @param device                               The identifier of the target device\n @param mode                                 Reference in which to return the current accounting mode\n\n @return\n         - \\ref NVML_SUCCESS                 if the mode has been successfully retrieved\n         - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n         - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid or \\a mode are NULL\n         - \\ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature\n         - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
+#[doc = " Queries the state of per process accounting mode.\n\n For Kepler &tm; or newer fully supported devices.\n\n See \\ref nvmlDeviceGetAccountingStats for more details.\n See \\ref nvmlDeviceSetAccountingMode\n\n /\n /**\n @note In the MPS locality-domain view, this API returns the physical parent's\n accounting mode as reported by MPS. See \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @param device                               The identifier of the target device\n @param mode                                 Reference in which to return the current accounting mode\n\n @return\n - \\ref NVML_SUCCESS                 if the mode has been successfully retrieved\n - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid or \\a mode are NULL\n - \\ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature\n - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
 ///
 /** # Loading
 
@@ -16814,18 +16814,18 @@ pub unsafe fn nvmlDeviceGetAccountingMode(
 
  @param device                               The identifier of the target device
  @param count                                Reference in which to provide the \a pids array size, and
-                                               to return the number of elements ready to be queried
+ to return the number of elements ready to be queried
  @param pids                                 Reference in which to return list of process ids
 
  @return
-         - \ref NVML_SUCCESS                 if pids were successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a count is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if \a device doesn't support this feature or accounting mode is disabled
-                                              or on vGPU host.
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a count is too small (\a count is set to
-                                                 expected value)
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if pids were successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a count is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if \a device doesn't support this feature or accounting mode is disabled
+ or on vGPU host.
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a count is too small (\a count is set to
+ expected value)
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceGetAccountingBufferSize*/
 ///
@@ -16879,7 +16879,7 @@ pub unsafe fn nvmlDeviceGetAccountingPids(
 
  @note Accounting Mode needs to be on. See \ref nvmlDeviceGetAccountingMode.
  @note Only compute and graphics applications stats can be queried. Monitoring applications stats can't be
-         queried since they don't contribute to GPU utilization.
+ queried since they don't contribute to GPU utilization.
  @note In case of pid collision stats of only the latest process (that terminated last) will be reported
 
  @warning On Kepler devices per process statistics are accurate only if there's one process running on a GPU.
@@ -16889,13 +16889,13 @@ pub unsafe fn nvmlDeviceGetAccountingPids(
  @param stats                                Reference in which to return the process's accounting stats
 
  @return
-         - \ref NVML_SUCCESS                 if stats have been successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a stats are NULL
-         - \ref NVML_ERROR_NOT_FOUND         if process stats were not found
-         - \ref NVML_ERROR_NOT_SUPPORTED     if \a device doesn't support this feature or accounting mode is disabled
-                                              or on vGPU host.
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if stats have been successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a stats are NULL
+ - \ref NVML_ERROR_NOT_FOUND         if process stats were not found
+ - \ref NVML_ERROR_NOT_SUPPORTED     if \a device doesn't support this feature or accounting mode is disabled
+ or on vGPU host.
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceGetAccountingBufferSize*/
 ///
@@ -16949,7 +16949,7 @@ pub unsafe fn nvmlDeviceGetAccountingStats(
 
  @note Accounting Mode needs to be on. See \ref nvmlDeviceGetAccountingMode.
  @note Only compute and graphics applications stats can be queried. Monitoring applications stats can't be
-         queried since they don't contribute to GPU utilization.
+ queried since they don't contribute to GPU utilization.
  @note In case of pid collision stats of only the latest process (that terminated last) will be reported
 
  @warning On Kepler devices per process statistics are accurate only if there's one process running on a GPU.
@@ -16958,13 +16958,13 @@ pub unsafe fn nvmlDeviceGetAccountingStats(
  @param stats                                Reference in which to return the process's accounting stats (v2)
 
  @return
-         - \ref NVML_SUCCESS                 if stats (v2) have been successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a stats are NULL
-         - \ref NVML_ERROR_NOT_FOUND         if process stats were not found
-         - \ref NVML_ERROR_NOT_SUPPORTED     if \a device doesn't support this feature or accounting mode is disabled
-                                              or on vGPU host.
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if stats (v2) have been successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a stats are NULL
+ - \ref NVML_ERROR_NOT_FOUND         if process stats were not found
+ - \ref NVML_ERROR_NOT_SUPPORTED     if \a device doesn't support this feature or accounting mode is disabled
+ or on vGPU host.
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceGetAccountingBufferSize*/
 ///
@@ -17014,16 +17014,16 @@ pub unsafe fn nvmlDeviceGetAccountingStats_v2(
 
  @param device                   The identifier of the target device
  @param vgpuCount                Pointer which passes in the array size as well as get
-                                 back the number of types
+ back the number of types
  @param vgpuInstances            Pointer to array in which to return list of vGPU instances
 
  @return
-         - \ref NVML_SUCCESS                  successful completion
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a device is invalid, or \a vgpuCount is NULL
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE  if \a size is too small
-         - \ref NVML_ERROR_NOT_SUPPORTED      if vGPU is not supported by the device
-         - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
+ - \ref NVML_SUCCESS                  successful completion
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a device is invalid, or \a vgpuCount is NULL
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE  if \a size is too small
+ - \ref NVML_ERROR_NOT_SUPPORTED      if vGPU is not supported by the device
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
 ///
 /** # Loading
 
@@ -17063,16 +17063,15 @@ pub unsafe fn nvmlDeviceGetActiveVgpus(
 
  @param device                               The identifier of the target device
  @param adaptiveClockStatus                  The current adaptive clocking status, either
-                                             NVML_ADAPTIVE_CLOCKING_INFO_STATUS_DISABLED
-                                             or NVML_ADAPTIVE_CLOCKING_INFO_STATUS_ENABLED
+ NVML_ADAPTIVE_CLOCKING_INFO_STATUS_DISABLED
+ or NVML_ADAPTIVE_CLOCKING_INFO_STATUS_ENABLED
 
  @return
-         - \ref NVML_SUCCESS                 if the current adaptive clocking status is successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a adaptiveClockStatus is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-*/
+ - \ref NVML_SUCCESS                 if the current adaptive clocking status is successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a adaptiveClockStatus is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible*/
 ///
 /** # Loading
 
@@ -17118,12 +17117,12 @@ pub unsafe fn nvmlDeviceGetAdaptiveClockInfoStatus(
  @param info       Reference in which to return the Adaptive TGP Mode information
 
  @return
-         - \ref NVML_SUCCESS                 if \a info has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a info is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support Adaptive TGP Mode
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a info has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a info is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support Adaptive TGP Mode
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceSetAdaptiveTgpMode_v1()*/
 ///
@@ -17160,10 +17159,10 @@ pub unsafe fn nvmlDeviceGetAdaptiveTgpModeInfo_v1(
 }
 /** Get the addressing mode for a given GPU. Addressing modes can be one of:
  1. HMM:  System allocated memory (malloc, mmap) is addressable from the device (GPU),
-          via software-based mirroring of the CPU's page tables, on the GPU.
+ via software-based mirroring of the CPU's page tables, on the GPU.
  2. ATS:  System allocated memory (malloc, mmap) is addressable from the device (GPU),
-          via Address Translation Services. This means that there is (effectively)
-          a single set of page tables, and the CPU and GPU both use them.
+ via Address Translation Services. This means that there is (effectively)
+ a single set of page tables, and the CPU and GPU both use them.
  3. None: Neither HMM nor ATS is active.
 
  For Turing &tm; or newer fully supported devices.
@@ -17173,10 +17172,10 @@ pub unsafe fn nvmlDeviceGetAdaptiveTgpModeInfo_v1(
  @param[out]     mode                    Pointer to addressing mode of the device
 
  @returns
-         - \ref NVML_SUCCESS                          if \a mode is retrieved successfully
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  if the provided version is invalid/unsupported
-         - \ref NVML_ERROR_NOT_SUPPORTED              if request is not supported on the current platform
-         - \ref NVML_ERROR_INVALID_ARGUMENT           if \a device \a node is invalid*/
+ - \ref NVML_SUCCESS                          if \a mode is retrieved successfully
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  if the provided version is invalid/unsupported
+ - \ref NVML_ERROR_NOT_SUPPORTED              if request is not supported on the current platform
+ - \ref NVML_ERROR_INVALID_ARGUMENT           if \a device \a node is invalid*/
 ///
 /** # Loading
 
@@ -17249,12 +17248,12 @@ pub unsafe fn nvmlDeviceGetApplicationsClock(
 
  @param device                               The identifier of the target device
  @param arch                                 Reference where architecture is returned, if call successful.
-                                             Set to NVML_DEVICE_ARCH_* upon success
+ Set to NVML_DEVICE_ARCH_* upon success
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device or \a arch (output refererence) are invalid*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device or \a arch (output refererence) are invalid*/
 ///
 /** # Loading
 
@@ -17298,11 +17297,11 @@ pub unsafe fn nvmlDeviceGetArchitecture(
  @param attributes                           Device attributes
 
  @return
-        - \ref NVML_SUCCESS                  if \a device attributes were successfully retrieved
-        - \ref NVML_ERROR_INVALID_ARGUMENT   if \a device handle is invalid
-        - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-        - \ref NVML_ERROR_NOT_SUPPORTED      if this query is not supported by the device
-        - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
+ - \ref NVML_SUCCESS                  if \a device attributes were successfully retrieved
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a device handle is invalid
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_NOT_SUPPORTED      if this query is not supported by the device
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
 ///
 /** # Loading
 
@@ -17352,16 +17351,15 @@ pub use self::nvmlDeviceGetAttributes as nvmlDeviceGetAttributes_v2;
  @param device                               The identifier of the target device
  @param isEnabled                            Where to store the current state of Auto Boosted clocks of the target device
  @param defaultIsEnabled                     Where to store the default Auto Boosted clocks behavior of the target device that the device will
-                                                 revert to when no applications are using the GPU
+ revert to when no applications are using the GPU
 
  @return
-         - \ref NVML_SUCCESS                 If \a isEnabled has been been set with the Auto Boosted clocks state of \a device
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a isEnabled is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support Auto Boosted clocks
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
-*/
+ - \ref NVML_SUCCESS                 If \a isEnabled has been been set with the Auto Boosted clocks state of \a device
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a isEnabled is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support Auto Boosted clocks
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -17403,23 +17401,22 @@ pub unsafe fn nvmlDeviceGetAutoBoostedClocksEnabled(
  devices (peer-to-peer on the PCIE bus).
 
  @note In MIG mode, if device handle is provided, the API returns aggregate
-       information, only if the caller has appropriate privileges. Per-instance
-       information can be queried by using specific MIG device handles.
+ information, only if the caller has appropriate privileges. Per-instance
+ information can be queried by using specific MIG device handles.
 
  For Kepler &tm; or newer fully supported devices.
 
  @param device                               The identifier of the target device
  @param bar1Memory                           Reference in which BAR1 memory
-                                             information is returned.
+ information is returned.
 
  @return
-         - \ref NVML_SUCCESS                 if BAR1 memory is successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a bar1Memory is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
-*/
+ - \ref NVML_SUCCESS                 if BAR1 memory is successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a bar1Memory is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -17460,11 +17457,11 @@ pub unsafe fn nvmlDeviceGetBAR1MemoryInfo(
  @param timeData                             Reference in which to return the cumulative number of seconds the GPU has had the driver loaded
 
  @return
-         - \ref NVML_SUCCESS                 if \a timeData has been set
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a timeData is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a timeData has been set
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a timeData is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -17497,7 +17494,7 @@ pub unsafe fn nvmlDeviceGetBBXTimeData_v1(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " @addtogroup nvmlDeviceQueries\n  @{\n/\n/**\n Get bank remapper status.\n\n %RUBIN_OR_NEWER%\n\n @param device                 The identifier of the target device\n @param pBankRemapperStatus    Reference to \\ref nvmlEccBankRemapperStatus_v1_t\n\n @return\n - \\ref NVML_SUCCESS if \\a pBankRemapperStatus was populated\n - \\ref NVML_ERROR_UNINITIALIZED if the library has not been successfully initialized\n - \\ref NVML_ERROR_INVALID_ARGUMENT if \\a device is invalid or \\a pBankRemapperStatus is NULL\n - \\ref NVML_ERROR_NOT_SUPPORTED if the device doesn't support this feature\n - \\ref NVML_ERROR_GPU_IS_LOST if the target GPU has fallen off the bus or is otherwise inaccessible\n - \\ref NVML_ERROR_UNKNOWN on any unexpected error"]
+#[doc = " @addtogroup nvmlDeviceQueries\n @{\n /\n /**\n Get bank remapper status.\n\n %RUBIN_OR_NEWER%\n\n @param device                 The identifier of the target device\n @param pBankRemapperStatus    Reference to \\ref nvmlEccBankRemapperStatus_v1_t\n\n @return\n - \\ref NVML_SUCCESS if \\a pBankRemapperStatus was populated\n - \\ref NVML_ERROR_UNINITIALIZED if the library has not been successfully initialized\n - \\ref NVML_ERROR_INVALID_ARGUMENT if \\a device is invalid or \\a pBankRemapperStatus is NULL\n - \\ref NVML_ERROR_NOT_SUPPORTED if the device doesn't support this feature\n - \\ref NVML_ERROR_GPU_IS_LOST if the target GPU has fallen off the bus or is otherwise inaccessible\n - \\ref NVML_ERROR_UNKNOWN on any unexpected error"]
 ///
 /** # Loading
 
@@ -17532,11 +17529,11 @@ pub unsafe fn nvmlDeviceGetBankRemapperStatus_v1(
 }
 /** Retrieves the device boardId from 0-N.
  Devices with the same boardId indicate GPUs connected to the same PLX.  Use in conjunction with
-  \ref nvmlDeviceGetMultiGpuBoard() to decide if they are on the same board as well.
-  The boardId returned is a unique ID for the current configuration.  Uniqueness and ordering across
-  reboots and system configurations is not guaranteed (i.e. if a Tesla K40c returns 0x100 and
-  the two GPUs on a Tesla K10 in the same system returns 0x200 it is not guaranteed they will
-  always return those values but they will always be different from each other).
+ \ref nvmlDeviceGetMultiGpuBoard() to decide if they are on the same board as well.
+ The boardId returned is a unique ID for the current configuration.  Uniqueness and ordering across
+ reboots and system configurations is not guaranteed (i.e. if a Tesla K40c returns 0x100 and
+ the two GPUs on a Tesla K10 in the same system returns 0x200 it is not guaranteed they will
+ always return those values but they will always be different from each other).
 
 
  For Fermi &tm; or newer fully supported devices.
@@ -17545,12 +17542,12 @@ pub unsafe fn nvmlDeviceGetBankRemapperStatus_v1(
  @param boardId                              Reference in which to return the device's board ID
 
  @return
-         - \ref NVML_SUCCESS                 if \a boardId has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a boardId is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a boardId has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a boardId is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -17592,12 +17589,12 @@ pub unsafe fn nvmlDeviceGetBoardId(
  @param length                                Length of the buffer reference
 
  @return
-         - \ref NVML_SUCCESS                  if \a partNumber has been set
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_NOT_SUPPORTED      if the needed VBIOS fields have not been filled
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a device is invalid or \a serial is NULL
-         - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
+ - \ref NVML_SUCCESS                  if \a partNumber has been set
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_NOT_SUPPORTED      if the needed VBIOS fields have not been filled
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a device is invalid or \a serial is NULL
+ - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
 ///
 /** # Loading
 
@@ -17643,11 +17640,11 @@ pub unsafe fn nvmlDeviceGetBoardPartNumber(
  @param type                                 Reference in which to return the product brand type
 
  @return
-         - \ref NVML_SUCCESS                 if \a name has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a type is NULL
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a name has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a type is NULL
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -17689,13 +17686,12 @@ pub unsafe fn nvmlDeviceGetBrand(
  @param bridgeHierarchy                       Reference to the returned bridge chip Hierarchy
 
  @return
-         - \ref NVML_SUCCESS                 if bridge chip exists
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a bridgeInfo is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if bridge chip not supported on the device
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
-*/
+ - \ref NVML_SUCCESS                 if bridge chip exists
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a bridgeInfo is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if bridge chip not supported on the device
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -17734,10 +17730,10 @@ pub unsafe fn nvmlDeviceGetBridgeChipInfo(
  @param type                                 The PCI Bus type
 
  return
-         - \ref NVML_SUCCESS                 if the bus \a type is successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a type is NULL
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if the bus \a type is successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a type is NULL
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -17776,11 +17772,11 @@ pub unsafe fn nvmlDeviceGetBusType(
  @param c2cModeInfo                          Output struct containing the device's C2C Mode info
 
  @return
-         - \ref NVML_SUCCESS                 if \a C2C Mode Infor query is successful
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a serial is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a C2C Mode Infor query is successful
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a serial is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -17821,13 +17817,13 @@ pub unsafe fn nvmlDeviceGetC2cModeInfoV(
  @param caps                                 Returns GPU's capabilities
 
  @return
-         - \ref NVML_SUCCESS                         If the query is success
-         - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid or \a counters is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST               If the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
-         - \ref NVML_ERROR_UNKNOWN                   On any unexpected error*/
+ - \ref NVML_SUCCESS                         If the query is success
+ - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid or \a counters is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST               If the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
+ - \ref NVML_ERROR_UNKNOWN                   On any unexpected error*/
 ///
 /** # Loading
 
@@ -17871,12 +17867,12 @@ pub unsafe fn nvmlDeviceGetCapabilities(
  @param status                               Reference in which to return the clkmon fault status
 
  @return
-         - \ref NVML_SUCCESS                 if \a status has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a status is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a status has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a status is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceGetClkMonStatus()*/
 ///
@@ -17921,12 +17917,12 @@ pub unsafe fn nvmlDeviceGetClkMonStatus(
  @param clockMHz                             Reference in which to return the clock in MHz
 
  @return
-         - \ref NVML_SUCCESS                 if \a clockMHz has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a clockMHz is NULL or \a clockType is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a clockMHz has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a clockMHz is NULL or \a clockType is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -17976,12 +17972,12 @@ pub unsafe fn nvmlDeviceGetClock(
  @param clock                                Reference in which to return the clock speed in MHz
 
  @return
-         - \ref NVML_SUCCESS                 if \a clock has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a clock is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device cannot report the specified clock
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a clock has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a clock is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device cannot report the specified clock
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -18022,21 +18018,21 @@ pub unsafe fn nvmlDeviceGetClockInfo(
  For Maxwell &tm; or newer fully supported devices.
 
  Note: \ref nvmlDeviceGetGpcClkVfOffset, \ref nvmlDeviceGetMemClkVfOffset, \ref nvmlDeviceGetGpcClkMinMaxVfOffset and
-       \ref nvmlDeviceGetMemClkMinMaxVfOffset will be deprecated in a future release.
-Use \ref nvmlDeviceGetClockOffsets instead.
+ \ref nvmlDeviceGetMemClkMinMaxVfOffset will be deprecated in a future release.
+ Use \ref nvmlDeviceGetClockOffsets instead.
 
  @param device                               The identifier of the target device
  @param info                                 Structure specifying the clock type (input) and the pstate (input)
-                                             retrieved clock offset value (output), min clock offset (output)
-                                             and max clock offset (output)
+ retrieved clock offset value (output), min clock offset (output)
+ and max clock offset (output)
 
  @return
-         - \ref NVML_SUCCESS                         If everything worked
-         - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device, \a type or \a pstate are invalid or both
-                                                             \a minClockOffsetMHz and \a maxClockOffsetMHz are NULL
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
-         - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature*/
+ - \ref NVML_SUCCESS                         If everything worked
+ - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device, \a type or \a pstate are invalid or both
+ \a minClockOffsetMHz and \a maxClockOffsetMHz are NULL
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
+ - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature*/
 ///
 /** # Loading
 
@@ -18081,11 +18077,11 @@ pub unsafe fn nvmlDeviceGetClockOffsets(
  @param id                                   Compute instance ID
 
  @return
-         - \ref NVML_SUCCESS                 if instance ID was successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a id reference is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if instance ID was successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a id reference is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -18130,12 +18126,12 @@ pub unsafe fn nvmlDeviceGetComputeInstanceId(
  @param mode                                 Reference in which to return the current compute mode
 
  @return
-         - \ref NVML_SUCCESS                 if \a mode has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a mode is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a mode has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a mode is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceSetComputeMode()*/
 ///
@@ -18187,26 +18183,26 @@ pub unsafe fn nvmlDeviceGetComputeMode(
  time. Allocate more space for \a infos table in case new compute processes are spawned.
 
  @note In MIG mode, if device handle is provided, the API returns aggregate information, only if
-       the caller has appropriate privileges. Per-instance information can be queried by using
-       specific MIG device handles.
-       Querying per-instance information using MIG device handles is not supported if the device is in vGPU Host virtualization mode.
+ the caller has appropriate privileges. Per-instance information can be queried by using
+ specific MIG device handles.
+ Querying per-instance information using MIG device handles is not supported if the device is in vGPU Host virtualization mode.
 
  @param device                               The device handle or MIG device handle
  @param infoCount                            Reference in which to provide the \a infos array size, and
-                                             to return the number of returned elements
+ to return the number of returned elements
  @param infos                                Reference in which to return the process information
 
  @return
-         - \ref NVML_SUCCESS                 if \a infoCount and \a infos have been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a infoCount indicates that the \a infos array is too small
-                                             \a infoCount will contain minimal amount of space necessary for
-                                             the call to complete
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, either of \a infoCount or \a infos is NULL
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by \a device
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a infoCount and \a infos have been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a infoCount indicates that the \a infos array is too small
+ \a infoCount will contain minimal amount of space necessary for
+ the call to complete
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, either of \a infoCount or \a infos is NULL
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by \a device
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see \ref nvmlSystemGetProcessName*/
 ///
@@ -18256,11 +18252,11 @@ pub use self::nvmlDeviceGetComputeRunningProcesses as nvmlDeviceGetComputeRunnin
  @param gpuAtstReport                        Reference in which to return the gpu attestation report
 
  @return
-         - \ref NVML_SUCCESS                 if \a gpu attestation report has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a memory is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a gpu attestation report has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a memory is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -18302,11 +18298,11 @@ pub unsafe fn nvmlDeviceGetConfComputeGpuAttestationReport(
  @param gpuCert                              Reference in which to return the gpu certificate information
 
  @return
-         - \ref NVML_SUCCESS                 if \a gpu certificate info has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a memory is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a gpu certificate info has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a memory is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -18348,10 +18344,10 @@ pub unsafe fn nvmlDeviceGetConfComputeGpuCertificate(
  @param memInfo                              Protected/Unprotected Memory sizes
 
  @return
-         - \ref NVML_SUCCESS                 if \a memInfo were successfully queried
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a memInfo or \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
+ - \ref NVML_SUCCESS                 if \a memInfo were successfully queried
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a memInfo or \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
 ///
 /** # Loading
 
@@ -18393,11 +18389,11 @@ pub unsafe fn nvmlDeviceGetConfComputeMemSizeInfo(
  @param memory                               Reference in which to return the memory information
 
  @return
-         - \ref NVML_SUCCESS                 if \a memory has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a memory is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a memory has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a memory is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -18439,14 +18435,14 @@ pub unsafe fn nvmlDeviceGetConfComputeProtectedMemoryUsage(
 
  @param[in]  device                               The identifier of the target device
  @param[out] coolerInfo                           Structure specifying the cooler's control signal characteristics (out)
-                                                  and the target that cooler cools (out)
+ and the target that cooler cools (out)
 
  @return
-         - \ref NVML_SUCCESS                         If everything worked
-         - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid, \a signalType or \a target is NULL
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
-         - \ref NVML_ERROR_NOT_SUPPORTED             If the \a device does not support this feature*/
+ - \ref NVML_SUCCESS                         If everything worked
+ - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid, \a signalType or \a target is NULL
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
+ - \ref NVML_ERROR_NOT_SUPPORTED             If the \a device does not support this feature*/
 ///
 /** # Loading
 
@@ -18479,7 +18475,7 @@ pub unsafe fn nvmlDeviceGetCoolerInfo(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " Retrieves the number of compute devices in the system. A compute device is a single GPU.\n\n For all products.\n\n Note: New nvmlDeviceGetCount_v2 (default in NVML 5.319) returns count of all devices in the system\n       even if nvmlDeviceGetHandleByIndex_v2 returns NVML_ERROR_NO_PERMISSION for such device.\n       Update your code to handle this error, or use NVML 4.304 or older nvml header file.\n       For backward binary compatibility reasons _v1 version of the API is still present in the shared\n       library.\n       Old _v1 version of nvmlDeviceGetCount doesn't count devices that NVML has no permission to talk to.\n\n/\n/**\n @note In the MPS locality-domain view, this API returns the number of\n       MPS-reported device entries. Each locality domain has its own NVML\n       index and \\c nvmlDevice_t handle. See \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @param deviceCount                          Reference in which to return the number of accessible devices\n\n @return\n         - \\ref NVML_SUCCESS                 if \\a deviceCount has been set\n         - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n         - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a deviceCount is NULL\n         - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
+#[doc = " Retrieves the number of compute devices in the system. A compute device is a single GPU.\n\n For all products.\n\n Note: New nvmlDeviceGetCount_v2 (default in NVML 5.319) returns count of all devices in the system\n even if nvmlDeviceGetHandleByIndex_v2 returns NVML_ERROR_NO_PERMISSION for such device.\n Update your code to handle this error, or use NVML 4.304 or older nvml header file.\n For backward binary compatibility reasons _v1 version of the API is still present in the shared\n library.\n Old _v1 version of nvmlDeviceGetCount doesn't count devices that NVML has no permission to talk to.\n\n /\n /**\n @note In the MPS locality-domain view, this API returns the number of\n MPS-reported device entries. Each locality domain has its own NVML\n index and \\c nvmlDevice_t handle. See \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @param deviceCount                          Reference in which to return the number of accessible devices\n\n @return\n - \\ref NVML_SUCCESS                 if \\a deviceCount has been set\n - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a deviceCount is NULL\n - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
 ///
 /** # Loading
 
@@ -18508,7 +18504,7 @@ pub unsafe fn nvmlDeviceGetCount(deviceCount: *mut ::core::ffi::c_uint) -> nvmlR
 }
 /// `nvmlDeviceGetCount_v2`, the name the header's macros give [`nvmlDeviceGetCount`].
 pub use self::nvmlDeviceGetCount as nvmlDeviceGetCount_v2;
-#[doc = " Retrieves an array of unsigned ints (sized to cpuSetSize) of bitmasks with the ideal CPU affinity for the device\n For example, if processors 0, 1, 32, and 33 are ideal for the device and cpuSetSize == 2,\n     result[0] = 0x3, result[1] = 0x3\n This is equivalent to calling \\ref nvmlDeviceGetCpuAffinityWithinScope with \\ref NVML_AFFINITY_SCOPE_NODE.\n\n For Kepler &tm; or newer fully supported devices.\n Supported on Linux only.\n\n/\n/**\n @note In the MPS locality-domain view, this API returns the CPU affinity of\n       the physical parent associated with the locality-domain handle. See\n       \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @param device                               The identifier of the target device\n @param cpuSetSize                           The size of the cpuSet array that is safe to access\n @param cpuSet                               Array reference in which to return a bitmask of CPUs, 64 CPUs per\n                                                 unsigned long on 64-bit machines, 32 on 32-bit machines\n\n @return\n         - \\ref NVML_SUCCESS                 if \\a cpuAffinity has been filled\n         - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n         - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid, cpuSetSize == 0, or cpuSet is NULL\n         - \\ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature\n         - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n         - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
+#[doc = " Retrieves an array of unsigned ints (sized to cpuSetSize) of bitmasks with the ideal CPU affinity for the device\n For example, if processors 0, 1, 32, and 33 are ideal for the device and cpuSetSize == 2,\n result[0] = 0x3, result[1] = 0x3\n This is equivalent to calling \\ref nvmlDeviceGetCpuAffinityWithinScope with \\ref NVML_AFFINITY_SCOPE_NODE.\n\n For Kepler &tm; or newer fully supported devices.\n Supported on Linux only.\n\n /\n /**\n @note In the MPS locality-domain view, this API returns the CPU affinity of\n the physical parent associated with the locality-domain handle. See\n \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @param device                               The identifier of the target device\n @param cpuSetSize                           The size of the cpuSet array that is safe to access\n @param cpuSet                               Array reference in which to return a bitmask of CPUs, 64 CPUs per\n unsigned long on 64-bit machines, 32 on 32-bit machines\n\n @return\n - \\ref NVML_SUCCESS                 if \\a cpuAffinity has been filled\n - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid, cpuSetSize == 0, or cpuSet is NULL\n - \\ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature\n - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
 ///
 /** # Loading
 
@@ -18547,11 +18543,11 @@ pub unsafe fn nvmlDeviceGetCpuAffinity(
 /** Retrieves an array of unsigned ints (sized to cpuSetSize) of bitmasks with the
  ideal CPU affinity within node or socket for the device.
  For example, if processors 0, 1, 32, and 33 are ideal for the device and cpuSetSize == 2,
-     result[0] = 0x3, result[1] = 0x3
+ result[0] = 0x3, result[1] = 0x3
 
- \note If requested scope is not applicable to the target topology, the API
-       will fall back to reporting the CPU affinity for the immediate non-I/O
-       ancestor of the device.
+ Note: If requested scope is not applicable to the target topology, the API
+ will fall back to reporting the CPU affinity for the immediate non-I/O
+ ancestor of the device.
 
  For Kepler &tm; or newer fully supported devices.
  Supported on Linux only.
@@ -18559,16 +18555,16 @@ pub unsafe fn nvmlDeviceGetCpuAffinity(
  @param device                               The identifier of the target device
  @param cpuSetSize                           The size of the cpuSet array that is safe to access
  @param cpuSet                               Array reference in which to return a bitmask of CPUs, 64 CPUs per
-                                                 unsigned long on 64-bit machines, 32 on 32-bit machines
+ unsigned long on 64-bit machines, 32 on 32-bit machines
  @param scope                                Scope that change the default behavior
 
  @return
-         - \ref NVML_SUCCESS                 if \a cpuAffinity has been filled
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, cpuSetSize == 0, cpuSet is NULL or sope is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a cpuAffinity has been filled
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, cpuSetSize == 0, cpuSet is NULL or sope is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -18627,11 +18623,11 @@ pub unsafe fn nvmlDeviceGetCpuAffinityWithinScope(
  @param vgpuTypeIds              Pointer to caller-supplied array in which to return list of vGPU types
 
  @return
-         - \ref NVML_SUCCESS                      successful completion
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE      \a vgpuTypeIds buffer is too small, array element count is returned in \a vgpuCount
-         - \ref NVML_ERROR_INVALID_ARGUMENT       if \a vgpuCount is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED          if vGPU is not supported by the device
-         - \ref NVML_ERROR_UNKNOWN                on any unexpected error*/
+ - \ref NVML_SUCCESS                      successful completion
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE      \a vgpuTypeIds buffer is too small, array element count is returned in \a vgpuCount
+ - \ref NVML_ERROR_INVALID_ARGUMENT       if \a vgpuCount is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED          if vGPU is not supported by the device
+ - \ref NVML_ERROR_UNKNOWN                on any unexpected error*/
 ///
 /** # Loading
 
@@ -18667,7 +18663,7 @@ pub unsafe fn nvmlDeviceGetCreatableVgpus(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " Retrieves the CUDA compute capability of the device.\n\n For all products.\n\n Returns the major and minor compute capability version numbers of the\n device.  The major and minor versions are equivalent to the\n CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR and\n CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR attributes that would be\n returned by CUDA's cuDeviceGetAttribute().\n\n/\n/**\n @note In the MPS locality-domain view, this API returns the compute\n       capability supplied by MPS for the locality domain. See\n       \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @param device                               The identifier of the target device\n @param major                                Reference in which to return the major CUDA compute capability\n @param minor                                Reference in which to return the minor CUDA compute capability\n\n @return\n         - \\ref NVML_SUCCESS                 if \\a major and \\a minor have been set\n         - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n         - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid or \\a major or \\a minor are NULL\n         - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n         - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
+#[doc = " Retrieves the CUDA compute capability of the device.\n\n For all products.\n\n Returns the major and minor compute capability version numbers of the\n device.  The major and minor versions are equivalent to the\n CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR and\n CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR attributes that would be\n returned by CUDA's cuDeviceGetAttribute().\n\n /\n /**\n @note In the MPS locality-domain view, this API returns the compute\n capability supplied by MPS for the locality domain. See\n \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @param device                               The identifier of the target device\n @param major                                Reference in which to return the major CUDA compute capability\n @param minor                                Reference in which to return the minor CUDA compute capability\n\n @return\n - \\ref NVML_SUCCESS                 if \\a major and \\a minor have been set\n - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid or \\a major or \\a minor are NULL\n - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
 ///
 /** # Loading
 
@@ -18711,12 +18707,12 @@ pub unsafe fn nvmlDeviceGetCudaComputeCapability(
  @param currLinkGen                          Reference in which to return the current PCIe link generation
 
  @return
-         - \ref NVML_SUCCESS                 if \a currLinkGen has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a currLinkGen is null
-         - \ref NVML_ERROR_NOT_SUPPORTED     if PCIe link information is not available
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a currLinkGen has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a currLinkGen is null
+ - \ref NVML_ERROR_NOT_SUPPORTED     if PCIe link information is not available
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -18757,12 +18753,12 @@ pub unsafe fn nvmlDeviceGetCurrPcieLinkGeneration(
  @param currLinkWidth                        Reference in which to return the current PCIe link generation
 
  @return
-         - \ref NVML_SUCCESS                 if \a currLinkWidth has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a currLinkWidth is null
-         - \ref NVML_ERROR_NOT_SUPPORTED     if PCIe link information is not available
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a currLinkWidth has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a currLinkWidth is null
+ - \ref NVML_ERROR_NOT_SUPPORTED     if PCIe link information is not available
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -18807,20 +18803,20 @@ pub unsafe fn nvmlDeviceGetCurrPcieLinkWidth(
  "token=value" pairs.
  Valid tokens:
 
-    Token                    Value
-   "perf"                    unsigned int   - the Performance level
-   "nvclock"                 unsigned int   - the GPU clocks (in MHz) for the perf level
-   "nvclockmin"              unsigned int   - the GPU clocks min (in MHz) for the perf level
-   "nvclockmax"              unsigned int   - the GPU clocks max (in MHz) for the perf level
-   "nvclockeditable"         unsigned int   - if the GPU clock domain is editable for the perf level
-   "memclock"                unsigned int   - the memory clocks (in MHz) for the perf level
-   "memclockmin"             unsigned int   - the memory clocks min (in MHz) for the perf level
-   "memclockmax"             unsigned int   - the memory clocks max (in MHz) for the perf level
-   "memclockeditable"        unsigned int   - if the memory clock domain is editable for the perf level
-   "memtransferrate"         unsigned int   - the memory transfer rate (in MHz) for the perf level
-   "memtransferratemin"      unsigned int   - the memory transfer rate min (in MHz) for the perf level
-   "memtransferratemax"      unsigned int   - the memory transfer rate max (in MHz) for the perf level
-   "memtransferrateeditable" unsigned int   - if the memory transfer rate is editable for the perf level
+ Token                    Value
+ "perf"                    unsigned int   - the Performance level
+ "nvclock"                 unsigned int   - the GPU clocks (in MHz) for the perf level
+ "nvclockmin"              unsigned int   - the GPU clocks min (in MHz) for the perf level
+ "nvclockmax"              unsigned int   - the GPU clocks max (in MHz) for the perf level
+ "nvclockeditable"         unsigned int   - if the GPU clock domain is editable for the perf level
+ "memclock"                unsigned int   - the memory clocks (in MHz) for the perf level
+ "memclockmin"             unsigned int   - the memory clocks min (in MHz) for the perf level
+ "memclockmax"             unsigned int   - the memory clocks max (in MHz) for the perf level
+ "memclockeditable"        unsigned int   - if the memory clock domain is editable for the perf level
+ "memtransferrate"         unsigned int   - the memory transfer rate (in MHz) for the perf level
+ "memtransferratemin"      unsigned int   - the memory transfer rate min (in MHz) for the perf level
+ "memtransferratemax"      unsigned int   - the memory transfer rate max (in MHz) for the perf level
+ "memtransferrateeditable" unsigned int   - if the memory transfer rate is editable for the perf level
 
  Example:
 
@@ -18834,12 +18830,12 @@ pub unsafe fn nvmlDeviceGetCurrPcieLinkWidth(
  @param currentClockFreqs                    Reference in which to return the performance level string
 
  @return
-         - \ref NVML_SUCCESS                 if \a currentClockFreqs has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a name is NULL
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a currentClockFreqs has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a name is NULL
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -18876,19 +18872,19 @@ pub unsafe fn nvmlDeviceGetCurrentClockFreqs(
 
  For all fully supported products.
 
- \note More than one bit can be enabled at the same time. Multiple reasons can be affecting clocks at once.
+ Note: More than one bit can be enabled at the same time. Multiple reasons can be affecting clocks at once.
 
  @param device                                The identifier of the target device
  @param clocksEventReasons                    Reference in which to return bitmask of active clocks event
-                                                  reasons
+ reasons
 
  @return
-         - \ref NVML_SUCCESS                 if \a clocksEventReasons has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a clocksEventReasons is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a clocksEventReasons has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a clocksEventReasons is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlClocksEventReasons
  @see nvmlDeviceGetSupportedClocksEventReasons*/
@@ -18968,12 +18964,12 @@ pub unsafe fn nvmlDeviceGetCurrentClocksThrottleReasons(
  @param samplingPeriodUs                     Reference to an unsigned int for the sampling period in US
 
  @return
-         - \ref NVML_SUCCESS                 if \a utilization has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a utilization is NULL, or \a samplingPeriodUs is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a utilization has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a utilization is NULL, or \a samplingPeriodUs is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -19057,12 +19053,12 @@ pub unsafe fn nvmlDeviceGetDefaultApplicationsClock(
  @param defaultMode                          Reference in which to return the default ECC mode
 
  @return
-         - \ref NVML_SUCCESS                 if \a current and \a pending have been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a default is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a current and \a pending have been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a default is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceSetEccMode()*/
 ///
@@ -19100,8 +19096,8 @@ pub unsafe fn nvmlDeviceGetDefaultEccMode(
 /** Retrieves the detailed ECC error counts for the device.
 
  @deprecated   This API supports only a fixed set of ECC error locations
-               On different GPU architectures different locations are supported
-               See \ref nvmlDeviceGetMemoryErrorCounter
+ On different GPU architectures different locations are supported
+ See \ref nvmlDeviceGetMemoryErrorCounter
 
  For Fermi &tm; or newer fully supported devices.
  Only applicable to devices with ECC.
@@ -19123,12 +19119,12 @@ pub unsafe fn nvmlDeviceGetDefaultEccMode(
  @param eccCounts                            Reference in which to return the specified ECC errors
 
  @return
-         - \ref NVML_SUCCESS                 if \a eccCounts has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a errorType or \a counterType is invalid, or \a eccCounts is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a eccCounts has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a errorType or \a counterType is invalid, or \a eccCounts is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceClearEccErrorCounts()*/
 ///
@@ -19178,11 +19174,11 @@ pub unsafe fn nvmlDeviceGetDetailedEccErrors(
  @param device                               Device handle
 
  @return
-         - \ref NVML_SUCCESS                 if \a device handle was successfully created
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a migDevice or \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a device handle was successfully created
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a migDevice or \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -19227,12 +19223,12 @@ pub unsafe fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
  @param isActive                             Reference in which to return the display active state
 
  @return
-         - \ref NVML_SUCCESS                 if \a isActive has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a isActive is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a isActive has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a isActive is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -19278,12 +19274,12 @@ pub unsafe fn nvmlDeviceGetDisplayActive(
  @param display                              Reference in which to return the display mode
 
  @return
-         - \ref NVML_SUCCESS                 if \a display has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a display is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a display has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a display is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -19332,13 +19328,13 @@ pub unsafe fn nvmlDeviceGetDisplayMode(
  @param pending                              Reference in which to return the pending DRAM Encryption mode
 
  @return
-         - \ref NVML_SUCCESS                         if \a current and \a pending have been set
-         - \ref NVML_ERROR_UNINITIALIZED             if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          if \a device is invalid or either \a current or \a pending is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED             if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST               if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH if the argument version is not supported
-         - \ref NVML_ERROR_UNKNOWN                   on any unexpected error
+ - \ref NVML_SUCCESS                         if \a current and \a pending have been set
+ - \ref NVML_ERROR_UNINITIALIZED             if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if \a device is invalid or either \a current or \a pending is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED             if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST               if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH if the argument version is not supported
+ - \ref NVML_ERROR_UNKNOWN                   on any unexpected error
 
  @see nvmlDeviceSetDramEncryptionMode()*/
 ///
@@ -19393,12 +19389,12 @@ pub unsafe fn nvmlDeviceGetDramEncryptionMode(
  @param pending                              Reference in which to return the pending driver model
 
  @return
-         - \ref NVML_SUCCESS                 if either \a current and/or \a pending have been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or both \a current and \a pending are NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the platform is not windows
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if either \a current and/or \a pending have been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or both \a current and \a pending are NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the platform is not windows
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceSetDriverModel_v2()*/
 ///
@@ -19445,12 +19441,12 @@ pub use self::nvmlDeviceGetDriverModel as nvmlDeviceGetDriverModel_v2;
  @param pDynamicPstatesInfo
 
  @return
-         - \ref NVML_SUCCESS                 if \a pDynamicPstatesInfo has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a pDynamicPstatesInfo is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a pDynamicPstatesInfo has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a pDynamicPstatesInfo is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -19499,12 +19495,12 @@ pub unsafe fn nvmlDeviceGetDynamicPstatesInfo(
  @param pending                              Reference in which to return the pending ECC mode
 
  @return
-         - \ref NVML_SUCCESS                 if \a current and \a pending have been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or either \a current or \a pending is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a current and \a pending have been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or either \a current or \a pending is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceSetEccMode()*/
 ///
@@ -19551,13 +19547,13 @@ pub unsafe fn nvmlDeviceGetEccMode(
  @param encoderCapacity                   Reference to an unsigned int for the encoder capacity
 
  @return
-         - \ref NVML_SUCCESS                  if \a encoderCapacity is fetched
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a encoderCapacity is NULL, or \a device or \a encoderQueryType
-                                              are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED      if device does not support the encoder specified in \a encodeQueryType
-         - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
+ - \ref NVML_SUCCESS                  if \a encoderCapacity is fetched
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a encoderCapacity is NULL, or \a device or \a encoderQueryType
+ are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED      if device does not support the encoder specified in \a encodeQueryType
+ - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
 ///
 /** # Loading
 
@@ -19611,13 +19607,13 @@ pub unsafe fn nvmlDeviceGetEncoderCapacity(
  @param sessionInfos                      Reference in which to return the session information
 
  @return
-         - \ref NVML_SUCCESS                  if \a sessionInfos is fetched
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE  if \a sessionCount is too small, array element count is returned in \a sessionCount
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a sessionCount is NULL.
-         - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_NOT_SUPPORTED      if this query is not supported by \a device
-         - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
+ - \ref NVML_SUCCESS                  if \a sessionInfos is fetched
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE  if \a sessionCount is too small, array element count is returned in \a sessionCount
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a sessionCount is NULL.
+ - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_NOT_SUPPORTED      if this query is not supported by \a device
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
 ///
 /** # Loading
 
@@ -19663,12 +19659,12 @@ pub unsafe fn nvmlDeviceGetEncoderSessions(
  @param averageLatency                    Reference to an unsigned int for encode latency in microseconds
 
  @return
-         - \ref NVML_SUCCESS                  if \a sessionCount, \a averageFps and \a averageLatency is fetched
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a sessionCount, or \a device or \a averageFps,
-                                              or \a averageLatency is NULL
-         - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
+ - \ref NVML_SUCCESS                  if \a sessionCount, \a averageFps and \a averageLatency is fetched
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a sessionCount, or \a device or \a averageFps,
+ or \a averageLatency is NULL
+ - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
 ///
 /** # Loading
 
@@ -19718,12 +19714,12 @@ pub unsafe fn nvmlDeviceGetEncoderStats(
  @param samplingPeriodUs                     Reference to an unsigned int for the sampling period in US
 
  @return
-         - \ref NVML_SUCCESS                 if \a utilization has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a utilization is NULL, or \a samplingPeriodUs is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a utilization has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a utilization is NULL, or \a samplingPeriodUs is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -19770,12 +19766,12 @@ pub unsafe fn nvmlDeviceGetEncoderUtilization(
  @param limit                            Reference in which to return the power management limit in milliwatts
 
  @return
-         - \ref NVML_SUCCESS                 if \a limit has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a limit is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a limit has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a limit is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -19822,19 +19818,19 @@ pub unsafe fn nvmlDeviceGetEnforcedPowerLimit(
  For Maxwell &tm; or newer fully supported devices.
 
  @note hResolution, vResolution, averageFPS and averageLatency data for a FBC session returned in \a sessionInfo may
-       be zero if there are no new frames captured since the session started.
+ be zero if there are no new frames captured since the session started.
 
  @param device                            The identifier of the target device
  @param sessionCount                      Reference to caller supplied array size, and returns the number of sessions.
  @param sessionInfo                       Reference in which to return the session information
 
  @return
-         - \ref NVML_SUCCESS                  if \a sessionInfo is fetched
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE  if \a sessionCount is too small, array element count is returned in \a sessionCount
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a sessionCount is NULL.
-         - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
+ - \ref NVML_SUCCESS                  if \a sessionInfo is fetched
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE  if \a sessionCount is too small, array element count is returned in \a sessionCount
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a sessionCount is NULL.
+ - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
 ///
 /** # Loading
 
@@ -19878,11 +19874,11 @@ pub unsafe fn nvmlDeviceGetFBCSessions(
  @param fbcStats                          Reference to nvmlFBCStats_t structure containing NvFBC stats
 
  @return
-         - \ref NVML_SUCCESS                  if \a fbcStats is fetched
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a fbcStats is NULL
-         - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
+ - \ref NVML_SUCCESS                  if \a fbcStats is fetched
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a fbcStats is NULL
+ - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
 ///
 /** # Loading
 
@@ -19926,12 +19922,12 @@ pub unsafe fn nvmlDeviceGetFBCStats(
  @param policy                        Reference in which to return the fan control \a policy
 
  @return
-         - \ref NVML_SUCCESS                 if \a policy has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a policy is null or the \a fan given doesn't reference
-                                                   a fan that exists.
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the \a device is older than Maxwell
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a policy has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a policy is null or the \a fan given doesn't reference
+ a fan that exists.
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the \a device is older than Maxwell
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -19981,12 +19977,12 @@ pub unsafe fn nvmlDeviceGetFanControlPolicy_v2(
  @param speed                                Reference in which to return the fan speed percentage
 
  @return
-         - \ref NVML_SUCCESS                 if \a speed has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a speed is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not have a fan
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a speed has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a speed is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not have a fan
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -20030,15 +20026,15 @@ pub unsafe fn nvmlDeviceGetFanSpeed(
 
  @param device                               The identifier of the target device
  @param fanSpeed                             Structure specifying the index of the target fan (input) and
-                                             retrieved fan speed value (output)
+ retrieved fan speed value (output)
 
  @return
-         - \ref NVML_SUCCESS                         If everything worked
-         - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid, \a fan is not an acceptable
-                                                          index, or \a speed is NULL
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
-         - \ref NVML_ERROR_NOT_SUPPORTED             If the \a device does not support this feature*/
+ - \ref NVML_SUCCESS                         If everything worked
+ - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid, \a fan is not an acceptable
+ index, or \a speed is NULL
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
+ - \ref NVML_ERROR_NOT_SUPPORTED             If the \a device does not support this feature*/
 ///
 /** # Loading
 
@@ -20086,12 +20082,12 @@ pub unsafe fn nvmlDeviceGetFanSpeedRPM(
  @param speed                                 Reference in which to return the fan speed percentage
 
  @return
-        - \ref NVML_SUCCESS                   if \a speed has been set
-        - \ref NVML_ERROR_UNINITIALIZED       if the library has not been successfully initialized
-        - \ref NVML_ERROR_INVALID_ARGUMENT    if \a device is invalid, \a fan is not an acceptable index, or \a speed is NULL
-        - \ref NVML_ERROR_NOT_SUPPORTED       if the device does not have a fan or is newer than Maxwell
-        - \ref NVML_ERROR_GPU_IS_LOST         if the target GPU has fallen off the bus or is otherwise inaccessible
-        - \ref NVML_ERROR_UNKNOWN             on any unexpected error*/
+ - \ref NVML_SUCCESS                   if \a speed has been set
+ - \ref NVML_ERROR_UNINITIALIZED       if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT    if \a device is invalid, \a fan is not an acceptable index, or \a speed is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED       if the device does not have a fan or is newer than Maxwell
+ - \ref NVML_ERROR_GPU_IS_LOST         if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN             on any unexpected error*/
 ///
 /** # Loading
 
@@ -20134,13 +20130,13 @@ pub unsafe fn nvmlDeviceGetFanSpeed_v2(
  @param device                               The device handle of the GPU to request field values for
  @param valuesCount                          Number of entries in values that should be retrieved
  @param values                               Array of \a valuesCount structures to hold field values.
-                                             Each value's fieldId must be populated prior to this call
+ Each value's fieldId must be populated prior to this call
 
  @return
-         - \ref NVML_SUCCESS                 if any values in \a values were populated. Note that you must
-                                             check the nvmlReturn field of each value for each individual
-                                             status
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a values is NULL*/
+ - \ref NVML_SUCCESS                 if any values in \a values were populated. Note that you must
+ check the nvmlReturn field of each value for each individual
+ status
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a values is NULL*/
 ///
 /** # Loading
 
@@ -20182,11 +20178,11 @@ pub unsafe fn nvmlDeviceGetFieldValues(
  @param[out]  maxOffset                      The retrieved GPCCLK VF max offset value
 
  @return
-         - \ref NVML_SUCCESS                 if \a offset has been successfully queried
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a offset is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a offset has been successfully queried
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a offset is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -20227,11 +20223,11 @@ pub unsafe fn nvmlDeviceGetGpcClkMinMaxVfOffset(
  @param[out]  offset                         The retrieved GPCCLK VF offset value
 
  @return
-         - \ref NVML_SUCCESS                 if \a offset has been successfully queried
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a offset is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a offset has been successfully queried
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a offset is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -20281,8 +20277,8 @@ pub unsafe fn nvmlDeviceGetGpcClkVfOffset(
  @param gpuFabricInfo                        Information about GPU fabric state
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't support gpu fabric*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't support gpu fabric*/
 ///
 /** # Loading
 
@@ -20320,11 +20316,15 @@ pub unsafe fn nvmlDeviceGetGpuFabricInfo(
 
  @note The caller must set the \ref nvmlGpuFabricInfoV_t.version field to the
  appropriate version prior to calling this function. For example:
- \code
-     nvmlGpuFabricInfoV_t fabricInfo =
-         { .version = nvmlGpuFabricInfo_v2 };
-     nvmlReturn_t result = nvmlDeviceGetGpuFabricInfoV(device,&fabricInfo);
- \endcode
+
+ ```text
+
+      nvmlGpuFabricInfoV_t fabricInfo =
+          { .version = nvmlGpuFabricInfo_v2 };
+      nvmlReturn_t result = nvmlDeviceGetGpuFabricInfoV(device,&fabricInfo);
+
+ ```
+
 
  For Hopper &tm; or newer fully supported devices.
 
@@ -20332,8 +20332,8 @@ pub unsafe fn nvmlDeviceGetGpuFabricInfo(
  @param gpuFabricInfo                        Information about GPU fabric state
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't support gpu fabric*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't support gpu fabric*/
 ///
 /** # Loading
 
@@ -20378,10 +20378,14 @@ pub unsafe fn nvmlDeviceGetGpuFabricInfoV(
  On Blackwell and Rubin, Unicast Logical Endpoint and Multicast Logical Endpoint
  are additionally reported.
 
- \code
-     nvmlGpuFabricInfo_v4_t fabricInfo = {0};
-     nvmlReturn_t result = nvmlDeviceGetGpuFabricInfo_v4(device, &fabricInfo);
- \endcode
+
+ ```text
+
+      nvmlGpuFabricInfo_v4_t fabricInfo = {0};
+      nvmlReturn_t result = nvmlDeviceGetGpuFabricInfo_v4(device, &fabricInfo);
+
+ ```
+
 
  For Hopper &tm; or newer fully supported devices.
 
@@ -20389,9 +20393,9 @@ pub unsafe fn nvmlDeviceGetGpuFabricInfoV(
  @param gpuFabricInfo                        Information about GPU fabric state including per-type cliques
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't support gpu fabric
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device or \a gpuFabricInfo is invalid*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't support gpu fabric
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device or \a gpuFabricInfo is invalid*/
 ///
 /** # Loading
 
@@ -20435,12 +20439,12 @@ pub unsafe fn nvmlDeviceGetGpuFabricInfo_v4(
  @param gpuInstance                          Returns GPU instance
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a id or \a gpuInstance are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't have MIG mode enabled
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation
-         - \ref NVML_ERROR_NOT_FOUND         If the GPU instance is not found.*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a id or \a gpuInstance are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't have MIG mode enabled
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation
+ - \ref NVML_ERROR_NOT_FOUND         If the GPU instance is not found.*/
 ///
 /** # Loading
 
@@ -20487,11 +20491,11 @@ pub unsafe fn nvmlDeviceGetGpuInstanceById(
  @param id                                   GPU instance ID
 
  @return
-         - \ref NVML_SUCCESS                 if instance ID was successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a id reference is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if instance ID was successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a id reference is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -20538,16 +20542,16 @@ pub unsafe fn nvmlDeviceGetGpuInstanceId(
  @param device                               The identifier of the target device
  @param profileId                            The GPU instance profile ID. See \ref nvmlDeviceGetGpuInstanceProfileInfo
  @param placements                           Returns placements allowed for the profile. Can be NULL to discover number
-                                             of allowed placements for this profile. If non-NULL must be large enough
-                                             to accommodate the placements supported by the profile.
+ of allowed placements for this profile. If non-NULL must be large enough
+ to accommodate the placements supported by the profile.
  @param count                                Returns number of allowed placemenets for the profile.
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a profileId or \a count are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't support MIG or \a profileId isn't supported
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a profileId or \a count are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't support MIG or \a profileId isn't supported
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
 ///
 /** # Loading
 
@@ -20604,11 +20608,11 @@ pub use self::nvmlDeviceGetGpuInstancePossiblePlacements as nvmlDeviceGetGpuInst
  @param info                                 Returns detailed profile information
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a profile or \a info are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't support MIG or \a profile isn't supported
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a profile or \a info are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't support MIG or \a profile isn't supported
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
 ///
 /** # Loading
 
@@ -20649,13 +20653,17 @@ pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfo(
 
  @note The caller must set the \ref nvmlGpuInstanceProfileInfo_v2_t.version field to the
  appropriate version prior to calling this function. For example:
- \code
-     nvmlGpuInstanceProfileInfo_v2_t profileInfo =
-         { .version = nvmlGpuInstanceProfileInfo_v2 };
-     nvmlReturn_t result = nvmlDeviceGetGpuInstanceProfileInfoV(device,
-                                                                profile,
-                                                                &profileInfo);
- \endcode
+
+ ```text
+
+      nvmlGpuInstanceProfileInfo_v2_t profileInfo =
+          { .version = nvmlGpuInstanceProfileInfo_v2 };
+      nvmlReturn_t result = nvmlDeviceGetGpuInstanceProfileInfoV(device,
+                                                                 profile,
+                                                                 &profileInfo);
+
+ ```
+
 
  For Ampere &tm; or newer fully supported devices.
  Supported on Linux only.
@@ -20665,11 +20673,11 @@ pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfo(
  @param info                                 Returns detailed profile information
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a profileId, \a info, or \a info->version are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't have MIG mode enabled or \a profile isn't supported
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a profileId, \a info, or \a info->version are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't have MIG mode enabled or \a profile isn't supported
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
 ///
 /** # Loading
 
@@ -20710,13 +20718,17 @@ pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfoByIdV(
 
  @note The caller must set the \ref nvmlGpuInstanceProfileInfo_v2_t.version field to the
  appropriate version prior to calling this function. For example:
- \code
-     nvmlGpuInstanceProfileInfo_v2_t profileInfo =
-         { .version = nvmlGpuInstanceProfileInfo_v2 };
-     nvmlReturn_t result = nvmlDeviceGetGpuInstanceProfileInfoV(device,
-                                                                profile,
-                                                                &profileInfo);
- \endcode
+
+ ```text
+
+      nvmlGpuInstanceProfileInfo_v2_t profileInfo =
+          { .version = nvmlGpuInstanceProfileInfo_v2 };
+      nvmlReturn_t result = nvmlDeviceGetGpuInstanceProfileInfoV(device,
+                                                                 profile,
+                                                                 &profileInfo);
+
+ ```
+
 
  For Ampere &tm; or newer fully supported devices.
  Supported on Linux only.
@@ -20726,11 +20738,11 @@ pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfoByIdV(
  @param info                                 Returns detailed profile information
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a profile, \a info, or \a info->version are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't have MIG mode enabled or \a profile isn't supported
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a profile, \a info, or \a info->version are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't have MIG mode enabled or \a profile isn't supported
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
 ///
 /** # Loading
 
@@ -20777,11 +20789,11 @@ pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfoV(
  @param count                                Returns remaining instance count for the profile ID
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a profileId or \a count are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't have MIG mode enabled or \a profileId isn't supported
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a profileId or \a count are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't have MIG mode enabled or \a profileId isn't supported
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
 ///
 /** # Loading
 
@@ -20826,16 +20838,16 @@ pub unsafe fn nvmlDeviceGetGpuInstanceRemainingCapacity(
  @param device                               The identifier of the target device
  @param profileId                            The GPU instance profile ID. See \ref nvmlDeviceGetGpuInstanceProfileInfo
  @param gpuInstances                         Returns pre-exiting GPU instances, the buffer must be large enough to
-                                             accommodate the instances supported by the profile.
-                                             See \ref nvmlDeviceGetGpuInstanceProfileInfo
+ accommodate the instances supported by the profile.
+ See \ref nvmlDeviceGetGpuInstanceProfileInfo
  @param count                                The count of returned GPU instances
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a profileId, \a gpuInstances or \a count are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't have MIG mode enabled
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a profileId, \a gpuInstances or \a count are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't have MIG mode enabled
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
 ///
 /** # Loading
 
@@ -20882,12 +20894,12 @@ pub unsafe fn nvmlDeviceGetGpuInstances(
  @param maxLinkGenDevice                     Reference in which to return the max PCIe link generation
 
  @return
-         - \ref NVML_SUCCESS                 if \a maxLinkGenDevice has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a maxLinkGenDevice is null
-         - \ref NVML_ERROR_NOT_SUPPORTED     if PCIe link information is not available
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a maxLinkGenDevice has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a maxLinkGenDevice is null
+ - \ref NVML_ERROR_NOT_SUPPORTED     if PCIe link information is not available
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -20931,12 +20943,12 @@ pub unsafe fn nvmlDeviceGetGpuMaxPcieLinkGeneration(
  @param pending                              Reference in which to return the pending GOM
 
  @return
-         - \ref NVML_SUCCESS                 if \a mode has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a current or \a pending is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a mode has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a current or \a pending is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlGpuOperationMode_t
  @see nvmlDeviceSetGpuOperationMode*/
@@ -20985,12 +20997,12 @@ pub unsafe fn nvmlDeviceGetGpuOperationMode(
  @param uptime                               Reference in which to return the GPU uptime
 
  @return
-         - \ref NVML_SUCCESS                 if \a uptime has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a uptime is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a uptime has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a uptime is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -21040,26 +21052,26 @@ pub unsafe fn nvmlDeviceGetGpuUptime_v1(
  time. Allocate more space for \a infos table in case new graphics processes are spawned.
 
  @note In MIG mode, if device handle is provided, the API returns aggregate information, only if
-       the caller has appropriate privileges. Per-instance information can be queried by using
-       specific MIG device handles.
-       Querying per-instance information using MIG device handles is not supported if the device is in vGPU Host virtualization mode.
+ the caller has appropriate privileges. Per-instance information can be queried by using
+ specific MIG device handles.
+ Querying per-instance information using MIG device handles is not supported if the device is in vGPU Host virtualization mode.
 
  @param device                               The device handle or MIG device handle
  @param infoCount                            Reference in which to provide the \a infos array size, and
-                                             to return the number of returned elements
+ to return the number of returned elements
  @param infos                                Reference in which to return the process information
 
  @return
-         - \ref NVML_SUCCESS                 if \a infoCount and \a infos have been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a infoCount indicates that the \a infos array is too small
-                                             \a infoCount will contain minimal amount of space necessary for
-                                             the call to complete
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, either of \a infoCount or \a infos is NULL
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by \a device
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a infoCount and \a infos have been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a infoCount indicates that the \a infos array is too small
+ \a infoCount will contain minimal amount of space necessary for
+ the call to complete
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, either of \a infoCount or \a infos is NULL
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by \a device
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see \ref nvmlSystemGetProcessName*/
 ///
@@ -21109,9 +21121,9 @@ pub use self::nvmlDeviceGetGraphicsRunningProcesses as nvmlDeviceGetGraphicsRunn
  @param pGridLicensableFeatures   Pointer to structure in which vGPU software licensable features are returned
 
  @return
-         - \ref NVML_SUCCESS                 if licensable features are successfully retrieved
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a pGridLicensableFeatures is NULL
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if licensable features are successfully retrieved
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a pGridLicensableFeatures is NULL
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -21157,10 +21169,10 @@ pub use self::nvmlDeviceGetGridLicensableFeatures as nvmlDeviceGetGridLicensable
  @param defaultMode                          Pointer to specify if GSP firmware is supported by default on \a device
 
  @return
-         - \ref NVML_SUCCESS                 if GSP firmware mode is successfully retrieved
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or any of \a isEnabled or \a defaultMode is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if GSP firmware is not enabled for GPU
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if GSP firmware mode is successfully retrieved
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or any of \a isEnabled or \a defaultMode is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if GSP firmware is not enabled for GPU
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -21205,10 +21217,10 @@ pub unsafe fn nvmlDeviceGetGspFirmwareMode(
  @param version                              The retrieved GSP firmware version
 
  @return
-         - \ref NVML_SUCCESS                 if GSP firmware version is successfully retrieved
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or GSP \a version pointer is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if GSP firmware is not enabled for GPU
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if GSP firmware version is successfully retrieved
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or GSP \a version pointer is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if GSP firmware is not enabled for GPU
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -21241,7 +21253,7 @@ pub unsafe fn nvmlDeviceGetGspFirmwareVersion(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " Acquire the handle for a particular device, based on its index.\n\n For all products.\n\n Valid indices are derived from the \\a accessibleDevices count returned by\n   \\ref nvmlDeviceGetCount_v2(). For example, if \\a accessibleDevices is 2 the valid indices\n   are 0 and 1, corresponding to GPU 0 and GPU 1.\n\n The order in which NVML enumerates devices has no guarantees of consistency between reboots. For that reason it\n   is recommended that devices be looked up by their PCI ids or UUID. See\n   \\ref nvmlDeviceGetHandleByUUID() and \\ref nvmlDeviceGetHandleByPciBusId_v2().\n\n Note: The NVML index may not correlate with other APIs, such as the CUDA device index.\n\n Starting from NVML 5, this API causes NVML to initialize the target GPU\n NVML may initialize additional GPUs if:\n  - The target GPU is an SLI slave\n\n Note: New nvmlDeviceGetCount_v2 (default in NVML 5.319) returns count of all devices in the system\n       even if nvmlDeviceGetHandleByIndex_v2 returns NVML_ERROR_NO_PERMISSION for such device.\n       Update your code to handle this error, or use NVML 4.304 or older nvml header file.\n       For backward binary compatibility reasons _v1 version of the API is still present in the shared\n       library.\n       Old _v1 version of nvmlDeviceGetCount doesn't count devices that NVML has no permission to talk to.\n\n       This means that nvmlDeviceGetHandleByIndex_v2 and _v1 can return different devices for the same index.\n       If you don't touch macros that map old (_v1) versions to _v2 versions at the top of the file you don't\n       need to worry about that.\n\n/\n/**\n @note In the MPS locality-domain view, this API returns the locality-domain\n       handle associated with \\a index. See \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @param index                                The index of the target GPU, >= 0 and < \\a accessibleDevices\n @param device                               Reference in which to return the device handle\n\n @return\n         - \\ref NVML_SUCCESS                  if \\a device has been set\n         - \\ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized\n         - \\ref NVML_ERROR_INVALID_ARGUMENT   if \\a index is invalid or \\a device is NULL\n         - \\ref NVML_ERROR_INSUFFICIENT_POWER if any attached devices have improperly attached external power cables\n         - \\ref NVML_ERROR_NO_PERMISSION      if the user doesn't have permission to talk to this device\n         - \\ref NVML_ERROR_IRQ_ISSUE          if NVIDIA kernel detected an interrupt issue with the attached GPUs\n         - \\ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible\n         - \\ref NVML_ERROR_UNKNOWN            on any unexpected error\n\n @see nvmlDeviceGetIndex\n @see nvmlDeviceGetCount"]
+#[doc = " Acquire the handle for a particular device, based on its index.\n\n For all products.\n\n Valid indices are derived from the \\a accessibleDevices count returned by\n \\ref nvmlDeviceGetCount_v2(). For example, if \\a accessibleDevices is 2 the valid indices\n are 0 and 1, corresponding to GPU 0 and GPU 1.\n\n The order in which NVML enumerates devices has no guarantees of consistency between reboots. For that reason it\n is recommended that devices be looked up by their PCI ids or UUID. See\n \\ref nvmlDeviceGetHandleByUUID() and \\ref nvmlDeviceGetHandleByPciBusId_v2().\n\n Note: The NVML index may not correlate with other APIs, such as the CUDA device index.\n\n Starting from NVML 5, this API causes NVML to initialize the target GPU\n NVML may initialize additional GPUs if:\n - The target GPU is an SLI slave\n\n Note: New nvmlDeviceGetCount_v2 (default in NVML 5.319) returns count of all devices in the system\n even if nvmlDeviceGetHandleByIndex_v2 returns NVML_ERROR_NO_PERMISSION for such device.\n Update your code to handle this error, or use NVML 4.304 or older nvml header file.\n For backward binary compatibility reasons _v1 version of the API is still present in the shared\n library.\n Old _v1 version of nvmlDeviceGetCount doesn't count devices that NVML has no permission to talk to.\n\n This means that nvmlDeviceGetHandleByIndex_v2 and _v1 can return different devices for the same index.\n If you don't touch macros that map old (_v1) versions to _v2 versions at the top of the file you don't\n need to worry about that.\n\n /\n /**\n @note In the MPS locality-domain view, this API returns the locality-domain\n handle associated with \\a index. See \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @param index                                The index of the target GPU, >= 0 and < \\a accessibleDevices\n @param device                               Reference in which to return the device handle\n\n @return\n - \\ref NVML_SUCCESS                  if \\a device has been set\n - \\ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized\n - \\ref NVML_ERROR_INVALID_ARGUMENT   if \\a index is invalid or \\a device is NULL\n - \\ref NVML_ERROR_INSUFFICIENT_POWER if any attached devices have improperly attached external power cables\n - \\ref NVML_ERROR_NO_PERMISSION      if the user doesn't have permission to talk to this device\n - \\ref NVML_ERROR_IRQ_ISSUE          if NVIDIA kernel detected an interrupt issue with the attached GPUs\n - \\ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible\n - \\ref NVML_ERROR_UNKNOWN            on any unexpected error\n\n @see nvmlDeviceGetIndex\n @see nvmlDeviceGetCount"]
 ///
 /** # Loading
 
@@ -21277,7 +21289,7 @@ pub unsafe fn nvmlDeviceGetHandleByIndex(
 }
 /// `nvmlDeviceGetHandleByIndex_v2`, the name the header's macros give [`nvmlDeviceGetHandleByIndex`].
 pub use self::nvmlDeviceGetHandleByIndex as nvmlDeviceGetHandleByIndex_v2;
-#[doc = " Acquire the handle for a particular device, based on its PCI bus id.\n\n For all products.\n\n This value corresponds to the nvmlPciInfo_t::busId returned by \\ref nvmlDeviceGetPciInfo_v3().\n\n Starting from NVML 5, this API causes NVML to initialize the target GPU\n NVML may initialize additional GPUs if:\n  - The target GPU is an SLI slave\n\n \\note NVML 4.304 and older version of nvmlDeviceGetHandleByPciBusId\"_v1\" returns NVML_ERROR_NOT_FOUND\n       instead of NVML_ERROR_NO_PERMISSION.\n\n/\n/**\n @note In the MPS locality-domain view, multiple locality domains can share a\n       PCI bus ID. This API returns the first matching handle in NVML\n       enumeration order. Use UUID or index to select a specific locality\n       domain. See \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @param pciBusId                             The PCI bus id of the target GPU\n                                             Accept the following formats (all numbers in hexadecimal):\n                                               domain:bus:device.function in format %x:%x:%x.%x\n                                               domain:bus:device in format %x:%x:%x\n                                               bus:device.function in format %x:%x.%x\n\n @param device                               Reference in which to return the device handle\n\n @return\n         - \\ref NVML_SUCCESS                  if \\a device has been set\n         - \\ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized\n         - \\ref NVML_ERROR_INVALID_ARGUMENT   if \\a pciBusId is invalid or \\a device is NULL\n         - \\ref NVML_ERROR_NOT_FOUND          if \\a pciBusId does not match a valid device on the system\n         - \\ref NVML_ERROR_INSUFFICIENT_POWER if the attached device has improperly attached external power cables\n         - \\ref NVML_ERROR_NO_PERMISSION      if the user doesn't have permission to talk to this device\n         - \\ref NVML_ERROR_IRQ_ISSUE          if NVIDIA kernel detected an interrupt issue with the attached GPUs\n         - \\ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible\n         - \\ref NVML_ERROR_UNKNOWN            on any unexpected error"]
+#[doc = " Acquire the handle for a particular device, based on its PCI bus id.\n\n For all products.\n\n This value corresponds to the nvmlPciInfo_t::busId returned by \\ref nvmlDeviceGetPciInfo_v3().\n\n Starting from NVML 5, this API causes NVML to initialize the target GPU\n NVML may initialize additional GPUs if:\n - The target GPU is an SLI slave\n\n Note: NVML 4.304 and older version of nvmlDeviceGetHandleByPciBusId\"_v1\" returns NVML_ERROR_NOT_FOUND\n instead of NVML_ERROR_NO_PERMISSION.\n\n /\n /**\n @note In the MPS locality-domain view, multiple locality domains can share a\n PCI bus ID. This API returns the first matching handle in NVML\n enumeration order. Use UUID or index to select a specific locality\n domain. See \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @param pciBusId                             The PCI bus id of the target GPU\n Accept the following formats (all numbers in hexadecimal):\n domain:bus:device.function in format %x:%x:%x.%x\n domain:bus:device in format %x:%x:%x\n bus:device.function in format %x:%x.%x\n\n @param device                               Reference in which to return the device handle\n\n @return\n - \\ref NVML_SUCCESS                  if \\a device has been set\n - \\ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized\n - \\ref NVML_ERROR_INVALID_ARGUMENT   if \\a pciBusId is invalid or \\a device is NULL\n - \\ref NVML_ERROR_NOT_FOUND          if \\a pciBusId does not match a valid device on the system\n - \\ref NVML_ERROR_INSUFFICIENT_POWER if the attached device has improperly attached external power cables\n - \\ref NVML_ERROR_NO_PERMISSION      if the user doesn't have permission to talk to this device\n - \\ref NVML_ERROR_IRQ_ISSUE          if NVIDIA kernel detected an interrupt issue with the attached GPUs\n - \\ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible\n - \\ref NVML_ERROR_UNKNOWN            on any unexpected error"]
 ///
 /** # Loading
 
@@ -21318,11 +21330,11 @@ pub use self::nvmlDeviceGetHandleByPciBusId as nvmlDeviceGetHandleByPciBusId_v2;
  For Fermi &tm; or newer fully supported devices.
 
  This number corresponds to the value printed directly on the board, and to the value returned by
-   \ref nvmlDeviceGetSerial().
+ \ref nvmlDeviceGetSerial().
 
  @deprecated Since more than one GPU can exist on a single board this function is deprecated in favor
-             of \ref nvmlDeviceGetHandleByUUID.
-             For dual GPU boards this function will return NVML_ERROR_INVALID_ARGUMENT.
+ of \ref nvmlDeviceGetHandleByUUID.
+ For dual GPU boards this function will return NVML_ERROR_INVALID_ARGUMENT.
 
  Starting from NVML 5, this API causes NVML to initialize the target GPU
  NVML may initialize additional GPUs as it searches for the target GPU
@@ -21331,15 +21343,15 @@ pub use self::nvmlDeviceGetHandleByPciBusId as nvmlDeviceGetHandleByPciBusId_v2;
  @param device                               Reference in which to return the device handle
 
  @return
-         - \ref NVML_SUCCESS                  if \a device has been set
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a serial is invalid, \a device is NULL or more than one
-                                              device has the same serial (dual GPU boards)
-         - \ref NVML_ERROR_NOT_FOUND          if \a serial does not match a valid device on the system
-         - \ref NVML_ERROR_INSUFFICIENT_POWER if any attached devices have improperly attached external power cables
-         - \ref NVML_ERROR_IRQ_ISSUE          if NVIDIA kernel detected an interrupt issue with the attached GPUs
-         - \ref NVML_ERROR_GPU_IS_LOST        if any GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN            on any unexpected error
+ - \ref NVML_SUCCESS                  if \a device has been set
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a serial is invalid, \a device is NULL or more than one
+ device has the same serial (dual GPU boards)
+ - \ref NVML_ERROR_NOT_FOUND          if \a serial does not match a valid device on the system
+ - \ref NVML_ERROR_INSUFFICIENT_POWER if any attached devices have improperly attached external power cables
+ - \ref NVML_ERROR_IRQ_ISSUE          if NVIDIA kernel detected an interrupt issue with the attached GPUs
+ - \ref NVML_ERROR_GPU_IS_LOST        if any GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error
 
  @see nvmlDeviceGetSerial
  @see nvmlDeviceGetHandleByUUID*/
@@ -21375,7 +21387,7 @@ pub unsafe fn nvmlDeviceGetHandleBySerial(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " Acquire the handle for a particular device, based on its globally unique immutable UUID (in ASCII format) associated with each device.\n\n For all products.\n\n @param uuid                                 The UUID of the target GPU or MIG instance\n @param device                               Reference in which to return the device handle or MIG device handle\n\n Starting from NVML 5, this API causes NVML to initialize the target GPU\n NVML may initialize additional GPUs as it searches for the target GPU\n\n/\n/**\n @note In the MPS locality-domain view, this API returns the locality-domain\n       handle whose MPS-provided UUID matches \\a uuid. See\n       \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @return\n         - \\ref NVML_SUCCESS                  if \\a device has been set\n         - \\ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized\n         - \\ref NVML_ERROR_INVALID_ARGUMENT   if \\a uuid is invalid or \\a device is null\n         - \\ref NVML_ERROR_NOT_FOUND          if \\a uuid does not match a valid device on the system\n         - \\ref NVML_ERROR_INSUFFICIENT_POWER if any attached devices have improperly attached external power cables\n         - \\ref NVML_ERROR_IRQ_ISSUE          if NVIDIA kernel detected an interrupt issue with the attached GPUs\n         - \\ref NVML_ERROR_GPU_IS_LOST        if any GPU has fallen off the bus or is otherwise inaccessible\n         - \\ref NVML_ERROR_UNKNOWN            on any unexpected error\n\n @see nvmlDeviceGetUUID"]
+#[doc = " Acquire the handle for a particular device, based on its globally unique immutable UUID (in ASCII format) associated with each device.\n\n For all products.\n\n @param uuid                                 The UUID of the target GPU or MIG instance\n @param device                               Reference in which to return the device handle or MIG device handle\n\n Starting from NVML 5, this API causes NVML to initialize the target GPU\n NVML may initialize additional GPUs as it searches for the target GPU\n\n /\n /**\n @note In the MPS locality-domain view, this API returns the locality-domain\n handle whose MPS-provided UUID matches \\a uuid. See\n \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @return\n - \\ref NVML_SUCCESS                  if \\a device has been set\n - \\ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized\n - \\ref NVML_ERROR_INVALID_ARGUMENT   if \\a uuid is invalid or \\a device is null\n - \\ref NVML_ERROR_NOT_FOUND          if \\a uuid does not match a valid device on the system\n - \\ref NVML_ERROR_INSUFFICIENT_POWER if any attached devices have improperly attached external power cables\n - \\ref NVML_ERROR_IRQ_ISSUE          if NVIDIA kernel detected an interrupt issue with the attached GPUs\n - \\ref NVML_ERROR_GPU_IS_LOST        if any GPU has fallen off the bus or is otherwise inaccessible\n - \\ref NVML_ERROR_UNKNOWN            on any unexpected error\n\n @see nvmlDeviceGetUUID"]
 ///
 /** # Loading
 
@@ -21408,7 +21420,7 @@ pub unsafe fn nvmlDeviceGetHandleByUUID(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " Acquire the handle for a particular device, based on its globally unique immutable UUID (in either ASCII or binary format) associated with each device.\n See \\ref nvmlUUID_v1_t for more information on the UUID struct. The caller must set the appropriate version prior to calling this API.\n\n For all products.\n\n @param[in] uuid                                  The UUID of the target GPU or MIG instance\n @param[out] device                               Reference in which to return the device handle or MIG device handle\n\n This API causes NVML to initialize the target GPU\n NVML may initialize additional GPUs as it searches for the target GPU\n\n/\n/**\n @note This API returns \\ref NVML_ERROR_NOT_SUPPORTED in the MPS\n       locality-domain view. Use \\ref nvmlDeviceGetHandleByUUID() with the\n       ASCII UUID instead. See \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @return\n         - \\ref NVML_SUCCESS                          if \\a device has been set\n         - \\ref NVML_ERROR_UNINITIALIZED              if the library has not been successfully initialized\n         - \\ref NVML_ERROR_INVALID_ARGUMENT           if \\a uuid is invalid, \\a device is null or \\a uuid->type is invalid\n         - \\ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  if the provided version is invalid/unsupported\n         - \\ref NVML_ERROR_NOT_FOUND                  if \\a uuid does not match a valid device on the system\n         - \\ref NVML_ERROR_GPU_IS_LOST                if any GPU has fallen off the bus or is otherwise inaccessible\n         - \\ref NVML_ERROR_UNKNOWN                    on any unexpected error"]
+#[doc = " Acquire the handle for a particular device, based on its globally unique immutable UUID (in either ASCII or binary format) associated with each device.\n See \\ref nvmlUUID_v1_t for more information on the UUID struct. The caller must set the appropriate version prior to calling this API.\n\n For all products.\n\n @param[in] uuid                                  The UUID of the target GPU or MIG instance\n @param[out] device                               Reference in which to return the device handle or MIG device handle\n\n This API causes NVML to initialize the target GPU\n NVML may initialize additional GPUs as it searches for the target GPU\n\n /\n /**\n @note This API returns \\ref NVML_ERROR_NOT_SUPPORTED in the MPS\n locality-domain view. Use \\ref nvmlDeviceGetHandleByUUID() with the\n ASCII UUID instead. See \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @return\n - \\ref NVML_SUCCESS                          if \\a device has been set\n - \\ref NVML_ERROR_UNINITIALIZED              if the library has not been successfully initialized\n - \\ref NVML_ERROR_INVALID_ARGUMENT           if \\a uuid is invalid, \\a device is null or \\a uuid->type is invalid\n - \\ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  if the provided version is invalid/unsupported\n - \\ref NVML_ERROR_NOT_FOUND                  if \\a uuid does not match a valid device on the system\n - \\ref NVML_ERROR_GPU_IS_LOST                if any GPU has fallen off the bus or is otherwise inaccessible\n - \\ref NVML_ERROR_UNKNOWN                    on any unexpected error"]
 ///
 /** # Loading
 
@@ -21451,10 +21463,10 @@ pub unsafe fn nvmlDeviceGetHandleByUUIDV(
  @param pHostVgpuMode                         Reference in which to return the current vGPU mode
 
  @return
-         - \ref NVML_SUCCESS                  if device's vGPU mode has been successfully retrieved
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a device handle is 0 or \a pVgpuMode is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED      if \a device doesn't support this feature.
-         - \ref NVML_ERROR_UNKNOWN            if any unexpected error occurred*/
+ - \ref NVML_SUCCESS                  if device's vGPU mode has been successfully retrieved
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a device handle is 0 or \a pVgpuMode is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED      if \a device doesn't support this feature.
+ - \ref NVML_ERROR_UNKNOWN            if any unexpected error occurred*/
 ///
 /** # Loading
 
@@ -21498,12 +21510,12 @@ pub unsafe fn nvmlDeviceGetHostVgpuMode(
  @param hostname                             Reference to the caller-provided \ref nvmlHostname_v1_t struct to return the hostname
 
  @return
-         - \ref NVML_SUCCESS                          if the hostname was retrieved successfully
-         - \ref NVML_ERROR_UNINITIALIZED              if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           if \a device is invalid or \a hostname is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED              if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST                if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN                    on any unexpected error
+ - \ref NVML_SUCCESS                          if the hostname was retrieved successfully
+ - \ref NVML_ERROR_UNINITIALIZED              if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           if \a device is invalid or \a hostname is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED              if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST                if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN                    on any unexpected error
 
  @see nvmlDeviceSetHostname_v1()*/
 ///
@@ -21538,7 +21550,7 @@ pub unsafe fn nvmlDeviceGetHostname_v1(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " Retrieves the NVML index of this device.\n\n For all products.\n\n Valid indices are derived from the \\a accessibleDevices count returned by\n   \\ref nvmlDeviceGetCount_v2(). For example, if \\a accessibleDevices is 2 the valid indices\n   are 0 and 1, corresponding to GPU 0 and GPU 1.\n\n The order in which NVML enumerates devices has no guarantees of consistency between reboots. For that reason it\n   is recommended that devices be looked up by their PCI ids or GPU UUID. See\n   \\ref nvmlDeviceGetHandleByPciBusId_v2() and \\ref nvmlDeviceGetHandleByUUID().\n\n When used with MIG device handles this API returns indices that can be\n passed to \\ref nvmlDeviceGetMigDeviceHandleByIndex to retrieve an identical handle.\n MIG device indices are unique within a device.\n\n Note: The NVML index may not correlate with other APIs, such as the CUDA device index.\n\n/\n/**\n @note In the MPS locality-domain view, this API returns the NVML index of the\n       locality-domain handle. See \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @param device                               The identifier of the target device\n @param index                                Reference in which to return the NVML index of the device\n\n @return\n         - \\ref NVML_SUCCESS                 if \\a index has been set\n         - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n         - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid, or \\a index is NULL\n         - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n         - \\ref NVML_ERROR_UNKNOWN           on any unexpected error\n\n @see nvmlDeviceGetHandleByIndex()\n @see nvmlDeviceGetCount()"]
+#[doc = " Retrieves the NVML index of this device.\n\n For all products.\n\n Valid indices are derived from the \\a accessibleDevices count returned by\n \\ref nvmlDeviceGetCount_v2(). For example, if \\a accessibleDevices is 2 the valid indices\n are 0 and 1, corresponding to GPU 0 and GPU 1.\n\n The order in which NVML enumerates devices has no guarantees of consistency between reboots. For that reason it\n is recommended that devices be looked up by their PCI ids or GPU UUID. See\n \\ref nvmlDeviceGetHandleByPciBusId_v2() and \\ref nvmlDeviceGetHandleByUUID().\n\n When used with MIG device handles this API returns indices that can be\n passed to \\ref nvmlDeviceGetMigDeviceHandleByIndex to retrieve an identical handle.\n MIG device indices are unique within a device.\n\n Note: The NVML index may not correlate with other APIs, such as the CUDA device index.\n\n /\n /**\n @note In the MPS locality-domain view, this API returns the NVML index of the\n locality-domain handle. See \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @param device                               The identifier of the target device\n @param index                                Reference in which to return the NVML index of the device\n\n @return\n - \\ref NVML_SUCCESS                 if \\a index has been set\n - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid, or \\a index is NULL\n - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n - \\ref NVML_ERROR_UNKNOWN           on any unexpected error\n\n @see nvmlDeviceGetHandleByIndex()\n @see nvmlDeviceGetCount()"]
 ///
 /** # Loading
 
@@ -21583,13 +21595,13 @@ pub unsafe fn nvmlDeviceGetIndex(
  @param checksum                             Reference in which to return the infoROM configuration checksum
 
  @return
-         - \ref NVML_SUCCESS                 if \a checksum has been set
-         - \ref NVML_ERROR_CORRUPTED_INFOROM if the device's checksum couldn't be retrieved due to infoROM corruption
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a checksum is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a checksum has been set
+ - \ref NVML_ERROR_CORRUPTED_INFOROM if the device's checksum couldn't be retrieved due to infoROM corruption
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a checksum is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -21636,13 +21648,13 @@ pub unsafe fn nvmlDeviceGetInforomConfigurationChecksum(
  @param length                               The maximum allowed length of the string returned in \a version
 
  @return
-         - \ref NVML_SUCCESS                 if \a version has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a version is NULL
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not have an infoROM
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a version has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a version is NULL
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not have an infoROM
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceGetInforomVersion*/
 ///
@@ -21697,13 +21709,13 @@ pub unsafe fn nvmlDeviceGetInforomImageVersion(
  @param length                               The maximum allowed length of the string returned in \a version
 
  @return
-         - \ref NVML_SUCCESS                 if \a version has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a version is NULL
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not have an infoROM
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a version has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a version is NULL
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not have an infoROM
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceGetInforomImageVersion*/
 ///
@@ -21750,12 +21762,11 @@ pub unsafe fn nvmlDeviceGetInforomVersion(
  @param irqNum                               The interrupt number associated with the specified device
 
  @return
-         - \ref NVML_SUCCESS                 if irq number is successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a irqNum is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-*/
+ - \ref NVML_SUCCESS                 if irq number is successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a irqNum is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible*/
 ///
 /** # Loading
 
@@ -21799,12 +21810,12 @@ pub unsafe fn nvmlDeviceGetIrqNum(
  @param samplingPeriodUs                     Reference to an unsigned int for the sampling period in US
 
  @return
-         - \ref NVML_SUCCESS                 if \a utilization has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a utilization is NULL, or \a samplingPeriodUs is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a utilization has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a utilization is NULL, or \a samplingPeriodUs is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -21849,11 +21860,11 @@ pub unsafe fn nvmlDeviceGetJpgUtilization(
  @param durationUs                           The duration (us) of the last BBX Flush
 
  @return
-         - \ref NVML_SUCCESS                 if \a timestamp and \a durationUs are successfully retrieved
-         - \ref NVML_ERROR_NOT_READY         if the BBX object has not been flushed yet
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not have an infoROM
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a timestamp and \a durationUs are successfully retrieved
+ - \ref NVML_ERROR_NOT_READY         if the BBX object has not been flushed yet
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not have an infoROM
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceGetInforomVersion*/
 ///
@@ -21909,25 +21920,25 @@ pub unsafe fn nvmlDeviceGetLastBBXFlushTime(
  time. Allocate more space for \a infos table in case new compute processes are spawned.
 
  @note In MIG mode, if device handle is provided, the API returns aggregate information, only if
-       the caller has appropriate privileges. Per-instance information can be queried by using
-       specific MIG device handles.
-       Querying per-instance information using MIG device handles is not supported if the device is in vGPU Host virtualization mode.
+ the caller has appropriate privileges. Per-instance information can be queried by using
+ specific MIG device handles.
+ Querying per-instance information using MIG device handles is not supported if the device is in vGPU Host virtualization mode.
 
  @param device                               The device handle or MIG device handle
  @param infoCount                            Reference in which to provide the \a infos array size, and
-                                             to return the number of returned elements
+ to return the number of returned elements
  @param infos                                Reference in which to return the process information
 
  @return
-         - \ref NVML_SUCCESS                 if \a infoCount and \a infos have been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a infoCount indicates that the \a infos array is too small
-                                             \a infoCount will contain minimal amount of space necessary for
-                                             the call to complete
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, either of \a infoCount or \a infos is NULL
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by \a device
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a infoCount and \a infos have been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a infoCount indicates that the \a infos array is too small
+ \a infoCount will contain minimal amount of space necessary for
+ the call to complete
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, either of \a infoCount or \a infos is NULL
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by \a device
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see \ref nvmlSystemGetProcessName*/
 ///
@@ -21974,12 +21985,12 @@ pub use self::nvmlDeviceGetMPSComputeRunningProcesses as nvmlDeviceGetMPSCompute
  @param[in,out] marginTempInfo                        Versioned structure in which to return the temperature reading
 
  @returns
-         - \ref NVML_SUCCESS                           if the margin temperature was retrieved successfully
-         - \ref NVML_ERROR_NOT_SUPPORTED               if request is not supported on the current platform
-         - \ref NVML_ERROR_INVALID_ARGUMENT            if \a device is invalid or \a temperature is NULL
-         - \ref NVML_ERROR_GPU_IS_LOST                 if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH   if the right versioned structure is not used
-         - \ref NVML_ERROR_UNKNOWN                     on any unexpected error*/
+ - \ref NVML_SUCCESS                           if the margin temperature was retrieved successfully
+ - \ref NVML_ERROR_NOT_SUPPORTED               if request is not supported on the current platform
+ - \ref NVML_ERROR_INVALID_ARGUMENT            if \a device is invalid or \a temperature is NULL
+ - \ref NVML_ERROR_GPU_IS_LOST                 if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH   if the right versioned structure is not used
+ - \ref NVML_ERROR_UNKNOWN                     on any unexpected error*/
 ///
 /** # Loading
 
@@ -22018,20 +22029,20 @@ pub unsafe fn nvmlDeviceGetMarginTemperature(
 
  See \ref nvmlClockType_t for details on available clock information.
 
- \note Current P0 clocks (reported by \ref nvmlDeviceGetClockInfo) can differ from max clocks
-       by a few MHz.
+ Note: Current P0 clocks (reported by \ref nvmlDeviceGetClockInfo) can differ from max clocks
+ by a few MHz.
 
  @param device                               The identifier of the target device
  @param type                                 Identify which clock domain to query
  @param clock                                Reference in which to return the clock speed in MHz
 
  @return
-         - \ref NVML_SUCCESS                 if \a clock has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a clock is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device cannot report the specified clock
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a clock has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a clock is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device cannot report the specified clock
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -22076,12 +22087,12 @@ pub unsafe fn nvmlDeviceGetMaxClockInfo(
  @param clockMHz                             Reference in which to return the clock in MHz
 
  @return
-         - \ref NVML_SUCCESS                 if \a clockMHz has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a clockMHz is NULL or \a clockType is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device or the \a clockType on this device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a clockMHz has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a clockMHz is NULL or \a clockType is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device or the \a clockType on this device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -22128,10 +22139,10 @@ pub unsafe fn nvmlDeviceGetMaxCustomerBoostClock(
  @param count                                Count of MIG devices
 
  @return
-         - \ref NVML_SUCCESS                 if \a count was successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a count reference is invalid
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a count was successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a count reference is invalid
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -22175,12 +22186,12 @@ pub unsafe fn nvmlDeviceGetMaxMigDeviceCount(
  @param maxLinkGen                           Reference in which to return the max PCIe link generation
 
  @return
-         - \ref NVML_SUCCESS                 if \a maxLinkGen has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a maxLinkGen is null
-         - \ref NVML_ERROR_NOT_SUPPORTED     if PCIe link information is not available
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a maxLinkGen has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a maxLinkGen is null
+ - \ref NVML_ERROR_NOT_SUPPORTED     if PCIe link information is not available
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -22224,12 +22235,12 @@ pub unsafe fn nvmlDeviceGetMaxPcieLinkGeneration(
  @param maxLinkWidth                         Reference in which to return the max PCIe link generation
 
  @return
-         - \ref NVML_SUCCESS                 if \a maxLinkWidth has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a maxLinkWidth is null
-         - \ref NVML_ERROR_NOT_SUPPORTED     if PCIe link information is not available
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a maxLinkWidth has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a maxLinkWidth is null
+ - \ref NVML_ERROR_NOT_SUPPORTED     if PCIe link information is not available
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -22268,11 +22279,11 @@ pub unsafe fn nvmlDeviceGetMaxPcieLinkWidth(
  @param[out]  maxOffset                      The retrieved MemClk VF max offset value
 
  @return
-         - \ref NVML_SUCCESS                 if \a offset has been successfully queried
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a offset is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a offset has been successfully queried
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a offset is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -22313,11 +22324,11 @@ pub unsafe fn nvmlDeviceGetMemClkMinMaxVfOffset(
  @param[out]  offset                         The retrieved MemClk VF offset value
 
  @return
-         - \ref NVML_SUCCESS                 if \a offset has been successfully queried
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a offset is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a offset has been successfully queried
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a offset is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -22353,11 +22364,11 @@ pub unsafe fn nvmlDeviceGetMemClkVfOffset(
 /** Retrieves an array of unsigned ints (sized to nodeSetSize) of bitmasks with
  the ideal memory affinity within node or socket for the device.
  For example, if NUMA node 0, 1 are ideal within the socket for the device and nodeSetSize ==  1,
-     result[0] = 0x3
+ result[0] = 0x3
 
- \note If requested scope is not applicable to the target topology, the API
-       will fall back to reporting the memory affinity for the immediate non-I/O
-       ancestor of the device.
+ Note: If requested scope is not applicable to the target topology, the API
+ will fall back to reporting the memory affinity for the immediate non-I/O
+ ancestor of the device.
 
  For Kepler &tm; or newer fully supported devices.
  Supported on Linux only.
@@ -22365,16 +22376,16 @@ pub unsafe fn nvmlDeviceGetMemClkVfOffset(
  @param device                               The identifier of the target device
  @param nodeSetSize                          The size of the nodeSet array that is safe to access
  @param nodeSet                              Array reference in which to return a bitmask of NODEs, 64 NODEs per
-                                             unsigned long on 64-bit machines, 32 on 32-bit machines
+ unsigned long on 64-bit machines, 32 on 32-bit machines
  @param scope                                Scope that change the default behavior
 
  @return
-         - \ref NVML_SUCCESS                 if \a NUMA node Affinity has been filled
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, nodeSetSize == 0, nodeSet is NULL or scope is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a NUMA node Affinity has been filled
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, nodeSetSize == 0, nodeSet is NULL or scope is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -22419,12 +22430,11 @@ pub unsafe fn nvmlDeviceGetMemoryAffinity(
  @param busWidth                             The devices's memory bus width
 
  @return
-         - \ref NVML_SUCCESS                 if the memory bus width is successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a busWidth is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-*/
+ - \ref NVML_SUCCESS                 if the memory bus width is successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a busWidth is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible*/
 ///
 /** # Loading
 
@@ -22468,9 +22478,9 @@ pub unsafe fn nvmlDeviceGetMemoryBusWidth(
  Requires ECC Mode to be enabled.
 
  @note On MIG-enabled GPUs, per instance information can be queried using specific
-       MIG device handles. Per instance information is currently only supported for
-       non-DRAM uncorrectable volatile errors. Querying volatile errors using device
-       handles is currently not supported.
+ MIG device handles. Per instance information is currently only supported for
+ non-DRAM uncorrectable volatile errors. Querying volatile errors using device
+ handles is currently not supported.
 
  See \ref nvmlMemoryErrorType_t for a description of available memory error types.\n
  See \ref nvmlEccCounterType_t for a description of available counter types.\n
@@ -22483,13 +22493,13 @@ pub unsafe fn nvmlDeviceGetMemoryBusWidth(
  @param count                                Reference in which to return the ECC counter
 
  @return
-         - \ref NVML_SUCCESS                 if \a count has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a bitTyp,e \a counterType or \a locationType is
-                                             invalid, or \a count is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support ECC error reporting in the specified memory
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a count has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a bitTyp,e \a counterType or \a locationType is
+ invalid, or \a count is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support ECC error reporting in the specified memory
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -22531,7 +22541,7 @@ pub unsafe fn nvmlDeviceGetMemoryErrorCounter(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " Retrieves the amount of used, free, reserved and total memory available on the device, in bytes.\n The reserved amount is supported on version 2 only.\n\n For all products.\n\n Enabling ECC reduces the amount of total available memory, due to the extra required parity bits.\n Under WDDM most device memory is allocated and managed on startup by Windows.\n\n Under Linux and Windows TCC, the reported amount of used memory is equal to the sum of memory allocated\n by all active channels on the device.\n\n See \\ref nvmlMemory_v2_t for details on available memory info.\n\n @note In MIG mode, if device handle is provided, the API returns aggregate\n       information, only if the caller has appropriate privileges. Per-instance\n       information can be queried by using specific MIG device handles.\n\n @note nvmlDeviceGetMemoryInfo_v2 adds additional memory information.\n\n @note On systems where GPUs are NUMA nodes, the accuracy of FB memory utilization\n       provided by this API depends on the memory accounting of the operating system.\n       This is because FB memory is managed by the operating system instead of the NVIDIA GPU driver.\n       Typically, pages allocated from FB memory are not released even after\n       the process terminates to enhance performance. In scenarios where\n       the operating system is under memory pressure, it may resort to utilizing FB memory.\n       Such actions can result in discrepancies in the accuracy of memory reporting.\n\n @note On certain SOC platforms, the integrated GPU (iGPU) does not use a dedicated framebuffer\n       but instead shares memory with the system. As a result, \\ref NVML_ERROR_NOT_SUPPORTED\n       will be returned in this case.\n\n/\n/**\n @note In the MPS locality-domain view, this API returns MPS-provided total,\n       used, and free memory for the locality domain. Reserved memory is\n       included in used memory. See \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @param device                               The identifier of the target device\n @param memory                               Reference in which to return the memory information\n\n @return\n         - \\ref NVML_SUCCESS                 if \\a memory has been populated\n         - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n         - \\ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation\n         - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid or \\a memory is NULL\n         - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n         - \\ref NVML_ERROR_NOT_SUPPORTED     if video memory is unsupported on the device\n         - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
+#[doc = " Retrieves the amount of used, free, reserved and total memory available on the device, in bytes.\n The reserved amount is supported on version 2 only.\n\n For all products.\n\n Enabling ECC reduces the amount of total available memory, due to the extra required parity bits.\n Under WDDM most device memory is allocated and managed on startup by Windows.\n\n Under Linux and Windows TCC, the reported amount of used memory is equal to the sum of memory allocated\n by all active channels on the device.\n\n See \\ref nvmlMemory_v2_t for details on available memory info.\n\n @note In MIG mode, if device handle is provided, the API returns aggregate\n information, only if the caller has appropriate privileges. Per-instance\n information can be queried by using specific MIG device handles.\n\n @note nvmlDeviceGetMemoryInfo_v2 adds additional memory information.\n\n @note On systems where GPUs are NUMA nodes, the accuracy of FB memory utilization\n provided by this API depends on the memory accounting of the operating system.\n This is because FB memory is managed by the operating system instead of the NVIDIA GPU driver.\n Typically, pages allocated from FB memory are not released even after\n the process terminates to enhance performance. In scenarios where\n the operating system is under memory pressure, it may resort to utilizing FB memory.\n Such actions can result in discrepancies in the accuracy of memory reporting.\n\n @note On certain SOC platforms, the integrated GPU (iGPU) does not use a dedicated framebuffer\n but instead shares memory with the system. As a result, \\ref NVML_ERROR_NOT_SUPPORTED\n will be returned in this case.\n\n /\n /**\n @note In the MPS locality-domain view, this API returns MPS-provided total,\n used, and free memory for the locality domain. Reserved memory is\n included in used memory. See \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @param device                               The identifier of the target device\n @param memory                               Reference in which to return the memory information\n\n @return\n - \\ref NVML_SUCCESS                 if \\a memory has been populated\n - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n - \\ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation\n - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid or \\a memory is NULL\n - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n - \\ref NVML_ERROR_NOT_SUPPORTED     if video memory is unsupported on the device\n - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
 ///
 /** # Loading
 
@@ -22561,7 +22571,7 @@ pub unsafe fn nvmlDeviceGetMemoryInfo(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " Retrieves the amount of used, free, reserved and total memory available on the device, in bytes.\n nvmlDeviceGetMemoryInfo_v2 accounts separately for reserved memory and includes it in the used memory amount.\n\n For all products.\n\n Enabling ECC reduces the amount of total available memory, due to the extra required parity bits.\n Under WDDM most device memory is allocated and managed on startup by Windows.\n\n Under Linux and Windows TCC, the reported amount of used memory is equal to the sum of memory allocated\n by all active channels on the device.\n\n @note In MIG mode, if device handle is provided, the API returns aggregate\n       information, only if the caller has appropriate privileges. Per-instance\n       information can be queried by using specific MIG device handles.\n\n @note On systems where GPUs are NUMA nodes, the accuracy of FB memory utilization\n       provided by this API depends on the memory accounting of the operating system.\n       This is because FB memory is managed by the operating system instead of the NVIDIA GPU driver.\n       Typically, pages allocated from FB memory are not released even after\n       the process terminates to enhance performance. In scenarios where\n       the operating system is under memory pressure, it may resort to utilizing FB memory.\n       Such actions can result in discrepancies in the accuracy of memory reporting.\n\n @note On certain SOC platforms, the integrated GPU (iGPU) does not use a dedicated framebuffer\n       but instead shares memory with the system. As a result, \\ref NVML_ERROR_NOT_SUPPORTED\n       will be returned in this case.\n\n/\n/**\n @note In the MPS locality-domain view, this API returns MPS-provided total,\n       used, free, and reserved memory for the locality domain. See\n       \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @param device                               The identifier of the target device\n @param memory                               Reference in which to return the memory information\n\n @return\n         - \\ref NVML_SUCCESS                 if \\a memory has been populated\n         - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n         - \\ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation\n         - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid or \\a memory is NULL\n         - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n         - \\ref NVML_ERROR_NOT_SUPPORTED     if video memory is unsupported on the device\n         - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
+#[doc = " Retrieves the amount of used, free, reserved and total memory available on the device, in bytes.\n nvmlDeviceGetMemoryInfo_v2 accounts separately for reserved memory and includes it in the used memory amount.\n\n For all products.\n\n Enabling ECC reduces the amount of total available memory, due to the extra required parity bits.\n Under WDDM most device memory is allocated and managed on startup by Windows.\n\n Under Linux and Windows TCC, the reported amount of used memory is equal to the sum of memory allocated\n by all active channels on the device.\n\n @note In MIG mode, if device handle is provided, the API returns aggregate\n information, only if the caller has appropriate privileges. Per-instance\n information can be queried by using specific MIG device handles.\n\n @note On systems where GPUs are NUMA nodes, the accuracy of FB memory utilization\n provided by this API depends on the memory accounting of the operating system.\n This is because FB memory is managed by the operating system instead of the NVIDIA GPU driver.\n Typically, pages allocated from FB memory are not released even after\n the process terminates to enhance performance. In scenarios where\n the operating system is under memory pressure, it may resort to utilizing FB memory.\n Such actions can result in discrepancies in the accuracy of memory reporting.\n\n @note On certain SOC platforms, the integrated GPU (iGPU) does not use a dedicated framebuffer\n but instead shares memory with the system. As a result, \\ref NVML_ERROR_NOT_SUPPORTED\n will be returned in this case.\n\n /\n /**\n @note In the MPS locality-domain view, this API returns MPS-provided total,\n used, free, and reserved memory for the locality domain. See\n \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @param device                               The identifier of the target device\n @param memory                               Reference in which to return the memory information\n\n @return\n - \\ref NVML_SUCCESS                 if \\a memory has been populated\n - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n - \\ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation\n - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid or \\a memory is NULL\n - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n - \\ref NVML_ERROR_NOT_SUPPORTED     if video memory is unsupported on the device\n - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
 ///
 /** # Loading
 
@@ -22606,13 +22616,13 @@ pub unsafe fn nvmlDeviceGetMemoryInfo_v2(
  @param[in,out] limits                           A pointer to \ref nvmlGetMemoryLimits_v1_t
 
  @return
-  - \ref NVML_SUCCESS                 if the operation was successful
-  - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-  - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a limits is NULL
-  - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-  - \ref NVML_ERROR_NOT_FOUND         if the limits were not found for this device and cgroup
-  - \ref NVML_ERROR_OPERATING_SYSTEM  if the cgroup path cannot be opened
-  - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the operation was successful
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a limits is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_NOT_FOUND         if the limits were not found for this device and cgroup
+ - \ref NVML_ERROR_OPERATING_SYSTEM  if the cgroup path cannot be opened
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @note MIG handles are not supported*/
 ///
@@ -22663,12 +22673,12 @@ pub unsafe fn nvmlDeviceGetMemoryLimits_v1(
  @param migDevice                            Reference to the MIG device handle
 
  @return
-         - \ref NVML_SUCCESS                 if \a migDevice handle was successfully created
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a index or \a migDevice reference is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_NOT_FOUND         if no valid MIG device was found at \a index
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a migDevice handle was successfully created
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a index or \a migDevice reference is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_NOT_FOUND         if no valid MIG device was found at \a index
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -22713,16 +22723,16 @@ pub unsafe fn nvmlDeviceGetMigDeviceHandleByIndex(
 
  @param device                               The identifier of the target device
  @param currentMode                          Returns the current mode, \ref NVML_DEVICE_MIG_DISABLE or
-                                             \ref NVML_DEVICE_MIG_ENABLE
+ \ref NVML_DEVICE_MIG_ENABLE
  @param pendingMode                          Returns the pending mode, \ref NVML_DEVICE_MIG_DISABLE or
-                                             \ref NVML_DEVICE_MIG_ENABLE
+ \ref NVML_DEVICE_MIG_ENABLE
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a currentMode or \a pendingMode are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't support MIG mode
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a currentMode or \a pendingMode are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't support MIG mode
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -22767,11 +22777,11 @@ pub unsafe fn nvmlDeviceGetMigMode(
  @param maxClockMHz                          Reference in which to return max clock frequency
 
  @return
-         - \ref NVML_SUCCESS                 if everything worked
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a type or \a minClockMHz and \a maxClockMHz are NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_UNKNOWN           if \a type or \a pstate are invalid or any unexpected error*/
+ - \ref NVML_SUCCESS                 if everything worked
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a type or \a minClockMHz and \a maxClockMHz are NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_UNKNOWN           if \a type or \a pstate are invalid or any unexpected error*/
 ///
 /** # Loading
 
@@ -22822,11 +22832,11 @@ pub unsafe fn nvmlDeviceGetMinMaxClockOfPState(
  @param maxSpeed                      The maximum speed allowed to set
 
  @return
-        - \ref NVML_SUCCESS                 if speed has been adjusted
-        - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-        - \ref NVML_ERROR_INVALID_ARGUMENT  if device is invalid
-        - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this (doesn't have fans)
-        - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if speed has been adjusted
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this (doesn't have fans)
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -22871,12 +22881,12 @@ pub unsafe fn nvmlDeviceGetMinMaxFanSpeed(
  @param device                                The identifier of the target device
  @param minorNumber                           Reference in which to return the minor number for the device
  @return
-         - \ref NVML_SUCCESS                 if the minor number is successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a minorNumber is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if the minor number is successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a minorNumber is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -22918,10 +22928,10 @@ pub unsafe fn nvmlDeviceGetMinorNumber(
  @param moduleId                             Unique identifier for the GPU module
 
  @return
-         - \ref NVML_SUCCESS                 if \a moduleId has been successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a moduleId is invalid
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a moduleId has been successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a moduleId is invalid
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -22961,15 +22971,15 @@ pub unsafe fn nvmlDeviceGetModuleId(
 
  @param device                               The identifier of the target device
  @param multiGpuBool                         Reference in which to return a zero or non-zero value
-                                                 to indicate whether the device is on a multi GPU board
+ to indicate whether the device is on a multi GPU board
 
  @return
-         - \ref NVML_SUCCESS                 if \a multiGpuBool has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a multiGpuBool is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a multiGpuBool has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a multiGpuBool is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -23002,7 +23012,7 @@ pub unsafe fn nvmlDeviceGetMultiGpuBoard(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " Retrieves the name of this device.\n\n For all products.\n\n The name is an alphanumeric string that denotes a particular product, e.g. Tesla &tm; C2070. It will not\n exceed 96 characters in length (including the NULL terminator).  See \\ref\n nvmlConstants::NVML_DEVICE_NAME_V2_BUFFER_SIZE.\n\n When used with MIG device handles the API returns MIG device names which can be used to identify devices\n based on their attributes.\n\n/\n/**\n @note In the MPS locality-domain view, this API returns the name supplied by\n       MPS for the locality domain. See \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @param device                               The identifier of the target device\n @param name                                 Reference in which to return the product name\n @param length                               The maximum allowed length of the string returned in \\a name\n\n @return\n         - \\ref NVML_SUCCESS                 if \\a name has been set\n         - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n         - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid, or \\a name is NULL\n         - \\ref NVML_ERROR_INSUFFICIENT_SIZE if \\a length is too small\n         - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n         - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
+#[doc = " Retrieves the name of this device.\n\n For all products.\n\n The name is an alphanumeric string that denotes a particular product, e.g. Tesla &tm; C2070. It will not\n exceed 96 characters in length (including the NULL terminator).  See \\ref\n nvmlConstants::NVML_DEVICE_NAME_V2_BUFFER_SIZE.\n\n When used with MIG device handles the API returns MIG device names which can be used to identify devices\n based on their attributes.\n\n /\n /**\n @note In the MPS locality-domain view, this API returns the name supplied by\n MPS for the locality domain. See \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @param device                               The identifier of the target device\n @param name                                 Reference in which to return the product name\n @param length                               The maximum allowed length of the string returned in \\a name\n\n @return\n - \\ref NVML_SUCCESS                 if \\a name has been set\n - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid, or \\a name is NULL\n - \\ref NVML_ERROR_INSUFFICIENT_SIZE if \\a length is too small\n - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
 ///
 /** # Loading
 
@@ -23046,12 +23056,12 @@ pub unsafe fn nvmlDeviceGetName(
  @param numFans                              The number of fans
 
  @return
-         - \ref NVML_SUCCESS                 if \a fan number query was successful
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a numFans is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not have a fan
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a fan number query was successful
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a numFans is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not have a fan
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -23087,18 +23097,17 @@ pub unsafe fn nvmlDeviceGetNumFans(
 /** Gets the device's core count
 
  @note On MIG-enabled GPUs, querying the device's core count is currently not supported using this API.
-       Please use \ref nvmlDeviceGetGpuInstanceProfileInfo to fetch the MIG device's core count.
+ Please use \ref nvmlDeviceGetGpuInstanceProfileInfo to fetch the MIG device's core count.
 
  @param device                               The identifier of the target device
  @param numCores                             The number of cores for the specified device
 
  @return
-         - \ref NVML_SUCCESS                 if GPU core count is successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a numCores is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device or a mig device.
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-*/
+ - \ref NVML_SUCCESS                 if GPU core count is successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a numCores is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device or a mig device.
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible*/
 ///
 /** # Loading
 
@@ -23131,7 +23140,7 @@ pub unsafe fn nvmlDeviceGetNumGpuCores(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " Get the NUMA node of the given GPU device.\n This only applies to platforms where the GPUs are NUMA nodes.\n\n/\n/**\n @note In the MPS locality-domain view, this API returns the NUMA node\n       supplied by MPS for the locality domain. See\n       \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @param[in]      device                  The device handle\n @param[out]     node                    NUMA node ID of the device\n\n @returns\n         - \\ref NVML_SUCCESS                  if the NUMA node is retrieved successfully\n         - \\ref NVML_ERROR_NOT_SUPPORTED      if request is not supported on the current platform\n         - \\ref NVML_ERROR_INVALID_ARGUMENT   if \\a device \\a node is invalid"]
+#[doc = " Get the NUMA node of the given GPU device.\n This only applies to platforms where the GPUs are NUMA nodes.\n\n /\n /**\n @note In the MPS locality-domain view, this API returns the NUMA node\n supplied by MPS for the locality domain. See\n \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @param[in]      device                  The device handle\n @param[out]     node                    NUMA node ID of the device\n\n @returns\n - \\ref NVML_SUCCESS                  if the NUMA node is retrieved successfully\n - \\ref NVML_ERROR_NOT_SUPPORTED      if request is not supported on the current platform\n - \\ref NVML_ERROR_INVALID_ARGUMENT   if \\a device \\a node is invalid"]
 ///
 /** # Loading
 
@@ -23176,11 +23185,11 @@ pub unsafe fn nvmlDeviceGetNumaNodeId(
  @param capResult                            A boolean for the queried capability indicating that feature is available
 
  @return
-         - \ref NVML_SUCCESS                 if \a capResult has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a link, or \a capability is invalid or \a capResult is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a capResult has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a link, or \a capability is invalid or \a capResult is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -23230,11 +23239,11 @@ pub unsafe fn nvmlDeviceGetNvLinkCapability(
  @param counterValue                         Returned counter value
 
  @return
-         - \ref NVML_SUCCESS                 if \a counter has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a link, or \a counter is invalid or \a counterValue is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a counter has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a link, or \a counter is invalid or \a counterValue is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -23279,13 +23288,13 @@ pub unsafe fn nvmlDeviceGetNvLinkErrorCounter(
  @param[out] info                                Reference to \a nvmlNvLinkInfo_t
 
  @return
-         - \ref NVML_SUCCESS                          if query is success
-         - \ref NVML_ERROR_UNINITIALIZED              if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           if \a device is invalid, or \a info is NULL
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  if the version is invalid/unsupported
-         - \ref NVML_ERROR_NOT_SUPPORTED              if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST                if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN                    on any unexpected error*/
+ - \ref NVML_SUCCESS                          if query is success
+ - \ref NVML_ERROR_UNINITIALIZED              if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           if \a device is invalid, or \a info is NULL
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  if the version is invalid/unsupported
+ - \ref NVML_ERROR_NOT_SUPPORTED              if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST                if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN                    on any unexpected error*/
 ///
 /** # Loading
 
@@ -23324,12 +23333,12 @@ pub unsafe fn nvmlDeviceGetNvLinkInfo(
  @param[out] info                                Reference to \a nvmlNvLinkInfo_v3_t
 
  @return
-         - \ref NVML_SUCCESS                          if query is success
-         - \ref NVML_ERROR_UNINITIALIZED              if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           if \a device is invalid, or \a info is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED              if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST                if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN                    on any unexpected error*/
+ - \ref NVML_SUCCESS                          if query is success
+ - \ref NVML_ERROR_UNINITIALIZED              if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           if \a device is invalid, or \a info is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED              if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST                if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN                    on any unexpected error*/
 ///
 /** # Loading
 
@@ -23369,14 +23378,14 @@ pub unsafe fn nvmlDeviceGetNvLinkInfo_v3(
  @param pNvLinkDeviceType                     Pointer in which the output remote device type is returned
 
  @return
-         - \ref NVML_SUCCESS                  if \a pNvLinkDeviceType has been set
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_NOT_SUPPORTED      if NVLink is not supported
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a device or \a link is invalid, or
-                                              \a pNvLinkDeviceType is NULL
-         - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is
-                                              otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
+ - \ref NVML_SUCCESS                  if \a pNvLinkDeviceType has been set
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_NOT_SUPPORTED      if NVLink is not supported
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a device or \a link is invalid, or
+ \a pNvLinkDeviceType is NULL
+ - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is
+ otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
 ///
 /** # Loading
 
@@ -23422,11 +23431,11 @@ pub unsafe fn nvmlDeviceGetNvLinkRemoteDeviceType(
  @param pci                                  \a nvmlPciInfo_t of the remote node for the specified link
 
  @return
-         - \ref NVML_SUCCESS                 if \a pci has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a link is invalid or \a pci is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a pci has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a link is invalid or \a pci is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -23472,15 +23481,15 @@ pub use self::nvmlDeviceGetNvLinkRemotePciInfo as nvmlDeviceGetNvLinkRemotePciIn
  @param device                               The identifier of the target device
  @param link                                 Specifies the NvLink link to be queried
  @param isActive                             \a nvmlEnableState_t where NVML_FEATURE_ENABLED indicates that
-                                             the link is active and NVML_FEATURE_DISABLED indicates it
-                                             is inactive
+ the link is active and NVML_FEATURE_DISABLED indicates it
+ is inactive
 
  @return
-         - \ref NVML_SUCCESS                 if \a isActive has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a link is invalid or \a isActive is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a isActive has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a link is invalid or \a isActive is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -23516,7 +23525,7 @@ pub unsafe fn nvmlDeviceGetNvLinkState(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Retrieve a batch of historical NVLink per-link telemetry samples.
+/** Retrieve a batch of historical NVLink per-link telemetry samples.
 
  Samples are taken at approximately 100 ms intervals.
  Intended for use with periodic polling every ~2 seconds.
@@ -23529,15 +23538,15 @@ pub unsafe fn nvmlDeviceGetNvLinkState(
  @param[in,out] samples Request/response batch (see \ref nvmlNvlinkTelemetrySamples_v1_t)
 
  @return
-         - \ref NVML_SUCCESS                 If the call succeeded.
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If any required pointer is NULL,
-                                             a given enum value is out of range,
-                                             a slot's `linkId` is out of range,
-                                             a slot's `sampleCount` is non-zero with a NULL `samples` pointer, or
-                                             a slot's `sampleCount` is greater than the supported `sampleCount` for the given link.
-         - \ref NVML_ERROR_GPU_IS_LOST       If the target GPU has fallen off the bus or is otherwise inaccessible.
-         - \ref NVML_ERROR_NOT_SUPPORTED     If the given device does not support this API.
-         - \ref NVML_ERROR_UNKNOWN           On any unexpected error.*/
+ - \ref NVML_SUCCESS                 If the call succeeded.
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If any required pointer is NULL,
+ a given enum value is out of range,
+ a slot's `linkId` is out of range,
+ a slot's `sampleCount` is non-zero with a NULL `samples` pointer, or
+ a slot's `sampleCount` is greater than the supported `sampleCount` for the given link.
+ - \ref NVML_ERROR_GPU_IS_LOST       If the target GPU has fallen off the bus or is otherwise inaccessible.
+ - \ref NVML_ERROR_NOT_SUPPORTED     If the given device does not support this API.
+ - \ref NVML_ERROR_UNKNOWN           On any unexpected error.*/
 ///
 /** # Loading
 
@@ -23583,11 +23592,11 @@ pub unsafe fn nvmlDeviceGetNvLinkTelemetrySamples_v1(
  @param control                              A reference to the \a nvmlNvLinkUtilizationControl_t to place information
 
  @return
-         - \ref NVML_SUCCESS                 if the control has been set successfully
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a counter, \a link, or \a control is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if the control has been set successfully
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a counter, \a link, or \a control is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -23630,7 +23639,7 @@ pub unsafe fn nvmlDeviceGetNvLinkUtilizationControl(
 
  Retrieve the NVLINK utilization counter based on the current control for a specified counter.
  In general it is good practice to use \a nvmlDeviceSetNvLinkUtilizationControl
-  before reading the utilization counters as they have no default state
+ before reading the utilization counters as they have no default state
 
  For Pascal &tm; or newer fully supported devices.
 
@@ -23641,11 +23650,11 @@ pub unsafe fn nvmlDeviceGetNvLinkUtilizationControl(
  @param txcounter                            Transmit counter return value
 
  @return
-         - \ref NVML_SUCCESS                 if \a rxcounter and \a txcounter have been successfully set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a counter, or \a link is invalid or \a rxcounter or \a txcounter are NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a rxcounter and \a txcounter have been successfully set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a counter, or \a link is invalid or \a rxcounter or \a txcounter are NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -23696,11 +23705,11 @@ pub unsafe fn nvmlDeviceGetNvLinkUtilizationCounter(
  @param version                              Requested NvLink version from \ref nvmlNvlinkVersion_t
 
  @return
-         - \ref NVML_SUCCESS                 if \a version has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a link is invalid or \a version is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a version has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a link is invalid or \a version is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -23744,10 +23753,10 @@ pub unsafe fn nvmlDeviceGetNvLinkVersion(
  @param getBwMode                                   Reference to \a nvmlNvlinkGetBwMode_t
 
  @return
-        - \ref NVML_SUCCESS                         if the query was successful
-        - \ref NVML_ERROR_INVALID_ARGUMENT          if device is invalid or getBwMode is NULL
-        - \ref NVML_ERROR_NOT_SUPPORTED             if this feature is not supported by the device
-        - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH if the version specified is not supported*/
+ - \ref NVML_SUCCESS                         if the query was successful
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if device is invalid or getBwMode is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED             if this feature is not supported by the device
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH if the version specified is not supported*/
 ///
 /** # Loading
 
@@ -23789,11 +23798,11 @@ pub unsafe fn nvmlDeviceGetNvlinkBwMode(
  @param[out]  privateInfo   Reference to \ref nvmlNvlinkNvlePrivateInfo_v1_t struct.
 
  @return
-         - \ref NVML_SUCCESS                         if the operation completed successfully
-         - \ref NVML_ERROR_INVALID_ARGUMENT          if \a device or \a privateInfo is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED             if the device does not support this feature
-         - \ref NVML_ERROR_NO_PERMISSION             if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_UNKNOWN                   if an error was encountered during the operation*/
+ - \ref NVML_SUCCESS                         if the operation completed successfully
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if \a device or \a privateInfo is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED             if the device does not support this feature
+ - \ref NVML_ERROR_NO_PERMISSION             if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_UNKNOWN                   if an error was encountered during the operation*/
 ///
 /** # Loading
 
@@ -23834,11 +23843,11 @@ pub unsafe fn nvmlDeviceGetNvlinkNvlePrivateInfo_v1(
  @param[out]  remapTableInfo     Reference to \ref nvmlNvlinkGetRemapTableInfo_v1_t struct.
 
  @return
-         - \ref NVML_SUCCESS                         if the operation completed successfully
-         - \ref NVML_ERROR_INVALID_ARGUMENT          if \a device or \a remapTableInfo is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED             if the device does not support this feature
-         - \ref NVML_ERROR_NO_PERMISSION             if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_UNKNOWN                   if an error was encountered during the operation*/
+ - \ref NVML_SUCCESS                         if the operation completed successfully
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if \a device or \a remapTableInfo is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED             if the device does not support this feature
+ - \ref NVML_ERROR_NO_PERMISSION             if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_UNKNOWN                   if an error was encountered during the operation*/
 ///
 /** # Loading
 
@@ -23879,10 +23888,10 @@ pub unsafe fn nvmlDeviceGetNvlinkRemapTableInfo_v1(
  @param supportedBwMode                             Reference to \a nvmlNvlinkSupportedBwModes_t
 
  @return
-        - \ref NVML_SUCCESS                         if the query was successful
-        - \ref NVML_ERROR_INVALID_ARGUMENT          if device is invalid or supportedBwMode is NULL
-        - \ref NVML_ERROR_NOT_SUPPORTED             if this feature is not supported by the device
-        - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH if the version specified is not supported*/
+ - \ref NVML_SUCCESS                         if the query was successful
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if device is invalid or supportedBwMode is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED             if this feature is not supported by the device
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH if the version specified is not supported*/
 ///
 /** # Loading
 
@@ -23926,12 +23935,12 @@ pub unsafe fn nvmlDeviceGetNvlinkSupportedBwModes(
  @param samplingPeriodUs                     Reference to an unsigned int for the sampling period in US
 
  @return
-         - \ref NVML_SUCCESS                 if \a utilization has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a utilization is NULL, or \a samplingPeriodUs is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a utilization has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a utilization is NULL, or \a samplingPeriodUs is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -23967,7 +23976,7 @@ pub unsafe fn nvmlDeviceGetOfaUtilization(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " Retrieve the status for a given p2p capability index between a given pair of GPU\n\n/\n/**\n @note In the MPS locality-domain view, this API returns the directed P2P\n       status supplied by MPS for the two locality-domain handles. See\n       \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @param device1                              The first device\n @param device2                              The second device\n @param p2pIndex                             p2p Capability Index being looked for between \\a device1 and \\a device2\n @param p2pStatus                            Reference in which to return the status of the \\a p2pIndex\n                                             between \\a device1 and \\a device2\n @return\n         - \\ref NVML_SUCCESS         if \\a p2pStatus has been populated\n         - \\ref NVML_ERROR_INVALID_ARGUMENT     if \\a device1 or \\a device2 or \\a p2pIndex is invalid or \\a p2pStatus is NULL\n         - \\ref NVML_ERROR_UNKNOWN              on any unexpected error"]
+#[doc = " Retrieve the status for a given p2p capability index between a given pair of GPU\n\n /\n /**\n @note In the MPS locality-domain view, this API returns the directed P2P\n status supplied by MPS for the two locality-domain handles. See\n \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @param device1                              The first device\n @param device2                              The second device\n @param p2pIndex                             p2p Capability Index being looked for between \\a device1 and \\a device2\n @param p2pStatus                            Reference in which to return the status of the \\a p2pIndex\n between \\a device1 and \\a device2\n @return\n - \\ref NVML_SUCCESS         if \\a p2pStatus has been populated\n - \\ref NVML_ERROR_INVALID_ARGUMENT     if \\a device1 or \\a device2 or \\a p2pIndex is invalid or \\a p2pStatus is NULL\n - \\ref NVML_ERROR_UNKNOWN              on any unexpected error"]
 ///
 /** # Loading
 
@@ -24006,7 +24015,7 @@ pub unsafe fn nvmlDeviceGetP2PStatus(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " Retrieves the PCI attributes of this device.\n\n For all products.\n\n See \\ref nvmlPciInfo_t for details on the available PCI info.\n\n/\n/**\n @note In the MPS locality-domain view, this API and its v1 and v2 variants\n       return the PCI attributes supplied by MPS. Multiple locality domains\n       can report the same physical parent's PCI attributes. See\n       \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @param device                               The identifier of the target device\n @param pci                                  Reference in which to return the PCI info\n\n @return\n         - \\ref NVML_SUCCESS                 if \\a pci has been populated\n         - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n         - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid or \\a pci is NULL\n         - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n         - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
+#[doc = " Retrieves the PCI attributes of this device.\n\n For all products.\n\n See \\ref nvmlPciInfo_t for details on the available PCI info.\n\n /\n /**\n @note In the MPS locality-domain view, this API and its v1 and v2 variants\n return the PCI attributes supplied by MPS. Multiple locality domains\n can report the same physical parent's PCI attributes. See\n \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @param device                               The identifier of the target device\n @param pci                                  Reference in which to return the PCI info\n\n @return\n - \\ref NVML_SUCCESS                 if \\a pci has been populated\n - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid or \\a pci is NULL\n - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
 ///
 /** # Loading
 
@@ -24052,11 +24061,11 @@ pub use self::nvmlDeviceGetPciInfo as nvmlDeviceGetPciInfo_v3;
  @param pci                                  Reference in which to return the PCI info
 
  @return
-         - \ref NVML_SUCCESS                 if \a pci has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a pci is NULL
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a pci has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a pci is NULL
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -24095,12 +24104,11 @@ pub unsafe fn nvmlDeviceGetPciInfoExt(
  @param maxSpeed                             The devices's PCIE Max Link speed in MBPS
 
  @return
-         - \ref NVML_SUCCESS                 if PCIe Max Link Speed is successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a maxSpeed is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-*/
+ - \ref NVML_SUCCESS                 if PCIe Max Link Speed is successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a maxSpeed is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible*/
 ///
 /** # Loading
 
@@ -24141,12 +24149,12 @@ pub unsafe fn nvmlDeviceGetPcieLinkMaxSpeed(
  @param value                                Reference in which to return the counter's value
 
  @return
-         - \ref NVML_SUCCESS                 if \a value has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a value is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a value has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a value is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -24185,11 +24193,11 @@ pub unsafe fn nvmlDeviceGetPcieReplayCounter(
  @param pcieSpeed                            The devices's PCIe Max Link speed in Mbps
 
  @return
-         - \ref NVML_SUCCESS                 if \a pcieSpeed has been retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a pcieSpeed is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support PCIe speed getting
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a pcieSpeed has been retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a pcieSpeed is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support PCIe speed getting
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -24224,7 +24232,7 @@ pub unsafe fn nvmlDeviceGetPcieSpeed(
 }
 /** Retrieve PCIe utilization information.
  This function is querying a byte counter over a 20ms interval and thus is the
-   PCIe throughput over that interval.
+ PCIe throughput over that interval.
 
  For Maxwell &tm; or newer fully supported devices.
 
@@ -24235,12 +24243,12 @@ pub unsafe fn nvmlDeviceGetPcieSpeed(
  @param value                                Reference in which to return throughput in KB/s
 
  @return
-         - \ref NVML_SUCCESS                 if \a value has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a counter is invalid, or \a value is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a value has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a counter is invalid, or \a value is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -24286,13 +24294,13 @@ pub unsafe fn nvmlDeviceGetPcieThroughput(
  @param[out] pdi                                 Reference to the caller-provided structure to return the GPU PDI
 
  @return
-         - \ref NVML_SUCCESS                          if \a pdi has been set
-         - \ref NVML_ERROR_UNINITIALIZED              if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           if \a device is invalid, or \a pdi is NULL
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  if the version is invalid/unsupported
-         - \ref NVML_ERROR_NOT_SUPPORTED              if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST                if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN                    on any unexpected error*/
+ - \ref NVML_SUCCESS                          if \a pdi has been set
+ - \ref NVML_ERROR_UNINITIALIZED              if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           if \a device is invalid, or \a pdi is NULL
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  if the version is invalid/unsupported
+ - \ref NVML_ERROR_NOT_SUPPORTED              if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST                if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN                    on any unexpected error*/
 ///
 /** # Loading
 
@@ -24339,20 +24347,20 @@ pub unsafe fn nvmlDeviceGetPdi(
  "token=value" pairs.  Each set of performance mode tokens are separated
  by a ";".  Valid tokens:
 
-    Token                    Value
-   "perf"                    unsigned int   - the Performance level
-   "nvclock"                 unsigned int   - the GPU clocks (in MHz) for the perf level
-   "nvclockmin"              unsigned int   - the GPU clocks min (in MHz) for the perf level
-   "nvclockmax"              unsigned int   - the GPU clocks max (in MHz) for the perf level
-   "nvclockeditable"         unsigned int   - if the GPU clock domain is editable for the perf level
-   "memclock"                unsigned int   - the memory clocks (in MHz) for the perf level
-   "memclockmin"             unsigned int   - the memory clocks min (in MHz) for the perf level
-   "memclockmax"             unsigned int   - the memory clocks max (in MHz) for the perf level
-   "memclockeditable"        unsigned int   - if the memory clock domain is editable for the perf level
-   "memtransferrate"         unsigned int   - the memory transfer rate (in MHz) for the perf level
-   "memtransferratemin"      unsigned int   - the memory transfer rate min (in MHz) for the perf level
-   "memtransferratemax"      unsigned int   - the memory transfer rate max (in MHz) for the perf level
-   "memtransferrateeditable" unsigned int   - if the memory transfer rate is editable for the perf level
+ Token                    Value
+ "perf"                    unsigned int   - the Performance level
+ "nvclock"                 unsigned int   - the GPU clocks (in MHz) for the perf level
+ "nvclockmin"              unsigned int   - the GPU clocks min (in MHz) for the perf level
+ "nvclockmax"              unsigned int   - the GPU clocks max (in MHz) for the perf level
+ "nvclockeditable"         unsigned int   - if the GPU clock domain is editable for the perf level
+ "memclock"                unsigned int   - the memory clocks (in MHz) for the perf level
+ "memclockmin"             unsigned int   - the memory clocks min (in MHz) for the perf level
+ "memclockmax"             unsigned int   - the memory clocks max (in MHz) for the perf level
+ "memclockeditable"        unsigned int   - if the memory clock domain is editable for the perf level
+ "memtransferrate"         unsigned int   - the memory transfer rate (in MHz) for the perf level
+ "memtransferratemin"      unsigned int   - the memory transfer rate min (in MHz) for the perf level
+ "memtransferratemax"      unsigned int   - the memory transfer rate max (in MHz) for the perf level
+ "memtransferrateeditable" unsigned int   - if the memory transfer rate is editable for the perf level
 
  Example:
 
@@ -24370,12 +24378,12 @@ pub unsafe fn nvmlDeviceGetPdi(
  @param perfModes                            Reference in which to return the performance level string
 
  @return
-         - \ref NVML_SUCCESS                 if \a perfModes has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a name is NULL
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a perfModes has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a name is NULL
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -24418,12 +24426,12 @@ pub unsafe fn nvmlDeviceGetPerformanceModes(
  @param pState                               Reference in which to return the performance state reading
 
  @return
-         - \ref NVML_SUCCESS                 if \a pState has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a pState is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a pState has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a pState is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -24470,12 +24478,12 @@ pub unsafe fn nvmlDeviceGetPerformanceState(
  @param mode                                 Reference in which to return the current driver persistence mode
 
  @return
-         - \ref NVML_SUCCESS                 if \a mode has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a mode is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a mode has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a mode is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceSetPersistenceMode()*/
 ///
@@ -24521,11 +24529,11 @@ pub unsafe fn nvmlDeviceGetPersistenceMode(
  @param bufferSize            Pointer to size of \a pgpuMetadata buffer
 
  @return
-         - \ref NVML_SUCCESS                   GPU metadata structure was successfully returned
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE   \a pgpuMetadata buffer is too small, required size is returned in \a bufferSize
-         - \ref NVML_ERROR_INVALID_ARGUMENT    If \a bufferSize is NULL or \a device is invalid; if \a pgpuMetadata is NULL and the value of \a bufferSize is not 0.
-         - \ref NVML_ERROR_NOT_SUPPORTED       If vGPU is not supported by the system
-         - \ref NVML_ERROR_UNKNOWN             On any unexpected error*/
+ - \ref NVML_SUCCESS                   GPU metadata structure was successfully returned
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE   \a pgpuMetadata buffer is too small, required size is returned in \a bufferSize
+ - \ref NVML_ERROR_INVALID_ARGUMENT    If \a bufferSize is NULL or \a device is invalid; if \a pgpuMetadata is NULL and the value of \a bufferSize is not 0.
+ - \ref NVML_ERROR_NOT_SUPPORTED       If vGPU is not supported by the system
+ - \ref NVML_ERROR_UNKNOWN             On any unexpected error*/
 ///
 /** # Loading
 
@@ -24571,12 +24579,12 @@ pub unsafe fn nvmlDeviceGetPgpuMetadataString(
  @param platformInfo                         Pointer to the caller-provided structure of nvmlPlatformInfo_t.
 
  @return
-         - \ref NVML_SUCCESS                          If \a platformInfo has been retrieved
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device is invalid or \a platformInfo is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED              If the device does not support this feature
-         - \ref NVML_ERROR_MEMORY                     if system memory is insufficient
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a nvmlPlatformInfo_t is invalid
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          If \a platformInfo has been retrieved
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device is invalid or \a platformInfo is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED              If the device does not support this feature
+ - \ref NVML_ERROR_MEMORY                     if system memory is insufficient
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a nvmlPlatformInfo_t is invalid
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -24618,12 +24626,12 @@ pub unsafe fn nvmlDeviceGetPlatformInfo(
  @param defaultLimit                         Reference in which to return the default power management limit in milliwatts
 
  @return
-         - \ref NVML_SUCCESS                 if \a defaultLimit has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a defaultLimit is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a defaultLimit has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a defaultLimit is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -24670,12 +24678,12 @@ pub unsafe fn nvmlDeviceGetPowerManagementDefaultLimit(
  @param limit                                Reference in which to return the power management limit in milliwatts
 
  @return
-         - \ref NVML_SUCCESS                 if \a limit has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a limit is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a limit has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a limit is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -24717,12 +24725,12 @@ pub unsafe fn nvmlDeviceGetPowerManagementLimit(
  @param maxLimit                             Reference in which to return the maximum power management limit in milliwatts
 
  @return
-         - \ref NVML_SUCCESS                 if \a minLimit and \a maxLimit have been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a minLimit or \a maxLimit is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a minLimit and \a maxLimit have been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a minLimit or \a maxLimit is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceSetPowerManagementLimit*/
 ///
@@ -24765,10 +24773,10 @@ pub unsafe fn nvmlDeviceGetPowerManagementLimitConstraints(
  Retrieves the power management mode associated with this device.
 
  For products from the Fermi family.
-     - Requires \a NVML_INFOROM_POWER version 3.0 or higher.
+ - Requires \a NVML_INFOROM_POWER version 3.0 or higher.
 
  For from the Kepler or newer families.
-     - Does not require \a NVML_INFOROM_POWER object.
+ - Does not require \a NVML_INFOROM_POWER object.
 
  This flag indicates whether any power management algorithm is currently active on the device. An
  enabled state does not necessarily mean the device is being actively throttled -- only that
@@ -24780,12 +24788,12 @@ pub unsafe fn nvmlDeviceGetPowerManagementLimitConstraints(
  @param mode                                 Reference in which to return the current power management mode
 
  @return
-         - \ref NVML_SUCCESS                 if \a mode has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a mode is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a mode has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a mode is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -24828,12 +24836,12 @@ pub unsafe fn nvmlDeviceGetPowerManagementMode(
  @param powerMizerMode                       Reference in which to return the power mizer mode
 
  @return
-         - \ref NVML_SUCCESS                 if \a powerMizerMode has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a powerMizerMode is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support powerMizerMode readings
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a powerMizerMode has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a powerMizerMode is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support powerMizerMode readings
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -24872,12 +24880,11 @@ pub unsafe fn nvmlDeviceGetPowerMizerMode_v1(
  @param powerSource                          The power source of the device
 
  @return
-         - \ref NVML_SUCCESS                 if the current power source was successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a powerSource is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-*/
+ - \ref NVML_SUCCESS                 if the current power source was successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a powerSource is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible*/
 ///
 /** # Loading
 
@@ -24922,12 +24929,12 @@ pub unsafe fn nvmlDeviceGetPowerSource(
  @param pState                               Reference in which to return the performance state reading
 
  @return
-         - \ref NVML_SUCCESS                 if \a pState has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a pState is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a pState has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a pState is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -24977,12 +24984,12 @@ pub unsafe fn nvmlDeviceGetPowerState(
  @param power                                Reference in which to return the power usage information
 
  @return
-         - \ref NVML_SUCCESS                 if \a power has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a power is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support power readings
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a power has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a power is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support power readings
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -25047,13 +25054,13 @@ pub unsafe fn nvmlDeviceGetPowerUsage(
  @param lastSeenTimeStamp         Return only samples with timestamp greater than lastSeenTimeStamp.
 
  @return
-         - \ref NVML_SUCCESS                 if \a utilization has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a utilization is NULL, or \a samplingPeriodUs is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_NOT_FOUND         if sample entries are not found
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a utilization has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a utilization is NULL, or \a samplingPeriodUs is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_NOT_FOUND         if sample entries are not found
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -25130,17 +25137,17 @@ pub unsafe fn nvmlDeviceGetProcessUtilization(
  @param procesesUtilInfo          Pointer to the caller-provided structure of nvmlProcessesUtilizationInfo_t.
 
  @return
-         - \ref NVML_SUCCESS                          If \a procesesUtilInfo->procUtilArray has been populated
-         - \ref NVML_ERROR_UNINITIALIZED              If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device is invalid, or \a procesesUtilInfo is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED              If the device does not support this feature
-         - \ref NVML_ERROR_NOT_FOUND                  If sample entries are not found
-         - \ref NVML_ERROR_GPU_IS_LOST                If the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a procesesUtilInfo is invalid
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE          If \a procesesUtilInfo->procUtilArray is NULL, or the buffer size of procesesUtilInfo->procUtilArray is too small.
-                                                      The caller should check the minimul array size from the returned procesesUtilInfo->processSamplesCount, and call
-                                                      the function again with a buffer no smaller than procesesUtilInfo->processSamplesCount * sizeof(nvmlProcessUtilizationInfo_t)
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          If \a procesesUtilInfo->procUtilArray has been populated
+ - \ref NVML_ERROR_UNINITIALIZED              If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device is invalid, or \a procesesUtilInfo is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED              If the device does not support this feature
+ - \ref NVML_ERROR_NOT_FOUND                  If sample entries are not found
+ - \ref NVML_ERROR_GPU_IS_LOST                If the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a procesesUtilInfo is invalid
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE          If \a procesesUtilInfo->procUtilArray is NULL, or the buffer size of procesesUtilInfo->procUtilArray is too small.
+ The caller should check the minimul array size from the returned procesesUtilInfo->processSamplesCount, and call
+ the function again with a buffer no smaller than procesesUtilInfo->processSamplesCount * sizeof(nvmlProcessUtilizationInfo_t)
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -25192,10 +25199,10 @@ pub unsafe fn nvmlDeviceGetProcessesUtilizationInfo(
  @param failureOccurred                      Reference that is set when a remapping has failed in the past
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a corrRows, \a uncRows, \a isPending or \a failureOccurred is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     If MIG is enabled or if the device doesn't support this feature
-         - \ref NVML_ERROR_UNKNOWN           Unexpected error*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a corrRows, \a uncRows, \a isPending or \a failureOccurred is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     If MIG is enabled or if the device doesn't support this feature
+ - \ref NVML_ERROR_UNKNOWN           Unexpected error*/
 ///
 /** # Loading
 
@@ -25239,7 +25246,7 @@ pub unsafe fn nvmlDeviceGetRemappedRows(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " @addtogroup nvmlDeviceQueries\n  @{\n/\n/**\n Get the status of row remapper.\n\n @note On MIG-enabled GPUs with active instances, querying the number of\n remapped rows is not supported\n\n For Ampere &tm; or newer fully supported devices.\n\n @param device                               The identifier of the target device\n @param info                                 Reference for \\a nvmlRemappedRowsInfo_v2_t\n\n @return\n         - \\ref NVML_SUCCESS                 Upon success\n         - \\ref NVML_ERROR_INVALID_ARGUMENT  If \\a info is invalid\n         - \\ref NVML_ERROR_NOT_SUPPORTED     If MIG is enabled or if the device doesn't support this feature\n         - \\ref NVML_ERROR_UNKNOWN           Unexpected error"]
+#[doc = " @addtogroup nvmlDeviceQueries\n @{\n /\n /**\n Get the status of row remapper.\n\n @note On MIG-enabled GPUs with active instances, querying the number of\n remapped rows is not supported\n\n For Ampere &tm; or newer fully supported devices.\n\n @param device                               The identifier of the target device\n @param info                                 Reference for \\a nvmlRemappedRowsInfo_v2_t\n\n @return\n - \\ref NVML_SUCCESS                 Upon success\n - \\ref NVML_ERROR_INVALID_ARGUMENT  If \\a info is invalid\n - \\ref NVML_ERROR_NOT_SUPPORTED     If MIG is enabled or if the device doesn't support this feature\n - \\ref NVML_ERROR_UNKNOWN           Unexpected error"]
 ///
 /** # Loading
 
@@ -25280,12 +25287,12 @@ pub unsafe fn nvmlDeviceGetRemappedRows_v2(
  @param[out] repairStatus                         Reference to \a nvmlRepairStatus_t
 
  @return
-         - \ref NVML_SUCCESS                          if the query was successful
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  if the provided version is invalid/unsupported
-         - \ref NVML_ERROR_UNINITIALIZED              if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           if \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED              if the device does not support this feature
-         - \ref NVML_ERROR_UNKNOWN                    on any unexpected error*/
+ - \ref NVML_SUCCESS                          if the query was successful
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  if the provided version is invalid/unsupported
+ - \ref NVML_ERROR_UNINITIALIZED              if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           if \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED              if the device does not support this feature
+ - \ref NVML_ERROR_UNKNOWN                    on any unexpected error*/
 ///
 /** # Loading
 
@@ -25327,20 +25334,20 @@ pub unsafe fn nvmlDeviceGetRepairStatus(
  @param device                            The identifier of the target device
  @param cause                             Filter page addresses by cause of retirement
  @param pageCount                         Reference in which to provide the \a addresses buffer size, and
-                                          to return the number of retired pages that match \a cause
-                                          Set to 0 to query the size without allocating an \a addresses buffer
+ to return the number of retired pages that match \a cause
+ Set to 0 to query the size without allocating an \a addresses buffer
  @param addresses                         Buffer to write the page addresses into
 
  @return
-         - \ref NVML_SUCCESS                 if \a pageCount was populated and \a addresses was filled
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a pageCount indicates the buffer is not large enough to store all the
-                                             matching page addresses.  \a pageCount is set to the needed size.
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a pageCount is NULL, \a cause is invalid, or
-                                             \a addresses is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a pageCount was populated and \a addresses was filled
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a pageCount indicates the buffer is not large enough to store all the
+ matching page addresses.  \a pageCount is set to the needed size.
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a pageCount is NULL, \a cause is invalid, or
+ \a addresses is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -25387,12 +25394,12 @@ pub unsafe fn nvmlDeviceGetRetiredPages(
  @param isPending                         Reference in which to return the pending status
 
  @return
-         - \ref NVML_SUCCESS                 if \a isPending was populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a isPending is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a isPending was populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a isPending is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -25429,29 +25436,29 @@ pub unsafe fn nvmlDeviceGetRetiredPagesPendingStatus(
  The address information provided from this API is the hardware address of the page that was retired.  Note
  that this does not match the virtual address used in CUDA, but will match the address information in Xid 63
 
- \note nvmlDeviceGetRetiredPages_v2 adds an additional timestamps parameter to return the time of each page's
-       retirement. This is supported for Pascal and newer architecture.
+ Note: nvmlDeviceGetRetiredPages_v2 adds an additional timestamps parameter to return the time of each page's
+ retirement. This is supported for Pascal and newer architecture.
 
  For Kepler &tm; or newer fully supported devices.
 
  @param device                            The identifier of the target device
  @param cause                             Filter page addresses by cause of retirement
  @param pageCount                         Reference in which to provide the \a addresses buffer size, and
-                                          to return the number of retired pages that match \a cause
-                                          Set to 0 to query the size without allocating an \a addresses buffer
+ to return the number of retired pages that match \a cause
+ Set to 0 to query the size without allocating an \a addresses buffer
  @param addresses                         Buffer to write the page addresses into
  @param timestamps                        Buffer to write the timestamps of page retirement, additional for _v2
 
  @return
-         - \ref NVML_SUCCESS                 if \a pageCount was populated and \a addresses was filled
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a pageCount indicates the buffer is not large enough to store all the
-                                             matching page addresses.  \a pageCount is set to the needed size.
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a pageCount is NULL, \a cause is invalid, or
-                                             \a addresses is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a pageCount was populated and \a addresses was filled
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a pageCount indicates the buffer is not large enough to store all the
+ matching page addresses.  \a pageCount is set to the needed size.
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a pageCount is NULL, \a cause is invalid, or
+ \a addresses is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -25500,8 +25507,8 @@ pub unsafe fn nvmlDeviceGetRetiredPages_v2(
  @param values                               Histogram values
 
  @return
-        - \ref NVML_SUCCESS                  On success
-        - \ref NVML_ERROR_UNKNOWN            On any unexpected error*/
+ - \ref NVML_SUCCESS                  On success
+ - \ref NVML_ERROR_UNKNOWN            On any unexpected error*/
 ///
 /** # Loading
 
@@ -25555,11 +25562,11 @@ pub unsafe fn nvmlDeviceGetRowRemapperHistogram(
  time. Allocate more space for \a plist->procArray table in case new processes are spawned.
 
  @note In MIG mode, if device handle is provided, the API returns aggregate information, only if
-       the caller has appropriate privileges. Per-instance information can be queried by using
-       specific MIG device handles.
-       Querying per-instance information using MIG device handles is not supported if the device is in
-       vGPU Host virtualization mode.
-       Protected memory usage is currently not available in MIG mode and in windows.
+ the caller has appropriate privileges. Per-instance information can be queried by using
+ specific MIG device handles.
+ Querying per-instance information using MIG device handles is not supported if the device is in
+ vGPU Host virtualization mode.
+ Protected memory usage is currently not available in MIG mode and in windows.
 
  @param device                               The device handle or MIG device handle
  @param plist                                Reference in which to process detail list
@@ -25569,18 +25576,17 @@ pub unsafe fn nvmlDeviceGetRowRemapperHistogram(
  \a plist->numProcArrayEntries           Proc array size of returned entries
 
  @return
-         - \ref NVML_SUCCESS                 if \a plist->numprocArrayEntries and \a plist->procArray have been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a plist->numprocArrayEntries indicates that the \a plist->procArray is too small
-                                             \a plist->numprocArrayEntries will contain minimal amount of space necessary for
-                                             the call to complete
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a plist is NULL, \a plist->version is invalid,
-                                             \a plist->mode is invalid,
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by \a device
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
-*/
+ - \ref NVML_SUCCESS                 if \a plist->numprocArrayEntries and \a plist->procArray have been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a plist->numprocArrayEntries indicates that the \a plist->procArray is too small
+ \a plist->numprocArrayEntries will contain minimal amount of space necessary for
+ the call to complete
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a plist is NULL, \a plist->version is invalid,
+ \a plist->mode is invalid,
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by \a device
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -25635,7 +25641,7 @@ pub unsafe fn nvmlDeviceGetRunningProcessDetailList(
  method for samples in contrast to polling via existing methods is to get get higher frequency data at lower polling cost.
 
  @note On MIG-enabled GPUs, querying the following sample types, NVML_GPU_UTILIZATION_SAMPLES, NVML_MEMORY_UTILIZATION_SAMPLES
-       NVML_ENC_UTILIZATION_SAMPLES and NVML_DEC_UTILIZATION_SAMPLES, is not currently supported.
+ NVML_ENC_UTILIZATION_SAMPLES and NVML_DEC_UTILIZATION_SAMPLES, is not currently supported.
 
  @param device                        The identifier for the target device
  @param type                          Type of sampling event
@@ -25645,14 +25651,14 @@ pub unsafe fn nvmlDeviceGetRunningProcessDetailList(
  @param samples                       Reference in which samples are returned
 
  @return
-         - \ref NVML_SUCCESS                 if samples are successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a samplesCount is NULL or
-                                             reference to \a sampleCount is 0 for non null \a samples
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_NOT_FOUND         if sample entries are not found
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if samples are successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a samplesCount is NULL or
+ reference to \a sampleCount is 0 for non null \a samples
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_NOT_FOUND         if sample entries are not found
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -25719,13 +25725,13 @@ pub unsafe fn nvmlDeviceGetSamples(
  @param length                               The maximum allowed length of the string returned in \a serial
 
  @return
-         - \ref NVML_SUCCESS                 if \a serial has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a serial is NULL
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a serial has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a serial is NULL
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -25772,13 +25778,13 @@ pub unsafe fn nvmlDeviceGetSerial(
  @param status                               Returns SRAM ECC error status
 
  @return
-         - \ref NVML_SUCCESS                          If \a limit has been set
-         - \ref NVML_ERROR_UNINITIALIZED              If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device is invalid or \a counters is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED              If the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST                If the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a nvmlEccSramErrorStatus_t is invalid
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          If \a limit has been set
+ - \ref NVML_ERROR_UNINITIALIZED              If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device is invalid or \a counters is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED              If the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST                If the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a nvmlEccSramErrorStatus_t is invalid
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -25811,7 +25817,7 @@ pub unsafe fn nvmlDeviceGetSramEccErrorStatus(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " @addtogroup nvmlDeviceQueries\n  @{\n/\n/**\n Retrieves the counts of SRAM unique uncorrected ECC errors\n\n For Blackwell &tm; or newer fully supported devices.\n\n Reads SRAM unique uncorrected ECC error counts. The total number of unique errors is returned by\n \\a errorCounts->entryCount. Error counts are returned as an array of in the caller-supplied buffer pointed at by\n \\a errorCounts->entries. Each error count entry holds the location/address of the unique error, the error count and\n whether the error is parity or not.\n\n To read SRAM unique uncorrected ECC error counts, first determine the size of buffer required to hold the error\n counts by invoking the function with \\a errorCounts->entries set to NULL. The required array size is returned in\n \\a errorCounts->entryCount. The caller should allocate a buffer of size \"errorCounts->entryCount *\n sizeof(nvmlEccSramUniqueUncorrectedErrorCounts_t)\". Invoke the function again with the allocated buffer passed in\n \\a errorCounts->entries. This time \\a errorCounts->entryCount will be taken as the entry array size that caller\n allocates for \\a errorCounts->entries.\n\n On successful return of the second query, the function updates \\a errorCounts->entries with all unique errors. This\n may fail if \\a errorCounts->entryCount is smaller than the actual number of unique errors. This can happen in cases\n like new errors occur since the previous query of \\a errorCounts->entryCount. No matter the query succeeds or not,\n the latest number of unique errors will be returned in \\a errorCounts->entryCount.\n\n @note The query is only supported when ECC mode is enabled.\n\n @param device                    The identifier of the target device\n @param errorCounts               Pointer to caller-supplied array which returns the unique error count entries\n\n @return\n         - \\ref NVML_SUCCESS                 if \\a utilization has been populated\n         - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n         - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid, \\a errorCounts->entryCount is NULL\n         - \\ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature or ECC mods is not enabled\n         - \\ref NVML_ERROR_INSUFFICIENT_SIZE if the allocated error entry array is not big enough\n         - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n         - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
+#[doc = " @addtogroup nvmlDeviceQueries\n @{\n /\n /**\n Retrieves the counts of SRAM unique uncorrected ECC errors\n\n For Blackwell &tm; or newer fully supported devices.\n\n Reads SRAM unique uncorrected ECC error counts. The total number of unique errors is returned by\n \\a errorCounts->entryCount. Error counts are returned as an array of in the caller-supplied buffer pointed at by\n \\a errorCounts->entries. Each error count entry holds the location/address of the unique error, the error count and\n whether the error is parity or not.\n\n To read SRAM unique uncorrected ECC error counts, first determine the size of buffer required to hold the error\n counts by invoking the function with \\a errorCounts->entries set to NULL. The required array size is returned in\n \\a errorCounts->entryCount. The caller should allocate a buffer of size \"errorCounts->entryCount *\n sizeof(nvmlEccSramUniqueUncorrectedErrorCounts_t)\". Invoke the function again with the allocated buffer passed in\n \\a errorCounts->entries. This time \\a errorCounts->entryCount will be taken as the entry array size that caller\n allocates for \\a errorCounts->entries.\n\n On successful return of the second query, the function updates \\a errorCounts->entries with all unique errors. This\n may fail if \\a errorCounts->entryCount is smaller than the actual number of unique errors. This can happen in cases\n like new errors occur since the previous query of \\a errorCounts->entryCount. No matter the query succeeds or not,\n the latest number of unique errors will be returned in \\a errorCounts->entryCount.\n\n @note The query is only supported when ECC mode is enabled.\n\n @param device                    The identifier of the target device\n @param errorCounts               Pointer to caller-supplied array which returns the unique error count entries\n\n @return\n - \\ref NVML_SUCCESS                 if \\a utilization has been populated\n - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid, \\a errorCounts->entryCount is NULL\n - \\ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature or ECC mods is not enabled\n - \\ref NVML_ERROR_INSUFFICIENT_SIZE if the allocated error entry array is not big enough\n - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
 ///
 /** # Loading
 
@@ -25853,14 +25859,14 @@ pub unsafe fn nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(
 
  @param device                               The identifier of the target device
  @param supportedClocksEventReasons       Reference in which to return bitmask of supported
-                                              clocks event reasons
+ clocks event reasons
 
  @return
-         - \ref NVML_SUCCESS                 if \a supportedClocksEventReasons has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a supportedClocksEventReasons is NULL
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a supportedClocksEventReasons has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a supportedClocksEventReasons is NULL
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlClocksEventReasons
  @see nvmlDeviceGetCurrentClocksEventReasons*/
@@ -25939,11 +25945,11 @@ pub unsafe fn nvmlDeviceGetSupportedClocksThrottleReasons(
  @param eventTypes                           Reference in which to return bitmask of supported events
 
  @return
-         - \ref NVML_SUCCESS                 if the eventTypes has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a eventType is NULL
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the eventTypes has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a eventType is NULL
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlEventType
  @see nvmlDeviceRegisterEvents*/
@@ -25986,18 +25992,18 @@ pub unsafe fn nvmlDeviceGetSupportedEventTypes(
  @param device                               The identifier of the target device
  @param memoryClockMHz                       Memory clock for which to return possible graphics clocks
  @param count                                Reference in which to provide the \a clocksMHz array size, and
-                                             to return the number of elements
+ to return the number of elements
  @param clocksMHz                            Reference in which to return the clocks in MHz
 
  @return
-         - \ref NVML_SUCCESS                 if \a count and \a clocksMHz have been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_NOT_FOUND         if the specified \a memoryClockMHz is not a supported frequency
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a clock is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a count is too small
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a count and \a clocksMHz have been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_NOT_FOUND         if the specified \a memoryClockMHz is not a supported frequency
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a clock is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a count is too small
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceSetGpuLockedClocks*/
 ///
@@ -26044,18 +26050,18 @@ pub unsafe fn nvmlDeviceGetSupportedGraphicsClocks(
 
  @param device                               The identifier of the target device
  @param count                                Reference in which to provide the \a clocksMHz array size, and
-                                             to return the number of elements
+ to return the number of elements
  @param clocksMHz                            Reference in which to return the clock in MHz
 
  @return
-         - \ref NVML_SUCCESS                 if \a count and \a clocksMHz have been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a count is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a count is too small (\a count is set to the number of
-                                                required elements)
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a count and \a clocksMHz have been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a count is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a count is too small (\a count is set to the number of
+ required elements)
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceSetMemoryLockedClocks*/
 ///
@@ -26103,17 +26109,17 @@ pub unsafe fn nvmlDeviceGetSupportedMemoryClocks(
 
  @param device                               The identifier of the target device
  @param pstates                              Container to return the list of performance states
-                                             supported by device
+ supported by device
  @param size                                 Size of the supplied \a pstates array in bytes
 
  @return
-         - \ref NVML_SUCCESS                 if \a pstates array has been retrieved
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if the the container supplied was not large enough to
-                                             hold the resulting list
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a pstates is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support performance state readings
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a pstates array has been retrieved
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if the the container supplied was not large enough to
+ hold the resulting list
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a pstates is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support performance state readings
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -26165,11 +26171,11 @@ pub unsafe fn nvmlDeviceGetSupportedPerformanceStates(
  @param vgpuTypeIds              Pointer to caller-supplied array in which to return list of vGPU types
 
  @return
-         - \ref NVML_SUCCESS                      successful completion
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE      \a vgpuTypeIds buffer is too small, array element count is returned in \a vgpuCount
-         - \ref NVML_ERROR_INVALID_ARGUMENT       if \a vgpuCount is NULL or \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED          if vGPU is not supported by the device
-         - \ref NVML_ERROR_UNKNOWN                on any unexpected error*/
+ - \ref NVML_SUCCESS                      successful completion
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE      \a vgpuTypeIds buffer is too small, array element count is returned in \a vgpuCount
+ - \ref NVML_ERROR_INVALID_ARGUMENT       if \a vgpuCount is NULL or \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED          if vGPU is not supported by the device
+ - \ref NVML_ERROR_UNKNOWN                on any unexpected error*/
 ///
 /** # Loading
 
@@ -26223,12 +26229,12 @@ pub unsafe fn nvmlDeviceGetSupportedVgpus(
  @param targetSpeed                           Reference in which to return the fan speed percentage
 
  @return
-        - \ref NVML_SUCCESS                   if \a speed has been set
-        - \ref NVML_ERROR_UNINITIALIZED       if the library has not been successfully initialized
-        - \ref NVML_ERROR_INVALID_ARGUMENT    if \a device is invalid, \a fan is not an acceptable index, or \a speed is NULL
-        - \ref NVML_ERROR_NOT_SUPPORTED       if the device does not have a fan or is newer than Maxwell
-        - \ref NVML_ERROR_GPU_IS_LOST         if the target GPU has fallen off the bus or is otherwise inaccessible
-        - \ref NVML_ERROR_UNKNOWN             on any unexpected error*/
+ - \ref NVML_SUCCESS                   if \a speed has been set
+ - \ref NVML_ERROR_UNINITIALIZED       if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT    if \a device is invalid, \a fan is not an acceptable index, or \a speed is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED       if the device does not have a fan or is newer than Maxwell
+ - \ref NVML_ERROR_GPU_IS_LOST         if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN             on any unexpected error*/
 ///
 /** # Loading
 
@@ -26318,12 +26324,12 @@ pub unsafe fn nvmlDeviceGetTemperature(
  @param thresholdType                        The type of threshold value queried
  @param temp                                 Reference in which to return the temperature reading
  @return
-         - \ref NVML_SUCCESS                 if \a temp has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a thresholdType is invalid or \a temp is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not have a temperature sensor or is unsupported
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a temp has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a thresholdType is invalid or \a temp is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not have a temperature sensor or is unsupported
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -26370,15 +26376,15 @@ pub unsafe fn nvmlDeviceGetTemperatureThreshold(
 
  @param[in]       device                      Target device identifier.
  @param[in,out]   temperature                 Structure specifying the sensor type (input) and retrieved
-                                              temperature value (output).
+ temperature value (output).
 
  @return
-         - \ref NVML_SUCCESS                  if \a temp has been set
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a device is invalid, \a sensorType is invalid or \a temp is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED      if the device does not have the specified sensor
-         - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
+ - \ref NVML_SUCCESS                  if \a temp has been set
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a device is invalid, \a sensorType is invalid or \a temp is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED      if the device does not have the specified sensor
+ - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
 ///
 /** # Loading
 
@@ -26418,12 +26424,12 @@ pub unsafe fn nvmlDeviceGetTemperatureV(
  @param pThermalSettings                     Reference in which to return the thermal sensor information
 
  @return
-         - \ref NVML_SUCCESS                 if \a pThermalSettings has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a pThermalSettings is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a pThermalSettings has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a pThermalSettings is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -26502,15 +26508,15 @@ pub unsafe fn nvmlDeviceGetTopologyCommonAncestor(
  @param device                               The identifier of the first device
  @param level                                The \ref nvmlGpuTopologyLevel_t level to search for other GPUs
  @param count                                When zero, is set to the number of matching GPUs such that \a deviceArray
-                                             can be malloc'd.  When non-zero, \a deviceArray will be filled with \a count
-                                             number of device handles.
+ can be malloc'd.  When non-zero, \a deviceArray will be filled with \a count
+ number of device handles.
  @param deviceArray                          An array of device handles for GPUs found at \a level
 
  @return
-         - \ref NVML_SUCCESS                 if \a deviceArray or \a count (if initially zero) has been set
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a level, or \a count is invalid, or \a deviceArray is NULL with a non-zero \a count
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device or OS does not support this feature
-         - \ref NVML_ERROR_UNKNOWN           an error has occurred in underlying topology discovery*/
+ - \ref NVML_SUCCESS                 if \a deviceArray or \a count (if initially zero) has been set
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a level, or \a count is invalid, or \a deviceArray is NULL with a non-zero \a count
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device or OS does not support this feature
+ - \ref NVML_ERROR_UNKNOWN           an error has occurred in underlying topology discovery*/
 ///
 /** # Loading
 
@@ -26568,12 +26574,12 @@ pub unsafe fn nvmlDeviceGetTopologyNearestGpus(
  @param eccCounts                            Reference in which to return the specified ECC errors
 
  @return
-         - \ref NVML_SUCCESS                 if \a eccCounts has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a errorType or \a counterType is invalid, or \a eccCounts is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a eccCounts has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a errorType or \a counterType is invalid, or \a eccCounts is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceClearEccErrorCounts()*/
 ///
@@ -26622,12 +26628,12 @@ pub unsafe fn nvmlDeviceGetTotalEccErrors(
  @param energy                               Reference in which to return the energy consumption information
 
  @return
-         - \ref NVML_SUCCESS                 if \a energy has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a energy is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support energy readings
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a energy has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a energy is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support energy readings
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -26660,7 +26666,7 @@ pub unsafe fn nvmlDeviceGetTotalEnergyConsumption(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " Retrieves the globally unique immutable UUID associated with this device, as a 5 part hexadecimal string,\n that augments the immutable, board serial identifier.\n\n For all products.\n\n The UUID is a globally unique identifier. It is the only available identifier for pre-Fermi-architecture products.\n It does NOT correspond to any identifier printed on the board.  It will not exceed 96 characters in length\n (including the NULL terminator).  See \\ref nvmlConstants::NVML_DEVICE_UUID_V2_BUFFER_SIZE.\n\n When used with MIG device handles the API returns globally unique UUIDs which can be used to identify MIG\n devices across both GPU and MIG devices. UUIDs are immutable for the lifetime of a MIG device.\n\n/\n/**\n @note In the MPS locality-domain view, this API returns the UUID supplied by\n       MPS for the locality domain. See \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @param device                               The identifier of the target device\n @param uuid                                 Reference in which to return the GPU UUID\n @param length                               The maximum allowed length of the string returned in \\a uuid\n\n @return\n         - \\ref NVML_SUCCESS                 if \\a uuid has been set\n         - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n         - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid, or \\a uuid is NULL\n         - \\ref NVML_ERROR_INSUFFICIENT_SIZE if \\a length is too small\n         - \\ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature\n         - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n         - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
+#[doc = " Retrieves the globally unique immutable UUID associated with this device, as a 5 part hexadecimal string,\n that augments the immutable, board serial identifier.\n\n For all products.\n\n The UUID is a globally unique identifier. It is the only available identifier for pre-Fermi-architecture products.\n It does NOT correspond to any identifier printed on the board.  It will not exceed 96 characters in length\n (including the NULL terminator).  See \\ref nvmlConstants::NVML_DEVICE_UUID_V2_BUFFER_SIZE.\n\n When used with MIG device handles the API returns globally unique UUIDs which can be used to identify MIG\n devices across both GPU and MIG devices. UUIDs are immutable for the lifetime of a MIG device.\n\n /\n /**\n @note In the MPS locality-domain view, this API returns the UUID supplied by\n MPS for the locality domain. See \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @param device                               The identifier of the target device\n @param uuid                                 Reference in which to return the GPU UUID\n @param length                               The maximum allowed length of the string returned in \\a uuid\n\n @return\n - \\ref NVML_SUCCESS                 if \\a uuid has been set\n - \\ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized\n - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a device is invalid, or \\a uuid is NULL\n - \\ref NVML_ERROR_INSUFFICIENT_SIZE if \\a length is too small\n - \\ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature\n - \\ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible\n - \\ref NVML_ERROR_UNKNOWN           on any unexpected error"]
 ///
 /** # Loading
 
@@ -26704,12 +26710,12 @@ pub unsafe fn nvmlDeviceGetUUID(
  @param[out] unrepairableMemoryStatus             Reference to \a nvmlUnrepairableMemoryStatus_v1_t
 
  @return
-         - \ref NVML_SUCCESS                          if the query was successful
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  if the provided version is invalid/unsupported
-         - \ref NVML_ERROR_UNINITIALIZED              if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           if \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED              if the device does not support this feature
-         - \ref NVML_ERROR_UNKNOWN                    on any unexpected error*/
+ - \ref NVML_SUCCESS                          if the query was successful
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  if the provided version is invalid/unsupported
+ - \ref NVML_ERROR_UNINITIALIZED              if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           if \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED              if the device does not support this feature
+ - \ref NVML_ERROR_UNKNOWN                    on any unexpected error*/
 ///
 /** # Loading
 
@@ -26748,8 +26754,8 @@ pub unsafe fn nvmlDeviceGetUnrepairableMemoryFlag_v1(
 
  See \ref nvmlUtilization_t for details on available utilization rates.
 
- \note During driver initialization when ECC is enabled one can see high GPU and Memory Utilization readings.
-       This is caused by ECC Memory Scrubbing mechanism that is performed during driver initialization.
+ Note: During driver initialization when ECC is enabled one can see high GPU and Memory Utilization readings.
+ This is caused by ECC Memory Scrubbing mechanism that is performed during driver initialization.
 
  @note On MIG-enabled GPUs, querying device utilization rates is not currently supported.
 
@@ -26757,12 +26763,12 @@ pub unsafe fn nvmlDeviceGetUnrepairableMemoryFlag_v1(
  @param utilization                          Reference in which to return the utilization information
 
  @return
-         - \ref NVML_SUCCESS                 if \a utilization has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a utilization is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a utilization has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a utilization is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -26807,12 +26813,12 @@ pub unsafe fn nvmlDeviceGetUtilizationRates(
  @param length                               The maximum allowed length of the string returned in \a version
 
  @return
-         - \ref NVML_SUCCESS                 if \a version has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a version is NULL
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a version has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, or \a version is NULL
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -26861,11 +26867,11 @@ pub unsafe fn nvmlDeviceGetVbiosVersion(
  @param capResult  Specifies that the queried capability is supported, and also returns capability's data
 
  @return
-      - \ref NVML_SUCCESS                      successful completion
-      - \ref NVML_ERROR_UNINITIALIZED          if the library has not been successfully initialized
-      - \ref NVML_ERROR_INVALID_ARGUMENT       if \a device is invalid, or \a capability is invalid, or \a capResult is NULL
-      - \ref NVML_ERROR_NOT_SUPPORTED          the API is not supported in current state or \a device not in vGPU mode
-      - \ref NVML_ERROR_UNKNOWN                on any unexpected error*/
+ - \ref NVML_SUCCESS                      successful completion
+ - \ref NVML_ERROR_UNINITIALIZED          if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT       if \a device is invalid, or \a capability is invalid, or \a capResult is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED          the API is not supported in current state or \a device not in vGPU mode
+ - \ref NVML_ERROR_UNKNOWN                on any unexpected error*/
 ///
 /** # Loading
 
@@ -26914,12 +26920,12 @@ pub unsafe fn nvmlDeviceGetVgpuCapabilities(
  @param pHeterogeneousMode                   Pointer to the caller-provided structure of nvmlVgpuHeterogeneousMode_t
 
  @return
-         - \ref NVML_SUCCESS                          Upon success
-         - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device is invalid or \a pHeterogeneousMode is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED              If MIG is enabled or \a device doesn't support this feature
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pHeterogeneousMode is invalid
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          Upon success
+ - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device is invalid or \a pHeterogeneousMode is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED              If MIG is enabled or \a device doesn't support this feature
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pHeterogeneousMode is invalid
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -26982,17 +26988,17 @@ pub unsafe fn nvmlDeviceGetVgpuHeterogeneousMode(
  @param vgpuUtilInfo                  Pointer to the caller-provided structure of nvmlVgpuInstancesUtilizationInfo_t
 
  @return
-         - \ref NVML_SUCCESS                          If utilization samples are successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED              If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device is invalid, \a vgpuUtilInfo is NULL, or \a vgpuUtilInfo->vgpuInstanceCount is 0
-         - \ref NVML_ERROR_NOT_SUPPORTED              If vGPU is not supported by the device
-         - \ref NVML_ERROR_GPU_IS_LOST                If the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a vgpuUtilInfo is invalid
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE          If \a vgpuUtilInfo->vgpuUtilArray is NULL, or the buffer size of vgpuUtilInfo->vgpuInstanceCount is too small.
-                                                      The caller should check the current vGPU instance count from the returned vgpuUtilInfo->vgpuInstanceCount, and call
-                                                      the function again with a buffer of size vgpuUtilInfo->vgpuInstanceCount * sizeof(nvmlVgpuInstanceUtilizationInfo_t)
-         - \ref NVML_ERROR_NOT_FOUND                  If sample entries are not found
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          If utilization samples are successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED              If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device is invalid, \a vgpuUtilInfo is NULL, or \a vgpuUtilInfo->vgpuInstanceCount is 0
+ - \ref NVML_ERROR_NOT_SUPPORTED              If vGPU is not supported by the device
+ - \ref NVML_ERROR_GPU_IS_LOST                If the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a vgpuUtilInfo is invalid
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE          If \a vgpuUtilInfo->vgpuUtilArray is NULL, or the buffer size of vgpuUtilInfo->vgpuInstanceCount is too small.
+ The caller should check the current vGPU instance count from the returned vgpuUtilInfo->vgpuInstanceCount, and call
+ the function again with a buffer of size vgpuUtilInfo->vgpuInstanceCount * sizeof(nvmlVgpuInstanceUtilizationInfo_t)
+ - \ref NVML_ERROR_NOT_FOUND                  If sample entries are not found
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -27038,11 +27044,11 @@ pub unsafe fn nvmlDeviceGetVgpuInstancesUtilizationInfo(
  @param bufferSize            Pointer to size of \a pgpuMetadata buffer
 
  @return
-         - \ref NVML_SUCCESS                   GPU metadata structure was successfully returned
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE   pgpuMetadata buffer is too small, required size is returned in \a bufferSize
-         - \ref NVML_ERROR_INVALID_ARGUMENT    if \a bufferSize is NULL or \a device is invalid; if \a pgpuMetadata is NULL and the value of \a bufferSize is not 0.
-         - \ref NVML_ERROR_NOT_SUPPORTED       vGPU is not supported by the system
-         - \ref NVML_ERROR_UNKNOWN             on any unexpected error*/
+ - \ref NVML_SUCCESS                   GPU metadata structure was successfully returned
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE   pgpuMetadata buffer is too small, required size is returned in \a bufferSize
+ - \ref NVML_ERROR_INVALID_ARGUMENT    if \a bufferSize is NULL or \a device is invalid; if \a pgpuMetadata is NULL and the value of \a bufferSize is not 0.
+ - \ref NVML_ERROR_NOT_SUPPORTED       vGPU is not supported by the system
+ - \ref NVML_ERROR_UNKNOWN             on any unexpected error*/
 ///
 /** # Loading
 
@@ -27109,16 +27115,16 @@ pub unsafe fn nvmlDeviceGetVgpuMetadata(
  @param utilizationSamples            Pointer to caller-supplied buffer in which vGPU sub process utilization samples are returned
 
  @return
-         - \ref NVML_SUCCESS                 if utilization samples are successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a vgpuProcessSamplesCount or a sample count of 0 is
-                                             passed with a non-NULL \a utilizationSamples
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if supplied \a vgpuProcessSamplesCount is too small to return samples for all
-                                             vGPU instances currently executing on the device
-         - \ref NVML_ERROR_NOT_SUPPORTED     if vGPU is not supported by the device
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_NOT_FOUND         if sample entries are not found
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if utilization samples are successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a vgpuProcessSamplesCount or a sample count of 0 is
+ passed with a non-NULL \a utilizationSamples
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if supplied \a vgpuProcessSamplesCount is too small to return samples for all
+ vGPU instances currently executing on the device
+ - \ref NVML_ERROR_NOT_SUPPORTED     if vGPU is not supported by the device
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_NOT_FOUND         if sample entries are not found
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -27192,19 +27198,19 @@ pub unsafe fn nvmlDeviceGetVgpuProcessUtilization(
  @param vgpuProcUtilInfo              Pointer to the caller-provided structure of nvmlVgpuProcessesUtilizationInfo_t
 
  @return
-         - \ref NVML_SUCCESS                          If utilization samples are successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED              If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device is invalid, or \a vgpuProcUtilInfo is null
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a vgpuProcUtilInfo is invalid
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE          If \a vgpuProcUtilInfo->vgpuProcUtilArray is null, or supplied \a vgpuProcUtilInfo->vgpuProcessCount
-                                                      is too small to return samples for all processes on vGPU instances currently executing on the device.
-                                                      The caller should check the current processes count from the returned \a vgpuProcUtilInfo->vgpuProcessCount,
-                                                      and call the function again with a buffer of size
-                                                      vgpuProcUtilInfo->vgpuProcessCount * sizeof(nvmlVgpuProcessUtilizationSample_t)
-         - \ref NVML_ERROR_NOT_SUPPORTED              If vGPU is not supported by the device
-         - \ref NVML_ERROR_GPU_IS_LOST                If the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_NOT_FOUND                  If sample entries are not found
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          If utilization samples are successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED              If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device is invalid, or \a vgpuProcUtilInfo is null
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a vgpuProcUtilInfo is invalid
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE          If \a vgpuProcUtilInfo->vgpuProcUtilArray is null, or supplied \a vgpuProcUtilInfo->vgpuProcessCount
+ is too small to return samples for all processes on vGPU instances currently executing on the device.
+ The caller should check the current processes count from the returned \a vgpuProcUtilInfo->vgpuProcessCount,
+ and call the function again with a buffer of size
+ vgpuProcUtilInfo->vgpuProcessCount * sizeof(nvmlVgpuProcessUtilizationSample_t)
+ - \ref NVML_ERROR_NOT_SUPPORTED              If vGPU is not supported by the device
+ - \ref NVML_ERROR_GPU_IS_LOST                If the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_NOT_FOUND                  If sample entries are not found
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -27252,10 +27258,10 @@ pub unsafe fn nvmlDeviceGetVgpuProcessesUtilizationInfo(
  @param pCapabilities         Reference in which \a pCapabilities is written
 
  @return
-         - \ref NVML_SUCCESS                   vGPU scheduler capabilities were successfully obtained
-         - \ref NVML_ERROR_INVALID_ARGUMENT    If \a pCapabilities is NULL or \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED       The API is not supported in current state or \a device not in vGPU host mode
-         - \ref NVML_ERROR_UNKNOWN             On any unexpected error*/
+ - \ref NVML_SUCCESS                   vGPU scheduler capabilities were successfully obtained
+ - \ref NVML_ERROR_INVALID_ARGUMENT    If \a pCapabilities is NULL or \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED       The API is not supported in current state or \a device not in vGPU host mode
+ - \ref NVML_ERROR_UNKNOWN             On any unexpected error*/
 ///
 /** # Loading
 
@@ -27302,10 +27308,10 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerCapabilities(
  @param pSchedulerLog         Reference in which \a pSchedulerLog is written
 
  @return
-         - \ref NVML_SUCCESS                   vGPU scheduler logs were successfully obtained
-         - \ref NVML_ERROR_INVALID_ARGUMENT    If \a pSchedulerLog is NULL or \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED       If MIG is enabled or \a device not in vGPU host mode
-         - \ref NVML_ERROR_UNKNOWN             On any unexpected error*/
+ - \ref NVML_SUCCESS                   vGPU scheduler logs were successfully obtained
+ - \ref NVML_ERROR_INVALID_ARGUMENT    If \a pSchedulerLog is NULL or \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED       If MIG is enabled or \a device not in vGPU host mode
+ - \ref NVML_ERROR_UNKNOWN             On any unexpected error*/
 ///
 /** # Loading
 
@@ -27350,10 +27356,10 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerLog(
  @param pSchedulerLogInfo         Reference in which \a pSchedulerLogInfo is written
 
  @return
-         - \ref NVML_SUCCESS                  vGPU scheduler logs were successfully obtained
-         - \ref NVML_ERROR_INVALID_ARGUMENT   If \a pSchedulerLogInfo is NULL or \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED      If MIG is enabled or \a device not in vGPU host mode
-         - \ref NVML_ERROR_UNKNOWN            On any unexpected error*/
+ - \ref NVML_SUCCESS                  vGPU scheduler logs were successfully obtained
+ - \ref NVML_ERROR_INVALID_ARGUMENT   If \a pSchedulerLogInfo is NULL or \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED      If MIG is enabled or \a device not in vGPU host mode
+ - \ref NVML_ERROR_UNKNOWN            On any unexpected error*/
 ///
 /** # Loading
 
@@ -27397,10 +27403,10 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerLog_v2(
  @param pSchedulerState       Reference in which \a pSchedulerState is returned
 
  @return
-         - \ref NVML_SUCCESS                   vGPU scheduler state is successfully obtained
-         - \ref NVML_ERROR_INVALID_ARGUMENT    If \a pSchedulerState is NULL or \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED       If MIG is enabled or \a device not in vGPU host mode
-         - \ref NVML_ERROR_UNKNOWN             On any unexpected error*/
+ - \ref NVML_SUCCESS                   vGPU scheduler state is successfully obtained
+ - \ref NVML_ERROR_INVALID_ARGUMENT    If \a pSchedulerState is NULL or \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED       If MIG is enabled or \a device not in vGPU host mode
+ - \ref NVML_ERROR_UNKNOWN             On any unexpected error*/
 ///
 /** # Loading
 
@@ -27442,10 +27448,10 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerState(
  @param pSchedulerStateInfo     Reference in which \a pSchedulerStateInfo is returned
 
  @return
-         - \ref NVML_SUCCESS                   vGPU scheduler state is successfully obtained
-         - \ref NVML_ERROR_INVALID_ARGUMENT    If \a pSchedulerStateInfo is NULL or \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED       If MIG is enabled or \a device not in vGPU host mode
-         - \ref NVML_ERROR_UNKNOWN             On any unexpected error*/
+ - \ref NVML_SUCCESS                   vGPU scheduler state is successfully obtained
+ - \ref NVML_ERROR_INVALID_ARGUMENT    If \a pSchedulerStateInfo is NULL or \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED       If MIG is enabled or \a device not in vGPU host mode
+ - \ref NVML_ERROR_UNKNOWN             On any unexpected error*/
 ///
 /** # Loading
 
@@ -27495,13 +27501,13 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerState_v2(
  @param pPlacementList                       Pointer to the list of vGPU placement structure \a nvmlVgpuPlacementList_t
 
  @return
-         - \ref NVML_SUCCESS                          Upon success
-         - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device or \a vgpuTypeId is invalid or \a pPlacementList is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED              If MIG is enabled or \a device or \a vgpuTypeId isn't supported
-         - \ref NVML_ERROR_NO_PERMISSION              If user doesn't have permission to perform the operation
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pPlacementList is invalid
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          Upon success
+ - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device or \a vgpuTypeId is invalid or \a pPlacementList is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED              If MIG is enabled or \a device or \a vgpuTypeId isn't supported
+ - \ref NVML_ERROR_NO_PERMISSION              If user doesn't have permission to perform the operation
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pPlacementList is invalid
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -27555,14 +27561,14 @@ pub unsafe fn nvmlDeviceGetVgpuTypeCreatablePlacements(
  @param pPlacementList                       Pointer to the vGPU placement structure \a nvmlVgpuPlacementList_t
 
  @return
-         - \ref NVML_SUCCESS                          Upon success
-         - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device or \a vgpuTypeId is invalid or \a pPlacementList is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED              If \a device or \a vgpuTypeId isn't supported
-         - \ref NVML_ERROR_NO_PERMISSION              If user doesn't have permission to perform the operation
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pPlacementList is invalid
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE          If the buffer is small, element count is returned in \a pPlacementList->count
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          Upon success
+ - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device or \a vgpuTypeId is invalid or \a pPlacementList is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED              If \a device or \a vgpuTypeId isn't supported
+ - \ref NVML_ERROR_NO_PERMISSION              If user doesn't have permission to perform the operation
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pPlacementList is invalid
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE          If the buffer is small, element count is returned in \a pPlacementList->count
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -27631,16 +27637,16 @@ pub unsafe fn nvmlDeviceGetVgpuTypeSupportedPlacements(
  @param utilizationSamples            Pointer to caller-supplied buffer in which vGPU utilization samples are returned
 
  @return
-         - \ref NVML_SUCCESS                 if utilization samples are successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a vgpuInstanceSamplesCount or \a sampleValType is
-                                             NULL, or a sample count of 0 is passed with a non-NULL \a utilizationSamples
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if supplied \a vgpuInstanceSamplesCount is too small to return samples for all
-                                             vGPU instances currently executing on the device
-         - \ref NVML_ERROR_NOT_SUPPORTED     if vGPU is not supported by the device
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_NOT_FOUND         if sample entries are not found
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if utilization samples are successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a vgpuInstanceSamplesCount or \a sampleValType is
+ NULL, or a sample count of 0 is passed with a non-NULL \a utilizationSamples
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if supplied \a vgpuInstanceSamplesCount is too small to return samples for all
+ vGPU instances currently executing on the device
+ - \ref NVML_ERROR_NOT_SUPPORTED     if vGPU is not supported by the device
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_NOT_FOUND         if sample entries are not found
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -27747,11 +27753,11 @@ pub unsafe fn nvmlDeviceGetViolationStatus(
  @param pVirtualMode              Reference to virtualization mode. One of NVML_GPU_VIRTUALIZATION_?
 
  @return
-         - \ref NVML_SUCCESS                  if \a pVirtualMode is fetched
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a device is invalid or \a pVirtualMode is NULL
-         - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
+ - \ref NVML_SUCCESS                  if \a pVirtualMode is fetched
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a device is invalid or \a pVirtualMode is NULL
+ - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
 ///
 /** # Loading
 
@@ -27797,11 +27803,11 @@ pub unsafe fn nvmlDeviceGetVirtualizationMode(
  @param isMigDevice                          True when handle refers to a MIG device
 
  @return
-         - \ref NVML_SUCCESS                 if \a device status was successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device handle or \a isMigDevice reference is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this check is not supported by the device
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a device status was successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device handle or \a isMigDevice reference is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this check is not supported by the device
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -27843,11 +27849,11 @@ pub unsafe fn nvmlDeviceIsMigDeviceHandle(
  @param[in,out]  remapTableLockInfo Reference to \ref nvmlNvlinkLockRemapTable_v1_t struct.
 
  @return
-         - \ref NVML_SUCCESS                         if the operation completed successfully
-         - \ref NVML_ERROR_INVALID_ARGUMENT          if \a device or \a remapTableLockInfo is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED             if the device does not support this feature
-         - \ref NVML_ERROR_NO_PERMISSION             if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_UNKNOWN                   if an error was encountered during the operation*/
+ - \ref NVML_SUCCESS                         if the operation completed successfully
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if \a device or \a remapTableLockInfo is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED             if the device does not support this feature
+ - \ref NVML_ERROR_NO_PERMISSION             if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_UNKNOWN                   if an error was encountered during the operation*/
 ///
 /** # Loading
 
@@ -27893,13 +27899,13 @@ pub unsafe fn nvmlDeviceLockNvlinkRemapTable_v1(
  @param newState                             The drain state that should be entered, see \ref nvmlEnableState_t
 
  @return
-         - \ref NVML_SUCCESS                 if counters were successfully reset
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a nvmlIndex or \a newState is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_NO_PERMISSION     if the calling process has insufficient permissions to perform operation
-         - \ref NVML_ERROR_IN_USE            if the device has persistence mode turned on
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if counters were successfully reset
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a nvmlIndex or \a newState is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_NO_PERMISSION     if the calling process has insufficient permissions to perform operation
+ - \ref NVML_ERROR_IN_USE            if the device has persistence mode turned on
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -27939,15 +27945,15 @@ pub unsafe fn nvmlDeviceModifyDrainState(
  @param device1                               The first GPU device
  @param device2                               The second GPU device
  @param onSameBoard                           Reference in which to return the status.
-                                              Non-zero indicates that the GPUs are on the same board.
+ Non-zero indicates that the GPUs are on the same board.
 
  @return
-         - \ref NVML_SUCCESS                 if \a onSameBoard has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a dev1 or \a dev2 are invalid or \a onSameBoard is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this check is not supported by the device
-         - \ref NVML_ERROR_GPU_IS_LOST       if the either GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a onSameBoard has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a dev1 or \a dev2 are invalid or \a onSameBoard is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this check is not supported by the device
+ - \ref NVML_ERROR_GPU_IS_LOST       if the either GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -27991,8 +27997,8 @@ pub unsafe fn nvmlDeviceOnSameBoard(
  @param[out] samples                          Reference to \a nvmlPerfMetricsSamples_v1_t.
 
  @return
-        - \ref NVML_SUCCESS                         if the query is successful
-        - \ref NVML_ERROR_NOT_SUPPORTED             if this query is not supported by the device*/
+ - \ref NVML_SUCCESS                         if the query is successful
+ - \ref NVML_ERROR_NOT_SUPPORTED             if this query is not supported by the device*/
 ///
 /** # Loading
 
@@ -28034,15 +28040,14 @@ pub unsafe fn nvmlDevicePerfMetricsGetSamples_v1(
 
  @param device                                The identifier of the target device
  @param profile                               Reference to \ref nvmlPowerSmoothingProfile_v1_t.
-                                              Note that only \a profile->profileId is used and
-                                              the rest of the structure is ignored.
+ Note that only \a profile->profileId is used and
+ the rest of the structure is ignored.
 
  @return
-        - \ref NVML_SUCCESS                   if the Desired Profile was successfully set
-        - \ref NVML_ERROR_INVALID_ARGUMENT    if device is invalid or structure was NULL
-        - \ref NVML_ERROR_NO_PERMISSION       if user does not have permission to change the profile number
-        - \ref NVML_ERROR_NOT_SUPPORTED       if this feature is not supported by the device
-*/
+ - \ref NVML_SUCCESS                   if the Desired Profile was successfully set
+ - \ref NVML_ERROR_INVALID_ARGUMENT    if device is invalid or structure was NULL
+ - \ref NVML_ERROR_NO_PERMISSION       if user does not have permission to change the profile number
+ - \ref NVML_ERROR_NOT_SUPPORTED       if this feature is not supported by the device*/
 ///
 /** # Loading
 
@@ -28086,11 +28091,10 @@ pub unsafe fn nvmlDevicePowerSmoothingActivatePresetProfile(
  @param state                                       Reference to \ref nvmlPowerSmoothingState_v1_t
 
  @return
-        - \ref NVML_SUCCESS                         if the feature state was successfully set
-        - \ref NVML_ERROR_INVALID_ARGUMENT          if device is invalid or state is NULL
-        - \ref NVML_ERROR_NO_PERMISSION             if user does not have permission to change feature state
-        - \ref NVML_ERROR_NOT_SUPPORTED             if this feature is not supported by the device
-*/
+ - \ref NVML_SUCCESS                         if the feature state was successfully set
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if device is invalid or state is NULL
+ - \ref NVML_ERROR_NO_PERMISSION             if user does not have permission to change feature state
+ - \ref NVML_ERROR_NOT_SUPPORTED             if this feature is not supported by the device*/
 ///
 /** # Loading
 
@@ -28141,11 +28145,10 @@ pub unsafe fn nvmlDevicePowerSmoothingSetState(
  @param profile                                     Reference to \ref nvmlPowerSmoothingProfile_v1_t struct
 
  @return
-        - \ref NVML_SUCCESS                         if the Active Profile was successfully set
-        - \ref NVML_ERROR_INVALID_ARGUMENT          if device is invalid or profile parameter/value was invalid
-        - \ref NVML_ERROR_NO_PERMISSION             if user does not have permission to change any profile parameters
-        - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH if the structure version is not supported
-*/
+ - \ref NVML_SUCCESS                         if the Active Profile was successfully set
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if device is invalid or profile parameter/value was invalid
+ - \ref NVML_ERROR_NO_PERMISSION             if user does not have permission to change any profile parameters
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH if the structure version is not supported*/
 ///
 /** # Loading
 
@@ -28189,11 +28192,11 @@ pub unsafe fn nvmlDevicePowerSmoothingUpdatePresetProfileParam(
  @param currentState                         The current drain state for this GPU, see \ref nvmlEnableState_t
 
  @return
-         - \ref NVML_SUCCESS                 if counters were successfully reset
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a nvmlIndex or \a currentState is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if counters were successfully reset
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a nvmlIndex or \a currentState is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -28236,11 +28239,11 @@ pub unsafe fn nvmlDeviceQueryDrainState(
  @param counterList                               Structure holding the input parameters as well as the retrieved counter values
 
  @return
-        - \ref NVML_SUCCESS                           on success
-        - \ref NVML_ERROR_INVALID_ARGUMENT            if \p device is invalid or \p counterList is NULL
-        - \ref NVML_ERROR_NO_PERMISSION               if user does not have permission to perform this operation
-        - \ref NVML_ERROR_NOT_SUPPORTED               if this feature is not supported by the device
-        - \ref NVML_ERROR_UNKNOWN                     on any other error*/
+ - \ref NVML_SUCCESS                           on success
+ - \ref NVML_ERROR_INVALID_ARGUMENT            if \p device is invalid or \p counterList is NULL
+ - \ref NVML_ERROR_NO_PERMISSION               if user does not have permission to perform this operation
+ - \ref NVML_ERROR_NOT_SUPPORTED               if this feature is not supported by the device
+ - \ref NVML_ERROR_UNKNOWN                     on any other error*/
 ///
 /** # Loading
 
@@ -28282,15 +28285,15 @@ pub unsafe fn nvmlDeviceReadPRMCounters_v1(
 
  @param device                                        Identifier of target GPU device
  @param buffer                                        Structure holding the input data in TLV format as well as
-                                                      the PRM register contents in TLV format (in the case of a successful
-                                                      read operation).
-                                                      Note: the input data and any returned data shall be in network byte order.
+ the PRM register contents in TLV format (in the case of a successful
+ read operation).
+ Note: the input data and any returned data shall be in network byte order.
 
  @return
-        - \ref NVML_SUCCESS                           on success
-        - \ref NVML_ERROR_INVALID_ARGUMENT            if \p device or \p buffer are invalid
-        - \ref NVML_ERROR_NO_PERMISSION               if user does not have permission to perform this operation
-        - \ref NVML_ERROR_NOT_SUPPORTED               if this feature is not supported by the device*/
+ - \ref NVML_SUCCESS                           on success
+ - \ref NVML_ERROR_INVALID_ARGUMENT            if \p device or \p buffer are invalid
+ - \ref NVML_ERROR_NO_PERMISSION               if user does not have permission to perform this operation
+ - \ref NVML_ERROR_NOT_SUPPORTED               if this feature is not supported by the device*/
 ///
 /** # Loading
 
@@ -28337,19 +28340,19 @@ pub unsafe fn nvmlDeviceReadWritePRM_v1(
 
  If function reports NVML_ERROR_UNKNOWN, event set is in undefined state and should be freed.
  If function reports NVML_ERROR_NOT_SUPPORTED, event set can still be used. None of the requested eventTypes
-     are registered in that case.
+ are registered in that case.
 
  @param device                               The identifier of the target device
  @param eventTypes                           Bitmask of \ref nvmlEventType to record
  @param set                                  Set to which add new event types
 
  @return
-         - \ref NVML_SUCCESS                 if the event has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a eventTypes is invalid or \a set is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the platform does not support this feature or some of requested event types
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the event has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a eventTypes is invalid or \a set is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the platform does not support this feature or some of requested event types
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlEventType
  @see nvmlDeviceGetSupportedEventTypes
@@ -28409,15 +28412,15 @@ pub unsafe fn nvmlDeviceRegisterEvents(
 
  @param pciInfo                              The PCI address of the GPU to be removed
  @param gpuState                             Whether the GPU is to be removed, from the OS
-                                             see \ref nvmlDetachGpuState_t
+ see \ref nvmlDetachGpuState_t
  @param linkState                            Requested upstream PCIe link state, see \ref nvmlPcieLinkState_t
 
  @return
-         - \ref NVML_SUCCESS                 if counters were successfully reset
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a nvmlIndex is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_IN_USE            if the device is still in use and cannot be removed*/
+ - \ref NVML_SUCCESS                 if counters were successfully reset
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a nvmlIndex is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_IN_USE            if the device is still in use and cannot be removed*/
 ///
 /** # Loading
 
@@ -28495,12 +28498,12 @@ pub unsafe fn nvmlDeviceResetApplicationsClocks(device: nvmlDevice_t) -> nvmlRet
  @param device                               The identifier of the target device
 
  @return
-         - \ref NVML_SUCCESS                 if new settings were successfully set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if new settings were successfully set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -28536,12 +28539,12 @@ pub unsafe fn nvmlDeviceResetGpuLockedClocks(device: nvmlDevice_t) -> nvmlReturn
  @param device                               The identifier of the target device
 
  @return
-         - \ref NVML_SUCCESS                 if new settings were successfully set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if new settings were successfully set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -28574,11 +28577,11 @@ pub unsafe fn nvmlDeviceResetMemoryLockedClocks(device: nvmlDevice_t) -> nvmlRet
  @param link                                 Specifies the NvLink link to be queried
 
  @return
-         - \ref NVML_SUCCESS                 if the reset is successful
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a link is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if the reset is successful
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a link is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -28623,11 +28626,11 @@ pub unsafe fn nvmlDeviceResetNvLinkErrorCounters(
  @param counter                              Specifies the counter that should be reset (0 or 1)
 
  @return
-         - \ref NVML_SUCCESS                 if counters were successfully reset
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a link, or \a counter is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if counters were successfully reset
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a link, or \a counter is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -28676,15 +28679,15 @@ pub unsafe fn nvmlDeviceResetNvLinkUtilizationCounter(
  @param isRestricted                         The target restriction
 
  @return
-         - \ref NVML_SUCCESS                 if \a isRestricted has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a apiType incorrect
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support changing API restrictions or the device does not support
-                                                 the feature that api restrictions are being set for (E.G. Enabling/disabling auto
-                                                 boosted clocks is not supported by the device)
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a isRestricted has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a apiType incorrect
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support changing API restrictions or the device does not support
+ the feature that api restrictions are being set for (E.G. Enabling/disabling auto
+ boosted clocks is not supported by the device)
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlRestrictedAPI_t*/
 ///
@@ -28728,7 +28731,7 @@ pub unsafe fn nvmlDeviceSetAPIRestriction(
  Requires root/admin permissions.
 
  @note This setting is not persistent and will default to disabled after driver unloads.
-       Enable persistence mode to be sure the setting doesn't switch off to disabled.
+ Enable persistence mode to be sure the setting doesn't switch off to disabled.
 
  @note Enabling accounting mode has no negative impact on the GPU performance.
 
@@ -28744,12 +28747,12 @@ pub unsafe fn nvmlDeviceSetAPIRestriction(
  @param mode                                 The target accounting mode
 
  @return
-         - \ref NVML_SUCCESS                 if the new mode has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a mode are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if the new mode has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device or \a mode are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -28793,13 +28796,13 @@ pub unsafe fn nvmlDeviceSetAccountingMode(
  @param mode       NVML_FEATURE_ENABLED or NVML_FEATURE_DISABLED
 
  @return
-         - \ref NVML_SUCCESS                 if the request was accepted
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a mode is not a valid \ref nvmlEnableState_t
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support Adaptive TGP Mode
-         - \ref NVML_ERROR_NO_PERMISSION     if the caller lacks root/admin privileges
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the request was accepted
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a mode is not a valid \ref nvmlEnableState_t
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support Adaptive TGP Mode
+ - \ref NVML_ERROR_NO_PERMISSION     if the caller lacks root/admin privileges
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceGetAdaptiveTgpModeInfo_v1()*/
 ///
@@ -28890,13 +28893,12 @@ pub unsafe fn nvmlDeviceSetApplicationsClocks(
  @param enabled                              What state to try to set Auto Boosted clocks of the target device to
 
  @return
-         - \ref NVML_SUCCESS                 If the Auto Boosted clocks were successfully set to the state specified by \a enabled
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support Auto Boosted clocks
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
-*/
+ - \ref NVML_SUCCESS                 If the Auto Boosted clocks were successfully set to the state specified by \a enabled
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support Auto Boosted clocks
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -28934,16 +28936,16 @@ pub unsafe fn nvmlDeviceSetAutoBoostedClocksEnabled(
 
  @param device                               The identifier of the target device
  @param info                                 Structure specifying the clock type (input), the pstate (input)
-                                             and clock offset value (input)
+ and clock offset value (input)
 
  @return
-         - \ref NVML_SUCCESS                         If everything worked
-         - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
-         - \ref NVML_ERROR_NO_PERMISSION             If the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device, \a type or \a pstate are invalid or both
-                                                             \a clockOffsetMHz is out of allowed range.
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
-         - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature*/
+ - \ref NVML_SUCCESS                         If everything worked
+ - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
+ - \ref NVML_ERROR_NO_PERMISSION             If the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device, \a type or \a pstate are invalid or both
+ \a clockOffsetMHz is out of allowed range.
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
+ - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature*/
 ///
 /** # Loading
 
@@ -28997,13 +28999,13 @@ pub unsafe fn nvmlDeviceSetClockOffsets(
  @param mode                                 The target compute mode
 
  @return
-         - \ref NVML_SUCCESS                 if the compute mode was set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a mode is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the compute mode was set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a mode is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceGetComputeMode()*/
 ///
@@ -29044,10 +29046,10 @@ pub unsafe fn nvmlDeviceSetComputeMode(
  @param sizeKiB                              Unprotected Memory size to be set in KiB
 
  @return
-         - \ref NVML_SUCCESS                 if \a sizeKiB successfully set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
+ - \ref NVML_SUCCESS                 if \a sizeKiB successfully set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
 ///
 /** # Loading
 
@@ -29091,12 +29093,12 @@ pub unsafe fn nvmlDeviceSetConfComputeUnprotectedMemSize(
  @param device                               The identifier of the target device
 
  @return
-         - \ref NVML_SUCCESS                 if the calling process has been successfully bound
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if the calling process has been successfully bound
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -29139,14 +29141,13 @@ pub unsafe fn nvmlDeviceSetCpuAffinity(device: nvmlDevice_t) -> nvmlReturn_t {
  @param flags                                Flags that change the default behavior. Currently Unused.
 
  @return
-         - \ref NVML_SUCCESS                 If the Auto Boosted clock's default state was successfully set to the state specified by \a enabled
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_NO_PERMISSION     If the calling user does not have permission to change Auto Boosted clock's default state.
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support Auto Boosted clocks
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
-*/
+ - \ref NVML_SUCCESS                 If the Auto Boosted clock's default state was successfully set to the state specified by \a enabled
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_NO_PERMISSION     If the calling user does not have permission to change Auto Boosted clock's default state.
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support Auto Boosted clocks
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -29190,11 +29191,11 @@ pub unsafe fn nvmlDeviceSetDefaultAutoBoostedClocksEnabled(
  @param fan                           The index of the fan, starting at zero
 
  @return
-         - \ref NVML_SUCCESS                 if speed has been adjusted
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this (doesn't have fans)
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if speed has been adjusted
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this (doesn't have fans)
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -29244,14 +29245,14 @@ pub unsafe fn nvmlDeviceSetDefaultFanSpeed_v2(
  @param dramEncryption                       The target DRAM Encryption mode
 
  @return
-         - \ref NVML_SUCCESS                         if the DRAM Encryption mode was set
-         - \ref NVML_ERROR_UNINITIALIZED             if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          if \a device is invalid or \a DRAM Encryption is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED             if the device does not support this feature
-         - \ref NVML_ERROR_NO_PERMISSION             if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_GPU_IS_LOST               if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH if the argument version is not supported
-         - \ref NVML_ERROR_UNKNOWN                   on any unexpected error
+ - \ref NVML_SUCCESS                         if the DRAM Encryption mode was set
+ - \ref NVML_ERROR_UNINITIALIZED             if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if \a device is invalid or \a DRAM Encryption is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED             if the device does not support this feature
+ - \ref NVML_ERROR_NO_PERMISSION             if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_GPU_IS_LOST               if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH if the argument version is not supported
+ - \ref NVML_ERROR_UNKNOWN                   on any unexpected error
 
  @see nvmlDeviceGetDramEncryptionMode()*/
 ///
@@ -29317,13 +29318,13 @@ pub unsafe fn nvmlDeviceSetDramEncryptionMode(
  @param flags                                Flags that change the default behavior
 
  @return
-         - \ref NVML_SUCCESS                 if the driver model has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a driverModel is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the platform is not windows or the device does not support this feature
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the driver model has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a driverModel is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the platform is not windows or the device does not support this feature
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceGetDriverModel()*/
 ///
@@ -29378,13 +29379,13 @@ pub unsafe fn nvmlDeviceSetDriverModel(
  @param ecc                                  The target ECC mode
 
  @return
-         - \ref NVML_SUCCESS                 if the ECC mode was set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a ecc is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the ECC mode was set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a ecc is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceGetEccMode()*/
 ///
@@ -29429,11 +29430,11 @@ pub unsafe fn nvmlDeviceSetEccMode(
  @param policy                        The fan control \a policy to set
 
  @return
-         - \ref NVML_SUCCESS                 if \a policy has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a policy is null or the \a fan given doesn't reference a fan that exists.
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the \a device is older than Maxwell
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a policy has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a policy is null or the \a fan given doesn't reference a fan that exists.
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the \a device is older than Maxwell
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -29472,9 +29473,9 @@ pub unsafe fn nvmlDeviceSetFanControlPolicy(
 /** Sets the speed of a specified fan.
 
  WARNING: This function changes the fan control policy to manual. It means that YOU have to monitor
-          the temperature and adjust the fan speed accordingly.
-          If you set the fan speed too low you can burn your GPU!
-          Use nvmlDeviceSetDefaultFanSpeed_v2 to restore default control policy.
+ the temperature and adjust the fan speed accordingly.
+ If you set the fan speed too low you can burn your GPU!
+ Use nvmlDeviceSetDefaultFanSpeed_v2 to restore default control policy.
 
  For all cuda-capable discrete products with fans that are Maxwell or Newer.
 
@@ -29483,12 +29484,12 @@ pub unsafe fn nvmlDeviceSetFanControlPolicy(
  @param speed                                 The target speed of the fan [0-100] in % of max speed
 
  return
-        - \ref NVML_SUCCESS                   if the fan speed has been set
-        - \ref NVML_ERROR_UNINITIALIZED       if the library has not been successfully initialized
-        - \ref NVML_ERROR_INVALID_ARGUMENT    if the device is not valid, or the speed is outside acceptable ranges,
-                                                     or if the fan index doesn't reference an actual fan.
-        - \ref NVML_ERROR_NOT_SUPPORTED       if the device is older than Maxwell.
-        - \ref NVML_ERROR_UNKNOWN             if there was an unexpected error.*/
+ - \ref NVML_SUCCESS                   if the fan speed has been set
+ - \ref NVML_ERROR_UNINITIALIZED       if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT    if the device is not valid, or the speed is outside acceptable ranges,
+ or if the fan index doesn't reference an actual fan.
+ - \ref NVML_ERROR_NOT_SUPPORTED       if the device is older than Maxwell.
+ - \ref NVML_ERROR_UNKNOWN             if there was an unexpected error.*/
 ///
 /** # Loading
 
@@ -29525,19 +29526,19 @@ pub unsafe fn nvmlDeviceSetFanSpeed_v2(
     }
 }
 /** @deprecated Will be deprecated in a future release. Use \ref nvmlDeviceSetClockOffsets instead. It works
-             on Maxwell onwards GPU architectures.
+ on Maxwell onwards GPU architectures.
 
  Set the GPCCLK VF offset value
  @param[in]   device                         The identifier of the target device
  @param[in]   offset                         The GPCCLK VF offset value to set
 
  @return
-         - \ref NVML_SUCCESS                 if \a offset has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a offset is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a offset has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a offset is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -29581,10 +29582,10 @@ pub unsafe fn nvmlDeviceSetGpcClkVfOffset(
 
  minGpuClock | maxGpuClock | Effect
  ------------+-------------+--------------------------------------------------
-     tdp     |     tdp     | Lock clock to TDP
-  unlimited  |     tdp     | Upper bound is TDP but clock may drift below this
-     tdp     |  unlimited  | Lower bound is TDP but clock may boost above this
-  unlimited  |  unlimited  | Unlocked (== nvmlDeviceResetGpuLockedClocks)
+ tdp     |     tdp     | Lock clock to TDP
+ unlimited  |     tdp     | Upper bound is TDP but clock may drift below this
+ tdp     |  unlimited  | Lower bound is TDP but clock may boost above this
+ unlimited  |  unlimited  | Unlocked (== nvmlDeviceResetGpuLockedClocks)
 
  If one arg takes one of these values, the other must be one of these values as
  well. Mixed numeric and symbolic calls return NVML_ERROR_INVALID_ARGUMENT.
@@ -29601,14 +29602,14 @@ pub unsafe fn nvmlDeviceSetGpcClkVfOffset(
  @param maxGpuClockMHz                       Requested maximum gpu clock in MHz
 
  @return
-         - \ref NVML_SUCCESS                 if new settings were successfully set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a minGpuClockMHz and \a maxGpuClockMHz
-                                                 is not a valid clock combination
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if new settings were successfully set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a minGpuClockMHz and \a maxGpuClockMHz
+ is not a valid clock combination
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -29661,13 +29662,13 @@ pub unsafe fn nvmlDeviceSetGpuLockedClocks(
  @param mode                                 Target GOM
 
  @return
-         - \ref NVML_SUCCESS                 if \a mode has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a mode incorrect
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support GOM or specific mode
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a mode has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a mode incorrect
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support GOM or specific mode
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlGpuOperationMode_t
  @see nvmlDeviceGetGpuOperationMode*/
@@ -29717,13 +29718,13 @@ pub unsafe fn nvmlDeviceSetGpuOperationMode(
  @param hostname                             Reference to the caller-provided \ref nvmlHostname_v1_t struct containing the hostname
 
  @return
-         - \ref NVML_SUCCESS                          if the hostname was set successfully
-         - \ref NVML_ERROR_UNINITIALIZED              if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           if \a device is invalid or \a hostname is NULL or contains invalid characters
-         - \ref NVML_ERROR_NOT_SUPPORTED              if the device does not support this feature
-         - \ref NVML_ERROR_NO_PERMISSION              if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_GPU_IS_LOST                if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN                    on any unexpected error
+ - \ref NVML_SUCCESS                          if the hostname was set successfully
+ - \ref NVML_ERROR_UNINITIALIZED              if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           if \a device is invalid or \a hostname is NULL or contains invalid characters
+ - \ref NVML_ERROR_NOT_SUPPORTED              if the device does not support this feature
+ - \ref NVML_ERROR_NO_PERMISSION              if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_GPU_IS_LOST                if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN                    on any unexpected error
 
  @see nvmlDeviceGetHostname_v1()*/
 ///
@@ -29759,19 +29760,19 @@ pub unsafe fn nvmlDeviceSetHostname_v1(
     }
 }
 /** @deprecated Will be deprecated in a future release. Use \ref nvmlDeviceSetClockOffsets instead. It works
-             on Maxwell onwards GPU architectures.
+ on Maxwell onwards GPU architectures.
 
  Set the MemClk (Memory Clock) VF offset value. It requires elevated privileges.
  @param[in]   device                         The identifier of the target device
  @param[in]   offset                         The MemClk VF offset value to set
 
  @return
-         - \ref NVML_SUCCESS                 if \a offset has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a offset is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a offset has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a offset is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -29818,15 +29819,15 @@ pub unsafe fn nvmlDeviceSetMemClkVfOffset(
  @param[in] limits                               A pointer to \ref nvmlSetMemoryLimits_v1_t where the limits can be set
 
  @return
-  - \ref NVML_SUCCESS                 if the operation was successful
-  - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-  - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-  - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a limits is NULL,
-                                      the softLimit exceeds the hardLimit, or a limit
-                                      exceeds total device memory
-  - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-  - \ref NVML_ERROR_OPERATING_SYSTEM  if the cgroup path cannot be opened
-  - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the operation was successful
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a limits is NULL,
+ the softLimit exceeds the hardLimit, or a limit
+ exceeds total device memory
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_OPERATING_SYSTEM  if the cgroup path cannot be opened
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @note MIG handles are not supported*/
 ///
@@ -29879,14 +29880,14 @@ pub unsafe fn nvmlDeviceSetMemoryLimits_v1(
  @param maxMemClockMHz                       Requested maximum memory clock in MHz
 
  @return
-         - \ref NVML_SUCCESS                 if new settings were successfully set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a minGpuClockMHz and \a maxGpuClockMHz
-                                                 is not a valid clock combination
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if new settings were successfully set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a minGpuClockMHz and \a maxGpuClockMHz
+ is not a valid clock combination
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -29940,19 +29941,19 @@ pub unsafe fn nvmlDeviceSetMemoryLockedClocks(
  is expected to idle the device and retry setting the \a mode.
 
  @note On Windows, only disabling MIG mode is supported. \a activationStatus would return \ref
-       NVML_ERROR_NOT_SUPPORTED as GPU reset is not supported on Windows through this API.
+ NVML_ERROR_NOT_SUPPORTED as GPU reset is not supported on Windows through this API.
 
  @param device                               The identifier of the target device
  @param mode                                 The mode to be set, \ref NVML_DEVICE_MIG_DISABLE or
-                                             \ref NVML_DEVICE_MIG_ENABLE
+ \ref NVML_DEVICE_MIG_ENABLE
  @param activationStatus                     The activationStatus status
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device,\a mode or \a activationStatus are invalid
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't support MIG mode*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device,\a mode or \a activationStatus are invalid
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't support MIG mode*/
 ///
 /** # Loading
 
@@ -29994,15 +29995,14 @@ pub unsafe fn nvmlDeviceSetMigMode(
 
  @param device                               The identifier of the target device
  @param info                                 Reference to \a nvmlNvLinkPowerThres_t struct
-                                             input parameters
+ input parameters
 
  @return
-        - \ref NVML_SUCCESS                 if the \a Threshold is successfully set
-        - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-        - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a Threshold is not within range
-        - \ref NVML_ERROR_NOT_READY         if an internal driver setting prevents the threshold from being used
-        - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-*/
+ - \ref NVML_SUCCESS                 if the \a Threshold is successfully set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a Threshold is not within range
+ - \ref NVML_ERROR_NOT_READY         if an internal driver setting prevents the threshold from being used
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
 ///
 /** # Loading
 
@@ -30050,11 +30050,11 @@ pub unsafe fn nvmlDeviceSetNvLinkDeviceLowPowerThreshold(
  @param reset                                Resets the counters on set if non-zero
 
  @return
-         - \ref NVML_SUCCESS                 if the control has been set successfully
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a counter, \a link, or \a control is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if the control has been set successfully
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device, \a counter, \a link, or \a control is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device doesn't support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -30104,11 +30104,11 @@ pub unsafe fn nvmlDeviceSetNvLinkUtilizationControl(
  @param setBwMode                                   Reference to \a nvmlNvlinkSetBwMode_t
 
  @return
-        - \ref NVML_SUCCESS                         if the Bandwidth mode was successfully set
-        - \ref NVML_ERROR_INVALID_ARGUMENT          if device is invalid or setBwMode is NULL
-        - \ref NVML_ERROR_NO_PERMISSION             if user does not have permission to change Bandwidth mode
-        - \ref NVML_ERROR_NOT_SUPPORTED             if this feature is not supported by the device
-        - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH if the version specified is not supported*/
+ - \ref NVML_SUCCESS                         if the Bandwidth mode was successfully set
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if device is invalid or setBwMode is NULL
+ - \ref NVML_ERROR_NO_PERMISSION             if user does not have permission to change Bandwidth mode
+ - \ref NVML_ERROR_NOT_SUPPORTED             if this feature is not supported by the device
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH if the version specified is not supported*/
 ///
 /** # Loading
 
@@ -30150,13 +30150,12 @@ pub unsafe fn nvmlDeviceSetNvlinkBwMode(
  @param[in,out] setBwModeAsync                      Reference to \ref nvmlNvlinkSetBwModeAsync_v1_t
 
  @return
-        - \ref NVML_SUCCESS                         if the Bandwidth mode was successfully set
-        - \ref NVML_ERROR_INVALID_ARGUMENT          if device or \p setBwModeAsync is invalid
-        - \ref NVML_ERROR_NO_PERMISSION             if user does not have permission to change Bandwidth mode
-        - \ref NVML_ERROR_NOT_SUPPORTED             if this feature is not supported by the device
+ - \ref NVML_SUCCESS                         if the Bandwidth mode was successfully set
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if device or \p setBwModeAsync is invalid
+ - \ref NVML_ERROR_NO_PERMISSION             if user does not have permission to change Bandwidth mode
+ - \ref NVML_ERROR_NOT_SUPPORTED             if this feature is not supported by the device
 
- @see nvmlDeviceGetGpuFabricInfoV()
-*/
+ @see nvmlDeviceGetGpuFabricInfoV()*/
 ///
 /** # Loading
 
@@ -30197,11 +30196,11 @@ pub unsafe fn nvmlDeviceSetNvlinkBwModeAsync_v1(
  @param[in]   setNvleReady       Reference to \ref nvmlNvlinkSetNvleReady_v1_t struct.
 
  @return
-         - \ref NVML_SUCCESS                         if the operation completed successfully
-         - \ref NVML_ERROR_INVALID_ARGUMENT          if \a device or \a setNvleReady is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED             if the device does not support this feature
-         - \ref NVML_ERROR_NO_PERMISSION             if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_UNKNOWN                   if an error was encountered during the operation*/
+ - \ref NVML_SUCCESS                         if the operation completed successfully
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if \a device or \a setNvleReady is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED             if the device does not support this feature
+ - \ref NVML_ERROR_NO_PERMISSION             if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_UNKNOWN                   if an error was encountered during the operation*/
 ///
 /** # Loading
 
@@ -30258,13 +30257,13 @@ pub unsafe fn nvmlDeviceSetNvlinkNvleReady_v1(
  @param mode                                 The target persistence mode
 
  @return
-         - \ref NVML_SUCCESS                 if the persistence mode was set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a mode is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the persistence mode was set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a mode is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceGetPersistenceMode()*/
 ///
@@ -30303,19 +30302,19 @@ pub unsafe fn nvmlDeviceSetPersistenceMode(
 
  See \ref nvmlDeviceGetPowerManagementLimitConstraints to check the allowed ranges of values.
 
- \note Limit is not persistent across reboots or driver unloads.
+ Note: Limit is not persistent across reboots or driver unloads.
  Enable persistent mode to prevent driver from unloading when no application is using the device.
 
  @param device                               The identifier of the target device
  @param limit                                Power management limit in milliwatts to set
 
  @return
-         - \ref NVML_SUCCESS                 if \a limit has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a defaultLimit is out of range
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a limit has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a defaultLimit is out of range
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceGetPowerManagementLimitConstraints
  @see nvmlDeviceGetPowerManagementDefaultLimit*/
@@ -30360,7 +30359,7 @@ pub unsafe fn nvmlDeviceSetPowerManagementLimit(
 
  See \ref nvmlPowerValue_v2_t for more information on the struct.
 
- \note Limit is not persistent across reboots or driver unloads.
+ Note: Limit is not persistent across reboots or driver unloads.
  Enable persistent mode to prevent driver from unloading when no application is using the device.
 
  This API replaces nvmlDeviceSetPowerManagementLimit. It can be used as a drop-in replacement for the older version.
@@ -30369,12 +30368,12 @@ pub unsafe fn nvmlDeviceSetPowerManagementLimit(
  @param powerValue                           Power management limit in milliwatts to set
 
  @return
-         - \ref NVML_SUCCESS                 if \a limit has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a powerValue is NULL or contains invalid values
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a limit has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a powerValue is NULL or contains invalid values
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see NVML_FI_DEV_POWER_AVERAGE
  @see NVML_FI_DEV_POWER_INSTANT
@@ -30421,12 +30420,12 @@ pub unsafe fn nvmlDeviceSetPowerManagementLimit_v2(
  @param powerMizerMode                       Reference in which to set the power mizer mode.
 
  @return
-         - \ref NVML_SUCCESS                 if \a powerMizerMode has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a powerMizerMode is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support powerMizerMode readings
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a powerMizerMode has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a powerMizerMode is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support powerMizerMode readings
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -30459,7 +30458,7 @@ pub unsafe fn nvmlDeviceSetPowerMizerMode_v1(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " @addtogroup nvmlDeviceCommands\n  @{\n/\n/**\n Set Read-only user shared data (RUSD) settings for GPU.\n Requires root/admin permissions.\n\n @param device                    The identifier of the target device\n @param settings                  Reference to \\ref nvmlRusdSettings_v1_t struct\n\n @return\n        - \\ref NVML_SUCCESS                         if the RUSD setting  was successfully set\n        - \\ref NVML_ERROR_INVALID_ARGUMENT          if device is invalid or state is NULL\n        - \\ref NVML_ERROR_NO_PERMISSION             if user does not have permission to change feature state\n        - \\ref NVML_ERROR_NOT_SUPPORTED             if this feature is not supported by NVIDIA kernel driver\n        - \\ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH if the input version is not supported\n"]
+#[doc = " @addtogroup nvmlDeviceCommands\n @{\n /\n /**\n Set Read-only user shared data (RUSD) settings for GPU.\n Requires root/admin permissions.\n\n @param device                    The identifier of the target device\n @param settings                  Reference to \\ref nvmlRusdSettings_v1_t struct\n\n @return\n - \\ref NVML_SUCCESS                         if the RUSD setting  was successfully set\n - \\ref NVML_ERROR_INVALID_ARGUMENT          if device is invalid or state is NULL\n - \\ref NVML_ERROR_NO_PERMISSION             if user does not have permission to change feature state\n - \\ref NVML_ERROR_NOT_SUPPORTED             if this feature is not supported by NVIDIA kernel driver\n - \\ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH if the input version is not supported"]
 ///
 /** # Loading
 
@@ -30502,12 +30501,12 @@ pub unsafe fn nvmlDeviceSetRusdSettings_v1(
  @param thresholdType                        The type of threshold value to be set
  @param temp                                 Reference which hold the value to be set
  @return
-         - \ref NVML_SUCCESS                 if \a temp has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a thresholdType is invalid or \a temp is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not have a temperature sensor or is unsupported
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a temp has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid, \a thresholdType is invalid or \a temp is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not have a temperature sensor or is unsupported
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -30553,11 +30552,11 @@ pub unsafe fn nvmlDeviceSetTemperatureThreshold(
  @param state                                The target capability mode
 
  @return
-      - \ref NVML_SUCCESS                    Successful completion
-      - \ref NVML_ERROR_UNINITIALIZED        If the library has not been successfully initialized
-      - \ref NVML_ERROR_INVALID_ARGUMENT     If \a device is invalid, or \a capability is invalid, or \a state is invalid
-      - \ref NVML_ERROR_NOT_SUPPORTED        The API is not supported in current state, or \a device not in vGPU mode
-      - \ref NVML_ERROR_UNKNOWN              On any unexpected error*/
+ - \ref NVML_SUCCESS                    Successful completion
+ - \ref NVML_ERROR_UNINITIALIZED        If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT     If \a device is invalid, or \a capability is invalid, or \a state is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED        The API is not supported in current state, or \a device not in vGPU mode
+ - \ref NVML_ERROR_UNKNOWN              On any unexpected error*/
 ///
 /** # Loading
 
@@ -30610,14 +30609,14 @@ pub unsafe fn nvmlDeviceSetVgpuCapabilities(
  @param pHeterogeneousMode                   Pointer to the caller-provided structure of nvmlVgpuHeterogeneousMode_t
 
  @return
-         - \ref NVML_SUCCESS                          Upon success
-         - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device or \a pHeterogeneousMode is NULL or \a pHeterogeneousMode->mode is invalid
-         - \ref NVML_ERROR_IN_USE                     If the \a device is in use
-         - \ref NVML_ERROR_NO_PERMISSION              If user doesn't have permission to perform the operation
-         - \ref NVML_ERROR_NOT_SUPPORTED              If MIG is enabled or \a device doesn't support this feature
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pHeterogeneousMode is invalid
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          Upon success
+ - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a device or \a pHeterogeneousMode is NULL or \a pHeterogeneousMode->mode is invalid
+ - \ref NVML_ERROR_IN_USE                     If the \a device is in use
+ - \ref NVML_ERROR_NO_PERMISSION              If user doesn't have permission to perform the operation
+ - \ref NVML_ERROR_NOT_SUPPORTED              If MIG is enabled or \a device doesn't support this feature
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pHeterogeneousMode is invalid
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -30666,13 +30665,13 @@ pub unsafe fn nvmlDeviceSetVgpuHeterogeneousMode(
  @param pSchedulerState       vGPU \a pSchedulerState to set
 
  @return
-         - \ref NVML_SUCCESS                  vGPU scheduler state has been successfully set
-         - \ref NVML_ERROR_INVALID_ARGUMENT   If \a pSchedulerState is NULL or \a device is invalid
-         - \ref NVML_ERROR_RESET_REQUIRED     If setting \a pSchedulerState failed with fatal error,
-                                              reboot is required to overcome from this error.
-         - \ref NVML_ERROR_NOT_SUPPORTED      If MIG is enabled or \a device not in vGPU host mode
-                                              or if any vGPU instance currently exists on the \a device
-         - \ref NVML_ERROR_UNKNOWN            On any unexpected error*/
+ - \ref NVML_SUCCESS                  vGPU scheduler state has been successfully set
+ - \ref NVML_ERROR_INVALID_ARGUMENT   If \a pSchedulerState is NULL or \a device is invalid
+ - \ref NVML_ERROR_RESET_REQUIRED     If setting \a pSchedulerState failed with fatal error,
+ reboot is required to overcome from this error.
+ - \ref NVML_ERROR_NOT_SUPPORTED      If MIG is enabled or \a device not in vGPU host mode
+ or if any vGPU instance currently exists on the \a device
+ - \ref NVML_ERROR_UNKNOWN            On any unexpected error*/
 ///
 /** # Loading
 
@@ -30716,13 +30715,13 @@ pub unsafe fn nvmlDeviceSetVgpuSchedulerState(
  @param pSchedulerState       vGPU \a pSchedulerState to set
 
  @return
-         - \ref NVML_SUCCESS                  vGPU scheduler state has been successfully set
-         - \ref NVML_ERROR_INVALID_ARGUMENT   If \a pSchedulerState is NULL or \a device is invalid
-         - \ref NVML_ERROR_RESET_REQUIRED     If setting \a pSchedulerState failed with fatal error,
-                                              reboot is required to overcome from this error.
-         - \ref NVML_ERROR_NOT_SUPPORTED      If MIG is enabled or \a device not in vGPU host mode
-                                              or if any vGPU instance currently exists on the \a device
-         - \ref NVML_ERROR_UNKNOWN            On any unexpected error*/
+ - \ref NVML_SUCCESS                  vGPU scheduler state has been successfully set
+ - \ref NVML_ERROR_INVALID_ARGUMENT   If \a pSchedulerState is NULL or \a device is invalid
+ - \ref NVML_ERROR_RESET_REQUIRED     If setting \a pSchedulerState failed with fatal error,
+ reboot is required to overcome from this error.
+ - \ref NVML_ERROR_NOT_SUPPORTED      If MIG is enabled or \a device not in vGPU host mode
+ or if any vGPU instance currently exists on the \a device
+ - \ref NVML_ERROR_UNKNOWN            On any unexpected error*/
 ///
 /** # Loading
 
@@ -30763,12 +30762,12 @@ pub unsafe fn nvmlDeviceSetVgpuSchedulerState_v2(
  @param virtualMode               virtualization mode. One of NVML_GPU_VIRTUALIZATION_?
 
  @return
-         - \ref NVML_SUCCESS                  if \a virtualMode is set
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a device is invalid or \a virtualMode is NULL
-         - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_NOT_SUPPORTED      if setting of virtualization mode is not supported.
-         - \ref NVML_ERROR_NO_PERMISSION      if setting of virtualization mode is not allowed for this client.*/
+ - \ref NVML_SUCCESS                  if \a virtualMode is set
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a device is invalid or \a virtualMode is NULL
+ - \ref NVML_ERROR_GPU_IS_LOST        if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_NOT_SUPPORTED      if setting of virtualization mode is not supported.
+ - \ref NVML_ERROR_NO_PERMISSION      if setting of virtualization mode is not allowed for this client.*/
 ///
 /** # Loading
 
@@ -30809,11 +30808,11 @@ pub unsafe fn nvmlDeviceSetVirtualizationMode(
  @param[in]   encryptionKey      Reference to \ref nvmlNvlinkSetupNvleEncryptionKey_v1_t struct.
 
  @return
-         - \ref NVML_SUCCESS                         if the operation completed successfully
-         - \ref NVML_ERROR_INVALID_ARGUMENT          if \a device or \a encryptionKey is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED             if the device does not support this feature
-         - \ref NVML_ERROR_NO_PERMISSION             if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_UNKNOWN                   if an error was encountered during the operation*/
+ - \ref NVML_SUCCESS                         if the operation completed successfully
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if \a device or \a encryptionKey is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED             if the device does not support this feature
+ - \ref NVML_ERROR_NO_PERMISSION             if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_UNKNOWN                   if an error was encountered during the operation*/
 ///
 /** # Loading
 
@@ -30853,12 +30852,12 @@ pub unsafe fn nvmlDeviceSetupNvlinkNvleEncryptionKey_v1(
  @param device                               The identifier of the target device
 
  @return
-         - \ref NVML_SUCCESS                 if infoROM is not corrupted
-         - \ref NVML_ERROR_CORRUPTED_INFOROM if the device's infoROM is corrupted
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if infoROM is not corrupted
+ - \ref NVML_ERROR_CORRUPTED_INFOROM if the device's infoROM is corrupted
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -30896,12 +30895,12 @@ pub unsafe fn nvmlDeviceValidateInforom(device: nvmlDevice_t) -> nvmlReturn_t {
  @param device                               The identifier of the target device
 
  @return
-      - \ref NVML_SUCCESS                    GSP reset completed successfully
-      - \ref NVML_ERROR_UNINITIALIZED        If the library has not been successfully initialized
-      - \ref NVML_ERROR_INVALID_ARGUMENT     If \a device is invalid or null
-      - \ref NVML_ERROR_NOT_SUPPORTED        The API is not supported in current state, or \a device not in vGPU mode
-      - \ref NVML_ERROR_NO_PERMISSION        The user doesn't have permission to perform this operation
-      - \ref NVML_ERROR_UNKNOWN              On any unexpected error during GSP reset operation*/
+ - \ref NVML_SUCCESS                    GSP reset completed successfully
+ - \ref NVML_ERROR_UNINITIALIZED        If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT     If \a device is invalid or null
+ - \ref NVML_ERROR_NOT_SUPPORTED        The API is not supported in current state, or \a device not in vGPU mode
+ - \ref NVML_ERROR_NO_PERMISSION        The user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_UNKNOWN              On any unexpected error during GSP reset operation*/
 ///
 /** # Loading
 
@@ -30940,13 +30939,13 @@ pub unsafe fn nvmlDeviceVgpuForceGspUnload(device: nvmlDevice_t) -> nvmlReturn_t
  @param requestedProfiles     Reference to struct \a nvmlWorkloadPowerProfileRequestedProfiles_v1_t
 
  @return
-         - \ref NVML_SUCCESS                         If the query is successful
-         - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid or \a pointer to struct is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST               If the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
-         - \ref NVML_ERROR_UNKNOWN                   On any unexpected error*/
+ - \ref NVML_SUCCESS                         If the query is successful
+ - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid or \a pointer to struct is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST               If the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
+ - \ref NVML_ERROR_UNKNOWN                   On any unexpected error*/
 ///
 /** # Loading
 
@@ -30992,13 +30991,13 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(
  @param currentProfiles       Reference to struct \a nvmlWorkloadPowerProfileCurrentProfiles_v1_t
 
  @return
-         - \ref NVML_SUCCESS                         If the query is successful
-         - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid or the pointer to struct is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST               If the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
-         - \ref NVML_ERROR_UNKNOWN                   On any unexpected error*/
+ - \ref NVML_SUCCESS                         If the query is successful
+ - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid or the pointer to struct is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST               If the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
+ - \ref NVML_ERROR_UNKNOWN                   On any unexpected error*/
 ///
 /** # Loading
 
@@ -31046,14 +31045,14 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(
  @param profilesInfo                         Reference to struct \a nvmlWorkloadPowerProfileProfilesInfo_t
 
  @return
-         - \ref NVML_SUCCESS                         If the query is successful
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE         If struct is fully allocated
-         - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid or \a pointer to struct is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST               If the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
-         - \ref NVML_ERROR_UNKNOWN                   On any unexpected error*/
+ - \ref NVML_SUCCESS                         If the query is successful
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE         If struct is fully allocated
+ - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid or \a pointer to struct is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST               If the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
+ - \ref NVML_ERROR_UNKNOWN                   On any unexpected error*/
 ///
 /** # Loading
 
@@ -31101,13 +31100,13 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileGetProfilesInfo(
  @param requestedProfiles     Reference to struct \a nvmlWorkloadPowerProfileRequestedProfiles_v1_t
 
  @return
-         - \ref NVML_SUCCESS                         If the query is successful
-         - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid or \a pointer to struct is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST               If the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
-         - \ref NVML_ERROR_UNKNOWN                   On any unexpected error*/
+ - \ref NVML_SUCCESS                         If the query is successful
+ - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid or \a pointer to struct is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST               If the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
+ - \ref NVML_ERROR_UNKNOWN                   On any unexpected error*/
 ///
 /** # Loading
 
@@ -31154,12 +31153,12 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(
  @param updateProfiles        Reference to struct \a nvmlWorkloadPowerProfileUpdateProfiles_v1_t
 
  @return
-         - \ref NVML_SUCCESS                         If the query is successful
-         - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid or \a pointer to struct is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST               If the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN                   On any unexpected error*/
+ - \ref NVML_SUCCESS                         If the query is successful
+ - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid or \a pointer to struct is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST               If the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN                   On any unexpected error*/
 ///
 /** # Loading
 
@@ -31192,7 +31191,7 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileUpdateProfiles_v1(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " Helper method for converting NVML error codes into readable strings.\n\n For all products.\n\n/\n/**\n @note This helper is available in the MPS locality-domain view described in\n       \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @param result                               NVML error code to convert\n\n @return String representation of the error.\n"]
+#[doc = " Helper method for converting NVML error codes into readable strings.\n\n For all products.\n\n /\n /**\n @note This helper is available in the MPS locality-domain view described in\n \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @param result                               NVML error code to convert\n\n @return String representation of the error."]
 ///
 /** # Loading
 
@@ -31223,10 +31222,10 @@ pub unsafe fn nvmlErrorString(
  @param set                                  Reference in which to return the event handle
 
  @return
-         - \ref NVML_SUCCESS                 if the event has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a set is NULL
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the event has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a set is NULL
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlEventSetFree*/
 ///
@@ -31261,9 +31260,9 @@ pub unsafe fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> nvmlReturn_t {
  @param set                                  Reference to events to be released
 
  @return
-         - \ref NVML_SUCCESS                 if the event has been successfully released
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the event has been successfully released
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlDeviceRegisterEvents*/
 ///
@@ -31303,12 +31302,12 @@ pub unsafe fn nvmlEventSetFree(set: nvmlEventSet_t) -> nvmlReturn_t {
  @param[out] params                          Parameters in which to return the number of context records
 
  @return
-         - \ref NVML_SUCCESS                 if \a params has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a set or \a params is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this API is not available on the platform or driver
-         - \ref NVML_ERROR_NOT_FOUND         if no event has been returned by \ref nvmlEventSetWait_v3
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a params has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a set or \a params is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this API is not available on the platform or driver
+ - \ref NVML_ERROR_NOT_FOUND         if no event has been returned by \ref nvmlEventSetWait_v3
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlEventSetWait_v3
  @see nvmlEventSetGetContextInfo_v1
@@ -31361,13 +31360,13 @@ pub unsafe fn nvmlEventSetGetContextCount_v1(
  @param[in,out] params                       Context index, optional data buffer, and buffer size
 
  @return
-         - \ref NVML_SUCCESS                 if the raw context payload has been copied
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if arguments are invalid or \c params->index is out of range
-         - \ref NVML_ERROR_NOT_FOUND         if no event has been returned by \ref nvmlEventSetWait_v3
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \c params->data is NULL or too small for a non-empty payload
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this API is not available on the platform or driver
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the raw context payload has been copied
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if arguments are invalid or \c params->index is out of range
+ - \ref NVML_ERROR_NOT_FOUND         if no event has been returned by \ref nvmlEventSetWait_v3
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \c params->data is NULL or too small for a non-empty payload
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this API is not available on the platform or driver
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlEventSetWait_v3
  @see nvmlEventSetGetContextCount_v1
@@ -31422,12 +31421,12 @@ pub unsafe fn nvmlEventSetGetContextData_v1(
  @param[in,out] params                       Context index and returned context metadata
 
  @return
-         - \ref NVML_SUCCESS                 if the context metadata has been returned
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if arguments are invalid or \c params->index is out of range
-         - \ref NVML_ERROR_NOT_FOUND         if no event has been returned by \ref nvmlEventSetWait_v3
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this API is not available on the platform or driver
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the context metadata has been returned
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if arguments are invalid or \c params->index is out of range
+ - \ref NVML_ERROR_NOT_FOUND         if no event has been returned by \ref nvmlEventSetWait_v3
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this API is not available on the platform or driver
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlEventSetGetContextInfo_v1_t
  @see nvmlEventSetGetContextCount_v1
@@ -31479,12 +31478,12 @@ pub unsafe fn nvmlEventSetGetContextInfo_v1(
  @param[in,out] params                       Context index and returned legacy-Xid data
 
  @return
-         - \ref NVML_SUCCESS                 if the GPU legacy-Xid context has been returned
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if arguments are invalid or \c params->index is out of range
-         - \ref NVML_ERROR_NOT_FOUND         if no event has been returned or the context is not a GPU legacy-Xid context
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this API is not available on the platform or driver
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the GPU legacy-Xid context has been returned
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if arguments are invalid or \c params->index is out of range
+ - \ref NVML_ERROR_NOT_FOUND         if no event has been returned or the context is not a GPU legacy-Xid context
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this API is not available on the platform or driver
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1_t
  @see nvmlEventSetGetContextInfo_v1
@@ -31544,16 +31543,16 @@ pub unsafe fn nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1(
  @param[in] config                           GPU Operational Event subscription configuration
 
  @return
-         - \ref NVML_SUCCESS                 if the GPU Operational Event subscription was registered
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a eventSet or \a config is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if structured GPU Operational Events are not supported on this platform,
-                                             or if the requested subscription is not supported
-         - \ref NVML_ERROR_NO_PERMISSION     if the caller lacks permission for the requested scope
-         - \ref NVML_ERROR_INSUFFICIENT_RESOURCES
-                                             if the event set cannot accept another subscription
-         - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the GPU Operational Event subscription was registered
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a eventSet or \a config is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if structured GPU Operational Events are not supported on this platform,
+ or if the requested subscription is not supported
+ - \ref NVML_ERROR_NO_PERMISSION     if the caller lacks permission for the requested scope
+ - \ref NVML_ERROR_INSUFFICIENT_RESOURCES
+ if the event set cannot accept another subscription
+ - \ref NVML_ERROR_GPU_IS_LOST       if the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlGpuOperationalEventConfig_v1_t
  @see nvmlEventSetWait_v3
@@ -31616,12 +31615,12 @@ pub unsafe fn nvmlEventSetRegisterGpuOperationalEvents_v1(
  @param timeoutms                            Maximum amount of wait time in milliseconds for registered event
 
  @return
-         - \ref NVML_SUCCESS                 if the data has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a set or \a data is NULL
-         - \ref NVML_ERROR_TIMEOUT           if no event arrived in specified timeout or interrupt arrived
-         - \ref NVML_ERROR_GPU_IS_LOST       if a GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the data has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a set or \a data is NULL
+ - \ref NVML_ERROR_TIMEOUT           if no event arrived in specified timeout or interrupt arrived
+ - \ref NVML_ERROR_GPU_IS_LOST       if a GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlEventType
  @see nvmlDeviceRegisterEvents*/
@@ -31695,14 +31694,14 @@ pub use self::nvmlEventSetWait as nvmlEventSetWait_v2;
  @param[in,out] params                       Wait parameters and returned event data
 
  @return
-         - \ref NVML_SUCCESS                 if the event data has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a set or \a params is NULL
-         - \ref NVML_ERROR_TIMEOUT           if no event arrived in specified timeout or interrupt arrived
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this API is not available on the platform or driver
-         - \ref NVML_ERROR_MEMORY            if system memory is insufficient
-         - \ref NVML_ERROR_GPU_IS_LOST       if a GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the event data has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a set or \a params is NULL
+ - \ref NVML_ERROR_TIMEOUT           if no event arrived in specified timeout or interrupt arrived
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this API is not available on the platform or driver
+ - \ref NVML_ERROR_MEMORY            if system memory is insufficient
+ - \ref NVML_ERROR_GPU_IS_LOST       if a GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlEventSetWait_v3_t
  @see nvmlDeviceRegisterEvents
@@ -31747,8 +31746,8 @@ pub unsafe fn nvmlEventSetWait_v3(
  @param deviceCount                          Reference in which to return the number of excluded devices
 
  @return
-         - \ref NVML_SUCCESS                 if \a deviceCount has been set
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a deviceCount is NULL*/
+ - \ref NVML_SUCCESS                 if \a deviceCount has been set
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a deviceCount is NULL*/
 ///
 /** # Loading
 
@@ -31784,15 +31783,15 @@ pub use self::nvmlGetBlacklistDeviceCount as nvmlGetExcludedDeviceCount;
  For all products.
 
  Valid indices are derived from the \a deviceCount returned by
-   \ref nvmlGetExcludedDeviceCount(). For example, if \a deviceCount is 2 the valid indices
-   are 0 and 1, corresponding to GPU 0 and GPU 1.
+ \ref nvmlGetExcludedDeviceCount(). For example, if \a deviceCount is 2 the valid indices
+ are 0 and 1, corresponding to GPU 0 and GPU 1.
 
  @param index                                The index of the target GPU, >= 0 and < \a deviceCount
  @param info                                 Reference in which to return the device information
 
  @return
-         - \ref NVML_SUCCESS                  if \a device has been set
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a index is invalid or \a info is NULL
+ - \ref NVML_SUCCESS                  if \a device has been set
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a index is invalid or \a info is NULL
 
  @see nvmlGetExcludedDeviceCount*/
 ///
@@ -31840,16 +31839,16 @@ pub use self::nvmlGetBlacklistDeviceInfoByIndex as nvmlGetExcludedDeviceInfoByIn
  (see \ref nvmlVgpuPgpuCompatibilityLimitCode_t for details).
 
  Note: vGPU compatibility does not take into account dynamic capacity conditions that may limit a system's ability to
-       boot a given vGPU or associated VM.
+ boot a given vGPU or associated VM.
 
  @param vgpuMetadata          Pointer to caller-supplied vGPU metadata structure
  @param pgpuMetadata          Pointer to caller-supplied GPU metadata structure
  @param compatibilityInfo     Pointer to caller-supplied buffer to hold compatibility info
 
  @return
-         - \ref NVML_SUCCESS                   vGPU metadata structure was successfully returned
-         - \ref NVML_ERROR_INVALID_ARGUMENT    If \a vgpuMetadata or \a pgpuMetadata or \a bufferSize are NULL
-         - \ref NVML_ERROR_UNKNOWN             On any unexpected error*/
+ - \ref NVML_SUCCESS                   vGPU metadata structure was successfully returned
+ - \ref NVML_ERROR_INVALID_ARGUMENT    If \a vgpuMetadata or \a pgpuMetadata or \a bufferSize are NULL
+ - \ref NVML_ERROR_UNKNOWN             On any unexpected error*/
 ///
 /** # Loading
 
@@ -31897,11 +31896,11 @@ pub unsafe fn nvmlGetVgpuCompatibility(
  @param capResult       A boolean for the queried capability indicating that feature is supported
 
  @return
-      - \ref NVML_SUCCESS                      successful completion
-      - \ref NVML_ERROR_UNINITIALIZED          if the library has not been successfully initialized
-      - \ref NVML_ERROR_INVALID_ARGUMENT       if \a capability is invalid, or \a capResult is NULL
-      - \ref NVML_ERROR_NOT_SUPPORTED          the API is not supported in current state or \a devices not in vGPU mode
-      - \ref NVML_ERROR_UNKNOWN                on any unexpected error*/
+ - \ref NVML_SUCCESS                      successful completion
+ - \ref NVML_ERROR_UNINITIALIZED          if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT       if \a capability is invalid, or \a capResult is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED          the API is not supported in current state or \a devices not in vGPU mode
+ - \ref NVML_ERROR_UNKNOWN                on any unexpected error*/
 ///
 /** # Loading
 
@@ -32001,8 +32000,8 @@ pub unsafe fn nvmlGetVgpuVersion(
  @param metricsGet             IN/OUT: populated \a nvmlGpmMetricsGet_t struct
 
  @return
-         - \ref NVML_SUCCESS on success
-         - Nonzero NVML_ERROR_? enum on error*/
+ - \ref NVML_SUCCESS on success
+ - Nonzero NVML_ERROR_? enum on error*/
 ///
 /** # Loading
 
@@ -32043,8 +32042,8 @@ pub unsafe fn nvmlGpmMetricsGet(metricsGet: *mut nvmlGpmMetricsGet_t) -> nvmlRet
  @param gpmSample             Buffer to read samples into
 
  @return
-         - \ref NVML_SUCCESS on success
-         - Nonzero NVML_ERROR_? enum on error*/
+ - \ref NVML_SUCCESS on success
+ - Nonzero NVML_ERROR_? enum on error*/
 ///
 /** # Loading
 
@@ -32088,11 +32087,11 @@ pub unsafe fn nvmlGpmMigSampleGet(
 
  @param device                The device handle or MIG device handle to query for
  @param gpmSupport            Structure to indicate GPM support \a nvmlGpmSupport_t. Indicates
-                              GPM support per system for the supplied device
+ GPM support per system for the supplied device
 
  @return
-         - NVML_SUCCESS on success
-         - Nonzero NVML_ERROR_? enum if there is an error in processing the query*/
+ - NVML_SUCCESS on success
+ - Nonzero NVML_ERROR_? enum if there is an error in processing the query*/
 ///
 /** # Loading
 
@@ -32132,13 +32131,13 @@ pub unsafe fn nvmlGpmQueryDeviceSupport(
 
  @param device                               The identifier of the target device
  @param state                                Returns GPM stream state
-                                             NVML_FEATURE_DISABLED or NVML_FEATURE_ENABLED
+ NVML_FEATURE_DISABLED or NVML_FEATURE_ENABLED
 
  @return
-         - \ref NVML_SUCCESS                 if \a current GPM stream state were successfully queried
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a  device is invalid or \a state is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
+ - \ref NVML_SUCCESS                 if \a current GPM stream state were successfully queried
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a  device is invalid or \a state is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
 ///
 /** # Loading
 
@@ -32179,9 +32178,9 @@ pub unsafe fn nvmlGpmQueryIfStreamingEnabled(
  @param gpmSample             Where  the allocated sample will be stored
 
  @return
-         - \ref NVML_SUCCESS                on success
-         - \ref NVML_ERROR_INVALID_ARGUMENT if an invalid pointer is provided
-         - \ref NVML_ERROR_MEMORY           if system memory is insufficient*/
+ - \ref NVML_SUCCESS                on success
+ - \ref NVML_ERROR_INVALID_ARGUMENT if an invalid pointer is provided
+ - \ref NVML_ERROR_MEMORY           if system memory is insufficient*/
 ///
 /** # Loading
 
@@ -32214,8 +32213,8 @@ pub unsafe fn nvmlGpmSampleAlloc(gpmSample: *mut nvmlGpmSample_t) -> nvmlReturn_
  @param gpmSample              Sample to free
 
  @return
-         - \ref NVML_SUCCESS                on success
-         - \ref NVML_ERROR_INVALID_ARGUMENT if an invalid pointer is provided*/
+ - \ref NVML_SUCCESS                on success
+ - \ref NVML_ERROR_INVALID_ARGUMENT if an invalid pointer is provided*/
 ///
 /** # Loading
 
@@ -32246,15 +32245,15 @@ pub unsafe fn nvmlGpmSampleFree(gpmSample: nvmlGpmSample_t) -> nvmlReturn_t {
  For Hopper &tm; or newer fully supported devices.
 
  @note The interval between two \a nvmlGpmSampleGet() calls should be greater than 100ms due to
-       the internal sample refresh rate.
+ the internal sample refresh rate.
  @note This API supports the device handle and MIG device handle.
 
  @param device                The device handle or MIG device handle to get samples for
  @param gpmSample             Buffer to read samples into
 
  @return
-         - \ref NVML_SUCCESS on success
-         - Nonzero NVML_ERROR_? enum on error*/
+ - \ref NVML_SUCCESS on success
+ - Nonzero NVML_ERROR_? enum on error*/
 ///
 /** # Loading
 
@@ -32291,13 +32290,13 @@ pub unsafe fn nvmlGpmSampleGet(
 
  @param device                               The identifier of the target device
  @param state                                GPM stream state,
-                                             NVML_FEATURE_DISABLED or NVML_FEATURE_ENABLED
+ NVML_FEATURE_DISABLED or NVML_FEATURE_ENABLED
 
  @return
-         - \ref NVML_SUCCESS                 if \a current GPM stream state is successfully set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
+ - \ref NVML_SUCCESS                 if \a current GPM stream state is successfully set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
 ///
 /** # Loading
 
@@ -32342,17 +32341,17 @@ pub unsafe fn nvmlGpmSetStreamingEnabled(
 
  @param gpuInstance                          The identifier of the target GPU instance
  @param profileId                            The compute instance profile ID.
-                                             See \ref nvmlGpuInstanceGetComputeInstanceProfileInfo
+ See \ref nvmlGpuInstanceGetComputeInstanceProfileInfo
  @param computeInstance                      Returns the compute instance handle
 
  @return
-         - \ref NVML_SUCCESS                       Upon success
-         - \ref NVML_ERROR_UNINITIALIZED           If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT        If \a gpuInstance, \a profile, \a profileId or \a computeInstance
-                                                   are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED           If \a profileId isn't supported
-         - \ref NVML_ERROR_NO_PERMISSION           If user doesn't have permission to perform the operation
-         - \ref NVML_ERROR_INSUFFICIENT_RESOURCES  If the requested compute instance could not be created*/
+ - \ref NVML_SUCCESS                       Upon success
+ - \ref NVML_ERROR_UNINITIALIZED           If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT        If \a gpuInstance, \a profile, \a profileId or \a computeInstance
+ are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED           If \a profileId isn't supported
+ - \ref NVML_ERROR_NO_PERMISSION           If user doesn't have permission to perform the operation
+ - \ref NVML_ERROR_INSUFFICIENT_RESOURCES  If the requested compute instance could not be created*/
 ///
 /** # Loading
 
@@ -32400,18 +32399,18 @@ pub unsafe fn nvmlGpuInstanceCreateComputeInstance(
 
  @param gpuInstance                          The identifier of the target GPU instance
  @param profileId                            The compute instance profile ID.
-                                             See \ref nvmlGpuInstanceGetComputeInstanceProfileInfo
+ See \ref nvmlGpuInstanceGetComputeInstanceProfileInfo
  @param placement                            The requested placement. See \ref nvmlGpuInstanceGetComputeInstancePossiblePlacements
  @param computeInstance                      Returns the compute instance handle
 
  @return
-         - \ref NVML_SUCCESS                       Upon success
-         - \ref NVML_ERROR_UNINITIALIZED           If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT        If \a gpuInstance, \a profile, \a profileId or \a computeInstance
-                                                   are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED           If \a profileId isn't supported
-         - \ref NVML_ERROR_NO_PERMISSION           If user doesn't have permission to perform the operation
-         - \ref NVML_ERROR_INSUFFICIENT_RESOURCES  If the requested compute instance could not be created*/
+ - \ref NVML_SUCCESS                       Upon success
+ - \ref NVML_ERROR_UNINITIALIZED           If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT        If \a gpuInstance, \a profile, \a profileId or \a computeInstance
+ are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED           If \a profileId isn't supported
+ - \ref NVML_ERROR_NO_PERMISSION           If user doesn't have permission to perform the operation
+ - \ref NVML_ERROR_INSUFFICIENT_RESOURCES  If the requested compute instance could not be created*/
 ///
 /** # Loading
 
@@ -32459,14 +32458,14 @@ pub unsafe fn nvmlGpuInstanceCreateComputeInstanceWithPlacement(
  @param gpuInstance                          The GPU instance handle
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a gpuInstance is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't have MIG mode enabled or in vGPU guest
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation
-         - \ref NVML_ERROR_IN_USE            If the GPU instance is in use. This error would be returned if processes
-                                             (e.g. CUDA application) or compute instances are active on the
-                                             GPU instance.*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a gpuInstance is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't have MIG mode enabled or in vGPU guest
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation
+ - \ref NVML_ERROR_IN_USE            If the GPU instance is in use. This error would be returned if processes
+ (e.g. CUDA application) or compute instances are active on the
+ GPU instance.*/
 ///
 /** # Loading
 
@@ -32508,15 +32507,15 @@ pub unsafe fn nvmlGpuInstanceDestroy(gpuInstance: nvmlGpuInstance_t) -> nvmlRetu
  @param pVgpuInstanceInfo    Pointer to the vGPU instance information structure \a nvmlActiveVgpuInstanceInfo_t
 
  @return
-         - \ref NVML_SUCCESS                          Successful completion
-         - \ref NVML_ERROR_UNINITIALIZED              If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pVgpuInstanceInfo is NULL
-                                                      or GPU Instance Id is invalid
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE          \a pVgpuInstanceInfo->vgpuTypeIds buffer is too small,
-                                                      array element count is returned in \a pVgpuInstanceInfo->vgpuCount
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pVgpuInstanceInfo is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          Successful completion
+ - \ref NVML_ERROR_UNINITIALIZED              If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pVgpuInstanceInfo is NULL
+ or GPU Instance Id is invalid
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE          \a pVgpuInstanceInfo->vgpuTypeIds buffer is too small,
+ array element count is returned in \a pVgpuInstanceInfo->vgpuCount
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pVgpuInstanceInfo is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -32560,12 +32559,12 @@ pub unsafe fn nvmlGpuInstanceGetActiveVgpus(
  @param computeInstance                      Returns compute instance
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a ID or \a computeInstance are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't have MIG mode enabled
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation
-         - \ref NVML_ERROR_NOT_FOUND         If the compute instance is not found.*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a device, \a ID or \a computeInstance are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't have MIG mode enabled
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation
+ - \ref NVML_ERROR_NOT_FOUND         If the compute instance is not found.*/
 ///
 /** # Loading
 
@@ -32615,16 +32614,16 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceById(
  @param gpuInstance                          The identifier of the target GPU instance
  @param profileId                            The compute instance profile ID. See \ref  nvmlGpuInstanceGetComputeInstanceProfileInfo
  @param placements                           Returns placements allowed for the profile. Can be NULL to discover number
-                                             of allowed placements for this profile. If non-NULL must be large enough
-                                             to accommodate the placements supported by the profile.
+ of allowed placements for this profile. If non-NULL must be large enough
+ to accommodate the placements supported by the profile.
  @param count                                Returns number of allowed placemenets for the profile.
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a gpuInstance, \a profileId or \a count are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't have MIG mode enabled or \a profileId isn't supported
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a gpuInstance, \a profileId or \a count are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a device doesn't have MIG mode enabled or \a profileId isn't supported
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
 ///
 /** # Loading
 
@@ -32679,11 +32678,11 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstancePossiblePlacements(
  @param info                                 Returns detailed profile information
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a gpuInstance, \a profile, \a engProfile or \a info are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a profile isn't supported
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a gpuInstance, \a profile, \a engProfile or \a info are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a profile isn't supported
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
 ///
 /** # Loading
 
@@ -32727,14 +32726,18 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceProfileInfo(
 
  @note The caller must set the \ref nvmlGpuInstanceProfileInfo_v2_t.version field to the
  appropriate version prior to calling this function. For example:
- \code
-     nvmlComputeInstanceProfileInfo_v2_t profileInfo =
-         { .version = nvmlComputeInstanceProfileInfo_v2 };
-     nvmlReturn_t result = nvmlGpuInstanceGetComputeInstanceProfileInfoV(gpuInstance,
-                                                                         profile,
-                                                                         engProfile,
-                                                                         &profileInfo);
- \endcode
+
+ ```text
+
+      nvmlComputeInstanceProfileInfo_v2_t profileInfo =
+          { .version = nvmlComputeInstanceProfileInfo_v2 };
+      nvmlReturn_t result = nvmlGpuInstanceGetComputeInstanceProfileInfoV(gpuInstance,
+                                                                          profile,
+                                                                          engProfile,
+                                                                          &profileInfo);
+
+ ```
+
 
  For Ampere &tm; or newer fully supported devices.
  Supported on Linux only.
@@ -32745,11 +32748,11 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceProfileInfo(
  @param info                                 Returns detailed profile information
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a gpuInstance, \a profile, \a engProfile, \a info, or \a info->version are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a profile isn't supported
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a gpuInstance, \a profile, \a engProfile, \a info, or \a info->version are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a profile isn't supported
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
 ///
 /** # Loading
 
@@ -32796,15 +32799,15 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceProfileInfoV(
 
  @param gpuInstance                          The identifier of the target GPU instance
  @param profileId                            The compute instance profile ID.
-                                             See \ref nvmlGpuInstanceGetComputeInstanceProfileInfo
+ See \ref nvmlGpuInstanceGetComputeInstanceProfileInfo
  @param count                                Returns remaining instance count for the profile ID
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a gpuInstance, \a profileId or \a availableCount are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a profileId isn't supported
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a gpuInstance, \a profileId or \a availableCount are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a profileId isn't supported
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
 ///
 /** # Loading
 
@@ -32848,19 +32851,19 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
 
  @param gpuInstance                          The identifier of the target GPU instance
  @param profileId                            The compute instance profile ID.
-                                             See \ref nvmlGpuInstanceGetComputeInstanceProfileInfo
+ See \ref nvmlGpuInstanceGetComputeInstanceProfileInfo
  @param computeInstances                     Returns pre-exiting compute instances, the buffer must be large enough to
-                                             accommodate the instances supported by the profile.
-                                             See \ref nvmlGpuInstanceGetComputeInstanceProfileInfo
+ accommodate the instances supported by the profile.
+ See \ref nvmlGpuInstanceGetComputeInstanceProfileInfo
  @param count                                The count of returned compute instances
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a gpuInstance, \a profileId, \a computeInstances or \a count
-                                             are invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     If \a profileId isn't supported
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a gpuInstance, \a profileId, \a computeInstances or \a count
+ are invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     If \a profileId isn't supported
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
 ///
 /** # Loading
 
@@ -32918,14 +32921,14 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstances(
  @param pVgpus                               Pointer to the caller-provided structure of nvmlVgpuTypeIdInfo_t
 
  @return
-         - \ref NVML_SUCCESS                          Upon success
-         - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pVgpus is NULL
-                                                      or GPU Instance Id is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE          If \a pVgpus->vgpuTypeIds buffer is small
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pVgpus is invalid
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          Upon success
+ - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pVgpus is NULL
+ or GPU Instance Id is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE          If \a pVgpus->vgpuTypeIds buffer is small
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pVgpus is invalid
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -32967,10 +32970,10 @@ pub unsafe fn nvmlGpuInstanceGetCreatableVgpus(
  @param info                                 Return GPU instance information
 
  @return
-         - \ref NVML_SUCCESS                 Upon success
-         - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a gpuInstance or \a info are invalid
-         - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
+ - \ref NVML_SUCCESS                 Upon success
+ - \ref NVML_ERROR_UNINITIALIZED     If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a gpuInstance or \a info are invalid
+ - \ref NVML_ERROR_NO_PERMISSION     If user doesn't have permission to perform the operation*/
 ///
 /** # Loading
 
@@ -33018,13 +33021,13 @@ pub unsafe fn nvmlGpuInstanceGetInfo(
  @param pHeterogeneousMode        Pointer to the caller-provided structure of nvmlVgpuHeterogeneousMode_t
 
  @return
-         - \ref NVML_SUCCESS                          Upon success
-         - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pHeterogeneousMode is NULL
-                                                      or GPU Instance Id is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU or not in MIG mode
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pHeterogeneousMode is invalid
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          Upon success
+ - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pHeterogeneousMode is NULL
+ or GPU Instance Id is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU or not in MIG mode
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pHeterogeneousMode is invalid
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -33071,13 +33074,13 @@ pub unsafe fn nvmlGpuInstanceGetVgpuHeterogeneousMode(
  @param pSchedulerLogInfo         Reference in which \a pSchedulerLogInfo is written
 
  @return
-         - \ref NVML_SUCCESS                          vGPU scheduler logs are successfully obtained
-         - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pSchedulerLogInfo is NULL
-                                                      or GPU Instance Id is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pSchedulerLogInfo is invalid
-         - \ref NVML_ERROR_UNKNOWN                    on any unexpected error*/
+ - \ref NVML_SUCCESS                          vGPU scheduler logs are successfully obtained
+ - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pSchedulerLogInfo is NULL
+ or GPU Instance Id is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pSchedulerLogInfo is invalid
+ - \ref NVML_ERROR_UNKNOWN                    on any unexpected error*/
 ///
 /** # Loading
 
@@ -33122,12 +33125,12 @@ pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerLog(
  @param pSchedulerLogInfo         Reference in which \a pSchedulerLogInfo is written
 
  @return
-         - \ref NVML_SUCCESS                         vGPU scheduler logs are successfully obtained
-         - \ref NVML_ERROR_UNINITIALIZED             If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          If \a gpuInstance is NULL or invalid, or \a pSchedulerLogInfo is NULL
-                                                     or GPU Instance Id is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED             If not on a vGPU host or an unsupported GPU
-         - \ref NVML_ERROR_UNKNOWN                   on any unexpected error*/
+ - \ref NVML_SUCCESS                         vGPU scheduler logs are successfully obtained
+ - \ref NVML_ERROR_UNINITIALIZED             If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          If \a gpuInstance is NULL or invalid, or \a pSchedulerLogInfo is NULL
+ or GPU Instance Id is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED             If not on a vGPU host or an unsupported GPU
+ - \ref NVML_ERROR_UNKNOWN                   on any unexpected error*/
 ///
 /** # Loading
 
@@ -33171,13 +33174,13 @@ pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerLog_v2(
  @param pSchedulerStateInfo        Reference in which \a pSchedulerStateInfo is returned
 
  @return
-         - \ref NVML_SUCCESS                          vGPU scheduler state is successfully obtained
-         - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pSchedulerStateInfo is NULL
-                                                      or GPU Instance Id is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pSchedulerStateInfo is invalid
-         - \ref NVML_ERROR_UNKNOWN                    on any unexpected error*/
+ - \ref NVML_SUCCESS                          vGPU scheduler state is successfully obtained
+ - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pSchedulerStateInfo is NULL
+ or GPU Instance Id is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pSchedulerStateInfo is invalid
+ - \ref NVML_ERROR_UNKNOWN                    on any unexpected error*/
 ///
 /** # Loading
 
@@ -33219,12 +33222,12 @@ pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerState(
  @param pSchedulerStateInfo        Reference in which \a pSchedulerStateInfo is returned
 
  @return
-         - \ref NVML_SUCCESS                          vGPU scheduler state is successfully obtained
-         - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pSchedulerStateInfo is NULL
-                                                      or GPU Instance Id is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU
-         - \ref NVML_ERROR_UNKNOWN                    on any unexpected error*/
+ - \ref NVML_SUCCESS                          vGPU scheduler state is successfully obtained
+ - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pSchedulerStateInfo is NULL
+ or GPU Instance Id is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU
+ - \ref NVML_ERROR_UNKNOWN                    on any unexpected error*/
 ///
 /** # Loading
 
@@ -33275,14 +33278,14 @@ pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerState_v2(
  @param pCreatablePlacementInfo    Pointer to the list of vGPU creatable placement structure \a nvmlVgpuCreatablePlacementInfo_t
 
  @return
-         - \ref NVML_SUCCESS                          Successful completion
-         - \ref NVML_ERROR_UNINITIALIZED              If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pCreatablePlacementInfo is NULL
-                                                      or GPU Instance Id is invalid
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE          If the buffer is small, element count is returned in \a pCreatablePlacementInfo->count
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pCreatablePlacementInfo is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU or vGPU heterogeneous mode is not enabled
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          Successful completion
+ - \ref NVML_ERROR_UNINITIALIZED              If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pCreatablePlacementInfo is NULL
+ or GPU Instance Id is invalid
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE          If the buffer is small, element count is returned in \a pCreatablePlacementInfo->count
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pCreatablePlacementInfo is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU or vGPU heterogeneous mode is not enabled
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -33330,15 +33333,15 @@ pub unsafe fn nvmlGpuInstanceGetVgpuTypeCreatablePlacements(
  @param pHeterogeneousMode        Pointer to the caller-provided structure of nvmlVgpuHeterogeneousMode_t
 
  @return
-         - \ref NVML_SUCCESS                          Upon success
-         - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance  is NULL or invalid,
-                                                      or \a pHeterogeneousMode is NULL or \a pHeterogeneousMode->mode is invalid
-                                                      or GPU Instance Id is invalid
-         - \ref NVML_ERROR_IN_USE                     If the \a gpuInstance is in use
-         - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pHeterogeneousMode is invalid
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          Upon success
+ - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance  is NULL or invalid,
+ or \a pHeterogeneousMode is NULL or \a pHeterogeneousMode->mode is invalid
+ or GPU Instance Id is invalid
+ - \ref NVML_ERROR_IN_USE                     If the \a gpuInstance is in use
+ - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pHeterogeneousMode is invalid
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -33387,13 +33390,13 @@ pub unsafe fn nvmlGpuInstanceSetVgpuHeterogeneousMode(
  @param pScheduler                           Pointer to the caller-provided structure of nvmlVgpuSchedulerState_t
 
  @return
-         - \ref NVML_SUCCESS                          Upon success
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pScheduler is NULL
-                                                      or GPU Instance Id is invalid
-         - \ref NVML_ERROR_RESET_REQUIRED             If setting the state failed with fatal error, reboot is required
-         - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU or if any vGPU instance exists
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pScheduler is invalid
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          Upon success
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pScheduler is NULL
+ or GPU Instance Id is invalid
+ - \ref NVML_ERROR_RESET_REQUIRED             If setting the state failed with fatal error, reboot is required
+ - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU or if any vGPU instance exists
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pScheduler is invalid
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -33438,12 +33441,12 @@ pub unsafe fn nvmlGpuInstanceSetVgpuSchedulerState(
  @param pSchedulerState                      Pointer to the caller-provided structure of nvmlVgpuSchedulerState_v2_t
 
  @return
-         - \ref NVML_SUCCESS                          Upon success
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pSchedulerState is NULL
-                                                      or GPU Instance Id is invalid
-         - \ref NVML_ERROR_RESET_REQUIRED             If setting the state failed with fatal error, reboot is required
-         - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU or if any vGPU instance exists
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          Upon success
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a gpuInstance is NULL or invalid, or \a pSchedulerState is NULL
+ or GPU Instance Id is invalid
+ - \ref NVML_ERROR_RESET_REQUIRED             If setting the state failed with fatal error, reboot is required
+ - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU or if any vGPU instance exists
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -33476,7 +33479,7 @@ pub unsafe fn nvmlGpuInstanceSetVgpuSchedulerState_v2(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " @brief Initialize the NVML Library lazily, without allocating any device state.\n\n This will initialize the NVML Library state without enumerating any discovered\n devices. This will allow NVML to communicate with a device, even if other devices\n are in an unstable or bad state. Enumeration of a device can be done by obtaining\n the device handle via the nvmlDeviceGetHandleBy* class of APIs.\n\n This method needs to be called once before any usage of NVML Library APIs.\n\n For all products.\n\n/\n/**\n @note With the environment variable \\c NVML_MPS_DEVICE_ENUMERATION set to\n       1, this API selects the MPS locality-domain view described in\n       \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @return\n - \\ref NVML_SUCCESS                   if the NVML Library was properly initialized.\n - \\ref NVML_ERROR_DRIVER_NOT_LOADED   if the NVIDIA driver is not running.\n - \\ref NVML_ERROR_NO_PERMISSION       if the NVML Library does not have permission to talk to the driver.\n - \\ref NVML_ERROR_UNKNOWN             if there is an unexpected error.\n\n @note  A reference count of the number of initializations is maintained, and\n        a corresponding call to \\ref nvmlShutdown() needs to be issued once usage\n        of the NVML Library is complete. Shutdown will only occur after the\n        reference count reaches zero.\n\n @see nvmlShutdown()"]
+#[doc = " @brief Initialize the NVML Library lazily, without allocating any device state.\n\n This will initialize the NVML Library state without enumerating any discovered\n devices. This will allow NVML to communicate with a device, even if other devices\n are in an unstable or bad state. Enumeration of a device can be done by obtaining\n the device handle via the nvmlDeviceGetHandleBy* class of APIs.\n\n This method needs to be called once before any usage of NVML Library APIs.\n\n For all products.\n\n /\n /**\n @note With the environment variable \\c NVML_MPS_DEVICE_ENUMERATION set to\n 1, this API selects the MPS locality-domain view described in\n \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @return\n - \\ref NVML_SUCCESS                   if the NVML Library was properly initialized.\n - \\ref NVML_ERROR_DRIVER_NOT_LOADED   if the NVIDIA driver is not running.\n - \\ref NVML_ERROR_NO_PERMISSION       if the NVML Library does not have permission to talk to the driver.\n - \\ref NVML_ERROR_UNKNOWN             if there is an unexpected error.\n\n @note  A reference count of the number of initializations is maintained, and\n a corresponding call to \\ref nvmlShutdown() needs to be issued once usage\n of the NVML Library is complete. Shutdown will only occur after the\n reference count reaches zero.\n\n @see nvmlShutdown()"]
 ///
 /** # Loading
 
@@ -33503,7 +33506,7 @@ pub unsafe fn nvmlInit() -> nvmlReturn_t {
 }
 /// `nvmlInit_v2`, the name the header's macros give [`nvmlInit`].
 pub use self::nvmlInit as nvmlInit_v2;
-#[doc = " @brief Initialize the NVML Library lazily, without allocating any device state, with additional init flags.\n\n A variant of \\ref nvmlInit_v2(), this will initialize the NVML Library state without\n enumerating any discovered devices. An option to pass in additional flags\n is provided to modify the behavior of NVML Library init. The usage of these\n flags can be obtained from NVML_INIT_FLAG_*. These flags can be combined together.\n\n Other than the \"flags\" parameter, this method is completely identical to \\ref nvmlInit_v2().\n\n For all products.\n\n/\n/**\n @note With the environment variable \\c NVML_MPS_DEVICE_ENUMERATION set to\n       1, this API selects the MPS locality-domain view.\n       \\ref NVML_INIT_FLAG_NO_ATTACH is not supported in that view. See\n       \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @param[in]  flags                     NVML_INIT_FLAG_* flags that can modify NVML Init behavior.\n\n @return\n - \\ref NVML_SUCCESS                   if the NVML Library was properly initialized.\n - \\ref NVML_ERROR_DRIVER_NOT_LOADED   if the NVIDIA driver is not running.\n - \\ref NVML_ERROR_NO_PERMISSION       if the NVML Library does not have permission to talk to the driver.\n - \\ref NVML_ERROR_UNKNOWN             if there is an unexpected error.\n\n @note  A reference count of the number of initializations is maintained, and\n        a corresponding call to \\ref nvmlShutdown() needs to be issued once usage\n        of the NVML Library is complete. Shutdown will only occur after the\n        reference count reaches zero.\n\n @see nvmlShutdown()"]
+#[doc = " @brief Initialize the NVML Library lazily, without allocating any device state, with additional init flags.\n\n A variant of \\ref nvmlInit_v2(), this will initialize the NVML Library state without\n enumerating any discovered devices. An option to pass in additional flags\n is provided to modify the behavior of NVML Library init. The usage of these\n flags can be obtained from NVML_INIT_FLAG_*. These flags can be combined together.\n\n Other than the \"flags\" parameter, this method is completely identical to \\ref nvmlInit_v2().\n\n For all products.\n\n /\n /**\n @note With the environment variable \\c NVML_MPS_DEVICE_ENUMERATION set to\n 1, this API selects the MPS locality-domain view.\n \\ref NVML_INIT_FLAG_NO_ATTACH is not supported in that view. See\n \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @param[in]  flags                     NVML_INIT_FLAG_* flags that can modify NVML Init behavior.\n\n @return\n - \\ref NVML_SUCCESS                   if the NVML Library was properly initialized.\n - \\ref NVML_ERROR_DRIVER_NOT_LOADED   if the NVIDIA driver is not running.\n - \\ref NVML_ERROR_NO_PERMISSION       if the NVML Library does not have permission to talk to the driver.\n - \\ref NVML_ERROR_UNKNOWN             if there is an unexpected error.\n\n @note  A reference count of the number of initializations is maintained, and\n a corresponding call to \\ref nvmlShutdown() needs to be issued once usage\n of the NVML Library is complete. Shutdown will only occur after the\n reference count reaches zero.\n\n @see nvmlShutdown()"]
 ///
 /** # Loading
 
@@ -33540,10 +33543,10 @@ pub unsafe fn nvmlInitWithFlags(flags: ::core::ffi::c_uint) -> nvmlReturn_t {
  After host system reboot or driver reload, the range of supported versions reverts to the range that is preset for the NVIDIA vGPU Manager.
 
  @note 1. The range set by the administrator must be a subset of the preset range that the NVIDIA vGPU Manager supports. Otherwise, an error is returned.
-       2. If the range of supported guest driver versions does not overlap the range set by the administrator, the guest driver fails to load.
-       3. If the range of supported guest driver versions overlaps the range set by the administrator, the guest driver will load with a negotiated
-          vGPU version that is the maximum value in the overlapping range.
-       4. No VMs must be running on the host when this function is called. If a VM is running on the host, the call to this function fails.
+ 2. If the range of supported guest driver versions does not overlap the range set by the administrator, the guest driver fails to load.
+ 3. If the range of supported guest driver versions overlaps the range set by the administrator, the guest driver will load with a negotiated
+ vGPU version that is the maximum value in the overlapping range.
+ 4. No VMs must be running on the host when this function is called. If a VM is running on the host, the call to this function fails.
 
  @param vgpuVersion   Pointer to a caller-supplied range of supported vGPU versions.
 
@@ -33577,7 +33580,7 @@ pub unsafe fn nvmlSetVgpuVersion(vgpuVersion: *mut nvmlVgpuVersion_t) -> nvmlRet
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " @brief Shut down and cleanup NVML Library state.\n\n This will shut down and cleanup NVML Library state by releasing all device and\n library resources previously allocated with \\ref nvmlInit_v2() or \\ref nvmlInitWithFlags().\n This should be called after all NVML work is done, and once for each call to\n \\ref nvmlInit_v2() or \\ref nvmlInitWithFlags().\n\n Complete shutdown will only occur when the reference count of all prior NVML\n initializations reaches zero. No error will be reported if this is called\n more times than \\ref nvmlInit_v2() or \\ref nvmlInitWithFlags().\n\n For all products.\n\n/\n/**\n @note The final matching shutdown releases the process-local MPS\n       locality-domain view described in \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n @return\n - \\ref NVML_SUCCESS                 if the NVML Library was properly shut down.\n - \\ref NVML_ERROR_UNINITIALIZED     if the NVML Library was not previously initialized.\n - \\ref NVML_ERROR_UNKNOWN           if there is an unexpected error."]
+#[doc = " @brief Shut down and cleanup NVML Library state.\n\n This will shut down and cleanup NVML Library state by releasing all device and\n library resources previously allocated with \\ref nvmlInit_v2() or \\ref nvmlInitWithFlags().\n This should be called after all NVML work is done, and once for each call to\n \\ref nvmlInit_v2() or \\ref nvmlInitWithFlags().\n\n Complete shutdown will only occur when the reference count of all prior NVML\n initializations reaches zero. No error will be reported if this is called\n more times than \\ref nvmlInit_v2() or \\ref nvmlInitWithFlags().\n\n For all products.\n\n /\n /**\n @note The final matching shutdown releases the process-local MPS\n locality-domain view described in \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n @return\n - \\ref NVML_SUCCESS                 if the NVML Library was properly shut down.\n - \\ref NVML_ERROR_UNINITIALIZED     if the NVML Library was not previously initialized.\n - \\ref NVML_ERROR_UNKNOWN           if there is an unexpected error."]
 ///
 /** # Loading
 
@@ -33608,11 +33611,11 @@ pub unsafe fn nvmlShutdown() -> nvmlReturn_t {
  @param request                              Reference to nvmlSystemEventSetCreateRequest_t
 
  @return
-         - \ref NVML_SUCCESS                         if the event has been set
-         - \ref NVML_ERROR_UNINITIALIZED             if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          if request is NULL
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH for unsupported version
-         - \ref NVML_ERROR_UNKNOWN                   on any unexpected error
+ - \ref NVML_SUCCESS                         if the event has been set
+ - \ref NVML_ERROR_UNINITIALIZED             if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if request is NULL
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH for unsupported version
+ - \ref NVML_ERROR_UNKNOWN                   on any unexpected error
 
  @see nvmlSystemEventSetFree*/
 ///
@@ -33651,11 +33654,11 @@ pub unsafe fn nvmlSystemEventSetCreate(
  @param request                                  Reference to nvmlSystemEventSetFreeRequest_t
 
  @return
-         - \ref NVML_SUCCESS                         if the event has been set
-         - \ref NVML_ERROR_UNINITIALIZED             if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          if request is NULL
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH for unsupported version
-         - \ref NVML_ERROR_UNKNOWN                   on any unexpected error
+ - \ref NVML_SUCCESS                         if the event has been set
+ - \ref NVML_ERROR_UNINITIALIZED             if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if request is NULL
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH for unsupported version
+ - \ref NVML_ERROR_UNKNOWN                   on any unexpected error
 
  @see nvmlDeviceRegisterEvents*/
 ///
@@ -33702,12 +33705,12 @@ pub unsafe fn nvmlSystemEventSetFree(
  @param request                              Reference in which to nvmlSystemEventSetWaitRequest_t
 
  @return
-         - \ref NVML_SUCCESS                         if the event has been set
-         - \ref NVML_ERROR_UNINITIALIZED             if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          if request is NULL
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH for unsupported version
-         - \ref NVML_ERROR_TIMEOUT                   if no event notification after timeoutms
-         - \ref NVML_ERROR_UNKNOWN                   on any unexpected error
+ - \ref NVML_SUCCESS                         if the event has been set
+ - \ref NVML_ERROR_UNINITIALIZED             if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if request is NULL
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH for unsupported version
+ - \ref NVML_ERROR_TIMEOUT                   if no event notification after timeoutms
+ - \ref NVML_ERROR_UNKNOWN                   on any unexpected error
 
  @see nvmlSystemEventType
  @see nvmlSystemRegisterEvents*/
@@ -33756,18 +33759,18 @@ pub unsafe fn nvmlSystemEventSetWait(
  This API requires root privileges. Records are available from initialization.
 
  @param cper     Pointer to an \ref nvmlGetCPER_v1_t. On entry set \a cursor.cperTypeMask,
-                 \a cursor.uuid (empty string for all), \a cursor.handle (to
-                 \ref NVML_CPER_CURSOR_HANDLE_INIT for first call), \a buffer (or NULL),
-                 \a bufferSize. On return \a cursor.handle and \a bufferSize are updated.
+ \a cursor.uuid (empty string for all), \a cursor.handle (to
+ \ref NVML_CPER_CURSOR_HANDLE_INIT for first call), \a buffer (or NULL),
+ \a bufferSize. On return \a cursor.handle and \a bufferSize are updated.
 
  @return
-         - \ref NVML_SUCCESS                 Buffer has been populated with CPER data, or \a bufferSize is 0 (no/more records).
-         - \ref NVML_ERROR_UNINITIALIZED     The library has not been successfully initialized.
-         - \ref NVML_ERROR_INVALID_ARGUMENT  \a cper is NULL, or \a buffer is NULL while \a bufferSize is non-zero.
-         - \ref NVML_ERROR_NOT_SUPPORTED     The feature is not supported on this system.
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE Buffer too small; \a bufferSize set to required size.
-         - \ref NVML_ERROR_NO_PERMISSION     Insufficient privileges.
-         - \ref NVML_ERROR_UNKNOWN           An unexpected error occurred.*/
+ - \ref NVML_SUCCESS                 Buffer has been populated with CPER data, or \a bufferSize is 0 (no/more records).
+ - \ref NVML_ERROR_UNINITIALIZED     The library has not been successfully initialized.
+ - \ref NVML_ERROR_INVALID_ARGUMENT  \a cper is NULL, or \a buffer is NULL while \a bufferSize is non-zero.
+ - \ref NVML_ERROR_NOT_SUPPORTED     The feature is not supported on this system.
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE Buffer too small; \a bufferSize set to required size.
+ - \ref NVML_ERROR_NO_PERMISSION     Insufficient privileges.
+ - \ref NVML_ERROR_UNKNOWN           An unexpected error occurred.*/
 ///
 /** # Loading
 
@@ -33801,10 +33804,10 @@ pub unsafe fn nvmlSystemGetCPER_v1(cper: *mut nvmlGetCPER_v1_t) -> nvmlReturn_t 
  @param capabilities                         System CC capabilities
 
  @return
-         - \ref NVML_SUCCESS                 if \a capabilities were successfully queried
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a capabilities is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
+ - \ref NVML_SUCCESS                 if \a capabilities were successfully queried
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a capabilities is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
 ///
 /** # Loading
 
@@ -33840,14 +33843,14 @@ pub unsafe fn nvmlSystemGetConfComputeCapabilities(
  Supported on Linux, Windows TCC.
 
  @param isAcceptingWork                      Returns GPU current work accepting state,
-                                             NVML_CC_ACCEPTING_CLIENT_REQUESTS_TRUE or
-                                             NVML_CC_ACCEPTING_CLIENT_REQUESTS_FALSE
+ NVML_CC_ACCEPTING_CLIENT_REQUESTS_TRUE or
+ NVML_CC_ACCEPTING_CLIENT_REQUESTS_FALSE
 
  return
-         - \ref NVML_SUCCESS                 if \a current GPUs ready state were successfully queried
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a isAcceptingWork is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
+ - \ref NVML_SUCCESS                 if \a current GPUs ready state were successfully queried
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a isAcceptingWork is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
 ///
 /** # Loading
 
@@ -33883,11 +33886,11 @@ pub unsafe fn nvmlSystemGetConfComputeGpusReadyState(
  @param pKeyRotationThrInfo                  Reference in which to return the key rotation threshold data
 
  @return
-         - \ref NVML_SUCCESS                 if \a gpu key rotation threshold info has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a memory is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a gpu key rotation threshold info has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a memory is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -33925,13 +33928,13 @@ pub unsafe fn nvmlSystemGetConfComputeKeyRotationThresholdInfo(
  @param settings                                     System CC settings
 
  @return
-         - \ref NVML_SUCCESS                         If the query is success
-         - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid or \a counters is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST               If the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
-         - \ref NVML_ERROR_UNKNOWN                   On any unexpected error*/
+ - \ref NVML_SUCCESS                         If the query is success
+ - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          If \a device is invalid or \a counters is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST               If the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
+ - \ref NVML_ERROR_UNKNOWN                   On any unexpected error*/
 ///
 /** # Loading
 
@@ -33976,13 +33979,13 @@ pub unsafe fn nvmlSystemGetConfComputeSettings(
  @param settings                                     System CC settings
 
  @return
-         - \ref NVML_SUCCESS                         If the query is success
-         - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          If \a settings is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature
-         - \ref NVML_ERROR_GPU_IS_LOST               If the target GPU has fallen off the bus or is otherwise inaccessible
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
-         - \ref NVML_ERROR_UNKNOWN                   On any unexpected error*/
+ - \ref NVML_SUCCESS                         If the query is success
+ - \ref NVML_ERROR_UNINITIALIZED             If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          If \a settings is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED             If the device does not support this feature
+ - \ref NVML_ERROR_GPU_IS_LOST               If the target GPU has fallen off the bus or is otherwise inaccessible
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH If the provided version is invalid/unsupported
+ - \ref NVML_ERROR_UNKNOWN                   On any unexpected error*/
 ///
 /** # Loading
 
@@ -34020,10 +34023,10 @@ pub unsafe fn nvmlSystemGetConfComputeSettings_v2(
  @param state                                System CC State
 
  @return
-         - \ref NVML_SUCCESS                 if \a state were successfully queried
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a state is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
+ - \ref NVML_SUCCESS                 if \a state were successfully queried
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a state is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
 ///
 /** # Loading
 
@@ -34063,8 +34066,8 @@ pub unsafe fn nvmlSystemGetConfComputeState(
  @param cudaDriverVersion                    Reference in which to return the version identifier
 
  @return
-         - \ref NVML_SUCCESS                 if \a cudaDriverVersion has been set
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a cudaDriverVersion is NULL*/
+ - \ref NVML_SUCCESS                 if \a cudaDriverVersion has been set
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a cudaDriverVersion is NULL*/
 ///
 /** # Loading
 
@@ -34101,10 +34104,10 @@ pub unsafe fn nvmlSystemGetCudaDriverVersion(
  @param cudaDriverVersion                    Reference in which to return the version identifier
 
  @return
-         - \ref NVML_SUCCESS                  if \a cudaDriverVersion has been set
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a cudaDriverVersion is NULL
-         - \ref NVML_ERROR_LIBRARY_NOT_FOUND  if \a libcuda.so.1 or libcuda.dll is not found
-         - \ref NVML_ERROR_FUNCTION_NOT_FOUND if \a cuDriverGetVersion() is not found in the shared library*/
+ - \ref NVML_SUCCESS                  if \a cudaDriverVersion has been set
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a cudaDriverVersion is NULL
+ - \ref NVML_ERROR_LIBRARY_NOT_FOUND  if \a libcuda.so.1 or libcuda.dll is not found
+ - \ref NVML_ERROR_FUNCTION_NOT_FOUND if \a cuDriverGetVersion() is not found in the shared library*/
 ///
 /** # Loading
 
@@ -34143,11 +34146,11 @@ pub unsafe fn nvmlSystemGetCudaDriverVersion_v2(
  @param length                                The maximum allowed length of the driver branch string
 
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a branchInfo is NULL
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a branchInfo is NULL
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -34191,10 +34194,10 @@ pub unsafe fn nvmlSystemGetDriverBranch(
  @param length                               The maximum allowed length of the string returned in \a version
 
  @return
-         - \ref NVML_SUCCESS                 if \a version has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a version is NULL
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small*/
+ - \ref NVML_SUCCESS                 if \a version has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a version is NULL
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small*/
 ///
 /** # Loading
 
@@ -34238,10 +34241,10 @@ pub unsafe fn nvmlSystemGetDriverVersion(
  @param hwbcEntries                          Array holding information about hwbc
 
  @return
-         - \ref NVML_SUCCESS                 if \a hwbcCount and \a hwbcEntries have been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if either \a hwbcCount or \a hwbcEntries is NULL
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a hwbcCount indicates that the \a hwbcEntries array is too small*/
+ - \ref NVML_SUCCESS                 if \a hwbcCount and \a hwbcEntries have been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if either \a hwbcCount or \a hwbcEntries is NULL
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a hwbcCount indicates that the \a hwbcEntries array is too small*/
 ///
 /** # Loading
 
@@ -34274,7 +34277,7 @@ pub unsafe fn nvmlSystemGetHicVersion(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-#[doc = " Retrieves the version of the NVML library.\n\n For all products.\n\n/\n/**\n @note This query is available in the MPS locality-domain view described in\n       \\ref nvmlMpsDeviceEnumeration.\n\n/\n/**\n The version identifier is an alphanumeric string.  It will not exceed 80 characters in length\n (including the NULL terminator).  See \\ref nvmlConstants::NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE.\n\n @param version                              Reference in which to return the version identifier\n @param length                               The maximum allowed length of the string returned in \\a version\n\n @return\n         - \\ref NVML_SUCCESS                 if \\a version has been set\n         - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a version is NULL\n         - \\ref NVML_ERROR_INSUFFICIENT_SIZE if \\a length is too small"]
+#[doc = " Retrieves the version of the NVML library.\n\n For all products.\n\n /\n /**\n @note This query is available in the MPS locality-domain view described in\n \\ref nvmlMpsDeviceEnumeration.\n\n /\n /**\n The version identifier is an alphanumeric string.  It will not exceed 80 characters in length\n (including the NULL terminator).  See \\ref nvmlConstants::NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE.\n\n @param version                              Reference in which to return the version identifier\n @param length                               The maximum allowed length of the string returned in \\a version\n\n @return\n - \\ref NVML_SUCCESS                 if \\a version has been set\n - \\ref NVML_ERROR_INVALID_ARGUMENT  if \\a version is NULL\n - \\ref NVML_ERROR_INSUFFICIENT_SIZE if \\a length is too small"]
 ///
 /** # Loading
 
@@ -34311,10 +34314,10 @@ pub unsafe fn nvmlSystemGetNVMLVersion(
 
  @param nvlinkBwMode             reference of nvlink bandwidth mode
  @return
-         - \ref NVML_SUCCESS                on success
-         - \ref NVML_ERROR_INVALID_ARGUMENT if an invalid pointer is provided
-         - \ref NVML_ERROR_NOT_SUPPORTED    if GPU is not Hopper or newer architecture.
-         - \ref NVML_ERROR_NO_PERMISSION    if not root user*/
+ - \ref NVML_SUCCESS                on success
+ - \ref NVML_ERROR_INVALID_ARGUMENT if an invalid pointer is provided
+ - \ref NVML_ERROR_NOT_SUPPORTED    if GPU is not Hopper or newer architecture.
+ - \ref NVML_ERROR_NO_PERMISSION    if not root user*/
 ///
 /** # Loading
 
@@ -34354,12 +34357,12 @@ pub unsafe fn nvmlSystemGetNvlinkBwMode(
  @param length                               The maximum allowed length of the string returned in \a name
 
  @return
-         - \ref NVML_SUCCESS                 if \a name has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a name is NULL or \a length is 0.
-         - \ref NVML_ERROR_NOT_FOUND         if process doesn't exists
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a name has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a name is NULL or \a length is 0.
+ - \ref NVML_ERROR_NOT_FOUND         if process doesn't exists
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -34401,15 +34404,15 @@ pub unsafe fn nvmlSystemGetProcessName(
 
  @param cpuNumber                            The CPU number
  @param count                                When zero, is set to the number of matching GPUs such that \a deviceArray
-                                             can be malloc'd.  When non-zero, \a deviceArray will be filled with \a count
-                                             number of device handles.
+ can be malloc'd.  When non-zero, \a deviceArray will be filled with \a count
+ number of device handles.
  @param deviceArray                          An array of device handles for GPUs found with affinity to \a cpuNumber
 
  @return
-         - \ref NVML_SUCCESS                 if \a deviceArray or \a count (if initially zero) has been set
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a cpuNumber, or \a count is invalid, or \a deviceArray is NULL with a non-zero \a count
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the device or OS does not support this feature
-         - \ref NVML_ERROR_UNKNOWN           an error has occurred in underlying topology discovery*/
+ - \ref NVML_SUCCESS                 if \a deviceArray or \a count (if initially zero) has been set
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a cpuNumber, or \a count is invalid, or \a deviceArray is NULL with a non-zero \a count
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the device or OS does not support this feature
+ - \ref NVML_ERROR_UNKNOWN           an error has occurred in underlying topology discovery*/
 ///
 /** # Loading
 
@@ -34455,16 +34458,16 @@ pub unsafe fn nvmlSystemGetTopologyGpuSet(
 
  If function reports NVML_ERROR_UNKNOWN, event set is in undefined state and should be freed.
  If function reports NVML_ERROR_NOT_SUPPORTED, event set can still be used. None of the requested eventTypes
-     are registered in that case.
+ are registered in that case.
 
  @param request                              Reference to the struct nvmlSystemRegisterEventRequest_t
 
  @return
-         - \ref NVML_SUCCESS                         if the event has been set
-         - \ref NVML_ERROR_UNINITIALIZED             if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT          if request is NULL
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH for unsupported version
-         - \ref NVML_ERROR_UNKNOWN                   on any unexpected error
+ - \ref NVML_SUCCESS                         if the event has been set
+ - \ref NVML_ERROR_UNINITIALIZED             if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT          if request is NULL
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH for unsupported version
+ - \ref NVML_ERROR_UNKNOWN                   on any unexpected error
 
  @see nvmlSystemEventType
  @see nvmlSystemEventSetWait
@@ -34504,13 +34507,13 @@ pub unsafe fn nvmlSystemRegisterEvents(
  Supported on Linux, Windows TCC.
 
  @param isAcceptingWork                      GPU accepting new work, NVML_CC_ACCEPTING_CLIENT_REQUESTS_TRUE or
-                                             NVML_CC_ACCEPTING_CLIENT_REQUESTS_FALSE
+ NVML_CC_ACCEPTING_CLIENT_REQUESTS_FALSE
 
  return
-         - \ref NVML_SUCCESS                 if \a current GPUs ready state is successfully set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a isAcceptingWork is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
+ - \ref NVML_SUCCESS                 if \a current GPUs ready state is successfully set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a isAcceptingWork is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device*/
 ///
 /** # Loading
 
@@ -34551,12 +34554,12 @@ pub unsafe fn nvmlSystemSetConfComputeGpusReadyState(
  @param pKeyRotationThrInfo                  Reference to the key rotation threshold data
 
  @return
-         - \ref NVML_SUCCESS                 if \a key rotation threshold max attacker advantage has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a memory is NULL
-         - \ref NVML_ERROR_INVALID_STATE     if confidential compute GPU ready state is enabled
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a key rotation threshold max attacker advantage has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a device is invalid or \a memory is NULL
+ - \ref NVML_ERROR_INVALID_STATE     if confidential compute GPU ready state is enabled
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this query is not supported by the device
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -34590,11 +34593,11 @@ pub unsafe fn nvmlSystemSetConfComputeKeyRotationThresholdInfo(
 
  @param nvlinkBwMode             nvlink bandwidth mode
  @return
-         - \ref NVML_SUCCESS                on success
-         - \ref NVML_ERROR_INVALID_ARGUMENT if an invalid argument is provided
-         - \ref NVML_ERROR_IN_USE           if P2P object exists
-         - \ref NVML_ERROR_NOT_SUPPORTED    if GPU is not Hopper or newer architecture.
-         - \ref NVML_ERROR_NO_PERMISSION    if not root user*/
+ - \ref NVML_SUCCESS                on success
+ - \ref NVML_ERROR_INVALID_ARGUMENT if an invalid argument is provided
+ - \ref NVML_ERROR_IN_USE           if P2P object exists
+ - \ref NVML_ERROR_NOT_SUPPORTED    if GPU is not Hopper or newer architecture.
+ - \ref NVML_ERROR_NO_PERMISSION    if not root user*/
 ///
 /** # Loading
 
@@ -34629,10 +34632,10 @@ pub unsafe fn nvmlSystemSetNvlinkBwMode(
  @param unitCount                            Reference in which to return the number of units
 
  @return
-         - \ref NVML_SUCCESS                 if \a unitCount has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a unitCount is NULL
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a unitCount has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a unitCount is NULL
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -34666,15 +34669,15 @@ pub unsafe fn nvmlUnitGetCount(unitCount: *mut ::core::ffi::c_uint) -> nvmlRetur
 
  @param unit                                 The identifier of the target unit
  @param deviceCount                          Reference in which to provide the \a devices array size, and
-                                             to return the number of attached GPU devices
+ to return the number of attached GPU devices
  @param devices                              Reference in which to return the references to the attached GPU devices
 
  @return
-         - \ref NVML_SUCCESS                 if \a deviceCount and \a devices have been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a deviceCount indicates that the \a devices array is too small
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a unit is invalid, either of \a deviceCount or \a devices is NULL
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a deviceCount and \a devices have been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a deviceCount indicates that the \a devices array is too small
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a unit is invalid, either of \a deviceCount or \a devices is NULL
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -34720,11 +34723,11 @@ pub unsafe fn nvmlUnitGetDevices(
  @param fanSpeeds                            Reference in which to return the fan speed information
 
  @return
-         - \ref NVML_SUCCESS                 if \a fanSpeeds has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a unit is invalid or \a fanSpeeds is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this is not an S-class product
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a fanSpeeds has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a unit is invalid or \a fanSpeeds is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this is not an S-class product
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -34762,7 +34765,7 @@ pub unsafe fn nvmlUnitGetFanSpeedInfo(
  For S-class products.
 
  Valid indices are derived from the \a unitCount returned by \ref nvmlUnitGetCount().
-   For example, if \a unitCount is 2 the valid indices are 0 and 1, corresponding to UNIT 0 and UNIT 1.
+ For example, if \a unitCount is 2 the valid indices are 0 and 1, corresponding to UNIT 0 and UNIT 1.
 
  The order in which NVML enumerates units has no guarantees of consistency between reboots.
 
@@ -34770,10 +34773,10 @@ pub unsafe fn nvmlUnitGetFanSpeedInfo(
  @param unit                                 Reference in which to return the unit handle
 
  @return
-         - \ref NVML_SUCCESS                 if \a unit has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a index is invalid or \a unit is NULL
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a unit has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a index is invalid or \a unit is NULL
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -34816,11 +34819,11 @@ pub unsafe fn nvmlUnitGetHandleByIndex(
  @param state                                Reference in which to return the current LED state
 
  @return
-         - \ref NVML_SUCCESS                 if \a state has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a unit is invalid or \a state is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this is not an S-class product
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if \a state has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a unit is invalid or \a state is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this is not an S-class product
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlUnitSetLedState()*/
 ///
@@ -34862,11 +34865,11 @@ pub unsafe fn nvmlUnitGetLedState(
  @param psu                                  Reference in which to return the PSU information
 
  @return
-         - \ref NVML_SUCCESS                 if \a psu has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a unit is invalid or \a psu is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this is not an S-class product
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a psu has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a unit is invalid or \a psu is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this is not an S-class product
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -34908,11 +34911,11 @@ pub unsafe fn nvmlUnitGetPsuInfo(
  @param temp                                 Reference in which to return the intake temperature
 
  @return
-         - \ref NVML_SUCCESS                 if \a temp has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a unit or \a type is invalid or \a temp is NULL
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this is not an S-class product
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a temp has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a unit or \a type is invalid or \a temp is NULL
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this is not an S-class product
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -34958,9 +34961,9 @@ pub unsafe fn nvmlUnitGetTemperature(
  @param info                                 Reference in which to return the unit information
 
  @return
-         - \ref NVML_SUCCESS                 if \a info has been populated
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a unit is invalid or \a info is NULL*/
+ - \ref NVML_SUCCESS                 if \a info has been populated
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a unit is invalid or \a info is NULL*/
 ///
 /** # Loading
 
@@ -35007,12 +35010,12 @@ pub unsafe fn nvmlUnitGetUnitInfo(
  @param color                                The target LED color
 
  @return
-         - \ref NVML_SUCCESS                 if the LED color has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a unit or \a color is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED     if this is not an S-class product
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if the LED color has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a unit or \a color is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED     if this is not an S-class product
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlUnitGetLedState()*/
 ///
@@ -35051,17 +35054,17 @@ pub unsafe fn nvmlUnitSetLedState(
 
  @note Accounting Mode needs to be on. See \ref nvmlVgpuInstanceGetAccountingMode.
  @note Only compute and graphics applications stats are reported and can be cleared since monitoring applications
-         stats don't contribute to GPU utilization.
+ stats don't contribute to GPU utilization.
 
  @param vgpuInstance            The identifier of the target vGPU instance
 
  @return
-         - \ref NVML_SUCCESS                 if accounting information has been cleared
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is invalid
-         - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the vGPU doesn't support this feature or accounting mode is disabled
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if accounting information has been cleared
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is invalid
+ - \ref NVML_ERROR_NO_PERMISSION     if the user doesn't have permission to perform this operation
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the vGPU doesn't support this feature or accounting mode is disabled
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -35097,13 +35100,13 @@ pub unsafe fn nvmlVgpuInstanceClearAccountingPids(
  @param mode                    Reference in which to return the current accounting mode
 
  @return
-         - \ref NVML_SUCCESS                 if the mode has been successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a mode is NULL
-         - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the vGPU doesn't support this feature
-         - \ref NVML_ERROR_DRIVER_NOT_LOADED if NVIDIA driver is not running on the vGPU instance
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if the mode has been successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a mode is NULL
+ - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the vGPU doesn't support this feature
+ - \ref NVML_ERROR_DRIVER_NOT_LOADED if NVIDIA driver is not running on the vGPU instance
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -35150,17 +35153,17 @@ pub unsafe fn nvmlVgpuInstanceGetAccountingMode(
 
  @param vgpuInstance            The identifier of the target vGPU instance
  @param count                   Reference in which to provide the \a pids array size, and
-                                to return the number of elements ready to be queried
+ to return the number of elements ready to be queried
  @param pids                    Reference in which to return list of process ids
 
  @return
-         - \ref NVML_SUCCESS                 if pids were successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a count is NULL
-         - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the vGPU doesn't support this feature or accounting mode is disabled
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a count is too small (\a count is set to expected value)
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error
+ - \ref NVML_SUCCESS                 if pids were successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a count is NULL
+ - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the vGPU doesn't support this feature or accounting mode is disabled
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a count is too small (\a count is set to expected value)
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error
 
  @see nvmlVgpuInstanceGetAccountingPids*/
 ///
@@ -35214,7 +35217,7 @@ pub unsafe fn nvmlVgpuInstanceGetAccountingPids(
 
  @note Accounting Mode needs to be on. See \ref nvmlVgpuInstanceGetAccountingMode.
  @note Only compute and graphics applications stats can be queried. Monitoring applications stats can't be
-         queried since they don't contribute to GPU utilization.
+ queried since they don't contribute to GPU utilization.
  @note In case of pid collision stats of only the latest process (that terminated last) will be reported
 
  @param vgpuInstance            The identifier of the target vGPU instance
@@ -35222,13 +35225,13 @@ pub unsafe fn nvmlVgpuInstanceGetAccountingPids(
  @param stats                   Reference in which to return the process's accounting stats
 
  @return
-         - \ref NVML_SUCCESS                 if stats have been successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a stats is NULL
-         - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
-                                             or \a stats is not found
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the vGPU doesn't support this feature or accounting mode is disabled
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if stats have been successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a stats is NULL
+ - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
+ or \a stats is not found
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the vGPU doesn't support this feature or accounting mode is disabled
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -35270,12 +35273,12 @@ pub unsafe fn nvmlVgpuInstanceGetAccountingStats(
  @param eccMode                 Reference in which to return the current ECC mode
 
  @return
-         - \ref NVML_SUCCESS                 if the vgpuInstance's ECC mode has been successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a mode is NULL
-         - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_NOT_SUPPORTED     if the vGPU doesn't support this feature
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if the vgpuInstance's ECC mode has been successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a mode is NULL
+ - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_NOT_SUPPORTED     if the vGPU doesn't support this feature
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -35316,11 +35319,11 @@ pub unsafe fn nvmlVgpuInstanceGetEccMode(
  @param encoderCapacity          Reference to an unsigned int for the encoder capacity
 
  @return
-         - \ref NVML_SUCCESS                 if \a encoderCapacity has been retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a encoderQueryType is invalid
-         - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a encoderCapacity has been retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a encoderQueryType is invalid
+ - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -35368,18 +35371,18 @@ pub unsafe fn nvmlVgpuInstanceGetEncoderCapacity(
 
  @param vgpuInstance                      Identifier of the target vGPU instance
  @param sessionCount                      Reference to caller supplied array size, and returns
-                                          the number of sessions.
+ the number of sessions.
  @param sessionInfo                       Reference to caller supplied array in which the list
-                                          of session information us returned.
+ of session information us returned.
 
  @return
-         - \ref NVML_SUCCESS                  if \a sessionInfo is fetched
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE  if \a sessionCount is too small, array element count is
-returned in \a sessionCount
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a sessionCount is NULL, or \a vgpuInstance is 0.
-         - \ref NVML_ERROR_NOT_FOUND          if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
+ - \ref NVML_SUCCESS                  if \a sessionInfo is fetched
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE  if \a sessionCount is too small, array element count is
+ returned in \a sessionCount
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a sessionCount is NULL, or \a vgpuInstance is 0.
+ - \ref NVML_ERROR_NOT_FOUND          if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
 ///
 /** # Loading
 
@@ -35425,12 +35428,12 @@ pub unsafe fn nvmlVgpuInstanceGetEncoderSessions(
  @param averageLatency                    Reference to an unsigned int for encode latency in microseconds
 
  @return
-         - \ref NVML_SUCCESS                  if \a sessionCount, \a averageFps and \a averageLatency is fetched
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a sessionCount , or \a averageFps or \a averageLatency is NULL
-                                              or \a vgpuInstance is 0.
-         - \ref NVML_ERROR_NOT_FOUND          if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
+ - \ref NVML_SUCCESS                  if \a sessionCount, \a averageFps and \a averageLatency is fetched
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a sessionCount , or \a averageFps or \a averageLatency is NULL
+ or \a vgpuInstance is 0.
+ - \ref NVML_ERROR_NOT_FOUND          if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
 ///
 /** # Loading
 
@@ -35485,19 +35488,19 @@ pub unsafe fn nvmlVgpuInstanceGetEncoderStats(
  For Maxwell &tm; or newer fully supported devices.
 
  @note hResolution, vResolution, averageFPS and averageLatency data for a FBC session returned in \a sessionInfo may
-       be zero if there are no new frames captured since the session started.
+ be zero if there are no new frames captured since the session started.
 
  @param vgpuInstance                      Identifier of the target vGPU instance
  @param sessionCount                      Reference to caller supplied array size, and returns the number of sessions.
  @param sessionInfo                       Reference in which to return the session information
 
  @return
-         - \ref NVML_SUCCESS                  if \a sessionInfo is fetched
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a vgpuInstance is 0, or \a sessionCount is NULL.
-         - \ref NVML_ERROR_NOT_FOUND          if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE  if \a sessionCount is too small, array element count is returned in \a sessionCount
-         - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
+ - \ref NVML_SUCCESS                  if \a sessionInfo is fetched
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a vgpuInstance is 0, or \a sessionCount is NULL.
+ - \ref NVML_ERROR_NOT_FOUND          if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE  if \a sessionCount is too small, array element count is returned in \a sessionCount
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
 ///
 /** # Loading
 
@@ -35541,11 +35544,11 @@ pub unsafe fn nvmlVgpuInstanceGetFBCSessions(
  @param fbcStats                          Reference to nvmlFBCStats_t structure containing NvFBC stats
 
  @return
-         - \ref NVML_SUCCESS                  if \a fbcStats is fetched
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a vgpuInstance is 0, or \a fbcStats is NULL
-         - \ref NVML_ERROR_NOT_FOUND          if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
+ - \ref NVML_SUCCESS                  if \a fbcStats is fetched
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a vgpuInstance is 0, or \a fbcStats is NULL
+ - \ref NVML_ERROR_NOT_FOUND          if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
 ///
 /** # Loading
 
@@ -35588,11 +35591,11 @@ pub unsafe fn nvmlVgpuInstanceGetFBCStats(
  @param fbUsage                  Pointer to framebuffer usage in bytes
 
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a fbUsage is NULL
-         - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a fbUsage is NULL
+ - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -35635,12 +35638,12 @@ pub unsafe fn nvmlVgpuInstanceGetFbUsage(
  @param frameRateLimit           Reference to return the frame rate limit
 
  @return
-         - \ref NVML_SUCCESS                 if \a frameRateLimit has been set
-         - \ref NVML_ERROR_NOT_SUPPORTED     if frame rate limiter is turned off for the vGPU type
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a frameRateLimit is NULL
-         - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a frameRateLimit has been set
+ - \ref NVML_ERROR_NOT_SUPPORTED     if frame rate limiter is turned off for the vGPU type
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a frameRateLimit is NULL
+ - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -35682,11 +35685,11 @@ pub unsafe fn nvmlVgpuInstanceGetFrameRateLimit(
  @param gpuInstanceId                     GPU Instance ID
 
  @return
-         - \ref NVML_SUCCESS                  successful completion
-         - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT   if \a vgpuInstance is 0, or \a gpuInstanceId is NULL.
-         - \ref NVML_ERROR_NOT_FOUND          if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
+ - \ref NVML_SUCCESS                  successful completion
+ - \ref NVML_ERROR_UNINITIALIZED      if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT   if \a vgpuInstance is 0, or \a gpuInstanceId is NULL.
+ - \ref NVML_ERROR_NOT_FOUND          if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_UNKNOWN            on any unexpected error*/
 ///
 /** # Loading
 
@@ -35728,13 +35731,13 @@ pub unsafe fn nvmlVgpuInstanceGetGpuInstanceId(
  @param length                               Size of the vgpuPciId buffer
 
  @return
-         - \ref NVML_SUCCESS                 if vGPU PCI Id is successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a vgpuPciId is NULL
-         - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_DRIVER_NOT_LOADED if NVIDIA driver is not running on the vGPU instance
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small, \a length is set to required length
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if vGPU PCI Id is successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a vgpuPciId is NULL
+ - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_DRIVER_NOT_LOADED if NVIDIA driver is not running on the vGPU instance
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small, \a length is set to required length
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -35778,11 +35781,11 @@ pub unsafe fn nvmlVgpuInstanceGetGpuPciId(
  @param licenseInfo               Pointer to vGPU license information structure
 
  @return
-         - \ref NVML_SUCCESS                 if information is successfully retrieved
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a licenseInfo is NULL
-         - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_DRIVER_NOT_LOADED if NVIDIA driver is not running on the vGPU instance
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if information is successfully retrieved
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a licenseInfo is NULL
+ - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_DRIVER_NOT_LOADED if NVIDIA driver is not running on the vGPU instance
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -35830,11 +35833,11 @@ pub use self::nvmlVgpuInstanceGetLicenseInfo as nvmlVgpuInstanceGetLicenseInfo_v
  @param licensed                 Reference to return the licensing status
 
  @return
-         - \ref NVML_SUCCESS                 if \a licensed has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a licensed is NULL
-         - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a licensed has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a licensed is NULL
+ - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -35881,13 +35884,13 @@ pub unsafe fn nvmlVgpuInstanceGetLicenseStatus(
  @param size                     Size of buffer in bytes
 
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_NOT_SUPPORTED     on any hypervisor other than KVM
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a mdevUuid is NULL
-         - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a size is too small
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_NOT_SUPPORTED     on any hypervisor other than KVM
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a mdevUuid is NULL
+ - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a size is too small
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -35943,11 +35946,11 @@ pub unsafe fn nvmlVgpuInstanceGetMdevUUID(
  @param bufferSize               Size of vgpuMetadata buffer
 
  @return
-         - \ref NVML_SUCCESS                   vGPU metadata structure was successfully returned
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE   vgpuMetadata buffer is too small, required size is returned in \a bufferSize
-         - \ref NVML_ERROR_INVALID_ARGUMENT    if \a bufferSize is NULL or \a vgpuInstance is 0; if \a vgpuMetadata is NULL and the value of \a bufferSize is not 0.
-         - \ref NVML_ERROR_NOT_FOUND           if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_UNKNOWN             on any unexpected error*/
+ - \ref NVML_SUCCESS                   vGPU metadata structure was successfully returned
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE   vgpuMetadata buffer is too small, required size is returned in \a bufferSize
+ - \ref NVML_ERROR_INVALID_ARGUMENT    if \a bufferSize is NULL or \a vgpuInstance is 0; if \a vgpuMetadata is NULL and the value of \a bufferSize is not 0.
+ - \ref NVML_ERROR_NOT_FOUND           if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_UNKNOWN             on any unexpected error*/
 ///
 /** # Loading
 
@@ -35994,11 +35997,11 @@ pub unsafe fn nvmlVgpuInstanceGetMetadata(
  @param pPlacement                           Pointer to vGPU placement ID structure \a nvmlVgpuPlacementId_t
 
  @return
-         - \ref NVML_SUCCESS                          If information is successfully retrieved
-         - \ref NVML_ERROR_NOT_FOUND                  If \a vgpuInstance does not match a valid active vGPU instance
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a vgpuInstance is invalid or \a pPlacement is NULL
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pPlacement is invalid
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          If information is successfully retrieved
+ - \ref NVML_ERROR_NOT_FOUND                  If \a vgpuInstance does not match a valid active vGPU instance
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a vgpuInstance is invalid or \a pPlacement is NULL
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pPlacement is invalid
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -36042,12 +36045,12 @@ pub unsafe fn nvmlVgpuInstanceGetPlacementId(
  @param pState                               Pointer to the vGPU runtime state's structure \a nvmlVgpuRuntimeState_t
 
  @return
-         - \ref NVML_SUCCESS                          If information is successfully retrieved
-         - \ref NVML_ERROR_UNINITIALIZED              If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a vgpuInstance is invalid, or \a pState is NULL
-         - \ref NVML_ERROR_NOT_FOUND                  If \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pState is invalid
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          If information is successfully retrieved
+ - \ref NVML_ERROR_UNINITIALIZED              If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a vgpuInstance is invalid, or \a pState is NULL
+ - \ref NVML_ERROR_NOT_FOUND                  If \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pState is invalid
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -36090,11 +36093,11 @@ pub unsafe fn nvmlVgpuInstanceGetRuntimeStateSize(
  @param vgpuTypeId               Reference to return the vgpuTypeId
 
  @return
-         - \ref NVML_SUCCESS                 if \a vgpuTypeId has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a vgpuTypeId is NULL
-         - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a vgpuTypeId has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a vgpuTypeId is NULL
+ - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -36140,12 +36143,12 @@ pub unsafe fn nvmlVgpuInstanceGetType(
  @param size                     Size of buffer in bytes
 
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a uuid is NULL
-         - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a size is too small
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a uuid is NULL
+ - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a size is too small
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -36198,12 +36201,12 @@ pub unsafe fn nvmlVgpuInstanceGetUUID(
  @param length                   Size of \a version buffer
 
  @return
-         - \ref NVML_SUCCESS                 if \a version has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0
-         - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a version has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0
+ - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a length is too small
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -36254,12 +36257,12 @@ pub unsafe fn nvmlVgpuInstanceGetVmDriverVersion(
  @param vmIdType                 Pointer to hold VM ID type
 
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vmId or \a vmIdType is NULL, or \a vgpuInstance is 0
-         - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a size is too small
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vmId or \a vmIdType is NULL, or \a vgpuInstance is 0
+ - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a size is too small
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -36306,11 +36309,11 @@ pub unsafe fn nvmlVgpuInstanceGetVmID(
  @param encoderCapacity          Unsigned int for the encoder capacity value
 
  @return
-         - \ref NVML_SUCCESS                 if \a encoderCapacity has been set
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a encoderCapacity is out of range of 0-100.
-         - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 if \a encoderCapacity has been set
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuInstance is 0, or \a encoderCapacity is out of range of 0-100.
+ - \ref NVML_ERROR_NOT_FOUND         if \a vgpuInstance does not match a valid active vGPU instance on the system
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -36351,10 +36354,10 @@ pub unsafe fn nvmlVgpuInstanceSetEncoderCapacity(
  @param bar1Info                 Pointer to the vGPU type BAR1 information structure \a nvmlVgpuTypeBar1Info_t
 
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a bar1Info is NULL
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a bar1Info is NULL
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -36398,10 +36401,10 @@ pub unsafe fn nvmlVgpuTypeGetBAR1Info(
  @param capResult                            A boolean for the queried capability indicating that feature is supported
 
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a capability is invalid, or \a capResult is NULL
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a capability is invalid, or \a capResult is NULL
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -36447,10 +36450,10 @@ pub unsafe fn nvmlVgpuTypeGetCapabilities(
  @param size                     Size of string
 
  @return
-         - \ref NVML_SUCCESS                   successful completion
-         - \ref NVML_ERROR_INVALID_ARGUMENT    if \a vgpuTypeId is invalid, or \a vgpuTypeClass is NULL
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE   if \a size is too small
-         - \ref NVML_ERROR_UNKNOWN             on any unexpected error*/
+ - \ref NVML_SUCCESS                   successful completion
+ - \ref NVML_ERROR_INVALID_ARGUMENT    if \a vgpuTypeId is invalid, or \a vgpuTypeClass is NULL
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE   if \a size is too small
+ - \ref NVML_ERROR_UNKNOWN             on any unexpected error*/
 ///
 /** # Loading
 
@@ -36495,10 +36498,10 @@ pub unsafe fn nvmlVgpuTypeGetClass(
  @param subsystemID              Subsystem ID and subsystem vendor ID of the device contained in single 32 bit value
 
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a deviceId or \a subsystemID are NULL
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a deviceId or \a subsystemID are NULL
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -36539,10 +36542,10 @@ pub unsafe fn nvmlVgpuTypeGetDeviceID(
  @param vgpuTypeId                           Handle to vGPU type
  @param fbReservation                        Reference to return the framebuffer reservation
  @return
-         - \ref NVML_SUCCESS                 Successful completion
-         - \ref NVML_ERROR_UNINITIALIZED     If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a vgpuTypeId is invalid, or \a fbReservation is NULL
-         - \ref NVML_ERROR_UNKNOWN           On any unexpected error*/
+ - \ref NVML_SUCCESS                 Successful completion
+ - \ref NVML_ERROR_UNINITIALIZED     If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a vgpuTypeId is invalid, or \a fbReservation is NULL
+ - \ref NVML_ERROR_UNKNOWN           On any unexpected error*/
 ///
 /** # Loading
 
@@ -36582,11 +36585,11 @@ pub unsafe fn nvmlVgpuTypeGetFbReservation(
  @param vgpuTypeId               Handle to vGPU type
  @param frameRateLimit           Reference to return the frame rate limit value
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_NOT_SUPPORTED     if frame rate limiter is turned off for the vGPU type
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a frameRateLimit is NULL
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_NOT_SUPPORTED     if frame rate limiter is turned off for the vGPU type
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a frameRateLimit is NULL
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -36627,10 +36630,10 @@ pub unsafe fn nvmlVgpuTypeGetFrameRateLimit(
  @param fbSize                   Pointer to framebuffer size in bytes
 
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a fbSize is NULL
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a fbSize is NULL
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -36673,10 +36676,10 @@ pub unsafe fn nvmlVgpuTypeGetFramebufferSize(
  @param gpuInstanceProfileId     GPU Instance Profile ID
 
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_NOT_SUPPORTED     if \a device is not in vGPU Host virtualization mode
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a gpuInstanceProfileId is NULL
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_NOT_SUPPORTED     if \a device is not in vGPU Host virtualization mode
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a gpuInstanceProfileId is NULL
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -36714,10 +36717,10 @@ pub unsafe fn nvmlVgpuTypeGetGpuInstanceProfileId(
  @param vgpuTypeId                           Handle to vGPU type
  @param gspHeapSize                          Reference to return the GSP heap size value
  @return
-         - \ref NVML_SUCCESS                 Successful completion
-         - \ref NVML_ERROR_UNINITIALIZED     If the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  If \a vgpuTypeId is invalid, or \a gspHeapSize is NULL
-         - \ref NVML_ERROR_UNKNOWN           On any unexpected error*/
+ - \ref NVML_SUCCESS                 Successful completion
+ - \ref NVML_ERROR_UNINITIALIZED     If the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  If \a vgpuTypeId is invalid, or \a gspHeapSize is NULL
+ - \ref NVML_ERROR_UNKNOWN           On any unexpected error*/
 ///
 /** # Loading
 
@@ -36766,11 +36769,11 @@ pub unsafe fn nvmlVgpuTypeGetGspHeapSize(
  @param size                     Size of \a vgpuTypeLicenseString buffer
 
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a vgpuTypeLicenseString is NULL
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a size is too small
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a vgpuTypeLicenseString is NULL
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a size is too small
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -36813,13 +36816,13 @@ pub unsafe fn nvmlVgpuTypeGetLicense(
  @param device                   The identifier of the target device
  @param vgpuTypeId               Handle to vGPU type
  @param vgpuInstanceCount        Pointer to get the max number of vGPU instances
-                                 that can be created on a deicve for given vgpuTypeId
+ that can be created on a deicve for given vgpuTypeId
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid or is not supported on target device,
-                                             or \a vgpuInstanceCount is NULL
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid or is not supported on target device,
+ or \a vgpuInstanceCount is NULL
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -36860,12 +36863,12 @@ pub unsafe fn nvmlVgpuTypeGetMaxInstances(
  @param pMaxInstance                         Pointer to the caller-provided structure of nvmlVgpuTypeMaxInstance_t
 
  @return
-         - \ref NVML_SUCCESS                          Upon success
-         - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT           If \a pMaxInstance is NULL or \a pMaxInstance->vgpuTypeId is invalid
-         - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU or non-MIG vGPU type
-         - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pMaxInstance is invalid
-         - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
+ - \ref NVML_SUCCESS                          Upon success
+ - \ref NVML_ERROR_UNINITIALIZED              If library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT           If \a pMaxInstance is NULL or \a pMaxInstance->vgpuTypeId is invalid
+ - \ref NVML_ERROR_NOT_SUPPORTED              If not on a vGPU host or an unsupported GPU or non-MIG vGPU type
+ - \ref NVML_ERROR_ARGUMENT_VERSION_MISMATCH  If the version of \a pMaxInstance is invalid
+ - \ref NVML_ERROR_UNKNOWN                    On any unexpected error*/
 ///
 /** # Loading
 
@@ -36900,10 +36903,10 @@ pub unsafe fn nvmlVgpuTypeGetMaxInstancesPerGpuInstance(
  @param vgpuTypeId               Handle to vGPU type
  @param vgpuInstanceCountPerVm   Pointer to get the max number of vGPU instances supported per VM for given \a vgpuTypeId
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a vgpuInstanceCountPerVm is NULL
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a vgpuInstanceCountPerVm is NULL
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -36949,10 +36952,10 @@ pub unsafe fn nvmlVgpuTypeGetMaxInstancesPerVm(
  @param size                     Size of buffer
 
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a name is NULL
-         - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a size is too small
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a name is NULL
+ - \ref NVML_ERROR_INSUFFICIENT_SIZE if \a size is too small
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -36996,10 +36999,10 @@ pub unsafe fn nvmlVgpuTypeGetName(
  @param numDisplayHeads          Pointer to number of display heads
 
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a numDisplayHeads is NULL
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a numDisplayHeads is NULL
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 
@@ -37042,11 +37045,11 @@ pub unsafe fn nvmlVgpuTypeGetNumDisplayHeads(
  @param ydim                     Pointer to maximum number of pixels in Y dimension
 
  @return
-         - \ref NVML_SUCCESS                 successful completion
-         - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
-         - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a xdim or \a ydim are NULL, or \a displayIndex
-                                             is out of range.
-         - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
+ - \ref NVML_SUCCESS                 successful completion
+ - \ref NVML_ERROR_UNINITIALIZED     if the library has not been successfully initialized
+ - \ref NVML_ERROR_INVALID_ARGUMENT  if \a vgpuTypeId is invalid, or \a xdim or \a ydim are NULL, or \a displayIndex
+ is out of range.
+ - \ref NVML_ERROR_UNKNOWN           on any unexpected error*/
 ///
 /** # Loading
 

@@ -368,20 +368,20 @@ pub static LIBRARY: crate::loader::Library = crate::loader::Library::new(
     &SLOTS,
 );
 /** \ingroup compilation
- \brief   nvrtcAddNameExpression notes the given name expression
-          denoting the address of a __global__ function
-          or __device__/__constant__ variable.
+   nvrtcAddNameExpression notes the given name expression
+ denoting the address of a __global__ function
+ or __device__/__constant__ variable.
 
  The identical name expression string must be provided on a subsequent
  call to nvrtcGetLoweredName to extract the lowered name.
- \param   [in]  prog CUDA Runtime Compilation program.
- \param   [in] name_expression constant expression denoting the address of
-               a __global__ function or __device__/__constant__ variable.
+ - parameter   [in]  prog CUDA Runtime Compilation program.
+ - parameter   [in] name_expression constant expression denoting the address of
+ a __global__ function or __device__/__constant__ variable.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-   - \link #nvrtcResult NVRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION \endlink
 
  \see     ::nvrtcGetLoweredName*/
 ///
@@ -417,23 +417,23 @@ pub unsafe fn nvrtcAddNameExpression(
     }
 }
 /** \ingroup compilation
- \brief   nvrtcCompileProgram compiles the given program.
+   nvrtcCompileProgram compiles the given program.
 
- \param   [in] prog       CUDA Runtime Compilation program.
- \param   [in] numOptions Number of compiler options passed.
- \param   [in] options    Compiler options in the form of C string array.\n
-                          \p options can be \c NULL when \p numOptions is 0.
+ - parameter   [in] prog       CUDA Runtime Compilation program.
+ - parameter   [in] numOptions Number of compiler options passed.
+ - parameter   [in] options    Compiler options in the form of C string array.\n
+ \p options can be \c NULL when \p numOptions is 0.
 
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_OUT_OF_MEMORY \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_OPTION \endlink
-   - \link #nvrtcResult NVRTC_ERROR_COMPILATION \endlink
-   - \link #nvrtcResult NVRTC_ERROR_BUILTIN_OPERATION_FAILURE \endlink
-   - \link #nvrtcResult NVRTC_ERROR_TIME_FILE_WRITE_FAILED \endlink
-   - \link #nvrtcResult NVRTC_ERROR_CANCELLED \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_OUT_OF_MEMORY \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_OPTION \endlink
+ - \link #nvrtcResult NVRTC_ERROR_COMPILATION \endlink
+ - \link #nvrtcResult NVRTC_ERROR_BUILTIN_OPERATION_FAILURE \endlink
+ - \link #nvrtcResult NVRTC_ERROR_TIME_FILE_WRITE_FAILED \endlink
+ - \link #nvrtcResult NVRTC_ERROR_CANCELLED \endlink
 
  It supports compile options listed in \ref options.*/
 ///
@@ -472,31 +472,31 @@ pub unsafe fn nvrtcCompileProgram(
     }
 }
 /** \ingroup compilation
- \brief   nvrtcCreateProgram creates an instance of nvrtcProgram with the
-          given input parameters, and sets the output parameter \p prog with
-          it.
+   nvrtcCreateProgram creates an instance of nvrtcProgram with the
+ given input parameters, and sets the output parameter \p prog with
+ it.
 
- \param   [out] prog         CUDA Runtime Compilation program.
- \param   [in]  src          CUDA program source.
- \param   [in]  name         CUDA program name.\n
-                             \p name can be \c NULL; \c "default_program" is
-                             used when \p name is \c NULL or "".
- \param   [in]  numHeaders   Number of headers used.\n
-                             \p numHeaders must be greater than or equal to 0.
- \param   [in]  headers      Sources of the headers.\n
-                             \p headers can be \c NULL when \p numHeaders is
-                             0.
- \param   [in]  includeNames Name of each header by which they can be
-                             included in the CUDA program source.\n
-                             \p includeNames can be \c NULL when \p numHeaders
-                             is 0. These headers must be included with the exact
-                             names specified here.
+ - parameter   [out] prog         CUDA Runtime Compilation program.
+ - parameter   [in]  src          CUDA program source.
+ - parameter   [in]  name         CUDA program name.\n
+ \p name can be \c NULL; \c "default_program" is
+ used when \p name is \c NULL or "".
+ - parameter   [in]  numHeaders   Number of headers used.\n
+ \p numHeaders must be greater than or equal to 0.
+ - parameter   [in]  headers      Sources of the headers.\n
+ \p headers can be \c NULL when \p numHeaders is
+ 0.
+ - parameter   [in]  includeNames Name of each header by which they can be
+ included in the CUDA program source.\n
+ \p includeNames can be \c NULL when \p numHeaders
+ is 0. These headers must be included with the exact
+ names specified here.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_OUT_OF_MEMORY \endlink
-   - \link #nvrtcResult NVRTC_ERROR_PROGRAM_CREATION_FAILURE \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_OUT_OF_MEMORY \endlink
+ - \link #nvrtcResult NVRTC_ERROR_PROGRAM_CREATION_FAILURE \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
 
  \see     ::nvrtcDestroyProgram*/
 ///
@@ -544,12 +544,12 @@ pub unsafe fn nvrtcCreateProgram(
     }
 }
 /** \ingroup compilation
- \brief   nvrtcDestroyProgram destroys the given program.
+   nvrtcDestroyProgram destroys the given program.
 
- \param    [in] prog CUDA Runtime Compilation program.
+ - parameter    [in] prog CUDA Runtime Compilation program.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
 
  \see     ::nvrtcCreateProgram*/
 ///
@@ -576,23 +576,23 @@ pub unsafe fn nvrtcDestroyProgram(prog: *mut nvrtcProgram) -> nvrtcResult {
     }
 }
 /** \ingroup bundled_headers
- \brief   nvrtcGetBundledHeadersInfo queries information about the bundled
-          headers without extracting them.
+   nvrtcGetBundledHeadersInfo queries information about the bundled
+ headers without extracting them.
 
  This function allows users to determine if bundled headers are available
  and get size estimates before calling nvrtcInstallBundledHeaders.
 
- \param   [out] info Pointer to structure to receive header information.
- \param   [out] errorLog Optional pointer to receive detailed error message on failure.
-                         If non-NULL, \p *errorLog will be set to point to a string
-                         describing the error cause. Note: subsequent API calls from
-                         the same thread may overwrite this message.
-                         May be NULL if error details are not needed.
+ - parameter   [out] info Pointer to structure to receive header information.
+ - parameter   [out] errorLog Optional pointer to receive detailed error message on failure.
+ If non-NULL, \p *errorLog will be set to point to a string
+ describing the error cause. Note: subsequent API calls from
+ the same thread may overwrite this message.
+ May be NULL if error details are not needed.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink (info is NULL)
-   - \link #nvrtcResult NVRTC_ERROR_BUILTIN_OPERATION_FAILURE \endlink
-     (failed to query bundled headers)*/
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink (info is NULL)
+ - \link #nvrtcResult NVRTC_ERROR_BUILTIN_OPERATION_FAILURE \endlink
+ (failed to query bundled headers)*/
 ///
 /** # Loading
 
@@ -626,20 +626,20 @@ pub unsafe fn nvrtcGetBundledHeadersInfo(
     }
 }
 /** \ingroup compilation
- \brief   nvrtcGetCUBIN stores the cubin generated by the previous compilation
-          of \p prog in the memory pointed by \p cubin. No cubin is available
-          if the value specified to \c -arch is a virtual architecture instead
-          of an actual architecture. The cubin does not contain code for the
-          Tile functions (\c __tile__ / \c __tile_global__) or variables (\c __tile__);
-          use \c nvrtcGetTileIR() to extract the cuda_tile IR generated for Tile
-          code.
+   nvrtcGetCUBIN stores the cubin generated by the previous compilation
+ of \p prog in the memory pointed by \p cubin. No cubin is available
+ if the value specified to \c -arch is a virtual architecture instead
+ of an actual architecture. The cubin does not contain code for the
+ Tile functions (\c __tile__ / \c __tile_global__) or variables (\c __tile__);
+ use \c nvrtcGetTileIR() to extract the cuda_tile IR generated for Tile
+ code.
 
- \param   [in]  prog CUDA Runtime Compilation program.
- \param   [out] cubin  Compiled and assembled result.
+ - parameter   [in]  prog CUDA Runtime Compilation program.
+ - parameter   [out] cubin  Compiled and assembled result.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
 
  \see     ::nvrtcGetCUBINSize*/
 ///
@@ -675,17 +675,17 @@ pub unsafe fn nvrtcGetCUBIN(
     }
 }
 /** \ingroup compilation
- \brief   nvrtcGetCUBINSize sets the value of \p cubinSizeRet with the size of the cubin
-          generated by the previous compilation of \p prog. The value of
-          cubinSizeRet is set to 0 if the value specified to \c -arch is a
-          virtual architecture instead of an actual architecture.
+   nvrtcGetCUBINSize sets the value of \p cubinSizeRet with the size of the cubin
+ generated by the previous compilation of \p prog. The value of
+ cubinSizeRet is set to 0 if the value specified to \c -arch is a
+ virtual architecture instead of an actual architecture.
 
- \param   [in]  prog       CUDA Runtime Compilation program.
- \param   [out] cubinSizeRet Size of the generated cubin.
+ - parameter   [in]  prog       CUDA Runtime Compilation program.
+ - parameter   [out] cubinSizeRet Size of the generated cubin.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
 
  \see     ::nvrtcGetCUBIN*/
 ///
@@ -718,14 +718,14 @@ pub unsafe fn nvrtcGetCUBINSize(
     }
 }
 /** \ingroup error
- \brief   nvrtcGetErrorString is a helper function that returns a string
-          describing the given nvrtcResult code, e.g., NVRTC_SUCCESS to
-          \c "NVRTC_SUCCESS".
-          For unrecognized enumeration values, it returns
-          \c "NVRTC_ERROR unknown".
+   nvrtcGetErrorString is a helper function that returns a string
+ describing the given nvrtcResult code, e.g., NVRTC_SUCCESS to
+ \c "NVRTC_SUCCESS".
+ For unrecognized enumeration values, it returns
+ \c "NVRTC_ERROR unknown".
 
- \param   [in] result CUDA Runtime Compilation API result code.
- \return  Message string for the given #nvrtcResult code.*/
+ - parameter   [in] result CUDA Runtime Compilation API result code.
+ Returns:  Message string for the given #nvrtcResult code.*/
 ///
 /** # Loading
 
@@ -748,16 +748,16 @@ pub unsafe fn nvrtcGetErrorString(
     Ok(unsafe { __cuda_sys_fn(result) })
 }
 /** \ingroup compilation
- \brief   nvrtcGetLTOIR stores the LTO IR generated by the previous compilation
-          of \p prog in the memory pointed by \p LTOIR. No LTO IR is available
-          if the program was compiled without \c -dlto.
+   nvrtcGetLTOIR stores the LTO IR generated by the previous compilation
+ of \p prog in the memory pointed by \p LTOIR. No LTO IR is available
+ if the program was compiled without \c -dlto.
 
- \param   [in]  prog CUDA Runtime Compilation program.
- \param   [out] LTOIR Compiled result.
+ - parameter   [in]  prog CUDA Runtime Compilation program.
+ - parameter   [out] LTOIR Compiled result.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
 
  \see     ::nvrtcGetLTOIRSize*/
 ///
@@ -793,17 +793,17 @@ pub unsafe fn nvrtcGetLTOIR(
     }
 }
 /** \ingroup compilation
- \brief   nvrtcGetLTOIRSize sets the value of \p LTOIRSizeRet with the size of the LTO IR
-          generated by the previous compilation of \p prog. The value of
-          LTOIRSizeRet is set to 0 if the program was not compiled with
-          \c -dlto.
+   nvrtcGetLTOIRSize sets the value of \p LTOIRSizeRet with the size of the LTO IR
+ generated by the previous compilation of \p prog. The value of
+ LTOIRSizeRet is set to 0 if the program was not compiled with
+ \c -dlto.
 
- \param   [in]  prog       CUDA Runtime Compilation program.
- \param   [out] LTOIRSizeRet Size of the generated LTO IR.
+ - parameter   [in]  prog       CUDA Runtime Compilation program.
+ - parameter   [out] LTOIRSizeRet Size of the generated LTO IR.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
 
  \see     ::nvrtcGetLTOIR*/
 ///
@@ -836,26 +836,26 @@ pub unsafe fn nvrtcGetLTOIRSize(
     }
 }
 /** \ingroup compilation
- \brief   nvrtcGetLoweredName extracts the lowered (mangled) name
-          for a __global__ function or __device__/__constant__ variable,
-          and updates *lowered_name to point to it. The memory containing
-          the name is released when the NVRTC program is destroyed by
-          nvrtcDestroyProgram.
-          The identical name expression must have been previously
-          provided to nvrtcAddNameExpression.
+   nvrtcGetLoweredName extracts the lowered (mangled) name
+ for a __global__ function or __device__/__constant__ variable,
+ and updates *lowered_name to point to it. The memory containing
+ the name is released when the NVRTC program is destroyed by
+ nvrtcDestroyProgram.
+ The identical name expression must have been previously
+ provided to nvrtcAddNameExpression.
 
- \param   [in]  prog CUDA Runtime Compilation program.
- \param   [in] name_expression constant expression denoting the address of
-               a __global__ function or __device__/__constant__ variable.
- \param   [out] lowered_name initialized by the function to point to a
-               C string containing the lowered (mangled)
-               name corresponding to the provided name expression.
+ - parameter   [in]  prog CUDA Runtime Compilation program.
+ - parameter   [in] name_expression constant expression denoting the address of
+ a __global__ function or __device__/__constant__ variable.
+ - parameter   [out] lowered_name initialized by the function to point to a
+ C string containing the lowered (mangled)
+ name corresponding to the provided name expression.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-   - \link #nvrtcResult NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID \endlink
 
  \see     ::nvrtcAddNameExpression*/
 ///
@@ -894,15 +894,15 @@ pub unsafe fn nvrtcGetLoweredName(
     }
 }
 /** \ingroup query
- \brief   nvrtcGetNumSupportedArchs sets the output parameter \p numArchs
-          with the number of architectures supported by NVRTC. This can
-          then be used to pass an array to ::nvrtcGetSupportedArchs to
-          get the supported architectures.
+   nvrtcGetNumSupportedArchs sets the output parameter \p numArchs
+ with the number of architectures supported by NVRTC. This can
+ then be used to pass an array to ::nvrtcGetSupportedArchs to
+ get the supported architectures.
 
- \param   [out] numArchs number of supported architectures.
+ - parameter   [out] numArchs number of supported architectures.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
 
  see    ::nvrtcGetSupportedArchs*/
 ///
@@ -933,16 +933,16 @@ pub unsafe fn nvrtcGetNumSupportedArchs(
     }
 }
 /** \ingroup compilation
- \brief   nvrtcGetOptiXIR stores the OptiX IR generated by the previous compilation
-          of \p prog in the memory pointed by \p optixir. No OptiX IR is available
-          if the program was compiled with options incompatible with OptiX IR generation.
+   nvrtcGetOptiXIR stores the OptiX IR generated by the previous compilation
+ of \p prog in the memory pointed by \p optixir. No OptiX IR is available
+ if the program was compiled with options incompatible with OptiX IR generation.
 
- \param   [in]  prog CUDA Runtime Compilation program.
- \param   [out] optixir Optix IR Compiled result.
+ - parameter   [in]  prog CUDA Runtime Compilation program.
+ - parameter   [out] optixir Optix IR Compiled result.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
 
  \see     ::nvrtcGetOptiXIRSize*/
 ///
@@ -978,17 +978,17 @@ pub unsafe fn nvrtcGetOptiXIR(
     }
 }
 /** \ingroup compilation
- \brief   nvrtcGetOptiXIRSize sets the value of \p optixirSizeRet with the size of the OptiX IR
-          generated by the previous compilation of \p prog. The value of
-          nvrtcGetOptiXIRSize is set to 0 if the program was compiled with
-          options incompatible with OptiX IR generation.
+   nvrtcGetOptiXIRSize sets the value of \p optixirSizeRet with the size of the OptiX IR
+ generated by the previous compilation of \p prog. The value of
+ nvrtcGetOptiXIRSize is set to 0 if the program was compiled with
+ options incompatible with OptiX IR generation.
 
- \param   [in]  prog CUDA Runtime Compilation program.
- \param   [out] optixirSizeRet Size of the generated LTO IR.
+ - parameter   [in]  prog CUDA Runtime Compilation program.
+ - parameter   [out] optixirSizeRet Size of the generated LTO IR.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
 
  \see     ::nvrtcGetOptiXIR*/
 ///
@@ -1021,16 +1021,16 @@ pub unsafe fn nvrtcGetOptiXIRSize(
     }
 }
 /** \ingroup precompiled_header
- \brief   returns the PCH creation status.
+   returns the PCH creation status.
 
- \param   [in] prog CUDA Runtime Compilation program.
+ - parameter   [in] prog CUDA Runtime Compilation program.
 
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED \endlink
-   - \link #nvrtcResult NVRTC_ERROR_PCH_CREATE \endlink
-   - \link #nvrtcResult NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED \endlink
+ - \link #nvrtcResult NVRTC_ERROR_PCH_CREATE \endlink
+ - \link #nvrtcResult NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
 
  NVRTC_SUCCESS indicates that the PCH was successfully created.
  NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED indicates that no PCH creation
@@ -1069,14 +1069,13 @@ pub unsafe fn nvrtcGetPCHCreateStatus(prog: nvrtcProgram) -> nvrtcResult {
     }
 }
 /** \ingroup precompiled_header
- \brief   retrieve the current size of the PCH Heap.
+   retrieve the current size of the PCH Heap.
 
- \param   [out] ret pointer to location where the size of the PCH Heap
-                 will be stored
+ - parameter   [out] ret pointer to location where the size of the PCH Heap
+ will be stored
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-*/
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink*/
 ///
 /** # Loading
 
@@ -1101,17 +1100,17 @@ pub unsafe fn nvrtcGetPCHHeapSize(ret: *mut usize) -> nvrtcResult {
     }
 }
 /** \ingroup precompiled_header
- \brief   retrieve the required size of the PCH heap required to compile
-          the given program.
+   retrieve the required size of the PCH heap required to compile
+ the given program.
 
- \param   [in] prog CUDA Runtime Compilation program.
- \param   [out] size pointer to location where the required size of the PCH Heap
-                will be stored
+ - parameter   [in] prog CUDA Runtime Compilation program.
+ - parameter   [out] size pointer to location where the required size of the PCH Heap
+ will be stored
 
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
  The size retrieved using this function is only valid if nvrtcGetPCHCreateStatus()
  returned NVRTC_SUCCESS or NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED*/
 ///
@@ -1144,15 +1143,15 @@ pub unsafe fn nvrtcGetPCHHeapSizeRequired(
     }
 }
 /** \ingroup compilation
- \brief   nvrtcGetPTX stores the PTX generated by the previous compilation
-          of \p prog in the memory pointed by \p ptx.
+   nvrtcGetPTX stores the PTX generated by the previous compilation
+ of \p prog in the memory pointed by \p ptx.
 
- \param   [in]  prog CUDA Runtime Compilation program.
- \param   [out] ptx  Compiled result.
+ - parameter   [in]  prog CUDA Runtime Compilation program.
+ - parameter   [out] ptx  Compiled result.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
 
  \see     ::nvrtcGetPTXSize*/
 ///
@@ -1188,17 +1187,17 @@ pub unsafe fn nvrtcGetPTX(
     }
 }
 /** \ingroup compilation
- \brief   nvrtcGetPTXSize sets the value of \p ptxSizeRet with the size of the PTX
-          generated by the previous compilation of \p prog (including the
-          trailing \c NULL).
+   nvrtcGetPTXSize sets the value of \p ptxSizeRet with the size of the PTX
+ generated by the previous compilation of \p prog (including the
+ trailing \c NULL).
 
- \param   [in]  prog       CUDA Runtime Compilation program.
- \param   [out] ptxSizeRet Size of the generated PTX (including the trailing
-                           \c NULL).
+ - parameter   [in]  prog       CUDA Runtime Compilation program.
+ - parameter   [out] ptxSizeRet Size of the generated PTX (including the trailing
+ \c NULL).
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
 
  \see     ::nvrtcGetPTX*/
 ///
@@ -1231,15 +1230,15 @@ pub unsafe fn nvrtcGetPTXSize(
     }
 }
 /** \ingroup compilation
- \brief   nvrtcGetProgramLog stores the log generated by the previous
-          compilation of \p prog in the memory pointed by \p log.
+   nvrtcGetProgramLog stores the log generated by the previous
+ compilation of \p prog in the memory pointed by \p log.
 
- \param   [in]  prog CUDA Runtime Compilation program.
- \param   [out] log  Compilation log.
+ - parameter   [in]  prog CUDA Runtime Compilation program.
+ - parameter   [out] log  Compilation log.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
 
  \see     ::nvrtcGetProgramLogSize*/
 ///
@@ -1275,20 +1274,20 @@ pub unsafe fn nvrtcGetProgramLog(
     }
 }
 /** \ingroup compilation
- \brief   nvrtcGetProgramLogSize sets \p logSizeRet with the size of the
-          log generated by the previous compilation of \p prog (including the
-          trailing \c NULL).
+   nvrtcGetProgramLogSize sets \p logSizeRet with the size of the
+ log generated by the previous compilation of \p prog (including the
+ trailing \c NULL).
 
  Note that compilation log may be generated with warnings and informative
  messages, even when the compilation of \p prog succeeds.
 
- \param   [in]  prog       CUDA Runtime Compilation program.
- \param   [out] logSizeRet Size of the compilation log
-                           (including the trailing \c NULL).
+ - parameter   [in]  prog       CUDA Runtime Compilation program.
+ - parameter   [out] logSizeRet Size of the compilation log
+ (including the trailing \c NULL).
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
 
  \see     ::nvrtcGetProgramLog*/
 ///
@@ -1321,15 +1320,15 @@ pub unsafe fn nvrtcGetProgramLogSize(
     }
 }
 /** \ingroup query
- \brief   nvrtcGetSupportedArchs populates the array passed via the output parameter
-          \p supportedArchs with the architectures supported by NVRTC. The array is
-          sorted in the ascending order. The size of the array to be passed can be
-          determined using ::nvrtcGetNumSupportedArchs.
+   nvrtcGetSupportedArchs populates the array passed via the output parameter
+ \p supportedArchs with the architectures supported by NVRTC. The array is
+ sorted in the ascending order. The size of the array to be passed can be
+ determined using ::nvrtcGetNumSupportedArchs.
 
- \param   [out] supportedArchs sorted array of supported architectures.
+ - parameter   [out] supportedArchs sorted array of supported architectures.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
 
  see    ::nvrtcGetNumSupportedArchs*/
 ///
@@ -1360,15 +1359,15 @@ pub unsafe fn nvrtcGetSupportedArchs(
     }
 }
 /** \ingroup compilation
- \brief   nvrtcGetTileIR stores the cuda_tile IR generated by the previous compilation
-          of \p prog in the memory pointed by \p TileIR.
+   nvrtcGetTileIR stores the cuda_tile IR generated by the previous compilation
+ of \p prog in the memory pointed by \p TileIR.
 
- \param   [in]  prog CUDA Runtime Compilation program.
- \param   [out] TileIR  Generated cuda_tile IR.
+ - parameter   [in]  prog CUDA Runtime Compilation program.
+ - parameter   [out] TileIR  Generated cuda_tile IR.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
 
  \see     ::nvrtcGetTileIRSize*/
 ///
@@ -1404,15 +1403,15 @@ pub unsafe fn nvrtcGetTileIR(
     }
 }
 /** \ingroup compilation
- \brief   nvrtcGetTileIRSize sets the value of \p TileIRSizeRet with the size of the cuda_tile IR
-          generated by the previous compilation of \p prog.
+   nvrtcGetTileIRSize sets the value of \p TileIRSizeRet with the size of the cuda_tile IR
+ generated by the previous compilation of \p prog.
 
- \param   [in]  prog       CUDA Runtime Compilation program.
- \param   [out] TileIRSizeRet Size of the generated cuda_tile IR.
+ - parameter   [in]  prog       CUDA Runtime Compilation program.
+ - parameter   [out] TileIRSizeRet Size of the generated cuda_tile IR.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
 
  \see     ::nvrtcGetTileIR*/
 ///
@@ -1445,8 +1444,8 @@ pub unsafe fn nvrtcGetTileIRSize(
     }
 }
 /** \ingroup bundled_headers
- \brief   nvrtcInstallBundledHeaders extracts CUDA headers bundled with NVRTC
-          to a specified directory for use during compilation.
+   nvrtcInstallBundledHeaders extracts CUDA headers bundled with NVRTC
+ to a specified directory for use during compilation.
 
  NVRTC bundles a set of CUDA Toolkit headers and CUDA C++ Core Libraries (CCCL)
  within libnvrtc-builtins. This function extracts these headers to the specified
@@ -1465,33 +1464,33 @@ pub unsafe fn nvrtcGetTileIRSize(
  function waits for the lock; use NVRTC_INSTALL_HEADERS_NO_WAIT to return
  immediately with NVRTC_ERROR_BUSY if another process holds the lock.
 
- \note    Use NVRTC_INSTALL_HEADERS_SKIP_IF_EXISTS to avoid reinstalling if headers
-          already exist. Use NVRTC_INSTALL_HEADERS_FORCE_OVERWRITE to guarantee
-          consistency by clearing the directory first.
+ Note:    Use NVRTC_INSTALL_HEADERS_SKIP_IF_EXISTS to avoid reinstalling if headers
+ already exist. Use NVRTC_INSTALL_HEADERS_FORCE_OVERWRITE to guarantee
+ consistency by clearing the directory first.
 
- \param   [in] installPath Path where headers should be extracted (UTF-8 encoded).
-                           The directory will be created if it doesn't exist.
- \param   [in] flags       NVRTC_INSTALL_HEADERS_* flags:
-                           - 0 (SKIP_IF_EXISTS): Skip if version marker exists
-                             and version matches. This is the default.
-                           - NVRTC_INSTALL_HEADERS_FORCE_OVERWRITE: Clear directory
-                             first, then install. Guarantees consistency.
-                           - NVRTC_INSTALL_HEADERS_NO_WAIT: Return NVRTC_ERROR_BUSY
-                             immediately if lock cannot be acquired.
-                           NO_WAIT can be combined with FORCE_OVERWRITE.
- \param   [out] errorLog   Optional pointer to receive detailed error message on failure.
-                           If non-NULL, \p *errorLog will be set to point to a string
-                           describing the error cause. Note: subsequent API calls from
-                           the same thread may overwrite this message.
-                           May be NULL if error details are not needed.
+ - parameter   [in] installPath Path where headers should be extracted (UTF-8 encoded).
+ The directory will be created if it doesn't exist.
+ - parameter   [in] flags       NVRTC_INSTALL_HEADERS_* flags:
+ - 0 (SKIP_IF_EXISTS): Skip if version marker exists
+ and version matches. This is the default.
+ - NVRTC_INSTALL_HEADERS_FORCE_OVERWRITE: Clear directory
+ first, then install. Guarantees consistency.
+ - NVRTC_INSTALL_HEADERS_NO_WAIT: Return NVRTC_ERROR_BUSY
+ immediately if lock cannot be acquired.
+ NO_WAIT can be combined with FORCE_OVERWRITE.
+ - parameter   [out] errorLog   Optional pointer to receive detailed error message on failure.
+ If non-NULL, \p *errorLog will be set to point to a string
+ describing the error cause. Note: subsequent API calls from
+ the same thread may overwrite this message.
+ May be NULL if error details are not needed.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink (invalid path or
-     conflicting flags like SKIP_IF_EXISTS | FORCE_OVERWRITE)
-   - \link #nvrtcResult NVRTC_ERROR_BUILTIN_OPERATION_FAILURE \endlink
-     (extraction failed or version mismatch)
-   - \link #nvrtcResult NVRTC_ERROR_BUSY \endlink (lock held by another process
-     and NVRTC_INSTALL_HEADERS_NO_WAIT was specified)
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink (invalid path or
+ conflicting flags like SKIP_IF_EXISTS | FORCE_OVERWRITE)
+ - \link #nvrtcResult NVRTC_ERROR_BUILTIN_OPERATION_FAILURE \endlink
+ (extraction failed or version mismatch)
+ - \link #nvrtcResult NVRTC_ERROR_BUSY \endlink (lock held by another process
+ and NVRTC_INSTALL_HEADERS_NO_WAIT was specified)
 
  \see nvrtcCompileProgram*/
 ///
@@ -1530,27 +1529,27 @@ pub unsafe fn nvrtcInstallBundledHeaders(
     }
 }
 /** \ingroup bundled_headers
- \brief   nvrtcRemoveBundledHeaders removes previously installed bundled headers.
+   nvrtcRemoveBundledHeaders removes previously installed bundled headers.
 
  This function removes the headers installed by nvrtcInstallBundledHeaders,
  helping users manage disk space. It recursively removes all files and
  subdirectories within the installation directory.
 
- \note    This function will remove ALL contents of the specified directory,
-          not just files installed by NVRTC. Use with caution.
+ Note:    This function will remove ALL contents of the specified directory,
+ not just files installed by NVRTC. Use with caution.
 
- \param   [in] installPath Path where headers were previously installed.
-                           Must be the same path used with nvrtcInstallBundledHeaders.
- \param   [out] errorLog Optional pointer to receive detailed error message on failure.
-                         If non-NULL, \p *errorLog will be set to point to a string
-                         describing the error cause. Note: subsequent API calls from
-                         the same thread may overwrite this message.
-                         May be NULL if error details are not needed.
+ - parameter   [in] installPath Path where headers were previously installed.
+ Must be the same path used with nvrtcInstallBundledHeaders.
+ - parameter   [out] errorLog Optional pointer to receive detailed error message on failure.
+ If non-NULL, \p *errorLog will be set to point to a string
+ describing the error cause. Note: subsequent API calls from
+ the same thread may overwrite this message.
+ May be NULL if error details are not needed.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink (invalid path)
-   - \link #nvrtcResult NVRTC_ERROR_BUILTIN_OPERATION_FAILURE \endlink
-     (removal failed)*/
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink (invalid path)
+ - \link #nvrtcResult NVRTC_ERROR_BUILTIN_OPERATION_FAILURE \endlink
+ (removal failed)*/
 ///
 /** # Loading
 
@@ -1584,39 +1583,39 @@ pub unsafe fn nvrtcRemoveBundledHeaders(
     }
 }
 /** \ingroup compilation
- \brief   nvrtcSetFlowCallback registers a callback function that the compiler
-          will invoke at different points during a call to nvrtcCompileProgram,
-          and the callback function can decide whether to cancel compilation by
-          returning specific values.
+   nvrtcSetFlowCallback registers a callback function that the compiler
+ will invoke at different points during a call to nvrtcCompileProgram,
+ and the callback function can decide whether to cancel compilation by
+ returning specific values.
 
  The callback function must satisfy the following constraints:
 
  (1) Its signature should be:
-     @code
-     int callback(void* param1, void* param2);
-     @endcode
-     When invoking the callback, the compiler will always pass \p payload to
-     param1 so that the callback may make decisions based on \p payload . It'll
-     always pass NULL to param2 for now which is reserved for future extensions.
+ @code
+ int callback(void* param1, void* param2);
+ @endcode
+ When invoking the callback, the compiler will always pass \p payload to
+ param1 so that the callback may make decisions based on \p payload . It'll
+ always pass NULL to param2 for now which is reserved for future extensions.
 
  (2) It must return 1 to cancel compilation or 0 to continue.
-     Other return values are reserved for future use.
+ Other return values are reserved for future use.
 
  (3) It must return consistent values. Once it returns 1 at one point, it must
-     return 1 in all following invocations during the current nvrtcCompileProgram
-     call in progress.
+ return 1 in all following invocations during the current nvrtcCompileProgram
+ call in progress.
 
  (4) It must be thread-safe.
 
  (5) It must not invoke any nvrtc/libnvvm/ptx APIs.
 
- \param   [in] prog CUDA Runtime Compilation program.
- \param   [in] callback the callback that issues cancellation signal.
- \param   [in] payload to be passed as a parameter when invoking the callback.
+ - parameter   [in] prog CUDA Runtime Compilation program.
+ - parameter   [in] callback the callback that issues cancellation signal.
+ - parameter   [in] payload to be passed as a parameter when invoking the callback.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink*/
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_PROGRAM \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink*/
 ///
 /** # Loading
 
@@ -1668,12 +1667,12 @@ pub unsafe fn nvrtcSetFlowCallback(
     }
 }
 /** \ingroup precompiled_header
- \brief   set the size of the PCH Heap.
+   set the size of the PCH Heap.
 
- \param   [in] size requested size of the PCH Heap, in bytes
+ - parameter   [in] size requested size of the PCH Heap, in bytes
 
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
 
  The requested size may be rounded up to a platform dependent
  alignment (e.g. page size). If the PCH Heap has already been allocated,
@@ -1702,15 +1701,14 @@ pub unsafe fn nvrtcSetPCHHeapSize(size: usize) -> nvrtcResult {
     }
 }
 /** \ingroup query
- \brief   nvrtcVersion sets the output parameters \p major and \p minor
-          with the CUDA Runtime Compilation version number.
+   nvrtcVersion sets the output parameters \p major and \p minor
+ with the CUDA Runtime Compilation version number.
 
- \param   [out] major CUDA Runtime Compilation major version number.
- \param   [out] minor CUDA Runtime Compilation minor version number.
+ - parameter   [out] major CUDA Runtime Compilation major version number.
+ - parameter   [out] minor CUDA Runtime Compilation minor version number.
  \return
-   - \link #nvrtcResult NVRTC_SUCCESS \endlink
-   - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink
-*/
+ - \link #nvrtcResult NVRTC_SUCCESS \endlink
+ - \link #nvrtcResult NVRTC_ERROR_INVALID_INPUT \endlink*/
 ///
 /** # Loading
 

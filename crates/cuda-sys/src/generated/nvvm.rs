@@ -168,7 +168,7 @@ pub static LIBRARY: crate::loader::Library = crate::loader::Library::new(
     &SLOTS,
 );
 /** \ingroup compilation
- \brief   Add a module level NVVM IR to a program.
+   Add a module level NVVM IR to a program.
 
  The \p buffer should contain an NVVM IR module.
  The module should have NVVM IR either in the LLVM 7.0.1 bitcode
@@ -176,17 +176,17 @@ pub static LIBRARY: crate::loader::Library = crate::loader::Library::new(
  the text representation of NVVM IR is deprecated and may be removed in a
  later version.
 
- \param   [in] prog   NVVM program.
- \param   [in] buffer NVVM IR module in the bitcode or text
-                      representation.
- \param   [in] size   Size of the NVVM IR module.
- \param   [in] name   Name of the NVVM IR module.
-                      If NULL, "<unnamed>" is used as the name.
+ - parameter   [in] prog   NVVM program.
+ - parameter   [in] buffer NVVM IR module in the bitcode or text
+ representation.
+ - parameter   [in] size   Size of the NVVM IR module.
+ - parameter   [in] name   Name of the NVVM IR module.
+ If NULL, "<unnamed>" is used as the name.
  \return
-   - \link ::nvvmResult NVVM_SUCCESS \endlink
-   - \link ::nvvmResult NVVM_ERROR_OUT_OF_MEMORY \endlink
-   - \link ::nvvmResult NVVM_ERROR_INVALID_INPUT \endlink
-   - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink*/
+ - \link ::nvvmResult NVVM_SUCCESS \endlink
+ - \link ::nvvmResult NVVM_ERROR_OUT_OF_MEMORY \endlink
+ - \link ::nvvmResult NVVM_ERROR_INVALID_INPUT \endlink
+ - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink*/
 ///
 /** # Loading
 
@@ -226,7 +226,7 @@ pub unsafe fn nvvmAddModuleToProgram(
     }
 }
 /** \ingroup compilation
- \brief   Compile the NVVM program.
+   Compile the NVVM program.
 
  The NVVM IR modules in the program will be linked at the IR level.
  The linked IR program is compiled to PTX.
@@ -236,82 +236,82 @@ pub unsafe fn nvvmAddModuleToProgram(
 
  The valid compiler options are:
 
-   - -g (enable generation of full debugging information).
-        Full debug support is only valid with '-opt=0'. Debug support
-        requires the input module to utilize NVVM IR Debug Metadata.
-        Line number (line info) only generation is also enabled via NVVM IR
-        Debug Metadata, there is no specific libNVVM API flag for that case.
-   - -opt=
-     - 0 (disable optimizations)
-     - 3 (default, enable optimizations)
-   - -arch=
-     - compute_75 (default)
-     - compute_80
-     - compute_87
-     - compute_89
-     - compute_90
-     - compute_90a
-     - compute_100
-     - compute_100a
-     - compute_100f
-     - compute_103
-     - compute_103a
-     - compute_103f
-     - compute_110
-     - compute_110a
-     - compute_110f
-     - compute_120
-     - compute_120a
-     - compute_120f
-     - compute_121
-     - compute_121a
-     - compute_121f
-   - -ftz=
-     - 0 (default, preserve denormal values, when performing
-          single-precision floating-point operations)
-     - 1 (flush denormal values to zero, when performing
-          single-precision floating-point operations)
-   - -prec-sqrt=
-     - 0 (use a faster approximation for single-precision
-          floating-point square root)
-     - 1 (default, use IEEE round-to-nearest mode for
-          single-precision floating-point square root)
-   - -prec-div=
-     - 0 (use a faster approximation for single-precision
-          floating-point division and reciprocals)
-     - 1 (default, use IEEE round-to-nearest mode for
-          single-precision floating-point division and reciprocals)
-   - -fma=
-     - 0 (disable FMA contraction)
-     - 1 (default, enable FMA contraction)
-   - -jump-table-density=[0-101]
-        Specify the case density percentage in switch statements, and use
-        it as a minimal threshold to determine whether jump table(brx.idx
-        instruction) will be used to implement a switch statement. Default
-        value is 101. The percentage ranges from 0 to 101 inclusively.
-   - -gen-lto (Generate LTO IR instead of PTX).
-   - -ptx-version-target=[86-94]
-        Specify the target PTX version as (MAJOR VERSION * 10 + MINOR
-        VERSION). This is supported only for Blackwell and later architectures
-        (compute capability compute_100 or greater). Using this option implies
-        that the operations in incoming \p prog are compliant with targeted
-        PTX version. If not set, highest available PTX version is used.
-   - -nvvm-latest
-        Use the most recent LLVM-based NVVM release. Previews this newer NVVM
-        on all GPU architectures. No-op for Blackwell and later where it is
-        already the default.
+ - -g (enable generation of full debugging information).
+ Full debug support is only valid with '-opt=0'. Debug support
+ requires the input module to utilize NVVM IR Debug Metadata.
+ Line number (line info) only generation is also enabled via NVVM IR
+ Debug Metadata, there is no specific libNVVM API flag for that case.
+ - -opt=
+ - 0 (disable optimizations)
+ - 3 (default, enable optimizations)
+ - -arch=
+ - compute_75 (default)
+ - compute_80
+ - compute_87
+ - compute_89
+ - compute_90
+ - compute_90a
+ - compute_100
+ - compute_100a
+ - compute_100f
+ - compute_103
+ - compute_103a
+ - compute_103f
+ - compute_110
+ - compute_110a
+ - compute_110f
+ - compute_120
+ - compute_120a
+ - compute_120f
+ - compute_121
+ - compute_121a
+ - compute_121f
+ - -ftz=
+ - 0 (default, preserve denormal values, when performing
+ single-precision floating-point operations)
+ - 1 (flush denormal values to zero, when performing
+ single-precision floating-point operations)
+ - -prec-sqrt=
+ - 0 (use a faster approximation for single-precision
+ floating-point square root)
+ - 1 (default, use IEEE round-to-nearest mode for
+ single-precision floating-point square root)
+ - -prec-div=
+ - 0 (use a faster approximation for single-precision
+ floating-point division and reciprocals)
+ - 1 (default, use IEEE round-to-nearest mode for
+ single-precision floating-point division and reciprocals)
+ - -fma=
+ - 0 (disable FMA contraction)
+ - 1 (default, enable FMA contraction)
+ - -jump-table-density=[0-101]
+ Specify the case density percentage in switch statements, and use
+ it as a minimal threshold to determine whether jump table(brx.idx
+ instruction) will be used to implement a switch statement. Default
+ value is 101. The percentage ranges from 0 to 101 inclusively.
+ - -gen-lto (Generate LTO IR instead of PTX).
+ - -ptx-version-target=[86-94]
+ Specify the target PTX version as (MAJOR VERSION * 10 + MINOR
+ VERSION). This is supported only for Blackwell and later architectures
+ (compute capability compute_100 or greater). Using this option implies
+ that the operations in incoming \p prog are compliant with targeted
+ PTX version. If not set, highest available PTX version is used.
+ - -nvvm-latest
+ Use the most recent LLVM-based NVVM release. Previews this newer NVVM
+ on all GPU architectures. No-op for Blackwell and later where it is
+ already the default.
 
- \param   [in] prog       NVVM program.
- \param   [in] numOptions Number of compiler \p options passed.
- \param   [in] options    Compiler options in the form of C string array.
+ - parameter   [in] prog       NVVM program.
+ - parameter   [in] numOptions Number of compiler \p options passed.
+ - parameter   [in] options    Compiler options in the form of C string array.
  \return
-   - \link ::nvvmResult NVVM_SUCCESS \endlink
-   - \link ::nvvmResult NVVM_ERROR_OUT_OF_MEMORY \endlink
-   - \link ::nvvmResult NVVM_ERROR_IR_VERSION_MISMATCH \endlink
-   - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink
-   - \link ::nvvmResult NVVM_ERROR_INVALID_OPTION \endlink
-   - \link ::nvvmResult NVVM_ERROR_NO_MODULE_IN_PROGRAM \endlink
-   - \link ::nvvmResult NVVM_ERROR_COMPILATION \endlink*/
+ - \link ::nvvmResult NVVM_SUCCESS \endlink
+ - \link ::nvvmResult NVVM_ERROR_OUT_OF_MEMORY \endlink
+ - \link ::nvvmResult NVVM_ERROR_IR_VERSION_MISMATCH \endlink
+ - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink
+ - \link ::nvvmResult NVVM_ERROR_INVALID_OPTION \endlink
+ - \link ::nvvmResult NVVM_ERROR_NO_MODULE_IN_PROGRAM \endlink
+ - \link ::nvvmResult NVVM_ERROR_COMPILATION \endlink*/
 ///
 /** # Loading
 
@@ -348,13 +348,13 @@ pub unsafe fn nvvmCompileProgram(
     }
 }
 /** \ingroup compilation
- \brief   Create a program, and set the value of its handle to \p *prog.
+   Create a program, and set the value of its handle to \p *prog.
 
- \param   [in] prog NVVM program.
+ - parameter   [in] prog NVVM program.
  \return
-   - \link ::nvvmResult NVVM_SUCCESS \endlink
-   - \link ::nvvmResult NVVM_ERROR_OUT_OF_MEMORY \endlink
-   - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink
+ - \link ::nvvmResult NVVM_SUCCESS \endlink
+ - \link ::nvvmResult NVVM_ERROR_OUT_OF_MEMORY \endlink
+ - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink
 
  \see     nvvmDestroyProgram()*/
 ///
@@ -381,12 +381,12 @@ pub unsafe fn nvvmCreateProgram(prog: *mut nvvmProgram) -> nvvmResult {
     }
 }
 /** \ingroup compilation
- \brief   Destroy a program.
+   Destroy a program.
 
- \param    [in] prog NVVM program.
+ - parameter    [in] prog NVVM program.
  \return
-   - \link ::nvvmResult NVVM_SUCCESS \endlink
-   - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink
+ - \link ::nvvmResult NVVM_SUCCESS \endlink
+ - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink
 
  \see     nvvmCreateProgram()*/
 ///
@@ -413,15 +413,15 @@ pub unsafe fn nvvmDestroyProgram(prog: *mut nvvmProgram) -> nvvmResult {
     }
 }
 /** \ingroup compilation
- \brief   Get the compiled result.
+   Get the compiled result.
 
  The result is stored in the memory pointed to by \p buffer.
 
- \param   [in]  prog   NVVM program.
- \param   [out] buffer Compiled result.
+ - parameter   [in]  prog   NVVM program.
+ - parameter   [out] buffer Compiled result.
  \return
-   - \link ::nvvmResult NVVM_SUCCESS \endlink
-   - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink*/
+ - \link ::nvvmResult NVVM_SUCCESS \endlink
+ - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink*/
 ///
 /** # Loading
 
@@ -455,14 +455,14 @@ pub unsafe fn nvvmGetCompiledResult(
     }
 }
 /** \ingroup compilation
- \brief   Get the size of the compiled result.
+   Get the size of the compiled result.
 
- \param   [in]  prog          NVVM program.
- \param   [out] bufferSizeRet Size of the compiled result (including the
-                              trailing NULL).
+ - parameter   [in]  prog          NVVM program.
+ - parameter   [out] bufferSizeRet Size of the compiled result (including the
+ trailing NULL).
  \return
-   - \link ::nvvmResult NVVM_SUCCESS \endlink
-   - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink*/
+ - \link ::nvvmResult NVVM_SUCCESS \endlink
+ - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink*/
 ///
 /** # Loading
 
@@ -493,10 +493,10 @@ pub unsafe fn nvvmGetCompiledResultSize(
     }
 }
 /** \ingroup error
- \brief   Get the message string for the given #nvvmResult code.
+   Get the message string for the given #nvvmResult code.
 
- \param   [in] result NVVM API result code.
- \return  Message string for the given #nvvmResult code.*/
+ - parameter   [in] result NVVM API result code.
+ Returns:  Message string for the given #nvvmResult code.*/
 ///
 /** # Loading
 
@@ -519,16 +519,16 @@ pub unsafe fn nvvmGetErrorString(
     Ok(unsafe { __cuda_sys_fn(result) })
 }
 /** \ingroup compilation
- \brief   Get the Compiler/Verifier Message.
+   Get the Compiler/Verifier Message.
 
  The NULL terminated message string is stored in the memory pointed to by
  \p buffer when the return value is NVVM_SUCCESS.
 
- \param   [in]  prog   NVVM program.
- \param   [out] buffer Compilation/Verification log.
+ - parameter   [in]  prog   NVVM program.
+ - parameter   [out] buffer Compilation/Verification log.
  \return
-   - \link ::nvvmResult NVVM_SUCCESS \endlink
-   - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink*/
+ - \link ::nvvmResult NVVM_SUCCESS \endlink
+ - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink*/
 ///
 /** # Loading
 
@@ -562,17 +562,17 @@ pub unsafe fn nvvmGetProgramLog(
     }
 }
 /** \ingroup compilation
- \brief   Get the Size of Compiler/Verifier Message.
+   Get the Size of Compiler/Verifier Message.
 
  The size of the message string (including the trailing NULL) is stored into
  \p bufferSizeRet when the return value is NVVM_SUCCESS.
 
- \param   [in]  prog          NVVM program.
- \param   [out] bufferSizeRet Size of the compilation/verification log
-(including the trailing NULL).
+ - parameter   [in]  prog          NVVM program.
+ - parameter   [out] bufferSizeRet Size of the compilation/verification log
+ (including the trailing NULL).
  \return
-   - \link ::nvvmResult NVVM_SUCCESS \endlink
-   - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink*/
+ - \link ::nvvmResult NVVM_SUCCESS \endlink
+ - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink*/
 ///
 /** # Loading
 
@@ -603,15 +603,14 @@ pub unsafe fn nvvmGetProgramLogSize(
     }
 }
 /** \ingroup query
- \brief   Get the NVVM IR version.
+   Get the NVVM IR version.
 
- \param   [out] majorIR  NVVM IR major version number.
- \param   [out] minorIR  NVVM IR minor version number.
- \param   [out] majorDbg NVVM IR debug metadata major version number.
- \param   [out] minorDbg NVVM IR debug metadata minor version number.
+ - parameter   [out] majorIR  NVVM IR major version number.
+ - parameter   [out] minorIR  NVVM IR minor version number.
+ - parameter   [out] majorDbg NVVM IR debug metadata major version number.
+ - parameter   [out] minorDbg NVVM IR debug metadata minor version number.
  \return
-   - \link ::nvvmResult NVVM_SUCCESS \endlink
-*/
+ - \link ::nvvmResult NVVM_SUCCESS \endlink*/
 ///
 /** # Loading
 
@@ -651,16 +650,15 @@ pub unsafe fn nvvmIRVersion(
     }
 }
 /** \ingroup query
- \brief   Get the LLVM IR version guaranteed to be supported by NVVM.
+   Get the LLVM IR version guaranteed to be supported by NVVM.
 
  The valid arch strings are the ones supported by nvvmCompileProgram().
 
- \param   [in] arch Architecture string.
- \param   [out] major LLVM IR version number.
+ - parameter   [in] arch Architecture string.
+ - parameter   [out] major LLVM IR version number.
  \return
-   - \link ::nvvmResult NVVM_SUCCESS \endlink
-   - \link ::nvvmResult NVVM_ERROR_INVALID_INPUT \endlink
-*/
+ - \link ::nvvmResult NVVM_SUCCESS \endlink
+ - \link ::nvvmResult NVVM_ERROR_INVALID_INPUT \endlink*/
 ///
 /** # Loading
 
@@ -694,7 +692,7 @@ pub unsafe fn nvvmLLVMVersion(
     }
 }
 /** \ingroup compilation
- \brief   Add a module level NVVM IR to a program.
+   Add a module level NVVM IR to a program.
 
  The \p buffer should contain an NVVM IR module. The module should have NVVM
  IR in the LLVM 7.0.1 bitcode representation.
@@ -708,16 +706,16 @@ pub unsafe fn nvvmLLVMVersion(
  optimizations, this API to load a module is more efficient and should
  be used where possible.
 
- \param   [in] prog   NVVM program.
- \param   [in] buffer NVVM IR module in the bitcode representation.
- \param   [in] size   Size of the NVVM IR module.
- \param   [in] name   Name of the NVVM IR module.
-                      If NULL, "<unnamed>" is used as the name.
+ - parameter   [in] prog   NVVM program.
+ - parameter   [in] buffer NVVM IR module in the bitcode representation.
+ - parameter   [in] size   Size of the NVVM IR module.
+ - parameter   [in] name   Name of the NVVM IR module.
+ If NULL, "<unnamed>" is used as the name.
  \return
-   - \link ::nvvmResult NVVM_SUCCESS \endlink
-   - \link ::nvvmResult NVVM_ERROR_OUT_OF_MEMORY \endlink
-   - \link ::nvvmResult NVVM_ERROR_INVALID_INPUT \endlink
-   - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink*/
+ - \link ::nvvmResult NVVM_SUCCESS \endlink
+ - \link ::nvvmResult NVVM_ERROR_OUT_OF_MEMORY \endlink
+ - \link ::nvvmResult NVVM_ERROR_INVALID_INPUT \endlink
+ - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink*/
 ///
 /** # Loading
 
@@ -757,23 +755,23 @@ pub unsafe fn nvvmLazyAddModuleToProgram(
     }
 }
 /** \ingroup compilation
- \brief   Verify the NVVM program.
+   Verify the NVVM program.
 
  The valid compiler options are:
 
  Same as for nvvmCompileProgram().
 
- \param   [in] prog       NVVM program.
- \param   [in] numOptions Number of compiler \p options passed.
- \param   [in] options    Compiler options in the form of C string array.
+ - parameter   [in] prog       NVVM program.
+ - parameter   [in] numOptions Number of compiler \p options passed.
+ - parameter   [in] options    Compiler options in the form of C string array.
  \return
-   - \link ::nvvmResult NVVM_SUCCESS \endlink
-   - \link ::nvvmResult NVVM_ERROR_OUT_OF_MEMORY \endlink
-   - \link ::nvvmResult NVVM_ERROR_IR_VERSION_MISMATCH \endlink
-   - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink
-   - \link ::nvvmResult NVVM_ERROR_INVALID_IR \endlink
-   - \link ::nvvmResult NVVM_ERROR_INVALID_OPTION \endlink
-   - \link ::nvvmResult NVVM_ERROR_NO_MODULE_IN_PROGRAM \endlink
+ - \link ::nvvmResult NVVM_SUCCESS \endlink
+ - \link ::nvvmResult NVVM_ERROR_OUT_OF_MEMORY \endlink
+ - \link ::nvvmResult NVVM_ERROR_IR_VERSION_MISMATCH \endlink
+ - \link ::nvvmResult NVVM_ERROR_INVALID_PROGRAM \endlink
+ - \link ::nvvmResult NVVM_ERROR_INVALID_IR \endlink
+ - \link ::nvvmResult NVVM_ERROR_INVALID_OPTION \endlink
+ - \link ::nvvmResult NVVM_ERROR_NO_MODULE_IN_PROGRAM \endlink
 
  \see     nvvmCompileProgram()*/
 ///
@@ -812,13 +810,12 @@ pub unsafe fn nvvmVerifyProgram(
     }
 }
 /** \ingroup query
- \brief   Get the NVVM version.
+   Get the NVVM version.
 
- \param   [out] major NVVM major version number.
- \param   [out] minor NVVM minor version number.
+ - parameter   [out] major NVVM major version number.
+ - parameter   [out] minor NVVM minor version number.
  \return
-   - \link ::nvvmResult NVVM_SUCCESS \endlink
-*/
+ - \link ::nvvmResult NVVM_SUCCESS \endlink*/
 ///
 /** # Loading
 

@@ -6625,7 +6625,9 @@ const _: () = {
 /// Input data for splitting SMs
 pub type cudaDevSmResourceGroupParams = cudaDevSmResourceGroupParams_st;
 /** A tagged union describing different resources identified by the type field. This structure should not be directly modified outside of the API that created it.
+
  ```text
+
   struct {
       enum cudaDevResourceType type;
       union {
@@ -6634,7 +6636,9 @@ pub type cudaDevSmResourceGroupParams = cudaDevSmResourceGroupParams_st;
           struct cudaDevWorkqueueResource wq;
       };
   };
+
  ```
+
  - If \p type is \p cudaDevResourceTypeInvalid, this resoure is not valid and cannot be further accessed.
  - If \p type is \p cudaDevResourceTypeSm, the ::cudaDevSmResource structure \p sm is filled in. For example,
  \p sm.smCount will reflect the amount of streaming multiprocessors available in this resource.
@@ -6718,7 +6722,9 @@ impl Default for cudaDevResource_st {
     }
 }
 /** A tagged union describing different resources identified by the type field. This structure should not be directly modified outside of the API that created it.
+
  ```text
+
   struct {
       enum cudaDevResourceType type;
       union {
@@ -6727,7 +6733,9 @@ impl Default for cudaDevResource_st {
           struct cudaDevWorkqueueResource wq;
       };
   };
+
  ```
+
  - If \p type is \p cudaDevResourceTypeInvalid, this resoure is not valid and cannot be further accessed.
  - If \p type is \p cudaDevResourceTypeSm, the ::cudaDevSmResource structure \p sm is filled in. For example,
  \p sm.smCount will reflect the amount of streaming multiprocessors available in this resource.
@@ -12520,22 +12528,22 @@ pub static LIBRARY: crate::loader::Library = crate::loader::Library::new(
     &FUNCTIONS,
     &SLOTS,
 );
-/** \brief Gets info about the specified cudaArray
+/** Gets info about the specified cudaArray
 
  Returns in \p *desc, \p *extent and \p *flags respectively, the type, shape
  and flags of \p array.
 
  Any of \p *desc, \p *extent and \p *flags may be specified as NULL.
 
- \param desc   - Returned array type
- \param extent - Returned array shape. 2D arrays will have depth of zero
- \param flags  - Returned array flags
- \param array  - The ::cudaArray to get info for
+ - parameter desc   - Returned array type
+ - parameter extent - Returned array shape. 2D arrays will have depth of zero
+ - parameter flags  - Returned array flags
+ - parameter array  - The ::cudaArray to get info for
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -12580,7 +12588,7 @@ pub unsafe fn cudaArrayGetInfo(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the memory requirements of a CUDA array
+/** Returns the memory requirements of a CUDA array
 
  Returns the memory requirements of a CUDA array in \p memoryRequirements
  If the CUDA array is not allocated with flag ::cudaArrayDeferredMapping
@@ -12598,7 +12606,7 @@ pub unsafe fn cudaArrayGetInfo(
  \param[out] memoryRequirements - Pointer to ::cudaArrayMemoryRequirements
  \param[in] array - CUDA array to get the memory requirements of
  \param[in] device - Device to get the memory requirements for
- \sa ::cudaMipmappedArrayGetMemoryRequirements*/
+ See also: ::cudaMipmappedArrayGetMemoryRequirements*/
 ///
 /** # Loading
 
@@ -12634,7 +12642,7 @@ pub unsafe fn cudaArrayGetMemoryRequirements(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets a CUDA array plane from a CUDA array
+/** Gets a CUDA array plane from a CUDA array
 
  Returns in \p pPlaneArray a CUDA array that represents a single format plane
  of the CUDA array \p hArray.
@@ -12647,15 +12655,15 @@ pub unsafe fn cudaArrayGetMemoryRequirements(
  If 1 is passed for \p planeIdx, then the returned CUDA array has half the height and width
  of \p hArray with two 8-bit channels and ::cudaChannelFormatKindUnsigned as its format kind.
 
- \param pPlaneArray   - Returned CUDA array referenced by the \p planeIdx
- \param hArray        - CUDA array
- \param planeIdx      - Plane index
+ - parameter pPlaneArray   - Returned CUDA array referenced by the \p planeIdx
+ - parameter hArray        - CUDA array
+ - parameter planeIdx      - Plane index
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  ::cudaErrorInvalidResourceHandle
- \notefnerr
+
 
  \sa
  ::cuArrayGetPlane*/
@@ -12726,22 +12734,22 @@ pub unsafe fn cudaArrayGetSparseProperties(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Select compute-device which best matches criteria
+/** Select compute-device which best matches criteria
 
  Returns in \p *device the device which has properties that best match
  \p *prop.
 
- \param device - Device with best match
- \param prop   - Desired device properties
+ - parameter device - Device with best match
+ - parameter prop   - Desired device properties
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaGetDeviceCount, ::cudaGetDevice, ::cudaSetDevice,
+ See also: ::cudaGetDeviceCount, ::cudaGetDevice, ::cudaSetDevice,
  ::cudaGetDeviceProperties,
  ::cudaInitDevice*/
 ///
@@ -12776,31 +12784,35 @@ pub unsafe fn cudaChooseDevice(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a channel descriptor using the specified format
+/** Returns a channel descriptor using the specified format
 
  Returns a channel descriptor with format \p f and number of bits of each
  component \p x, \p y, \p z, and \p w.  The ::cudaChannelFormatDesc is
  defined as:
- \code
-struct cudaChannelFormatDesc {
-int x, y, z, w;
-enum cudaChannelFormatKind f;
-};
- \endcode
+
+ ```text
+
+ struct cudaChannelFormatDesc {
+ int x, y, z, w;
+ enum cudaChannelFormatKind f;
+ };
+
+ ```
+
 
  where ::cudaChannelFormatKind is one of ::cudaChannelFormatKindSigned,
  ::cudaChannelFormatKindUnsigned, or ::cudaChannelFormatKindFloat.
 
- \param x - X component
- \param y - Y component
- \param z - Z component
- \param w - W component
- \param f - Channel format
+ - parameter x - X component
+ - parameter y - Y component
+ - parameter z - Z component
+ - parameter w - W component
+ - parameter f - Channel format
 
  \return
  Channel descriptor with format \p f
 
- \sa \ref ::cudaCreateChannelDesc(void) "cudaCreateChannelDesc (C++ API)",
+ See also: \ref ::cudaCreateChannelDesc(void) "cudaCreateChannelDesc (C++ API)",
  ::cudaGetChannelDesc, ::cudaCreateTextureObject, ::cudaCreateSurfaceObject*/
 ///
 /** # Loading
@@ -12839,7 +12851,7 @@ pub unsafe fn cudaCreateChannelDesc(
     };
     Ok(unsafe { __cuda_sys_fn(x, y, z, w, f) })
 }
-/** \brief Creates a surface object
+/** Creates a surface object
 
  Creates a surface object and returns it in \p pSurfObject. \p pResDesc describes
  the data to perform surface load/stores on. ::cudaResourceDesc::resType must be
@@ -12850,8 +12862,8 @@ pub unsafe fn cudaCreateChannelDesc(
  Additionally, a surface object is an opaque value, and, as such, should only be
  accessed through CUDA API calls.
 
- \param pSurfObject - Surface object to create
- \param pResDesc    - Resource descriptor
+ - parameter pSurfObject - Surface object to create
+ - parameter pResDesc    - Resource descriptor
 
  \return
  ::cudaSuccess,
@@ -12896,7 +12908,7 @@ pub unsafe fn cudaCreateSurfaceObject(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a texture object
+/** Creates a texture object
 
  Creates a texture object and returns it in \p pTexObject. \p pResDesc describes
  the data to texture from. \p pTexDesc describes how the data should be sampled.
@@ -12911,43 +12923,51 @@ pub unsafe fn cudaCreateSurfaceObject(
  accessed through CUDA API calls.
 
  The ::cudaResourceDesc structure is defined as:
- \code
-struct cudaResourceDesc {
-enum cudaResourceType resType;
 
-union {
-struct {
-cudaArray_t array;
-} array;
-struct {
-cudaMipmappedArray_t mipmap;
-} mipmap;
-struct {
-void *devPtr;
-struct cudaChannelFormatDesc desc;
-size_t sizeInBytes;
-} linear;
-struct {
-void *devPtr;
-struct cudaChannelFormatDesc desc;
-size_t width;
-size_t height;
-size_t pitchInBytes;
-} pitch2D;
-} res;
-};
- \endcode
+ ```text
+
+ struct cudaResourceDesc {
+ enum cudaResourceType resType;
+
+ union {
+ struct {
+ cudaArray_t array;
+ } array;
+ struct {
+ cudaMipmappedArray_t mipmap;
+ } mipmap;
+ struct {
+ void *devPtr;
+ struct cudaChannelFormatDesc desc;
+ size_t sizeInBytes;
+ } linear;
+ struct {
+ void *devPtr;
+ struct cudaChannelFormatDesc desc;
+ size_t width;
+ size_t height;
+ size_t pitchInBytes;
+ } pitch2D;
+ } res;
+ };
+
+ ```
+
  where:
  - ::cudaResourceDesc::resType specifies the type of resource to texture from.
  CUresourceType is defined as:
- \code
-enum cudaResourceType {
-cudaResourceTypeArray          = 0x00,
-cudaResourceTypeMipmappedArray = 0x01,
-cudaResourceTypeLinear         = 0x02,
-cudaResourceTypePitch2D        = 0x03
-};
- \endcode
+
+ ```text
+
+ enum cudaResourceType {
+ cudaResourceTypeArray          = 0x00,
+ cudaResourceTypeMipmappedArray = 0x01,
+ cudaResourceTypeLinear         = 0x02,
+ cudaResourceTypePitch2D        = 0x03
+ };
+
+ ```
+
 
  \par
  If ::cudaResourceDesc::resType is set to ::cudaResourceTypeArray, ::cudaResourceDesc::res::array::array
@@ -12975,69 +12995,85 @@ cudaResourceTypePitch2D        = 0x03
 
 
  The ::cudaTextureDesc struct is defined as
- \code
-struct cudaTextureDesc {
-enum cudaTextureAddressMode addressMode[3];
-enum cudaTextureFilterMode  filterMode;
-enum cudaTextureReadMode    readMode;
-int                         sRGB;
-float                       borderColor[4];
-int                         normalizedCoords;
-unsigned int                maxAnisotropy;
-enum cudaTextureFilterMode  mipmapFilterMode;
-float                       mipmapLevelBias;
-float                       minMipmapLevelClamp;
-float                       maxMipmapLevelClamp;
-int                         disableTrilinearOptimization;
-int                         seamlessCubemap;
-};
- \endcode
+
+ ```text
+
+ struct cudaTextureDesc {
+ enum cudaTextureAddressMode addressMode[3];
+ enum cudaTextureFilterMode  filterMode;
+ enum cudaTextureReadMode    readMode;
+ int                         sRGB;
+ float                       borderColor[4];
+ int                         normalizedCoords;
+ unsigned int                maxAnisotropy;
+ enum cudaTextureFilterMode  mipmapFilterMode;
+ float                       mipmapLevelBias;
+ float                       minMipmapLevelClamp;
+ float                       maxMipmapLevelClamp;
+ int                         disableTrilinearOptimization;
+ int                         seamlessCubemap;
+ };
+
+ ```
+
  where
  - ::cudaTextureDesc::addressMode specifies the addressing mode for each dimension of the texture data. ::cudaTextureAddressMode is defined as:
-   \code
-enum cudaTextureAddressMode {
-cudaAddressModeWrap   = 0,
-cudaAddressModeClamp  = 1,
-cudaAddressModeMirror = 2,
-cudaAddressModeBorder = 3
-};
-   \endcode
-   This is ignored if ::cudaResourceDesc::resType is ::cudaResourceTypeLinear. Also, if ::cudaTextureDesc::normalizedCoords
-   is set to zero, ::cudaAddressModeWrap and ::cudaAddressModeMirror won't be supported and will be switched to ::cudaAddressModeClamp.
+
+ ```text
+
+ enum cudaTextureAddressMode {
+ cudaAddressModeWrap   = 0,
+ cudaAddressModeClamp  = 1,
+ cudaAddressModeMirror = 2,
+ cudaAddressModeBorder = 3
+ };
+
+ ```
+
+ This is ignored if ::cudaResourceDesc::resType is ::cudaResourceTypeLinear. Also, if ::cudaTextureDesc::normalizedCoords
+ is set to zero, ::cudaAddressModeWrap and ::cudaAddressModeMirror won't be supported and will be switched to ::cudaAddressModeClamp.
 
  - ::cudaTextureDesc::filterMode specifies the filtering mode to be used when fetching from the texture. ::cudaTextureFilterMode is defined as:
-   \code
-enum cudaTextureFilterMode {
-cudaFilterModePoint  = 0,
-cudaFilterModeLinear = 1
-};
-   \endcode
-   This is ignored if ::cudaResourceDesc::resType is ::cudaResourceTypeLinear.
+
+ ```text
+
+ enum cudaTextureFilterMode {
+ cudaFilterModePoint  = 0,
+ cudaFilterModeLinear = 1
+ };
+
+ ```
+
+ This is ignored if ::cudaResourceDesc::resType is ::cudaResourceTypeLinear.
 
  - ::cudaTextureDesc::readMode specifies whether integer data should be converted to floating point or not. ::cudaTextureReadMode is defined as:
-   \code
-enum cudaTextureReadMode {
-cudaReadModeElementType     = 0,
-cudaReadModeNormalizedFloat = 1
-};
-   \endcode
-   Note that this applies only to 8-bit and 16-bit integer formats. 32-bit integer format would not be promoted, regardless of
-   whether or not this ::cudaTextureDesc::readMode is set ::cudaReadModeNormalizedFloat is specified.
+
+ ```text
+
+ enum cudaTextureReadMode {
+ cudaReadModeElementType     = 0,
+ cudaReadModeNormalizedFloat = 1
+ };
+
+ ```
+
+ Note that this applies only to 8-bit and 16-bit integer formats. 32-bit integer format would not be promoted, regardless of
+ whether or not this ::cudaTextureDesc::readMode is set ::cudaReadModeNormalizedFloat is specified.
 
  - ::cudaTextureDesc::sRGB specifies whether sRGB to linear conversion should be performed during texture fetch.
 
  - ::cudaTextureDesc::borderColor specifies the float values of color. where:
-   ::cudaTextureDesc::borderColor[0] contains value of 'R',
-   ::cudaTextureDesc::borderColor[1] contains value of 'G',
-   ::cudaTextureDesc::borderColor[2] contains value of 'B',
-   ::cudaTextureDesc::borderColor[3] contains value of 'A'
-   Note that application using integer border color values will need to <reinterpret_cast> these values to float.
-   The values are set only when the addressing mode specified by ::cudaTextureDesc::addressMode is cudaAddressModeBorder.
+ ::cudaTextureDesc::borderColor[0] contains value of 'R',
+ ::cudaTextureDesc::borderColor[1] contains value of 'G',
+ ::cudaTextureDesc::borderColor[2] contains value of 'B',
+ ::cudaTextureDesc::borderColor[3] contains value of 'A'
+ Note that application using integer border color values will need to <reinterpret_cast> these values to float.
+ The values are set only when the addressing mode specified by ::cudaTextureDesc::addressMode is cudaAddressModeBorder.
 
  - ::cudaTextureDesc::normalizedCoords specifies whether the texture coordinates will be normalized or not.
 
  - ::cudaTextureDesc::maxAnisotropy specifies the maximum anistropy ratio to be used when doing anisotropic filtering. This value will be
-   clamped to the range [1,16].
+ clamped to the range [1,16].
 
  - ::cudaTextureDesc::mipmapFilterMode specifies the filter mode when the calculated mipmap level lies between two defined mipmap levels.
 
@@ -13050,62 +13086,66 @@ cudaReadModeNormalizedFloat = 1
  - ::cudaTextureDesc::disableTrilinearOptimization specifies whether the trilinear filtering optimizations will be disabled.
 
  - ::cudaTextureDesc::seamlessCubemap specifies whether seamless cube map filtering is enabled. This flag can only be specified if the
-   underlying resource is a CUDA array or a CUDA mipmapped array that was created with the flag ::cudaArrayCubemap.
-   When seamless cube map filtering is enabled, texture address modes specified by ::cudaTextureDesc::addressMode are ignored.
-   Instead, if the ::cudaTextureDesc::filterMode is set to ::cudaFilterModePoint the address mode ::cudaAddressModeClamp will be applied for all dimensions.
-   If the ::cudaTextureDesc::filterMode is set to ::cudaFilterModeLinear seamless cube map filtering will be performed when sampling along the cube face borders.
+ underlying resource is a CUDA array or a CUDA mipmapped array that was created with the flag ::cudaArrayCubemap.
+ When seamless cube map filtering is enabled, texture address modes specified by ::cudaTextureDesc::addressMode are ignored.
+ Instead, if the ::cudaTextureDesc::filterMode is set to ::cudaFilterModePoint the address mode ::cudaAddressModeClamp will be applied for all dimensions.
+ If the ::cudaTextureDesc::filterMode is set to ::cudaFilterModeLinear seamless cube map filtering will be performed when sampling along the cube face borders.
 
  The ::cudaResourceViewDesc struct is defined as
- \code
-struct cudaResourceViewDesc {
-enum cudaResourceViewFormat format;
-size_t                      width;
-size_t                      height;
-size_t                      depth;
-unsigned int                firstMipmapLevel;
-unsigned int                lastMipmapLevel;
-unsigned int                firstLayer;
-unsigned int                lastLayer;
-};
- \endcode
+
+ ```text
+
+ struct cudaResourceViewDesc {
+ enum cudaResourceViewFormat format;
+ size_t                      width;
+ size_t                      height;
+ size_t                      depth;
+ unsigned int                firstMipmapLevel;
+ unsigned int                lastMipmapLevel;
+ unsigned int                firstLayer;
+ unsigned int                lastLayer;
+ };
+
+ ```
+
  where:
  - ::cudaResourceViewDesc::format specifies how the data contained in the CUDA array or CUDA mipmapped array should
-   be interpreted. Note that this can incur a change in size of the texture data. If the resource view format is a block
-   compressed format, then the underlying CUDA array or CUDA mipmapped array has to have a 32-bit unsigned integer format
-   with 2 or 4 channels, depending on the block compressed format. For ex., BC1 and BC4 require the underlying CUDA array to have
-   a 32-bit unsigned int with 2 channels. The other BC formats require the underlying resource to have the same 32-bit unsigned int
-   format but with 4 channels.
+ be interpreted. Note that this can incur a change in size of the texture data. If the resource view format is a block
+ compressed format, then the underlying CUDA array or CUDA mipmapped array has to have a 32-bit unsigned integer format
+ with 2 or 4 channels, depending on the block compressed format. For ex., BC1 and BC4 require the underlying CUDA array to have
+ a 32-bit unsigned int with 2 channels. The other BC formats require the underlying resource to have the same 32-bit unsigned int
+ format but with 4 channels.
 
  - ::cudaResourceViewDesc::width specifies the new width of the texture data. If the resource view format is a block
-   compressed format, this value has to be 4 times the original width of the resource. For non block compressed formats,
-   this value has to be equal to that of the original resource.
+ compressed format, this value has to be 4 times the original width of the resource. For non block compressed formats,
+ this value has to be equal to that of the original resource.
 
  - ::cudaResourceViewDesc::height specifies the new height of the texture data. If the resource view format is a block
-   compressed format, this value has to be 4 times the original height of the resource. For non block compressed formats,
-   this value has to be equal to that of the original resource.
+ compressed format, this value has to be 4 times the original height of the resource. For non block compressed formats,
+ this value has to be equal to that of the original resource.
 
  - ::cudaResourceViewDesc::depth specifies the new depth of the texture data. This value has to be equal to that of the
-   original resource.
+ original resource.
 
  - ::cudaResourceViewDesc::firstMipmapLevel specifies the most detailed mipmap level. This will be the new mipmap level zero.
-   For non-mipmapped resources, this value has to be zero.::cudaTextureDesc::minMipmapLevelClamp and ::cudaTextureDesc::maxMipmapLevelClamp
-   will be relative to this value. For ex., if the firstMipmapLevel is set to 2, and a minMipmapLevelClamp of 1.2 is specified,
-   then the actual minimum mipmap level clamp will be 3.2.
+ For non-mipmapped resources, this value has to be zero.::cudaTextureDesc::minMipmapLevelClamp and ::cudaTextureDesc::maxMipmapLevelClamp
+ will be relative to this value. For ex., if the firstMipmapLevel is set to 2, and a minMipmapLevelClamp of 1.2 is specified,
+ then the actual minimum mipmap level clamp will be 3.2.
 
  - ::cudaResourceViewDesc::lastMipmapLevel specifies the least detailed mipmap level. For non-mipmapped resources, this value
-   has to be zero.
+ has to be zero.
 
  - ::cudaResourceViewDesc::firstLayer specifies the first layer index for layered textures. This will be the new layer zero.
-   For non-layered resources, this value has to be zero.
+ For non-layered resources, this value has to be zero.
 
  - ::cudaResourceViewDesc::lastLayer specifies the last layer index for layered textures. For non-layered resources,
-   this value has to be zero.
+ this value has to be zero.
 
 
- \param pTexObject   - Texture object to create
- \param pResDesc     - Resource descriptor
- \param pTexDesc     - Texture descriptor
- \param pResViewDesc - Resource view descriptor
+ - parameter pTexObject   - Texture object to create
+ - parameter pResDesc     - Resource descriptor
+ - parameter pTexDesc     - Texture descriptor
+ - parameter pResViewDesc - Resource view descriptor
 
  \return
  ::cudaSuccess,
@@ -13154,14 +13194,14 @@ pub unsafe fn cudaCreateTextureObject(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Resets all persisting lines in cache to normal status.
+/** Resets all persisting lines in cache to normal status.
 
  Resets all persisting lines in cache to normal status.
  Takes effect on function return.
 
  \return
  ::cudaSuccess,
- \notefnerr
+
 
  \sa
  ::cudaAccessPolicyWindow*/
@@ -13188,24 +13228,24 @@ pub unsafe fn cudaCtxResetPersistingL2Cache() -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys an external memory object.
+/** Destroys an external memory object.
 
  Destroys the specified external memory object. Any existing buffers
  and CUDA mipmapped arrays mapped onto this object must no longer be
  used and must be explicitly freed using ::cudaFree and
  ::cudaFreeMipmappedArray respectively.
 
- \param extMem - External memory object to be destroyed
+ - parameter extMem - External memory object to be destroyed
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidResourceHandle
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_destroy_ub
 
- \sa ::cudaImportExternalMemory,
+ See also: ::cudaImportExternalMemory,
  ::cudaExternalMemoryGetMappedBuffer,
  ::cudaExternalMemoryGetMappedMipmappedArray*/
 ///
@@ -13233,23 +13273,23 @@ pub unsafe fn cudaDestroyExternalMemory(extMem: cudaExternalMemory_t) -> cudaErr
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys an external semaphore
+/** Destroys an external semaphore
 
  Destroys an external semaphore object and releases any references
  to the underlying resource. Any outstanding signals or waits must
  have completed before the semaphore is destroyed.
 
- \param extSem - External semaphore to be destroyed
+ - parameter extSem - External semaphore to be destroyed
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidResourceHandle
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_destroy_ub
 
- \sa ::cudaImportExternalSemaphore,
+ See also: ::cudaImportExternalSemaphore,
  ::cudaSignalExternalSemaphoresAsync,
  ::cudaWaitExternalSemaphoresAsync*/
 ///
@@ -13279,11 +13319,11 @@ pub unsafe fn cudaDestroyExternalSemaphore(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys a surface object
+/** Destroys a surface object
 
  Destroys the surface object specified by \p surfObject.
 
- \param surfObject - Surface object to destroy
+ - parameter surfObject - Surface object to destroy
 
  \return
  ::cudaSuccess,
@@ -13320,11 +13360,11 @@ pub unsafe fn cudaDestroySurfaceObject(surfObject: cudaSurfaceObject_t) -> cudaE
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys a texture object
+/** Destroys a texture object
 
  Destroys the texture object specified by \p texObject.
 
- \param texObject - Texture object to destroy
+ - parameter texObject - Texture object to destroy
 
  \return
  ::cudaSuccess,
@@ -13361,7 +13401,7 @@ pub unsafe fn cudaDestroyTextureObject(texObject: cudaTextureObject_t) -> cudaEr
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Generate a resource descriptor
+/** Generate a resource descriptor
 
  Generates a single resource descriptor with the set of resources specified in \p resources.
  The generated resource descriptor is necessary for the creation of green contexts via the
@@ -13379,9 +13419,9 @@ pub unsafe fn cudaDestroyTextureObject(texObject: cudaTextureObject_t) -> cudaEr
 
  Note: The API is not supported on 32-bit platforms.
 
- \param phDesc - Output descriptor
- \param resources - Array of resources to be included in the descriptor
- \param nbResources - Number of resources passed in \p resources
+ - parameter phDesc - Output descriptor
+ - parameter resources - Array of resources to be included in the descriptor
+ - parameter nbResources - Number of resources passed in \p resources
 
  \return
  ::cudaSuccess,
@@ -13436,7 +13476,7 @@ pub unsafe fn cudaDevResourceGenerateDesc(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Splits a \p cudaDevResourceTypeSm resource into structured groups.
+/** Splits a \p cudaDevResourceTypeSm resource into structured groups.
 
  This API will split a resource of ::cudaDevResourceTypeSm into \p nbGroups structured device resource groups (the \p result array),
  as well as an optional \p remainder, according to a set of requirements specified in the \p groupParams array. The term “structured”
@@ -13465,62 +13505,78 @@ pub unsafe fn cudaDevResourceGenerateDesc(
  - There are no API \p flags at this time, so the value passed in should be 0.
 
  - A ::cudaDevSmResourceGroupParams array of size \p nbGroups. Each entry must be zero-initialized.
-     - \p smCount: must be either 0 or in the range of [2,inputSmCount] where inputSmCount is the amount of SMs the \p input resource has.
-     \p smCount must be a multiple of 2, as well as a multiple of \p coscheduledSmCount. When assigning SMs to a group (and if results are
-     expected by having the \p result parameter set), \p smCount cannot end up with 0 or a value less than \p coscheduledSmCount
-     otherwise ::cudaErrorInvalidResourceConfiguration will be returned.
-     - \p coscheduledSmCount: allows grouping SMs together in order to be able to launch clusters on Compute Architecture 9.0+.
-     The default value may be queried from the device’s ::cudaDevResourceTypeSm resource (8 on Compute Architecture 9.0+ and 2 otherwise).
-     The maximum is 32 on Compute Architecture 9.0+ and 2 otherwise.
-     - \p preferredCoscheduledSmCount: Attempts to merge \p coscheduledSmCount groups into larger groups,
-     in order to make use of \p preferredClusterDimensions on Compute Architecture 10.0+. The default value is set to \p coscheduledSmCount.
-     - \p flags:
-         - \p cudaDevSmResourceGroupBackfill: Treats constraints as a hint, ignoring them if necessary to reach the requested \p smCount.
-         Lets \p smCount be a non-multiple of \p coscheduledSmCount, filling the difference between SM count
-         and already assigned co-scheduled groupings with other SMs. This lets any resulting group behave similar to the \p remainder group for example.
-         When used with \p cudaDevSmResourceGroupLocalityDomainId, backfill fills up to the requested \p smCount using the target locality domain first,
-         then SMs not attributed to any locality domain, then SMs from other locality domains.
-         If no SMs can be found in the requested locality domain, ::cudaErrorInvalidResourceConfiguration is returned.
-         When used with \p cudaDevSmResourceGroupLocalityDomainSupplementalSms, backfill follows the same behavior after first consuming all SMs from the target locality domain.
-         - \p cudaDevSmResourceGroupLocalityDomainId: Specifies that the SM partition should be localized to the specified \p localityDomainId.
-         - \p cudaDevSmResourceGroupLocalityDomainSupplementalSms: Modifier to \p cudaDevSmResourceGroupLocalityDomainId which allows selection of SMs
-           in the locality domain exceeding the ::cudaDeviceAttr::cudaDevAttrLocalityDomainMultiprocessorCount.
-     - \p localityDomainId: Specifies the locality domain that the partitioned SMs must be located on.  Only valid when
-       \p cudaDevSmResourceGroupLocalityDomainId is set in flags.
-     The special value \p cudaDevSmResourceGroupLocalityDomainIdAny specifies that the partitioned SMs must be selected from the union of all
-     available locality domains in the input SM resource.
+ - \p smCount: must be either 0 or in the range of [2,inputSmCount] where inputSmCount is the amount of SMs the \p input resource has.
+ \p smCount must be a multiple of 2, as well as a multiple of \p coscheduledSmCount. When assigning SMs to a group (and if results are
+ expected by having the \p result parameter set), \p smCount cannot end up with 0 or a value less than \p coscheduledSmCount
+ otherwise ::cudaErrorInvalidResourceConfiguration will be returned.
+ - \p coscheduledSmCount: allows grouping SMs together in order to be able to launch clusters on Compute Architecture 9.0+.
+ The default value may be queried from the device’s ::cudaDevResourceTypeSm resource (8 on Compute Architecture 9.0+ and 2 otherwise).
+ The maximum is 32 on Compute Architecture 9.0+ and 2 otherwise.
+ - \p preferredCoscheduledSmCount: Attempts to merge \p coscheduledSmCount groups into larger groups,
+ in order to make use of \p preferredClusterDimensions on Compute Architecture 10.0+. The default value is set to \p coscheduledSmCount.
+ - \p flags:
+ - \p cudaDevSmResourceGroupBackfill: Treats constraints as a hint, ignoring them if necessary to reach the requested \p smCount.
+ Lets \p smCount be a non-multiple of \p coscheduledSmCount, filling the difference between SM count
+ and already assigned co-scheduled groupings with other SMs. This lets any resulting group behave similar to the \p remainder group for example.
+ When used with \p cudaDevSmResourceGroupLocalityDomainId, backfill fills up to the requested \p smCount using the target locality domain first,
+ then SMs not attributed to any locality domain, then SMs from other locality domains.
+ If no SMs can be found in the requested locality domain, ::cudaErrorInvalidResourceConfiguration is returned.
+ When used with \p cudaDevSmResourceGroupLocalityDomainSupplementalSms, backfill follows the same behavior after first consuming all SMs from the target locality domain.
+ - \p cudaDevSmResourceGroupLocalityDomainId: Specifies that the SM partition should be localized to the specified \p localityDomainId.
+ - \p cudaDevSmResourceGroupLocalityDomainSupplementalSms: Modifier to \p cudaDevSmResourceGroupLocalityDomainId which allows selection of SMs
+ in the locality domain exceeding the ::cudaDeviceAttr::cudaDevAttrLocalityDomainMultiprocessorCount.
+ - \p localityDomainId: Specifies the locality domain that the partitioned SMs must be located on.  Only valid when
+ \p cudaDevSmResourceGroupLocalityDomainId is set in flags.
+ The special value \p cudaDevSmResourceGroupLocalityDomainIdAny specifies that the partitioned SMs must be selected from the union of all
+ available locality domains in the input SM resource.
 
  <b>Example params and their effect:</b>
 
  A groupParams array element is defined in the following order:
- \code
- { .smCount, .coscheduledSmCount, .preferredCoscheduledSmCount, .flags, \/\* .reserved \*\/ }
- \endcode
 
- \code
-// Example 1
-// Will discover how many SMs there are, that are co-scheduled in groups of smCoscheduledAlignment.
-// The rest is placed in the optional remainder.
-cudaDevSmResourceGroupParams params { 0, 0, 0, 0 };
- \endcode
- \code
-// Example 2
-// Assuming the device has 10+ SMs, the result will have 10 SMs that are co-scheduled in groups of 2 SMs.
-// The rest is placed in the optional remainder.
-cudaDevSmResourceGroupParams params { 10, 2, 0, 0};
-// Setting the coscheduledSmCount to 2 guarantees that we can always have a valid result
-// as long as the SM count is less than or equal to the input resource SM count.
- \endcode
- \code
-// Example 3
-// A single piece is split-off, but instead of assigning the rest to the remainder, a second group contains everything else
-// This assumes the device has 10+ SMs (8 of which are coscheduled in groups of 4),
-// otherwise the second group could end up with 0 SMs, which is not allowed.
-cudaDevSmResourceGroupParams params[] = {
-{8, 4, 0, 0},
-{0, 2, 0, cudaDevSmResourceGroupBackfill},
-};
- \endcode
+ ```text
+
+  { .smCount, .coscheduledSmCount, .preferredCoscheduledSmCount, .flags, \/\* .reserved \*\/ }
+
+ ```
+
+
+
+ ```text
+
+ // Example 1
+ // Will discover how many SMs there are, that are co-scheduled in groups of smCoscheduledAlignment.
+ // The rest is placed in the optional remainder.
+ cudaDevSmResourceGroupParams params { 0, 0, 0, 0 };
+
+ ```
+
+
+ ```text
+
+ // Example 2
+ // Assuming the device has 10+ SMs, the result will have 10 SMs that are co-scheduled in groups of 2 SMs.
+ // The rest is placed in the optional remainder.
+ cudaDevSmResourceGroupParams params { 10, 2, 0, 0};
+ // Setting the coscheduledSmCount to 2 guarantees that we can always have a valid result
+ // as long as the SM count is less than or equal to the input resource SM count.
+
+ ```
+
+
+ ```text
+
+ // Example 3
+ // A single piece is split-off, but instead of assigning the rest to the remainder, a second group contains everything else
+ // This assumes the device has 10+ SMs (8 of which are coscheduled in groups of 4),
+ // otherwise the second group could end up with 0 SMs, which is not allowed.
+ cudaDevSmResourceGroupParams params[] = {
+ {8, 4, 0, 0},
+ {0, 2, 0, cudaDevSmResourceGroupBackfill},
+ };
+
+ ```
+
 
  The difference between a catch-all param group as the last entry and the remainder is in two aspects:
  - The remainder may be NULL / _TYPE_INVALID (if there are no SMs remaining), while a result group must always be valid.
@@ -13531,12 +13587,12 @@ cudaDevSmResourceGroupParams params[] = {
  Splitting an input into N groups, can be accomplished by repeatedly splitting off 1 group and re-splitting
  the remainder (a bisect operation). However, it's recommended to accomplish this with a single call wherever possible.
 
- \param result - Output array of \p cudaDevResource resources. Can be NULL, alongside an smCount of 0, for discovery purpose.
- \param nbGroups - Specifies the number of groups in \p result and \p groupParams
- \param input - Input SM resource to be split. Must be a valid \p cudaDevResourceTypeSm resource.
- \param remainder - If splitting the input resource leaves any SMs, the remainder is placed in here.
- \param flags - Flags specifying how the API should behave. The value should be 0 for now.
- \param groupParams - Description of how the SMs should be split and assigned to the corresponding result entry.
+ - parameter result - Output array of \p cudaDevResource resources. Can be NULL, alongside an smCount of 0, for discovery purpose.
+ - parameter nbGroups - Specifies the number of groups in \p result and \p groupParams
+ - parameter input - Input SM resource to be split. Must be a valid \p cudaDevResourceTypeSm resource.
+ - parameter remainder - If splitting the input resource leaves any SMs, the remainder is placed in here.
+ - parameter flags - Flags specifying how the API should behave. The value should be 0 for now.
+ - parameter groupParams - Description of how the SMs should be split and assigned to the corresponding result entry.
 
  \return
  ::cudaSuccess,
@@ -13600,7 +13656,7 @@ pub unsafe fn cudaDevSmResourceSplit(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Splits \p cudaDevResourceTypeSm resources.
+/** Splits \p cudaDevResourceTypeSm resources.
 
  Splits \p cudaDevResourceTypeSm resources into \p nbGroups, adhering to the
  minimum SM count specified in \p minCount and the usage flags in \p flags.
@@ -13630,33 +13686,33 @@ pub unsafe fn cudaDevSmResourceSplit(
 
  The following flags are supported:
  - \p cudaDevSmResourceSplitIgnoreSmCoscheduling : Lower the minimum SM count and alignment, and
-   treat each SM independent of its hierarchy. This allows more fine grained partitions but at the
-   cost of advanced features (such as large clusters on compute capability 9.0+).
+ treat each SM independent of its hierarchy. This allows more fine grained partitions but at the
+ cost of advanced features (such as large clusters on compute capability 9.0+).
  - \p cudaDevSmResourceSplitMaxPotentialClusterSize : Compute Capability 9.0+ only. Attempt to
-   create groups that may allow for maximally sized thread clusters. This can be queried post
-   green context creation using ::cudaOccupancyMaxPotentialClusterSize.
+ create groups that may allow for maximally sized thread clusters. This can be queried post
+ green context creation using ::cudaOccupancyMaxPotentialClusterSize.
 
  A successful API call must either have:
  - A valid array of \p result pointers of size passed in \p nbGroups, with \p input of type
-   \p cudaDevResourceTypeSm. Value of \p minCount must be between 0 and the SM count specified
-   in \p input. \p remaining may be NULL.
+ \p cudaDevResourceTypeSm. Value of \p minCount must be between 0 and the SM count specified
+ in \p input. \p remaining may be NULL.
  - NULL passed in for \p result, with a valid integer pointer in \p nbGroups and \p input of
-   type \p cudaDevResourceTypeSm. Value of \p minCount must be between 0 and the SM count
-   specified in \p input. \p remaining may be NULL. This queries the number of groups that
-   would be created by the API.
+ type \p cudaDevResourceTypeSm. Value of \p minCount must be between 0 and the SM count
+ specified in \p input. \p remaining may be NULL. This queries the number of groups that
+ would be created by the API.
 
  Note: The API is not supported on 32-bit platforms.
 
- \param result - Output array of \p cudaDevResource resources. Can be NULL to query the
+ - parameter result - Output array of \p cudaDevResource resources. Can be NULL to query the
  number of groups.
- \param nbGroups - This is a pointer, specifying the number of groups that would be or
+ - parameter nbGroups - This is a pointer, specifying the number of groups that would be or
  should be created as described below.
- \param input - Input SM resource to be split. Must be a valid \p cudaDevSmResource resource.
- \param remaining - If the input resource cannot be cleanly split among \p nbGroups,
+ - parameter input - Input SM resource to be split. Must be a valid \p cudaDevSmResource resource.
+ - parameter remaining - If the input resource cannot be cleanly split among \p nbGroups,
  the remaining is placed in here. Can be ommitted (NULL) if the user does not need the remaining set.
- \param flags - Flags specifying how these partitions are used or which constraints to abide by
+ - parameter flags - Flags specifying how these partitions are used or which constraints to abide by
  when splitting the input. Zero is valid for default behavior.
- \param minCount - Minimum number of SMs required
+ - parameter minCount - Minimum number of SMs required
 
  \return
  ::cudaSuccess,
@@ -13718,27 +13774,27 @@ pub unsafe fn cudaDevSmResourceSplitByCount(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Queries if a device may directly access a peer device's memory.
+/** Queries if a device may directly access a peer device's memory.
 
  Returns in \p *canAccessPeer a value of 1 if device \p device is capable of
  directly accessing memory from \p peerDevice and 0 otherwise.  If direct
  access of \p peerDevice from \p device is possible, then access may be
  enabled by calling ::cudaDeviceEnablePeerAccess().
 
- \param canAccessPeer - Returned access capability
- \param device        - Device from which allocations on \p peerDevice are to
-                        be directly accessed.
- \param peerDevice    - Device on which the allocations to be directly accessed
-                        by \p device reside.
+ - parameter canAccessPeer - Returned access capability
+ - parameter device        - Device from which allocations on \p peerDevice are to
+ be directly accessed.
+ - parameter peerDevice    - Device on which the allocations to be directly accessed
+ by \p device reside.
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidDevice
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaDeviceEnablePeerAccess,
+ See also: ::cudaDeviceEnablePeerAccess,
  ::cudaDeviceDisablePeerAccess,
  ::cuDeviceCanAccessPeer*/
 ///
@@ -13776,22 +13832,22 @@ pub unsafe fn cudaDeviceCanAccessPeer(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Disables direct access to memory allocations on a peer device.
+/** Disables direct access to memory allocations on a peer device.
 
  Returns ::cudaErrorPeerAccessNotEnabled if direct access to memory on
  \p peerDevice has not yet been enabled from the current device.
 
- \param peerDevice - Peer device to disable direct access to
+ - parameter peerDevice - Peer device to disable direct access to
 
  \return
  ::cudaSuccess,
  ::cudaErrorPeerAccessNotEnabled,
  ::cudaErrorInvalidDevice
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaDeviceCanAccessPeer,
+ See also: ::cudaDeviceCanAccessPeer,
  ::cudaDeviceEnablePeerAccess,
  ::cuCtxDisablePeerAccess*/
 ///
@@ -13819,7 +13875,7 @@ pub unsafe fn cudaDeviceDisablePeerAccess(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Enables direct access to memory allocations on a peer device.
+/** Enables direct access to memory allocations on a peer device.
 
  On success, all allocations from \p peerDevice will immediately be accessible by
  the current device.  They will remain accessible until access is explicitly
@@ -13842,19 +13898,19 @@ pub unsafe fn cudaDeviceDisablePeerAccess(
 
  Returns ::cudaErrorInvalidValue if \p flags is not 0.
 
- \param peerDevice  - Peer device to enable direct access to from the current device
- \param flags       - Reserved for future use and must be set to 0
+ - parameter peerDevice  - Peer device to enable direct access to from the current device
+ - parameter flags       - Reserved for future use and must be set to 0
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidDevice,
  ::cudaErrorPeerAccessAlreadyEnabled,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaDeviceCanAccessPeer,
+ See also: ::cudaDeviceCanAccessPeer,
  ::cudaDeviceDisablePeerAccess,
  ::cuCtxEnablePeerAccess*/
 ///
@@ -13921,24 +13977,24 @@ pub unsafe fn cudaDeviceFlushGPUDirectRDMAWrites(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns information about the device
+/** Returns information about the device
 
  Returns in \p *value the integer value of the attribute \p attr on device
  \p device.
 
- \param value  - Returned device attribute value
- \param attr   - Device attribute to query
- \param device - Device number to query
+ - parameter value  - Returned device attribute value
+ - parameter attr   - Device attribute to query
+ - parameter device - Device number to query
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidDevice,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaGetDeviceCount, ::cudaGetDevice, ::cudaSetDevice, ::cudaChooseDevice,
+ See also: ::cudaGetDeviceCount, ::cudaGetDevice, ::cudaSetDevice, ::cudaChooseDevice,
  ::cudaGetDeviceProperties,
  ::cudaInitDevice,
  ::cuDeviceGetAttribute*/
@@ -13977,13 +14033,13 @@ pub unsafe fn cudaDeviceGetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a handle to a compute device
+/** Returns a handle to a compute device
 
  Returns in \p *device a device ordinal given a PCI bus ID string.
 
- \param device   - Returned device ordinal
+ - parameter device   - Returned device ordinal
 
- \param pciBusId - String in one of the following forms:
+ - parameter pciBusId - String in one of the following forms:
  [domain]:[bus]:[device].[function]
  [domain]:[bus]:[device]
  [bus]:[device].[function]
@@ -13993,7 +14049,7 @@ pub unsafe fn cudaDeviceGetAttribute(
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidDevice
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -14032,7 +14088,7 @@ pub unsafe fn cudaDeviceGetByPCIBusId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the preferred cache configuration for the current device.
+/** Returns the preferred cache configuration for the current device.
 
  On devices where the L1 cache and shared memory use the same hardware
  resources, this returns through \p pCacheConfig the preferred cache
@@ -14049,15 +14105,15 @@ pub unsafe fn cudaDeviceGetByPCIBusId(
  - ::cudaFuncCachePreferL1: prefer larger L1 cache and smaller shared memory
  - ::cudaFuncCachePreferEqual: prefer equal size L1 cache and shared memory
 
- \param pCacheConfig - Returned cache configuration
+ - parameter pCacheConfig - Returned cache configuration
 
  \return
  ::cudaSuccess
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaDeviceSetCacheConfig,
+ See also: ::cudaDeviceSetCacheConfig,
  \ref ::cudaFuncSetCacheConfig(const void*, enum cudaFuncCache) "cudaFuncSetCacheConfig (C API)",
  \ref ::cudaFuncSetCacheConfig(T*, enum cudaFuncCache) "cudaFuncSetCacheConfig (C++ API)",
  ::cuCtxGetCacheConfig*/
@@ -14084,7 +14140,7 @@ pub unsafe fn cudaDeviceGetCacheConfig(pCacheConfig: *mut cudaFuncCache) -> cuda
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the default mempool of a device
+/** Returns the default mempool of a device
 
  The default mempool of a device contains device memory from that device.
 
@@ -14093,11 +14149,11 @@ pub unsafe fn cudaDeviceGetCacheConfig(pCacheConfig: *mut cudaFuncCache) -> cuda
  ::cudaErrorInvalidDevice,
  ::cudaErrorInvalidValue
  ::cudaErrorNotSupported
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cuDeviceGetDefaultMemPool, ::cudaMallocAsync, ::cudaMemPoolTrimTo, ::cudaMemPoolGetAttribute, ::cudaDeviceSetMemPool, ::cudaMemPoolSetAttribute, ::cudaMemPoolSetAccess*/
+ See also: ::cuDeviceGetDefaultMemPool, ::cudaMallocAsync, ::cudaMemPoolTrimTo, ::cudaMemPoolGetAttribute, ::cudaDeviceSetMemPool, ::cudaMemPoolSetAttribute, ::cudaMemPoolSetAccess*/
 ///
 /** # Loading
 
@@ -14130,7 +14186,7 @@ pub unsafe fn cudaDeviceGetDefaultMemPool(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Get device resources
+/** Get device resources
 
  Get the \p type resources available to the \p device.
  This may often be the starting point for further partitioning or configuring
@@ -14138,9 +14194,9 @@ pub unsafe fn cudaDeviceGetDefaultMemPool(
 
  Note: The API is not supported on 32-bit platforms.
 
- \param device - Device to get resource for
- \param resource - Output pointer to a cudaDevResource structure
- \param type - Type of resource to retrieve
+ - parameter device - Device to get resource for
+ - parameter resource - Output pointer to a cudaDevResource structure
+ - parameter type - Type of resource to retrieve
 
  \return
  ::cudaSuccess,
@@ -14193,7 +14249,7 @@ pub unsafe fn cudaDeviceGetDevResource(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the execution context for a device
+/** Returns the execution context for a device
 
  Returns in \p ctx the execution context for the specified device. This is the device's primary context.
  The returned context can then be passed to APIs that take in a cudaExecutionContext_t enabling explicit
@@ -14201,8 +14257,8 @@ pub unsafe fn cudaDeviceGetDevResource(
 
  Passing the returned execution context to ::cudaExecutionCtxDestroy() is not allowed and will result in undefined behavior.
 
- \param ctx - Returns the device execution context
- \param device - Device to get the execution context for
+ - parameter ctx - Returns the device execution context
+ - parameter device - Device to get the execution context for
 
  \return
  ::cudaSuccess,
@@ -14279,7 +14335,7 @@ pub unsafe fn cudaDeviceGetGraphMemAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Queries details about atomic operations supported between the device and host.
+/** Queries details about atomic operations supported between the device and host.
 
  Returns in \p *capabilities the details about requested atomic \p *operations over the
  the link between \p dev and the host. The allocated size of \p *operations and
@@ -14293,16 +14349,16 @@ pub unsafe fn cudaDeviceGetGraphMemAttribute(
  Returns ::cudaErrorInvalidValue if \p *capabilities or \p *operations is NULL, if \p count is 0,
  or if any of \p *operations is not valid.
 
- \param capabilities          - Returned capability details of each requested operation
- \param operations            - Requested operations
- \param count                 - Count of requested operations and size of capabilities
- \param dev                   - Device handle
+ - parameter capabilities          - Returned capability details of each requested operation
+ - parameter operations            - Requested operations
+ - parameter count                 - Count of requested operations and size of capabilities
+ - parameter dev                   - Device handle
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidDevice,
  ::cudaErrorInvalidValue
- \notefnerr
+
 
  \sa
  ::cudaDeviceGetAttribute,
@@ -14346,32 +14402,32 @@ pub unsafe fn cudaDeviceGetHostAtomicCapabilities(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Return resource limits
+/** Return resource limits
 
  Returns in \p *pValue the current size of \p limit. The following ::cudaLimit values are supported.
  - ::cudaLimitStackSize is the stack size in bytes of each GPU thread.
  - ::cudaLimitPrintfFifoSize is the size in bytes of the shared FIFO used by the
-   ::printf() device system call.
+ ::printf() device system call.
  - ::cudaLimitMallocHeapSize is the size in bytes of the heap used by the
-   ::malloc() and ::free() device system calls.
+ ::malloc() and ::free() device system calls.
  - ::cudaLimitDevRuntimeSyncDepth is the maximum grid depth at which a
-   thread can isssue the device runtime call ::cudaDeviceSynchronize()
-   to wait on child grid launches to complete. This functionality is removed
-   for devices of compute capability >= 9.0, and hence will return error
-   ::cudaErrorUnsupportedLimit on such devices.
+ thread can isssue the device runtime call ::cudaDeviceSynchronize()
+ to wait on child grid launches to complete. This functionality is removed
+ for devices of compute capability >= 9.0, and hence will return error
+ ::cudaErrorUnsupportedLimit on such devices.
  - ::cudaLimitDevRuntimePendingLaunchCount is the maximum number of outstanding
-   device runtime launches.
+ device runtime launches.
  - ::cudaLimitMaxL2FetchGranularity is the L2 cache fetch granularity.
  - ::cudaLimitPersistingL2CacheSize is the persisting L2 cache size in bytes.
 
- \param limit  - Limit to query
- \param pValue - Returned size of the limit
+ - parameter limit  - Limit to query
+ - parameter pValue - Returned size of the limit
 
  \return
  ::cudaSuccess,
  ::cudaErrorUnsupportedLimit,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -14404,7 +14460,7 @@ pub unsafe fn cudaDeviceGetLimit(pValue: *mut usize, limit: cudaLimit) -> cudaEr
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the current mempool for a device
+/** Gets the current mempool for a device
 
  Returns the last pool provided to ::cudaDeviceSetMemPool for this device
  or the device's default memory pool if ::cudaDeviceSetMemPool has never been called.
@@ -14415,11 +14471,11 @@ pub unsafe fn cudaDeviceGetLimit(pValue: *mut usize, limit: cudaLimit) -> cudaEr
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  ::cudaErrorNotSupported
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cuDeviceGetMemPool, ::cudaDeviceGetDefaultMemPool, ::cudaDeviceSetMemPool*/
+ See also: ::cuDeviceGetMemPool, ::cudaDeviceGetDefaultMemPool, ::cudaDeviceSetMemPool*/
 ///
 /** # Loading
 
@@ -14452,7 +14508,7 @@ pub unsafe fn cudaDeviceGetMemPool(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Return NvSciSync attributes that this device can support.
+/** Return NvSciSync attributes that this device can support.
 
  Returns in \p nvSciSyncAttrList, the properties of NvSciSync that
  this CUDA device, \p dev can support. The returned \p nvSciSyncAttrList
@@ -14491,9 +14547,9 @@ pub unsafe fn cudaDeviceGetMemPool(
  NvSciSyncAttrKey_GpuId is set to the same UUID that is returned in
  \p cudaDeviceProp.uuid from ::cudaDeviceGetProperties for this \p device.
 
- \param nvSciSyncAttrList     - Return NvSciSync attributes supported.
- \param device                - Valid Cuda Device to get NvSciSync attributes for.
- \param flags                 - flags describing NvSciSync usage.
+ - parameter nvSciSyncAttrList     - Return NvSciSync attributes supported.
+ - parameter device                - Valid Cuda Device to get NvSciSync attributes for.
+ - parameter flags                 - flags describing NvSciSync usage.
 
  \return
 
@@ -14545,7 +14601,7 @@ pub unsafe fn cudaDeviceGetNvSciSyncAttributes(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Queries details about atomic operations supported between two devices
+/** Queries details about atomic operations supported between two devices
 
  Returns in \p *capabilities the details about requested atomic \p *operations over the
  the link between \p srcDevice and \p dstDevice. The allocated size of \p *operations and
@@ -14560,17 +14616,17 @@ pub unsafe fn cudaDeviceGetNvSciSyncAttributes(
  Returns ::cudaErrorInvalidValue if \p *capabilities or \p *operations is NULL, if \p count is 0,
  or if any of \p *operations is not valid.
 
- \param capabilities          - Returned capability details of each requested operation
- \param operations            - Requested operations
- \param count                 - Count of requested operations and size of capabilities
- \param srcDevice             - The source device of the target link
- \param dstDevice             - The destination device of the target link
+ - parameter capabilities          - Returned capability details of each requested operation
+ - parameter operations            - Requested operations
+ - parameter count                 - Count of requested operations and size of capabilities
+ - parameter srcDevice             - The source device of the target link
+ - parameter dstDevice             - The destination device of the target link
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidDevice,
  ::cudaErrorInvalidValue
- \notefnerr
+
 
  \sa
  ::cudaDeviceGetP2PAttribute,
@@ -14619,21 +14675,21 @@ pub unsafe fn cudaDeviceGetP2PAtomicCapabilities(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Queries attributes of the link between two devices.
+/** Queries attributes of the link between two devices.
 
  Returns in \p *value the value of the requested attribute \p attrib of the
  link between \p srcDevice and \p dstDevice. The supported attributes are:
  - ::cudaDevP2PAttrPerformanceRank: A relative value indicating the
-   performance of the link between two devices. Lower value means better
-   performance (0 being the value used for most performant link).
+ performance of the link between two devices. Lower value means better
+ performance (0 being the value used for most performant link).
  - ::cudaDevP2PAttrAccessSupported: 1 if peer access is enabled.
  - ::cudaDevP2PAttrNativeAtomicSupported: 1 if all native atomic operations
-   over the link are supported.
+ over the link are supported.
  - ::cudaDevP2PAttrCudaArrayAccessSupported: 1 if accessing CUDA arrays over
-   the link is supported.
+ the link is supported.
  - ::cudaDevP2PAttrOnlyPartialNativeAtomicSupported: 1 if some
-   CUDA-valid atomic operations over the link are supported. Information about
-   specific operations can be retrieved with ::cudaDeviceGetP2PAtomicCapabilities.
+ CUDA-valid atomic operations over the link are supported. Information about
+ specific operations can be retrieved with ::cudaDeviceGetP2PAtomicCapabilities.
 
  Returns ::cudaErrorInvalidDevice if \p srcDevice or \p dstDevice are not valid
  or if they represent the same device.
@@ -14641,20 +14697,20 @@ pub unsafe fn cudaDeviceGetP2PAtomicCapabilities(
  Returns ::cudaErrorInvalidValue if \p attrib is not valid or if \p value is
  a null pointer.
 
- \param value         - Returned value of the requested attribute
- \param attrib        - The requested attribute of the link between \p srcDevice and \p dstDevice.
- \param srcDevice     - The source device of the target link.
- \param dstDevice     - The destination device of the target link.
+ - parameter value         - Returned value of the requested attribute
+ - parameter attrib        - The requested attribute of the link between \p srcDevice and \p dstDevice.
+ - parameter srcDevice     - The source device of the target link.
+ - parameter dstDevice     - The destination device of the target link.
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidDevice,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaDeviceEnablePeerAccess,
+ See also: ::cudaDeviceEnablePeerAccess,
  ::cudaDeviceDisablePeerAccess,
  ::cudaDeviceCanAccessPeer,
  ::cuDeviceGetP2PAttribute
@@ -14697,26 +14753,26 @@ pub unsafe fn cudaDeviceGetP2PAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a PCI Bus Id string for the device
+/** Returns a PCI Bus Id string for the device
 
  Returns an ASCII string identifying the device \p dev in the NULL-terminated
  string pointed to by \p pciBusId. \p len specifies the maximum length of the
  string that may be returned.
 
- \param pciBusId - Returned identifier string for the device in the following format
+ - parameter pciBusId - Returned identifier string for the device in the following format
  [domain]:[bus]:[device].[function]
  where \p domain, \p bus, \p device, and \p function are all hexadecimal values.
  pciBusId should be large enough to store 13 characters including the NULL-terminator.
 
- \param len      - Maximum length of string to store in \p name
+ - parameter len      - Maximum length of string to store in \p name
 
- \param device   - Device to get identifier string for
+ - parameter device   - Device to get identifier string for
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidDevice
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -14758,9 +14814,9 @@ pub unsafe fn cudaDeviceGetPCIBusId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the shared memory configuration for the current device.
+/** Returns the shared memory configuration for the current device.
 
- \deprecated
+ Deprecated.
 
  This function will return in \p pConfig the current size of shared memory banks
  on the current device. On devices with configurable shared memory banks,
@@ -14773,16 +14829,16 @@ pub unsafe fn cudaDeviceGetPCIBusId(
  - ::cudaSharedMemBankSizeFourByte - shared memory bank width is four bytes.
  - ::cudaSharedMemBankSizeEightByte - shared memory bank width is eight bytes.
 
- \param pConfig - Returned cache configuration
+ - parameter pConfig - Returned cache configuration
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaDeviceSetCacheConfig,
+ See also: ::cudaDeviceSetCacheConfig,
  ::cudaDeviceGetCacheConfig,
  ::cudaDeviceSetSharedMemConfig,
  ::cudaFuncSetCacheConfig,
@@ -14814,7 +14870,7 @@ pub unsafe fn cudaDeviceGetSharedMemConfig(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns numerical values that correspond to the least and
+/** Returns numerical values that correspond to the least and
  greatest stream priorities.
 
  Returns in \p *leastPriority and \p *greatestPriority the numerical values that correspond
@@ -14833,18 +14889,18 @@ pub unsafe fn cudaDeviceGetSharedMemConfig(
  the current context's device does not support stream priorities
  (see ::cudaDeviceGetAttribute).
 
- \param leastPriority    - Pointer to an int in which the numerical value for least
-                           stream priority is returned
- \param greatestPriority - Pointer to an int in which the numerical value for greatest
-                           stream priority is returned
+ - parameter leastPriority    - Pointer to an int in which the numerical value for least
+ stream priority is returned
+ - parameter greatestPriority - Pointer to an int in which the numerical value for greatest
+ stream priority is returned
 
  \return
  ::cudaSuccess
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaStreamCreateWithPriority,
+ See also: ::cudaStreamCreateWithPriority,
  ::cudaStreamGetPriority,
  ::cuCtxGetStreamPriorityRange*/
 ///
@@ -14937,7 +14993,7 @@ pub unsafe fn cudaDeviceGraphMemTrim(device: ::core::ffi::c_int) -> cudaError_t 
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Registers a callback function to receive async notifications
+/** Registers a callback function to receive async notifications
 
  Registers \p callbackFunc to receive async notifications.
 
@@ -14954,10 +15010,10 @@ pub unsafe fn cudaDeviceGraphMemTrim(device: ::core::ffi::c_int) -> cudaError_t 
 
  Returns in \p *callback a handle representing the registered callback instance.
 
- \param device - The device on which to register the callback
- \param callbackFunc - The function to register as a callback
- \param userData - A generic pointer to user data. This is passed into the callback function.
- \param callback - A handle representing the registered callback instance
+ - parameter device - The device on which to register the callback
+ - parameter callbackFunc - The function to register as a callback
+ - parameter userData - A generic pointer to user data. This is passed into the callback function.
+ - parameter callback - A handle representing the registered callback instance
 
  \return
  ::cudaSuccess
@@ -14966,7 +15022,7 @@ pub unsafe fn cudaDeviceGraphMemTrim(device: ::core::ffi::c_int) -> cudaError_t 
  ::cudaErrorInvalidValue
  ::cudaErrorNotPermitted
  ::cudaErrorUnknown
- \notefnerr
+
 
  \sa
  ::cudaDeviceUnregisterAsyncNotification*/
@@ -15008,7 +15064,7 @@ pub unsafe fn cudaDeviceRegisterAsyncNotification(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroy all allocations and reset all state on the current device
+/** Destroy all allocations and reset all state on the current device
  in the current process.
 
  Explicitly destroys and cleans up all resources associated with the current
@@ -15026,18 +15082,18 @@ pub unsafe fn cudaDeviceRegisterAsyncNotification(
  responsibility to ensure that the device is not being accessed by any
  other host threads from the process when this function is called.
 
- \note ::cudaDeviceReset() will not destroy memory allocations by ::cudaMallocAsync() and
+ Note: ::cudaDeviceReset() will not destroy memory allocations by ::cudaMallocAsync() and
  ::cudaMallocFromPoolAsync(). These memory allocations need to be destroyed explicitly.
- \note If a non-primary ::CUcontext is current to the thread, ::cudaDeviceReset()
+ Note: If a non-primary ::CUcontext is current to the thread, ::cudaDeviceReset()
  will destroy only the internal CUDA RT state for that ::CUcontext.
 
  \return
  ::cudaSuccess
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaDeviceSynchronize*/
+ See also: ::cudaDeviceSynchronize*/
 ///
 /** # Loading
 
@@ -15061,7 +15117,7 @@ pub unsafe fn cudaDeviceReset() -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the preferred cache configuration for the current device.
+/** Sets the preferred cache configuration for the current device.
 
  On devices where the L1 cache and shared memory use the same hardware
  resources, this sets through \p cacheConfig the preferred cache
@@ -15089,15 +15145,15 @@ pub unsafe fn cudaDeviceReset() -> cudaError_t {
  - ::cudaFuncCachePreferL1: prefer larger L1 cache and smaller shared memory
  - ::cudaFuncCachePreferEqual: prefer equal size L1 cache and shared memory
 
- \param cacheConfig - Requested cache configuration
+ - parameter cacheConfig - Requested cache configuration
 
  \return
  ::cudaSuccess
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaDeviceGetCacheConfig,
+ See also: ::cudaDeviceGetCacheConfig,
  \ref ::cudaFuncSetCacheConfig(const void*, enum cudaFuncCache) "cudaFuncSetCacheConfig (C API)",
  \ref ::cudaFuncSetCacheConfig(T*, enum cudaFuncCache) "cudaFuncSetCacheConfig (C++ API)",
  ::cuCtxSetCacheConfig*/
@@ -15159,7 +15215,7 @@ pub unsafe fn cudaDeviceSetGraphMemAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Set resource limits
+/** Set resource limits
 
  Setting \p limit to \p value is a request by the application to update
  the current limit maintained by the device.  The driver is free to
@@ -15174,67 +15230,67 @@ pub unsafe fn cudaDeviceSetGraphMemAttribute(
  - ::cudaLimitStackSize controls the stack size in bytes of each GPU thread.
 
  - ::cudaLimitPrintfFifoSize controls the size in bytes of the shared FIFO
-   used by the ::printf() device system call. Setting
-   ::cudaLimitPrintfFifoSize must not be performed after launching any kernel
-   that uses the ::printf() device system call - in such case
-   ::cudaErrorInvalidValue will be returned.
+ used by the ::printf() device system call. Setting
+ ::cudaLimitPrintfFifoSize must not be performed after launching any kernel
+ that uses the ::printf() device system call - in such case
+ ::cudaErrorInvalidValue will be returned.
 
  - ::cudaLimitMallocHeapSize controls the size in bytes of the heap used by
-   the ::malloc() and ::free() device system calls. Setting
-   ::cudaLimitMallocHeapSize must not be performed after launching any kernel
-   that uses the ::malloc() or ::free() device system calls - in such case
-   ::cudaErrorInvalidValue will be returned.
+ the ::malloc() and ::free() device system calls. Setting
+ ::cudaLimitMallocHeapSize must not be performed after launching any kernel
+ that uses the ::malloc() or ::free() device system calls - in such case
+ ::cudaErrorInvalidValue will be returned.
 
  - ::cudaLimitDevRuntimeSyncDepth controls the maximum nesting depth of a
-   grid at which a thread can safely call ::cudaDeviceSynchronize(). Setting
-   this limit must be performed before any launch of a kernel that uses the
-   device runtime and calls ::cudaDeviceSynchronize() above the default sync
-   depth, two levels of grids. Calls to ::cudaDeviceSynchronize() will fail
-   with error code ::cudaErrorSyncDepthExceeded if the limitation is
-   violated. This limit can be set smaller than the default or up the maximum
-   launch depth of 24. When setting this limit, keep in mind that additional
-   levels of sync depth require the runtime to reserve large amounts of
-   device memory which can no longer be used for user allocations. If these
-   reservations of device memory fail, ::cudaDeviceSetLimit will return
-   ::cudaErrorMemoryAllocation, and the limit can be reset to a lower value.
-   This limit is only applicable to devices of compute capability < 9.0.
-   Attempting to set this limit on devices of other compute capability will
-   results in error ::cudaErrorUnsupportedLimit being returned.
+ grid at which a thread can safely call ::cudaDeviceSynchronize(). Setting
+ this limit must be performed before any launch of a kernel that uses the
+ device runtime and calls ::cudaDeviceSynchronize() above the default sync
+ depth, two levels of grids. Calls to ::cudaDeviceSynchronize() will fail
+ with error code ::cudaErrorSyncDepthExceeded if the limitation is
+ violated. This limit can be set smaller than the default or up the maximum
+ launch depth of 24. When setting this limit, keep in mind that additional
+ levels of sync depth require the runtime to reserve large amounts of
+ device memory which can no longer be used for user allocations. If these
+ reservations of device memory fail, ::cudaDeviceSetLimit will return
+ ::cudaErrorMemoryAllocation, and the limit can be reset to a lower value.
+ This limit is only applicable to devices of compute capability < 9.0.
+ Attempting to set this limit on devices of other compute capability will
+ results in error ::cudaErrorUnsupportedLimit being returned.
 
  - ::cudaLimitDevRuntimePendingLaunchCount controls the maximum number of
-   outstanding device runtime launches that can be made from the current
-   device. A grid is outstanding from the point of launch up until the grid
-   is known to have been completed. Device runtime launches which violate
-   this limitation fail and return ::cudaErrorLaunchPendingCountExceeded when
-   ::cudaGetLastError() is called after launch. If more pending launches than
-   the default (2048 launches) are needed for a module using the device
-   runtime, this limit can be increased. Keep in mind that being able to
-   sustain additional pending launches will require the runtime to reserve
-   larger amounts of device memory upfront which can no longer be used for
-   allocations. If these reservations fail, ::cudaDeviceSetLimit will return
-   ::cudaErrorMemoryAllocation, and the limit can be reset to a lower value.
-   This limit is only applicable to devices of compute capability 3.5 and
-   higher. Attempting to set this limit on devices of compute capability less
-   than 3.5 will result in the error ::cudaErrorUnsupportedLimit being
-   returned.
+ outstanding device runtime launches that can be made from the current
+ device. A grid is outstanding from the point of launch up until the grid
+ is known to have been completed. Device runtime launches which violate
+ this limitation fail and return ::cudaErrorLaunchPendingCountExceeded when
+ ::cudaGetLastError() is called after launch. If more pending launches than
+ the default (2048 launches) are needed for a module using the device
+ runtime, this limit can be increased. Keep in mind that being able to
+ sustain additional pending launches will require the runtime to reserve
+ larger amounts of device memory upfront which can no longer be used for
+ allocations. If these reservations fail, ::cudaDeviceSetLimit will return
+ ::cudaErrorMemoryAllocation, and the limit can be reset to a lower value.
+ This limit is only applicable to devices of compute capability 3.5 and
+ higher. Attempting to set this limit on devices of compute capability less
+ than 3.5 will result in the error ::cudaErrorUnsupportedLimit being
+ returned.
 
  - ::cudaLimitMaxL2FetchGranularity controls the L2 cache fetch granularity.
-   Values can range from 0B to 128B. This is purely a performance hint and
-   it can be ignored or clamped depending on the platform.
+ Values can range from 0B to 128B. This is purely a performance hint and
+ it can be ignored or clamped depending on the platform.
 
  - ::cudaLimitPersistingL2CacheSize controls size in bytes available
-   for persisting L2 cache. This is purely a performance hint and it
-   can be ignored or clamped depending on the platform.
+ for persisting L2 cache. This is purely a performance hint and it
+ can be ignored or clamped depending on the platform.
 
- \param limit - Limit to set
- \param value - Size of limit
+ - parameter limit - Limit to set
+ - parameter value - Size of limit
 
  \return
  ::cudaSuccess,
  ::cudaErrorUnsupportedLimit,
  ::cudaErrorInvalidValue,
  ::cudaErrorMemoryAllocation
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -15264,14 +15320,14 @@ pub unsafe fn cudaDeviceSetLimit(limit: cudaLimit, value: usize) -> cudaError_t 
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the current memory pool of a device
+/** Sets the current memory pool of a device
 
  The memory pool must be local to the specified device.
  Unless a mempool is specified in the ::cudaMallocAsync call,
  ::cudaMallocAsync allocates from the current mempool of the provided stream's device.
  By default, a device's current memory pool is its default memory pool.
 
- \note Use ::cudaMallocFromPoolAsync to specify asynchronous allocations from a device different
+ Note: Use ::cudaMallocFromPoolAsync to specify asynchronous allocations from a device different
  than the one the stream runs on.
 
  \returns
@@ -15279,10 +15335,10 @@ pub unsafe fn cudaDeviceSetLimit(limit: cudaLimit, value: usize) -> cudaError_t 
  ::cudaErrorInvalidValue
  ::cudaErrorInvalidDevice
  ::cudaErrorNotSupported
- \notefnerr
+
  \note_callback
 
- \sa ::cuDeviceSetMemPool, ::cudaDeviceGetMemPool, ::cudaDeviceGetDefaultMemPool, ::cudaMemPoolCreate, ::cudaMemPoolDestroy, ::cudaMallocFromPoolAsync*/
+ See also: ::cuDeviceSetMemPool, ::cudaDeviceGetMemPool, ::cudaDeviceGetDefaultMemPool, ::cudaMemPoolCreate, ::cudaMemPoolDestroy, ::cudaMallocFromPoolAsync*/
 ///
 /** # Loading
 
@@ -15315,9 +15371,9 @@ pub unsafe fn cudaDeviceSetMemPool(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the shared memory configuration for the current device.
+/** Sets the shared memory configuration for the current device.
 
- \deprecated
+ Deprecated.
 
  On devices with configurable shared memory banks, this function will set
  the shared memory bank size which is used for all subsequent kernel launches.
@@ -15337,22 +15393,22 @@ pub unsafe fn cudaDeviceSetMemPool(
 
  The supported bank configurations are:
  - ::cudaSharedMemBankSizeDefault: set bank width the device default (currently,
-   four bytes)
+ four bytes)
  - ::cudaSharedMemBankSizeFourByte: set shared memory bank width to be four bytes
-   natively.
+ natively.
  - ::cudaSharedMemBankSizeEightByte: set shared memory bank width to be eight
-   bytes natively.
+ bytes natively.
 
- \param config - Requested cache configuration
+ - parameter config - Requested cache configuration
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaDeviceSetCacheConfig,
+ See also: ::cudaDeviceSetCacheConfig,
  ::cudaDeviceGetCacheConfig,
  ::cudaDeviceGetSharedMemConfig,
  ::cudaFuncSetCacheConfig,
@@ -15382,7 +15438,7 @@ pub unsafe fn cudaDeviceSetSharedMemConfig(config: cudaSharedMemConfig) -> cudaE
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Wait for compute device to finish
+/** Wait for compute device to finish
 
  Blocks until the device has completed all preceding requested tasks.
  ::cudaDeviceSynchronize() returns an error if one of the preceding tasks
@@ -15394,7 +15450,7 @@ pub unsafe fn cudaDeviceSetSharedMemConfig(config: cudaSharedMemConfig) -> cudaE
  ::cudaSuccess,
  ::cudaErrorStreamCaptureUnsupported
  \note_device_sync_deprecated
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -15424,13 +15480,13 @@ pub unsafe fn cudaDeviceSynchronize() -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Unregisters an async notification callback
+/** Unregisters an async notification callback
 
  Unregisters \p callback so that the corresponding callback function will stop receiving
  async notifications.
 
- \param device - The device from which to remove \p callback.
- \param callback - The callback instance to unregister from receiving async notifications.
+ - parameter device - The device from which to remove \p callback.
+ - parameter callback - The callback instance to unregister from receiving async notifications.
 
  \return
  ::cudaSuccess
@@ -15439,7 +15495,7 @@ pub unsafe fn cudaDeviceSynchronize() -> cudaError_t {
  ::cudaErrorInvalidValue
  ::cudaErrorNotPermitted
  ::cudaErrorUnknown
- \notefnerr
+
 
  \sa
  ::cudaDeviceRegisterAsyncNotification*/
@@ -15475,7 +15531,7 @@ pub unsafe fn cudaDeviceUnregisterAsyncNotification(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the latest version of CUDA supported by the driver
+/** Returns the latest version of CUDA supported by the driver
 
  Returns in \p *driverVersion the latest version of CUDA supported by
  the driver. The version is returned as (1000 &times; major + 10 &times; minor).
@@ -15485,12 +15541,12 @@ pub unsafe fn cudaDeviceUnregisterAsyncNotification(
  This function automatically returns ::cudaErrorInvalidValue
  if \p driverVersion is NULL.
 
- \param driverVersion - Returns the CUDA driver version.
+ - parameter driverVersion - Returns the CUDA driver version.
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -15524,22 +15580,22 @@ pub unsafe fn cudaDriverGetVersion(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates an event object
+/** Creates an event object
 
  Creates an event object for the current device using ::cudaEventDefault.
 
- \param event - Newly created event
+ - parameter event - Newly created event
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorLaunchFailure,
  ::cudaErrorMemoryAllocation
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa \ref ::cudaEventCreate(cudaEvent_t*, unsigned int) "cudaEventCreate (C++ API)",
+ See also: \ref ::cudaEventCreate(cudaEvent_t*, unsigned int) "cudaEventCreate (C++ API)",
  ::cudaEventCreateWithFlags, ::cudaEventRecord, ::cudaEventQuery,
  ::cudaEventSynchronize, ::cudaEventDestroy, ::cudaEventElapsedTime,
  ::cudaStreamWaitEvent,
@@ -15567,36 +15623,36 @@ pub unsafe fn cudaEventCreate(event: *mut cudaEvent_t) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates an event object with the specified flags
+/** Creates an event object with the specified flags
 
  Creates an event object for the current device with the specified flags. Valid
  flags include:
  - ::cudaEventDefault: Default event creation flag.
  - ::cudaEventBlockingSync: Specifies that event should use blocking
-   synchronization. A host thread that uses ::cudaEventSynchronize() to wait
-   on an event created with this flag will block until the event actually
-   completes.
+ synchronization. A host thread that uses ::cudaEventSynchronize() to wait
+ on an event created with this flag will block until the event actually
+ completes.
  - ::cudaEventDisableTiming: Specifies that the created event does not need
-   to record timing data.  Events created with this flag specified and
-   the ::cudaEventBlockingSync flag not specified will provide the best
-   performance when used with ::cudaStreamWaitEvent() and ::cudaEventQuery().
+ to record timing data.  Events created with this flag specified and
+ the ::cudaEventBlockingSync flag not specified will provide the best
+ performance when used with ::cudaStreamWaitEvent() and ::cudaEventQuery().
  - ::cudaEventInterprocess: Specifies that the created event may be used as an
-   interprocess event by ::cudaIpcGetEventHandle(). ::cudaEventInterprocess must
-   be specified along with ::cudaEventDisableTiming.
+ interprocess event by ::cudaIpcGetEventHandle(). ::cudaEventInterprocess must
+ be specified along with ::cudaEventDisableTiming.
 
- \param event - Newly created event
- \param flags - Flags for new event
+ - parameter event - Newly created event
+ - parameter flags - Flags for new event
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorLaunchFailure,
  ::cudaErrorMemoryAllocation
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa \ref ::cudaEventCreate(cudaEvent_t*) "cudaEventCreate (C API)",
+ See also: \ref ::cudaEventCreate(cudaEvent_t*) "cudaEventCreate (C API)",
  ::cudaEventSynchronize, ::cudaEventDestroy, ::cudaEventElapsedTime,
  ::cudaStreamWaitEvent,
  ::cuEventCreate*/
@@ -15632,7 +15688,7 @@ pub unsafe fn cudaEventCreateWithFlags(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys an event object
+/** Destroys an event object
 
  Destroys the event specified by \p event.
 
@@ -15641,20 +15697,20 @@ pub unsafe fn cudaEventCreateWithFlags(
  call does not block on completion of the event, and any associated
  resources will automatically be released asynchronously at completion.
 
- \param event - Event to destroy
+ - parameter event - Event to destroy
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorLaunchFailure
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_destroy_ub
  \note_null_event
 
- \sa \ref ::cudaEventCreate(cudaEvent_t*) "cudaEventCreate (C API)",
+ See also: \ref ::cudaEventCreate(cudaEvent_t*) "cudaEventCreate (C API)",
  ::cudaEventCreateWithFlags, ::cudaEventQuery,
  ::cudaEventSynchronize, ::cudaEventRecord, ::cudaEventElapsedTime,
  ::cuEventDestroy*/
@@ -15681,7 +15737,7 @@ pub unsafe fn cudaEventDestroy(event: cudaEvent_t) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Computes the elapsed time between events
+/** Computes the elapsed time between events
 
  Computes the elapsed time between two events (in milliseconds with a
  resolution of around 0.5 microseconds). Note this API is not guaranteed
@@ -15705,9 +15761,9 @@ pub unsafe fn cudaEventDestroy(event: cudaEvent_t) -> cudaError_t {
  with the ::cudaEventDisableTiming flag, then this function will return
  ::cudaErrorInvalidResourceHandle.
 
- \param ms    - Time between \p start and \p end in ms
- \param start - Starting event
- \param end   - Ending event
+ - parameter ms    - Time between \p start and \p end in ms
+ - parameter start - Starting event
+ - parameter end   - Ending event
 
  \return
  ::cudaSuccess,
@@ -15716,12 +15772,12 @@ pub unsafe fn cudaEventDestroy(event: cudaEvent_t) -> cudaError_t {
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorLaunchFailure,
  ::cudaErrorUnknown
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_null_event
 
- \sa \ref ::cudaEventCreate(cudaEvent_t*) "cudaEventCreate (C API)",
+ See also: \ref ::cudaEventCreate(cudaEvent_t*) "cudaEventCreate (C API)",
  ::cudaEventCreateWithFlags, ::cudaEventQuery,
  ::cudaEventSynchronize, ::cudaEventDestroy, ::cudaEventRecord,
  ::cuEventElapsedTime*/
@@ -15760,7 +15816,7 @@ pub unsafe fn cudaEventElapsedTime(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Queries an event's status
+/** Queries an event's status
 
  Queries the status of all work currently captured by \p event. See
  ::cudaEventRecord() for details on what is captured by an event.
@@ -15771,7 +15827,7 @@ pub unsafe fn cudaEventElapsedTime(
  For the purposes of Unified Memory, a return value of ::cudaSuccess
  is equivalent to having called ::cudaEventSynchronize().
 
- \param event - Event to query
+ - parameter event - Event to query
 
  \return
  ::cudaSuccess,
@@ -15779,12 +15835,12 @@ pub unsafe fn cudaEventElapsedTime(
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorLaunchFailure
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_null_event
 
- \sa \ref ::cudaEventCreate(cudaEvent_t*) "cudaEventCreate (C API)",
+ See also: \ref ::cudaEventCreate(cudaEvent_t*) "cudaEventCreate (C API)",
  ::cudaEventCreateWithFlags, ::cudaEventRecord,
  ::cudaEventSynchronize, ::cudaEventDestroy, ::cudaEventElapsedTime,
  ::cuEventQuery*/
@@ -15811,7 +15867,7 @@ pub unsafe fn cudaEventQuery(event: cudaEvent_t) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Records an event
+/** Records an event
 
  Captures in \p event the contents of \p stream at the time of this call.
  \p event and \p stream must be on the same CUDA context.
@@ -15828,21 +15884,21 @@ pub unsafe fn cudaEventQuery(event: cudaEvent_t) -> cudaError_t {
  event represents an empty set of work, so for example ::cudaEventQuery()
  would return ::cudaSuccess.
 
- \param event  - Event to record
- \param stream - Stream in which to record event
+ - parameter event  - Event to record
+ - parameter stream - Stream in which to record event
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorLaunchFailure
- \note_null_stream
- \notefnerr
+
+
  \note_init_rt
  \note_callback
  \note_null_event
 
- \sa \ref ::cudaEventCreate(cudaEvent_t*) "cudaEventCreate (C API)",
+ See also: \ref ::cudaEventCreate(cudaEvent_t*) "cudaEventCreate (C API)",
  ::cudaEventCreateWithFlags, ::cudaEventQuery,
  ::cudaEventSynchronize, ::cudaEventDestroy, ::cudaEventElapsedTime,
  ::cudaStreamWaitEvent,
@@ -15909,7 +15965,7 @@ pub unsafe fn cudaEventRecordWithFlags(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Waits for an event to complete
+/** Waits for an event to complete
 
  Waits until the completion of all work currently captured in \p event.
  See ::cudaEventRecord() for details on what is captured by an event.
@@ -15920,19 +15976,19 @@ pub unsafe fn cudaEventRecordWithFlags(
  not been set, then the CPU thread will busy-wait until the event has
  been completed by the device.
 
- \param event - Event to wait for
+ - parameter event - Event to wait for
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorLaunchFailure
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_null_event
 
- \sa \ref ::cudaEventCreate(cudaEvent_t*) "cudaEventCreate (C API)",
+ See also: \ref ::cudaEventCreate(cudaEvent_t*) "cudaEventCreate (C API)",
  ::cudaEventCreateWithFlags, ::cudaEventRecord,
  ::cudaEventQuery, ::cudaEventDestroy, ::cudaEventElapsedTime,
  ::cuEventSynchronize*/
@@ -15959,7 +16015,7 @@ pub unsafe fn cudaEventSynchronize(event: cudaEvent_t) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroy a execution context
+/** Destroy a execution context
 
  Destroys the specified execution context \p ctx. It is the responsibility of the caller
  to ensure that no API call issues using \p ctx while ::cudaExecutionCtxDestroy() is executing or
@@ -15979,7 +16035,7 @@ pub unsafe fn cudaEventSynchronize(event: cudaEvent_t) -> cudaError_t {
  Passing in a \p ctx that was not explicitly created via CUDA Runtime APIs is not allowed and will
  result in undefined behavior.
 
- \param ctx - Execution context to destroy (required parameter, see note below)
+ - parameter ctx - Execution context to destroy (required parameter, see note below)
 
  \return
  ::cudaSuccess,
@@ -16017,15 +16073,15 @@ pub unsafe fn cudaExecutionCtxDestroy(ctx: cudaExecutionContext_t) -> cudaError_
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Get context resources
+/** Get context resources
 
  Get the \p type resources available to context represented by \p ctx.
 
  Note: The API is not supported on 32-bit platforms.
 
- \param ctx - Execution context to get resource for (required parameter, see note below)
- \param resource - Output pointer to a cudaDevResource structure
- \param type - Type of resource to retrieve
+ - parameter ctx - Execution context to get resource for (required parameter, see note below)
+ - parameter resource - Output pointer to a cudaDevResource structure
+ - parameter type - Type of resource to retrieve
 
  \return
  ::cudaSuccess,
@@ -16034,7 +16090,7 @@ pub unsafe fn cudaExecutionCtxDestroy(ctx: cudaExecutionContext_t) -> cudaError_
  ::cudaErrorNotPermitted,
  ::cudaErrorCudartUnloading,
  ::cudaErrorInitializationError
- \notefnerr
+
  \note_callback
  \note_cudaExecutionContext_t_required_param
 
@@ -16078,13 +16134,13 @@ pub unsafe fn cudaExecutionCtxGetDevResource(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the device handle for the execution context
+/** Returns the device handle for the execution context
 
  Returns in \p *device the handle of the specified execution context's device.
  The execution context should not be NULL.
 
- \param device - Returned device handle for the specified execution context
- \param ctx - Execution context for which to obtain the device (required parameter, see note below)
+ - parameter device - Returned device handle for the specified execution context
+ - parameter ctx - Execution context for which to obtain the device (required parameter, see note below)
 
  \return
  ::cudaSuccess,
@@ -16092,11 +16148,11 @@ pub unsafe fn cudaExecutionCtxGetDevResource(
  ::cudaErrorInitializationError,
  ::cudaErrorInvalidValue,
  ::cudaErrorNotPermitted
- \notefnerr
+
  \note_callback
  \note_cudaExecutionContext_t_required_param
 
- \sa ::cudaGreenCtxCreate,
+ See also: ::cudaGreenCtxCreate,
  ::cudaExecutionCtxDestroy,
  ::cuCtxGetDevice*/
 ///
@@ -16131,14 +16187,14 @@ pub unsafe fn cudaExecutionCtxGetDevice(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the unique Id associated with the execution context supplied
+/** Returns the unique Id associated with the execution context supplied
 
  Returns in \p ctxId the unique Id which is associated with a given context.
  The Id is unique for the life of the program for this instance of CUDA.
  The execution context should not be NULL.
 
- \param ctx - Context for which to obtain the Id (required parameter, see note below)
- \param ctxId - Pointer to store the Id of the context
+ - parameter ctx - Context for which to obtain the Id (required parameter, see note below)
+ - parameter ctxId - Pointer to store the Id of the context
 
  \return
  ::cudaSuccess,
@@ -16146,11 +16202,11 @@ pub unsafe fn cudaExecutionCtxGetDevice(
  ::cudaErrorInitializationError,
  ::cudaErrorInvalidValue,
  ::cudaErrorNotPermitted
- \notefnerr
+
  \note_callback
  \note_cudaExecutionContext_t_required_param
 
- \sa ::cudaGreenCtxCreate,
+ See also: ::cudaGreenCtxCreate,
  ::cudaExecutionCtxDestroy,
  ::cudaExecutionCtxGetDevice,
  ::cuCtxGetId*/
@@ -16186,7 +16242,7 @@ pub unsafe fn cudaExecutionCtxGetId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Records an event for the specified execution context
+/** Records an event for the specified execution context
 
  Captures in \p event all the activities of the execution context \p ctx
  at the time of this call. \p event and \p ctx must be from the same
@@ -16198,12 +16254,12 @@ pub unsafe fn cudaExecutionCtxGetId(
  ::cudaDeviceGetExecutionCtx(), \p event will capture all the activities of the green
  contexts created on the device as well.
 
- \note The API will return ::cudaErrorStreamCaptureUnsupported if the
+ Note: The API will return ::cudaErrorStreamCaptureUnsupported if the
  specified execution context \p ctx has a stream in the capture mode. In such a case,
  the call will invalidate all the conflicting captures.
 
- \param ctx - Execution context to record event for (required parameter, see note below)
- \param event - Event to record
+ - parameter ctx - Execution context to record event for (required parameter, see note below)
+ - parameter event - Event to record
 
  \return
  ::cudaSuccess,
@@ -16211,7 +16267,7 @@ pub unsafe fn cudaExecutionCtxGetId(
  ::cudaErrorInitializationError,
  ::cudaErrorInvalidHandle,
  ::cudaErrorStreamCaptureUnsupported
- \notefnerr
+
  \note_callback
  \note_cudaExecutionContext_t_required_param
 
@@ -16252,7 +16308,7 @@ pub unsafe fn cudaExecutionCtxRecordEvent(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a stream and initializes it for the given execution context.
+/** Creates a stream and initializes it for the given execution context.
 
  The API creates a CUDA stream with the specified \p flags and \p priority,
  initializing it with resources as defined at the time of creating the specified \p ctx.
@@ -16260,10 +16316,10 @@ pub unsafe fn cudaExecutionCtxRecordEvent(
 
  The supported values for \p flags are:
  - ::cudaStreamDefault: Default stream creation flag. This would be ::cudaStreamNonBlocking for
-   streams created on a green context.
+ streams created on a green context.
  - ::cudaStreamNonBlocking: Specifies that work running in the created stream may run concurrently
-   with work in stream 0 (the NULL stream), and that the created stream should perform no implicit
-   synchronization with stream 0
+ with work in stream 0 (the NULL stream), and that the created stream should perform no implicit
+ synchronization with stream 0
 
  Specifying \p priority affects the scheduling priority of work in the stream. Priorities provide a
  hint to preferentially run work with higher priority when possible, but do not preempt
@@ -16274,10 +16330,10 @@ pub unsafe fn cudaExecutionCtxRecordEvent(
  outside the numerical range returned by ::cudaDeviceGetStreamPriorityRange,
  it will automatically be clamped to the lowest or the highest number in the range.
 
- \param phStream - Returned stream handle
- \param ctx      - Execution context to initialize the stream with (required parameter, see note below)
- \param flags    - Flags for stream creation
- \param priority - Stream priority
+ - parameter phStream - Returned stream handle
+ - parameter ctx      - Execution context to initialize the stream with (required parameter, see note below)
+ - parameter flags    - Flags for stream creation
+ - parameter priority - Stream priority
 
  \return
  ::cudaSuccess,
@@ -16286,15 +16342,15 @@ pub unsafe fn cudaExecutionCtxRecordEvent(
  ::cudaErrorOutOfMemory,
  ::cudaErrorCudartUnloading,
  ::cudaErrorInitializationError
- \notefnerr
+
  \note_callback
  \note_cudaExecutionContext_t_required_param
 
- \note In the current implementation, only compute kernels launched in
+ Note: In the current implementation, only compute kernels launched in
  priority streams are affected by the stream's priority. Stream priorities have
  no effect on host-to-device and device-to-host memory operations.
 
- \sa ::cudaStreamDestroy,
+ See also: ::cudaStreamDestroy,
  ::cudaGreenCtxCreate,
  ::cudaDeviceGetStreamPriorityRange,
  ::cudaStreamGetFlags,
@@ -16345,7 +16401,7 @@ pub unsafe fn cudaExecutionCtxStreamCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Block for the specified execution context's tasks to complete
+/** Block for the specified execution context's tasks to complete
 
  Blocks until the specified execution context has completed all preceding requested tasks.
  If the specified execution context is the device (primary) context obtained via ::cudaDeviceGetExecutionCtx,
@@ -16353,14 +16409,14 @@ pub unsafe fn cudaExecutionCtxStreamCreate(
 
  The API returns an error if one of the preceding tasks failed.
 
- \param ctx - Execution context to synchronize (required parameter, see note below)
+ - parameter ctx - Execution context to synchronize (required parameter, see note below)
 
  \return
  ::cudaSuccess,
  ::cudaErrorCudartUnloading,
  ::cudaErrorDeviceUninitialized,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_callback
  \note_cudaExecutionContext_t_required_param
 
@@ -16394,7 +16450,7 @@ pub unsafe fn cudaExecutionCtxSynchronize(ctx: cudaExecutionContext_t) -> cudaEr
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Make an execution context wait on an event
+/** Make an execution context wait on an event
 
  Makes all future work submitted to execution context \p ctx wait for all work
  captured in \p event. The synchronization will be performed on the device
@@ -16404,14 +16460,14 @@ pub unsafe fn cudaExecutionCtxSynchronize(ctx: cudaExecutionContext_t) -> cudaEr
  ::cudaDeviceGetExecutionCtx(), all green contexts created on the device will wait for
  \p event as well.
 
- \note \p event may be from a different execution context or device than \p ctx.
+ Note: \p event may be from a different execution context or device than \p ctx.
 
- \note The API will return ::cudaErrorStreamCaptureUnsupported and
+ Note: The API will return ::cudaErrorStreamCaptureUnsupported and
  invalidate the capture if the specified event \p event is part of an ongoing
  capture sequence or if the specified execution context \p ctx has a stream in the capture mode.
 
- \param ctx    - Execution context to wait for (required parameter, see note below)
- \param event  - Event to wait on
+ - parameter ctx    - Execution context to wait for (required parameter, see note below)
+ - parameter event  - Event to wait on
 
  \return
  ::cudaSuccess,
@@ -16419,7 +16475,7 @@ pub unsafe fn cudaExecutionCtxSynchronize(ctx: cudaExecutionContext_t) -> cudaEr
  ::cudaErrorInitializationError,
  ::cudaErrorInvalidHandle,
  ::cudaErrorStreamCaptureUnsupported
- \notefnerr
+
  \note_callback
  \note_cudaExecutionContext_t_required_param
 
@@ -16460,7 +16516,7 @@ pub unsafe fn cudaExecutionCtxWaitEvent(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Maps a buffer onto an imported memory object
+/** Maps a buffer onto an imported memory object
 
  Maps a buffer onto an imported memory object and returns a device
  pointer in \p devPtr.
@@ -16469,13 +16525,17 @@ pub unsafe fn cudaExecutionCtxWaitEvent(
  \p bufferDesc. The ::cudaExternalMemoryBufferDesc structure is
  defined as follows:
 
- \code
-typedef struct cudaExternalMemoryBufferDesc_st {
-unsigned long long offset;
-unsigned long long size;
-unsigned int flags;
-} cudaExternalMemoryBufferDesc;
- \endcode
+
+ ```text
+
+ typedef struct cudaExternalMemoryBufferDesc_st {
+ unsigned long long offset;
+ unsigned long long size;
+ unsigned int flags;
+ } cudaExternalMemoryBufferDesc;
+
+ ```
+
 
  where ::cudaExternalMemoryBufferDesc::offset is the offset in
  the memory object where the buffer's base address is.
@@ -16496,19 +16556,19 @@ unsigned int flags;
 
  The returned pointer \p devPtr must be freed using ::cudaFree.
 
- \param devPtr     - Returned device pointer to buffer
- \param extMem     - Handle to external memory object
- \param bufferDesc - Buffer descriptor
+ - parameter devPtr     - Returned device pointer to buffer
+ - parameter extMem     - Handle to external memory object
+ - parameter bufferDesc - Buffer descriptor
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaImportExternalMemory,
+ See also: ::cudaImportExternalMemory,
  ::cudaDestroyExternalMemory,
  ::cudaExternalMemoryGetMappedMipmappedArray*/
 ///
@@ -16546,7 +16606,7 @@ pub unsafe fn cudaExternalMemoryGetMappedBuffer(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Maps a CUDA mipmapped array onto an external memory object
+/** Maps a CUDA mipmapped array onto an external memory object
 
  Maps a CUDA mipmapped array onto an external object and returns a
  handle to it in \p mipmap.
@@ -16555,15 +16615,19 @@ pub unsafe fn cudaExternalMemoryGetMappedBuffer(
  described in \p mipmapDesc. The structure
  ::cudaExternalMemoryMipmappedArrayDesc is defined as follows:
 
- \code
-typedef struct cudaExternalMemoryMipmappedArrayDesc_st {
-unsigned long long offset;
-cudaChannelFormatDesc formatDesc;
-cudaExtent extent;
-unsigned int flags;
-unsigned int numLevels;
-} cudaExternalMemoryMipmappedArrayDesc;
- \endcode
+
+ ```text
+
+ typedef struct cudaExternalMemoryMipmappedArrayDesc_st {
+ unsigned long long offset;
+ cudaChannelFormatDesc formatDesc;
+ cudaExtent extent;
+ unsigned int flags;
+ unsigned int numLevels;
+ } cudaExternalMemoryMipmappedArrayDesc;
+
+ ```
+
 
  where ::cudaExternalMemoryMipmappedArrayDesc::offset is the
  offset in the memory object where the base level of the mipmap
@@ -16583,23 +16647,23 @@ unsigned int numLevels;
 
  The returned CUDA mipmapped array must be freed using ::cudaFreeMipmappedArray.
 
- \param mipmap     - Returned CUDA mipmapped array
- \param extMem     - Handle to external memory object
- \param mipmapDesc - CUDA array descriptor
+ - parameter mipmap     - Returned CUDA mipmapped array
+ - parameter extMem     - Handle to external memory object
+ - parameter mipmapDesc - CUDA array descriptor
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaImportExternalMemory,
+ See also: ::cudaImportExternalMemory,
  ::cudaDestroyExternalMemory,
  ::cudaExternalMemoryGetMappedBuffer
 
- \note If ::cudaExternalMemoryHandleDesc::type is
+ Note: If ::cudaExternalMemoryHandleDesc::type is
  ::cudaExternalMemoryHandleTypeNvSciBuf, then
  ::cudaExternalMemoryMipmappedArrayDesc::numLevels must not be greater than 1.*/
 ///
@@ -16637,7 +16701,7 @@ pub unsafe fn cudaExternalMemoryGetMappedMipmappedArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Frees memory on the device
+/** Frees memory on the device
 
  Frees the memory space pointed to by \p devPtr, which must have been
  returned by a previous call to one of the following memory allocation APIs -
@@ -16658,16 +16722,16 @@ pub unsafe fn cudaExternalMemoryGetMappedMipmappedArray(
  The device version of ::cudaFree cannot be used with a \p *devPtr
  allocated using the host API, and vice versa.
 
- \param devPtr - Device pointer to memory to free
+ - parameter devPtr - Device pointer to memory to free
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMalloc, ::cudaMallocPitch, ::cudaMallocManaged, ::cudaMallocArray, ::cudaFreeArray, ::cudaMallocAsync, ::cudaMallocFromPoolAsync
+ See also: ::cudaMalloc, ::cudaMallocPitch, ::cudaMallocManaged, ::cudaMallocArray, ::cudaFreeArray, ::cudaMallocAsync, ::cudaMallocFromPoolAsync
  \ref ::cudaMallocHost(void**, size_t) "cudaMallocHost (C API)",
  ::cudaFreeHost, ::cudaMalloc3D, ::cudaMalloc3DArray, ::cudaFreeAsync
  ::cudaHostAlloc,
@@ -16697,22 +16761,22 @@ pub unsafe fn cudaFree(devPtr: *mut ::core::ffi::c_void) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Frees an array on the device
+/** Frees an array on the device
 
  Frees the CUDA array \p array, which must have been returned by a
  previous call to ::cudaMallocArray(). If \p devPtr is 0,
  no operation is performed.
 
- \param array - Pointer to array to free
+ - parameter array - Pointer to array to free
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMalloc, ::cudaMallocPitch, ::cudaFree, ::cudaMallocArray,
+ See also: ::cudaMalloc, ::cudaMallocPitch, ::cudaFree, ::cudaMallocArray,
  \ref ::cudaMallocHost(void**, size_t) "cudaMallocHost (C API)",
  ::cudaFreeHost, ::cudaHostAlloc,
  ::cuArrayDestroy*/
@@ -16739,28 +16803,28 @@ pub unsafe fn cudaFreeArray(array: cudaArray_t) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Frees memory with stream ordered semantics
+/** Frees memory with stream ordered semantics
 
  Inserts a free operation into \p hStream.
  The allocation must not be accessed after stream execution reaches the free.
  After this API returns, accessing the memory from any subsequent work launched on the GPU
  or querying its pointer attributes results in undefined behavior.
 
- \note During stream capture, this function results in the creation of a free node and
-       must therefore be passed the address of a graph allocation.
+ Note: During stream capture, this function results in the creation of a free node and
+ must therefore be passed the address of a graph allocation.
 
- \param dptr - memory to free
- \param hStream - The stream establishing the stream ordering promise
+ - parameter dptr - memory to free
+ - parameter hStream - The stream establishing the stream ordering promise
  \returns
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorNotSupported
- \notefnerr
- \note_null_stream
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cuMemFreeAsync, ::cudaMallocAsync*/
+ See also: ::cuMemFreeAsync, ::cudaMallocAsync*/
 ///
 /** # Loading
 
@@ -16793,21 +16857,21 @@ pub unsafe fn cudaFreeAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Frees page-locked memory
+/** Frees page-locked memory
 
  Frees the memory space pointed to by \p hostPtr, which must have been
  returned by a previous call to ::cudaMallocHost() or ::cudaHostAlloc().
 
- \param ptr - Pointer to memory to free
+ - parameter ptr - Pointer to memory to free
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMalloc, ::cudaMallocPitch, ::cudaFree, ::cudaMallocArray,
+ See also: ::cudaMalloc, ::cudaMallocPitch, ::cudaFree, ::cudaMallocArray,
  ::cudaFreeArray,
  \ref ::cudaMallocHost(void**, size_t) "cudaMallocHost (C API)",
  ::cudaMalloc3D, ::cudaMalloc3DArray, ::cudaHostAlloc,
@@ -16837,22 +16901,22 @@ pub unsafe fn cudaFreeHost(ptr: *mut ::core::ffi::c_void) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Frees a mipmapped array on the device
+/** Frees a mipmapped array on the device
 
  Frees the CUDA mipmapped array \p mipmappedArray, which must have been
  returned by a previous call to ::cudaMallocMipmappedArray(). If \p devPtr
  is 0, no operation is performed.
 
- \param mipmappedArray - Pointer to mipmapped array to free
+ - parameter mipmappedArray - Pointer to mipmapped array to free
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMalloc, ::cudaMallocPitch, ::cudaFree, ::cudaMallocArray,
+ See also: ::cudaMalloc, ::cudaMallocPitch, ::cudaFree, ::cudaMallocArray,
  \ref ::cudaMallocHost(void**, size_t) "cudaMallocHost (C API)",
  ::cudaFreeHost, ::cudaHostAlloc,
  ::cuMipmappedArrayDestroy*/
@@ -16883,7 +16947,7 @@ pub unsafe fn cudaFreeMipmappedArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Find out attributes for a given function
+/** Find out attributes for a given function
 
  This function obtains the attributes of a function specified via \p func.
  \p func is a device function symbol and must be declared as a
@@ -16897,13 +16961,13 @@ pub unsafe fn cudaFreeMipmappedArray(
  \ref ::cudaFuncAttributes::maxThreadsPerBlock "maxThreadsPerBlock"
  may vary based on the device that is currently being used.
 
- \param attr - Return pointer to function's attributes
- \param func - Device function symbol
+ - parameter attr - Return pointer to function's attributes
+ - parameter func - Device function symbol
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidDeviceFunction
- \notefnerr
+
  \note_string_api_deprecation2
  \note_init_rt
  \note_callback
@@ -16946,7 +17010,7 @@ pub unsafe fn cudaFuncGetAttributes(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the function name for a device entry function pointer.
+/** Returns the function name for a device entry function pointer.
 
  Returns in \p **name the function name associated with the symbol \p func .
  The function name is returned as a null-terminated string. This API may
@@ -16955,14 +17019,14 @@ pub unsafe fn cudaFuncGetAttributes(
  If \p func is not a device entry function, then it is assumed to
  be a ::cudaKernel_t and used as is.
 
- \param name - The returned name of the function
- \param func - The function pointer to retrieve name for
+ - parameter name - The returned name of the function
+ - parameter func - The function pointer to retrieve name for
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidDeviceFunction
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_cudaKernel_t
@@ -17000,17 +17064,17 @@ pub unsafe fn cudaFuncGetName(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the number of parameters used by the function
+/** Returns the number of parameters used by the function
 
  Queries the number of kernel parameters used by \p func and returns it in \p paramCount.
 
- \param func        - The function to query
- \param paramCount  - Returns the number of parameters used by the function
+ - parameter func        - The function to query
+ - parameter paramCount  - Returns the number of parameters used by the function
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
- \notefnerr
+
  \note_cudaKernel_t*/
 ///
 /** # Loading
@@ -17044,7 +17108,7 @@ pub unsafe fn cudaFuncGetParamCount(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the offset and size of a kernel parameter in the device-side parameter layout.
+/** Returns the offset and size of a kernel parameter in the device-side parameter layout.
 
  Queries the kernel parameter at \p paramIndex in \p func's list of parameters and returns
  parameter information via \p paramOffset and \p paramSize. \p paramOffset returns the
@@ -17053,15 +17117,15 @@ pub unsafe fn cudaFuncGetParamCount(
  from the device via ::cudaGraphKernelNodeSetParam() and ::cudaGraphKernelNodeUpdatesApply().
  \p paramIndex must be less than the number of parameters that \p func takes.
 
- \param func        - The function to query
- \param paramIndex  - The parameter index to query
- \param paramOffset - The offset into the device-side parameter layout at which the parameter resides
- \param paramSize   - The size of the parameter in the device-side parameter layout
+ - parameter func        - The function to query
+ - parameter paramIndex  - The parameter index to query
+ - parameter paramOffset - The offset into the device-side parameter layout at which the parameter resides
+ - parameter paramSize   - The size of the parameter in the device-side parameter layout
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
- \notefnerr
+
  \note_cudaKernel_t*/
 ///
 /** # Loading
@@ -17101,7 +17165,7 @@ pub unsafe fn cudaFuncGetParamInfo(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Set attributes for a given function
+/** Set attributes for a given function
 
  This function sets the attributes of a function specified via \p func.
  The parameter \p func must be a pointer to a function that executes
@@ -17114,40 +17178,40 @@ pub unsafe fn cudaFuncGetParamInfo(
 
  Valid values for \p attr are:
  - ::cudaFuncAttributeMaxDynamicSharedMemorySize - The requested maximum size in bytes of dynamically-allocated shared memory. The sum of this value and the function attribute ::sharedSizeBytes
-   cannot exceed the device attribute ::cudaDevAttrMaxSharedMemoryPerBlockOptin. The maximal size of requestable dynamic shared memory may differ by GPU architecture.
+ cannot exceed the device attribute ::cudaDevAttrMaxSharedMemoryPerBlockOptin. The maximal size of requestable dynamic shared memory may differ by GPU architecture.
  - ::cudaFuncAttributePreferredSharedMemoryCarveout - On devices where the L1 cache and shared memory use the same hardware resources,
-   this sets the shared memory carveout preference, in percent of the total shared memory. See ::cudaDevAttrMaxSharedMemoryPerMultiprocessor.
-   This is only a hint, and the driver can choose a different ratio if required to execute the function.
+ this sets the shared memory carveout preference, in percent of the total shared memory. See ::cudaDevAttrMaxSharedMemoryPerMultiprocessor.
+ This is only a hint, and the driver can choose a different ratio if required to execute the function.
  - ::cudaFuncAttributeRequiredClusterWidth: The required cluster width in
-   blocks. The width, height, and depth values must either all be 0 or all be
-   positive. The validity of the cluster dimensions is checked at launch time.
-   If the value is set during compile time, it cannot be set at runtime.
-   Setting it at runtime will return cudaErrorNotPermitted.
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return cudaErrorNotPermitted.
  - ::cudaFuncAttributeRequiredClusterHeight: The required cluster height in
-   blocks. The width, height, and depth values must either all be 0 or all be
-   positive. The validity of the cluster dimensions is checked at launch time.
-   If the value is set during compile time, it cannot be set at runtime.
-   Setting it at runtime will return cudaErrorNotPermitted.
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return cudaErrorNotPermitted.
  - ::cudaFuncAttributeRequiredClusterDepth: The required cluster depth in
-   blocks. The width, height, and depth values must either all be 0 or all be
-   positive. The validity of the cluster dimensions is checked at launch time.
-   If the value is set during compile time, it cannot be set at runtime.
-   Setting it at runtime will return cudaErrorNotPermitted.
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return cudaErrorNotPermitted.
  - ::cudaFuncAttributeNonPortableClusterSizeAllowed: Indicates whether the
-   function can be launched with non-portable cluster size. 1 is allowed, 0 is
-   disallowed.
+ function can be launched with non-portable cluster size. 1 is allowed, 0 is
+ disallowed.
  - ::cudaFuncAttributeClusterSchedulingPolicyPreference: The block
-   scheduling policy of a function. The value type is cudaClusterSchedulingPolicy.
+ scheduling policy of a function. The value type is cudaClusterSchedulingPolicy.
 
- \param func  - Function to get attributes of
- \param attr  - Attribute to set
- \param value - Value to set
+ - parameter func  - Function to get attributes of
+ - parameter attr  - Attribute to set
+ - parameter value - Value to set
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidDeviceFunction,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_cudaKernel_t
@@ -17190,7 +17254,7 @@ pub unsafe fn cudaFuncSetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the preferred cache configuration for a device function
+/** Sets the preferred cache configuration for a device function
 
  On devices where the L1 cache and shared memory use the same hardware
  resources, this sets through \p cacheConfig the preferred cache configuration
@@ -17215,18 +17279,18 @@ pub unsafe fn cudaFuncSetAttribute(
  - ::cudaFuncCachePreferL1: prefer larger L1 cache and smaller shared memory
  - ::cudaFuncCachePreferEqual: prefer equal size L1 cache and shared memory
 
- \param func        - Device function symbol
- \param cacheConfig - Requested cache configuration
+ - parameter func        - Device function symbol
+ - parameter cacheConfig - Requested cache configuration
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidDeviceFunction
- \notefnerr
+
  \note_string_api_deprecation2
  \note_init_rt
  \note_callback
 
- \note This API does not accept a ::cudaKernel_t casted as void*. If cache config modification
+ Note: This API does not accept a ::cudaKernel_t casted as void*. If cache config modification
  is required for a ::cudaKernel_t (or a __global__ function), it can be replaced with a call to
  ::cudaFuncSetAttributes with the attribute ::cudaFuncAttributePreferredSharedMemoryCarveout
  to specify a more granular L1 cache and shared memory split configuration.
@@ -17268,9 +17332,9 @@ pub unsafe fn cudaFuncSetCacheConfig(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the shared memory configuration for a device function
+/** Sets the shared memory configuration for a device function
 
- \deprecated
+ Deprecated.
 
  On devices with configurable shared memory banks, this function will
  force all subsequent launches of the specified device function to have
@@ -17297,25 +17361,25 @@ pub unsafe fn cudaFuncSetCacheConfig(
 
  The supported bank configurations are:
  - ::cudaSharedMemBankSizeDefault: use the device's shared memory configuration
-   when launching this function.
+ when launching this function.
  - ::cudaSharedMemBankSizeFourByte: set shared memory bank width to be
-   four bytes natively when launching this function.
+ four bytes natively when launching this function.
  - ::cudaSharedMemBankSizeEightByte: set shared memory bank width to be eight
-   bytes natively when launching this function.
+ bytes natively when launching this function.
 
- \param func   - Device function symbol
- \param config - Requested shared memory configuration
+ - parameter func   - Device function symbol
+ - parameter config - Requested shared memory configuration
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidDeviceFunction,
  ::cudaErrorInvalidValue,
- \notefnerr
+
  \note_string_api_deprecation2
  \note_init_rt
  \note_callback
 
- \sa ::cudaDeviceSetSharedMemConfig,
+ See also: ::cudaDeviceSetSharedMemConfig,
  ::cudaDeviceGetSharedMemConfig,
  ::cudaDeviceSetCacheConfig,
  ::cudaDeviceGetCacheConfig,
@@ -17353,21 +17417,21 @@ pub unsafe fn cudaFuncSetSharedMemConfig(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Get the channel descriptor of an array
+/** Get the channel descriptor of an array
 
  Returns in \p *desc the channel descriptor of the CUDA array \p array.
 
- \param desc  - Channel format
- \param array - Memory array on device
+ - parameter desc  - Channel format
+ - parameter array - Memory array on device
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa \ref ::cudaCreateChannelDesc(int, int, int, int, cudaChannelFormatKind) "cudaCreateChannelDesc (C API)",
+ See also: \ref ::cudaCreateChannelDesc(int, int, int, int, cudaChannelFormatKind) "cudaCreateChannelDesc (C API)",
  ::cudaCreateTextureObject, ::cudaCreateSurfaceObject*/
 ///
 /** # Loading
@@ -17401,22 +17465,22 @@ pub unsafe fn cudaGetChannelDesc(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns which device is currently being used
+/** Returns which device is currently being used
 
  Returns in \p *device the current device for the calling host thread.
 
- \param device - Returns the device on which the active host thread
+ - parameter device - Returns the device on which the active host thread
  executes the device code.
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorDeviceUnavailable,
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaGetDeviceCount, ::cudaSetDevice, ::cudaGetDeviceProperties,
+ See also: ::cudaGetDeviceCount, ::cudaSetDevice, ::cudaGetDeviceProperties,
  ::cudaChooseDevice,
  ::cuCtxGetCurrent*/
 ///
@@ -17444,21 +17508,21 @@ pub unsafe fn cudaGetDevice(device: *mut ::core::ffi::c_int) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the number of compute-capable devices
+/** Returns the number of compute-capable devices
 
  Returns in \p *count the number of devices with compute capability greater
  or equal to 2.0 that are available for execution.
 
- \param count - Returns the number of devices with compute capability
+ - parameter count - Returns the number of devices with compute capability
  greater or equal to 2.0
 
  \return
  ::cudaSuccess
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaGetDevice, ::cudaSetDevice, ::cudaGetDeviceProperties,
+ See also: ::cudaGetDevice, ::cudaSetDevice, ::cudaGetDeviceProperties,
  ::cudaChooseDevice,
  ::cudaInitDevice,
  ::cuDeviceGetCount*/
@@ -17487,7 +17551,7 @@ pub unsafe fn cudaGetDeviceCount(count: *mut ::core::ffi::c_int) -> cudaError_t 
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the flags for the current device
+/** Gets the flags for the current device
 
 
  Returns in \p flags the flags for the current device. If there is a current
@@ -17514,16 +17578,16 @@ pub unsafe fn cudaGetDeviceCount(count: *mut ::core::ffi::c_int) -> cudaError_t 
  context may have been created via the driver API in which case the flag is
  not implicit and may be unset.
 
- \param flags - Pointer to store the device flags
+ - parameter flags - Pointer to store the device flags
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidDevice
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaGetDevice, ::cudaGetDeviceProperties,
+ See also: ::cudaGetDevice, ::cudaGetDeviceProperties,
  ::cudaSetDevice, ::cudaSetDeviceFlags,
  ::cudaInitDevice,
  ::cuCtxGetFlags,
@@ -17553,20 +17617,20 @@ pub unsafe fn cudaGetDeviceFlags(flags: *mut ::core::ffi::c_uint) -> cudaError_t
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns information about the compute-device
+/** Returns information about the compute-device
 
  Returns in \p *prop the properties of device \p dev.
- \param prop   - Properties for the specified device
- \param device - Device number to get properties for
+ - parameter prop   - Properties for the specified device
+ - parameter device - Device number to get properties for
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidDevice
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaGetDeviceCount, ::cudaGetDevice, ::cudaSetDevice, ::cudaChooseDevice,
+ See also: ::cudaGetDeviceCount, ::cudaGetDevice, ::cudaSetDevice, ::cudaChooseDevice,
  ::cudaDeviceGetAttribute,
  ::cudaInitDevice,
  ::cuDeviceGetAttribute,
@@ -17682,17 +17746,17 @@ pub unsafe fn cudaGetDriverEntryPointByVersion(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the string representation of an error code enum name
+/** Returns the string representation of an error code enum name
 
  Returns a string containing the name of an error code in the enum.  If the error
  code is not recognized, "unrecognized error code" is returned.
 
- \param error - Error code to convert to string
+ - parameter error - Error code to convert to string
 
  \return
  \p char* pointer to a NULL-terminated string
 
- \sa ::cudaGetErrorString, ::cudaGetLastError, ::cudaPeekAtLastError, ::cudaError,
+ See also: ::cudaGetErrorString, ::cudaGetLastError, ::cudaPeekAtLastError, ::cudaError,
  ::cuGetErrorName*/
 ///
 /** # Loading
@@ -17715,17 +17779,17 @@ pub unsafe fn cudaGetErrorName(
     };
     Ok(unsafe { __cuda_sys_fn(error) })
 }
-/** \brief Returns the description string for an error code
+/** Returns the description string for an error code
 
  Returns the description string for an error code.  If the error
  code is not recognized, "unrecognized error code" is returned.
 
- \param error - Error code to convert to string
+ - parameter error - Error code to convert to string
 
  \return
  \p char* pointer to a NULL-terminated string
 
- \sa ::cudaGetErrorName, ::cudaGetLastError, ::cudaPeekAtLastError, ::cudaError,
+ See also: ::cudaGetErrorName, ::cudaGetLastError, ::cudaPeekAtLastError, ::cudaError,
  ::cuGetErrorString*/
 ///
 /** # Loading
@@ -17781,16 +17845,15 @@ pub unsafe fn cudaGetExportTable(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Get pointer to device entry function that matches entry function \p symbolPtr
+/** Get pointer to device entry function that matches entry function \p symbolPtr
 
  Returns in \p functionPtr the device entry function corresponding to the symbol \p symbolPtr.
 
- \param functionPtr     - Returns the device entry function
- \param symbolPtr       - Pointer to device entry function to search for
+ - parameter functionPtr     - Returns the device entry function
+ - parameter symbolPtr       - Pointer to device entry function to search for
 
  \return
- ::cudaSuccess
-*/
+ ::cudaSuccess*/
 ///
 /** # Loading
 
@@ -17823,7 +17886,7 @@ pub unsafe fn cudaGetFuncBySymbol(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Get pointer to device kernel that matches entry function \p entryFuncAddr
+/** Get pointer to device kernel that matches entry function \p entryFuncAddr
 
  Returns in \p kernelPtr the device kernel corresponding to the entry function \p entryFuncAddr.
 
@@ -17835,8 +17898,8 @@ pub unsafe fn cudaGetFuncBySymbol(
  device functions by using static or hidden visibility attribute in the
  respective translation units.
 
- \param kernelPtr          - Returns the device kernel
- \param entryFuncAddr      - Address of device entry function to search kernel for
+ - parameter kernelPtr          - Returns the device kernel
+ - parameter entryFuncAddr      - Address of device entry function to search kernel for
 
  \return
  ::cudaSuccess
@@ -17875,7 +17938,7 @@ pub unsafe fn cudaGetKernel(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the last error from a runtime call
+/** Returns the last error from a runtime call
 
  Returns the last error that has been produced by any of the runtime calls
  in the same instance of the CUDA Runtime library in the host thread and
@@ -17917,11 +17980,11 @@ pub unsafe fn cudaGetKernel(
  ::cudaErrorNoKernelImageForDevice,
  ::cudaErrorJitCompilerNotFound,
  ::cudaErrorJitCompilationDisabled
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaPeekAtLastError, ::cudaGetErrorName, ::cudaGetErrorString, ::cudaError*/
+ See also: ::cudaPeekAtLastError, ::cudaGetErrorName, ::cudaGetErrorString, ::cudaError*/
 ///
 /** # Loading
 
@@ -17945,7 +18008,7 @@ pub unsafe fn cudaGetLastError() -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets a mipmap level of a CUDA mipmapped array
+/** Gets a mipmap level of a CUDA mipmapped array
 
  Returns in \p *levelArray a CUDA array that represents a single mipmap level
  of the CUDA mipmapped array \p mipmappedArray.
@@ -17956,19 +18019,19 @@ pub unsafe fn cudaGetLastError() -> cudaError_t {
  If \p mipmappedArray is NULL,
  ::cudaErrorInvalidResourceHandle is returned.
 
- \param levelArray     - Returned mipmap level CUDA array
- \param mipmappedArray - CUDA mipmapped array
- \param level          - Mipmap level
+ - parameter levelArray     - Returned mipmap level CUDA array
+ - parameter mipmappedArray - CUDA mipmapped array
+ - parameter level          - Mipmap level
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  ::cudaErrorInvalidResourceHandle
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMalloc3D, ::cudaMalloc, ::cudaMallocPitch, ::cudaFree,
+ See also: ::cudaMalloc3D, ::cudaMalloc, ::cudaMallocPitch, ::cudaFree,
  ::cudaFreeArray,
  \ref ::cudaMallocHost(void**, size_t) "cudaMallocHost (C API)",
  ::cudaFreeHost, ::cudaHostAlloc,
@@ -18009,11 +18072,11 @@ pub unsafe fn cudaGetMipmappedArrayLevel(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a surface object's resource descriptor
+/** Returns a surface object's resource descriptor
  Returns the resource descriptor for the surface object specified by \p surfObject.
 
- \param pResDesc   - Resource descriptor
- \param surfObject - Surface object
+ - parameter pResDesc   - Resource descriptor
+ - parameter surfObject - Surface object
 
  \return
  ::cudaSuccess,
@@ -18056,7 +18119,7 @@ pub unsafe fn cudaGetSurfaceObjectResourceDesc(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Finds the address associated with a CUDA symbol
+/** Finds the address associated with a CUDA symbol
 
  Returns in \p *devPtr the address of symbol \p symbol on the device.
  \p symbol is a variable that resides in global or constant memory space.
@@ -18064,14 +18127,14 @@ pub unsafe fn cudaGetSurfaceObjectResourceDesc(
  global or constant memory space, \p *devPtr is unchanged and the error
  ::cudaErrorInvalidSymbol is returned.
 
- \param devPtr - Return device pointer associated with symbol
- \param symbol - Device symbol address
+ - parameter devPtr - Return device pointer associated with symbol
+ - parameter symbol - Device symbol address
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidSymbol,
  ::cudaErrorNoKernelImageForDevice
- \notefnerr
+
  \note_string_api_deprecation
  \note_init_rt
  \note_callback
@@ -18112,21 +18175,21 @@ pub unsafe fn cudaGetSymbolAddress(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Finds the size of the object associated with a CUDA symbol
+/** Finds the size of the object associated with a CUDA symbol
 
  Returns in \p *size the size of symbol \p symbol. \p symbol is a variable that
  resides in global or constant memory space. If \p symbol cannot be found, or
  if \p symbol is not declared in global or constant memory space, \p *size is
  unchanged and the error ::cudaErrorInvalidSymbol is returned.
 
- \param size   - Size of object associated with symbol
- \param symbol - Device symbol address
+ - parameter size   - Size of object associated with symbol
+ - parameter symbol - Device symbol address
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidSymbol,
  ::cudaErrorNoKernelImageForDevice
- \notefnerr
+
  \note_string_api_deprecation
  \note_init_rt
  \note_callback
@@ -18167,12 +18230,12 @@ pub unsafe fn cudaGetSymbolSize(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a texture object's resource descriptor
+/** Returns a texture object's resource descriptor
 
  Returns the resource descriptor for the texture object specified by \p texObject.
 
- \param pResDesc  - Resource descriptor
- \param texObject - Texture object
+ - parameter pResDesc  - Resource descriptor
+ - parameter texObject - Texture object
 
  \return
  ::cudaSuccess,
@@ -18215,13 +18278,13 @@ pub unsafe fn cudaGetTextureObjectResourceDesc(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a texture object's resource view descriptor
+/** Returns a texture object's resource view descriptor
 
  Returns the resource view descriptor for the texture object specified by \p texObject.
  If no resource view was specified, ::cudaErrorInvalidValue is returned.
 
- \param pResViewDesc - Resource view descriptor
- \param texObject    - Texture object
+ - parameter pResViewDesc - Resource view descriptor
+ - parameter texObject    - Texture object
 
  \return
  ::cudaSuccess,
@@ -18264,12 +18327,12 @@ pub unsafe fn cudaGetTextureObjectResourceViewDesc(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a texture object's texture descriptor
+/** Returns a texture object's texture descriptor
 
  Returns the texture descriptor for the texture object specified by \p texObject.
 
- \param pTexDesc  - Texture descriptor
- \param texObject - Texture object
+ - parameter pTexDesc  - Texture descriptor
+ - parameter texObject - Texture object
 
  \return
  ::cudaSuccess,
@@ -18312,7 +18375,7 @@ pub unsafe fn cudaGetTextureObjectTextureDesc(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a child graph node and adds it to a graph
+/** Creates a child graph node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphAddNode.
 
@@ -18327,17 +18390,17 @@ pub unsafe fn cudaGetTextureObjectTextureDesc(
 
  The node executes an embedded child graph. The child graph is cloned in this call.
 
- \param pGraphNode     - Returns newly created node
- \param graph          - Graph to which to add the node
- \param pDependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
- \param childGraph      - The graph to clone into this node
+ - parameter pGraphNode     - Returns newly created node
+ - parameter graph          - Graph to which to add the node
+ - parameter pDependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
+ - parameter childGraph      - The graph to clone into this node
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -18401,7 +18464,7 @@ pub unsafe fn cudaGraphAddChildGraphNode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Adds dependency edges to a graph.
+/** Adds dependency edges to a graph.
 
  The number of dependencies to be added is defined by \p numDependencies
  Elements in \p pFrom and \p pTo at corresponding indices define a dependency.
@@ -18410,17 +18473,17 @@ pub unsafe fn cudaGraphAddChildGraphNode(
  If \p numDependencies is 0, elements in \p pFrom and \p pTo will be ignored.
  Specifying an existing dependency will return an error.
 
- \param graph - Graph to which dependencies are added
- \param from - Array of nodes that provide the dependencies
- \param to - Array of dependent nodes
- \param edgeData - Optional array of edge data. If NULL, default (zeroed) edge data is assumed.
- \param numDependencies - Number of dependencies to be added
+ - parameter graph - Graph to which dependencies are added
+ - parameter from - Array of nodes that provide the dependencies
+ - parameter to - Array of dependent nodes
+ - parameter edgeData - Optional array of edge data. If NULL, default (zeroed) edge data is assumed.
+ - parameter numDependencies - Number of dependencies to be added
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -18470,7 +18533,7 @@ pub unsafe fn cudaGraphAddDependencies(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates an empty node and adds it to a graph
+/** Creates an empty node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphAddNode.
 
@@ -18485,10 +18548,10 @@ pub unsafe fn cudaGraphAddDependencies(
  nodes with a barrier between them can be represented using an empty node and
  2*n dependency edges, rather than no empty node and n^2 dependency edges.
 
- \param pGraphNode     - Returns newly created node
- \param graph          - Graph to which to add the node
- \param pDependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
+ - parameter pGraphNode     - Returns newly created node
+ - parameter graph          - Graph to which to add the node
+ - parameter pDependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
 
  \return
  ::cudaSuccess,
@@ -18728,7 +18791,7 @@ pub unsafe fn cudaGraphAddExternalSemaphoresWaitNode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a host execution node and adds it to a graph
+/** Creates a host execution node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphAddNode.
 
@@ -18741,18 +18804,18 @@ pub unsafe fn cudaGraphAddExternalSemaphoresWaitNode(
  When the graph is launched, the node will invoke the specified CPU function.
  Host nodes are not supported under MPS with pre-Volta GPUs.
 
- \param pGraphNode     - Returns newly created node
- \param graph          - Graph to which to add the node
- \param pDependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
- \param pNodeParams      - Parameters for the host node
+ - parameter pGraphNode     - Returns newly created node
+ - parameter graph          - Graph to which to add the node
+ - parameter pDependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
+ - parameter pNodeParams      - Parameters for the host node
 
  \return
  ::cudaSuccess,
  ::cudaErrorNotSupported,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -18817,7 +18880,7 @@ pub unsafe fn cudaGraphAddHostNode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a kernel execution node and adds it to a graph
+/** Creates a kernel execution node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphAddNode.
 
@@ -18829,17 +18892,21 @@ pub unsafe fn cudaGraphAddHostNode(
 
  The cudaKernelNodeParams structure is defined as:
 
- \code
-  struct cudaKernelNodeParams
-  {
-      void* func;
-      dim3 gridDim;
-      dim3 blockDim;
-      unsigned int sharedMemBytes;
-      void **kernelParams;
-      void **extra;
-  };
- \endcode
+
+ ```text
+
+   struct cudaKernelNodeParams
+   {
+       void* func;
+       dim3 gridDim;
+       dim3 blockDim;
+       unsigned int sharedMemBytes;
+       void **kernelParams;
+       void **extra;
+   };
+
+ ```
+
 
  When the graph is launched, the node will invoke kernel \p func on a (\p gridDim.x x
  \p gridDim.y x \p gridDim.z) grid of blocks. Each block contains
@@ -18865,15 +18932,15 @@ pub unsafe fn cudaGraphAddHostNode(
  CU_LAUNCH_PARAM_END.
 
  - ::CU_LAUNCH_PARAM_END, which indicates the end of the \p extra
-   array;
+ array;
  - ::CU_LAUNCH_PARAM_BUFFER_POINTER, which specifies that the next
-   value in \p extra will be a pointer to a buffer
-   containing all the kernel parameters for launching kernel
-   \p func;
+ value in \p extra will be a pointer to a buffer
+ containing all the kernel parameters for launching kernel
+ \p func;
  - ::CU_LAUNCH_PARAM_BUFFER_SIZE, which specifies that the next
-   value in \p extra will be a pointer to a size_t
-   containing the size of the buffer specified with
-   ::CU_LAUNCH_PARAM_BUFFER_POINTER;
+ value in \p extra will be a pointer to a size_t
+ containing the size of the buffer specified with
+ ::CU_LAUNCH_PARAM_BUFFER_POINTER;
 
  The error ::cudaErrorInvalidValue will be returned if kernel parameters are specified with both
  \p kernelParams and \p extra (i.e. both \p kernelParams and
@@ -18882,22 +18949,22 @@ pub unsafe fn cudaGraphAddHostNode(
  The \p kernelParams or \p extra array, as well as the argument values it points to,
  are copied during this call.
 
- \note Kernels launched using graphs must not use texture and surface references. Reading or
-       writing through any texture or surface reference is undefined behavior.
-       This restriction does not apply to texture and surface objects.
+ Note: Kernels launched using graphs must not use texture and surface references. Reading or
+ writing through any texture or surface reference is undefined behavior.
+ This restriction does not apply to texture and surface objects.
 
- \param pGraphNode     - Returns newly created node
- \param graph          - Graph to which to add the node
- \param pDependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
- \param pNodeParams      - Parameters for the GPU execution node
+ - parameter pGraphNode     - Returns newly created node
+ - parameter graph          - Graph to which to add the node
+ - parameter pDependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
+ - parameter pNodeParams      - Parameters for the GPU execution node
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidDeviceFunction
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_cudaKernel_t
@@ -19055,7 +19122,7 @@ pub unsafe fn cudaGraphAddMemFreeNode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a memcpy node and adds it to a graph
+/** Creates a memcpy node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphAddNode.
 
@@ -19072,17 +19139,17 @@ pub unsafe fn cudaGraphAddMemFreeNode(
  system contains at least one device which has a zero value for the device attribute
  ::cudaDevAttrConcurrentManagedAccess.
 
- \param pGraphNode     - Returns newly created node
- \param graph          - Graph to which to add the node
- \param pDependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
- \param pCopyParams      - Parameters for the memory copy
+ - parameter pGraphNode     - Returns newly created node
+ - parameter graph          - Graph to which to add the node
+ - parameter pDependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
+ - parameter pCopyParams      - Parameters for the memory copy
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -19341,7 +19408,7 @@ pub unsafe fn cudaGraphAddMemcpyNodeToSymbol(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a memset node and adds it to a graph
+/** Creates a memset node and adds it to a graph
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphAddNode.
 
@@ -19354,18 +19421,18 @@ pub unsafe fn cudaGraphAddMemcpyNodeToSymbol(
  The element size must be 1, 2, or 4 bytes.
  When the graph is launched, the node will perform the memset described by \p pMemsetParams.
 
- \param pGraphNode     - Returns newly created node
- \param graph          - Graph to which to add the node
- \param pDependencies    - Dependencies of the node
- \param numDependencies - Number of dependencies
- \param pMemsetParams    - Parameters for the memory set
+ - parameter pGraphNode     - Returns newly created node
+ - parameter graph          - Graph to which to add the node
+ - parameter pDependencies    - Dependencies of the node
+ - parameter numDependencies - Number of dependencies
+ - parameter pMemsetParams    - Parameters for the memory set
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidDevice
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -19430,7 +19497,7 @@ pub unsafe fn cudaGraphAddMemsetNode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Adds a node of arbitrary type to a graph
+/** Adds a node of arbitrary type to a graph
 
  Creates a new node in \p graph described by \p nodeParams with \p numDependencies
  dependencies specified via \p pDependencies. \p numDependencies may be 0.
@@ -19448,13 +19515,13 @@ pub unsafe fn cudaGraphAddMemsetNode(
 
  A handle to the new node will be returned in \p phGraphNode.
 
- \param pGraphNode      - Returns newly created node
- \param graph           - Graph to which to add the node
- \param pDependencies   - Dependencies of the node
- \param dependencyData  - Optional edge data for the dependencies. If NULL, the data is
-                          assumed to be default (zeroed) for all dependencies.
- \param numDependencies - Number of dependencies
- \param nodeParams      - Specification of the node
+ - parameter pGraphNode      - Returns newly created node
+ - parameter graph           - Graph to which to add the node
+ - parameter pDependencies   - Dependencies of the node
+ - parameter dependencyData  - Optional edge data for the dependencies. If NULL, the data is
+ assumed to be default (zeroed) for all dependencies.
+ - parameter numDependencies - Number of dependencies
+ - parameter nodeParams      - Specification of the node
 
  \return
  ::cudaSuccess,
@@ -19462,7 +19529,7 @@ pub unsafe fn cudaGraphAddMemsetNode(
  ::cudaErrorInvalidDeviceFunction,
  ::cudaErrorNotSupported
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -19523,7 +19590,7 @@ pub unsafe fn cudaGraphAddNode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets a handle to the embedded graph of a child graph node
+/** Gets a handle to the embedded graph of a child graph node
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphNodeGetParams.
 
@@ -19534,14 +19601,14 @@ pub unsafe fn cudaGraphAddNode(
  Allocation and free nodes cannot be added to the returned graph.
  Attempting to do so will return an error.
 
- \param node   - Node to get the embedded graph for
- \param pGraph - Location to store a handle to the graph
+ - parameter node   - Node to get the embedded graph for
+ - parameter pGraph - Location to store a handle to the graph
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -19580,7 +19647,7 @@ pub unsafe fn cudaGraphChildGraphNodeGetGraph(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Clones a graph
+/** Clones a graph
 
  This function creates a copy of \p originalGraph and returns it in \p pGraphClone.
  All parameters are copied into the cloned graph. The original graph may be modified
@@ -19589,17 +19656,17 @@ pub unsafe fn cudaGraphChildGraphNodeGetGraph(
  Child graph nodes in the original graph are recursively copied into the clone.
 
  \note: Cloning is not supported for graphs which contain memory allocation nodes,
-        memory free nodes, or conditional nodes.
+ memory free nodes, or conditional nodes.
 
- \param pGraphClone  - Returns newly created cloned graph
- \param originalGraph - Graph to clone
+ - parameter pGraphClone  - Returns newly created cloned graph
+ - parameter originalGraph - Graph to clone
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorMemoryAllocation
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -19635,7 +19702,7 @@ pub unsafe fn cudaGraphClone(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Create a conditional handle
+/** Create a conditional handle
 
  Creates a conditional handle associated with \p hGraph.
 
@@ -19643,18 +19710,18 @@ pub unsafe fn cudaGraphClone(
 
  Handles not associated with a conditional node may cause graph instantiation to fail.
 
- \param pHandle_out        - Pointer used to return the handle to the caller.
- \param graph              - Graph which will contain the conditional node using this handle.
- \param defaultLaunchValue - Optional initial value for the conditional variable.
-                             Applied at the beginning of each graph execution if cudaGraphCondAssignDefault is set in \p flags.
- \param flags              - Currently must be cudaGraphCondAssignDefault or 0.
+ - parameter pHandle_out        - Pointer used to return the handle to the caller.
+ - parameter graph              - Graph which will contain the conditional node using this handle.
+ - parameter defaultLaunchValue - Optional initial value for the conditional variable.
+ Applied at the beginning of each graph execution if cudaGraphCondAssignDefault is set in \p flags.
+ - parameter flags              - Currently must be cudaGraphCondAssignDefault or 0.
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_SUPPORTED
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode,*/
@@ -19696,7 +19763,7 @@ pub unsafe fn cudaGraphConditionalHandleCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Create a conditional handle
+/** Create a conditional handle
 
  Creates a conditional handle associated with \p hGraph.
 
@@ -19704,19 +19771,19 @@ pub unsafe fn cudaGraphConditionalHandleCreate(
 
  Handles not associated with a conditional node may cause graph instantiation to fail.
 
- \param pHandle_out        - Pointer used to return the handle to the caller.
- \param graph              - Graph which will contain the conditional node using this handle.
- \param ctx                - Execution context for the handle and associated conditional node. If NULL, current context will be used.
- \param defaultLaunchValue - Optional initial value for the conditional variable.
-                             Applied at the beginning of each graph execution if cudaGraphCondAssignDefault is set in \p flags.
- \param flags              - Currently must be cudaGraphCondAssignDefault or 0.
+ - parameter pHandle_out        - Pointer used to return the handle to the caller.
+ - parameter graph              - Graph which will contain the conditional node using this handle.
+ - parameter ctx                - Execution context for the handle and associated conditional node. If NULL, current context will be used.
+ - parameter defaultLaunchValue - Optional initial value for the conditional variable.
+ Applied at the beginning of each graph execution if cudaGraphCondAssignDefault is set in \p flags.
+ - parameter flags              - Currently must be cudaGraphCondAssignDefault or 0.
 
  \return
  ::CUDA_SUCCESS,
  ::CUDA_ERROR_INVALID_VALUE,
  ::CUDA_ERROR_NOT_SUPPORTED
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cuGraphAddNode,*/
@@ -19761,19 +19828,19 @@ pub unsafe fn cudaGraphConditionalHandleCreate_v2(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a graph
+/** Creates a graph
 
  Creates an empty graph, which is returned via \p pGraph.
 
- \param pGraph - Returns newly created graph
- \param flags   - Graph creation flags, must be 0
+ - parameter pGraph - Returns newly created graph
+ - parameter flags   - Graph creation flags, must be 0
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorMemoryAllocation
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -19822,16 +19889,16 @@ pub unsafe fn cudaGraphCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Write a DOT file describing graph structure
+/** Write a DOT file describing graph structure
 
  Using the provided \p graph, write to \p path a DOT formatted description of the graph.
  By default this includes the graph topology, node types, node id, kernel names and memcpy direction.
  \p flags can be specified to write more detailed information about each node type such as
  parameter values, kernel attributes, node and function handles.
 
- \param graph - The graph to create a DOT file from
- \param path  - The path to write the DOT file to
- \param flags - Flags from cudaGraphDebugDotFlags for specifying which additional node information to write
+ - parameter graph - The graph to create a DOT file from
+ - parameter path  - The path to write the DOT file to
+ - parameter flags - Flags from cudaGraphDebugDotFlags for specifying which additional node information to write
 
  \return
  ::cudaSuccess,
@@ -19872,17 +19939,17 @@ pub unsafe fn cudaGraphDebugDotPrint(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys a graph
+/** Destroys a graph
 
  Destroys the graph specified by \p graph, as well as all of its nodes.
 
- \param graph - Graph to destroy
+ - parameter graph - Graph to destroy
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_destroy_ub
@@ -19912,7 +19979,7 @@ pub unsafe fn cudaGraphDestroy(graph: cudaGraph_t) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Remove a node from the graph
+/** Remove a node from the graph
 
  Removes \p node from its graph. This operation also severs any dependencies of other nodes
  on \p node and vice versa.
@@ -19920,13 +19987,13 @@ pub unsafe fn cudaGraphDestroy(graph: cudaGraph_t) -> cudaError_t {
  Dependencies cannot be removed from graphs which contain allocation or free nodes.
  Any attempt to do so will return an error.
 
- \param node  - Node to remove
+ - parameter node  - Node to remove
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_destroy_ub
@@ -20118,17 +20185,17 @@ pub unsafe fn cudaGraphExecChildGraphNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys an executable graph
+/** Destroys an executable graph
 
  Destroys the executable graph specified by \p graphExec.
 
- \param graphExec - Executable graph to destroy
+ - parameter graphExec - Executable graph to destroy
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_destroy_ub
@@ -20300,20 +20367,20 @@ pub unsafe fn cudaGraphExecExternalSemaphoresWaitNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Query the instantiation flags of an executable graph
+/** Query the instantiation flags of an executable graph
 
  Returns the flags that were passed to instantiation for the given executable graph.
  ::cudaGraphInstantiateFlagUpload will not be returned by this API as it does
  not affect the resulting executable graph.
 
- \param graphExec - The executable graph to query
- \param flags     - Returns the instantiation flags
+ - parameter graphExec - The executable graph to query
+ - parameter flags     - Returns the instantiation flags
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -20353,13 +20420,13 @@ pub unsafe fn cudaGraphExecGetFlags(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the id of a given graph exec
+/** Returns the id of a given graph exec
 
  Returns the id of \p hGraphExec in \p *graphId.
  The value in \p *graphId matches that referenced by ::cudaGraphDebugDotPrint.
 
- \param hGraphExec - Graph to query
- \param graphId - Pointer to return the graphId
+ - parameter hGraphExec - Graph to query
+ - parameter graphId - Pointer to return the graphId
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
@@ -20403,7 +20470,7 @@ pub unsafe fn cudaGraphExecGetId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the parameters for a host node in the given graphExec.
+/** Sets the parameters for a host node in the given graphExec.
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphExecNodeSetParams.
 
@@ -20415,15 +20482,15 @@ pub unsafe fn cudaGraphExecGetId(
  or running launches of \p hGraphExec are not affected by this call.  \p node is also
  not modified by this call.
 
- \param hGraphExec  - The executable graph in which to set the specified node
- \param node        - Host node from the graph which was used to instantiate graphExec
- \param pNodeParams - Updated Parameters to set
+ - parameter hGraphExec  - The executable graph in which to set the specified node
+ - parameter node        - Host node from the graph which was used to instantiate graphExec
+ - parameter pNodeParams - Updated Parameters to set
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -20476,7 +20543,7 @@ pub unsafe fn cudaGraphExecHostNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the parameters for a kernel node in the given graphExec
+/** Sets the parameters for a kernel node in the given graphExec
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphExecNodeSetParams.
 
@@ -20487,16 +20554,16 @@ pub unsafe fn cudaGraphExecHostNodeSetParams(
  \p node must not have been removed from the original graph. All \p nodeParams
  fields may change, but the following restrictions apply to \p func updates:
 
-   - The owning device of the function cannot change.
-   - A node whose function originally did not use CUDA dynamic parallelism cannot be updated
-     to a function which uses CDP
-   - A node whose function originally did not make device-side update calls cannot be updated
-     to a function which makes device-side update calls.
-   - If \p hGraphExec was not instantiated for device launch, a node whose function originally
-     did not use device-side cudaGraphLaunch() cannot be updated to a function which uses
-     device-side cudaGraphLaunch() unless the node resides on the same device as nodes which
-     contained such calls at instantiate-time. If no such calls were present at instantiation,
-     these updates cannot be performed at all.
+ - The owning device of the function cannot change.
+ - A node whose function originally did not use CUDA dynamic parallelism cannot be updated
+ to a function which uses CDP
+ - A node whose function originally did not make device-side update calls cannot be updated
+ to a function which makes device-side update calls.
+ - If \p hGraphExec was not instantiated for device launch, a node whose function originally
+ did not use device-side cudaGraphLaunch() cannot be updated to a function which uses
+ device-side cudaGraphLaunch() unless the node resides on the same device as nodes which
+ contained such calls at instantiate-time. If no such calls were present at instantiation,
+ these updates cannot be performed at all.
 
  The modifications only affect future launches of \p hGraphExec. Already
  enqueued or running launches of \p hGraphExec are not affected by this call.
@@ -20507,15 +20574,15 @@ pub unsafe fn cudaGraphExecHostNodeSetParams(
  device-updatable kernel node while it is being updated from the device will result in
  undefined behavior.
 
- \param hGraphExec  - The executable graph in which to set the specified node
- \param node        - kernel node from the graph from which graphExec was instantiated
- \param pNodeParams - Updated Parameters to set
+ - parameter hGraphExec  - The executable graph in which to set the specified node
+ - parameter node        - kernel node from the graph from which graphExec was instantiated
+ - parameter pNodeParams - Updated Parameters to set
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_cudaKernel_t
@@ -20569,7 +20636,7 @@ pub unsafe fn cudaGraphExecKernelNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the parameters for a memcpy node in the given graphExec.
+/** Sets the parameters for a memcpy node in the given graphExec.
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphExecNodeSetParams.
 
@@ -20589,15 +20656,15 @@ pub unsafe fn cudaGraphExecKernelNodeSetParams(
  Returns ::cudaErrorInvalidValue if the memory operands' mappings changed or
  either the original or new memory operands are multidimensional.
 
- \param hGraphExec  - The executable graph in which to set the specified node
- \param node        - Memcpy node from the graph which was used to instantiate graphExec
- \param pNodeParams - Updated Parameters to set
+ - parameter hGraphExec  - The executable graph in which to set the specified node
+ - parameter node        - Memcpy node from the graph which was used to instantiate graphExec
+ - parameter pNodeParams - Updated Parameters to set
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -20791,7 +20858,7 @@ pub unsafe fn cudaGraphExecMemcpyNodeSetParamsToSymbol(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the parameters for a memset node in the given graphExec.
+/** Sets the parameters for a memset node in the given graphExec.
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphExecNodeSetParams.
 
@@ -20815,15 +20882,15 @@ pub unsafe fn cudaGraphExecMemcpyNodeSetParamsToSymbol(
  or running launches of \p hGraphExec are not affected by this call.  \p node is also
  not modified by this call.
 
- \param hGraphExec  - The executable graph in which to set the specified node
- \param node        - Memset node from the graph which was used to instantiate graphExec
- \param pNodeParams - Updated Parameters to set
+ - parameter hGraphExec  - The executable graph in which to set the specified node
+ - parameter node        - Memset node from the graph which was used to instantiate graphExec
+ - parameter pNodeParams - Updated Parameters to set
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -20876,7 +20943,7 @@ pub unsafe fn cudaGraphExecMemsetNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Update a graph node's parameters in an instantiated graph
+/** Update a graph node's parameters in an instantiated graph
 
  Sets the parameters of a node in an executable graph \p graphExec. The node is identified
  by the corresponding node \p node in the non-executable graph from which the executable
@@ -20888,23 +20955,23 @@ pub unsafe fn cudaGraphExecMemsetNodeSetParams(
 
  Allowed changes to parameters on executable graphs are as follows:
  <table>
-   <tr><th>Node type<th>Allowed changes
-   <tr><td>kernel<td>See ::cudaGraphExecKernelNodeSetParams
-   <tr><td>memcpy<td>Addresses for 1-dimensional copies if allocated in same context; see ::cudaGraphExecMemcpyNodeSetParams
-   <tr><td>memset<td>Addresses for 1-dimensional memsets if allocated in same context; see ::cudaGraphExecMemsetNodeSetParams
-   <tr><td>host<td>Unrestricted
-   <tr><td>child graph<td>Topology must match and restrictions apply recursively; see ::cudaGraphExecUpdate
-   <tr><td>event wait<td>Unrestricted
-   <tr><td>event record<td>Unrestricted
-   <tr><td>external semaphore signal<td>Number of semaphore operations cannot change
-   <tr><td>external semaphore wait<td>Number of semaphore operations cannot change
-   <tr><td>memory allocation<td>API unsupported
-   <tr><td>memory free<td>API unsupported
+ <tr><th>Node type<th>Allowed changes
+ <tr><td>kernel<td>See ::cudaGraphExecKernelNodeSetParams
+ <tr><td>memcpy<td>Addresses for 1-dimensional copies if allocated in same context; see ::cudaGraphExecMemcpyNodeSetParams
+ <tr><td>memset<td>Addresses for 1-dimensional memsets if allocated in same context; see ::cudaGraphExecMemsetNodeSetParams
+ <tr><td>host<td>Unrestricted
+ <tr><td>child graph<td>Topology must match and restrictions apply recursively; see ::cudaGraphExecUpdate
+ <tr><td>event wait<td>Unrestricted
+ <tr><td>event record<td>Unrestricted
+ <tr><td>external semaphore signal<td>Number of semaphore operations cannot change
+ <tr><td>external semaphore wait<td>Number of semaphore operations cannot change
+ <tr><td>memory allocation<td>API unsupported
+ <tr><td>memory free<td>API unsupported
  </table>
 
- \param graphExec  - The executable graph in which to update the specified node
- \param node       - Corresponding node from the graph from which graphExec was instantiated
- \param nodeParams - Updated Parameters to set
+ - parameter graphExec  - The executable graph in which to update the specified node
+ - parameter node       - Corresponding node from the graph from which graphExec was instantiated
+ - parameter nodeParams - Updated Parameters to set
 
  \return
  ::cudaSuccess,
@@ -20912,7 +20979,7 @@ pub unsafe fn cudaGraphExecMemsetNodeSetParams(
  ::cudaErrorInvalidDeviceFunction,
  ::cudaErrorNotSupported
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -20956,7 +21023,7 @@ pub unsafe fn cudaGraphExecNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Check whether an executable graph can be updated with a graph and perform the update if possible
+/** Check whether an executable graph can be updated with a graph and perform the update if possible
 
  Updates the node parameters in the instantiated graph specified by \p hGraphExec with the
  node parameters in a topologically identical graph specified by \p hGraph.
@@ -20964,65 +21031,65 @@ pub unsafe fn cudaGraphExecNodeSetParams(
  Limitations:
 
  - Kernel nodes:
-   - The owning context of the function cannot change.
-   - A node whose function originally did not use CUDA dynamic parallelism cannot be updated
-     to a function which uses CDP.
-   - A node whose function originally did not make device-side update calls cannot be updated
-     to a function which makes device-side update calls.
-   - A cooperative node cannot be updated to a non-cooperative node, and vice-versa.
-   - If the graph was instantiated with cudaGraphInstantiateFlagUseNodePriority, the
-     priority attribute cannot change. Equality is checked on the originally requested
-     priority values, before they are clamped to the device's supported range.
-   - If \p hGraphExec was not instantiated for device launch, a node whose function originally
-     did not use device-side cudaGraphLaunch() cannot be updated to a function which uses
-     device-side cudaGraphLaunch() unless the node resides on the same device as nodes which
-     contained such calls at instantiate-time. If no such calls were present at instantiation,
-     these updates cannot be performed at all.
-   - Neither \p hGraph nor \p hGraphExec may contain device-updatable kernel nodes.
+ - The owning context of the function cannot change.
+ - A node whose function originally did not use CUDA dynamic parallelism cannot be updated
+ to a function which uses CDP.
+ - A node whose function originally did not make device-side update calls cannot be updated
+ to a function which makes device-side update calls.
+ - A cooperative node cannot be updated to a non-cooperative node, and vice-versa.
+ - If the graph was instantiated with cudaGraphInstantiateFlagUseNodePriority, the
+ priority attribute cannot change. Equality is checked on the originally requested
+ priority values, before they are clamped to the device's supported range.
+ - If \p hGraphExec was not instantiated for device launch, a node whose function originally
+ did not use device-side cudaGraphLaunch() cannot be updated to a function which uses
+ device-side cudaGraphLaunch() unless the node resides on the same device as nodes which
+ contained such calls at instantiate-time. If no such calls were present at instantiation,
+ these updates cannot be performed at all.
+ - Neither \p hGraph nor \p hGraphExec may contain device-updatable kernel nodes.
  - Memset and memcpy nodes:
-   - The CUDA device(s) to which the operand(s) was allocated/mapped cannot change.
-   - The source/destination memory must be allocated from the same contexts as the original
-     source/destination memory.
-   - For 2d memsets, only address and assigned value may be updated.
-   - For 1d memsets, updating dimensions is also allowed, but may fail if the resulting operation doesn't
-     map onto the work resources already allocated for the node.
+ - The CUDA device(s) to which the operand(s) was allocated/mapped cannot change.
+ - The source/destination memory must be allocated from the same contexts as the original
+ source/destination memory.
+ - For 2d memsets, only address and assigned value may be updated.
+ - For 1d memsets, updating dimensions is also allowed, but may fail if the resulting operation doesn't
+ map onto the work resources already allocated for the node.
  - Additional memcpy node restrictions:
-   - Changing either the source or destination memory type(i.e. CU_MEMORYTYPE_DEVICE,
-     CU_MEMORYTYPE_ARRAY, etc.) is not supported.
+ - Changing either the source or destination memory type(i.e. CU_MEMORYTYPE_DEVICE,
+ CU_MEMORYTYPE_ARRAY, etc.) is not supported.
  - Conditional nodes:
-   - Changing node parameters is not supported.
-   - Changing parameters of nodes within the conditional body graph is subject to the rules above.
-   - Conditional handle flags and default values are updated as part of the graph update.
+ - Changing node parameters is not supported.
+ - Changing parameters of nodes within the conditional body graph is subject to the rules above.
+ - Conditional handle flags and default values are updated as part of the graph update.
 
  Note:  The API may add further restrictions in future releases.  The return code should always be checked.
 
  cudaGraphExecUpdate sets the result member of \p resultInfo to cudaGraphExecUpdateErrorTopologyChanged
  under the following conditions:
  - The count of nodes directly in \p hGraphExec and \p hGraph differ, in which case resultInfo->errorNode
-   is set to NULL.
+ is set to NULL.
  - \p hGraph has more exit nodes than \p hGraph, in which case resultInfo->errorNode is set to one of
-   the exit nodes in hGraph.
+ the exit nodes in hGraph.
  - A node in \p hGraph has a different number of dependencies than the node from \p hGraphExec it is paired with,
-   in which case resultInfo->errorNode is set to the node from \p hGraph.
+ in which case resultInfo->errorNode is set to the node from \p hGraph.
  - A node in \p hGraph has a dependency that does not match with the corresponding dependency of the paired node
-   from \p hGraphExec. resultInfo->errorNode will be set to the node from \p hGraph. resultInfo->errorFromNode
-   will be set to the mismatched dependency. The dependencies are paired based on edge order and a dependency
-   does not match when the nodes are already paired based on other edges examined in the graph.
+ from \p hGraphExec. resultInfo->errorNode will be set to the node from \p hGraph. resultInfo->errorFromNode
+ will be set to the mismatched dependency. The dependencies are paired based on edge order and a dependency
+ does not match when the nodes are already paired based on other edges examined in the graph.
 
  cudaGraphExecUpdate sets \p the result member of \p resultInfo to:
  - cudaGraphExecUpdateError if passed an invalid value.
  - cudaGraphExecUpdateErrorTopologyChanged if the graph topology changed
  - cudaGraphExecUpdateErrorNodeTypeChanged if the type of a node changed, in which case
-   \p hErrorNode_out is set to the node from \p hGraph.
+ \p hErrorNode_out is set to the node from \p hGraph.
  - cudaGraphExecUpdateErrorFunctionChanged if the function of a kernel node changed (CUDA driver < 11.2)
  - cudaGraphExecUpdateErrorUnsupportedFunctionChange if the func field of a kernel changed in an
-   unsupported way(see note above), in which case \p hErrorNode_out is set to the node from \p hGraph
+ unsupported way(see note above), in which case \p hErrorNode_out is set to the node from \p hGraph
  - cudaGraphExecUpdateErrorParametersChanged if any parameters to a node changed in a way
-   that is not supported, in which case \p hErrorNode_out is set to the node from \p hGraph
+ that is not supported, in which case \p hErrorNode_out is set to the node from \p hGraph
  - cudaGraphExecUpdateErrorAttributesChanged if any attributes of a node changed in a way
-   that is not supported, in which case \p hErrorNode_out is set to the node from \p hGraph
+ that is not supported, in which case \p hErrorNode_out is set to the node from \p hGraph
  - cudaGraphExecUpdateErrorNotSupported if something about a node is unsupported, like
-   the node's type or configuration, in which case \p hErrorNode_out is set to the node from \p hGraph
+ the node's type or configuration, in which case \p hErrorNode_out is set to the node from \p hGraph
 
  If the update fails for a reason not listed above, the result member of \p resultInfo will be set
  to cudaGraphExecUpdateError. If the update succeeds, the result member will be set to cudaGraphExecUpdateSuccess.
@@ -21031,15 +21098,15 @@ pub unsafe fn cudaGraphExecNodeSetParams(
  cudaErrorGraphExecUpdateFailure if the graph update was not performed because it included
  changes which violated constraints specific to instantiated graph update.
 
- \param hGraphExec The instantiated graph to be updated
- \param hGraph The graph containing the updated parameters
-\param resultInfo the error info structure
+ - parameter hGraphExec The instantiated graph to be updated
+ - parameter hGraph The graph containing the updated parameters
+ - parameter resultInfo the error info structure
 
  \return
  ::cudaSuccess,
  ::cudaErrorGraphExecUpdateFailure,
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -21208,7 +21275,7 @@ pub unsafe fn cudaGraphExternalSemaphoresWaitNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a graph's dependency edges
+/** Returns a graph's dependency edges
 
  Returns a list of \p graph's dependency edges. Edges are returned via corresponding
  indices in \p from, \p to and \p edgeData; that is, the node in \p to[i] has a
@@ -21222,18 +21289,18 @@ pub unsafe fn cudaGraphExternalSemaphoresWaitNodeSetParams(
  ::cudaErrorLossyQuery. If \p edgeData is non-NULL then \p from and \p to must be as
  well.
 
- \param graph    - Graph to get the edges from
- \param from     - Location to return edge endpoints
- \param to       - Location to return edge endpoints
- \param edgeData - Optional location to return edge data
- \param numEdges - See description
+ - parameter graph    - Graph to get the edges from
+ - parameter from     - Location to return edge endpoints
+ - parameter to       - Location to return edge endpoints
+ - parameter edgeData - Optional location to return edge data
+ - parameter numEdges - See description
 
  \return
  ::cudaSuccess,
  ::cudaErrorLossyQuery,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -21285,13 +21352,13 @@ pub unsafe fn cudaGraphGetEdges(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the id of a given graph
+/** Returns the id of a given graph
 
  Returns the id of \p hGraph in \p *graphId.
  The value in \p *graphId matches that referenced by ::cudaGraphDebugDotPrint.
 
- \param hGraph - Graph to query
- \param graphId - Pointer to return the graphId
+ - parameter hGraph - Graph to query
+ - parameter graphId - Pointer to return the graphId
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
@@ -21335,7 +21402,7 @@ pub unsafe fn cudaGraphGetId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a graph's nodes
+/** Returns a graph's nodes
 
  Returns a list of \p graph's nodes. \p nodes may be NULL, in which case this
  function will return the number of nodes in \p numNodes. Otherwise,
@@ -21343,15 +21410,15 @@ pub unsafe fn cudaGraphGetId(
  number of nodes, the remaining entries in \p nodes will be set to NULL, and the
  number of nodes actually obtained will be returned in \p numNodes.
 
- \param graph    - Graph to query
- \param nodes    - Pointer to return the nodes
- \param numNodes - See description
+ - parameter graph    - Graph to query
+ - parameter nodes    - Pointer to return the nodes
+ - parameter numNodes - See description
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -21397,7 +21464,7 @@ pub unsafe fn cudaGraphGetNodes(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a graph's root nodes
+/** Returns a graph's root nodes
 
  Returns a list of \p graph's root nodes. \p pRootNodes may be NULL, in which case this
  function will return the number of root nodes in \p pNumRootNodes. Otherwise,
@@ -21405,15 +21472,15 @@ pub unsafe fn cudaGraphGetNodes(
  number of root nodes, the remaining entries in \p pRootNodes will be set to NULL, and the
  number of nodes actually obtained will be returned in \p pNumRootNodes.
 
- \param graph       - Graph to query
- \param pRootNodes    - Pointer to return the root nodes
- \param pNumRootNodes - See description
+ - parameter graph       - Graph to query
+ - parameter pRootNodes    - Pointer to return the root nodes
+ - parameter pNumRootNodes - See description
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -21459,20 +21526,20 @@ pub unsafe fn cudaGraphGetRootNodes(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a host node's parameters
+/** Returns a host node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphNodeGetParams.
 
  Returns the parameters of host node \p node in \p pNodeParams.
 
- \param node        - Node to get the parameters for
- \param pNodeParams - Pointer to return the parameters
+ - parameter node        - Node to get the parameters for
+ - parameter pNodeParams - Pointer to return the parameters
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -21513,20 +21580,20 @@ pub unsafe fn cudaGraphHostNodeGetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets a host node's parameters
+/** Sets a host node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphNodeSetParams.
 
  Sets the parameters of host node \p node to \p nodeParams.
 
- \param node        - Node to set the parameters for
- \param pNodeParams - Parameters to copy
+ - parameter node        - Node to set the parameters for
+ - parameter pNodeParams - Parameters to copy
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -21567,7 +21634,7 @@ pub unsafe fn cudaGraphHostNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates an executable graph from a graph
+/** Creates an executable graph from a graph
 
  Instantiates \p graph as an executable graph. The graph is validated for any
  structural constraints or intra-node constraints which were not previously
@@ -21603,28 +21670,28 @@ pub unsafe fn cudaGraphHostNodeSetParams(
  - The graph's nodes must reside on a single device.
  - The graph can only contain kernel nodes, memcpy nodes, memset nodes, and child graph nodes.
  - The graph cannot be empty and must contain at least one kernel, memcpy, or memset node.
-   Operation-specific restrictions are outlined below.
+ Operation-specific restrictions are outlined below.
  - Kernel nodes:
-   - Use of CUDA Dynamic Parallelism is not permitted.
-   - Cooperative launches are permitted as long as MPS is not in use.
+ - Use of CUDA Dynamic Parallelism is not permitted.
+ - Cooperative launches are permitted as long as MPS is not in use.
  - Memcpy nodes:
-   - Only copies involving device memory and/or pinned device-mapped host memory are permitted.
-   - Copies involving CUDA arrays are not permitted.
-   - Both operands must be accessible from the current device, and the current device must
-     match the device of other nodes in the graph.
+ - Only copies involving device memory and/or pinned device-mapped host memory are permitted.
+ - Copies involving CUDA arrays are not permitted.
+ - Both operands must be accessible from the current device, and the current device must
+ match the device of other nodes in the graph.
 
  If \p graph is not instantiated for launch on the device but contains kernels which
  call device-side cudaGraphLaunch() from multiple devices, this will result in an error.
 
- \param pGraphExec - Returns instantiated graph
- \param graph      - Graph to instantiate
- \param flags      - Flags to control instantiation.  See ::CUgraphInstantiate_flags.
+ - parameter pGraphExec - Returns instantiated graph
+ - parameter graph      - Graph to instantiate
+ - parameter flags      - Flags to control instantiation.  See ::CUgraphInstantiate_flags.
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -21704,7 +21771,7 @@ pub unsafe fn cudaGraphInstantiateWithFlags(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates an executable graph from a graph
+/** Creates an executable graph from a graph
 
  Instantiates \p graph as an executable graph according to the \p instantiateParams structure.
  The graph is validated for any structural constraints or intra-node constraints
@@ -21715,14 +21782,18 @@ pub unsafe fn cudaGraphInstantiateWithFlags(
  graph launches, as well as returning more detailed information in the event of an error.
  ::cudaGraphInstantiateParams is defined as:
 
- \code
-typedef struct {
-unsigned long long flags;
-cudaStream_t uploadStream;
-cudaGraphNode_t errNode_out;
-cudaGraphInstantiateResult result_out;
-} cudaGraphInstantiateParams;
- \endcode
+
+ ```text
+
+ typedef struct {
+ unsigned long long flags;
+ cudaStream_t uploadStream;
+ cudaGraphNode_t errNode_out;
+ cudaGraphInstantiateResult result_out;
+ } cudaGraphInstantiateParams;
+
+ ```
+
 
  The \p flags field controls the behavior of instantiation and subsequent
  graph launches. Valid flags are:
@@ -21760,44 +21831,44 @@ cudaGraphInstantiateResult result_out;
  - The graph's nodes must reside on a single device.
  - The graph can only contain kernel nodes, memcpy nodes, memset nodes, and child graph nodes.
  - The graph cannot be empty and must contain at least one kernel, memcpy, or memset node.
-   Operation-specific restrictions are outlined below.
+ Operation-specific restrictions are outlined below.
  - Kernel nodes:
-   - Use of CUDA Dynamic Parallelism is not permitted.
-   - Cooperative launches are permitted as long as MPS is not in use.
+ - Use of CUDA Dynamic Parallelism is not permitted.
+ - Cooperative launches are permitted as long as MPS is not in use.
  - Memcpy nodes:
-   - Only copies involving device memory and/or pinned device-mapped host memory are permitted.
-   - Copies involving CUDA arrays are not permitted.
-   - Both operands must be accessible from the current device, and the current device must
-     match the device of other nodes in the graph.
+ - Only copies involving device memory and/or pinned device-mapped host memory are permitted.
+ - Copies involving CUDA arrays are not permitted.
+ - Both operands must be accessible from the current device, and the current device must
+ match the device of other nodes in the graph.
 
  In the event of an error, the \p result_out and \p errNode_out fields will contain more
  information about the nature of the error. Possible error reporting includes:
 
  - ::cudaGraphInstantiateError, if passed an invalid value or if an unexpected error occurred
-   which is described by the return value of the function. \p errNode_out will be set to NULL.
+ which is described by the return value of the function. \p errNode_out will be set to NULL.
  - ::cudaGraphInstantiateInvalidStructure, if the graph structure is invalid. \p errNode_out
-   will be set to one of the offending nodes.
+ will be set to one of the offending nodes.
  - ::cudaGraphInstantiateNodeOperationNotSupported, if the graph is instantiated for device
-   launch but contains a node of an unsupported node type, or a node which performs unsupported
-   operations, such as use of CUDA dynamic parallelism within a kernel node. \p errNode_out will
-   be set to this node.
+ launch but contains a node of an unsupported node type, or a node which performs unsupported
+ operations, such as use of CUDA dynamic parallelism within a kernel node. \p errNode_out will
+ be set to this node.
  - ::cudaGraphInstantiateMultipleDevicesNotSupported, if the graph is instantiated for device
-   launch but a node’s device differs from that of another node. This error can also be returned
-   if a graph is not instantiated for device launch and it contains kernels which call device-side
-   cudaGraphLaunch() from multiple devices. \p errNode_out will be set to this node.
+ launch but a node’s device differs from that of another node. This error can also be returned
+ if a graph is not instantiated for device launch and it contains kernels which call device-side
+ cudaGraphLaunch() from multiple devices. \p errNode_out will be set to this node.
 
  If instantiation is successful, \p result_out will be set to ::cudaGraphInstantiateSuccess,
  and \p hErrNode_out will be set to NULL.
 
- \param pGraphExec       - Returns instantiated graph
- \param graph            - Graph to instantiate
- \param instantiateParams - Instantiation parameters
+ - parameter pGraphExec       - Returns instantiated graph
+ - parameter graph            - Graph to instantiate
+ - parameter instantiateParams - Instantiation parameters
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -21841,7 +21912,7 @@ pub unsafe fn cudaGraphInstantiateWithParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies attributes from source node to destination node.
+/** Copies attributes from source node to destination node.
 
  Copies attributes from source node \p hSrc to destination node \p hDst.
  Both node must have the same context.
@@ -21853,7 +21924,7 @@ pub unsafe fn cudaGraphInstantiateWithParams(
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidContext
- \notefnerr
+
 
  \sa
  ::cudaAccessPolicyWindow*/
@@ -21886,7 +21957,7 @@ pub unsafe fn cudaGraphKernelNodeCopyAttributes(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Queries node attribute.
+/** Queries node attribute.
 
  Queries attribute \p attr from node \p hNode and stores it in corresponding
  member of \p value_out.
@@ -21899,7 +21970,7 @@ pub unsafe fn cudaGraphKernelNodeCopyAttributes(
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle
- \notefnerr
+
 
  \sa
  ::cudaAccessPolicyWindow*/
@@ -21938,7 +22009,7 @@ pub unsafe fn cudaGraphKernelNodeGetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a kernel node's parameters
+/** Returns a kernel node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphNodeGetParams.
 
@@ -21953,15 +22024,15 @@ pub unsafe fn cudaGraphKernelNodeGetAttribute(
  The params will contain either \p kernelParams or \p extra,
  according to which of these was most recently set on the node.
 
- \param node        - Node to get the parameters for
- \param pNodeParams - Pointer to return the parameters
+ - parameter node        - Node to get the parameters for
+ - parameter pNodeParams - Pointer to return the parameters
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidDeviceFunction
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -22002,7 +22073,7 @@ pub unsafe fn cudaGraphKernelNodeGetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets node attribute.
+/** Sets node attribute.
 
  Sets attribute \p attr on node \p hNode from corresponding attribute of
  \p value.
@@ -22015,7 +22086,7 @@ pub unsafe fn cudaGraphKernelNodeGetParams(
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle
- \notefnerr
+
 
  \sa
  ::cudaAccessPolicyWindow*/
@@ -22054,14 +22125,14 @@ pub unsafe fn cudaGraphKernelNodeSetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets a kernel node's parameters
+/** Sets a kernel node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphNodeSetParams.
 
  Sets the parameters of kernel node \p node to \p pNodeParams.
 
- \param node        - Node to set the parameters for
- \param pNodeParams - Parameters to copy
+ - parameter node        - Node to set the parameters for
+ - parameter pNodeParams - Parameters to copy
 
  \return
  ::cudaSuccess,
@@ -22069,7 +22140,7 @@ pub unsafe fn cudaGraphKernelNodeSetAttribute(
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorMemoryAllocation
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_cudaKernel_t
@@ -22111,7 +22182,7 @@ pub unsafe fn cudaGraphKernelNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Launches an executable graph in a stream
+/** Launches an executable graph in a stream
 
  Executes \p graphExec in \p stream. Only one instance of \p graphExec may be executing
  at a time. Each launch is ordered behind both any previous work in \p stream
@@ -22122,14 +22193,14 @@ pub unsafe fn cudaGraphKernelNodeSetParams(
  \p graphExec was not instantiated with ::cudaGraphInstantiateFlagAutoFreeOnLaunch,
  the launch will fail with ::cudaErrorInvalidValue.
 
- \param graphExec - Executable graph to launch
- \param stream    - Stream in which to launch the graph
+ - parameter graphExec - Executable graph to launch
+ - parameter stream    - Stream in which to launch the graph
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -22230,20 +22301,20 @@ pub unsafe fn cudaGraphMemFreeNodeGetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a memcpy node's parameters
+/** Returns a memcpy node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphNodeGetParams.
 
  Returns the parameters of memcpy node \p node in \p pNodeParams.
 
- \param node        - Node to get the parameters for
- \param pNodeParams - Pointer to return the parameters
+ - parameter node        - Node to get the parameters for
+ - parameter pNodeParams - Pointer to return the parameters
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -22284,20 +22355,20 @@ pub unsafe fn cudaGraphMemcpyNodeGetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets a memcpy node's parameters
+/** Sets a memcpy node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphNodeSetParams.
 
  Sets the parameters of memcpy node \p node to \p pNodeParams.
 
- \param node        - Node to set the parameters for
- \param pNodeParams - Parameters to copy
+ - parameter node        - Node to set the parameters for
+ - parameter pNodeParams - Parameters to copy
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -22470,20 +22541,20 @@ pub unsafe fn cudaGraphMemcpyNodeSetParamsToSymbol(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a memset node's parameters
+/** Returns a memset node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphNodeGetParams.
 
  Returns the parameters of memset node \p node in \p pNodeParams.
 
- \param node        - Node to get the parameters for
- \param pNodeParams - Pointer to return the parameters
+ - parameter node        - Node to get the parameters for
+ - parameter pNodeParams - Pointer to return the parameters
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -22524,20 +22595,20 @@ pub unsafe fn cudaGraphMemsetNodeGetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets a memset node's parameters
+/** Sets a memset node's parameters
 
  \warning This function will be deprecated in a future CUDA release. Please migrate to ::cudaGraphNodeSetParams.
 
  Sets the parameters of memset node \p node to \p pNodeParams.
 
- \param node        - Node to set the parameters for
- \param pNodeParams - Parameters to copy
+ - parameter node        - Node to set the parameters for
+ - parameter pNodeParams - Parameters to copy
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -22578,7 +22649,7 @@ pub unsafe fn cudaGraphMemsetNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Finds a cloned version of a node
+/** Finds a cloned version of a node
 
  This function returns the node in \p clonedGraph corresponding to \p originalNode
  in the original graph.
@@ -22588,15 +22659,15 @@ pub unsafe fn cudaGraphMemsetNodeSetParams(
  ::cudaGraphClone, and the corresponding cloned node in \p clonedGraph must not have
  been removed. The cloned node is then returned via \p pClonedNode.
 
- \param pNode  - Returns handle to the cloned node
- \param originalNode - Handle to the original node
- \param clonedGraph - Cloned graph to query
+ - parameter pNode  - Returns handle to the cloned node
+ - parameter originalNode - Handle to the original node
+ - parameter clonedGraph - Cloned graph to query
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -22637,13 +22708,13 @@ pub unsafe fn cudaGraphNodeFindInClone(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the graph that contains a given graph node
+/** Returns the graph that contains a given graph node
 
  Returns the graph that contains \p hNode in \p *phGraph.
  If hNode is in a child graph, the child graph it is in is returned.
 
- \param hNode - Node to query
- \param phGraph - Pointer to return the containing graph
+ - parameter hNode - Node to query
+ - parameter phGraph - Pointer to return the containing graph
  \return
  ::cudaSuccess
  ::cudaErrorInvalidValue
@@ -22687,7 +22758,7 @@ pub unsafe fn cudaGraphNodeGetContainingGraph(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a node's dependencies
+/** Returns a node's dependencies
 
  Returns a list of \p node's dependencies. \p pDependencies may be NULL, in which case this
  function will return the number of dependencies in \p pNumDependencies. Otherwise,
@@ -22699,17 +22770,17 @@ pub unsafe fn cudaGraphNodeGetContainingGraph(
  this API will return ::cudaErrorLossyQuery. If \p edgeData is non-NULL, then
  \p pDependencies must be as well.
 
- \param node             - Node to query
- \param pDependencies    - Pointer to return the dependencies
- \param edgeData         - Optional array to return edge data for each dependency
- \param pNumDependencies - See description
+ - parameter node             - Node to query
+ - parameter pDependencies    - Pointer to return the dependencies
+ - parameter edgeData         - Optional array to return edge data for each dependency
+ - parameter pNumDependencies - See description
 
  \return
  ::cudaSuccess,
  ::cudaErrorLossyQuery,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -22758,7 +22829,7 @@ pub unsafe fn cudaGraphNodeGetDependencies(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a node's dependent nodes
+/** Returns a node's dependent nodes
 
  Returns a list of \p node's dependent nodes. \p pDependentNodes may be NULL, in which
  case this function will return the number of dependent nodes in \p pNumDependentNodes.
@@ -22771,17 +22842,17 @@ pub unsafe fn cudaGraphNodeGetDependencies(
  this API will return ::cudaErrorLossyQuery. If \p edgeData is non-NULL, then
  \p pDependentNodes must be as well.
 
- \param node               - Node to query
- \param pDependentNodes    - Pointer to return the dependent nodes
- \param edgeData           - Optional pointer to return edge data for dependent nodes
- \param pNumDependentNodes - See description
+ - parameter node               - Node to query
+ - parameter pDependentNodes    - Pointer to return the dependent nodes
+ - parameter edgeData           - Optional pointer to return edge data for dependent nodes
+ - parameter pNumDependentNodes - See description
 
  \return
  ::cudaSuccess,
  ::cudaErrorLossyQuery,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -22865,14 +22936,14 @@ pub unsafe fn cudaGraphNodeGetEnabled(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the node id of a given graph node
+/** Returns the node id of a given graph node
 
  Returns the node id of \p hNode in \p *nodeId.
  The nodeId matches that referenced by ::cudaGraphDebugDotPrint.
  The local nodeId and graphId together can uniquely identify the node.
 
- \param hNode - Node to query
- \param nodeId - Pointer to return the nodeId
+ - parameter hNode - Node to query
+ - parameter nodeId - Pointer to return the nodeId
  \return
  ::cudaSuccess
  ::cudaErrorInvalidValue
@@ -22916,7 +22987,7 @@ pub unsafe fn cudaGraphNodeGetLocalId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a graph node's parameters
+/** Returns a graph node's parameters
 
  Returns the parameters of graph node \p node in \p *nodeParams.
 
@@ -22931,15 +23002,15 @@ pub unsafe fn cudaGraphNodeGetLocalId(
  semantics or other parameters that govern behavior of node creation but are not part
  of the final functional descriptor.
 
- \param node       - Node to get the parameters for
- \param nodeParams - Pointer to return the parameters
+ - parameter node       - Node to get the parameters for
+ - parameter nodeParams - Pointer to return the parameters
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorNotSupported
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -22980,10 +23051,10 @@ pub unsafe fn cudaGraphNodeGetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns an id used by tools to identify a given node
+/** Returns an id used by tools to identify a given node
 
- \param hNode - Node to query
- \param *toolsNodeId - Pointer to return the id used by tools
+ - parameter hNode - Node to query
+ - parameter *toolsNodeId - Pointer to return the id used by tools
  \return
  ::CUDA_SUCCESS
  ::cudaErrorInvalidValue
@@ -22994,8 +23065,7 @@ pub unsafe fn cudaGraphNodeGetParams(
  ::cudaGraphNodeGetContainingGraph
  ::cudaGraphNodeGetLocalId
  ::cudaGraphGetId
- ::cudaGraphExecGetId
-*/
+ ::cudaGraphExecGetId*/
 ///
 /** # Loading
 
@@ -23028,18 +23098,18 @@ pub unsafe fn cudaGraphNodeGetToolsId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a node's type
+/** Returns a node's type
 
  Returns the node type of \p node in \p pType.
 
- \param node - Node to query
- \param pType  - Pointer to return the node type
+ - parameter node - Node to query
+ - parameter pType  - Pointer to return the node type
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -23122,7 +23192,7 @@ pub unsafe fn cudaGraphNodeSetEnabled(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Update a graph node's parameters
+/** Update a graph node's parameters
 
  Sets the parameters of graph node \p node to \p nodeParams. The node type specified by
  \p nodeParams->type must match the type of \p node. \p nodeParams must be fully
@@ -23131,8 +23201,8 @@ pub unsafe fn cudaGraphNodeSetEnabled(
  Modifying parameters is not supported for node types cudaGraphNodeTypeMemAlloc and
  cudaGraphNodeTypeMemFree.
 
- \param node       - Node to set the parameters for
- \param nodeParams - Parameters to copy
+ - parameter node       - Node to set the parameters for
+ - parameter nodeParams - Parameters to copy
 
  \return
  ::cudaSuccess,
@@ -23140,7 +23210,7 @@ pub unsafe fn cudaGraphNodeSetEnabled(
  ::cudaErrorInvalidDeviceFunction,
  ::cudaErrorNotSupported
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -23180,16 +23250,16 @@ pub unsafe fn cudaGraphNodeSetParams(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Release a user object reference from a graph
+/** Release a user object reference from a graph
 
  Releases user object references owned by a graph.
 
  See CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.
 
- \param graph  - The graph that will release the reference
- \param object - The user object to release a reference for
- \param count  - The number of references to release, typically 1. Must be nonzero
-                 and not larger than INT_MAX.
+ - parameter graph  - The graph that will release the reference
+ - parameter object - The user object to release a reference for
+ - parameter count  - The number of references to release, typically 1. Must be nonzero
+ and not larger than INT_MAX.
 
  \return
  ::cudaSuccess,
@@ -23236,7 +23306,7 @@ pub unsafe fn cudaGraphReleaseUserObject(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Removes dependency edges from a graph.
+/** Removes dependency edges from a graph.
 
  The number of \p pDependencies to be removed is defined by \p numDependencies.
  Elements in \p pFrom and \p pTo at corresponding indices define a dependency.
@@ -23247,18 +23317,18 @@ pub unsafe fn cudaGraphReleaseUserObject(
  \p edgeData, results in an error. \p edgeData is nullable, which is equivalent
  to passing default (zeroed) data for each edge.
 
- \param graph - Graph from which to remove dependencies
- \param from - Array of nodes that provide the dependencies
- \param to - Array of dependent nodes
- \param edgeData - Optional array of edge data. If NULL, edge data is assumed to
-                   be default (zeroed).
- \param numDependencies - Number of dependencies to be removed
+ - parameter graph - Graph from which to remove dependencies
+ - parameter from - Array of nodes that provide the dependencies
+ - parameter to - Array of dependent nodes
+ - parameter edgeData - Optional array of edge data. If NULL, edge data is assumed to
+ be default (zeroed).
+ - parameter numDependencies - Number of dependencies to be removed
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  \note_graph_thread_safety
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -23308,19 +23378,19 @@ pub unsafe fn cudaGraphRemoveDependencies(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Retain a reference to a user object from a graph
+/** Retain a reference to a user object from a graph
 
  Creates or moves user object references that will be owned by a CUDA graph.
 
  See CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.
 
- \param graph  - The graph to associate the reference with
- \param object - The user object to retain a reference for
- \param count  - The number of references to add to the graph, typically 1. Must be
-                 nonzero and not larger than INT_MAX.
- \param flags  - The optional flag ::cudaGraphUserObjectMove transfers references
-                 from the calling thread, rather than create new references. Pass 0
-                 to create new references.
+ - parameter graph  - The graph to associate the reference with
+ - parameter object - The user object to retain a reference for
+ - parameter count  - The number of references to add to the graph, typically 1. Must be
+ nonzero and not larger than INT_MAX.
+ - parameter flags  - The optional flag ::cudaGraphUserObjectMove transfers references
+ from the calling thread, rather than create new references. Pass 0
+ to create new references.
 
  \return
  ::cudaSuccess,
@@ -23399,7 +23469,7 @@ pub unsafe fn cudaGraphUpload(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Map graphics resources for access by CUDA
+/** Map graphics resources for access by CUDA
 
  Maps the \p count graphics resources in \p resources for access by CUDA.
 
@@ -23416,16 +23486,16 @@ pub unsafe fn cudaGraphUpload(
  is returned. If any of \p resources are presently mapped for access by
  CUDA then ::cudaErrorUnknown is returned.
 
- \param count     - Number of resources to map
- \param resources - Resources to map for CUDA
- \param stream    - Stream for synchronization
+ - parameter count     - Number of resources to map
+ - parameter resources - Resources to map for CUDA
+ - parameter stream    - Stream for synchronization
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorUnknown
- \note_null_stream
- \notefnerr
+
+
  \note_init_rt
  \note_callback
 
@@ -23469,7 +23539,7 @@ pub unsafe fn cudaGraphicsMapResources(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Get a mipmapped array through which to access a mapped graphics resource.
+/** Get a mipmapped array through which to access a mapped graphics resource.
 
  Returns in \p *mipmappedArray a mipmapped array through which the mapped
  graphics resource \p resource may be accessed. The value set in \p mipmappedArray may
@@ -23479,15 +23549,15 @@ pub unsafe fn cudaGraphicsMapResources(
  ::cudaErrorUnknown is returned.
  If \p resource is not mapped then ::cudaErrorUnknown is returned.
 
- \param mipmappedArray - Returned mipmapped array through which \p resource may be accessed
- \param resource       - Mapped resource to access
+ - parameter mipmappedArray - Returned mipmapped array through which \p resource may be accessed
+ - parameter resource       - Mapped resource to access
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorUnknown
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -23526,7 +23596,7 @@ pub unsafe fn cudaGraphicsResourceGetMappedMipmappedArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Get an device pointer through which to access a mapped graphics resource.
+/** Get an device pointer through which to access a mapped graphics resource.
 
  Returns in \p *devPtr a pointer through which the mapped graphics resource
  \p resource may be accessed.
@@ -23537,16 +23607,16 @@ pub unsafe fn cudaGraphicsResourceGetMappedMipmappedArray(
  ::cudaErrorUnknown is returned.
  If \p resource is not mapped then ::cudaErrorUnknown is returned.
  *
- \param devPtr     - Returned pointer through which \p resource may be accessed
- \param size       - Returned size of the buffer accessible starting at \p *devPtr
- \param resource   - Mapped resource to access
+ - parameter devPtr     - Returned pointer through which \p resource may be accessed
+ - parameter size       - Returned size of the buffer accessible starting at \p *devPtr
+ - parameter resource   - Mapped resource to access
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorUnknown
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -23589,31 +23659,31 @@ pub unsafe fn cudaGraphicsResourceGetMappedPointer(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Set usage flags for mapping a graphics resource
+/** Set usage flags for mapping a graphics resource
 
  Set \p flags for mapping the graphics resource \p resource.
 
  Changes to \p flags will take effect the next time \p resource is mapped.
  The \p flags argument may be any of the following:
  - ::cudaGraphicsMapFlagsNone: Specifies no hints about how \p resource will
-     be used. It is therefore assumed that CUDA may read from or write to \p resource.
+ be used. It is therefore assumed that CUDA may read from or write to \p resource.
  - ::cudaGraphicsMapFlagsReadOnly: Specifies that CUDA will not write to \p resource.
  - ::cudaGraphicsMapFlagsWriteDiscard: Specifies CUDA will not read from \p resource and will
-   write over the entire contents of \p resource, so none of the data
-   previously stored in \p resource will be preserved.
+ write over the entire contents of \p resource, so none of the data
+ previously stored in \p resource will be preserved.
 
  If \p resource is presently mapped for access by CUDA then ::cudaErrorUnknown is returned.
  If \p flags is not one of the above values then ::cudaErrorInvalidValue is returned.
 
- \param resource - Registered resource to set flags for
- \param flags    - Parameters for resource mapping
+ - parameter resource - Registered resource to set flags for
+ - parameter flags    - Parameters for resource mapping
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorUnknown,
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -23652,7 +23722,7 @@ pub unsafe fn cudaGraphicsResourceSetMapFlags(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Get an array through which to access a subresource of a mapped graphics resource.
+/** Get an array through which to access a subresource of a mapped graphics resource.
 
  Returns in \p *array an array through which the subresource of the mapped
  graphics resource \p resource which corresponds to array index \p arrayIndex
@@ -23667,19 +23737,19 @@ pub unsafe fn cudaGraphicsResourceSetMapFlags(
  ::cudaErrorInvalidValue is returned.
  If \p resource is not mapped then ::cudaErrorUnknown is returned.
 
- \param array       - Returned array through which a subresource of \p resource may be accessed
- \param resource    - Mapped resource to access
- \param arrayIndex  - Array index for array textures or cubemap face
-                      index as defined by ::cudaGraphicsCubeFace for
-                      cubemap textures for the subresource to access
- \param mipLevel    - Mipmap level for the subresource to access
+ - parameter array       - Returned array through which a subresource of \p resource may be accessed
+ - parameter resource    - Mapped resource to access
+ - parameter arrayIndex  - Array index for array textures or cubemap face
+ index as defined by ::cudaGraphicsCubeFace for
+ cubemap textures for the subresource to access
+ - parameter mipLevel    - Mipmap level for the subresource to access
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorUnknown
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -23724,7 +23794,7 @@ pub unsafe fn cudaGraphicsSubResourceGetMappedArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Unmap graphics resources.
+/** Unmap graphics resources.
 
  Unmaps the \p count graphics resources in \p resources.
 
@@ -23739,16 +23809,16 @@ pub unsafe fn cudaGraphicsSubResourceGetMappedArray(
  is returned. If any of \p resources are not presently mapped for access by
  CUDA then ::cudaErrorUnknown is returned.
 
- \param count     - Number of resources to unmap
- \param resources - Resources to unmap
- \param stream    - Stream for synchronization
+ - parameter count     - Number of resources to unmap
+ - parameter resources - Resources to unmap
+ - parameter stream    - Stream for synchronization
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorUnknown
- \note_null_stream
- \notefnerr
+
+
  \note_init_rt
  \note_callback
 
@@ -23790,7 +23860,7 @@ pub unsafe fn cudaGraphicsUnmapResources(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Unregisters a graphics resource for access by CUDA
+/** Unregisters a graphics resource for access by CUDA
 
  Unregisters the graphics resource \p resource so it is not accessible by
  CUDA unless registered again.
@@ -23798,13 +23868,13 @@ pub unsafe fn cudaGraphicsUnmapResources(
  If \p resource is invalid then ::cudaErrorInvalidResourceHandle is
  returned.
 
- \param resource - Resource to unregister
+ - parameter resource - Resource to unregister
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorUnknown
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_destroy_ub
@@ -23843,7 +23913,7 @@ pub unsafe fn cudaGraphicsUnregisterResource(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a green context with a specified set of resources.
+/** Creates a green context with a specified set of resources.
 
  This API creates a green context with the resources specified in the descriptor \p desc and
  returns it in the handle represented by \p phCtx.
@@ -23861,10 +23931,10 @@ pub unsafe fn cudaGraphicsUnregisterResource(
 
  Note: The API is not supported on 32-bit platforms.
 
- \param phCtx - Pointer for the output handle to the green context
- \param desc - Descriptor generated via ::cudaDevResourceGenerateDesc which contains the set of resources to be used
- \param device - Device on which to create the green context.
- \param flags - Green context creation flags. Must be 0, currently reserved for future use.
+ - parameter phCtx - Pointer for the output handle to the green context
+ - parameter desc - Descriptor generated via ::cudaDevResourceGenerateDesc which contains the set of resources to be used
+ - parameter device - Device on which to create the green context.
+ - parameter flags - Green context creation flags. Must be 0, currently reserved for future use.
 
  \return
  ::cudaSuccess,
@@ -23923,7 +23993,7 @@ pub unsafe fn cudaGreenCtxCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allocates page-locked memory on the host
+/** Allocates page-locked memory on the host
 
  Allocates \p size bytes of host memory that is page-locked and accessible
  to the device. The driver tracks the virtual memory ranges allocated with
@@ -23967,20 +24037,20 @@ pub unsafe fn cudaGreenCtxCreate(
 
  Memory allocated by this function must be freed with ::cudaFreeHost().
 
- \param pHost - Device pointer to allocated memory
- \param size  - Requested allocation size in bytes
- \param flags - Requested properties of allocated memory
+ - parameter pHost - Device pointer to allocated memory
+ - parameter size  - Requested allocation size in bytes
+ - parameter flags - Requested properties of allocated memory
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorMemoryAllocation,
  ::cudaErrorExternalDevice
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaSetDeviceFlags,
+ See also: ::cudaSetDeviceFlags,
  \ref ::cudaMallocHost(void**, size_t) "cudaMallocHost (C API)",
  ::cudaFreeHost,
  ::cudaGetDeviceFlags,
@@ -24020,7 +24090,7 @@ pub unsafe fn cudaHostAlloc(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Passes back device pointer of mapped host memory allocated by
+/** Passes back device pointer of mapped host memory allocated by
  cudaHostAlloc or registered by cudaHostRegister
 
  Passes back the device pointer corresponding to the mapped, pinned host
@@ -24047,19 +24117,19 @@ pub unsafe fn cudaHostAlloc(
 
  \p flags provides for future releases.  For now, it must be set to 0.
 
- \param pDevice - Returned device pointer for mapped memory
- \param pHost   - Requested host pointer mapping
- \param flags   - Flags for extensions (must be 0 for now)
+ - parameter pDevice - Returned device pointer for mapped memory
+ - parameter pHost   - Requested host pointer mapping
+ - parameter flags   - Flags for extensions (must be 0 for now)
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorMemoryAllocation
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaSetDeviceFlags, ::cudaHostAlloc,
+ See also: ::cudaSetDeviceFlags, ::cudaHostAlloc,
  ::cuMemHostGetDevicePointer*/
 ///
 /** # Loading
@@ -24096,23 +24166,23 @@ pub unsafe fn cudaHostGetDevicePointer(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Passes back flags used to allocate pinned host memory allocated by
+/** Passes back flags used to allocate pinned host memory allocated by
  cudaHostAlloc
 
  ::cudaHostGetFlags() will fail if the input pointer does not
  reside in an address range allocated by ::cudaHostAlloc().
 
- \param pFlags - Returned flags word
- \param pHost - Host pointer
+ - parameter pFlags - Returned flags word
+ - parameter pHost - Host pointer
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaHostAlloc,
+ See also: ::cudaHostAlloc,
  ::cuMemHostGetFlags*/
 ///
 /** # Loading
@@ -24146,7 +24216,7 @@ pub unsafe fn cudaHostGetFlags(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Registers an existing host memory range for use by CUDA
+/** Registers an existing host memory range for use by CUDA
 
  Page-locks the memory range specified by \p ptr and \p size and maps it
  for the device(s) as specified by \p flags. This memory range also is added
@@ -24175,30 +24245,30 @@ pub unsafe fn cudaHostGetFlags(
  affect the allocation, as follows.
 
  - ::cudaHostRegisterDefault: On a system with unified virtual addressing,
-   the memory will be both mapped and portable.  On a system with no unified
-   virtual addressing, the memory will be neither mapped nor portable.
+ the memory will be both mapped and portable.  On a system with no unified
+ virtual addressing, the memory will be neither mapped nor portable.
 
  - ::cudaHostRegisterPortable: The memory returned by this call will be
-   considered as pinned memory by all CUDA contexts, not just the one that
-   performed the allocation.
+ considered as pinned memory by all CUDA contexts, not just the one that
+ performed the allocation.
 
  - ::cudaHostRegisterMapped: Maps the allocation into the CUDA address
-   space. The device pointer to the memory may be obtained by calling
-   ::cudaHostGetDevicePointer().
+ space. The device pointer to the memory may be obtained by calling
+ ::cudaHostGetDevicePointer().
 
  - ::cudaHostRegisterIoMemory: The passed memory pointer is treated as
-   pointing to some memory-mapped I/O space, e.g. belonging to a
-   third-party PCIe device, and it will marked as non cache-coherent and
-   contiguous.
+ pointing to some memory-mapped I/O space, e.g. belonging to a
+ third-party PCIe device, and it will marked as non cache-coherent and
+ contiguous.
 
  - ::cudaHostRegisterReadOnly: The passed memory pointer is treated as
-   pointing to memory that is considered read-only by the device.  On
-   platforms without ::cudaDevAttrPageableMemoryAccessUsesHostPageTables, this
-   flag is required in order to register memory mapped to the CPU as
-   read-only.  Support for the use of this flag can be queried from the device
-   attribute ::cudaDevAttrHostRegisterReadOnlySupported.  Using this flag with
-   a current context associated with a device that does not have this attribute
-   set will cause ::cudaHostRegister to error with cudaErrorNotSupported.
+ pointing to memory that is considered read-only by the device.  On
+ platforms without ::cudaDevAttrPageableMemoryAccessUsesHostPageTables, this
+ flag is required in order to register memory mapped to the CPU as
+ read-only.  Support for the use of this flag can be queried from the device
+ attribute ::cudaDevAttrHostRegisterReadOnlySupported.  Using this flag with
+ a current context associated with a device that does not have this attribute
+ set will cause ::cudaHostRegister to error with cudaErrorNotSupported.
 
  All of these flags are orthogonal to one another: a developer may page-lock
  memory that is portable or mapped with no restrictions.
@@ -24228,9 +24298,9 @@ pub unsafe fn cudaHostGetFlags(
 
  The memory page-locked by this function must be unregistered with ::cudaHostUnregister().
 
- \param ptr   - Host pointer to memory to page-lock
- \param size  - Size in bytes of the address range to page-lock in bytes
- \param flags - Flags for allocation request
+ - parameter ptr   - Host pointer to memory to page-lock
+ - parameter size  - Size in bytes of the address range to page-lock in bytes
+ - parameter flags - Flags for allocation request
 
  \return
  ::cudaSuccess,
@@ -24239,11 +24309,11 @@ pub unsafe fn cudaHostGetFlags(
  ::cudaErrorHostMemoryAlreadyRegistered,
  ::cudaErrorNotSupported,
  ::cudaErrorExternalDevice
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaHostUnregister, ::cudaHostGetFlags, ::cudaHostGetDevicePointer,
+ See also: ::cudaHostUnregister, ::cudaHostGetFlags, ::cudaHostGetDevicePointer,
  ::cuMemHostRegister*/
 ///
 /** # Loading
@@ -24280,24 +24350,24 @@ pub unsafe fn cudaHostRegister(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Unregisters a memory range that was registered with cudaHostRegister
+/** Unregisters a memory range that was registered with cudaHostRegister
 
  Unmaps the memory range whose base address is specified by \p ptr, and makes
  it pageable again.
 
  The base address must be the same one specified to ::cudaHostRegister().
 
- \param ptr - Host pointer to memory to unregister
+ - parameter ptr - Host pointer to memory to unregister
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorHostMemoryNotRegistered
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaHostUnregister,
+ See also: ::cudaHostUnregister,
  ::cuMemHostUnregister*/
 ///
 /** # Loading
@@ -24324,7 +24394,7 @@ pub unsafe fn cudaHostUnregister(ptr: *mut ::core::ffi::c_void) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Imports an external memory object
+/** Imports an external memory object
 
  Imports an externally allocated memory object and returns
  a handle to that in \p extMem_out.
@@ -24333,38 +24403,46 @@ pub unsafe fn cudaHostUnregister(ptr: *mut ::core::ffi::c_void) -> cudaError_t {
  \p memHandleDesc. The ::cudaExternalMemoryHandleDesc structure
  is defined as follows:
 
- \code
-typedef struct cudaExternalMemoryHandleDesc_st {
-cudaExternalMemoryHandleType type;
-union {
-int fd;
-struct {
-void *handle;
-const void *name;
-} win32;
-const void *nvSciBufObject;
-} handle;
-unsigned long long size;
-unsigned int flags;
-} cudaExternalMemoryHandleDesc;
- \endcode
+
+ ```text
+
+ typedef struct cudaExternalMemoryHandleDesc_st {
+ cudaExternalMemoryHandleType type;
+ union {
+ int fd;
+ struct {
+ void *handle;
+ const void *name;
+ } win32;
+ const void *nvSciBufObject;
+ } handle;
+ unsigned long long size;
+ unsigned int flags;
+ } cudaExternalMemoryHandleDesc;
+
+ ```
+
 
  where ::cudaExternalMemoryHandleDesc::type specifies the type
  of handle being imported. ::cudaExternalMemoryHandleType is
  defined as:
 
- \code
-typedef enum cudaExternalMemoryHandleType_enum {
-cudaExternalMemoryHandleTypeOpaqueFd         = 1,
-cudaExternalMemoryHandleTypeOpaqueWin32      = 2,
-cudaExternalMemoryHandleTypeOpaqueWin32Kmt   = 3,
-cudaExternalMemoryHandleTypeD3D12Heap        = 4,
-cudaExternalMemoryHandleTypeD3D12Resource    = 5,
-cudaExternalMemoryHandleTypeD3D11Resource    = 6,
-cudaExternalMemoryHandleTypeD3D11ResourceKmt = 7,
-cudaExternalMemoryHandleTypeNvSciBuf         = 8
-} cudaExternalMemoryHandleType;
- \endcode
+
+ ```text
+
+ typedef enum cudaExternalMemoryHandleType_enum {
+ cudaExternalMemoryHandleTypeOpaqueFd         = 1,
+ cudaExternalMemoryHandleTypeOpaqueWin32      = 2,
+ cudaExternalMemoryHandleTypeOpaqueWin32Kmt   = 3,
+ cudaExternalMemoryHandleTypeD3D12Heap        = 4,
+ cudaExternalMemoryHandleTypeD3D12Resource    = 5,
+ cudaExternalMemoryHandleTypeD3D11Resource    = 6,
+ cudaExternalMemoryHandleTypeD3D11ResourceKmt = 7,
+ cudaExternalMemoryHandleTypeNvSciBuf         = 8
+ } cudaExternalMemoryHandleType;
+
+ ```
+
 
  If ::cudaExternalMemoryHandleDesc::type is
  ::cudaExternalMemoryHandleTypeOpaqueFd, then
@@ -24465,26 +24543,26 @@ cudaExternalMemoryHandleTypeNvSciBuf         = 8
  ::cudaExternalMemoryHandleTypeD3D11Resource
  ::cudaExternalMemoryHandleTypeD3D11ResourceKmt
 
- \param extMem_out    - Returned handle to an external memory object
- \param memHandleDesc - Memory import handle descriptor
+ - parameter extMem_out    - Returned handle to an external memory object
+ - parameter memHandleDesc - Memory import handle descriptor
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorOperatingSystem
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \note If the Vulkan memory imported into CUDA is mapped on the CPU then the
+ Note: If the Vulkan memory imported into CUDA is mapped on the CPU then the
  application must use vkInvalidateMappedMemoryRanges/vkFlushMappedMemoryRanges
  as well as appropriate Vulkan pipeline barriers to maintain coherence between
  CPU and GPU. For more information on these APIs, please refer to "Synchronization
  and Cache Control" chapter from Vulkan specification.
 
 
- \sa ::cudaDestroyExternalMemory,
+ See also: ::cudaDestroyExternalMemory,
  ::cudaExternalMemoryGetMappedBuffer,
  ::cudaExternalMemoryGetMappedMipmappedArray*/
 ///
@@ -24519,7 +24597,7 @@ pub unsafe fn cudaImportExternalMemory(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Imports an external semaphore
+/** Imports an external semaphore
 
  Imports an externally allocated synchronization object and returns
  a handle to that in \p extSem_out.
@@ -24528,39 +24606,47 @@ pub unsafe fn cudaImportExternalMemory(
  \p semHandleDesc. The ::cudaExternalSemaphoreHandleDesc is defined
  as follows:
 
- \code
-typedef struct cudaExternalSemaphoreHandleDesc_st {
-cudaExternalSemaphoreHandleType type;
-union {
-int fd;
-struct {
-void *handle;
-const void *name;
-} win32;
-const void* NvSciSyncObj;
-} handle;
-unsigned int flags;
-} cudaExternalSemaphoreHandleDesc;
- \endcode
+
+ ```text
+
+ typedef struct cudaExternalSemaphoreHandleDesc_st {
+ cudaExternalSemaphoreHandleType type;
+ union {
+ int fd;
+ struct {
+ void *handle;
+ const void *name;
+ } win32;
+ const void* NvSciSyncObj;
+ } handle;
+ unsigned int flags;
+ } cudaExternalSemaphoreHandleDesc;
+
+ ```
+
 
  where ::cudaExternalSemaphoreHandleDesc::type specifies the type of
  handle being imported. ::cudaExternalSemaphoreHandleType is defined
  as:
 
- \code
-typedef enum cudaExternalSemaphoreHandleType_enum {
-cudaExternalSemaphoreHandleTypeOpaqueFd                = 1,
-cudaExternalSemaphoreHandleTypeOpaqueWin32             = 2,
-cudaExternalSemaphoreHandleTypeOpaqueWin32Kmt          = 3,
-cudaExternalSemaphoreHandleTypeD3D12Fence              = 4,
-cudaExternalSemaphoreHandleTypeD3D11Fence              = 5,
-cudaExternalSemaphoreHandleTypeNvSciSync               = 6,
-cudaExternalSemaphoreHandleTypeKeyedMutex              = 7,
-cudaExternalSemaphoreHandleTypeKeyedMutexKmt           = 8,
-cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd     = 9,
-cudaExternalSemaphoreHandleTypeTimelineSemaphoreWin32  = 10
-} cudaExternalSemaphoreHandleType;
- \endcode
+
+ ```text
+
+ typedef enum cudaExternalSemaphoreHandleType_enum {
+ cudaExternalSemaphoreHandleTypeOpaqueFd                = 1,
+ cudaExternalSemaphoreHandleTypeOpaqueWin32             = 2,
+ cudaExternalSemaphoreHandleTypeOpaqueWin32Kmt          = 3,
+ cudaExternalSemaphoreHandleTypeD3D12Fence              = 4,
+ cudaExternalSemaphoreHandleTypeD3D11Fence              = 5,
+ cudaExternalSemaphoreHandleTypeNvSciSync               = 6,
+ cudaExternalSemaphoreHandleTypeKeyedMutex              = 7,
+ cudaExternalSemaphoreHandleTypeKeyedMutexKmt           = 8,
+ cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd     = 9,
+ cudaExternalSemaphoreHandleTypeTimelineSemaphoreWin32  = 10
+ } cudaExternalSemaphoreHandleType;
+
+ ```
+
 
  If ::cudaExternalSemaphoreHandleDesc::type is
  ::cudaExternalSemaphoreHandleTypeOpaqueFd, then
@@ -24655,18 +24741,18 @@ cudaExternalSemaphoreHandleTypeTimelineSemaphoreWin32  = 10
  call. If ::cudaExternalSemaphoreHandleDesc::handle::win32::name is
  not NULL, then it must name a valid synchronization object.
 
- \param extSem_out    - Returned handle to an external semaphore
- \param semHandleDesc - Semaphore import handle descriptor
+ - parameter extSem_out    - Returned handle to an external semaphore
+ - parameter semHandleDesc - Semaphore import handle descriptor
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorOperatingSystem
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaDestroyExternalSemaphore,
+ See also: ::cudaDestroyExternalSemaphore,
  ::cudaSignalExternalSemaphoresAsync,
  ::cudaWaitExternalSemaphoresAsync*/
 ///
@@ -24701,7 +24787,7 @@ pub unsafe fn cudaImportExternalSemaphore(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Initialize device to be used for GPU executions
+/** Initialize device to be used for GPU executions
 
  This function will initialize the CUDA Runtime structures and primary context on \p device when called,
  but the context will not be made current to \p device.
@@ -24713,18 +24799,18 @@ pub unsafe fn cudaImportExternalSemaphore(
  This function will return an error if the device is in ::cudaComputeModeExclusiveProcess
  and is occupied by another process or if the device is in ::cudaComputeModeProhibited.
 
- \param device - Device on which the runtime will initialize itself.
- \param deviceFlags - Parameters for device operation.
- \param flags - Flags for controlling the device initialization.
+ - parameter device - Device on which the runtime will initialize itself.
+ - parameter deviceFlags - Parameters for device operation.
+ - parameter flags - Flags for controlling the device initialization.
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidDevice,
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaGetDeviceCount, ::cudaGetDevice, ::cudaGetDeviceProperties,
+ See also: ::cudaGetDeviceCount, ::cudaGetDevice, ::cudaGetDeviceProperties,
  ::cudaChooseDevice, ::cudaSetDevice
  ::cuCtxSetCurrent*/
 ///
@@ -24762,7 +24848,7 @@ pub unsafe fn cudaInitDevice(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Attempts to close memory mapped with cudaIpcOpenMemHandle
+/** Attempts to close memory mapped with cudaIpcOpenMemHandle
 
  Decrements the reference count of the memory returnd by ::cudaIpcOpenMemHandle by 1.
  When the reference count reaches 0, this API unmaps the memory. The original allocation
@@ -24779,7 +24865,7 @@ pub unsafe fn cudaInitDevice(
  Users can test their device for IPC functionality by calling
  ::cudaDeviceGetAttribute with ::cudaDevAttrIpcEventSupport
 
- \param devPtr - Device pointer returned by ::cudaIpcOpenMemHandle
+ - parameter devPtr - Device pointer returned by ::cudaIpcOpenMemHandle
 
  \returns
  ::cudaSuccess,
@@ -24822,7 +24908,7 @@ pub unsafe fn cudaIpcCloseMemHandle(devPtr: *mut ::core::ffi::c_void) -> cudaErr
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets an interprocess handle for a previously allocated event
+/** Gets an interprocess handle for a previously allocated event
 
  Takes as input a previously allocated event. This event must have been
  created with the ::cudaEventInterprocess and ::cudaEventDisableTiming
@@ -24843,10 +24929,10 @@ pub unsafe fn cudaIpcCloseMemHandle(devPtr: *mut ::core::ffi::c_void) -> cudaErr
  Users can test their device for IPC functionality by calling
  ::cudaDeviceGetAttribute with ::cudaDevAttrIpcEventSupport
 
- \param handle - Pointer to a user allocated cudaIpcEventHandle
-                    in which to return the opaque event handle
- \param event   - Event allocated with ::cudaEventInterprocess and
-                    ::cudaEventDisableTiming flags.
+ - parameter handle - Pointer to a user allocated cudaIpcEventHandle
+ in which to return the opaque event handle
+ - parameter event   - Event allocated with ::cudaEventInterprocess and
+ ::cudaEventDisableTiming flags.
 
  \return
  ::cudaSuccess,
@@ -24901,8 +24987,8 @@ pub unsafe fn cudaIpcGetEventHandle(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets an interprocess memory handle for an existing device memory
-          allocation
+/** Gets an interprocess memory handle for an existing device memory
+ allocation
 
  Takes a pointer to the base of an existing device memory allocation created
  with ::cudaMalloc and exports it for use in another process. This is a
@@ -24921,9 +25007,9 @@ pub unsafe fn cudaIpcGetEventHandle(
  Users can test their device for IPC functionality by calling
  ::cudaDeviceGetAttribute with ::cudaDevAttrIpcEventSupport
 
- \param handle - Pointer to user allocated ::cudaIpcMemHandle to return
-                    the handle in.
- \param devPtr - Base pointer to previously allocated device memory
+ - parameter handle - Pointer to user allocated ::cudaIpcMemHandle to return
+ the handle in.
+ - parameter devPtr - Base pointer to previously allocated device memory
 
  \returns
  ::cudaSuccess,
@@ -24974,7 +25060,7 @@ pub unsafe fn cudaIpcGetMemHandle(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Opens an interprocess event handle for use in the current process
+/** Opens an interprocess event handle for use in the current process
 
  Opens an interprocess event handle exported from another process with
  ::cudaIpcGetEventHandle. This function returns a ::cudaEvent_t that behaves like
@@ -24991,8 +25077,8 @@ pub unsafe fn cudaIpcGetMemHandle(
  Users can test their device for IPC functionality by calling
  ::cudaDeviceGetAttribute with ::cudaDevAttrIpcEventSupport
 
- \param event - Returns the imported event
- \param handle  - Interprocess handle to open
+ - parameter event - Returns the imported event
+ - parameter handle  - Interprocess handle to open
 
  \returns
  ::cudaSuccess,
@@ -25046,8 +25132,8 @@ pub unsafe fn cudaIpcOpenEventHandle(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Opens an interprocess memory handle exported from another process
-          and returns a device pointer usable in the local process.
+/** Opens an interprocess memory handle exported from another process
+ and returns a device pointer usable in the local process.
 
  Maps memory exported from another process with ::cudaIpcGetMemHandle into
  the current device address space. For contexts on different devices
@@ -25081,9 +25167,9 @@ pub unsafe fn cudaIpcOpenEventHandle(
  Users can test their device for IPC functionality by calling
  ::cudaDeviceGetAttribute with ::cudaDevAttrIpcEventSupport
 
- \param devPtr - Returned device pointer
- \param handle - ::cudaIpcMemHandle to open
- \param flags  - Flags for this operation. Must be specified as ::cudaIpcMemLazyEnablePeerAccess
+ - parameter devPtr - Returned device pointer
+ - parameter handle - ::cudaIpcMemHandle to open
+ - parameter flags  - Flags for this operation. Must be specified as ::cudaIpcMemLazyEnablePeerAccess
 
  \returns
  ::cudaSuccess,
@@ -25096,7 +25182,7 @@ pub unsafe fn cudaIpcOpenEventHandle(
  \note_init_rt
  \note_callback
 
- \note No guarantees are made about the address returned in \p *devPtr.
+ Note: No guarantees are made about the address returned in \p *devPtr.
  In particular, multiple processes may not receive the same address for the same \p handle.
 
  \sa
@@ -25144,7 +25230,7 @@ pub unsafe fn cudaIpcOpenMemHandle(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets information about a kernel
+/** Sets information about a kernel
 
  This call sets the value of a specified attribute \p attr on the kernel \p kernel
  for the requested device \p device to an integer value specified by \p value.
@@ -25162,47 +25248,47 @@ pub unsafe fn cudaIpcOpenMemHandle(
 
  Valid values for \p attr are:
  - ::cudaFuncAttributeMaxDynamicSharedMemorySize - The requested maximum size in bytes of dynamically-allocated shared memory. The sum of this value and the function attribute ::sharedSizeBytes
-   cannot exceed the device attribute ::cudaDevAttrMaxSharedMemoryPerBlockOptin. The maximal size of requestable dynamic shared memory may differ by GPU architecture.
+ cannot exceed the device attribute ::cudaDevAttrMaxSharedMemoryPerBlockOptin. The maximal size of requestable dynamic shared memory may differ by GPU architecture.
  - ::cudaFuncAttributePreferredSharedMemoryCarveout - On devices where the L1 cache and shared memory use the same hardware resources,
-   this sets the shared memory carveout preference, in percent of the total shared memory. See ::cudaDevAttrMaxSharedMemoryPerMultiprocessor.
-   This is only a hint, and the driver can choose a different ratio if required to execute the function.
+ this sets the shared memory carveout preference, in percent of the total shared memory. See ::cudaDevAttrMaxSharedMemoryPerMultiprocessor.
+ This is only a hint, and the driver can choose a different ratio if required to execute the function.
  - ::cudaFuncAttributeRequiredClusterWidth: The required cluster width in
-   blocks. The width, height, and depth values must either all be 0 or all be
-   positive. The validity of the cluster dimensions is checked at launch time.
-   If the value is set during compile time, it cannot be set at runtime.
-   Setting it at runtime will return cudaErrorNotPermitted.
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return cudaErrorNotPermitted.
  - ::cudaFuncAttributeRequiredClusterHeight: The required cluster height in
-   blocks. The width, height, and depth values must either all be 0 or all be
-   positive. The validity of the cluster dimensions is checked at launch time.
-   If the value is set during compile time, it cannot be set at runtime.
-   Setting it at runtime will return cudaErrorNotPermitted.
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return cudaErrorNotPermitted.
  - ::cudaFuncAttributeRequiredClusterDepth: The required cluster depth in
-   blocks. The width, height, and depth values must either all be 0 or all be
-   positive. The validity of the cluster dimensions is checked at launch time.
-   If the value is set during compile time, it cannot be set at runtime.
-   Setting it at runtime will return cudaErrorNotPermitted.
+ blocks. The width, height, and depth values must either all be 0 or all be
+ positive. The validity of the cluster dimensions is checked at launch time.
+ If the value is set during compile time, it cannot be set at runtime.
+ Setting it at runtime will return cudaErrorNotPermitted.
  - ::cudaFuncAttributeNonPortableClusterSizeAllowed: Indicates whether the
-   function can be launched with non-portable cluster size. 1 is allowed, 0 is
-   disallowed.
+ function can be launched with non-portable cluster size. 1 is allowed, 0 is
+ disallowed.
  - ::cudaFuncAttributeClusterSchedulingPolicyPreference: The block
-   scheduling policy of a function. The value type is cudaClusterSchedulingPolicy.
+ scheduling policy of a function. The value type is cudaClusterSchedulingPolicy.
 
- \note The API has stricter locking requirements in comparison to its legacy counterpart
+ Note: The API has stricter locking requirements in comparison to its legacy counterpart
  ::cudaFuncSetAttribute() due to device-wide semantics. If multiple threads are trying to
  set the same attribute on the same device simultaneously, the attribute setting will depend
  on the interleavings chosen by the OS scheduler and memory consistency.
 
- \param kernel  - Kernel to set attribute of
- \param attr - Attribute requested
- \param value - Value to set
- \param device - Device to set attribute of
+ - parameter kernel  - Kernel to set attribute of
+ - parameter attr - Attribute requested
+ - parameter value - Value to set
+ - parameter device - Device to set attribute of
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidDeviceFunction,
  ::cudaErrorInvalidValue
 
- \sa ::cudaLibraryLoadData,
+ See also: ::cudaLibraryLoadData,
  ::cudaLibraryLoadFromFile,
  ::cudaLibraryUnload,
  ::cudaLibraryGetKernel,
@@ -25247,7 +25333,7 @@ pub unsafe fn cudaKernelSetAttributeForDevice(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Launches a device function where thread blocks can cooperate and synchronize as they execute
+/** Launches a device function where thread blocks can cooperate and synchronize as they execute
 
  The function invokes kernel \p func on \p gridDim (\p gridDim.x &times; \p gridDim.y
  &times; \p gridDim.z) grid of blocks. Each block contains \p blockDim (\p blockDim.x &times;
@@ -25275,12 +25361,12 @@ pub unsafe fn cudaKernelSetAttributeForDevice(
 
  \p stream specifies a stream the invocation is associated to.
 
- \param func        - Device function symbol
- \param gridDim     - Grid dimentions
- \param blockDim    - Block dimentions
- \param args        - Arguments
- \param sharedMem   - Shared memory
- \param stream      - Stream identifier
+ - parameter func        - Device function symbol
+ - parameter gridDim     - Grid dimentions
+ - parameter blockDim    - Block dimentions
+ - parameter args        - Arguments
+ - parameter sharedMem   - Shared memory
+ - parameter stream      - Stream identifier
 
  \return
  ::cudaSuccess,
@@ -25291,8 +25377,8 @@ pub unsafe fn cudaKernelSetAttributeForDevice(
  ::cudaErrorLaunchOutOfResources,
  ::cudaErrorCooperativeLaunchTooLarge,
  ::cudaErrorSharedObjectInitFailed
- \note_null_stream
- \notefnerr
+
+
  \note_init_rt
  \note_callback
  \note_cudaKernel_t
@@ -25344,7 +25430,7 @@ pub unsafe fn cudaLaunchCooperativeKernel(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Enqueues a host function call in a stream
+/** Enqueues a host function call in a stream
 
  Enqueues a host function to run in a stream.  The function will be called
  after currently enqueued work and will block work added after it.
@@ -25358,46 +25444,46 @@ pub unsafe fn cudaLaunchCooperativeKernel(
 
  For the purposes of Unified Memory, execution makes a number of guarantees:
  <ul>
-   <li>The stream is considered idle for the duration of the function's
-   execution.  Thus, for example, the function may always use memory attached
-   to the stream it was enqueued in.</li>
-   <li>The start of execution of the function has the same effect as
-   synchronizing an event recorded in the same stream immediately prior to
-   the function.  It thus synchronizes streams which have been "joined"
-   prior to the function.</li>
-   <li>Adding device work to any stream does not have the effect of making
-   the stream active until all preceding host functions and stream callbacks
-   have executed.  Thus, for
-   example, a function might use global attached memory even if work has
-   been added to another stream, if the work has been ordered behind the
-   function call with an event.</li>
-   <li>Completion of the function does not cause a stream to become
-   active except as described above.  The stream will remain idle
-   if no device work follows the function, and will remain idle across
-   consecutive host functions or stream callbacks without device work in
-   between.  Thus, for example,
-   stream synchronization can be done by signaling from a host function at the
-   end of the stream.</li>
+ <li>The stream is considered idle for the duration of the function's
+ execution.  Thus, for example, the function may always use memory attached
+ to the stream it was enqueued in.</li>
+ <li>The start of execution of the function has the same effect as
+ synchronizing an event recorded in the same stream immediately prior to
+ the function.  It thus synchronizes streams which have been "joined"
+ prior to the function.</li>
+ <li>Adding device work to any stream does not have the effect of making
+ the stream active until all preceding host functions and stream callbacks
+ have executed.  Thus, for
+ example, a function might use global attached memory even if work has
+ been added to another stream, if the work has been ordered behind the
+ function call with an event.</li>
+ <li>Completion of the function does not cause a stream to become
+ active except as described above.  The stream will remain idle
+ if no device work follows the function, and will remain idle across
+ consecutive host functions or stream callbacks without device work in
+ between.  Thus, for example,
+ stream synchronization can be done by signaling from a host function at the
+ end of the stream.</li>
  </ul>
 
  Note that, in constrast to ::cuStreamAddCallback, the function will not be
  called in the event of an error in the CUDA context.
 
- \param stream  - Stream to enqueue function call in
- \param fn       - The function to call once preceding stream operations are complete
- \param userData - User-specified data to be passed to the function
+ - parameter stream  - Stream to enqueue function call in
+ - parameter fn       - The function to call once preceding stream operations are complete
+ - parameter userData - User-specified data to be passed to the function
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorInvalidValue,
  ::cudaErrorNotSupported
- \note_null_stream
- \notefnerr
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaStreamCreate,
+ See also: ::cudaStreamCreate,
  ::cudaStreamQuery,
  ::cudaStreamSynchronize,
  ::cudaStreamWaitEvent,
@@ -25441,7 +25527,7 @@ pub unsafe fn cudaLaunchHostFunc(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Enqueues a host function call in a stream
+/** Enqueues a host function call in a stream
 
  Enqueues a host function to run in a stream.  The function will be called
  after currently enqueued work and will block work added after it.
@@ -25455,47 +25541,47 @@ pub unsafe fn cudaLaunchHostFunc(
 
  For the purposes of Unified Memory, execution makes a number of guarantees:
  <ul>
-   <li>The stream is considered idle for the duration of the function's
-   execution.  Thus, for example, the function may always use memory attached
-   to the stream it was enqueued in.</li>
-   <li>The start of execution of the function has the same effect as
-   synchronizing an event recorded in the same stream immediately prior to
-   the function.  It thus synchronizes streams which have been "joined"
-   prior to the function.</li>
-   <li>Adding device work to any stream does not have the effect of making
-   the stream active until all preceding host functions and stream callbacks
-   have executed.  Thus, for
-   example, a function might use global attached memory even if work has
-   been added to another stream, if the work has been ordered behind the
-   function call with an event.</li>
-   <li>Completion of the function does not cause a stream to become
-   active except as described above.  The stream will remain idle
-   if no device work follows the function, and will remain idle across
-   consecutive host functions or stream callbacks without device work in
-   between.  Thus, for example,
-   stream synchronization can be done by signaling from a host function at the
-   end of the stream.</li>
+ <li>The stream is considered idle for the duration of the function's
+ execution.  Thus, for example, the function may always use memory attached
+ to the stream it was enqueued in.</li>
+ <li>The start of execution of the function has the same effect as
+ synchronizing an event recorded in the same stream immediately prior to
+ the function.  It thus synchronizes streams which have been "joined"
+ prior to the function.</li>
+ <li>Adding device work to any stream does not have the effect of making
+ the stream active until all preceding host functions and stream callbacks
+ have executed.  Thus, for
+ example, a function might use global attached memory even if work has
+ been added to another stream, if the work has been ordered behind the
+ function call with an event.</li>
+ <li>Completion of the function does not cause a stream to become
+ active except as described above.  The stream will remain idle
+ if no device work follows the function, and will remain idle across
+ consecutive host functions or stream callbacks without device work in
+ between.  Thus, for example,
+ stream synchronization can be done by signaling from a host function at the
+ end of the stream.</li>
  </ul>
 
  Note that, in constrast to ::cuStreamAddCallback, the function will not be
  called in the event of an error in the CUDA context.
 
- \param stream  - Stream to enqueue function call in
- \param fn       - The function to call once preceding stream operations are complete
- \param userData - User-specified data to be passed to the function
- \param syncMode - Sync mode for the host function
+ - parameter stream  - Stream to enqueue function call in
+ - parameter fn       - The function to call once preceding stream operations are complete
+ - parameter userData - User-specified data to be passed to the function
+ - parameter syncMode - Sync mode for the host function
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorInvalidValue,
  ::cudaErrorNotSupported
- \note_null_stream
- \notefnerr
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaStreamCreate,
+ See also: ::cudaStreamCreate,
  ::cudaStreamQuery,
  ::cudaStreamSynchronize,
  ::cudaStreamWaitEvent,
@@ -25542,7 +25628,7 @@ pub unsafe fn cudaLaunchHostFunc_v2(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Launches a device function
+/** Launches a device function
 
  The function invokes kernel \p func on \p gridDim (\p gridDim.x &times; \p gridDim.y
  &times; \p gridDim.z) grid of blocks. Each block contains \p blockDim (\p blockDim.x &times;
@@ -25560,12 +25646,12 @@ pub unsafe fn cudaLaunchHostFunc_v2(
 
  \p stream specifies a stream the invocation is associated to.
 
- \param func        - Device function symbol
- \param gridDim     - Grid dimentions
- \param blockDim    - Block dimentions
- \param args        - Arguments
- \param sharedMem   - Shared memory
- \param stream      - Stream identifier
+ - parameter func        - Device function symbol
+ - parameter gridDim     - Grid dimentions
+ - parameter blockDim    - Block dimentions
+ - parameter args        - Arguments
+ - parameter sharedMem   - Shared memory
+ - parameter stream      - Stream identifier
 
  \return
  ::cudaSuccess,
@@ -25580,8 +25666,8 @@ pub unsafe fn cudaLaunchHostFunc_v2(
  ::cudaErrorNoKernelImageForDevice,
  ::cudaErrorJitCompilerNotFound,
  ::cudaErrorJitCompilationDisabled
- \note_null_stream
- \notefnerr
+
+
  \note_init_rt
  \note_callback
  \note_cudaKernel_t
@@ -25633,7 +25719,7 @@ pub unsafe fn cudaLaunchKernel(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Launches a CUDA function with launch-time configuration
+/** Launches a CUDA function with launch-time configuration
 
  Note that the functionally equivalent variadic template ::cudaLaunchKernelEx
  is available for C++11 and newer.
@@ -25663,12 +25749,12 @@ pub unsafe fn cudaLaunchKernel(
  to the region of memory from which the actual parameter will be copied.
 
  N.B. This function is so named to avoid unintentionally invoking the
-      templated version, \p cudaLaunchKernelEx, for kernels taking a single
-      void** or void* parameter.
+ templated version, \p cudaLaunchKernelEx, for kernels taking a single
+ void** or void* parameter.
 
- \param config - Launch configuration
- \param func   - Kernel to launch
- \param args   - Array of pointers to kernel parameters
+ - parameter config - Launch configuration
+ - parameter func   - Kernel to launch
+ - parameter args   - Array of pointers to kernel parameters
 
  \return
  ::cudaSuccess,
@@ -25683,8 +25769,8 @@ pub unsafe fn cudaLaunchKernel(
  ::cudaErrorNoKernelImageForDevice,
  ::cudaErrorJitCompilerNotFound,
  ::cudaErrorJitCompilationDisabled
- \note_null_stream
- \notefnerr
+
+
  \note_init_rt
  \note_callback
  \note_cudaKernel_t
@@ -25727,14 +25813,14 @@ pub unsafe fn cudaLaunchKernelExC(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Retrieve the kernel handles within a library.
+/** Retrieve the kernel handles within a library.
 
  Returns in \p kernels a maximum number of \p numKernels kernel handles within \p lib.
  The returned kernel handle becomes invalid when the library is unloaded.
 
- \param kernels - Buffer where the kernel handles are returned to
- \param numKernels - Maximum number of kernel handles may be returned to the buffer
- \param lib - Library to query from
+ - parameter kernels - Buffer where the kernel handles are returned to
+ - parameter numKernels - Maximum number of kernel handles may be returned to the buffer
+ - parameter lib - Library to query from
 
  \return
  ::cudaSuccess,
@@ -25743,7 +25829,7 @@ pub unsafe fn cudaLaunchKernelExC(
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle
 
- \sa ::cudaLibraryGetKernelCount,
+ See also: ::cudaLibraryGetKernelCount,
  ::cuLibraryEnumerateKernels*/
 ///
 /** # Loading
@@ -25780,7 +25866,7 @@ pub unsafe fn cudaLibraryEnumerateKernels(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a global device pointer
+/** Returns a global device pointer
 
  Returns in \p *dptr and \p *bytes the base pointer and size of the global with
  name \p name for the requested library \p library and the current device.
@@ -25790,10 +25876,10 @@ pub unsafe fn cudaLibraryEnumerateKernels(
  such as ::cudaMemcpyToSymbol, ::cudaMemcpyFromSymbol, ::cudaGetSymbolAddress, or
  ::cudaGetSymbolSize.
 
- \param dptr - Returned global device pointer for the requested library
- \param bytes - Returned global size in bytes
- \param library - Library to retrieve global from
- \param name - Name of global to retrieve
+ - parameter dptr - Returned global device pointer for the requested library
+ - parameter bytes - Returned global size in bytes
+ - parameter library - Library to retrieve global from
+ - parameter name - Name of global to retrieve
 
  \return
  ::cudaSuccess,
@@ -25805,7 +25891,7 @@ pub unsafe fn cudaLibraryEnumerateKernels(
  ::cudaErrorDeviceUninitialized,
  ::cudaErrorContextIsDestroyed
 
- \sa ::cudaLibraryLoadData,
+ See also: ::cudaLibraryLoadData,
  ::cudaLibraryLoadFromFile,
  ::cudaLibraryUnload,
  ::cudaLibraryGetManaged,
@@ -25848,14 +25934,14 @@ pub unsafe fn cudaLibraryGetGlobal(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a kernel handle
+/** Returns a kernel handle
 
  Returns in \p pKernel the handle of the kernel with name \p name located in library \p library.
  If kernel handle is not found, the call returns ::cudaErrorSymbolNotFound.
 
- \param pKernel - Returned kernel handle
- \param library - Library to retrieve kernel from
- \param name - Name of kernel to retrieve
+ - parameter pKernel - Returned kernel handle
+ - parameter library - Library to retrieve kernel from
+ - parameter name - Name of kernel to retrieve
 
  \return
  ::cudaSuccess,
@@ -25865,7 +25951,7 @@ pub unsafe fn cudaLibraryGetGlobal(
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorSymbolNotFound
 
- \sa ::cudaLibraryLoadData,
+ See also: ::cudaLibraryLoadData,
  ::cudaLibraryLoadFromFile,
  ::cudaLibraryUnload,
  ::cuLibraryGetKernel*/
@@ -25904,12 +25990,12 @@ pub unsafe fn cudaLibraryGetKernel(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the number of kernels within a library
+/** Returns the number of kernels within a library
 
  Returns in \p count the number of kernels in \p lib.
 
- \param count - Number of kernels found within the library
- \param lib - Library to query
+ - parameter count - Number of kernels found within the library
+ - parameter lib - Library to query
 
  \return
  ::cudaSuccess,
@@ -25918,7 +26004,7 @@ pub unsafe fn cudaLibraryGetKernel(
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle
 
- \sa ::cudaLibraryEnumerateKernels,
+ See also: ::cudaLibraryEnumerateKernels,
  ::cudaLibraryLoadFromFile,
  ::cudaLibraryLoadData,
  ::cuLibraryGetKernelCount*/
@@ -25954,7 +26040,7 @@ pub unsafe fn cudaLibraryGetKernelCount(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a pointer to managed memory
+/** Returns a pointer to managed memory
 
  Returns in \p *dptr and \p *bytes the base pointer and size of the managed memory with
  name \p name for the requested library \p library. If no managed memory with the
@@ -25965,10 +26051,10 @@ pub unsafe fn cudaLibraryGetKernelCount(
  such as ::cudaMemcpyToSymbol, ::cudaMemcpyFromSymbol, ::cudaGetSymbolAddress, or
  ::cudaGetSymbolSize.
 
- \param dptr - Returned pointer to the managed memory
- \param bytes - Returned memory size in bytes
- \param library - Library to retrieve managed memory from
- \param name - Name of managed memory to retrieve
+ - parameter dptr - Returned pointer to the managed memory
+ - parameter bytes - Returned memory size in bytes
+ - parameter library - Library to retrieve managed memory from
+ - parameter name - Name of managed memory to retrieve
 
  \return
  ::cudaSuccess,
@@ -25978,7 +26064,7 @@ pub unsafe fn cudaLibraryGetKernelCount(
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorSymbolNotFound
 
- \sa ::cudaLibraryLoadData,
+ See also: ::cudaLibraryLoadData,
  ::cudaLibraryLoadFromFile,
  ::cudaLibraryUnload,
  ::cudaLibraryGetGlobal,
@@ -26021,16 +26107,16 @@ pub unsafe fn cudaLibraryGetManaged(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a pointer to a unified function
+/** Returns a pointer to a unified function
 
  Returns in \p *fptr the function pointer to a unified function denoted by \p symbol.
  If no unified function with name \p symbol exists, the call returns ::cudaErrorSymbolNotFound.
  If there is no device with attribute ::cudaDeviceProp::unifiedFunctionPointers present in the system,
  the call may return ::cudaErrorSymbolNotFound.
 
- \param fptr - Returned pointer to a unified function
- \param library - Library to retrieve function pointer memory from
- \param symbol - Name of function pointer to retrieve
+ - parameter fptr - Returned pointer to a unified function
+ - parameter library - Library to retrieve function pointer memory from
+ - parameter symbol - Name of function pointer to retrieve
 
  \return
  ::cudaSuccess,
@@ -26040,7 +26126,7 @@ pub unsafe fn cudaLibraryGetManaged(
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorSymbolNotFound
 
- \sa ::cudaLibraryLoadData,
+ See also: ::cudaLibraryLoadData,
  ::cudaLibraryLoadFromFile,
  ::cudaLibraryUnload,
  ::cuLibraryGetUnifiedFunction*/
@@ -26079,16 +26165,16 @@ pub unsafe fn cudaLibraryGetUnifiedFunction(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Load a library with specified code and options
+/** Load a library with specified code and options
 
  Takes a pointer \p code and loads the corresponding library \p library based on
  the application defined library loading mode:
  - If module loading is set to EAGER, via the environment variables described in "Module loading",
-   \p library is loaded eagerly into all contexts at the time of the call and future contexts
-   at the time of creation until the library is unloaded with ::cudaLibraryUnload().
+ \p library is loaded eagerly into all contexts at the time of the call and future contexts
+ at the time of creation until the library is unloaded with ::cudaLibraryUnload().
  - If the environment variables are set to LAZY, \p library
-   is not immediately loaded onto all existent contexts and will only be
-   loaded when a function is needed for that context, such as a kernel launch.
+ is not immediately loaded onto all existent contexts and will only be
+ loaded when a function is needed for that context, such as a kernel launch.
 
  These environment variables are described in the CUDA programming guide under the
  "CUDA environment variables" section.
@@ -26109,14 +26195,14 @@ pub unsafe fn cudaLibraryGetUnifiedFunction(
  Library load options are passed as an array via \p libraryOptions and any corresponding parameters are passed in
  \p libraryOptionValues. The number of total library load options is supplied via \p numLibraryOptions.
 
- \param library             - Returned library
- \param code                - Code to load
- \param jitOptions          - Options for JIT
- \param jitOptionsValues    - Option values for JIT
- \param numJitOptions       - Number of options
- \param libraryOptions      - Options for loading
- \param libraryOptionValues - Option values for loading
- \param numLibraryOptions   - Number of options for loading
+ - parameter library             - Returned library
+ - parameter code                - Code to load
+ - parameter jitOptions          - Options for JIT
+ - parameter jitOptionsValues    - Option values for JIT
+ - parameter numJitOptions       - Number of options
+ - parameter libraryOptions      - Options for loading
+ - parameter libraryOptionValues - Option values for loading
+ - parameter numLibraryOptions   - Number of options for loading
 
  \return
  ::cudaSuccess,
@@ -26131,7 +26217,7 @@ pub unsafe fn cudaLibraryGetUnifiedFunction(
  ::cudaErrorSharedObjectInitFailed,
  ::cudaErrorJitCompilerNotFound
 
- \sa ::cudaLibraryLoadFromFile,
+ See also: ::cudaLibraryLoadFromFile,
  ::cudaLibraryUnload,
  ::cuLibraryLoadData*/
 ///
@@ -26195,16 +26281,16 @@ pub unsafe fn cudaLibraryLoadData(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Load a library with specified file and options
+/** Load a library with specified file and options
 
  Takes a pointer \p code and loads the corresponding library \p library based on
  the application defined library loading mode:
  - If module loading is set to EAGER, via the environment variables described in "Module loading",
-   \p library is loaded eagerly into all contexts at the time of the call and future contexts
-   at the time of creation until the library is unloaded with ::cudaLibraryUnload().
+ \p library is loaded eagerly into all contexts at the time of the call and future contexts
+ at the time of creation until the library is unloaded with ::cudaLibraryUnload().
  - If the environment variables are set to LAZY, \p library
-   is not immediately loaded onto all existent contexts and will only be
-   loaded when a function is needed for that context, such as a kernel launch.
+ is not immediately loaded onto all existent contexts and will only be
+ loaded when a function is needed for that context, such as a kernel launch.
 
  These environment variables are described in the CUDA programming guide under the
  "CUDA environment variables" section.
@@ -26225,14 +26311,14 @@ pub unsafe fn cudaLibraryLoadData(
  Library load options are passed as an array via \p libraryOptions and any corresponding parameters are passed in
  \p libraryOptionValues. The number of total library load options is supplied via \p numLibraryOptions.
 
- \param library             - Returned library
- \param fileName            - File to load from
- \param jitOptions          - Options for JIT
- \param jitOptionsValues    - Option values for JIT
- \param numJitOptions       - Number of options
- \param libraryOptions      - Options for loading
- \param libraryOptionValues - Option values for loading
- \param numLibraryOptions   - Number of options for loading
+ - parameter library             - Returned library
+ - parameter fileName            - File to load from
+ - parameter jitOptions          - Options for JIT
+ - parameter jitOptionsValues    - Option values for JIT
+ - parameter numJitOptions       - Number of options
+ - parameter libraryOptions      - Options for loading
+ - parameter libraryOptionValues - Option values for loading
+ - parameter numLibraryOptions   - Number of options for loading
 
  \return
  ::cudaSuccess,
@@ -26247,7 +26333,7 @@ pub unsafe fn cudaLibraryLoadData(
  ::cudaErrorSharedObjectInitFailed,
  ::cudaErrorJitCompilerNotFound
 
- \sa ::cudaLibraryLoadData,
+ See also: ::cudaLibraryLoadData,
  ::cudaLibraryUnload,
  ::cuLibraryLoadFromFile*/
 ///
@@ -26311,11 +26397,11 @@ pub unsafe fn cudaLibraryLoadFromFile(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Unloads a library
+/** Unloads a library
 
  Unloads the library specified with \p library
 
- \param library - Library to unload
+ - parameter library - Library to unload
 
  \return
  ::cudaSuccess,
@@ -26323,7 +26409,7 @@ pub unsafe fn cudaLibraryLoadFromFile(
  ::cudaErrorInitializationError,
  ::cudaErrorInvalidValue
 
- \sa ::cudaLibraryLoadData,
+ See also: ::cudaLibraryLoadData,
  ::cudaLibraryLoadFromFile,
  ::cuLibraryUnload*/
 ///
@@ -26349,10 +26435,10 @@ pub unsafe fn cudaLibraryUnload(library: cudaLibrary_t) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets log iterator to point to the end of log buffer, where the next message would be written.
+/** Sets log iterator to point to the end of log buffer, where the next message would be written.
 
- \param iterator_out - Location to store an iterator to the current tail of the logs
- \param flags        - Reserved for future use, must be 0
+ - parameter iterator_out - Location to store an iterator to the current tail of the logs
+ - parameter flags        - Reserved for future use, must be 0
 
  \return
  ::cudaSuccess,
@@ -26389,22 +26475,22 @@ pub unsafe fn cudaLogsCurrent(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Dump accumulated driver logs into a file
+/** Dump accumulated driver logs into a file
 
  Logs generated by the driver are stored in an internal buffer and can be copied out using this API.
  This API dumps all driver logs starting from \p iterator into \p pathToFile provided.
 
- \note \p iterator is auto-advancing. Dumping logs will update the value of
-       \p iterator to receive the next generated log.
+ Note: \p iterator is auto-advancing. Dumping logs will update the value of
+ \p iterator to receive the next generated log.
 
- \note The driver reserves limited memory for storing logs.
-       The oldest logs may be overwritten and become unrecoverable. An indication will appear in the
-       destination outupt if the logs have been truncated. Call dump after each failed API to mitigate this
-       risk.
+ Note: The driver reserves limited memory for storing logs.
+ The oldest logs may be overwritten and become unrecoverable. An indication will appear in the
+ destination outupt if the logs have been truncated. Call dump after each failed API to mitigate this
+ risk.
 
- \param iterator   - Optional auto-advancing iterator specifying the starting log to read. NULL value dumps all logs.
- \param pathToFile - Path to output file for dumping logs
- \param flags      - Reserved for future use, must be 0
+ - parameter iterator   - Optional auto-advancing iterator specifying the starting log to read. NULL value dumps all logs.
+ - parameter pathToFile - Path to output file for dumping logs
+ - parameter flags      - Reserved for future use, must be 0
 
  \return
  ::cudaSuccess,
@@ -26444,7 +26530,7 @@ pub unsafe fn cudaLogsDumpToFile(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Dump accumulated driver logs into a buffer
+/** Dump accumulated driver logs into a buffer
 
  Logs generated by the driver are stored in an internal buffer and can be copied out using this API.
  This API dumps driver logs from \p iterator into \p buffer up to the size specified in \p *size.
@@ -26455,23 +26541,23 @@ pub unsafe fn cudaLogsDumpToFile(
  If the provided \p buffer is not large enough to hold any messages, \p *size will be set to 0 and
  the function will return ::CUDA_ERROR_INVALID_VALUE.
 
- \note \p iterator is auto-advancing. Dumping logs will update the value of
-       \p iterator to receive the next generated log.
+ Note: \p iterator is auto-advancing. Dumping logs will update the value of
+ \p iterator to receive the next generated log.
 
- \note The driver reserves limited memory for storing logs. The maximum size of the buffer is 25600 bytes.
-       The oldest logs may be overwritten and become unrecoverable. An indication will appear in the
-       destination outupt if the logs have been truncated. Call dump after each failed API to mitigate this
-       risk.
+ Note: The driver reserves limited memory for storing logs. The maximum size of the buffer is 25600 bytes.
+ The oldest logs may be overwritten and become unrecoverable. An indication will appear in the
+ destination outupt if the logs have been truncated. Call dump after each failed API to mitigate this
+ risk.
 
- \note If the provided value in \p *size is not large enough to hold all buffered messages, a message will
-       be added at the head of the buffer indicating this. The driver then computes the number of messages
-       it is able to store in \p buffer and writes it out. The final message in \p buffer will always be
-       the most recent log message as of when the API is called.
+ Note: If the provided value in \p *size is not large enough to hold all buffered messages, a message will
+ be added at the head of the buffer indicating this. The driver then computes the number of messages
+ it is able to store in \p buffer and writes it out. The final message in \p buffer will always be
+ the most recent log message as of when the API is called.
 
- \param iterator  - Optional auto-advancing iterator specifying the starting log to read. NULL value dumps all logs.
- \param buffer    - Pointer to dump logs
- \param size      - See description
- \param flags     - Reserved for future use, must be 0
+ - parameter iterator  - Optional auto-advancing iterator specifying the starting log to read. NULL value dumps all logs.
+ - parameter buffer    - Pointer to dump logs
+ - parameter size      - See description
+ - parameter flags     - Reserved for future use, must be 0
 
  \return
  ::cudaSuccess,
@@ -26514,11 +26600,11 @@ pub unsafe fn cudaLogsDumpToMemory(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Register a callback function to receive error log messages
+/** Register a callback function to receive error log messages
 
- \param callbackFunc  - The function to register as a callback
- \param userData      - A generic pointer to user data. This is passed into the callback function.
- \param callback_out  - Optional location to store the callback handle after it is registered
+ - parameter callbackFunc  - The function to register as a callback
+ - parameter userData      - A generic pointer to user data. This is passed into the callback function.
+ - parameter callback_out  - Optional location to store the callback handle after it is registered
 
  \return
  ::cudaSuccess,
@@ -26558,9 +26644,9 @@ pub unsafe fn cudaLogsRegisterCallback(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Unregister a log message callback
+/** Unregister a log message callback
 
- \param callback  - The callback instance to unregister from receiving log messages
+ - parameter callback  - The callback instance to unregister from receiving log messages
 
  \return
  ::cudaSuccess,
@@ -26592,7 +26678,7 @@ pub unsafe fn cudaLogsUnregisterCallback(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allocate memory on the device
+/** Allocate memory on the device
 
  Allocates \p size bytes of linear memory on the device and returns in
  \p *devPtr a pointer to the allocated memory. The allocated memory is
@@ -26602,19 +26688,19 @@ pub unsafe fn cudaLogsUnregisterCallback(
  The device version of ::cudaFree cannot be used with a \p *devPtr
  allocated using the host API, and vice versa.
 
- \param devPtr - Pointer to allocated device memory
- \param size   - Requested allocation size in bytes
+ - parameter devPtr - Pointer to allocated device memory
+ - parameter size   - Requested allocation size in bytes
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorMemoryAllocation,
  ::cudaErrorExternalDevice
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMallocPitch, ::cudaFree, ::cudaMallocArray, ::cudaFreeArray,
+ See also: ::cudaMallocPitch, ::cudaFree, ::cudaMallocArray, ::cudaFreeArray,
  ::cudaMalloc3D, ::cudaMalloc3DArray,
  \ref ::cudaMallocHost(void**, size_t) "cudaMallocHost (C API)",
  ::cudaFreeHost, ::cudaHostAlloc,
@@ -26651,7 +26737,7 @@ pub unsafe fn cudaMalloc(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allocates logical 1D, 2D, or 3D memory objects on the device
+/** Allocates logical 1D, 2D, or 3D memory objects on the device
 
  Allocates at least \p width * \p height * \p depth bytes of linear memory
  on the device and returns a ::cudaPitchedPtr in which \p ptr is a pointer
@@ -26670,18 +26756,18 @@ pub unsafe fn cudaMalloc(
  especially true if the application will be performing memory copies
  involving 2D or 3D objects (whether linear memory or CUDA arrays).
 
- \param pitchedDevPtr  - Pointer to allocated pitched device memory
- \param extent         - Requested allocation size (\p width field in bytes)
+ - parameter pitchedDevPtr  - Pointer to allocated pitched device memory
+ - parameter extent         - Requested allocation size (\p width field in bytes)
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorMemoryAllocation
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMallocPitch, ::cudaFree, ::cudaMemcpy3D, ::cudaMemset3D,
+ See also: ::cudaMallocPitch, ::cudaFree, ::cudaMemcpy3D, ::cudaMemset3D,
  ::cudaMalloc3DArray, ::cudaMallocArray, ::cudaFreeArray,
  \ref ::cudaMallocHost(void**, size_t) "cudaMallocHost (C API)",
  ::cudaFreeHost, ::cudaHostAlloc, ::make_cudaPitchedPtr, ::make_cudaExtent,
@@ -26715,18 +26801,22 @@ pub unsafe fn cudaMalloc3D(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allocate an array on the device
+/** Allocate an array on the device
 
  Allocates a CUDA array according to the ::cudaChannelFormatDesc structure
  \p desc and returns a handle to the new CUDA array in \p *array.
 
  The ::cudaChannelFormatDesc is defined as:
- \code
-struct cudaChannelFormatDesc {
-int x, y, z, w;
-enum cudaChannelFormatKind f;
-};
-\endcode
+
+ ```text
+
+ struct cudaChannelFormatDesc {
+ int x, y, z, w;
+ enum cudaChannelFormatKind f;
+ };
+
+ ```
+
  where ::cudaChannelFormatKind is one of ::cudaChannelFormatKindSigned,
  ::cudaChannelFormatKindUnsigned, or ::cudaChannelFormatKindFloat.
 
@@ -26757,17 +26847,17 @@ enum cudaChannelFormatKind f;
  - ::cudaArrayDefault: This flag's value is defined to be 0 and provides default array allocation
  - ::cudaArrayLayered: Allocates a layered CUDA array, with the depth extent indicating the number of layers
  - ::cudaArrayCubemap: Allocates a cubemap CUDA array. Width must be equal to height, and depth must be six.
-   If the cudaArrayLayered flag is also set, depth must be a multiple of six.
+ If the cudaArrayLayered flag is also set, depth must be a multiple of six.
  - ::cudaArraySurfaceLoadStore: Allocates a CUDA array that could be read from or written to using a surface
-   reference.
+ reference.
  - ::cudaArrayTextureGather: This flag indicates that texture gather operations will be performed on the CUDA
-   array. Texture gather can only be performed on 2D CUDA arrays.
+ array. Texture gather can only be performed on 2D CUDA arrays.
  - ::cudaArraySparse: Allocates a CUDA array without physical backing memory. The subregions within this sparse array
-   can later be mapped onto a physical memory allocation by calling ::cuMemMapArrayAsync. This flag can only be used for
-   creating 2D, 3D or 2D layered sparse CUDA arrays. The physical backing memory must be allocated via ::cuMemCreate.
+ can later be mapped onto a physical memory allocation by calling ::cuMemMapArrayAsync. This flag can only be used for
+ creating 2D, 3D or 2D layered sparse CUDA arrays. The physical backing memory must be allocated via ::cuMemCreate.
  - ::cudaArrayDeferredMapping: Allocates a CUDA array without physical backing memory. The entire array can
-   later be mapped onto a physical memory allocation by calling ::cuMemMapArrayAsync. The physical backing memory must be allocated
-   via ::cuMemCreate.
+ later be mapped onto a physical memory allocation by calling ::cuMemMapArrayAsync. The physical backing memory must be allocated
+ via ::cuMemCreate.
 
  The width, height and depth extents must meet certain size requirements as listed in the following table.
  All values are specified in elements.
@@ -26793,20 +26883,20 @@ enum cudaChannelFormatKind f;
  (1,maxSurfaceCubemapLayered[1]) }
  </table>
 
- \param array  - Pointer to allocated array in device memory
- \param desc   - Requested channel format
- \param extent - Requested allocation size (\p width field in elements)
- \param flags  - Flags for extensions
+ - parameter array  - Pointer to allocated array in device memory
+ - parameter desc   - Requested channel format
+ - parameter extent - Requested allocation size (\p width field in elements)
+ - parameter flags  - Flags for extensions
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorMemoryAllocation
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMalloc3D, ::cudaMalloc, ::cudaMallocPitch, ::cudaFree,
+ See also: ::cudaMalloc3D, ::cudaMalloc, ::cudaMallocPitch, ::cudaFree,
  ::cudaFreeArray,
  \ref ::cudaMallocHost(void**, size_t) "cudaMallocHost (C API)",
  ::cudaFreeHost, ::cudaHostAlloc,
@@ -26850,18 +26940,22 @@ pub unsafe fn cudaMalloc3DArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allocate an array on the device
+/** Allocate an array on the device
 
  Allocates a CUDA array according to the ::cudaChannelFormatDesc structure
  \p desc and returns a handle to the new CUDA array in \p *array.
 
  The ::cudaChannelFormatDesc is defined as:
- \code
-struct cudaChannelFormatDesc {
-int x, y, z, w;
-enum cudaChannelFormatKind f;
-};
-\endcode
+
+ ```text
+
+ struct cudaChannelFormatDesc {
+ int x, y, z, w;
+ enum cudaChannelFormatKind f;
+ };
+
+ ```
+
  where ::cudaChannelFormatKind is one of ::cudaChannelFormatKindSigned,
  ::cudaChannelFormatKindUnsigned, or ::cudaChannelFormatKindFloat.
 
@@ -26871,29 +26965,29 @@ enum cudaChannelFormatKind f;
  - ::cudaArraySurfaceLoadStore: Allocates an array that can be read from or written to using a surface reference
  - ::cudaArrayTextureGather: This flag indicates that texture gather operations will be performed on the array.
  - ::cudaArraySparse: Allocates a CUDA array without physical backing memory. The subregions within this sparse array
-   can later be mapped onto a physical memory allocation by calling ::cuMemMapArrayAsync.
-   The physical backing memory must be allocated via ::cuMemCreate.
+ can later be mapped onto a physical memory allocation by calling ::cuMemMapArrayAsync.
+ The physical backing memory must be allocated via ::cuMemCreate.
  - ::cudaArrayDeferredMapping: Allocates a CUDA array without physical backing memory. The entire array can
-   later be mapped onto a physical memory allocation by calling ::cuMemMapArrayAsync.
-   The physical backing memory must be allocated via ::cuMemCreate.
+ later be mapped onto a physical memory allocation by calling ::cuMemMapArrayAsync.
+ The physical backing memory must be allocated via ::cuMemCreate.
 
  \p width and \p height must meet certain size requirements. See ::cudaMalloc3DArray() for more details.
 
- \param array  - Pointer to allocated array in device memory
- \param desc   - Requested channel format
- \param width  - Requested array allocation width
- \param height - Requested array allocation height
- \param flags  - Requested properties of allocated array
+ - parameter array  - Pointer to allocated array in device memory
+ - parameter desc   - Requested channel format
+ - parameter width  - Requested array allocation width
+ - parameter height - Requested array allocation height
+ - parameter flags  - Requested properties of allocated array
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorMemoryAllocation
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMalloc, ::cudaMallocPitch, ::cudaFree, ::cudaFreeArray,
+ See also: ::cudaMalloc, ::cudaMallocPitch, ::cudaFree, ::cudaFreeArray,
  \ref ::cudaMallocHost(void**, size_t) "cudaMallocHost (C API)",
  ::cudaFreeHost, ::cudaMalloc3D, ::cudaMalloc3DArray,
  ::cudaHostAlloc,
@@ -26939,20 +27033,20 @@ pub unsafe fn cudaMallocArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allocates memory with stream ordered semantics
+/** Allocates memory with stream ordered semantics
 
  Inserts an allocation operation into \p hStream.
  A pointer to the allocated memory is returned immediately in *dptr.
  The allocation must not be accessed until the the allocation operation completes.
  The allocation comes from the memory pool associated with the stream's device.
 
- \note The default memory pool of a device contains device memory from that device.
- \note Basic stream ordering allows future work submitted into the same stream to use the allocation.
-       Stream query, stream synchronize, and CUDA events can be used to guarantee that the allocation
-       operation completes before work submitted in a separate stream runs.
- \note During stream capture, this function results in the creation of an allocation node.  In this case,
-       the allocation is owned by the graph instead of the memory pool. The memory pool's properties
-       are used to set the node's creation parameters.
+ Note: The default memory pool of a device contains device memory from that device.
+ Note: Basic stream ordering allows future work submitted into the same stream to use the allocation.
+ Stream query, stream synchronize, and CUDA events can be used to guarantee that the allocation
+ operation completes before work submitted in a separate stream runs.
+ Note: During stream capture, this function results in the creation of an allocation node.  In this case,
+ the allocation is owned by the graph instead of the memory pool. The memory pool's properties
+ are used to set the node's creation parameters.
 
  \param[out] devPtr  - Returned device pointer
  \param[in] size     - Number of bytes to allocate
@@ -26963,12 +27057,12 @@ pub unsafe fn cudaMallocArray(
  ::cudaErrorInvalidValue,
  ::cudaErrorNotSupported,
  ::cudaErrorOutOfMemory,
- \notefnerr
- \note_null_stream
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cuMemAllocAsync,
+ See also: ::cuMemAllocAsync,
  \ref ::cudaMallocAsync(void** ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)  "cudaMallocAsync (C++ API)",
  ::cudaMallocFromPoolAsync, ::cudaFreeAsync, ::cudaDeviceSetMemPool, ::cudaDeviceGetDefaultMemPool, ::cudaDeviceGetMemPool, ::cudaMemPoolSetAccess, ::cudaMemPoolSetAttribute, ::cudaMemPoolGetAttribute*/
 ///
@@ -27006,7 +27100,7 @@ pub unsafe fn cudaMallocAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allocates memory from a specified pool with stream ordered semantics.
+/** Allocates memory from a specified pool with stream ordered semantics.
 
  Inserts an allocation operation into \p stream.
  A pointer to the allocated memory is returned immediately in *dptr.
@@ -27014,15 +27108,15 @@ pub unsafe fn cudaMallocAsync(
  The allocation comes from the specified memory pool.
 
  \note
-    -  The specified memory pool may be from a device different than that of the specified \p stream.
+ -  The specified memory pool may be from a device different than that of the specified \p stream.
 
-    -  Basic stream ordering allows future work submitted into the same stream to use the allocation.
-       Stream query, stream synchronize, and CUDA events can be used to guarantee that the allocation
-       operation completes before work submitted in a separate stream runs.
+ -  Basic stream ordering allows future work submitted into the same stream to use the allocation.
+ Stream query, stream synchronize, and CUDA events can be used to guarantee that the allocation
+ operation completes before work submitted in a separate stream runs.
 
- \note During stream capture, this function results in the creation of an allocation node.  In this case,
-       the allocation is owned by the graph instead of the memory pool. The memory pool's properties
-       are used to set the node's creation parameters.
+ Note: During stream capture, this function results in the creation of an allocation node.  In this case,
+ the allocation is owned by the graph instead of the memory pool. The memory pool's properties
+ are used to set the node's creation parameters.
 
  \param[out] ptr     - Returned device pointer
  \param[in] bytesize - Number of bytes to allocate
@@ -27035,7 +27129,7 @@ pub unsafe fn cudaMallocAsync(
  ::cudaErrorNotSupported,
  ::cudaErrorOutOfMemory
 
- \sa ::cuMemAllocFromPoolAsync,
+ See also: ::cuMemAllocFromPoolAsync,
  \ref ::cudaMallocAsync(void** ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)  "cudaMallocAsync (C++ API)",
  ::cudaMallocAsync, ::cudaFreeAsync, ::cudaDeviceGetDefaultMemPool, ::cudaMemPoolCreate, ::cudaMemPoolSetAccess, ::cudaMemPoolSetAttribute*/
 ///
@@ -27076,7 +27170,7 @@ pub unsafe fn cudaMallocFromPoolAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allocates page-locked memory on the host
+/** Allocates page-locked memory on the host
 
  Allocates \p size bytes of host memory that is page-locked and accessible
  to the device. The driver tracks the virtual memory ranges allocated with
@@ -27093,19 +27187,19 @@ pub unsafe fn cudaMallocFromPoolAsync(
  system for paging. As a result, this function is best used sparingly to allocate
  staging areas for data exchange between host and device.
 
- \param ptr  - Pointer to allocated host memory
- \param size - Requested allocation size in bytes
+ - parameter ptr  - Pointer to allocated host memory
+ - parameter size - Requested allocation size in bytes
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorMemoryAllocation,
  ::cudaErrorExternalDevice
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMalloc, ::cudaMallocPitch, ::cudaMallocArray, ::cudaMalloc3D,
+ See also: ::cudaMalloc, ::cudaMallocPitch, ::cudaMallocArray, ::cudaMalloc3D,
  ::cudaMalloc3DArray, ::cudaHostAlloc, ::cudaFree, ::cudaFreeArray,
  \ref ::cudaMallocHost(void**, size_t, unsigned int) "cudaMallocHost (C++ API)",
  ::cudaFreeHost, ::cudaHostAlloc,
@@ -27177,7 +27271,7 @@ pub unsafe fn cudaMallocManaged(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allocate a mipmapped array on the device
+/** Allocate a mipmapped array on the device
 
  Allocates a CUDA mipmapped array according to the ::cudaChannelFormatDesc structure
  \p desc and returns a handle to the new CUDA mipmapped array in \p *mipmappedArray.
@@ -27185,12 +27279,16 @@ pub unsafe fn cudaMallocManaged(
  clamped to the range [1, 1 + floor(log2(max(width, height, depth)))].
 
  The ::cudaChannelFormatDesc is defined as:
- \code
-struct cudaChannelFormatDesc {
-int x, y, z, w;
-enum cudaChannelFormatKind f;
-};
-\endcode
+
+ ```text
+
+ struct cudaChannelFormatDesc {
+ int x, y, z, w;
+ enum cudaChannelFormatKind f;
+ };
+
+ ```
+
  where ::cudaChannelFormatKind is one of ::cudaChannelFormatKindSigned,
  ::cudaChannelFormatKindUnsigned, or ::cudaChannelFormatKindFloat.
 
@@ -27220,18 +27318,18 @@ enum cudaChannelFormatKind f;
  - ::cudaArrayDefault: This flag's value is defined to be 0 and provides default mipmapped array allocation
  - ::cudaArrayLayered: Allocates a layered CUDA mipmapped array, with the depth extent indicating the number of layers
  - ::cudaArrayCubemap: Allocates a cubemap CUDA mipmapped array. Width must be equal to height, and depth must be six.
-   If the cudaArrayLayered flag is also set, depth must be a multiple of six.
+ If the cudaArrayLayered flag is also set, depth must be a multiple of six.
  - ::cudaArraySurfaceLoadStore: This flag indicates that individual mipmap levels of the CUDA mipmapped array
-   will be read from or written to using a surface reference.
+ will be read from or written to using a surface reference.
  - ::cudaArrayTextureGather: This flag indicates that texture gather operations will be performed on the CUDA
-   array. Texture gather can only be performed on 2D CUDA mipmapped arrays, and the gather operations are
-   performed only on the most detailed mipmap level.
+ array. Texture gather can only be performed on 2D CUDA mipmapped arrays, and the gather operations are
+ performed only on the most detailed mipmap level.
  - ::cudaArraySparse: Allocates a CUDA mipmapped array without physical backing memory. The subregions within this sparse array
-   can later be mapped onto a physical memory allocation by calling ::cuMemMapArrayAsync. This flag can only be used for creating
-   2D, 3D or 2D layered sparse CUDA mipmapped arrays. The physical backing memory must be allocated via ::cuMemCreate.
+ can later be mapped onto a physical memory allocation by calling ::cuMemMapArrayAsync. This flag can only be used for creating
+ 2D, 3D or 2D layered sparse CUDA mipmapped arrays. The physical backing memory must be allocated via ::cuMemCreate.
  - ::cudaArrayDeferredMapping: Allocates a CUDA mipmapped array without physical backing memory. The entire array can
-   later be mapped onto a physical memory allocation by calling ::cuMemMapArrayAsync. The physical backing memory must be allocated
-   via ::cuMemCreate.
+ later be mapped onto a physical memory allocation by calling ::cuMemMapArrayAsync. The physical backing memory must be allocated
+ via ::cuMemCreate.
 
  The width, height and depth extents must meet certain size requirements as listed in the following table.
  All values are specified in elements.
@@ -27255,21 +27353,21 @@ enum cudaChannelFormatKind f;
  (1,maxSurfaceCubemapLayered[1]) }
  </table>
 
- \param mipmappedArray  - Pointer to allocated mipmapped array in device memory
- \param desc            - Requested channel format
- \param extent          - Requested allocation size (\p width field in elements)
- \param numLevels       - Number of mipmap levels to allocate
- \param flags           - Flags for extensions
+ - parameter mipmappedArray  - Pointer to allocated mipmapped array in device memory
+ - parameter desc            - Requested channel format
+ - parameter extent          - Requested allocation size (\p width field in elements)
+ - parameter numLevels       - Number of mipmap levels to allocate
+ - parameter flags           - Flags for extensions
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorMemoryAllocation
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMalloc3D, ::cudaMalloc, ::cudaMallocPitch, ::cudaFree,
+ See also: ::cudaMalloc3D, ::cudaMalloc, ::cudaMallocPitch, ::cudaFree,
  ::cudaFreeArray,
  \ref ::cudaMallocHost(void**, size_t) "cudaMallocHost (C API)",
  ::cudaFreeHost, ::cudaHostAlloc,
@@ -27316,7 +27414,7 @@ pub unsafe fn cudaMallocMipmappedArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Allocates pitched memory on the device
+/** Allocates pitched memory on the device
 
  Allocates at least \p width (in bytes) * \p height bytes of linear memory
  on the device and returns in \p *devPtr a pointer to the allocated memory.
@@ -27327,9 +27425,13 @@ pub unsafe fn cudaMallocMipmappedArray(
  The intended usage of \p pitch is as a separate parameter of the allocation,
  used to compute addresses within the 2D array. Given the row and column of
  an array element of type \p T, the address is computed as:
- \code
-T* pElement = (T*)((char*)BaseAddress + Row * pitch) + Column;
-\endcode
+
+ ```text
+
+ T* pElement = (T*)((char*)BaseAddress + Row * pitch) + Column;
+
+ ```
+
 
  For allocations of 2D arrays, it is recommended that programmers consider
  performing pitch allocations using ::cudaMallocPitch(). Due to pitch
@@ -27337,20 +27439,20 @@ T* pElement = (T*)((char*)BaseAddress + Row * pitch) + Column;
  application will be performing 2D memory copies between different regions
  of device memory (whether linear memory or CUDA arrays).
 
- \param devPtr - Pointer to allocated pitched device memory
- \param pitch  - Pitch for allocation
- \param width  - Requested pitched allocation width (in bytes)
- \param height - Requested pitched allocation height
+ - parameter devPtr - Pointer to allocated pitched device memory
+ - parameter pitch  - Pitch for allocation
+ - parameter width  - Requested pitched allocation width (in bytes)
+ - parameter height - Requested pitched allocation height
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorMemoryAllocation
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMalloc, ::cudaFree, ::cudaMallocArray, ::cudaFreeArray,
+ See also: ::cudaMalloc, ::cudaFree, ::cudaMallocArray, ::cudaFreeArray,
  \ref ::cudaMallocHost(void**, size_t) "cudaMallocHost (C API)",
  ::cudaFreeHost, ::cudaMalloc3D, ::cudaMalloc3DArray,
  ::cudaHostAlloc,
@@ -27393,7 +27495,7 @@ pub unsafe fn cudaMallocPitch(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Advise about the usage of a given memory range
+/** Advise about the usage of a given memory range
 
  Advise the Unified Memory subsystem about the usage pattern for the memory range
  starting at \p devPtr with a size of \p count bytes. The start address and end address of the memory
@@ -27494,23 +27596,23 @@ pub unsafe fn cudaMallocPitch(
  Additionally, if ::cudaMemLocation::id has a non-zero value for the device attribute ::cudaDevAttrPageableMemoryAccessUsesHostPageTables,
  then this call has no effect.
 
- \param devPtr   - Pointer to memory to set the advice for
- \param count    - Size in bytes of the memory range
- \param advice   - Advice to be applied for the specified memory range
- \param location - location to apply the advice for
+ - parameter devPtr   - Pointer to memory to set the advice for
+ - parameter count    - Size in bytes of the memory range
+ - parameter advice   - Advice to be applied for the specified memory range
+ - parameter location - location to apply the advice for
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidDevice,
  ::cudaErrorNotSupported
- \notefnerr
+
  \note_async
- \note_null_stream
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemcpy, ::cudaMemcpyPeer, ::cudaMemcpyAsync,
+ See also: ::cudaMemcpy, ::cudaMemcpyPeer, ::cudaMemcpyAsync,
  ::cudaMemcpy3DPeerAsync, ::cudaMemPrefetchAsync,
  ::cuMemAdvise*/
 ///
@@ -27551,7 +27653,7 @@ pub unsafe fn cudaMemAdvise(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Performs a batch of memory discards and prefetches asynchronously
+/** Performs a batch of memory discards and prefetches asynchronously
 
  Performs a batch of memory discards followed by prefetches. The batch as a whole executes
  in stream order but operations within a batch are not guaranteed to execute in any specific order.
@@ -27583,18 +27685,17 @@ pub unsafe fn cudaMemAdvise(
  entry and the last entry should be less than \p count. Furthermore, \p numPrefetchLocs
  must be lesser than or equal to \p count.
 
- \param dptrs           - Array of pointers to be discarded
- \param sizes           - Array of sizes for memory discard operations.
- \param count           - Size of \p dptrs and \p sizes arrays.
- \param prefetchLocs    - Array of locations to prefetch to.
- \param prefetchLocIdxs - Array of indices to specify which operands each entry in the \p prefetchLocs array applies to.
-                          The locations specified in prefetchLocs[k] will be applied to operations starting from  prefetchLocIdxs[k]
-                          through prefetchLocIdxs[k+1] - 1. Also prefetchLocs[numPrefetchLocs - 1] will apply to copies starting from
-                          prefetchLocIdxs[numPrefetchLocs - 1] through count - 1.
- \param numPrefetchLocs - Size of \p prefetchLocs and \p prefetchLocIdxs arrays.
- \param flags           - Flags reserved for future use. Must be zero.
- \param stream          - The stream to enqueue the operations in. Must not be legacy NULL stream.
-*/
+ - parameter dptrs           - Array of pointers to be discarded
+ - parameter sizes           - Array of sizes for memory discard operations.
+ - parameter count           - Size of \p dptrs and \p sizes arrays.
+ - parameter prefetchLocs    - Array of locations to prefetch to.
+ - parameter prefetchLocIdxs - Array of indices to specify which operands each entry in the \p prefetchLocs array applies to.
+ The locations specified in prefetchLocs[k] will be applied to operations starting from  prefetchLocIdxs[k]
+ through prefetchLocIdxs[k+1] - 1. Also prefetchLocs[numPrefetchLocs - 1] will apply to copies starting from
+ prefetchLocIdxs[numPrefetchLocs - 1] through count - 1.
+ - parameter numPrefetchLocs - Size of \p prefetchLocs and \p prefetchLocIdxs arrays.
+ - parameter flags           - Flags reserved for future use. Must be zero.
+ - parameter stream          - The stream to enqueue the operations in. Must not be legacy NULL stream.*/
 ///
 /** # Loading
 
@@ -27656,7 +27757,7 @@ pub unsafe fn cudaMemDiscardAndPrefetchBatchAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Performs a batch of memory discards asynchronously
+/** Performs a batch of memory discards asynchronously
 
  Performs a batch of memory discards. The batch as a whole executes in stream order
  but operations within a batch are not guaranteed to execute in any specific order.
@@ -27677,12 +27778,11 @@ pub unsafe fn cudaMemDiscardAndPrefetchBatchAsync(
  via __managed__ variables or it may also refer to system-allocated memory when all devices
  have a non-zero value for ::cudaDevAttrPageableMemoryAccess.
 
- \param dptrs   - Array of pointers to be discarded
- \param sizes   - Array of sizes for memory discard operations.
- \param count   - Size of \p dptrs and \p sizes arrays.
- \param flags   - Flags reserved for future use. Must be zero.
- \param stream  - The stream to enqueue the operations in. Must not be legacy NULL stream.
-*/
+ - parameter dptrs   - Array of pointers to be discarded
+ - parameter sizes   - Array of sizes for memory discard operations.
+ - parameter count   - Size of \p dptrs and \p sizes arrays.
+ - parameter flags   - Flags reserved for future use. Must be zero.
+ - parameter stream  - The stream to enqueue the operations in. Must not be legacy NULL stream.*/
 ///
 /** # Loading
 
@@ -27724,7 +27824,7 @@ pub unsafe fn cudaMemDiscardBatchAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the default memory pool for a given location and allocation type
+/** Returns the default memory pool for a given location and allocation type
 
  The memory location can be of one of ::cudaMemLocationTypeDevice, ::cudaMemLocationTypeHost,
  ::cudaMemLocationTypeHostNuma, or ::cudaMemLocationTypeDeviceLocalityDomain.
@@ -27740,7 +27840,7 @@ pub unsafe fn cudaMemDiscardBatchAsync(
  ::cudaErrorInvalidValue,
  ::cudaErrorNotSupported,
 
- \sa ::cuMemAllocAsync, ::cuMemPoolTrimTo, ::cuMemPoolGetAttribute, ::cuMemPoolSetAttribute, cuMemPoolSetAccess, ::cuMemGetMemPool, ::cuMemPoolCreate*/
+ See also: ::cuMemAllocAsync, ::cuMemPoolTrimTo, ::cuMemPoolGetAttribute, ::cuMemPoolSetAttribute, cuMemPoolSetAccess, ::cuMemGetMemPool, ::cuMemPoolCreate*/
 ///
 /** # Loading
 
@@ -27776,7 +27876,7 @@ pub unsafe fn cudaMemGetDefaultMemPool(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets free and total device memory
+/** Gets free and total device memory
 
  Returns in \p *total the total amount of memory available to the the current context.
  Returns in \p *free the amount of memory on the device that is free according to the OS.
@@ -27793,14 +27893,14 @@ pub unsafe fn cudaMemGetDefaultMemPool(
  CPU allocate or access memory. See Tegra app note on how to calculate
  total and free memory on Tegra.
 
- \param free  - Returned free memory in bytes
- \param total - Returned total memory in bytes
+ - parameter free  - Returned free memory in bytes
+ - parameter total - Returned total memory in bytes
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorLaunchFailure
- \notefnerr
+
  \note_init_rt
  \note_callback
 
@@ -27832,7 +27932,7 @@ pub unsafe fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> cudaError_t
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets location information for a memory address range
+/** Gets location information for a memory address range
 
  Retrieves memory location information for the specified address range starting at \p ptr
  with size \p size. The API determines the most common location by sampling memory at
@@ -27846,7 +27946,7 @@ pub unsafe fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> cudaError_t
  the function will:
  - Divide the 1GB range into 8 summary regions of 128MB each
  - Within each 128MB region, sample every 2MB to determine the most common location. If there is a
-   tie a random winner is chosen.
+ tie a random winner is chosen.
  - Populate the \p location_out array with 8 entries, one for each 128MB region
  \p summaryGranularity should be less than or equal to \p size and greater than 0. \p samplingGranularity should
  be less than or equal to \p summaryGranularity. If the \p samplingGranularity is set to 0 it is set to a
@@ -27857,24 +27957,24 @@ pub unsafe fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> cudaError_t
 
  The memory range must refer to one of the following:
  - Managed memory allocated via ::cudaMallocManaged, via ::cudaMallocFromPoolAsync
-   from a managed memory pool or declared via __managed__ variables.
+ from a managed memory pool or declared via __managed__ variables.
  - System-allocated pageable memory that is not registered via ::cudaHostRegister.
  If the memory range does not refer to one of the above, the call returns ::cudaErrorInvalidValue.
 
  All devices on the system must have non-zero value for the device attribute
  ::cudaDevAttrConcurrentManagedAccess. If not, this call returns ::cudaErrorNotSupported.
 
- \param ptr                 - Starting address of the memory range to query
- \param size                - Size in bytes of the memory range to query
- \param summaryGranularity  - Granularity in bytes at which to summarize location information
- \param samplingGranularity - Granularity in bytes at which to sample memory within each summary region
- \param location_out        - Array to store location information, one entry per summary region
+ - parameter ptr                 - Starting address of the memory range to query
+ - parameter size                - Size in bytes of the memory range to query
+ - parameter summaryGranularity  - Granularity in bytes at which to summarize location information
+ - parameter samplingGranularity - Granularity in bytes at which to sample memory within each summary region
+ - parameter location_out        - Array to store location information, one entry per summary region
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorNotSupported
- \notefnerr*/
+*/
 ///
 /** # Loading
 
@@ -27924,7 +28024,7 @@ pub unsafe fn cudaMemGetLocationInfo(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets the current memory pool for a given memory location and allocation type
+/** Gets the current memory pool for a given memory location and allocation type
 
  The memory location can be of one of ::cudaMemLocationTypeDevice, ::cudaMemLocationTypeHost,
  ::cudaMemLocationTypeHostNuma, or ::cudaMemLocationTypeDeviceLocalityDomain.
@@ -27946,7 +28046,7 @@ pub unsafe fn cudaMemGetLocationInfo(
  ::cudaErrorInvalidValue,
  ::cudaErrorNotSupported
 
- \sa ::cuDeviceGetDefaultMemPool, ::cuMemPoolCreate, ::cuDeviceSetMemPool, ::cuMemSetMemPool*/
+ See also: ::cuDeviceGetDefaultMemPool, ::cuMemPoolCreate, ::cuDeviceSetMemPool, ::cuMemSetMemPool*/
 ///
 /** # Loading
 
@@ -27982,7 +28082,7 @@ pub unsafe fn cudaMemGetMemPool(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Creates a memory pool
+/** Creates a memory pool
 
  Creates a CUDA memory pool and returns the handle in \p pool.  The \p poolProps determines
  the properties of the pool such as the backing device and IPC capabilities.
@@ -28034,15 +28134,14 @@ pub unsafe fn cudaMemGetMemPool(
  ::cudaMemPoolProps::usage should be zero as decompress for managed memory is not supported.
  For managed memory pools, all devices on the system must have non-zero ::concurrentManagedAccess. If not, this call returns ::cudaErrorNotSupported
 
- \note Specifying ::cudaMemHandleTypeNone creates a memory pool that will not support IPC.
+ Note: Specifying ::cudaMemHandleTypeNone creates a memory pool that will not support IPC.
 
  \returns
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorNotSupported
 
- \sa ::cuMemPoolCreate, ::cudaDeviceSetMemPool, ::cudaMallocFromPoolAsync, ::cudaMemPoolExportToShareableHandle, ::cudaDeviceGetDefaultMemPool, ::cudaDeviceGetMemPool
-*/
+ See also: ::cuMemPoolCreate, ::cudaDeviceSetMemPool, ::cudaMallocFromPoolAsync, ::cudaMemPoolExportToShareableHandle, ::cudaDeviceGetDefaultMemPool, ::cudaDeviceGetMemPool*/
 ///
 /** # Loading
 
@@ -28075,7 +28174,7 @@ pub unsafe fn cudaMemPoolCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys the specified memory pool
+/** Destroys the specified memory pool
 
  If any pointers obtained from this pool haven't been freed or
  the pool has free operations that haven't completed
@@ -28086,13 +28185,13 @@ pub unsafe fn cudaMemPoolCreate(
  Destroying the current mempool of a device sets the default mempool of
  that device as the current mempool for that device.
 
- \note A device's default memory pool cannot be destroyed.
+ Note: A device's default memory pool cannot be destroyed.
 
  \returns
  ::cudaSuccess,
  ::cudaErrorInvalidValue
 
- \sa cuMemPoolDestroy, ::cudaFreeAsync, ::cudaDeviceSetMemPool, ::cudaDeviceGetDefaultMemPool, ::cudaDeviceGetMemPool, ::cudaMemPoolCreate*/
+ See also: cuMemPoolDestroy, ::cudaFreeAsync, ::cudaDeviceSetMemPool, ::cudaDeviceGetDefaultMemPool, ::cudaDeviceGetMemPool, ::cudaMemPoolCreate*/
 ///
 /** # Loading
 
@@ -28116,7 +28215,7 @@ pub unsafe fn cudaMemPoolDestroy(memPool: cudaMemPool_t) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Export data to share a memory pool allocation between processes.
+/** Export data to share a memory pool allocation between processes.
 
  Constructs \p shareData_out for sharing a specific allocation from an already shared memory pool.
  The recipient process can import the allocation with the ::cudaMemPoolImportPointer api.
@@ -28130,7 +28229,7 @@ pub unsafe fn cudaMemPoolDestroy(memPool: cudaMemPool_t) -> cudaError_t {
  ::cudaErrorInvalidValue,
  ::cudaErrorOutOfMemory
 
- \sa ::cuMemPoolExportPointer, ::cudaMemPoolExportToShareableHandle, ::cudaMemPoolImportFromShareableHandle, ::cudaMemPoolImportPointer*/
+ See also: ::cuMemPoolExportPointer, ::cudaMemPoolExportToShareableHandle, ::cudaMemPoolImportFromShareableHandle, ::cudaMemPoolImportPointer*/
 ///
 /** # Loading
 
@@ -28163,7 +28262,7 @@ pub unsafe fn cudaMemPoolExportPointer(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Exports a memory pool to the requested handle type.
+/** Exports a memory pool to the requested handle type.
 
  Given an IPC capable mempool, create an OS handle to share the pool with another process.
  A recipient process can convert the shareable handle into a mempool with ::cudaMemPoolImportFromShareableHandle.
@@ -28183,7 +28282,7 @@ pub unsafe fn cudaMemPoolExportPointer(
  ::cudaErrorInvalidValue,
  ::cudaErrorOutOfMemory
 
- \sa ::cuMemPoolExportToShareableHandle, ::cudaMemPoolImportFromShareableHandle, ::cudaMemPoolExportPointer, ::cudaMemPoolImportPointer*/
+ See also: ::cuMemPoolExportToShareableHandle, ::cudaMemPoolImportFromShareableHandle, ::cudaMemPoolExportPointer, ::cudaMemPoolImportPointer*/
 ///
 /** # Loading
 
@@ -28222,7 +28321,7 @@ pub unsafe fn cudaMemPoolExportToShareableHandle(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the accessibility of a pool from a device
+/** Returns the accessibility of a pool from a device
 
  Returns the accessibility of the pool's memory from the specified location.
 
@@ -28230,7 +28329,7 @@ pub unsafe fn cudaMemPoolExportToShareableHandle(
  \param[in] memPool  - the pool being queried
  \param[in] location - the location accessing the pool
 
- \sa ::cuMemPoolGetAccess, ::cudaMemPoolSetAccess*/
+ See also: ::cuMemPoolGetAccess, ::cudaMemPoolSetAccess*/
 ///
 /** # Loading
 
@@ -28266,64 +28365,64 @@ pub unsafe fn cudaMemPoolGetAccess(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Gets attributes of a memory pool
+/** Gets attributes of a memory pool
 
  Supported attributes are:
  - ::cudaMemPoolAttrReleaseThreshold: (value type = cuuint64_t)
-                    Amount of reserved memory in bytes to hold onto before trying
-                    to release memory back to the OS. When more than the release
-                    threshold bytes of memory are held by the memory pool, the
-                    allocator will try to release memory back to the OS on the
-                    next call to stream, event or context synchronize. (default 0)
+ Amount of reserved memory in bytes to hold onto before trying
+ to release memory back to the OS. When more than the release
+ threshold bytes of memory are held by the memory pool, the
+ allocator will try to release memory back to the OS on the
+ next call to stream, event or context synchronize. (default 0)
  - ::cudaMemPoolReuseFollowEventDependencies: (value type = int)
-                    Allow ::cudaMallocAsync to use memory asynchronously freed
-                    in another stream as long as a stream ordering dependency
-                    of the allocating stream on the free action exists.
-                    Cuda events and null stream interactions can create the required
-                    stream ordered dependencies. (default enabled)
+ Allow ::cudaMallocAsync to use memory asynchronously freed
+ in another stream as long as a stream ordering dependency
+ of the allocating stream on the free action exists.
+ Cuda events and null stream interactions can create the required
+ stream ordered dependencies. (default enabled)
  - ::cudaMemPoolReuseAllowOpportunistic: (value type = int)
-                    Allow reuse of already completed frees when there is no dependency
-                    between the free and allocation. (default enabled)
+ Allow reuse of already completed frees when there is no dependency
+ between the free and allocation. (default enabled)
  - ::cudaMemPoolReuseAllowInternalDependencies: (value type = int)
-                    Allow ::cudaMallocAsync to insert new stream dependencies
-                    in order to establish the stream ordering required to reuse
-                    a piece of memory released by ::cudaFreeAsync (default enabled).
+ Allow ::cudaMallocAsync to insert new stream dependencies
+ in order to establish the stream ordering required to reuse
+ a piece of memory released by ::cudaFreeAsync (default enabled).
  - ::cudaMemPoolAttrReservedMemCurrent: (value type = cuuint64_t)
-                    Amount of backing memory currently allocated for the mempool.
+ Amount of backing memory currently allocated for the mempool.
  - ::cudaMemPoolAttrReservedMemHigh: (value type = cuuint64_t)
-                    High watermark of backing memory allocated for the mempool since
-                    the last time it was reset.
+ High watermark of backing memory allocated for the mempool since
+ the last time it was reset.
  - ::cudaMemPoolAttrUsedMemCurrent: (value type = cuuint64_t)
-                    Amount of memory from the pool that is currently in use by the application.
+ Amount of memory from the pool that is currently in use by the application.
  - ::cudaMemPoolAttrUsedMemHigh: (value type = cuuint64_t)
-                    High watermark of the amount of memory from the pool that was in use by the
-                    application since the last time it was reset.
+ High watermark of the amount of memory from the pool that was in use by the
+ application since the last time it was reset.
 
  The following properties can be also be queried on imported and default pools:
  - ::cudaMemPoolAttrAllocationType: (value type = cudaMemAllocationType)
-                    The allocation type of the mempool
+ The allocation type of the mempool
  - ::cudaMemPoolAttrExportHandleTypes: (value type = cudaMemAllocationHandleType)
-                    Available export handle types for the mempool. For imported pools this
-                    value is always cudaMemHandleTypeNone as an imported pool cannot be
-                    re-exported
+ Available export handle types for the mempool. For imported pools this
+ value is always cudaMemHandleTypeNone as an imported pool cannot be
+ re-exported
  - ::cudaMemPoolAttrLocationId: (value type = int)
-                    The location id for the mempool. If the location type for this pool is
-                    cudaMemLocationTypeInvisible then ID will be cudaInvalidDeviceId.
+ The location id for the mempool. If the location type for this pool is
+ cudaMemLocationTypeInvisible then ID will be cudaInvalidDeviceId.
  - ::cudaMemPoolAttrLocationType: (value type = cudaMemLocationType)
-                    The location type for the mempool. For imported memory pools where the
-                    device is not directly visible to the importing process or pools imported
-                    via fabric handles across nodes this will be
-                    cudaMemlocataionTypeInvisible.
+ The location type for the mempool. For imported memory pools where the
+ device is not directly visible to the importing process or pools imported
+ via fabric handles across nodes this will be
+ cudaMemlocataionTypeInvisible.
  - ::cudaMemPoolAttrLocalityDomainId: (value type = int)
-                    The locality domain id for the mempool, if the mempool is localized to a locality domain.
-                    A value of -1 indicates that the mempool is not localized to a locality domain.
+ The locality domain id for the mempool, if the mempool is localized to a locality domain.
+ A value of -1 indicates that the mempool is not localized to a locality domain.
  - ::cudaMemPoolAttrMaxPoolSize: (value type = cuuint64_t)
-                    Maximum size of the pool in bytes, this value may be higher than what was
-                    initially passed to cuMemPoolCreate due to alignment requirements. A
-                    value of 0 indicates no maximum size. For cudaMemAllocationTypeManaged
-                    and IPC imported pools this value will be system dependent.
+ Maximum size of the pool in bytes, this value may be higher than what was
+ initially passed to cuMemPoolCreate due to alignment requirements. A
+ value of 0 indicates no maximum size. For cudaMemAllocationTypeManaged
+ and IPC imported pools this value will be system dependent.
  - ::cudaMemPoolAttrHwDecompressEnabled: (value type = int)
-                    Indicates whether the pool has hardware compresssion enabled
+ Indicates whether the pool has hardware compresssion enabled
 
  \param[in] pool  - The memory pool to get attributes of
  \param[in] attr  - The attribute to get
@@ -28334,8 +28433,7 @@ pub unsafe fn cudaMemPoolGetAccess(
  ::cudaErrorInvalidValue
  \note_callback
 
- \sa ::cuMemPoolGetAttribute, ::cudaMallocAsync, ::cudaFreeAsync, ::cudaDeviceGetDefaultMemPool, ::cudaDeviceGetMemPool, ::cudaMemPoolCreate
-*/
+ See also: ::cuMemPoolGetAttribute, ::cudaMallocAsync, ::cudaFreeAsync, ::cudaDeviceGetDefaultMemPool, ::cudaDeviceGetMemPool, ::cudaMemPoolCreate*/
 ///
 /** # Loading
 
@@ -28371,13 +28469,13 @@ pub unsafe fn cudaMemPoolGetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief imports a memory pool from a shared handle.
+/** imports a memory pool from a shared handle.
 
  Specific allocations can be imported from the imported pool with ::cudaMemPoolImportPointer.
 
- \note Imported memory pools do not support creating new allocations.
-       As such imported memory pools may not be used in ::cudaDeviceSetMemPool
-       or ::cudaMallocFromPoolAsync calls.
+ Note: Imported memory pools do not support creating new allocations.
+ As such imported memory pools may not be used in ::cudaDeviceSetMemPool
+ or ::cudaMallocFromPoolAsync calls.
 
  \param[out] pool_out    - Returned memory pool
  \param[in] handle       - OS handle of the pool to open
@@ -28389,7 +28487,7 @@ pub unsafe fn cudaMemPoolGetAttribute(
  ::cudaErrorInvalidValue,
  ::cudaErrorOutOfMemory
 
- \sa ::cuMemPoolImportFromShareableHandle, ::cudaMemPoolExportToShareableHandle, ::cudaMemPoolExportPointer, ::cudaMemPoolImportPointer*/
+ See also: ::cuMemPoolImportFromShareableHandle, ::cudaMemPoolExportToShareableHandle, ::cudaMemPoolExportPointer, ::cudaMemPoolImportPointer*/
 ///
 /** # Loading
 
@@ -28428,7 +28526,7 @@ pub unsafe fn cudaMemPoolImportFromShareableHandle(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Import a memory pool allocation from another process.
+/** Import a memory pool allocation from another process.
 
  Returns in \p ptr_out a pointer to the imported memory.
  The imported memory must not be accessed before the allocation operation completes
@@ -28437,10 +28535,10 @@ pub unsafe fn cudaMemPoolImportFromShareableHandle(
  or cudaFreeAsync.  If ::cudaFreeAsync is used, the free must be completed
  on the importing process before the free operation on the exporting process.
 
- \note The ::cudaFreeAsync api may be used in the exporting process before
-       the ::cudaFreeAsync operation completes in its stream as long as the
-       ::cudaFreeAsync in the exporting process specifies a stream with
-       a stream dependency on the importing process's ::cudaFreeAsync.
+ Note: The ::cudaFreeAsync api may be used in the exporting process before
+ the ::cudaFreeAsync operation completes in its stream as long as the
+ ::cudaFreeAsync in the exporting process specifies a stream with
+ a stream dependency on the importing process's ::cudaFreeAsync.
 
  \param[out] ptr_out  - pointer to imported memory
  \param[in] pool      - pool from which to import
@@ -28452,7 +28550,7 @@ pub unsafe fn cudaMemPoolImportFromShareableHandle(
  ::CUDA_ERROR_NOT_INITIALIZED,
  ::CUDA_ERROR_OUT_OF_MEMORY
 
- \sa ::cuMemPoolImportPointer, ::cudaMemPoolExportToShareableHandle, ::cudaMemPoolImportFromShareableHandle, ::cudaMemPoolExportPointer*/
+ See also: ::cuMemPoolImportPointer, ::cudaMemPoolExportToShareableHandle, ::cudaMemPoolImportFromShareableHandle, ::cudaMemPoolExportPointer*/
 ///
 /** # Loading
 
@@ -28488,7 +28586,7 @@ pub unsafe fn cudaMemPoolImportPointer(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Controls visibility of pools between devices
+/** Controls visibility of pools between devices
 
  \param[in] pool  - The pool being modified
  \param[in] map   - Array of access descriptors. Each descriptor instructs the access to enable for a single gpu
@@ -28499,7 +28597,7 @@ pub unsafe fn cudaMemPoolImportPointer(
  ::cudaErrorInvalidValue,
  ::cudaErrorNotSupported
 
- \sa ::cuMemPoolSetAccess, ::cudaMemPoolGetAccess, ::cudaMallocAsync, cudaFreeAsync*/
+ See also: ::cuMemPoolSetAccess, ::cudaMemPoolGetAccess, ::cudaMallocAsync, cudaFreeAsync*/
 ///
 /** # Loading
 
@@ -28535,34 +28633,34 @@ pub unsafe fn cudaMemPoolSetAccess(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets attributes of a memory pool
+/** Sets attributes of a memory pool
 
  Supported attributes are:
  - ::cudaMemPoolAttrReleaseThreshold: (value type = cuuint64_t)
-                    Amount of reserved memory in bytes to hold onto before trying
-                    to release memory back to the OS. When more than the release
-                    threshold bytes of memory are held by the memory pool, the
-                    allocator will try to release memory back to the OS on the
-                    next call to stream, event or context synchronize. (default 0)
+ Amount of reserved memory in bytes to hold onto before trying
+ to release memory back to the OS. When more than the release
+ threshold bytes of memory are held by the memory pool, the
+ allocator will try to release memory back to the OS on the
+ next call to stream, event or context synchronize. (default 0)
  - ::cudaMemPoolReuseFollowEventDependencies: (value type = int)
-                    Allow ::cudaMallocAsync to use memory asynchronously freed
-                    in another stream as long as a stream ordering dependency
-                    of the allocating stream on the free action exists.
-                    Cuda events and null stream interactions can create the required
-                    stream ordered dependencies. (default enabled)
+ Allow ::cudaMallocAsync to use memory asynchronously freed
+ in another stream as long as a stream ordering dependency
+ of the allocating stream on the free action exists.
+ Cuda events and null stream interactions can create the required
+ stream ordered dependencies. (default enabled)
  - ::cudaMemPoolReuseAllowOpportunistic: (value type = int)
-                    Allow reuse of already completed frees when there is no dependency
-                    between the free and allocation. (default enabled)
+ Allow reuse of already completed frees when there is no dependency
+ between the free and allocation. (default enabled)
  - ::cudaMemPoolReuseAllowInternalDependencies: (value type = int)
-                    Allow ::cudaMallocAsync to insert new stream dependencies
-                    in order to establish the stream ordering required to reuse
-                    a piece of memory released by ::cudaFreeAsync (default enabled).
+ Allow ::cudaMallocAsync to insert new stream dependencies
+ in order to establish the stream ordering required to reuse
+ a piece of memory released by ::cudaFreeAsync (default enabled).
  - ::cudaMemPoolAttrReservedMemHigh: (value type = cuuint64_t)
-                    Reset the high watermark that tracks the amount of backing memory that was
-                    allocated for the memory pool. It is illegal to set this attribute to a non-zero value.
+ Reset the high watermark that tracks the amount of backing memory that was
+ allocated for the memory pool. It is illegal to set this attribute to a non-zero value.
  - ::cudaMemPoolAttrUsedMemHigh: (value type = cuuint64_t)
-                    Reset the high watermark that tracks the amount of used memory that was
-                    allocated for the memory pool. It is illegal to set this attribute to a non-zero value.
+ Reset the high watermark that tracks the amount of used memory that was
+ allocated for the memory pool. It is illegal to set this attribute to a non-zero value.
 
  \param[in] pool  - The memory pool to modify
  \param[in] attr  - The attribute to modify
@@ -28573,8 +28671,7 @@ pub unsafe fn cudaMemPoolSetAccess(
  ::cudaErrorInvalidValue
  \note_callback
 
- \sa ::cuMemPoolSetAttribute, ::cudaMallocAsync, ::cudaFreeAsync, ::cudaDeviceGetDefaultMemPool, ::cudaDeviceGetMemPool, ::cudaMemPoolCreate
-*/
+ See also: ::cuMemPoolSetAttribute, ::cudaMallocAsync, ::cudaFreeAsync, ::cudaDeviceGetDefaultMemPool, ::cudaDeviceGetMemPool, ::cudaMemPoolCreate*/
 ///
 /** # Loading
 
@@ -28610,7 +28707,7 @@ pub unsafe fn cudaMemPoolSetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Tries to release memory back to the OS
+/** Tries to release memory back to the OS
 
  Releases memory back to the OS until the pool contains fewer than minBytesToKeep
  reserved bytes, or there is no more memory that the allocator can safely release.
@@ -28619,7 +28716,7 @@ pub unsafe fn cudaMemPoolSetAttribute(
 
  \note: Allocations that have not been freed count as outstanding.
  \note: Allocations that have been asynchronously freed but whose completion has
-        not been observed on the host (eg. by a synchronize) can count as outstanding.
+ not been observed on the host (eg. by a synchronize) can count as outstanding.
 
  \param[in] pool           - The memory pool to trim
  \param[in] minBytesToKeep - If the pool has less than minBytesToKeep reserved,
@@ -28630,7 +28727,7 @@ pub unsafe fn cudaMemPoolSetAttribute(
  ::cudaErrorInvalidValue
  \note_callback
 
- \sa ::cuMemPoolTrimTo, ::cudaMallocAsync, ::cudaFreeAsync, ::cudaDeviceGetDefaultMemPool, ::cudaDeviceGetMemPool, ::cudaMemPoolCreate*/
+ See also: ::cuMemPoolTrimTo, ::cudaMallocAsync, ::cudaFreeAsync, ::cudaDeviceGetDefaultMemPool, ::cudaDeviceGetMemPool, ::cudaMemPoolCreate*/
 ///
 /** # Loading
 
@@ -28660,7 +28757,7 @@ pub unsafe fn cudaMemPoolTrimTo(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Prefetches memory to the specified destination location
+/** Prefetches memory to the specified destination location
 
  Prefetches memory to the specified destination location.  \p devPtr is the
  base device pointer of the memory to be prefetched and \p location specifies the
@@ -28720,24 +28817,24 @@ pub unsafe fn cudaMemPoolTrimTo(
  Note that this function is asynchronous with respect to the host and all work
  on other devices.
 
- \param devPtr    - Pointer to be prefetched
- \param count     - Size in bytes
- \param location  - location to prefetch to
- \param flags     - flags for future use, must be zero now.
- \param stream    - Stream to enqueue prefetch operation
+ - parameter devPtr    - Pointer to be prefetched
+ - parameter count     - Size in bytes
+ - parameter location  - location to prefetch to
+ - parameter flags     - flags for future use, must be zero now.
+ - parameter stream    - Stream to enqueue prefetch operation
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidDevice,
  ::cudaErrorNotSupported
- \notefnerr
+
  \note_async
- \note_null_stream
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemcpy, ::cudaMemcpyPeer, ::cudaMemcpyAsync,
+ See also: ::cudaMemcpy, ::cudaMemcpyPeer, ::cudaMemcpyAsync,
  ::cudaMemcpy3DPeerAsync, ::cudaMemAdvise, ::cuMemPrefetchAsync*/
 ///
 /** # Loading
@@ -28780,7 +28877,7 @@ pub unsafe fn cudaMemPrefetchAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Performs a batch of memory prefetches asynchronously
+/** Performs a batch of memory prefetches asynchronously
 
  Performs a batch of memory prefetches. The batch as a whole executes in stream order
  but operations within a batch are not guaranteed to execute in any specific order.
@@ -28805,18 +28902,17 @@ pub unsafe fn cudaMemPrefetchAsync(
  Also, each entry must be greater than the previous entry and the last entry should be less than \p count.
  Furthermore, \p numPrefetchLocs must be lesser than or equal to \p count.
 
- \param dptrs           - Array of pointers to be prefetched
- \param sizes           - Array of sizes for memory prefetch operations.
- \param count           - Size of \p dptrs and \p sizes arrays.
- \param prefetchLocs    - Array of locations to prefetch to.
- \param prefetchLocIdxs - Array of indices to specify which operands each entry in the \p prefetchLocs array applies to.
-                          The locations specified in prefetchLocs[k] will be applied to copies starting from  prefetchLocIdxs[k]
-                          through  prefetchLocIdxs[k+1] - 1. Also prefetchLocs[numPrefetchLocs - 1] will apply to prefetches starting from
-                          prefetchLocIdxs[numPrefetchLocs - 1] through count - 1.
- \param numPrefetchLocs - Size of \p prefetchLocs and \p prefetchLocIdxs arrays.
- \param flags           - Flags reserved for future use. Must be zero.
- \param stream          - The stream to enqueue the operations in. Must not be legacy NULL stream.
-*/
+ - parameter dptrs           - Array of pointers to be prefetched
+ - parameter sizes           - Array of sizes for memory prefetch operations.
+ - parameter count           - Size of \p dptrs and \p sizes arrays.
+ - parameter prefetchLocs    - Array of locations to prefetch to.
+ - parameter prefetchLocIdxs - Array of indices to specify which operands each entry in the \p prefetchLocs array applies to.
+ The locations specified in prefetchLocs[k] will be applied to copies starting from  prefetchLocIdxs[k]
+ through  prefetchLocIdxs[k+1] - 1. Also prefetchLocs[numPrefetchLocs - 1] will apply to prefetches starting from
+ prefetchLocIdxs[numPrefetchLocs - 1] through count - 1.
+ - parameter numPrefetchLocs - Size of \p prefetchLocs and \p prefetchLocIdxs arrays.
+ - parameter flags           - Flags reserved for future use. Must be zero.
+ - parameter stream          - The stream to enqueue the operations in. Must not be legacy NULL stream.*/
 ///
 /** # Loading
 
@@ -28878,7 +28974,7 @@ pub unsafe fn cudaMemPrefetchBatchAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Query an attribute of a given memory range
+/** Query an attribute of a given memory range
 
  Query an attribute about the memory range starting at \p devPtr with a size of \p count bytes. The
  memory range must refer to managed memory allocated via ::cudaMallocManaged or declared via
@@ -28920,7 +29016,7 @@ pub unsafe fn cudaMemPrefetchBatchAsync(
  if all the pages in the memory range have the same host NUMA node ID as their preferred location or it will be ::cudaMemLocationTypeInvalid
  if either all the pages don't have the same preferred location or some of the pages don't have a preferred location at all.
  Note that the actual location type of the pages in the memory range at the time of the query may be different from the preferred location type.
-  - ::cudaMemRangeAttributePreferredLocationId: If this attribute is specified, \p data will be
+ - ::cudaMemRangeAttributePreferredLocationId: If this attribute is specified, \p data will be
  interpreted as a 32-bit integer, and \p dataSize must be 4. If the ::cudaMemRangeAttributePreferredLocationType query for the same address range
  returns ::cudaMemLocationTypeDevice, it will be a valid device ordinal or if it returns ::cudaMemLocationTypeHostNuma, it will be a valid host NUMA node ID
  or if it returns any other location type, the id should be ignored.
@@ -28932,28 +29028,28 @@ pub unsafe fn cudaMemPrefetchBatchAsync(
  prefetched to the same location, ::CUmemLocationType will be ::cudaMemLocationTypeInvalid.
  Note that this simply returns the last location type that the application requested to prefetch the memory range to. It gives no indication as to
  whether the prefetch operation to that location has completed or even begun.
-  - ::cudaMemRangeAttributeLastPrefetchLocationId: If this attribute is specified, \p data will be
+ - ::cudaMemRangeAttributeLastPrefetchLocationId: If this attribute is specified, \p data will be
  interpreted as a 32-bit integer, and \p dataSize must be 4. If the ::cudaMemRangeAttributeLastPrefetchLocationType query for the same address range
  returns ::cudaMemLocationTypeDevice, it will be a valid device ordinal or if it returns ::cudaMemLocationTypeHostNuma, it will be a valid host NUMA node ID
  or if it returns any other location type, the id should be ignored.
 
- \param data      - A pointers to a memory location where the result
-                    of each attribute query will be written to.
- \param dataSize  - Array containing the size of data
- \param attribute - The attribute to query
- \param devPtr    - Start of the range to query
- \param count     - Size of the range to query
+ - parameter data      - A pointers to a memory location where the result
+ of each attribute query will be written to.
+ - parameter dataSize  - Array containing the size of data
+ - parameter attribute - The attribute to query
+ - parameter devPtr    - Start of the range to query
+ - parameter count     - Size of the range to query
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_async
- \note_null_stream
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemRangeGetAttributes, ::cudaMemPrefetchAsync,
+ See also: ::cudaMemRangeGetAttributes, ::cudaMemPrefetchAsync,
  ::cudaMemAdvise,
  ::cuMemRangeGetAttribute*/
 ///
@@ -28997,7 +29093,7 @@ pub unsafe fn cudaMemRangeGetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Query attributes of a given memory range.
+/** Query attributes of a given memory range.
 
  Query attributes of the memory range starting at \p devPtr with a size of \p count bytes. The
  memory range must refer to managed memory allocated via ::cudaMallocManaged or declared via
@@ -29017,23 +29113,23 @@ pub unsafe fn cudaMemRangeGetAttribute(
  - :: cudaMemRangeAttributeLastPrefetchLocationType
  - :: cudaMemRangeAttributeLastPrefetchLocationId
 
- \param data          - A two-dimensional array containing pointers to memory
-                        locations where the result of each attribute query will be written to.
- \param dataSizes     - Array containing the sizes of each result
- \param attributes    - An array of attributes to query
-                        (numAttributes and the number of attributes in this array should match)
- \param numAttributes - Number of attributes to query
- \param devPtr        - Start of the range to query
- \param count         - Size of the range to query
+ - parameter data          - A two-dimensional array containing pointers to memory
+ locations where the result of each attribute query will be written to.
+ - parameter dataSizes     - Array containing the sizes of each result
+ - parameter attributes    - An array of attributes to query
+ (numAttributes and the number of attributes in this array should match)
+ - parameter numAttributes - Number of attributes to query
+ - parameter devPtr        - Start of the range to query
+ - parameter count         - Size of the range to query
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemRangeGetAttribute, ::cudaMemAdvise,
+ See also: ::cudaMemRangeGetAttribute, ::cudaMemAdvise,
  ::cudaMemPrefetchAsync,
  ::cuMemRangeGetAttributes*/
 ///
@@ -29082,7 +29178,7 @@ pub unsafe fn cudaMemRangeGetAttributes(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets the current memory pool for a memory location and allocation type
+/** Sets the current memory pool for a memory location and allocation type
 
  The memory location can be of one of ::cudaMemLocationTypeDevice, ::cudaMemLocationTypeHost
  ::cudaMemLocationTypeHostNuma, or ::cudaMemLocationTypeDeviceLocalityDomain.
@@ -29101,7 +29197,7 @@ pub unsafe fn cudaMemRangeGetAttributes(
  this API is the equivalent of calling ::cudaDeviceSetMemPool with the location id as the device.
  For further details on the implications, please refer to the documentation for ::cudaDeviceSetMemPool.
 
- \note Use ::cudaMallocFromPoolAsync to specify asynchronous allocations from a device different
+ Note: Use ::cudaMallocFromPoolAsync to specify asynchronous allocations from a device different
  than the one the stream runs on.
 
  \returns
@@ -29109,7 +29205,7 @@ pub unsafe fn cudaMemRangeGetAttributes(
  ::cudaErrorInvalidValue,
  ::cudaErrorNotSupported
 
- \sa ::cuDeviceGetDefaultMemPool, ::cuDeviceGetMemPool, ::cuMemGetMemPool, ::cuMemPoolCreate, ::cuMemPoolDestroy, ::cuMemAllocFromPoolAsync*/
+ See also: ::cuDeviceGetDefaultMemPool, ::cuDeviceGetMemPool, ::cuMemGetMemPool, ::cuMemPoolCreate, ::cuMemPoolDestroy, ::cuMemAllocFromPoolAsync*/
 ///
 /** # Loading
 
@@ -29145,7 +29241,7 @@ pub unsafe fn cudaMemSetMemPool(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data between host and device
+/** Copies data between host and device
 
  Copies \p count bytes from the memory area pointed to by \p src to the
  memory area pointed to by \p dst, where \p kind specifies the direction
@@ -29158,23 +29254,23 @@ pub unsafe fn cudaMemSetMemPool(
  ::cudaMemcpy() with dst and src pointers that do not match the direction of
  the copy results in an undefined behavior.
 
- \param dst   - Destination memory address
- \param src   - Source memory address
- \param count - Size in bytes to copy
- \param kind  - Type of transfer
+ - parameter dst   - Destination memory address
+ - parameter src   - Source memory address
+ - parameter count - Size in bytes to copy
+ - parameter kind  - Type of transfer
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidMemcpyDirection
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \note_sync
+
  \note_memcpy
 
- \sa ::cudaMemcpy2D,
+ See also: ::cudaMemcpy2D,
  ::cudaMemcpy2DToArray, ::cudaMemcpy2DFromArray,
  ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
  ::cudaMemcpyFromSymbol, ::cudaMemcpyAsync, ::cudaMemcpy2DAsync,
@@ -29223,7 +29319,7 @@ pub unsafe fn cudaMemcpy(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data between host and device
+/** Copies data between host and device
 
  Copies a matrix (\p height rows of \p width bytes each) from the memory
  area pointed to by \p src to the memory area pointed to by \p dst, where
@@ -29241,25 +29337,25 @@ pub unsafe fn cudaMemcpy(
  ::cudaMemcpy2D() returns an error if \p dpitch or \p spitch exceeds
  the maximum allowed.
 
- \param dst    - Destination memory address
- \param dpitch - Pitch of destination memory
- \param src    - Source memory address
- \param spitch - Pitch of source memory
- \param width  - Width of matrix transfer (columns in bytes)
- \param height - Height of matrix transfer (rows)
- \param kind   - Type of transfer
+ - parameter dst    - Destination memory address
+ - parameter dpitch - Pitch of destination memory
+ - parameter src    - Source memory address
+ - parameter spitch - Pitch of source memory
+ - parameter width  - Width of matrix transfer (columns in bytes)
+ - parameter height - Height of matrix transfer (rows)
+ - parameter kind   - Type of transfer
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidPitchValue,
  ::cudaErrorInvalidMemcpyDirection
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_memcpy
 
- \sa ::cudaMemcpy,
+ See also: ::cudaMemcpy,
  ::cudaMemcpy2DToArray, ::cudaMemcpy2DFromArray,
  ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
  ::cudaMemcpyFromSymbol, ::cudaMemcpyAsync, ::cudaMemcpy2DAsync,
@@ -29315,7 +29411,7 @@ pub unsafe fn cudaMemcpy2D(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data between host and device
+/** Copies data between host and device
 
  Copies a matrix (\p height rows of \p width bytes each) from the CUDA
  array \p src starting at \p hOffsetSrc rows and \p wOffsetSrc bytes from the
@@ -29330,26 +29426,26 @@ pub unsafe fn cudaMemcpy2D(
  \p wOffsetDst + \p width must not exceed the width of the CUDA array \p dst.
  \p wOffsetSrc + \p width must not exceed the width of the CUDA array \p src.
 
- \param dst        - Destination memory address
- \param wOffsetDst - Destination starting X offset (columns in bytes)
- \param hOffsetDst - Destination starting Y offset (rows)
- \param src        - Source memory address
- \param wOffsetSrc - Source starting X offset (columns in bytes)
- \param hOffsetSrc - Source starting Y offset (rows)
- \param width      - Width of matrix transfer (columns in bytes)
- \param height     - Height of matrix transfer (rows)
- \param kind       - Type of transfer
+ - parameter dst        - Destination memory address
+ - parameter wOffsetDst - Destination starting X offset (columns in bytes)
+ - parameter hOffsetDst - Destination starting Y offset (rows)
+ - parameter src        - Source memory address
+ - parameter wOffsetSrc - Source starting X offset (columns in bytes)
+ - parameter hOffsetSrc - Source starting Y offset (rows)
+ - parameter width      - Width of matrix transfer (columns in bytes)
+ - parameter height     - Height of matrix transfer (rows)
+ - parameter kind       - Type of transfer
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidMemcpyDirection
- \notefnerr
- \note_sync
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemcpy, ::cudaMemcpy2D,
+ See also: ::cudaMemcpy, ::cudaMemcpy2D,
  ::cudaMemcpy2DToArray, ::cudaMemcpy2DFromArray,
  ::cudaMemcpyToSymbol,
  ::cudaMemcpyFromSymbol, ::cudaMemcpyAsync, ::cudaMemcpy2DAsync,
@@ -29423,7 +29519,7 @@ pub unsafe fn cudaMemcpy2DArrayToArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data between host and device
+/** Copies data between host and device
 
  Copies a matrix (\p height rows of \p width bytes each) from the memory
  area pointed to by \p src to the memory area pointed to by \p dst, where
@@ -29453,28 +29549,28 @@ pub unsafe fn cudaMemcpy2DArrayToArray(
  The device version of this function only handles device to device copies and
  cannot be given local or shared pointers.
 
- \param dst    - Destination memory address
- \param dpitch - Pitch of destination memory
- \param src    - Source memory address
- \param spitch - Pitch of source memory
- \param width  - Width of matrix transfer (columns in bytes)
- \param height - Height of matrix transfer (rows)
- \param kind   - Type of transfer
- \param stream - Stream identifier
+ - parameter dst    - Destination memory address
+ - parameter dpitch - Pitch of destination memory
+ - parameter src    - Source memory address
+ - parameter spitch - Pitch of source memory
+ - parameter width  - Width of matrix transfer (columns in bytes)
+ - parameter height - Height of matrix transfer (rows)
+ - parameter kind   - Type of transfer
+ - parameter stream - Stream identifier
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidPitchValue,
  ::cudaErrorInvalidMemcpyDirection
- \notefnerr
+
  \note_async
- \note_null_stream
+
  \note_init_rt
  \note_callback
  \note_memcpy
 
- \sa ::cudaMemcpy, ::cudaMemcpy2D,
+ See also: ::cudaMemcpy, ::cudaMemcpy2D,
  ::cudaMemcpy2DToArray, ::cudaMemcpy2DFromArray,
  ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
  ::cudaMemcpyFromSymbol, ::cudaMemcpyAsync,
@@ -29534,7 +29630,7 @@ pub unsafe fn cudaMemcpy2DAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data between host and device
+/** Copies data between host and device
 
  Copies a matrix (\p height rows of \p width bytes each) from the CUDA
  array \p src starting at \p hOffset rows and \p wOffset bytes from the
@@ -29551,27 +29647,27 @@ pub unsafe fn cudaMemcpy2DAsync(
  ::cudaMemcpy2DFromArray() returns an error if \p dpitch exceeds the maximum
  allowed.
 
- \param dst     - Destination memory address
- \param dpitch  - Pitch of destination memory
- \param src     - Source memory address
- \param wOffset - Source starting X offset (columns in bytes)
- \param hOffset - Source starting Y offset (rows)
- \param width   - Width of matrix transfer (columns in bytes)
- \param height  - Height of matrix transfer (rows)
- \param kind    - Type of transfer
+ - parameter dst     - Destination memory address
+ - parameter dpitch  - Pitch of destination memory
+ - parameter src     - Source memory address
+ - parameter wOffset - Source starting X offset (columns in bytes)
+ - parameter hOffset - Source starting Y offset (rows)
+ - parameter width   - Width of matrix transfer (columns in bytes)
+ - parameter height  - Height of matrix transfer (rows)
+ - parameter kind    - Type of transfer
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidPitchValue,
  ::cudaErrorInvalidMemcpyDirection
- \notefnerr
- \note_sync
+
+
  \note_init_rt
  \note_callback
  \note_memcpy
 
- \sa ::cudaMemcpy, ::cudaMemcpy2D,
+ See also: ::cudaMemcpy, ::cudaMemcpy2D,
  ::cudaMemcpy2DToArray,
  ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
  ::cudaMemcpyFromSymbol, ::cudaMemcpyAsync, ::cudaMemcpy2DAsync,
@@ -29632,7 +29728,7 @@ pub unsafe fn cudaMemcpy2DFromArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data between host and device
+/** Copies data between host and device
 
  Copies a matrix (\p height rows of \p width bytes each) from the CUDA
  array \p src starting at \p hOffset rows and \p wOffset bytes from the
@@ -29655,29 +29751,29 @@ pub unsafe fn cudaMemcpy2DFromArray(
  is ::cudaMemcpyHostToDevice or ::cudaMemcpyDeviceToHost and \p stream is
  non-zero, the copy may overlap with operations in other streams.
 
- \param dst     - Destination memory address
- \param dpitch  - Pitch of destination memory
- \param src     - Source memory address
- \param wOffset - Source starting X offset (columns in bytes)
- \param hOffset - Source starting Y offset (rows)
- \param width   - Width of matrix transfer (columns in bytes)
- \param height  - Height of matrix transfer (rows)
- \param kind    - Type of transfer
- \param stream  - Stream identifier
+ - parameter dst     - Destination memory address
+ - parameter dpitch  - Pitch of destination memory
+ - parameter src     - Source memory address
+ - parameter wOffset - Source starting X offset (columns in bytes)
+ - parameter hOffset - Source starting Y offset (rows)
+ - parameter width   - Width of matrix transfer (columns in bytes)
+ - parameter height  - Height of matrix transfer (rows)
+ - parameter kind    - Type of transfer
+ - parameter stream  - Stream identifier
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidPitchValue,
  ::cudaErrorInvalidMemcpyDirection
- \notefnerr
+
  \note_async
- \note_null_stream
+
  \note_init_rt
  \note_callback
  \note_memcpy
 
- \sa ::cudaMemcpy, ::cudaMemcpy2D,
+ See also: ::cudaMemcpy, ::cudaMemcpy2D,
  ::cudaMemcpy2DToArray, ::cudaMemcpy2DFromArray,
  ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
  ::cudaMemcpyFromSymbol, ::cudaMemcpyAsync, ::cudaMemcpy2DAsync,
@@ -29750,7 +29846,7 @@ pub unsafe fn cudaMemcpy2DFromArrayAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data between host and device
+/** Copies data between host and device
 
  Copies a matrix (\p height rows of \p width bytes each) from the memory
  area pointed to by \p src to the CUDA array \p dst starting at
@@ -29767,27 +29863,27 @@ pub unsafe fn cudaMemcpy2DFromArrayAsync(
  not exceed \p spitch. ::cudaMemcpy2DToArray() returns an error if \p spitch
  exceeds the maximum allowed.
 
- \param dst     - Destination memory address
- \param wOffset - Destination starting X offset (columns in bytes)
- \param hOffset - Destination starting Y offset (rows)
- \param src     - Source memory address
- \param spitch  - Pitch of source memory
- \param width   - Width of matrix transfer (columns in bytes)
- \param height  - Height of matrix transfer (rows)
- \param kind    - Type of transfer
+ - parameter dst     - Destination memory address
+ - parameter wOffset - Destination starting X offset (columns in bytes)
+ - parameter hOffset - Destination starting Y offset (rows)
+ - parameter src     - Source memory address
+ - parameter spitch  - Pitch of source memory
+ - parameter width   - Width of matrix transfer (columns in bytes)
+ - parameter height  - Height of matrix transfer (rows)
+ - parameter kind    - Type of transfer
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidPitchValue,
  ::cudaErrorInvalidMemcpyDirection
- \notefnerr
- \note_sync
+
+
  \note_init_rt
  \note_callback
  \note_memcpy
 
- \sa ::cudaMemcpy, ::cudaMemcpy2D,
+ See also: ::cudaMemcpy, ::cudaMemcpy2D,
  ::cudaMemcpy2DFromArray,
  ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
  ::cudaMemcpyFromSymbol, ::cudaMemcpyAsync, ::cudaMemcpy2DAsync,
@@ -29848,7 +29944,7 @@ pub unsafe fn cudaMemcpy2DToArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data between host and device
+/** Copies data between host and device
 
  Copies a matrix (\p height rows of \p width bytes each) from the memory
  area pointed to by \p src to the CUDA array \p dst starting at \p hOffset
@@ -29872,29 +29968,29 @@ pub unsafe fn cudaMemcpy2DToArray(
  \p stream is non-zero, the copy may overlap with operations in other
  streams.
 
- \param dst     - Destination memory address
- \param wOffset - Destination starting X offset (columns in bytes)
- \param hOffset - Destination starting Y offset (rows)
- \param src     - Source memory address
- \param spitch  - Pitch of source memory
- \param width   - Width of matrix transfer (columns in bytes)
- \param height  - Height of matrix transfer (rows)
- \param kind    - Type of transfer
- \param stream  - Stream identifier
+ - parameter dst     - Destination memory address
+ - parameter wOffset - Destination starting X offset (columns in bytes)
+ - parameter hOffset - Destination starting Y offset (rows)
+ - parameter src     - Source memory address
+ - parameter spitch  - Pitch of source memory
+ - parameter width   - Width of matrix transfer (columns in bytes)
+ - parameter height  - Height of matrix transfer (rows)
+ - parameter kind    - Type of transfer
+ - parameter stream  - Stream identifier
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidPitchValue,
  ::cudaErrorInvalidMemcpyDirection
- \notefnerr
+
  \note_async
- \note_null_stream
+
  \note_init_rt
  \note_callback
  \note_memcpy
 
- \sa ::cudaMemcpy, ::cudaMemcpy2D,
+ See also: ::cudaMemcpy, ::cudaMemcpy2D,
  ::cudaMemcpy2DToArray, ::cudaMemcpy2DFromArray,
  ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
  ::cudaMemcpyFromSymbol, ::cudaMemcpyAsync, ::cudaMemcpy2DAsync,
@@ -29967,43 +30063,51 @@ pub unsafe fn cudaMemcpy2DToArrayAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data between 3D objects
+/** Copies data between 3D objects
 
-\code
-struct cudaExtent {
-size_t width;
-size_t height;
-size_t depth;
-};
-struct cudaExtent make_cudaExtent(size_t w, size_t h, size_t d);
 
-struct cudaPos {
-size_t x;
-size_t y;
-size_t z;
-};
-struct cudaPos make_cudaPos(size_t x, size_t y, size_t z);
+ ```text
 
-struct cudaMemcpy3DParms {
-cudaArray_t           srcArray;
-struct cudaPos        srcPos;
-struct cudaPitchedPtr srcPtr;
-cudaArray_t           dstArray;
-struct cudaPos        dstPos;
-struct cudaPitchedPtr dstPtr;
-struct cudaExtent     extent;
-enum cudaMemcpyKind   kind;
-};
-\endcode
+ struct cudaExtent {
+ size_t width;
+ size_t height;
+ size_t depth;
+ };
+ struct cudaExtent make_cudaExtent(size_t w, size_t h, size_t d);
+
+ struct cudaPos {
+ size_t x;
+ size_t y;
+ size_t z;
+ };
+ struct cudaPos make_cudaPos(size_t x, size_t y, size_t z);
+
+ struct cudaMemcpy3DParms {
+ cudaArray_t           srcArray;
+ struct cudaPos        srcPos;
+ struct cudaPitchedPtr srcPtr;
+ cudaArray_t           dstArray;
+ struct cudaPos        dstPos;
+ struct cudaPitchedPtr dstPtr;
+ struct cudaExtent     extent;
+ enum cudaMemcpyKind   kind;
+ };
+
+ ```
+
 
  ::cudaMemcpy3D() copies data betwen two 3D objects. The source and
  destination objects may be in either host memory, device memory, or a CUDA
  array. The source, destination, extent, and kind of copy performed is
  specified by the ::cudaMemcpy3DParms struct which should be initialized to
  zero before use:
-\code
-cudaMemcpy3DParms myParms = {0};
-\endcode
+
+ ```text
+
+ cudaMemcpy3DParms myParms = {0};
+
+ ```
+
 
  The struct passed to ::cudaMemcpy3D() must specify one of \p srcArray or
  \p srcPtr and one of \p dstArray or \p dstPtr. Passing more than one
@@ -30046,19 +30150,19 @@ cudaMemcpy3DParms myParms = {0};
  exceeds the maximum allowed. The pitch of a ::cudaPitchedPtr allocated
  with ::cudaMalloc3D() will always be valid.
 
- \param p - 3D memory copy parameters
+ - parameter p - 3D memory copy parameters
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidPitchValue,
  ::cudaErrorInvalidMemcpyDirection
- \notefnerr
- \note_sync
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMalloc3D, ::cudaMalloc3DArray, ::cudaMemset3D, ::cudaMemcpy3DAsync,
+ See also: ::cudaMalloc3D, ::cudaMalloc3DArray, ::cudaMemset3D, ::cudaMemcpy3DAsync,
  ::cudaMemcpy, ::cudaMemcpy2D,
  ::cudaMemcpy2DToArray, ::cudaMemcpy2DFromArray,
  ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
@@ -30093,43 +30197,51 @@ pub unsafe fn cudaMemcpy3D(p: *const cudaMemcpy3DParms) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data between 3D objects
+/** Copies data between 3D objects
 
-\code
-struct cudaExtent {
-size_t width;
-size_t height;
-size_t depth;
-};
-struct cudaExtent make_cudaExtent(size_t w, size_t h, size_t d);
 
-struct cudaPos {
-size_t x;
-size_t y;
-size_t z;
-};
-struct cudaPos make_cudaPos(size_t x, size_t y, size_t z);
+ ```text
 
-struct cudaMemcpy3DParms {
-cudaArray_t           srcArray;
-struct cudaPos        srcPos;
-struct cudaPitchedPtr srcPtr;
-cudaArray_t           dstArray;
-struct cudaPos        dstPos;
-struct cudaPitchedPtr dstPtr;
-struct cudaExtent     extent;
-enum cudaMemcpyKind   kind;
-};
-\endcode
+ struct cudaExtent {
+ size_t width;
+ size_t height;
+ size_t depth;
+ };
+ struct cudaExtent make_cudaExtent(size_t w, size_t h, size_t d);
+
+ struct cudaPos {
+ size_t x;
+ size_t y;
+ size_t z;
+ };
+ struct cudaPos make_cudaPos(size_t x, size_t y, size_t z);
+
+ struct cudaMemcpy3DParms {
+ cudaArray_t           srcArray;
+ struct cudaPos        srcPos;
+ struct cudaPitchedPtr srcPtr;
+ cudaArray_t           dstArray;
+ struct cudaPos        dstPos;
+ struct cudaPitchedPtr dstPtr;
+ struct cudaExtent     extent;
+ enum cudaMemcpyKind   kind;
+ };
+
+ ```
+
 
  ::cudaMemcpy3DAsync() copies data betwen two 3D objects. The source and
  destination objects may be in either host memory, device memory, or a CUDA
  array. The source, destination, extent, and kind of copy performed is
  specified by the ::cudaMemcpy3DParms struct which should be initialized to
  zero before use:
-\code
-cudaMemcpy3DParms myParms = {0};
-\endcode
+
+ ```text
+
+ cudaMemcpy3DParms myParms = {0};
+
+ ```
+
 
  The struct passed to ::cudaMemcpy3DAsync() must specify one of \p srcArray
  or \p srcPtr and one of \p dstArray or \p dstPtr. Passing more than one
@@ -30183,21 +30295,21 @@ cudaMemcpy3DParms myParms = {0};
  The device version of this function only handles device to device copies and
  cannot be given local or shared pointers.
 
- \param p      - 3D memory copy parameters
- \param stream - Stream identifier
+ - parameter p      - 3D memory copy parameters
+ - parameter stream - Stream identifier
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidPitchValue,
  ::cudaErrorInvalidMemcpyDirection
- \notefnerr
+
  \note_async
- \note_null_stream
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMalloc3D, ::cudaMalloc3DArray, ::cudaMemset3D, ::cudaMemcpy3D,
+ See also: ::cudaMalloc3D, ::cudaMalloc3DArray, ::cudaMemset3D, ::cudaMemcpy3D,
  ::cudaMemcpy, ::cudaMemcpy2D,
  ::cudaMemcpy2DToArray, :::cudaMemcpy2DFromArray,
  ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
@@ -30239,7 +30351,7 @@ pub unsafe fn cudaMemcpy3DAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Performs a batch of 3D memory copies asynchronously.
+/** Performs a batch of 3D memory copies asynchronously.
 
  Performs a batch of memory copies. The batch as a whole executes in stream order but copies within a
  batch are not guaranteed to execute in any specific order. Note that this means specifying any dependent
@@ -30288,15 +30400,15 @@ pub unsafe fn cudaMemcpy3DAsync(
  any compute work. Note that this flag is a hint and can be ignored depending on the platform and other parameters of the copy.
 
 
- \param numOps     - Total number of memcpy operations.
- \param opList     - Array of size \p numOps containing the actual memcpy operations.
- \param flags      - Flags for future use, must be zero now.
- \param stream     - The stream to enqueue the operations in. Must not be default NULL stream.
+ - parameter numOps     - Total number of memcpy operations.
+ - parameter opList     - Array of size \p numOps containing the actual memcpy operations.
+ - parameter flags      - Flags for future use, must be zero now.
+ - parameter stream     - The stream to enqueue the operations in. Must not be default NULL stream.
 
  \return
  ::cudaSuccess
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_async
  \note_memcpy*/
 ///
@@ -30337,7 +30449,7 @@ pub unsafe fn cudaMemcpy3DBatchAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies memory between devices
+/** Copies memory between devices
 
  Perform a 3D memory copy according to the parameters specified in
  \p p.  See the definition of the ::cudaMemcpy3DPeerParms structure
@@ -30350,19 +30462,19 @@ pub unsafe fn cudaMemcpy3DBatchAsync(
  and the copy's destination device (use ::cudaMemcpy3DPeerAsync to avoid
  this synchronization).
 
- \param p - Parameters for the memory copy
+ - parameter p - Parameters for the memory copy
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidDevice,
  ::cudaErrorInvalidPitchValue
- \notefnerr
- \note_sync
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemcpy, ::cudaMemcpyPeer, ::cudaMemcpyAsync, ::cudaMemcpyPeerAsync,
+ See also: ::cudaMemcpy, ::cudaMemcpyPeer, ::cudaMemcpyAsync, ::cudaMemcpyPeerAsync,
  ::cudaMemcpy3DPeerAsync,
  ::cuMemcpy3DPeer*/
 ///
@@ -30390,27 +30502,27 @@ pub unsafe fn cudaMemcpy3DPeer(p: *const cudaMemcpy3DPeerParms) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies memory between devices asynchronously.
+/** Copies memory between devices asynchronously.
 
  Perform a 3D memory copy according to the parameters specified in
  \p p.  See the definition of the ::cudaMemcpy3DPeerParms structure
  for documentation of its parameters.
 
- \param p      - Parameters for the memory copy
- \param stream - Stream identifier
+ - parameter p      - Parameters for the memory copy
+ - parameter stream - Stream identifier
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidDevice,
  ::cudaErrorInvalidPitchValue
- \notefnerr
+
  \note_async
- \note_null_stream
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemcpy, ::cudaMemcpyPeer, ::cudaMemcpyAsync, ::cudaMemcpyPeerAsync,
+ See also: ::cudaMemcpy, ::cudaMemcpyPeer, ::cudaMemcpyAsync, ::cudaMemcpyPeerAsync,
  ::cudaMemcpy3DPeerAsync,
  ::cuMemcpy3DPeerAsync*/
 ///
@@ -30452,18 +30564,18 @@ pub unsafe fn cudaMemcpy3DPeerAsync(
 
  For more information regarding the operation, please refer to ::cudaMemcpy3DBatchOp and it's usage desciption in::cudaMemcpy3DBatchAsync
 
- \param op - Operation to perform
- \param flags - Flags for the copy, must be zero now.
- \param stream - Stream to enqueue the operation in
+ - parameter op - Operation to perform
+ - parameter flags - Flags for the copy, must be zero now.
+ - parameter stream - Stream to enqueue the operation in
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_async
  \note_memcpy
 
- \sa ::cudaMemcpy3DBatchAsync*/
+ See also: ::cudaMemcpy3DBatchAsync*/
 ///
 /** # Loading
 
@@ -30499,9 +30611,9 @@ pub unsafe fn cudaMemcpy3DWithAttributesAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data between host and device
+/** Copies data between host and device
 
- \deprecated
+ Deprecated.
 
  Copies \p count bytes from the CUDA array \p src starting at \p hOffsetSrc
  rows and \p wOffsetSrc bytes from the upper left corner to the CUDA array
@@ -30513,24 +30625,24 @@ pub unsafe fn cudaMemcpy3DWithAttributesAsync(
  inferred from the pointer values. However, ::cudaMemcpyDefault is only
  allowed on systems that support unified virtual addressing.
 
- \param dst        - Destination memory address
- \param wOffsetDst - Destination starting X offset (columns in bytes)
- \param hOffsetDst - Destination starting Y offset (rows)
- \param src        - Source memory address
- \param wOffsetSrc - Source starting X offset (columns in bytes)
- \param hOffsetSrc - Source starting Y offset (rows)
- \param count      - Size in bytes to copy
- \param kind       - Type of transfer
+ - parameter dst        - Destination memory address
+ - parameter wOffsetDst - Destination starting X offset (columns in bytes)
+ - parameter hOffsetDst - Destination starting Y offset (rows)
+ - parameter src        - Source memory address
+ - parameter wOffsetSrc - Source starting X offset (columns in bytes)
+ - parameter hOffsetSrc - Source starting Y offset (rows)
+ - parameter count      - Size in bytes to copy
+ - parameter kind       - Type of transfer
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidMemcpyDirection
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemcpy, ::cudaMemcpy2D, ::cudaMemcpyToArray,
+ See also: ::cudaMemcpy, ::cudaMemcpy2D, ::cudaMemcpyToArray,
  ::cudaMemcpy2DToArray, ::cudaMemcpyFromArray, ::cudaMemcpy2DFromArray,
  ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
  ::cudaMemcpyFromSymbol, ::cudaMemcpyAsync, ::cudaMemcpy2DAsync,
@@ -30599,7 +30711,7 @@ pub unsafe fn cudaMemcpyArrayToArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data between host and device
+/** Copies data between host and device
 
  Copies \p count bytes from the memory area pointed to by \p src to the
  memory area pointed to by \p dst, where \p kind specifies the
@@ -30623,24 +30735,24 @@ pub unsafe fn cudaMemcpyArrayToArray(
  The device version of this function only handles device to device copies and
  cannot be given local or shared pointers.
 
- \param dst    - Destination memory address
- \param src    - Source memory address
- \param count  - Size in bytes to copy
- \param kind   - Type of transfer
- \param stream - Stream identifier
+ - parameter dst    - Destination memory address
+ - parameter src    - Source memory address
+ - parameter count  - Size in bytes to copy
+ - parameter kind   - Type of transfer
+ - parameter stream - Stream identifier
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidMemcpyDirection
- \notefnerr
+
  \note_async
- \note_null_stream
+
  \note_init_rt
  \note_callback
  \note_memcpy
 
- \sa ::cudaMemcpy, ::cudaMemcpy2D,
+ See also: ::cudaMemcpy, ::cudaMemcpy2D,
  ::cudaMemcpy2DToArray, ::cudaMemcpy2DFromArray,
  ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
  ::cudaMemcpyFromSymbol, ::cudaMemcpy2DAsync,
@@ -30692,7 +30804,7 @@ pub unsafe fn cudaMemcpyAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Performs a batch of memory copies asynchronously.
+/** Performs a batch of memory copies asynchronously.
 
  Performs a batch of memory copies. The batch as a whole executes in stream order but copies within a
  batch are not guaranteed to execute in any specific order. This API only supports pointer-to-pointer copies.
@@ -30738,22 +30850,22 @@ pub unsafe fn cudaMemcpyAsync(
  any compute work. Note that this flag is a hint and can be ignored depending on the platform and other parameters of the copy.
 
 
- \param dsts          - Array of destination pointers.
- \param srcs          - Array of memcpy source pointers.
- \param sizes         - Array of sizes for memcpy operations.
- \param count         - Size of \p dsts, \p srcs and \p sizes arrays
- \param attrs         - Array of memcpy attributes.
- \param attrsIdxs     - Array of indices to specify which copies each entry in the \p attrs array applies to.
-                        The attributes specified in attrs[k] will be applied to copies starting from attrsIdxs[k]
-                        through attrsIdxs[k+1] - 1. Also attrs[numAttrs-1] will apply to copies starting from
-                        attrsIdxs[numAttrs-1] through count - 1.
- \param numAttrs      - Size of \p attrs and \p attrsIdxs arrays.
- \param stream        - The stream to enqueue the operations in. Must not be legacy NULL stream.
+ - parameter dsts          - Array of destination pointers.
+ - parameter srcs          - Array of memcpy source pointers.
+ - parameter sizes         - Array of sizes for memcpy operations.
+ - parameter count         - Size of \p dsts, \p srcs and \p sizes arrays
+ - parameter attrs         - Array of memcpy attributes.
+ - parameter attrsIdxs     - Array of indices to specify which copies each entry in the \p attrs array applies to.
+ The attributes specified in attrs[k] will be applied to copies starting from attrsIdxs[k]
+ through attrsIdxs[k+1] - 1. Also attrs[numAttrs-1] will apply to copies starting from
+ attrsIdxs[numAttrs-1] through count - 1.
+ - parameter numAttrs      - Size of \p attrs and \p attrsIdxs arrays.
+ - parameter stream        - The stream to enqueue the operations in. Must not be legacy NULL stream.
 
  \return
  ::cudaSuccess
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_async
  \note_memcpy*/
 ///
@@ -30817,9 +30929,9 @@ pub unsafe fn cudaMemcpyBatchAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data between host and device
+/** Copies data between host and device
 
- \deprecated
+ Deprecated.
 
  Copies \p count bytes from the CUDA array \p src starting at \p hOffset rows
  and \p wOffset bytes from the upper left corner to the memory area pointed to
@@ -30830,23 +30942,23 @@ pub unsafe fn cudaMemcpyBatchAsync(
  inferred from the pointer values. However, ::cudaMemcpyDefault is only
  allowed on systems that support unified virtual addressing.
 
- \param dst     - Destination memory address
- \param src     - Source memory address
- \param wOffset - Source starting X offset (columns in bytes)
- \param hOffset - Source starting Y offset (rows)
- \param count   - Size in bytes to copy
- \param kind    - Type of transfer
+ - parameter dst     - Destination memory address
+ - parameter src     - Source memory address
+ - parameter wOffset - Source starting X offset (columns in bytes)
+ - parameter hOffset - Source starting Y offset (rows)
+ - parameter count   - Size in bytes to copy
+ - parameter kind    - Type of transfer
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidMemcpyDirection
- \notefnerr
- \note_sync
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemcpy, ::cudaMemcpy2D, ::cudaMemcpyToArray,
+ See also: ::cudaMemcpy, ::cudaMemcpy2D, ::cudaMemcpyToArray,
  ::cudaMemcpy2DToArray, ::cudaMemcpy2DFromArray,
  ::cudaMemcpyArrayToArray, ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
  ::cudaMemcpyFromSymbol, ::cudaMemcpyAsync, ::cudaMemcpy2DAsync,
@@ -30899,9 +31011,9 @@ pub unsafe fn cudaMemcpyFromArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data between host and device
+/** Copies data between host and device
 
- \deprecated
+ Deprecated.
 
  Copies \p count bytes from the CUDA array \p src starting at \p hOffset rows
  and \p wOffset bytes from the upper left corner to the memory area pointed to
@@ -30918,25 +31030,25 @@ pub unsafe fn cudaMemcpyFromArray(
  kind is ::cudaMemcpyHostToDevice or ::cudaMemcpyDeviceToHost and \p stream
  is non-zero, the copy may overlap with operations in other streams.
 
- \param dst     - Destination memory address
- \param src     - Source memory address
- \param wOffset - Source starting X offset (columns in bytes)
- \param hOffset - Source starting Y offset (rows)
- \param count   - Size in bytes to copy
- \param kind    - Type of transfer
- \param stream  - Stream identifier
+ - parameter dst     - Destination memory address
+ - parameter src     - Source memory address
+ - parameter wOffset - Source starting X offset (columns in bytes)
+ - parameter hOffset - Source starting Y offset (rows)
+ - parameter count   - Size in bytes to copy
+ - parameter kind    - Type of transfer
+ - parameter stream  - Stream identifier
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidMemcpyDirection
- \notefnerr
+
  \note_async
- \note_null_stream
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemcpy, ::cudaMemcpy2D, ::cudaMemcpyToArray,
+ See also: ::cudaMemcpy, ::cudaMemcpy2D, ::cudaMemcpyToArray,
  ::cudaMemcpy2DToArray, ::cudaMemcpyFromArray, ::cudaMemcpy2DFromArray,
  ::cudaMemcpyArrayToArray, ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
  ::cudaMemcpyFromSymbol, ::cudaMemcpyAsync, ::cudaMemcpy2DAsync,
@@ -30992,7 +31104,7 @@ pub unsafe fn cudaMemcpyFromArrayAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data from the given symbol on the device
+/** Copies data from the given symbol on the device
 
  Copies \p count bytes from the memory area pointed to by \p offset bytes
  from the start of symbol \p symbol to the memory area pointed to by \p dst.
@@ -31003,11 +31115,11 @@ pub unsafe fn cudaMemcpyFromArrayAsync(
  transfer is inferred from the pointer values. However, ::cudaMemcpyDefault
  is only allowed on systems that support unified virtual addressing.
 
- \param dst    - Destination memory address
- \param symbol - Device symbol address
- \param count  - Size in bytes to copy
- \param offset - Offset from start of symbol in bytes
- \param kind   - Type of transfer
+ - parameter dst    - Destination memory address
+ - parameter symbol - Device symbol address
+ - parameter count  - Size in bytes to copy
+ - parameter offset - Offset from start of symbol in bytes
+ - parameter kind   - Type of transfer
 
  \return
  ::cudaSuccess,
@@ -31015,13 +31127,13 @@ pub unsafe fn cudaMemcpyFromArrayAsync(
  ::cudaErrorInvalidSymbol,
  ::cudaErrorInvalidMemcpyDirection,
  ::cudaErrorNoKernelImageForDevice
- \notefnerr
- \note_sync
+
+
  \note_string_api_deprecation
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemcpy, ::cudaMemcpy2D,
+ See also: ::cudaMemcpy, ::cudaMemcpy2D,
  ::cudaMemcpy2DToArray, ::cudaMemcpy2DFromArray,
  ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
  ::cudaMemcpyAsync, ::cudaMemcpy2DAsync,
@@ -31072,7 +31184,7 @@ pub unsafe fn cudaMemcpyFromSymbol(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data from the given symbol on the device
+/** Copies data from the given symbol on the device
 
  Copies \p count bytes from the memory area pointed to by \p offset bytes
  from the start of symbol \p symbol to the memory area pointed to by \p dst.
@@ -31089,12 +31201,12 @@ pub unsafe fn cudaMemcpyFromSymbol(
  is ::cudaMemcpyDeviceToHost and \p stream is non-zero, the copy may overlap
  with operations in other streams.
 
- \param dst    - Destination memory address
- \param symbol - Device symbol address
- \param count  - Size in bytes to copy
- \param offset - Offset from start of symbol in bytes
- \param kind   - Type of transfer
- \param stream - Stream identifier
+ - parameter dst    - Destination memory address
+ - parameter symbol - Device symbol address
+ - parameter count  - Size in bytes to copy
+ - parameter offset - Offset from start of symbol in bytes
+ - parameter kind   - Type of transfer
+ - parameter stream - Stream identifier
 
  \return
  ::cudaSuccess,
@@ -31102,14 +31214,14 @@ pub unsafe fn cudaMemcpyFromSymbol(
  ::cudaErrorInvalidSymbol,
  ::cudaErrorInvalidMemcpyDirection,
  ::cudaErrorNoKernelImageForDevice
- \notefnerr
+
  \note_async
- \note_null_stream
+
  \note_string_api_deprecation
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemcpy, ::cudaMemcpy2D,
+ See also: ::cudaMemcpy, ::cudaMemcpy2D,
  ::cudaMemcpy2DToArray, ::cudaMemcpy2DFromArray,
  ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
  ::cudaMemcpyFromSymbol, ::cudaMemcpyAsync, ::cudaMemcpy2DAsync,
@@ -31163,7 +31275,7 @@ pub unsafe fn cudaMemcpyFromSymbolAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies memory between two devices
+/** Copies memory between two devices
 
  Copies memory from one device to memory on another device.  \p dst is the
  base device pointer of the destination memory and \p dstDevice is the
@@ -31176,22 +31288,22 @@ pub unsafe fn cudaMemcpyFromSymbolAsync(
  current device, \p srcDevice, and \p dstDevice (use ::cudaMemcpyPeerAsync
  to avoid this synchronization).
 
- \param dst       - Destination device pointer
- \param dstDevice - Destination device
- \param src       - Source device pointer
- \param srcDevice - Source device
- \param count     - Size of memory copy in bytes
+ - parameter dst       - Destination device pointer
+ - parameter dstDevice - Destination device
+ - parameter src       - Source device pointer
+ - parameter srcDevice - Source device
+ - parameter count     - Size of memory copy in bytes
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidDevice
- \notefnerr
- \note_sync
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemcpy, ::cudaMemcpyAsync, ::cudaMemcpyPeerAsync,
+ See also: ::cudaMemcpy, ::cudaMemcpyAsync, ::cudaMemcpyPeerAsync,
  ::cudaMemcpy3DPeerAsync,
  ::cuMemcpyPeer*/
 ///
@@ -31235,7 +31347,7 @@ pub unsafe fn cudaMemcpyPeer(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies memory between two devices asynchronously.
+/** Copies memory between two devices asynchronously.
 
  Copies memory from one device to memory on another device.  \p dst is the
  base device pointer of the destination memory and \p dstDevice is the
@@ -31246,24 +31358,24 @@ pub unsafe fn cudaMemcpyPeer(
  Note that this function is asynchronous with respect to the host and all work
  on other devices.
 
- \param dst       - Destination device pointer
- \param dstDevice - Destination device
- \param src       - Source device pointer
- \param srcDevice - Source device
- \param count     - Size of memory copy in bytes
- \param stream    - Stream identifier
+ - parameter dst       - Destination device pointer
+ - parameter dstDevice - Destination device
+ - parameter src       - Source device pointer
+ - parameter srcDevice - Source device
+ - parameter count     - Size of memory copy in bytes
+ - parameter stream    - Stream identifier
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidDevice
- \notefnerr
+
  \note_async
- \note_null_stream
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemcpy, ::cudaMemcpyPeer, ::cudaMemcpyAsync,
+ See also: ::cudaMemcpy, ::cudaMemcpyPeer, ::cudaMemcpyAsync,
  ::cudaMemcpy3DPeerAsync,
  ::cuMemcpyPeerAsync*/
 ///
@@ -31310,9 +31422,9 @@ pub unsafe fn cudaMemcpyPeerAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data between host and device
+/** Copies data between host and device
 
- \deprecated
+ Deprecated.
 
  Copies \p count bytes from the memory area pointed to by \p src to the
  CUDA array \p dst starting at \p hOffset rows and \p wOffset bytes from
@@ -31324,23 +31436,23 @@ pub unsafe fn cudaMemcpyPeerAsync(
  inferred from the pointer values. However, ::cudaMemcpyDefault is only
  allowed on systems that support unified virtual addressing.
 
- \param dst     - Destination memory address
- \param wOffset - Destination starting X offset (columns in bytes)
- \param hOffset - Destination starting Y offset (rows)
- \param src     - Source memory address
- \param count   - Size in bytes to copy
- \param kind    - Type of transfer
+ - parameter dst     - Destination memory address
+ - parameter wOffset - Destination starting X offset (columns in bytes)
+ - parameter hOffset - Destination starting Y offset (rows)
+ - parameter src     - Source memory address
+ - parameter count   - Size in bytes to copy
+ - parameter kind    - Type of transfer
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidMemcpyDirection
- \notefnerr
- \note_sync
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemcpy, ::cudaMemcpy2D,
+ See also: ::cudaMemcpy, ::cudaMemcpy2D,
  ::cudaMemcpy2DToArray, ::cudaMemcpyFromArray, ::cudaMemcpy2DFromArray,
  ::cudaMemcpyArrayToArray, ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
  ::cudaMemcpyFromSymbol, ::cudaMemcpyAsync, ::cudaMemcpy2DAsync,
@@ -31393,9 +31505,9 @@ pub unsafe fn cudaMemcpyToArray(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data between host and device
+/** Copies data between host and device
 
- \deprecated
+ Deprecated.
 
  Copies \p count bytes from the memory area pointed to by \p src to the
  CUDA array \p dst starting at \p hOffset rows and \p wOffset bytes from
@@ -31413,25 +31525,25 @@ pub unsafe fn cudaMemcpyToArray(
  kind is ::cudaMemcpyHostToDevice or ::cudaMemcpyDeviceToHost and \p stream
  is non-zero, the copy may overlap with operations in other streams.
 
- \param dst     - Destination memory address
- \param wOffset - Destination starting X offset (columns in bytes)
- \param hOffset - Destination starting Y offset (rows)
- \param src     - Source memory address
- \param count   - Size in bytes to copy
- \param kind    - Type of transfer
- \param stream  - Stream identifier
+ - parameter dst     - Destination memory address
+ - parameter wOffset - Destination starting X offset (columns in bytes)
+ - parameter hOffset - Destination starting Y offset (rows)
+ - parameter src     - Source memory address
+ - parameter count   - Size in bytes to copy
+ - parameter kind    - Type of transfer
+ - parameter stream  - Stream identifier
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidMemcpyDirection
- \notefnerr
+
  \note_async
- \note_null_stream
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemcpy, ::cudaMemcpy2D, ::cudaMemcpyToArray,
+ See also: ::cudaMemcpy, ::cudaMemcpy2D, ::cudaMemcpyToArray,
  ::cudaMemcpy2DToArray, ::cudaMemcpyFromArray, ::cudaMemcpy2DFromArray,
  ::cudaMemcpyArrayToArray, ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
  ::cudaMemcpyFromSymbol, ::cudaMemcpyAsync, ::cudaMemcpy2DAsync,
@@ -31487,7 +31599,7 @@ pub unsafe fn cudaMemcpyToArrayAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data to the given symbol on the device
+/** Copies data to the given symbol on the device
 
  Copies \p count bytes from the memory area pointed to by \p src
  to the memory area pointed to by \p offset bytes from the start of symbol
@@ -31498,11 +31610,11 @@ pub unsafe fn cudaMemcpyToArrayAsync(
  transfer is inferred from the pointer values. However, ::cudaMemcpyDefault
  is only allowed on systems that support unified virtual addressing.
 
- \param symbol - Device symbol address
- \param src    - Source memory address
- \param count  - Size in bytes to copy
- \param offset - Offset from start of symbol in bytes
- \param kind   - Type of transfer
+ - parameter symbol - Device symbol address
+ - parameter src    - Source memory address
+ - parameter count  - Size in bytes to copy
+ - parameter offset - Offset from start of symbol in bytes
+ - parameter kind   - Type of transfer
 
  \return
  ::cudaSuccess,
@@ -31510,13 +31622,13 @@ pub unsafe fn cudaMemcpyToArrayAsync(
  ::cudaErrorInvalidSymbol,
  ::cudaErrorInvalidMemcpyDirection,
  ::cudaErrorNoKernelImageForDevice
- \notefnerr
- \note_sync
+
+
  \note_string_api_deprecation
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemcpy, ::cudaMemcpy2D,
+ See also: ::cudaMemcpy, ::cudaMemcpy2D,
  ::cudaMemcpy2DToArray,  ::cudaMemcpy2DFromArray,
  ::cudaMemcpy2DArrayToArray,
  ::cudaMemcpyFromSymbol, ::cudaMemcpyAsync, ::cudaMemcpy2DAsync,
@@ -31567,7 +31679,7 @@ pub unsafe fn cudaMemcpyToSymbol(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies data to the given symbol on the device
+/** Copies data to the given symbol on the device
 
  Copies \p count bytes from the memory area pointed to by \p src
  to the memory area pointed to by \p offset bytes from the start of symbol
@@ -31584,12 +31696,12 @@ pub unsafe fn cudaMemcpyToSymbol(
  \p kind is ::cudaMemcpyHostToDevice and \p stream is non-zero, the copy
  may overlap with operations in other streams.
 
- \param symbol - Device symbol address
- \param src    - Source memory address
- \param count  - Size in bytes to copy
- \param offset - Offset from start of symbol in bytes
- \param kind   - Type of transfer
- \param stream - Stream identifier
+ - parameter symbol - Device symbol address
+ - parameter src    - Source memory address
+ - parameter count  - Size in bytes to copy
+ - parameter offset - Offset from start of symbol in bytes
+ - parameter kind   - Type of transfer
+ - parameter stream - Stream identifier
 
  \return
  ::cudaSuccess,
@@ -31597,14 +31709,14 @@ pub unsafe fn cudaMemcpyToSymbol(
  ::cudaErrorInvalidSymbol,
  ::cudaErrorInvalidMemcpyDirection,
  ::cudaErrorNoKernelImageForDevice
- \notefnerr
+
  \note_async
- \note_null_stream
+
  \note_string_api_deprecation
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemcpy, ::cudaMemcpy2D,
+ See also: ::cudaMemcpy, ::cudaMemcpy2D,
  ::cudaMemcpy2DToArray, ::cudaMemcpy2DFromArray,
  ::cudaMemcpy2DArrayToArray, ::cudaMemcpyToSymbol,
  ::cudaMemcpyFromSymbol, ::cudaMemcpyAsync, ::cudaMemcpy2DAsync,
@@ -31667,20 +31779,20 @@ pub unsafe fn cudaMemcpyToSymbolAsync(
 
  For more information regarding the attributes, please refer to ::cudaMemcpyAttributes and it's usage desciption in::cudaMemcpyBatchAsync
 
- \param dst - Destination device pointer
- \param src - Source device pointer
- \param size - Number of bytes to copy
- \param attr - Attributes for the copy
- \param stream - Stream to enqueue the operation in
+ - parameter dst - Destination device pointer
+ - parameter src - Source device pointer
+ - parameter size - Number of bytes to copy
+ - parameter attr - Attributes for the copy
+ - parameter stream - Stream to enqueue the operation in
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_async
  \note_memcpy
 
- \sa ::cudaMemcpyBatchAsync*/
+ See also: ::cudaMemcpyBatchAsync*/
 ///
 /** # Loading
 
@@ -31722,7 +31834,7 @@ pub unsafe fn cudaMemcpyWithAttributesAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Initializes or sets device memory to a value
+/** Initializes or sets device memory to a value
 
  Fills the first \p count bytes of the memory area pointed to by \p devPtr
  with the constant byte value \p value.
@@ -31730,14 +31842,14 @@ pub unsafe fn cudaMemcpyWithAttributesAsync(
  Note that this function is asynchronous with respect to the host unless
  \p devPtr refers to pinned host memory.
 
- \param devPtr - Pointer to device memory
- \param value  - Value to set for each byte of specified memory
- \param count  - Size in bytes to set
+ - parameter devPtr - Pointer to device memory
+ - parameter value  - Value to set for each byte of specified memory
+ - parameter count  - Size in bytes to set
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
- \notefnerr
+
  \note_memset
  \note_init_rt
  \note_callback
@@ -31781,7 +31893,7 @@ pub unsafe fn cudaMemset(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Initializes or sets device memory to a value
+/** Initializes or sets device memory to a value
 
  Sets to the specified value \p value a matrix (\p height rows of \p width
  bytes each) pointed to by \p dstPtr. \p pitch is the width in bytes of the
@@ -31792,21 +31904,21 @@ pub unsafe fn cudaMemset(
  Note that this function is asynchronous with respect to the host unless
  \p devPtr refers to pinned host memory.
 
- \param devPtr - Pointer to 2D device memory
- \param pitch  - Pitch in bytes of 2D device memory(Unused if \p height is 1)
- \param value  - Value to set for each byte of specified memory
- \param width  - Width of matrix set (columns in bytes)
- \param height - Height of matrix set (rows)
+ - parameter devPtr - Pointer to 2D device memory
+ - parameter pitch  - Pitch in bytes of 2D device memory(Unused if \p height is 1)
+ - parameter value  - Value to set for each byte of specified memory
+ - parameter width  - Width of matrix set (columns in bytes)
+ - parameter height - Height of matrix set (rows)
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
- \notefnerr
+
  \note_memset
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemset, ::cudaMemset3D, ::cudaMemsetAsync,
+ See also: ::cudaMemset, ::cudaMemset3D, ::cudaMemsetAsync,
  ::cudaMemset2DAsync, ::cudaMemset3DAsync,
  ::cuMemsetD2D8,
  ::cuMemsetD2D16,
@@ -31852,7 +31964,7 @@ pub unsafe fn cudaMemset2D(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Initializes or sets device memory to a value
+/** Initializes or sets device memory to a value
 
  Sets to the specified value \p value a matrix (\p height rows of \p width
  bytes each) pointed to by \p dstPtr. \p pitch is the width in bytes of the
@@ -31868,23 +31980,23 @@ pub unsafe fn cudaMemset2D(
  The device version of this function only handles device to device copies and
  cannot be given local or shared pointers.
 
- \param devPtr - Pointer to 2D device memory
- \param pitch  - Pitch in bytes of 2D device memory(Unused if \p height is 1)
- \param value  - Value to set for each byte of specified memory
- \param width  - Width of matrix set (columns in bytes)
- \param height - Height of matrix set (rows)
- \param stream - Stream identifier
+ - parameter devPtr - Pointer to 2D device memory
+ - parameter pitch  - Pitch in bytes of 2D device memory(Unused if \p height is 1)
+ - parameter value  - Value to set for each byte of specified memory
+ - parameter width  - Width of matrix set (columns in bytes)
+ - parameter height - Height of matrix set (rows)
+ - parameter stream - Stream identifier
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
- \notefnerr
+
  \note_memset
- \note_null_stream
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemset, ::cudaMemset2D, ::cudaMemset3D,
+ See also: ::cudaMemset, ::cudaMemset2D, ::cudaMemset3D,
  ::cudaMemsetAsync, ::cudaMemset3DAsync,
  ::cuMemsetD2D8Async,
  ::cuMemsetD2D16Async,
@@ -31933,7 +32045,7 @@ pub unsafe fn cudaMemset2DAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Initializes or sets device memory to a value
+/** Initializes or sets device memory to a value
 
  Initializes each element of a 3D array to the specified value \p value.
  The object to initialize is defined by \p pitchedDevPtr. The \p pitch field
@@ -31959,19 +32071,19 @@ pub unsafe fn cudaMemset2DAsync(
  Note that this function is asynchronous with respect to the host unless
  \p pitchedDevPtr refers to pinned host memory.
 
- \param pitchedDevPtr - Pointer to pitched device memory
- \param value         - Value to set for each byte of specified memory
- \param extent        - Size parameters for where to set device memory (\p width field in bytes)
+ - parameter pitchedDevPtr - Pointer to pitched device memory
+ - parameter value         - Value to set for each byte of specified memory
+ - parameter extent        - Size parameters for where to set device memory (\p width field in bytes)
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
- \notefnerr
+
  \note_memset
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemset, ::cudaMemset2D,
+ See also: ::cudaMemset, ::cudaMemset2D,
  ::cudaMemsetAsync, ::cudaMemset2DAsync, ::cudaMemset3DAsync,
  ::cudaMalloc3D, ::make_cudaPitchedPtr,
  ::make_cudaExtent*/
@@ -32010,7 +32122,7 @@ pub unsafe fn cudaMemset3D(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Initializes or sets device memory to a value
+/** Initializes or sets device memory to a value
 
  Initializes each element of a 3D array to the specified value \p value.
  The object to initialize is defined by \p pitchedDevPtr. The \p pitch field
@@ -32041,21 +32153,21 @@ pub unsafe fn cudaMemset3D(
  The device version of this function only handles device to device copies and
  cannot be given local or shared pointers.
 
- \param pitchedDevPtr - Pointer to pitched device memory
- \param value         - Value to set for each byte of specified memory
- \param extent        - Size parameters for where to set device memory (\p width field in bytes)
- \param stream - Stream identifier
+ - parameter pitchedDevPtr - Pointer to pitched device memory
+ - parameter value         - Value to set for each byte of specified memory
+ - parameter extent        - Size parameters for where to set device memory (\p width field in bytes)
+ - parameter stream - Stream identifier
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
- \notefnerr
+
  \note_memset
- \note_null_stream
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemset, ::cudaMemset2D, ::cudaMemset3D,
+ See also: ::cudaMemset, ::cudaMemset2D, ::cudaMemset3D,
  ::cudaMemsetAsync, ::cudaMemset2DAsync,
  ::cudaMalloc3D, ::make_cudaPitchedPtr,
  ::make_cudaExtent*/
@@ -32097,7 +32209,7 @@ pub unsafe fn cudaMemset3DAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Initializes or sets device memory to a value
+/** Initializes or sets device memory to a value
 
  Fills the first \p count bytes of the memory area pointed to by \p devPtr
  with the constant byte value \p value.
@@ -32110,21 +32222,21 @@ pub unsafe fn cudaMemset3DAsync(
  The device version of this function only handles device to device copies and
  cannot be given local or shared pointers.
 
- \param devPtr - Pointer to device memory
- \param value  - Value to set for each byte of specified memory
- \param count  - Size in bytes to set
- \param stream - Stream identifier
+ - parameter devPtr - Pointer to device memory
+ - parameter value  - Value to set for each byte of specified memory
+ - parameter count  - Size in bytes to set
+ - parameter stream - Stream identifier
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
- \notefnerr
+
  \note_memset
- \note_null_stream
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaMemset, ::cudaMemset2D, ::cudaMemset3D,
+ See also: ::cudaMemset, ::cudaMemset2D, ::cudaMemset3D,
  ::cudaMemset2DAsync, ::cudaMemset3DAsync,
  ::cuMemsetD8Async,
  ::cuMemsetD16Async,
@@ -32167,7 +32279,7 @@ pub unsafe fn cudaMemsetAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the memory requirements of a CUDA mipmapped array
+/** Returns the memory requirements of a CUDA mipmapped array
 
  Returns the memory requirements of a CUDA mipmapped array in \p memoryRequirements
  If the CUDA mipmapped array is not allocated with flag ::cudaArrayDeferredMapping
@@ -32186,7 +32298,7 @@ pub unsafe fn cudaMemsetAsync(
  \param[out] memoryRequirements - Pointer to ::cudaArrayMemoryRequirements
  \param[in] mipmap - CUDA mipmapped array to get the memory requirements of
  \param[in] device - Device to get the memory requirements for
- \sa ::cudaArrayGetMemoryRequirements*/
+ See also: ::cudaArrayGetMemoryRequirements*/
 ///
 /** # Loading
 
@@ -32254,14 +32366,14 @@ pub unsafe fn cudaMipmappedArrayGetSparseProperties(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns dynamic shared memory available per block when launching \p numBlocks blocks on SM.
+/** Returns dynamic shared memory available per block when launching \p numBlocks blocks on SM.
 
  Returns in \p *dynamicSmemSize the maximum size of dynamic shared memory to allow \p numBlocks blocks per SM.
 
- \param dynamicSmemSize - Returned maximum dynamic shared memory
- \param func            - Kernel function for which occupancy is calculated
- \param numBlocks       - Number of blocks to fit on SM
- \param blockSize       - Size of the block
+ - parameter dynamicSmemSize - Returned maximum dynamic shared memory
+ - parameter func            - Kernel function for which occupancy is calculated
+ - parameter numBlocks       - Number of blocks to fit on SM
+ - parameter blockSize       - Size of the block
 
  \return
  ::cudaSuccess,
@@ -32269,12 +32381,12 @@ pub unsafe fn cudaMipmappedArrayGetSparseProperties(
  ::cudaErrorInvalidDeviceFunction,
  ::cudaErrorInvalidValue,
  ::cudaErrorUnknown,
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_cudaKernel_t
 
- \sa ::cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
+ See also: ::cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
  \ref ::cudaOccupancyMaxPotentialBlockSize(int*, int*, T, size_t, int) "cudaOccupancyMaxPotentialBlockSize (C++ API)",
  \ref ::cudaOccupancyMaxPotentialBlockSizeWithFlags(int*, int*, T, size_t, int, unsigned int) "cudaOccupancyMaxPotentialBlockSizeWithFlags (C++ API)",
  \ref ::cudaOccupancyMaxPotentialBlockSizeVariableSMem(int*, int*, T, UnaryFunction, int) "cudaOccupancyMaxPotentialBlockSizeVariableSMem (C++ API)",
@@ -32318,15 +32430,15 @@ pub unsafe fn cudaOccupancyAvailableDynamicSMemPerBlock(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns occupancy for a device function
+/** Returns occupancy for a device function
 
  Returns in \p *numBlocks the maximum number of active blocks per
  streaming multiprocessor for the device function.
 
- \param numBlocks       - Returned occupancy
- \param func            - Kernel function for which occupancy is calculated
- \param blockSize       - Block size the kernel is intended to be launched with
- \param dynamicSMemSize - Per-block dynamic shared memory usage intended, in bytes
+ - parameter numBlocks       - Returned occupancy
+ - parameter func            - Kernel function for which occupancy is calculated
+ - parameter blockSize       - Block size the kernel is intended to be launched with
+ - parameter dynamicSMemSize - Per-block dynamic shared memory usage intended, in bytes
 
  \return
  ::cudaSuccess,
@@ -32334,12 +32446,12 @@ pub unsafe fn cudaOccupancyAvailableDynamicSMemPerBlock(
  ::cudaErrorInvalidDeviceFunction,
  ::cudaErrorInvalidValue,
  ::cudaErrorUnknown,
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_cudaKernel_t
 
- \sa ::cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
+ See also: ::cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
  \ref ::cudaOccupancyMaxPotentialBlockSize(int*, int*, T, size_t, int) "cudaOccupancyMaxPotentialBlockSize (C++ API)",
  \ref ::cudaOccupancyMaxPotentialBlockSizeWithFlags(int*, int*, T, size_t, int, unsigned int) "cudaOccupancyMaxPotentialBlockSizeWithFlags (C++ API)",
  \ref ::cudaOccupancyMaxPotentialBlockSizeVariableSMem(int*, int*, T, UnaryFunction, int) "cudaOccupancyMaxPotentialBlockSizeVariableSMem (C++ API)",
@@ -32384,7 +32496,7 @@ pub unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessor(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns occupancy for a device function with the specified flags
+/** Returns occupancy for a device function with the specified flags
 
  Returns in \p *numBlocks the maximum number of active blocks per
  streaming multiprocessor for the device function.
@@ -32392,21 +32504,21 @@ pub unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessor(
  The \p flags parameter controls how special cases are handled. Valid flags include:
 
  - ::cudaOccupancyDefault: keeps the default behavior as
-   ::cudaOccupancyMaxActiveBlocksPerMultiprocessor
+ ::cudaOccupancyMaxActiveBlocksPerMultiprocessor
 
  - ::cudaOccupancyDisableCachingOverride: This flag suppresses the default behavior
-   on platform where global caching affects occupancy. On such platforms, if caching
-   is enabled, but per-block SM resource usage would result in zero occupancy, the
-   occupancy calculator will calculate the occupancy as if caching is disabled.
-   Setting this flag makes the occupancy calculator to return 0 in such cases.
-   More information can be found about this feature in the "Unified L1/Texture Cache"
-   section of the Maxwell tuning guide.
+ on platform where global caching affects occupancy. On such platforms, if caching
+ is enabled, but per-block SM resource usage would result in zero occupancy, the
+ occupancy calculator will calculate the occupancy as if caching is disabled.
+ Setting this flag makes the occupancy calculator to return 0 in such cases.
+ More information can be found about this feature in the "Unified L1/Texture Cache"
+ section of the Maxwell tuning guide.
 
- \param numBlocks       - Returned occupancy
- \param func            - Kernel function for which occupancy is calculated
- \param blockSize       - Block size the kernel is intended to be launched with
- \param dynamicSMemSize - Per-block dynamic shared memory usage intended, in bytes
- \param flags           - Requested behavior for the occupancy calculator
+ - parameter numBlocks       - Returned occupancy
+ - parameter func            - Kernel function for which occupancy is calculated
+ - parameter blockSize       - Block size the kernel is intended to be launched with
+ - parameter dynamicSMemSize - Per-block dynamic shared memory usage intended, in bytes
+ - parameter flags           - Requested behavior for the occupancy calculator
 
  \return
  ::cudaSuccess,
@@ -32414,12 +32526,12 @@ pub unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessor(
  ::cudaErrorInvalidDeviceFunction,
  ::cudaErrorInvalidValue,
  ::cudaErrorUnknown,
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_cudaKernel_t
 
- \sa ::cudaOccupancyMaxActiveBlocksPerMultiprocessor,
+ See also: ::cudaOccupancyMaxActiveBlocksPerMultiprocessor,
  \ref ::cudaOccupancyMaxPotentialBlockSize(int*, int*, T, size_t, int) "cudaOccupancyMaxPotentialBlockSize (C++ API)",
  \ref ::cudaOccupancyMaxPotentialBlockSizeWithFlags(int*, int*, T, size_t, int, unsigned int) "cudaOccupancyMaxPotentialBlockSizeWithFlags (C++ API)",
  \ref ::cudaOccupancyMaxPotentialBlockSizeVariableSMem(int*, int*, T, UnaryFunction, int) "cudaOccupancyMaxPotentialBlockSizeVariableSMem (C++ API)",
@@ -32467,7 +32579,7 @@ pub unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Given the kernel function (\p func) and launch configuration
+/** Given the kernel function (\p func) and launch configuration
  (\p config), return the maximum number of clusters that could co-exist
  on the target device in \p *numClusters.
 
@@ -32481,11 +32593,11 @@ pub unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
  calculation. Runtime environment may affect how the hardware schedules
  the clusters, so the calculated occupancy is not guaranteed to be achievable.
 
- \param numClusters - Returned maximum number of clusters that
-                      could co-exist on the target device
- \param func        - Kernel function for which maximum number
-                      of clusters are calculated
- \param config      - Launch configuration for the given kernel function
+ - parameter numClusters - Returned maximum number of clusters that
+ could co-exist on the target device
+ - parameter func        - Kernel function for which maximum number
+ of clusters are calculated
+ - parameter config      - Launch configuration for the given kernel function
 
  \return
  ::cudaSuccess,
@@ -32493,7 +32605,7 @@ pub unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidClusterSize,
  ::cudaErrorUnknown,
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_cudaKernel_t
@@ -32537,7 +32649,7 @@ pub unsafe fn cudaOccupancyMaxActiveClusters(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Given the kernel function (\p func) and launch configuration
+/** Given the kernel function (\p func) and launch configuration
  (\p config), return the maximum cluster size in \p *clusterSize.
 
  The cluster dimensions in \p config are ignored. If func has a required
@@ -32550,23 +32662,23 @@ pub unsafe fn cudaOccupancyMaxActiveClusters(
 
  This function will respect the compile time launch bounds.
 
- \param clusterSize - Returned maximum cluster size that can be launched
-                      for the given kernel function and launch configuration
- \param func        - Kernel function for which maximum cluster
-                      size is calculated
- \param config      - Launch configuration for the given kernel function
+ - parameter clusterSize - Returned maximum cluster size that can be launched
+ for the given kernel function and launch configuration
+ - parameter func        - Kernel function for which maximum cluster
+ size is calculated
+ - parameter config      - Launch configuration for the given kernel function
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidDeviceFunction,
  ::cudaErrorInvalidValue,
  ::cudaErrorUnknown,
- \notefnerr
+
  \note_init_rt
  \note_callback
  \note_cudaKernel_t
 
- \sa ::cudaFuncGetAttributes
+ See also: ::cudaFuncGetAttributes
  \ref ::cudaOccupancyMaxPotentialClusterSize(int*, T, const cudaLaunchConfig_t*) "cudaOccupancyMaxPotentialClusterSize (C++ API)",
  ::cuOccupancyMaxPotentialClusterSize*/
 ///
@@ -32604,7 +32716,7 @@ pub unsafe fn cudaOccupancyMaxPotentialClusterSize(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the last error from a runtime call
+/** Returns the last error from a runtime call
 
  Returns the last error that has been produced by any of the runtime calls
  in the same instance of the CUDA Runtime library in the host thread. This
@@ -32646,11 +32758,11 @@ pub unsafe fn cudaOccupancyMaxPotentialClusterSize(
  ::cudaErrorNoKernelImageForDevice,
  ::cudaErrorJitCompilerNotFound,
  ::cudaErrorJitCompilationDisabled
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaGetLastError, ::cudaGetErrorName, ::cudaGetErrorString, ::cudaError*/
+ See also: ::cudaGetLastError, ::cudaGetErrorName, ::cudaGetErrorString, ::cudaError*/
 ///
 /** # Loading
 
@@ -32674,58 +32786,62 @@ pub unsafe fn cudaPeekAtLastError() -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns attributes about a specified pointer
+/** Returns attributes about a specified pointer
 
  Returns in \p *attributes the attributes of the pointer \p ptr.
  If pointer was not allocated in, mapped by or registered with context
  supporting unified addressing ::cudaErrorInvalidValue is returned.
 
- \note In CUDA 11.0 forward passing host pointer will return ::cudaMemoryTypeUnregistered
+ Note: In CUDA 11.0 forward passing host pointer will return ::cudaMemoryTypeUnregistered
  in ::cudaPointerAttributes::type and call will return ::cudaSuccess.
 
  The ::cudaPointerAttributes structure is defined as:
- \code
-struct cudaPointerAttributes {
-enum cudaMemoryType type;
-int device;
-void *devicePointer;
-void *hostPointer;
-int localityDomainOrdinal;
-}
-\endcode
+
+ ```text
+
+ struct cudaPointerAttributes {
+ enum cudaMemoryType type;
+ int device;
+ void *devicePointer;
+ void *hostPointer;
+ int localityDomainOrdinal;
+ }
+
+ ```
+
  In this structure, the individual fields mean
 
  - \ref ::cudaPointerAttributes::type identifies type of memory. It can be
-    ::cudaMemoryTypeUnregistered for unregistered host memory,
-    ::cudaMemoryTypeHost for registered host memory, ::cudaMemoryTypeDevice for device
-    memory or  ::cudaMemoryTypeManaged for managed memory.
+ ::cudaMemoryTypeUnregistered for unregistered host memory,
+ ::cudaMemoryTypeHost for registered host memory, ::cudaMemoryTypeDevice for device
+ memory or  ::cudaMemoryTypeManaged for managed memory.
 
  - \ref ::cudaPointerAttributes::device "device" is the device against which
-   \p ptr was allocated.  If \p ptr has memory type ::cudaMemoryTypeDevice
-   then this identifies the device on which the memory referred to by \p ptr
-   physically resides.  If \p ptr has memory type ::cudaMemoryTypeHost then this
-   identifies the device which was current when the allocation was made
-   (and if that device is deinitialized then this allocation will vanish
-   with that device's state).
+ \p ptr was allocated.  If \p ptr has memory type ::cudaMemoryTypeDevice
+ then this identifies the device on which the memory referred to by \p ptr
+ physically resides.  If \p ptr has memory type ::cudaMemoryTypeHost then this
+ identifies the device which was current when the allocation was made
+ (and if that device is deinitialized then this allocation will vanish
+ with that device's state).
 
  - \ref ::cudaPointerAttributes::devicePointer "devicePointer" is
-   the device pointer alias through which the memory referred to by \p ptr
-   may be accessed on the current device.
-   If the memory referred to by \p ptr cannot be accessed directly by the
-   current device then this is NULL.
+ the device pointer alias through which the memory referred to by \p ptr
+ may be accessed on the current device.
+ If the memory referred to by \p ptr cannot be accessed directly by the
+ current device then this is NULL.
 
  - \ref ::cudaPointerAttributes::hostPointer "hostPointer" is
-   the host pointer alias through which the memory referred to by \p ptr
-   may be accessed on the host.
-   If the memory referred to by \p ptr cannot be accessed directly by the
-   host then this is NULL.
+ the host pointer alias through which the memory referred to by \p ptr
+ may be accessed on the host.
+ If the memory referred to by \p ptr cannot be accessed directly by the
+ host then this is NULL.
 
  - \ref ::cudaPointerAttributes::localityDomainOrdinal "localityDomainOrdinal" is
-   the locality domain ordinal for device allocations localized to a locality domain,
-   or -1 when the allocation is not localized to a locality domain.
+ the locality domain ordinal for device allocations localized to a locality domain,
+ or -1 when the allocation is not localized to a locality domain.
 
- \param attributes - Attributes for the specified pointer
- \param ptr        - Pointer to get attributes for
+ - parameter attributes - Attributes for the specified pointer
+ - parameter ptr        - Pointer to get attributes for
 
  \return
  ::cudaSuccess,
@@ -32734,7 +32850,7 @@ int localityDomainOrdinal;
  \note_init_rt
  \note_callback
 
- \sa ::cudaGetDeviceCount, ::cudaGetDevice, ::cudaSetDevice,
+ See also: ::cudaGetDeviceCount, ::cudaGetDevice, ::cudaSetDevice,
  ::cudaChooseDevice,
  ::cudaInitDevice,
  ::cuPointerGetAttributes*/
@@ -32770,7 +32886,7 @@ pub unsafe fn cudaPointerGetAttributes(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns the CUDA Runtime version
+/** Returns the CUDA Runtime version
 
  Returns in \p *runtimeVersion the version number of the current CUDA
  Runtime instance. The version is returned as
@@ -32789,7 +32905,7 @@ pub unsafe fn cudaPointerGetAttributes(
  This function automatically returns ::cudaErrorInvalidValue if
  the \p runtimeVersion argument is NULL.
 
- \param runtimeVersion - Returns the CUDA Runtime version.
+ - parameter runtimeVersion - Returns the CUDA Runtime version.
 
  \return
  ::cudaSuccess,
@@ -32827,7 +32943,7 @@ pub unsafe fn cudaRuntimeGetVersion(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Set device to be used for GPU executions
+/** Set device to be used for GPU executions
 
  Sets \p device as the current device for the calling host thread.
  Valid device id's are 0 to (::cudaGetDeviceCount() - 1).
@@ -32856,18 +32972,18 @@ pub unsafe fn cudaRuntimeGetVersion(
  process or if the device is in ::cudaComputeModeProhibited.
 
  It is not required to call ::cudaInitDevice before using this function.
- \param device - Device on which the active host thread should execute the
+ - parameter device - Device on which the active host thread should execute the
  device code.
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidDevice,
  ::cudaErrorDeviceUnavailable,
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaGetDeviceCount, ::cudaGetDevice, ::cudaGetDeviceProperties,
+ See also: ::cudaGetDeviceCount, ::cudaGetDevice, ::cudaGetDeviceProperties,
  ::cudaChooseDevice,
  ::cudaInitDevice,
  ::cuCtxSetCurrent*/
@@ -32894,7 +33010,7 @@ pub unsafe fn cudaSetDevice(device: ::core::ffi::c_int) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets flags to be used for device executions
+/** Sets flags to be used for device executions
 
  Records \p flags as the flags for the current device. If the current device
  has been set and that device has already been initialized, the previous flags
@@ -32946,16 +33062,16 @@ pub unsafe fn cudaSetDevice(device: ::core::ffi::c_int) -> cudaError_t {
  section titled "API Synchronization behavior" to learn more about cases when
  synchronous memory operations can exhibit asynchronous behavior.
 
- \param flags - Parameters for device operation
+ - parameter flags - Parameters for device operation
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaGetDeviceFlags, ::cudaGetDeviceCount, ::cudaGetDevice, ::cudaGetDeviceProperties,
+ See also: ::cudaGetDeviceFlags, ::cudaGetDeviceCount, ::cudaGetDevice, ::cudaGetDeviceProperties,
  ::cudaSetDevice, ::cudaSetValidDevices,
  ::cudaInitDevice,
  ::cudaChooseDevice,
@@ -32985,7 +33101,7 @@ pub unsafe fn cudaSetDeviceFlags(flags: ::core::ffi::c_uint) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Set a list of devices that can be used for CUDA
+/** Set a list of devices that can be used for CUDA
 
  Sets a list of devices for CUDA execution in priority order using
  \p device_arr. The parameter \p len specifies the number of elements in the
@@ -32998,18 +33114,18 @@ pub unsafe fn cudaSetDeviceFlags(flags: ::core::ffi::c_uint) -> cudaError_t {
  \p device_arr is NULL or if \p len exceeds the number of devices in
  the system, then ::cudaErrorInvalidValue is returned.
 
- \param device_arr - List of devices to try
- \param len        - Number of devices in specified list
+ - parameter device_arr - List of devices to try
+ - parameter len        - Number of devices in specified list
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidDevice
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaGetDeviceCount, ::cudaSetDevice, ::cudaGetDeviceProperties,
+ See also: ::cudaGetDeviceCount, ::cudaSetDevice, ::cudaGetDeviceProperties,
  ::cudaSetDeviceFlags,
  ::cudaChooseDevice*/
 ///
@@ -33044,7 +33160,7 @@ pub unsafe fn cudaSetValidDevices(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Signals a set of external semaphore objects
+/** Signals a set of external semaphore objects
 
  Enqueues a signal operation on a set of externally allocated
  semaphore object in the specified stream. The operations will be
@@ -33121,19 +33237,19 @@ pub unsafe fn cudaSetValidDevices(
  then the keyed mutex will be released with the key specified in
  ::cudaExternalSemaphoreSignalParams::params::keyedmutex::key.
 
- \param extSemArray - Set of external semaphores to be signaled
- \param paramsArray - Array of semaphore parameters
- \param numExtSems  - Number of semaphores to signal
- \param stream     - Stream to enqueue the signal operations in
+ - parameter extSemArray - Set of external semaphores to be signaled
+ - parameter paramsArray - Array of semaphore parameters
+ - parameter numExtSems  - Number of semaphores to signal
+ - parameter stream     - Stream to enqueue the signal operations in
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidResourceHandle
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaImportExternalSemaphore,
+ See also: ::cudaImportExternalSemaphore,
  ::cudaDestroyExternalSemaphore,
  ::cudaWaitExternalSemaphoresAsync*/
 ///
@@ -33174,9 +33290,9 @@ pub unsafe fn cudaSignalExternalSemaphoresAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Add a callback to a compute stream
+/** Add a callback to a compute stream
 
- \note This function is slated for eventual deprecation and removal. If
+ Note: This function is slated for eventual deprecation and removal. If
  you do not require the callback to execute in case of a device error,
  consider using ::cudaLaunchHostFunc. Additionally, this function is not
  supported with ::cudaStreamBeginCapture and ::cudaStreamEndCapture, unlike
@@ -33200,42 +33316,42 @@ pub unsafe fn cudaSignalExternalSemaphoresAsync(
  For the purposes of Unified Memory, callback execution makes a number of
  guarantees:
  <ul>
-   <li>The callback stream is considered idle for the duration of the
-   callback.  Thus, for example, a callback may always use memory attached
-   to the callback stream.</li>
-   <li>The start of execution of a callback has the same effect as
-   synchronizing an event recorded in the same stream immediately prior to
-   the callback.  It thus synchronizes streams which have been "joined"
-   prior to the callback.</li>
-   <li>Adding device work to any stream does not have the effect of making
-   the stream active until all preceding callbacks have executed.  Thus, for
-   example, a callback might use global attached memory even if work has
-   been added to another stream, if it has been properly ordered with an
-   event.</li>
-   <li>Completion of a callback does not cause a stream to become
-   active except as described above.  The callback stream will remain idle
-   if no device work follows the callback, and will remain idle across
-   consecutive callbacks without device work in between.  Thus, for example,
-   stream synchronization can be done by signaling from a callback at the
-   end of the stream.</li>
+ <li>The callback stream is considered idle for the duration of the
+ callback.  Thus, for example, a callback may always use memory attached
+ to the callback stream.</li>
+ <li>The start of execution of a callback has the same effect as
+ synchronizing an event recorded in the same stream immediately prior to
+ the callback.  It thus synchronizes streams which have been "joined"
+ prior to the callback.</li>
+ <li>Adding device work to any stream does not have the effect of making
+ the stream active until all preceding callbacks have executed.  Thus, for
+ example, a callback might use global attached memory even if work has
+ been added to another stream, if it has been properly ordered with an
+ event.</li>
+ <li>Completion of a callback does not cause a stream to become
+ active except as described above.  The callback stream will remain idle
+ if no device work follows the callback, and will remain idle across
+ consecutive callbacks without device work in between.  Thus, for example,
+ stream synchronization can be done by signaling from a callback at the
+ end of the stream.</li>
  </ul>
 
- \param stream   - Stream to add callback to
- \param callback - The function to call once preceding stream operations are complete
- \param userData - User specified data to be passed to the callback function
- \param flags    - Reserved for future use, must be 0
+ - parameter stream   - Stream to add callback to
+ - parameter callback - The function to call once preceding stream operations are complete
+ - parameter userData - User specified data to be passed to the callback function
+ - parameter flags    - Reserved for future use, must be 0
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidResourceHandle,
  ::cudaErrorInvalidValue,
  ::cudaErrorNotSupported
- \note_null_stream
- \notefnerr
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaStreamCreate, ::cudaStreamCreateWithFlags, ::cudaStreamQuery, ::cudaStreamSynchronize, ::cudaStreamWaitEvent, ::cudaStreamDestroy, ::cudaMallocManaged, ::cudaStreamAttachMemAsync,
+ See also: ::cudaStreamCreate, ::cudaStreamCreateWithFlags, ::cudaStreamQuery, ::cudaStreamSynchronize, ::cudaStreamWaitEvent, ::cudaStreamDestroy, ::cudaMallocManaged, ::cudaStreamAttachMemAsync,
  ::cudaLaunchHostFunc, ::cuStreamAddCallback*/
 ///
 /** # Loading
@@ -33313,7 +33429,7 @@ pub unsafe fn cudaStreamAttachMemAsync(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Begins graph capture on a stream
+/** Begins graph capture on a stream
 
  Begin graph capture on \p stream. When a stream is in capture mode, all operations
  pushed into the stream will not be executed, but will instead be captured into
@@ -33326,19 +33442,19 @@ pub unsafe fn cudaStreamAttachMemAsync(
  If \p mode is not ::cudaStreamCaptureModeRelaxed, ::cudaStreamEndCapture must be
  called on this stream from the same thread.
 
- \note Kernels captured using this API must not use texture and surface references.
-       Reading or writing through any texture or surface reference is undefined
-       behavior. This restriction does not apply to texture and surface objects.
+ Note: Kernels captured using this API must not use texture and surface references.
+ Reading or writing through any texture or surface reference is undefined
+ behavior. This restriction does not apply to texture and surface objects.
 
- \param stream - Stream in which to initiate capture
- \param mode    - Controls the interaction of this capture sequence with other API
-                  calls that are potentially unsafe. For more details see
-                  ::cudaThreadExchangeStreamCaptureMode.
+ - parameter stream - Stream in which to initiate capture
+ - parameter mode    - Controls the interaction of this capture sequence with other API
+ calls that are potentially unsafe. For more details see
+ ::cudaThreadExchangeStreamCaptureMode.
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
 
  \sa
  ::cudaStreamCreate,
@@ -33377,7 +33493,7 @@ pub unsafe fn cudaStreamBeginCapture(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Begins graph capture on a stream to an existing graph
+/** Begins graph capture on a stream to an existing graph
 
  Begin graph capture on \p stream. When a stream is in capture mode, all operations
  pushed into the stream will not be executed, but will instead be captured into
@@ -33391,23 +33507,23 @@ pub unsafe fn cudaStreamBeginCapture(
  If \p mode is not ::cudaStreamCaptureModeRelaxed, ::cudaStreamEndCapture must be
  called on this stream from the same thread.
 
- \note Kernels captured using this API must not use texture and surface references.
-       Reading or writing through any texture or surface reference is undefined
-       behavior. This restriction does not apply to texture and surface objects.
+ Note: Kernels captured using this API must not use texture and surface references.
+ Reading or writing through any texture or surface reference is undefined
+ behavior. This restriction does not apply to texture and surface objects.
 
- \param stream          - Stream in which to initiate capture.
- \param graph           - Graph to capture into.
- \param dependencies    - Dependencies of the first node captured in the stream.  Can be NULL if numDependencies is 0.
- \param dependencyData  - Optional array of data associated with each dependency.
- \param numDependencies - Number of dependencies.
- \param mode            - Controls the interaction of this capture sequence with other API
-                          calls that are potentially unsafe. For more details see
-                          ::cudaThreadExchangeStreamCaptureMode.
+ - parameter stream          - Stream in which to initiate capture.
+ - parameter graph           - Graph to capture into.
+ - parameter dependencies    - Dependencies of the first node captured in the stream.  Can be NULL if numDependencies is 0.
+ - parameter dependencyData  - Optional array of data associated with each dependency.
+ - parameter numDependencies - Number of dependencies.
+ - parameter mode            - Controls the interaction of this capture sequence with other API
+ calls that are potentially unsafe. For more details see
+ ::cudaThreadExchangeStreamCaptureMode.
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
 
  \sa
  ::cudaStreamCreate,
@@ -33467,12 +33583,12 @@ pub unsafe fn cudaStreamBeginCaptureToGraph(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Begin graph capture on a stream to an existing graph.
+/** Begin graph capture on a stream to an existing graph.
 
  Begin graph capture on \p stream to the existing \p graph. The node creation order while recapturing the graph
  must be identical to the original graph. The recapture will fail immediately for:
-   * Topology mismatches between the existing graph and the recaptured graph
-   * Parameter mismatches for memory allocation or free nodes
+ * Topology mismatches between the existing graph and the recaptured graph
+ * Parameter mismatches for memory allocation or free nodes
 
  Any other node parameter mismatches during recapture can be configured to call the function provided in \p callbackFunc.
  The recapture will fail immediately if the callback returns anything other than cudaSuccess.
@@ -33481,21 +33597,21 @@ pub unsafe fn cudaStreamBeginCaptureToGraph(
 
  See cudaStreamBeginCapture for additional detail on beginning the capture.
 
- \note Any user objects associated with \p graph will be released prior to the recapture.
+ Note: Any user objects associated with \p graph will be released prior to the recapture.
 
- \param stream - Stream in which to initiate capture
- \param mode - Controls the interaction of this capture sequence with other API
+ - parameter stream - Stream in which to initiate capture
+ - parameter mode - Controls the interaction of this capture sequence with other API
  calls that are potentially unsafe. For more details see
  ::cudaThreadExchangeStreamCaptureMode.
- \param graph   - Existing CUDA graph to be captured into
- \param callbackData - Optional struct of callback data that will be invoked for all parameter mismatches from the original graph
+ - parameter graph   - Existing CUDA graph to be captured into
+ - parameter callbackData - Optional struct of callback data that will be invoked for all parameter mismatches from the original graph
 
  \return
  ::cudaSuccess,
  ::cudaErrorDeinitialized,
  ::cudaErrorNotInitialized,
  ::cudaErrorInvalidValue,
- \notefnerr
+
 
  \sa
  ::cudaStreamCreate,
@@ -33541,7 +33657,7 @@ pub unsafe fn cudaStreamBeginRecaptureToGraph(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Copies attributes from source stream to destination stream.
+/** Copies attributes from source stream to destination stream.
 
  Copies attributes from source stream \p src to destination stream \p dst.
  Both streams must have the same context.
@@ -33553,7 +33669,7 @@ pub unsafe fn cudaStreamBeginRecaptureToGraph(
  \return
  ::cudaSuccess,
  ::cudaErrorNotSupported
- \notefnerr
+
 
  \sa
  ::cudaAccessPolicyWindow*/
@@ -33586,23 +33702,23 @@ pub unsafe fn cudaStreamCopyAttributes(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Create an asynchronous stream
+/** Create an asynchronous stream
 
  Creates a new asynchronous stream on the context that is current to the calling host thread.
  If no context is current to the calling host thread, then the primary context for a device
  is selected, made current to the calling thread, and initialized before creating a stream on it.
 
- \param pStream - Pointer to new stream identifier
+ - parameter pStream - Pointer to new stream identifier
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  ::cudaErrorExternalDevice
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaStreamCreateWithPriority,
+ See also: ::cudaStreamCreateWithPriority,
  ::cudaStreamCreateWithFlags,
  ::cudaStreamGetPriority,
  ::cudaStreamGetFlags,
@@ -33638,7 +33754,7 @@ pub unsafe fn cudaStreamCreate(pStream: *mut cudaStream_t) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Create an asynchronous stream
+/** Create an asynchronous stream
 
  Creates a new asynchronous stream on the context that is current to the calling host thread.
  If no context is current to the calling host thread, then the primary context for a device
@@ -33646,21 +33762,21 @@ pub unsafe fn cudaStreamCreate(pStream: *mut cudaStream_t) -> cudaError_t {
  The \p flags argument determines the behaviors of the stream.  Valid values for \p flags are
  - ::cudaStreamDefault: Default stream creation flag.
  - ::cudaStreamNonBlocking: Specifies that work running in the created
-   stream may run concurrently with work in stream 0 (the NULL stream), and that
-   the created stream should perform no implicit synchronization with stream 0.
+ stream may run concurrently with work in stream 0 (the NULL stream), and that
+ the created stream should perform no implicit synchronization with stream 0.
 
- \param pStream - Pointer to new stream identifier
- \param flags   - Parameters for stream creation
+ - parameter pStream - Pointer to new stream identifier
+ - parameter flags   - Parameters for stream creation
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  ::cudaErrorExternalDevice
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaStreamCreate,
+ See also: ::cudaStreamCreate,
  ::cudaStreamCreateWithPriority,
  ::cudaStreamGetFlags,
  ::cudaStreamGetDevice,
@@ -33704,7 +33820,7 @@ pub unsafe fn cudaStreamCreateWithFlags(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Create an asynchronous stream with the specified priority
+/** Create an asynchronous stream with the specified priority
 
  Creates a stream with the specified priority and returns a handle in \p pStream.
  The stream is created on the context that is current to the calling host thread.
@@ -33721,28 +33837,28 @@ pub unsafe fn cudaStreamCreateWithFlags(
  outside the numerical range returned by ::cudaDeviceGetStreamPriorityRange,
  it will automatically be clamped to the lowest or the highest number in the range.
 
- \param pStream  - Pointer to new stream identifier
- \param flags    - Flags for stream creation. See ::cudaStreamCreateWithFlags for a list of valid flags that can be passed
- \param priority - Priority of the stream. Lower numbers represent higher priorities.
-                   See ::cudaDeviceGetStreamPriorityRange for more information about
-                   the meaningful stream priorities that can be passed.
+ - parameter pStream  - Pointer to new stream identifier
+ - parameter flags    - Flags for stream creation. See ::cudaStreamCreateWithFlags for a list of valid flags that can be passed
+ - parameter priority - Priority of the stream. Lower numbers represent higher priorities.
+ See ::cudaDeviceGetStreamPriorityRange for more information about
+ the meaningful stream priorities that can be passed.
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
  ::cudaErrorExternalDevice
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \note Stream priorities are supported only on GPUs
+ Note: Stream priorities are supported only on GPUs
  with compute capability 3.5 or higher.
 
- \note In the current implementation, only compute kernels launched in
+ Note: In the current implementation, only compute kernels launched in
  priority streams are affected by the stream's priority. Stream priorities have
  no effect on host-to-device and device-to-host memory operations.
 
- \sa ::cudaStreamCreate,
+ See also: ::cudaStreamCreate,
  ::cudaStreamCreateWithFlags,
  ::cudaDeviceGetStreamPriorityRange,
  ::cudaStreamGetPriority,
@@ -33788,7 +33904,7 @@ pub unsafe fn cudaStreamCreateWithPriority(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Destroys and cleans up an asynchronous stream
+/** Destroys and cleans up an asynchronous stream
 
  Destroys and cleans up the asynchronous stream specified by \p stream.
 
@@ -33797,19 +33913,19 @@ pub unsafe fn cudaStreamCreateWithPriority(
  and the resources associated with \p stream will be released automatically
  once the device has completed all work in \p stream.
 
- \param stream - Stream identifier
+ - parameter stream - Stream identifier
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle
- \note_null_stream
- \notefnerr
+
+
  \note_init_rt
  \note_callback
  \note_destroy_ub
 
- \sa ::cudaStreamCreate,
+ See also: ::cudaStreamCreate,
  ::cudaStreamCreateWithFlags,
  ::cudaStreamQuery,
  ::cudaStreamWaitEvent,
@@ -33839,7 +33955,7 @@ pub unsafe fn cudaStreamDestroy(stream: cudaStream_t) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Ends capture on a stream, returning the captured graph
+/** Ends capture on a stream, returning the captured graph
 
  End capture on \p stream, returning the captured graph via \p pGraph.
  Capture must have been initiated on \p stream via a call to ::cudaStreamBeginCapture.
@@ -33850,14 +33966,14 @@ pub unsafe fn cudaStreamDestroy(stream: cudaStream_t) -> cudaError_t {
  ::cudaStreamCaptureModeRelaxed, this call must be from the same thread as
  ::cudaStreamBeginCapture.
 
- \param stream - Stream to query
- \param pGraph - The captured graph
+ - parameter stream - Stream to query
+ - parameter pGraph - The captured graph
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorStreamCaptureWrongThread
- \notefnerr
+
 
  \sa
  ::cudaStreamCreate,
@@ -33893,7 +34009,7 @@ pub unsafe fn cudaStreamEndCapture(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Queries stream attribute.
+/** Queries stream attribute.
 
  Queries attribute \p attr from \p hStream and stores it in corresponding
  member of \p value_out.
@@ -33906,7 +34022,7 @@ pub unsafe fn cudaStreamEndCapture(
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle
- \notefnerr
+
 
  \sa
  ::cudaAccessPolicyWindow*/
@@ -33945,7 +34061,7 @@ pub unsafe fn cudaStreamGetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Query a stream's capture state
+/** Query a stream's capture state
 
  Query stream state related to stream capture.
 
@@ -33961,32 +34077,32 @@ pub unsafe fn cudaStreamGetAttribute(
  data for one or more of the current stream dependencies, the call will return
  ::cudaErrorLossyQuery.
 
- \param stream - The stream to query
- \param captureStatus_out - Location to return the capture status of the stream; required
- \param id_out - Optional location to return an id for the capture sequence, which is
-           unique over the lifetime of the process
- \param graph_out - Optional location to return the graph being captured into. All
-           operations other than destroy and node removal are permitted on the graph
-           while the capture sequence is in progress. This API does not transfer
-           ownership of the graph, which is transferred or destroyed at
-           ::cudaStreamEndCapture. Note that the graph handle may be invalidated before
-           end of capture for certain errors. Nodes that are or become
-           unreachable from the original stream at ::cudaStreamEndCapture due to direct
-           actions on the graph do not trigger ::cudaErrorStreamCaptureUnjoined.
- \param dependencies_out - Optional location to store a pointer to an array of nodes.
-           The next node to be captured in the stream will depend on this set of nodes,
-           absent operations such as event wait which modify this set. The array pointer
-           is valid until the next API call which operates on the stream or until the
-           capture is terminated. The node handles may be copied out and are valid until
-           they or the graph is destroyed. The driver-owned array may also be passed
-           directly to APIs that operate on the graph (not the stream) without copying.
- \param edgeData_out - Optional location to store a pointer to an array of graph edge
-           data. This array parallels \c dependencies_out; the next node to be added
-           has an edge to \c dependencies_out[i] with annotation \c edgeData_out[i] for
-           each \c i. The array pointer is valid until the next API call which operates
-           on the stream or until the capture is terminated.
- \param numDependencies_out - Optional location to store the size of the array
-           returned in dependencies_out.
+ - parameter stream - The stream to query
+ - parameter captureStatus_out - Location to return the capture status of the stream; required
+ - parameter id_out - Optional location to return an id for the capture sequence, which is
+ unique over the lifetime of the process
+ - parameter graph_out - Optional location to return the graph being captured into. All
+ operations other than destroy and node removal are permitted on the graph
+ while the capture sequence is in progress. This API does not transfer
+ ownership of the graph, which is transferred or destroyed at
+ ::cudaStreamEndCapture. Note that the graph handle may be invalidated before
+ end of capture for certain errors. Nodes that are or become
+ unreachable from the original stream at ::cudaStreamEndCapture due to direct
+ actions on the graph do not trigger ::cudaErrorStreamCaptureUnjoined.
+ - parameter dependencies_out - Optional location to store a pointer to an array of nodes.
+ The next node to be captured in the stream will depend on this set of nodes,
+ absent operations such as event wait which modify this set. The array pointer
+ is valid until the next API call which operates on the stream or until the
+ capture is terminated. The node handles may be copied out and are valid until
+ they or the graph is destroyed. The driver-owned array may also be passed
+ directly to APIs that operate on the graph (not the stream) without copying.
+ - parameter edgeData_out - Optional location to store a pointer to an array of graph edge
+ data. This array parallels \c dependencies_out; the next node to be added
+ has an edge to \c dependencies_out[i] with annotation \c edgeData_out[i] for
+ each \c i. The array pointer is valid until the next API call which operates
+ on the stream or until the capture is terminated.
+ - parameter numDependencies_out - Optional location to store the size of the array
+ returned in dependencies_out.
 
  \return
  ::cudaSuccess,
@@ -33994,7 +34110,7 @@ pub unsafe fn cudaStreamGetAttribute(
  ::cudaErrorStreamCaptureImplicit,
  ::cudaErrorLossyQuery
  \note_graph_thread_safety
- \notefnerr
+
 
  \sa
  ::cudaStreamBeginCapture,
@@ -34057,16 +34173,16 @@ pub unsafe fn cudaStreamGetCaptureInfo(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Get stream resources
+/** Get stream resources
 
  Get the \p type resources available to the \p hStream and store them in \p resource.
 
  Note: The API will return ::cudaErrorInvalidResourceType is \p type is
  \p cudaDevResourceTypeWorkqueueConfig or \p cudaDevResourceTypeWorkqueue.
 
- \param hStream - Stream to get resource for
- \param resource - Output pointer to a cudaDevResource structure
- \param type - Type of resource to retrieve
+ - parameter hStream - Stream to get resource for
+ - parameter resource - Output pointer to a cudaDevResource structure
+ - parameter type - Type of resource to retrieve
 
  \return
  ::cudaSuccess,
@@ -34078,7 +34194,7 @@ pub unsafe fn cudaStreamGetCaptureInfo(
  ::cudaErrorInvalidHandle,
  ::cudaErrorNotPermitted,
  ::cudaErrorCallRequiresNewerDriver,
- \notefnerr
+
  \note_callback
 
  \sa
@@ -34123,23 +34239,23 @@ pub unsafe fn cudaStreamGetDevResource(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Query the device of a stream
+/** Query the device of a stream
 
  Returns in \p *device the device of the stream.
 
- \param hStream - Handle to the stream to be queried
- \param device - Returns the device to which the stream belongs
+ - parameter hStream - Handle to the stream to be queried
+ - parameter device - Returns the device to which the stream belongs
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorDeviceUnavailable,
- \note_null_stream
- \notefnerr
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaSetDevice,
+ See also: ::cudaSetDevice,
  ::cudaGetDevice,
  ::cudaStreamCreate,
  ::cudaStreamGetPriority,
@@ -34177,24 +34293,24 @@ pub unsafe fn cudaStreamGetDevice(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Query the flags of a stream
+/** Query the flags of a stream
 
  Query the flags of a stream. The flags are returned in \p flags.
  See ::cudaStreamCreateWithFlags for a list of valid flags.
 
- \param hStream - Handle to the stream to be queried
- \param flags   - Pointer to an unsigned integer in which the stream's flags are returned
+ - parameter hStream - Handle to the stream to be queried
+ - parameter flags   - Pointer to an unsigned integer in which the stream's flags are returned
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle
- \note_null_stream
- \notefnerr
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaStreamCreateWithPriority,
+ See also: ::cudaStreamCreateWithPriority,
  ::cudaStreamCreateWithFlags,
  ::cudaStreamGetPriority,
  ::cudaStreamGetDevice,
@@ -34231,35 +34347,35 @@ pub unsafe fn cudaStreamGetFlags(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Query the Id of a stream
+/** Query the Id of a stream
 
  Query the Id of a stream. The Id is returned in \p streamId.
  The Id is unique for the life of the program.
 
  The stream handle \p hStream can refer to any of the following:
  <ul>
-   <li>a stream created via any of the CUDA runtime APIs such as ::cudaStreamCreate,
-   ::cudaStreamCreateWithFlags and ::cudaStreamCreateWithPriority, or their driver
-   API equivalents such as ::cuStreamCreate or ::cuStreamCreateWithPriority.
-   Passing an invalid handle will result in undefined behavior.</li>
-   <li>any of the special streams such as the NULL stream, ::cudaStreamLegacy
-   and ::cudaStreamPerThread respectively.  The driver API equivalents of these
-   are also accepted which are NULL, ::CU_STREAM_LEGACY and ::CU_STREAM_PER_THREAD.</li>
+ <li>a stream created via any of the CUDA runtime APIs such as ::cudaStreamCreate,
+ ::cudaStreamCreateWithFlags and ::cudaStreamCreateWithPriority, or their driver
+ API equivalents such as ::cuStreamCreate or ::cuStreamCreateWithPriority.
+ Passing an invalid handle will result in undefined behavior.</li>
+ <li>any of the special streams such as the NULL stream, ::cudaStreamLegacy
+ and ::cudaStreamPerThread respectively.  The driver API equivalents of these
+ are also accepted which are NULL, ::CU_STREAM_LEGACY and ::CU_STREAM_PER_THREAD.</li>
  </ul>
 
- \param hStream    - Handle to the stream to be queried
- \param streamId   - Pointer to an unsigned long long in which the stream Id is returned
+ - parameter hStream    - Handle to the stream to be queried
+ - parameter streamId   - Pointer to an unsigned long long in which the stream Id is returned
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle
- \note_null_stream
- \notefnerr
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaStreamCreateWithPriority,
+ See also: ::cudaStreamCreateWithPriority,
  ::cudaStreamCreateWithFlags,
  ::cudaStreamGetPriority,
  ::cudaStreamGetFlags,
@@ -34296,7 +34412,7 @@ pub unsafe fn cudaStreamGetId(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Query the priority of a stream
+/** Query the priority of a stream
 
  Query the priority of a stream. The priority is returned in in \p priority.
  Note that if the stream was created with a priority outside the meaningful
@@ -34304,18 +34420,18 @@ pub unsafe fn cudaStreamGetId(
  this function returns the clamped priority.
  See ::cudaStreamCreateWithPriority for details about priority clamping.
 
- \param hStream    - Handle to the stream to be queried
- \param priority   - Pointer to a signed integer in which the stream's priority is returned
+ - parameter hStream    - Handle to the stream to be queried
+ - parameter priority   - Pointer to a signed integer in which the stream's priority is returned
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaStreamCreateWithPriority,
+ See also: ::cudaStreamCreateWithPriority,
  ::cudaDeviceGetStreamPriorityRange,
  ::cudaStreamGetFlags,
  ::cudaStreamGetDevice,
@@ -34353,16 +34469,16 @@ pub unsafe fn cudaStreamGetPriority(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Returns a stream's capture status
+/** Returns a stream's capture status
 
  Return the capture status of \p stream via \p pCaptureStatus. After a successful
  call, \p *pCaptureStatus will contain one of the following:
  - ::cudaStreamCaptureStatusNone: The stream is not capturing.
  - ::cudaStreamCaptureStatusActive: The stream is capturing.
  - ::cudaStreamCaptureStatusInvalidated: The stream was capturing but an error
-   has invalidated the capture sequence. The capture sequence must be terminated
-   with ::cudaStreamEndCapture on the stream where it was initiated in order to
-   continue using \p stream.
+ has invalidated the capture sequence. The capture sequence must be terminated
+ with ::cudaStreamEndCapture on the stream where it was initiated in order to
+ continue using \p stream.
 
  Note that, if this is called on ::cudaStreamLegacy (the "null stream") while
  a blocking stream on the same device is capturing, it will return
@@ -34374,14 +34490,14 @@ pub unsafe fn cudaStreamGetPriority(
  stream is not supported for stream capture, but attempted use would have an
  implicit dependency on the capturing stream(s).
 
- \param stream         - Stream to query
- \param pCaptureStatus - Returns the stream's capture status
+ - parameter stream         - Stream to query
+ - parameter pCaptureStatus - Returns the stream's capture status
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorStreamCaptureImplicit
- \notefnerr
+
 
  \sa
  ::cudaStreamCreate,
@@ -34419,7 +34535,7 @@ pub unsafe fn cudaStreamIsCapturing(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Queries an asynchronous stream for completion status
+/** Queries an asynchronous stream for completion status
 
  Returns ::cudaSuccess if all operations in \p stream have
  completed, or ::cudaErrorNotReady if not.
@@ -34427,18 +34543,18 @@ pub unsafe fn cudaStreamIsCapturing(
  For the purposes of Unified Memory, a return value of ::cudaSuccess
  is equivalent to having called ::cudaStreamSynchronize().
 
- \param stream - Stream identifier
+ - parameter stream - Stream identifier
 
  \return
  ::cudaSuccess,
  ::cudaErrorNotReady,
  ::cudaErrorInvalidResourceHandle
- \note_null_stream
- \notefnerr
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaStreamCreate, ::cudaStreamCreateWithFlags, ::cudaStreamWaitEvent, ::cudaStreamSynchronize, ::cudaStreamAddCallback, ::cudaStreamDestroy,
+ See also: ::cudaStreamCreate, ::cudaStreamCreateWithFlags, ::cudaStreamWaitEvent, ::cudaStreamSynchronize, ::cudaStreamAddCallback, ::cudaStreamDestroy,
  ::cuStreamQuery*/
 ///
 /** # Loading
@@ -34463,7 +34579,7 @@ pub unsafe fn cudaStreamQuery(stream: cudaStream_t) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Sets stream attribute.
+/** Sets stream attribute.
 
  Sets attribute \p attr on \p hStream from corresponding attribute of
  \p value. The updated attribute will be applied to subsequent work
@@ -34477,7 +34593,7 @@ pub unsafe fn cudaStreamQuery(stream: cudaStream_t) -> cudaError_t {
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle
- \notefnerr
+
 
  \sa
  ::cudaAccessPolicyWindow*/
@@ -34516,24 +34632,24 @@ pub unsafe fn cudaStreamSetAttribute(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Waits for stream tasks to complete
+/** Waits for stream tasks to complete
 
  Blocks until \p stream has completed all operations. If the
  ::cudaDeviceScheduleBlockingSync flag was set for this device,
  the host thread will block until the stream is finished with
  all of its tasks.
 
- \param stream - Stream identifier
+ - parameter stream - Stream identifier
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidResourceHandle
- \note_null_stream
- \notefnerr
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaStreamCreate, ::cudaStreamCreateWithFlags, ::cudaStreamQuery, ::cudaStreamWaitEvent, ::cudaStreamAddCallback, ::cudaStreamDestroy,
+ See also: ::cudaStreamCreate, ::cudaStreamCreateWithFlags, ::cudaStreamQuery, ::cudaStreamWaitEvent, ::cudaStreamAddCallback, ::cudaStreamDestroy,
  ::cuStreamSynchronize*/
 ///
 /** # Loading
@@ -34558,7 +34674,7 @@ pub unsafe fn cudaStreamSynchronize(stream: cudaStream_t) -> cudaError_t {
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Update the set of dependencies in a capturing stream
+/** Update the set of dependencies in a capturing stream
 
  Modifies the dependency set of a capturing stream. The dependency set is the set
  of nodes that the next captured node in the stream will depend on.
@@ -34574,17 +34690,17 @@ pub unsafe fn cudaStreamSynchronize(stream: cudaStream_t) -> cudaError_t {
 
  Returns ::cudaErrorIllegalState if the stream is not capturing.
 
- \param stream - The stream to update
- \param dependencies - The set of dependencies to add
- \param dependencyData - Optional array of data associated with each dependency.
- \param numDependencies - The size of the dependencies array
- \param flags - See above
+ - parameter stream - The stream to update
+ - parameter dependencies - The set of dependencies to add
+ - parameter dependencyData - Optional array of data associated with each dependency.
+ - parameter numDependencies - The size of the dependencies array
+ - parameter flags - See above
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorIllegalState
- \notefnerr
+
 
  \sa
  ::cudaStreamBeginCapture,
@@ -34638,7 +34754,7 @@ pub unsafe fn cudaStreamUpdateCaptureDependencies(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Make a compute stream wait on an event
+/** Make a compute stream wait on an event
 
  Makes all future work submitted to \p stream wait for all work captured in
  \p event.  See ::cudaEventRecord() for details on what is captured by an event.
@@ -34648,22 +34764,22 @@ pub unsafe fn cudaStreamUpdateCaptureDependencies(
  flags include:
  - ::cudaEventWaitDefault: Default event creation flag.
  - ::cudaEventWaitExternal: Event is captured in the graph as an external
-   event node when performing stream capture.
+ event node when performing stream capture.
 
- \param stream - Stream to wait
- \param event  - Event to wait on
- \param flags  - Parameters for the operation(See above)
+ - parameter stream - Stream to wait
+ - parameter event  - Event to wait on
+ - parameter flags  - Parameters for the operation(See above)
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue,
  ::cudaErrorInvalidResourceHandle
- \note_null_stream
- \notefnerr
+
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaStreamCreate, ::cudaStreamCreateWithFlags, ::cudaStreamQuery, ::cudaStreamSynchronize, ::cudaStreamAddCallback, ::cudaStreamDestroy,
+ See also: ::cudaStreamCreate, ::cudaStreamCreateWithFlags, ::cudaStreamQuery, ::cudaStreamSynchronize, ::cudaStreamAddCallback, ::cudaStreamDestroy,
  ::cuStreamWaitEvent*/
 ///
 /** # Loading
@@ -34700,17 +34816,21 @@ pub unsafe fn cudaStreamWaitEvent(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Swaps the stream capture interaction mode for a thread
+/** Swaps the stream capture interaction mode for a thread
 
  Sets the calling thread's stream capture interaction mode to the value contained
  in \p *mode, and overwrites \p *mode with the previous mode for the thread. To
  facilitate deterministic behavior across function or module boundaries, callers
- are encouraged to use this API in a push-pop fashion: \code
-cudaStreamCaptureMode mode = desiredMode;
-cudaThreadExchangeStreamCaptureMode(&mode);
-...
-cudaThreadExchangeStreamCaptureMode(&mode); // restore previous mode
- \endcode
+ are encouraged to use this API in a push-pop fashion:
+ ```text
+
+ cudaStreamCaptureMode mode = desiredMode;
+ cudaThreadExchangeStreamCaptureMode(&mode);
+ ...
+ cudaThreadExchangeStreamCaptureMode(&mode); // restore previous mode
+
+ ```
+
 
  During stream capture (see ::cudaStreamBeginCapture), some actions, such as a call
  to ::cudaMalloc, may be unsafe. In the case of ::cudaMalloc, the operation is
@@ -34725,25 +34845,25 @@ cudaThreadExchangeStreamCaptureMode(&mode); // restore previous mode
 
  A thread's mode is one of the following:
  - \p cudaStreamCaptureModeGlobal: This is the default mode. If the local thread has
-   an ongoing capture sequence that was not initiated with
-   \p cudaStreamCaptureModeRelaxed at \p cuStreamBeginCapture, or if any other thread
-   has a concurrent capture sequence initiated with \p cudaStreamCaptureModeGlobal,
-   this thread is prohibited from potentially unsafe API calls.
+ an ongoing capture sequence that was not initiated with
+ \p cudaStreamCaptureModeRelaxed at \p cuStreamBeginCapture, or if any other thread
+ has a concurrent capture sequence initiated with \p cudaStreamCaptureModeGlobal,
+ this thread is prohibited from potentially unsafe API calls.
  - \p cudaStreamCaptureModeThreadLocal: If the local thread has an ongoing capture
-   sequence not initiated with \p cudaStreamCaptureModeRelaxed, it is prohibited
-   from potentially unsafe API calls. Concurrent capture sequences in other threads
-   are ignored.
+ sequence not initiated with \p cudaStreamCaptureModeRelaxed, it is prohibited
+ from potentially unsafe API calls. Concurrent capture sequences in other threads
+ are ignored.
  - \p cudaStreamCaptureModeRelaxed: The local thread is not prohibited from potentially
-   unsafe API calls. Note that the thread is still prohibited from API calls which
-   necessarily conflict with stream capture, for example, attempting ::cudaEventQuery
-   on an event that was last recorded inside a capture sequence.
+ unsafe API calls. Note that the thread is still prohibited from API calls which
+ necessarily conflict with stream capture, for example, attempting ::cudaEventQuery
+ on an event that was last recorded inside a capture sequence.
 
- \param mode - Pointer to mode value to swap with the current mode
+ - parameter mode - Pointer to mode value to swap with the current mode
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidValue
- \notefnerr
+
 
  \sa
  ::cudaStreamBeginCapture*/
@@ -34774,7 +34894,7 @@ pub unsafe fn cudaThreadExchangeStreamCaptureMode(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Create a user object
+/** Create a user object
 
  Create a user object with the specified destructor callback and initial reference count. The
  initial references are owned by the caller.
@@ -34785,16 +34905,16 @@ pub unsafe fn cudaThreadExchangeStreamCaptureMode(
 
  See CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.
 
- \param object_out      - Location to return the user object handle
- \param ptr             - The pointer to pass to the destroy function
- \param destroy         - Callback to free the user object when it is no longer in use
- \param initialRefcount - The initial refcount to create the object with, typically 1. The
-                          initial references are owned by the calling thread.
- \param flags           - Currently it is required to pass ::cudaUserObjectNoDestructorSync,
-                          which is the only defined flag. This indicates that the destroy
-                          callback cannot be waited on by any CUDA API. Users requiring
-                          synchronization of the callback should signal its completion
-                          manually.
+ - parameter object_out      - Location to return the user object handle
+ - parameter ptr             - The pointer to pass to the destroy function
+ - parameter destroy         - Callback to free the user object when it is no longer in use
+ - parameter initialRefcount - The initial refcount to create the object with, typically 1. The
+ initial references are owned by the calling thread.
+ - parameter flags           - Currently it is required to pass ::cudaUserObjectNoDestructorSync,
+ which is the only defined flag. This indicates that the destroy
+ callback cannot be waited on by any CUDA API. Users requiring
+ synchronization of the callback should signal its completion
+ manually.
 
  \return
  ::cudaSuccess,
@@ -34847,7 +34967,7 @@ pub unsafe fn cudaUserObjectCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Release a reference to a user object
+/** Release a reference to a user object
 
  Releases user object references owned by the caller. The object's destructor is invoked if
  the reference count reaches zero.
@@ -34857,9 +34977,9 @@ pub unsafe fn cudaUserObjectCreate(
 
  See CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.
 
- \param object - The object to release
- \param count  - The number of references to release, typically 1. Must be nonzero
-                 and not larger than INT_MAX.
+ - parameter object - The object to release
+ - parameter count  - The number of references to release, typically 1. Must be nonzero
+ and not larger than INT_MAX.
 
  \return
  ::cudaSuccess,
@@ -34903,15 +35023,15 @@ pub unsafe fn cudaUserObjectRelease(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Retain a reference to a user object
+/** Retain a reference to a user object
 
  Retains new references to a user object. The new references are owned by the caller.
 
  See CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.
 
- \param object - The object to retain
- \param count  - The number of references to retain, typically 1. Must be nonzero
-                 and not larger than INT_MAX.
+ - parameter object - The object to retain
+ - parameter count  - The number of references to retain, typically 1. Must be nonzero
+ and not larger than INT_MAX.
 
  \return
  ::cudaSuccess,
@@ -34955,7 +35075,7 @@ pub unsafe fn cudaUserObjectRetain(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
-/** \brief Waits on a set of external semaphore objects
+/** Waits on a set of external semaphore objects
 
  Enqueues a wait operation on a set of externally allocated
  semaphore object in the specified stream. The operations will be
@@ -35011,20 +35131,20 @@ pub unsafe fn cudaUserObjectRetain(
  value is specified the timeout never elapses. The windows INFINITE
  macro must be used to specify infinite timeout
 
- \param extSemArray - External semaphores to be waited on
- \param paramsArray - Array of semaphore parameters
- \param numExtSems  - Number of semaphores to wait on
- \param stream      - Stream to enqueue the wait operations in
+ - parameter extSemArray - External semaphores to be waited on
+ - parameter paramsArray - Array of semaphore parameters
+ - parameter numExtSems  - Number of semaphores to wait on
+ - parameter stream      - Stream to enqueue the wait operations in
 
  \return
  ::cudaSuccess,
  ::cudaErrorInvalidResourceHandle
  ::cudaErrorTimeout
- \notefnerr
+
  \note_init_rt
  \note_callback
 
- \sa ::cudaImportExternalSemaphore,
+ See also: ::cudaImportExternalSemaphore,
  ::cudaDestroyExternalSemaphore,
  ::cudaSignalExternalSemaphoresAsync*/
 ///
