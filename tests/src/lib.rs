@@ -1,1 +1,79 @@
-//! GPU integration suite
+//! The workspace's GPU integration suite. Every test here needs an NVIDIA GPU, is marked
+//! `#[ignore]`, and runs through `cargo xtask test-gpu` (or the bundle it builds); without a GPU
+//! the tests fail, they never pass by finding nothing to test.
+
+use cuda_sys::driver;
+use std::ffi::CString;
+
+/// Panics with the full error when a driver call fails.
+#[track_caller]
+pub fn check(status: driver::CUresult) {
+    if let Err(e) = status.result() {
+        panic!("{e}");
+    }
+}
+
+/// Initialises the driver and returns device 0 with its primary context made current.
+pub fn device_and_context() -> (driver::CUdevice, driver::CUcontext) {
+    let mut count = 0;
+    let mut dev: driver::CUdevice = 0;
+    let mut ctx: driver::CUcontext = std::ptr::null_mut();
+    // SAFETY: out-pointers to live locals; the primary context is retained for the process.
+    unsafe {
+        check(driver::cuInit(0));
+        check(driver::cuDeviceGetCount(&mut count));
+        assert!(count > 0, "no CUDA device found: these tests need a GPU");
+        check(driver::cuDeviceGet(&mut dev, 0));
+        check(driver::cuDevicePrimaryCtxRetain(&mut ctx, dev));
+        check(driver::cuCtxSetCurrent(ctx));
+    }
+    (dev, ctx)
+}
+
+/// The device's compute capability.
+pub fn compute_capability(dev: driver::CUdevice) -> (i32, i32) {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: out-pointers to live locals.
+    unsafe {
+        check(driver::cuDeviceGetAttribute(
+            &mut major,
+            driver::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            dev,
+        ));
+        check(driver::cuDeviceGetAttribute(
+            &mut minor,
+            driver::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+            dev,
+        ));
+    }
+    (major, minor)
+}
+
+/// Compiles CUDA C++ to a cubin for `arch` (`sm_90`) with NVRTC, through raw calls.
+pub fn nvrtc_cubin(source: &str, arch: &str) -> Vec<u8> {
+    use cuda_sys::nvrtc;
+    let src = CString::new(source).unwrap();
+    let opt = CString::new(format!("--gpu-architecture={arch}")).unwrap();
+    let opts = [opt.as_ptr()];
+    let mut prog: nvrtc::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: all pointers are live for the calls; the program is destroyed once.
+    unsafe {
+        nvrtc::nvrtcCreateProgram(&mut prog, src.as_ptr(), c"kernel.cu".as_ptr(), 0, std::ptr::null(), std::ptr::null())
+            .result()
+            .unwrap();
+        let status = nvrtc::nvrtcCompileProgram(prog, 1, opts.as_ptr());
+        if let Err(e) = status.result() {
+            let mut size = 0;
+            nvrtc::nvrtcGetProgramLogSize(prog, &mut size).result().unwrap();
+            let mut log = vec![0u8; size];
+            nvrtc::nvrtcGetProgramLog(prog, log.as_mut_ptr().cast()).result().unwrap();
+            panic!("{e}\n{}", String::from_utf8_lossy(&log));
+        }
+        let mut size = 0;
+        nvrtc::nvrtcGetCUBINSize(prog, &mut size).result().unwrap();
+        let mut cubin = vec![0u8; size];
+        nvrtc::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast()).result().unwrap();
+        nvrtc::nvrtcDestroyProgram(&mut prog).result().unwrap();
+        cubin
+    }
+}

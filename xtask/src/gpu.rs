@@ -1,4 +1,170 @@
-use crate::util::Result;
-pub fn run(_args: &[String]) -> Result {
-    Err("todo".into())
+//! `cargo xtask test-gpu [--bundle DIR] [-- FILTER...]`: the GPU test suite.
+//!
+//! The suite is the `cuda-tests` package (`tests/`): every test there needs a GPU and is
+//! `#[ignore]`d in ordinary runs. With `--bundle DIR` this builds the test executables (lean
+//! profile, stripped) into `DIR/bin` with a `run.sh` that runs them anywhere with an NVIDIA
+//! driver (see ../shared/GPU.md, "The bundle contract"); without it, it builds the bundle in
+//! `target/gpu-bundle` and runs it here.
+
+use crate::util::{self, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const PROFILE: &str = "gpu-test";
+const PACKAGE: &str = "cuda-tests";
+
+pub fn run(args: &[String]) -> Result {
+    let mut args = args.to_vec();
+    let bundle = util::take_option(&mut args, "--bundle")?;
+    let filters: Vec<String> = match args.iter().position(|a| a == "--") {
+        Some(i) => args.drain(i..).skip(1).collect(),
+        None => Vec::new(),
+    };
+    util::no_more(&args)?;
+    let root = util::root();
+    let run_here = bundle.is_none();
+    let dir = bundle.map(PathBuf::from).unwrap_or_else(|| root.join("target/gpu-bundle"));
+    let dir = if dir.is_absolute() { dir } else { std::env::current_dir().map_err(|e| e.to_string())?.join(dir) };
+    build_bundle(&dir)?;
+    if run_here {
+        util::run(Command::new(dir.join("run.sh")).args(&filters))
+    } else {
+        println!("bundle ready: copy {} to the GPU machine and run its run.sh", dir.display());
+        Ok(())
+    }
 }
+
+fn build_bundle(dir: &Path) -> Result {
+    let executables = build_tests()?;
+    if executables.is_empty() {
+        return Err(format!("cargo built no test executable for {PACKAGE}"));
+    }
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).map_err(|e| format!("{}: {e}", bin.display()))?;
+    let mut total = 0u64;
+    for exe in &executables {
+        // target/gpu-test/deps/raw_driver-0123abcd -> raw_driver
+        let stem = exe.file_name().unwrap().to_string_lossy().into_owned();
+        let name = stem.rsplit_once('-').map(|(n, _)| n.to_string()).unwrap_or(stem);
+        let dest = bin.join(&name);
+        std::fs::copy(exe, &dest).map_err(|e| format!("copy {}: {e}", exe.display()))?;
+        total += std::fs::metadata(&dest).map(|m| m.len()).unwrap_or(0);
+    }
+    util::write(&dir.join("run.sh"), RUN_SH.as_bytes())?;
+    make_executable(&dir.join("run.sh"))?;
+    println!(
+        "bundled {} test executables ({:.1} MiB) into {}",
+        executables.len(),
+        total as f64 / (1024.0 * 1024.0),
+        dir.display()
+    );
+    if total > 48 << 20 {
+        return Err(format!("the bundle is {} MiB; it must stay well under 64 MiB", total >> 20));
+    }
+    Ok(())
+}
+
+/// Builds the suite's test executables and returns their paths.
+fn build_tests() -> Result<Vec<PathBuf>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(cargo)
+        .current_dir(util::root())
+        .args(["test", "--package", PACKAGE, "--profile", PROFILE, "--no-run", "--message-format=json-render-diagnostics"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !output.status.success() {
+        return Err("building the GPU tests failed".into());
+    }
+    let mut executables = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        if msg["reason"] != "compiler-artifact" || msg["profile"]["test"] != true {
+            continue;
+        }
+        if let Some(exe) = msg["executable"].as_str() {
+            executables.push(PathBuf::from(exe));
+        }
+    }
+    Ok(executables)
+}
+
+#[cfg(unix)]
+fn make_executable(path: &Path) -> Result {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(not(unix))]
+fn make_executable(_: &Path) -> Result {
+    Ok(())
+}
+
+const RUN_SH: &str = r#"#!/usr/bin/env bash
+# Runs every GPU test executable of this bundle (written by cargo xtask test-gpu).
+#   run.sh [--sanitize] [FILTER...]
+# --sanitize runs them under compute-sanitizer (memcheck with leak check, racecheck, synccheck).
+# With OUT set, the full log is written to $OUT/gpu-tests.log. Ends with "N passed, N failed".
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+sanitize=0
+filters=()
+for arg in "$@"; do
+  case "$arg" in
+    --sanitize) sanitize=1 ;;
+    *) filters+=("$arg") ;;
+  esac
+done
+log=/dev/null
+if [ -n "${OUT:-}" ]; then mkdir -p "$OUT"; log="$OUT/gpu-tests.log"; : >"$log"; fi
+
+if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >>"$log" 2>&1; } && [ ! -e /dev/nvidiactl ]; then
+  echo "no NVIDIA GPU found: the GPU tests cannot run here" | tee -a "$log"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+
+passed=0; failed=0; skipped=0
+run_one() {
+  local label=$1; shift
+  local output status
+  output=$("$@" --include-ignored ${filters[@]+"${filters[@]}"} 2>&1); status=$?
+  printf '%s\n' "== $label" "$output" | tee -a "$log"
+  local summary
+  summary=$(printf '%s\n' "$output" | grep -E '^test result:' | tail -n 1)
+  if [ -z "$summary" ]; then
+    echo "!! $label exited with status $status without a test summary" | tee -a "$log"
+    failed=$((failed + 1)); return
+  fi
+  local p f i
+  p=$(sed -E 's/.* ([0-9]+) passed.*/\1/' <<<"$summary")
+  f=$(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$summary")
+  i=$(sed -E 's/.* ([0-9]+) ignored.*/\1/' <<<"$summary")
+  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + i))
+  if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then failed=$((failed + 1)); fi
+}
+
+if [ "$sanitize" -eq 1 ]; then
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  [ -x "$sanitizer" ] || { echo "compute-sanitizer not found"; echo "0 passed, 1 failed"; exit 1; }
+fi
+
+for exe in "$here"/bin/*; do
+  name=$(basename "$exe")
+  if [ "$sanitize" -eq 1 ]; then
+    run_one "$name (memcheck)" "$sanitizer" --tool memcheck --leak-check full --error-exitcode 1 "$exe" --test-threads=1
+    run_one "$name (racecheck)" "$sanitizer" --tool racecheck --error-exitcode 1 "$exe" --test-threads=1
+    run_one "$name (synccheck)" "$sanitizer" --tool synccheck --error-exitcode 1 "$exe" --test-threads=1
+  else
+    run_one "$name" "$exe"
+  fi
+done
+
+line="$passed passed, $failed failed"
+[ "$skipped" -gt 0 ] && line="$line, $skipped skipped"
+echo "$line" | tee -a "$log"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
+"#;
