@@ -72,7 +72,8 @@ fn build_tests() -> Result<Vec<PathBuf>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let output = Command::new(cargo)
         .current_dir(util::root())
-        .args(["test", "--package", PACKAGE, "--profile", PROFILE, "--no-run", "--message-format=json-render-diagnostics"])
+        .args(["test", "--package", PACKAGE, "--test", "*", "--profile", PROFILE, "--no-run"])
+        .arg("--message-format=json-render-diagnostics")
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
@@ -154,6 +155,10 @@ fi
 
 for exe in "$here"/bin/*; do
   name=$(basename "$exe")
+  # an executable none of whose tests match the filters has nothing to run
+  if ! "$exe" --list --include-ignored ${filters[@]+"${filters[@]}"} 2>/dev/null | grep -q ': test$'; then
+    continue
+  fi
   if [ "$sanitize" -eq 1 ]; then
     run_one "$name (memcheck)" "$sanitizer" --tool memcheck --leak-check full --error-exitcode 1 "$exe" --test-threads=1
     run_one "$name (racecheck)" "$sanitizer" --tool racecheck --error-exitcode 1 "$exe" --test-threads=1
