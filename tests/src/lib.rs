@@ -58,15 +58,24 @@ pub fn nvrtc_cubin(source: &str, arch: &str) -> Vec<u8> {
     let mut prog: nvrtc::nvrtcProgram = std::ptr::null_mut();
     // SAFETY: all pointers are live for the calls; the program is destroyed once.
     unsafe {
-        nvrtc::nvrtcCreateProgram(&mut prog, src.as_ptr(), c"kernel.cu".as_ptr(), 0, std::ptr::null(), std::ptr::null())
-            .result()
-            .unwrap();
+        nvrtc::nvrtcCreateProgram(
+            &mut prog,
+            src.as_ptr(),
+            c"kernel.cu".as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+        .result()
+        .unwrap();
         let status = nvrtc::nvrtcCompileProgram(prog, 1, opts.as_ptr());
         if let Err(e) = status.result() {
             let mut size = 0;
             nvrtc::nvrtcGetProgramLogSize(prog, &mut size).result().unwrap();
             let mut log = vec![0u8; size];
-            nvrtc::nvrtcGetProgramLog(prog, log.as_mut_ptr().cast()).result().unwrap();
+            nvrtc::nvrtcGetProgramLog(prog, log.as_mut_ptr().cast())
+                .result()
+                .unwrap();
             panic!("{e}\n{}", String::from_utf8_lossy(&log));
         }
         let mut size = 0;

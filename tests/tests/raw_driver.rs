@@ -12,17 +12,32 @@ fn device_name_and_compute_capability() {
     let mut total = 0usize;
     // SAFETY: the buffer holds 256 bytes; out-pointers are live.
     unsafe {
-        check(driver::cuDeviceGetName(name.as_mut_ptr().cast(), name.len() as i32, dev));
+        check(driver::cuDeviceGetName(
+            name.as_mut_ptr().cast(),
+            name.len() as i32,
+            dev,
+        ));
         check(driver::cuDeviceTotalMem(&mut total, dev));
     }
-    let name = std::ffi::CStr::from_bytes_until_nul(&name).unwrap().to_string_lossy().into_owned();
+    let name = std::ffi::CStr::from_bytes_until_nul(&name)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     let (major, minor) = compute_capability(dev);
-    println!("device 0: {name}, compute capability {major}.{minor}, {} GiB", total >> 30);
+    println!(
+        "device 0: {name}, compute capability {major}.{minor}, {} GiB",
+        total >> 30
+    );
     assert!(name.contains("NVIDIA"), "{name}");
     assert!(major >= 5, "compute capability {major}.{minor}");
     assert!(total > 1 << 30);
     let lib = LibraryId::Driver.library();
-    println!("driver: {:?} via {:?}, CUDA {:?}", lib.path(), lib.found_via(), lib.driver_version());
+    println!(
+        "driver: {:?} via {:?}, CUDA {:?}",
+        lib.path(),
+        lib.found_via(),
+        lib.driver_version()
+    );
     assert!(lib.driver_version().unwrap() >= 12000);
 }
 
@@ -103,7 +118,11 @@ fn every_driver_function_resolves_by_the_version_rule() {
         match lib.function_pointer(name) {
             Ok(p) => {
                 assert!(!p.is_null());
-                assert!(f.min_version <= version, "{name} resolved although it needs {}", f.min_version);
+                assert!(
+                    f.min_version <= version,
+                    "{name} resolved although it needs {}",
+                    f.min_version
+                );
                 if f.version > version {
                     served_older.push(name);
                 }
@@ -135,11 +154,21 @@ fn every_driver_function_resolves_by_the_version_rule() {
     // Everything a driver of this version should have, it has (a few functions exist only on
     // some platforms, hence the small allowance).
     let eligible = lib.functions().iter().filter(|f| f.min_version <= version).count();
-    assert!(resolved.len() + 8 >= eligible, "{} of {eligible} resolved", resolved.len());
+    assert!(
+        resolved.len() + 8 >= eligible,
+        "{} of {eligible} resolved",
+        resolved.len()
+    );
     assert_eq!(too_old.len(), lib.functions().len() - eligible);
     // The trap of the issue: the newest version of these is newer than a 13.0 driver, and older
     // drivers serve the same signature.
-    for name in ["cuEventElapsedTime", "cuGraphAddNode", "cuGraphAddNode_v3", "cuGraphNodeSetParams_v2", "cuCtxCreate"] {
+    for name in [
+        "cuEventElapsedTime",
+        "cuGraphAddNode",
+        "cuGraphAddNode_v3",
+        "cuGraphNodeSetParams_v2",
+        "cuCtxCreate",
+    ] {
         assert!(resolved.contains(&name), "{name} must resolve on CUDA {version}");
     }
 }
@@ -161,8 +190,14 @@ fn a_function_newer_than_the_driver_is_an_error_naming_it() {
     assert_eq!(load.function(), Some("cuDeviceGetCliqueCount"));
     let text = err.to_string();
     println!("{text}");
-    assert!(text.contains("cuDeviceGetCliqueCount") && text.contains("13.4"), "{text}");
-    assert!(text.contains(&format!("{}.{}", version / 1000, (version % 1000) / 10)), "{text}");
+    assert!(
+        text.contains("cuDeviceGetCliqueCount") && text.contains("13.4"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{}.{}", version / 1000, (version % 1000) / 10)),
+        "{text}"
+    );
 }
 
 #[test]
@@ -170,7 +205,13 @@ fn a_function_newer_than_the_driver_is_an_error_naming_it() {
 fn per_thread_default_stream_variants_are_other_functions() {
     device_and_context();
     let lib = LibraryId::Driver.library();
-    for name in ["cuMemcpyAsync", "cuMemcpyHtoD", "cuLaunchKernel", "cuStreamQuery", "cuMemAllocAsync"] {
+    for name in [
+        "cuMemcpyAsync",
+        "cuMemcpyHtoD",
+        "cuLaunchKernel",
+        "cuStreamQuery",
+        "cuMemAllocAsync",
+    ] {
         let legacy = lib.driver_entry_point(name, false).unwrap();
         let ptds = lib.driver_entry_point(name, true).unwrap();
         assert_ne!(legacy, ptds, "{name}: the per-thread variant must be another function");
@@ -194,7 +235,11 @@ fn per_thread_default_stream_variants_are_other_functions() {
     }
     // Run this test again with CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM=1.
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "per_thread_default_stream_variants_are_other_functions", "--include-ignored"])
+        .args([
+            "--exact",
+            "per_thread_default_stream_variants_are_other_functions",
+            "--include-ignored",
+        ])
         .env(cuda_sys::PER_THREAD_DEFAULT_STREAM_VAR, "1")
         .env("CUDA_RS_PTDS_CHILD", "1")
         .output()
@@ -210,14 +255,21 @@ fn per_thread_default_stream_variants_are_other_functions() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn the_toolkit_libraries_load_next_to_the_driver() {
-    for lib in [LibraryId::Nvrtc, LibraryId::NvJitLink, LibraryId::Runtime, LibraryId::Nvml] {
+    for lib in [
+        LibraryId::Nvrtc,
+        LibraryId::NvJitLink,
+        LibraryId::Runtime,
+        LibraryId::Nvml,
+    ] {
         let l = lib.library();
         l.open().unwrap_or_else(|e| panic!("{e}"));
         println!("{lib}: {:?} via {:?}", l.path(), l.found_via());
     }
     let (mut major, mut minor) = (0, 0);
     // SAFETY: out-pointers to live locals.
-    unsafe { cuda_sys::nvrtc::nvrtcVersion(&mut major, &mut minor) }.result().unwrap();
+    unsafe { cuda_sys::nvrtc::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .unwrap();
     assert!(major >= 12);
     let mut count = 0u32;
     // SAFETY: NVML initialised before use and shut down after.

@@ -236,7 +236,7 @@ fn headers_dir() -> Result<PathBuf> {
     found
         .pop()
         .map(|(_, _, p)| p)
-        .ok_or_else(|| format!("no headers/cuda-X.Y folder (run cargo xtask vendor-headers)"))
+        .ok_or_else(|| "no headers/cuda-X.Y folder (run cargo xtask vendor-headers)".to_string())
 }
 
 fn bindgen_builder(include: &Path, wrapper: &str, allow_files: &[&str]) -> bindgen::Builder {
@@ -354,11 +354,12 @@ fn generate(lib: &Lib, include: &Path) -> Result<String> {
         tokens.extend(status_items(status, &status_table));
     }
 
-    let file: syn::File = syn::parse2(tokens).map_err(|e| format!("{}: generated code does not parse: {e}", lib.module))?;
+    let file: syn::File =
+        syn::parse2(tokens).map_err(|e| format!("{}: generated code does not parse: {e}", lib.module))?;
     let mut text = String::from(HEADER_LINE);
-    text.push_str(&format!(
-        "#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, unused_imports)]\n#![allow(clippy::all, rustdoc::all, unknown_lints, unpredictable_function_pointer_comparisons)]\n"
-    ));
+    text.push_str(
+        "#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, unused_imports)]\n#![allow(clippy::all, rustdoc::all, unknown_lints, unpredictable_function_pointer_comparisons)]\n",
+    );
     text.push_str(&prettyplease::unparse(&file));
     Ok(text)
 }
@@ -381,7 +382,17 @@ fn driver_functions(include: &Path, main: &syn::File, declared: Vec<syn::Foreign
     let legacy = legacy_declarations(&util::read(&include.join("cuda.h"))?)?;
     let wrapper = format!("#include <cudaTypedefs.h>\n#include <cudaProfilerTypedefs.h>\n{legacy}\n{internal}\n");
     let analysis = run_bindgen(
-        bindgen_builder(include, &wrapper, &["cuda.h", "cudaTypedefs.h", "cudaProfiler.h", "cudaProfilerTypedefs.h", "cuda_sys_wrapper.h"]),
+        bindgen_builder(
+            include,
+            &wrapper,
+            &[
+                "cuda.h",
+                "cudaTypedefs.h",
+                "cudaProfiler.h",
+                "cudaProfilerTypedefs.h",
+                "cuda_sys_wrapper.h",
+            ],
+        ),
         "driver typedefs",
     )?;
 
@@ -400,7 +411,11 @@ fn driver_functions(include: &Path, main: &syn::File, declared: Vec<syn::Foreign
         let Some(bare) = bare_fn_of(&t.ty) else {
             return Err(format!("{name} is not an optional function pointer"));
         };
-        let signature = canonical_fn(&bare.inputs.iter().map(|a| a.ty.clone()).collect::<Vec<_>>(), output_type(&bare.output), &aliases);
+        let signature = canonical_fn(
+            &bare.inputs.iter().map(|a| a.ty.clone()).collect::<Vec<_>>(),
+            output_type(&bare.output),
+            &aliases,
+        );
         let base = cap[1].to_string();
         pfns.entry(base.clone()).or_default().push(Pfn {
             version: cap[2].parse().unwrap(),
@@ -412,7 +427,8 @@ fn driver_functions(include: &Path, main: &syn::File, declared: Vec<syn::Foreign
     // `#define cuMemAlloc cuMemAlloc_v2`, `#define cuMemcpyHtoD __CUDA_API_PTDS(cuMemcpyHtoD_v2)`:
     // users call the macro's name.
     let cuda_h = util::read(&include.join("cuda.h"))?;
-    let rename = regex::Regex::new(r"(?m)^\s*#\s*define\s+(cu\w+)\s+(?:__CUDA_API_PT(?:DS|SZ)\()?(cu\w+)\)?\s*$").unwrap();
+    let rename =
+        regex::Regex::new(r"(?m)^\s*#\s*define\s+(cu\w+)\s+(?:__CUDA_API_PT(?:DS|SZ)\()?(cu\w+)\)?\s*$").unwrap();
     let public_of: HashMap<String, String> = rename
         .captures_iter(&cuda_h)
         .filter(|c| c[1] != c[2])
@@ -437,10 +453,17 @@ fn driver_functions(include: &Path, main: &syn::File, declared: Vec<syn::Foreign
         };
         let inputs = inputs_of(&f.sig)?;
         let output = output_type(&f.sig.output);
-        let signature = canonical_fn(&inputs.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(), output.clone(), &aliases);
+        let signature = canonical_fn(
+            &inputs.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(),
+            output.clone(),
+            &aliases,
+        );
         let (version, min_version, ptds_version) = driver_versions(&declared_name, ordinal, &signature, &pfns[&base])?;
         functions.push(Function {
-            name: public_of.get(&declared_name).cloned().unwrap_or_else(|| declared_name.clone()),
+            name: public_of
+                .get(&declared_name)
+                .cloned()
+                .unwrap_or_else(|| declared_name.clone()),
             symbol: base,
             declared: declared_name,
             ptds_symbol: None,
@@ -469,10 +492,18 @@ fn driver_versions(declared: &str, ordinal: usize, signature: &str, pfns: &[Pfn]
     let mut plain: Vec<&Pfn> = pfns.iter().filter(|p| !p.ptds).collect();
     plain.sort_by_key(|p| p.version);
     let known = || -> String {
-        plain.iter().map(|p| format!("v{}: {}", p.version, p.signature)).collect::<Vec<_>>().join("\n  ")
+        plain
+            .iter()
+            .map(|p| format!("v{}: {}", p.version, p.signature))
+            .collect::<Vec<_>>()
+            .join("\n  ")
     };
     let Some(bound) = ordinal.checked_sub(1).filter(|i| *i < plain.len()) else {
-        return Err(format!("{declared}: variant {ordinal} but only {} PFN_ typedefs\n  {}", plain.len(), known()));
+        return Err(format!(
+            "{declared}: variant {ordinal} but only {} PFN_ typedefs\n  {}",
+            plain.len(),
+            known()
+        ));
     };
     if plain[bound].signature != signature {
         return Err(format!(
@@ -500,7 +531,10 @@ fn driver_versions(declared: &str, ordinal: usize, signature: &str, pfns: &[Pfn]
 /// can follow the public part). The old `PFN_` typedefs refer to these types.
 fn legacy_declarations(cuda_h: &str) -> Result<String> {
     let marker = "#if defined(__CUDA_API_VERSION_INTERNAL)\n";
-    let start = cuda_h.rfind(marker).ok_or("cuda.h: no __CUDA_API_VERSION_INTERNAL block")? + marker.len();
+    let start = cuda_h
+        .rfind(marker)
+        .ok_or("cuda.h: no __CUDA_API_VERSION_INTERNAL block")?
+        + marker.len();
     let block = &cuda_h[start..];
     let end = block
         .find("\n#elif")
@@ -522,7 +556,9 @@ fn internal_typedefs(text: &str) -> Result<String> {
         .find("#if defined(__CUDA_API_VERSION_INTERNAL)")
         .ok_or("cudaTypedefs.h: no __CUDA_API_VERSION_INTERNAL block")?;
     let block = &text[start..];
-    let end = block.find("\n#endif").ok_or("cudaTypedefs.h: unterminated __CUDA_API_VERSION_INTERNAL block")?;
+    let end = block
+        .find("\n#endif")
+        .ok_or("cudaTypedefs.h: unterminated __CUDA_API_VERSION_INTERNAL block")?;
     let lines: Vec<&str> = block[..end]
         .lines()
         .skip(1)
@@ -541,7 +577,9 @@ fn bare_fn_of(ty: &syn::Type) -> Option<syn::TypeBareFn> {
     if seg.ident != "Option" {
         return None;
     }
-    let syn::PathArguments::AngleBracketed(args) = &seg.arguments else { return None };
+    let syn::PathArguments::AngleBracketed(args) = &seg.arguments else {
+        return None;
+    };
     match args.args.first()? {
         syn::GenericArgument::Type(syn::Type::BareFn(f)) => Some(f.clone()),
         _ => None,
@@ -713,7 +751,11 @@ fn shim(lib: &Lib, f: &Function, index: usize) -> TokenStream {
     let ret = f.output.as_ref().map(|t| quote!(#t)).unwrap_or_else(|| quote!(()));
     let returns_status = lib
         .status
-        .map(|s| f.output.as_ref().is_some_and(|t| last_ident(t).as_deref() == Some(s.ret)))
+        .map(|s| {
+            f.output
+                .as_ref()
+                .is_some_and(|t| last_ident(t).as_deref() == Some(s.ret))
+        })
         .unwrap_or(false);
     let load = quote! { crate::loader::load(&SLOTS[#index], &LIBRARY, #index) };
     let fn_ty = quote! { unsafe extern "C" fn(#(#types),*) -> #ret };
@@ -809,9 +851,17 @@ fn status_values(file: &syn::File, status: Status) -> Result<Vec<StatusValue>> {
             let syn::Expr::Call(call) = &c.expr else { continue };
             let Some(arg) = call.args.first() else { continue };
             let value = match arg {
-                syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => i.base10_parse::<i64>().ok(),
-                syn::Expr::Unary(syn::ExprUnary { op: syn::UnOp::Neg(_), expr, .. }) => match &**expr {
-                    syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => i.base10_parse::<i64>().ok().map(|v| -v),
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Int(i), ..
+                }) => i.base10_parse::<i64>().ok(),
+                syn::Expr::Unary(syn::ExprUnary {
+                    op: syn::UnOp::Neg(_),
+                    expr,
+                    ..
+                }) => match &**expr {
+                    syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Int(i), ..
+                    }) => i.base10_parse::<i64>().ok().map(|v| -v),
                     _ => None,
                 },
                 _ => None,
@@ -819,8 +869,16 @@ fn status_values(file: &syn::File, status: Status) -> Result<Vec<StatusValue>> {
             let Some(value) = value else { continue };
             let name = c.ident.to_string();
             let doc = doc_text(&c.attrs);
-            let description = if doc.is_empty() { humanize(&name, status.prefix) } else { doc };
-            values.push(StatusValue { value, name, description });
+            let description = if doc.is_empty() {
+                humanize(&name, status.prefix)
+            } else {
+                doc
+            };
+            values.push(StatusValue {
+                value,
+                name,
+                description,
+            });
         }
     }
     if values.is_empty() {
@@ -838,7 +896,10 @@ fn status_items(status: Status, values: &[StatusValue]) -> TokenStream {
         let (name, description) = (&v.name, &v.description);
         quote!(crate::error::StatusInfo { value: #value, name: #name, description: #description })
     });
-    let doc = format!(" Name and description of every `{}` value the headers list, sorted by value.", status.ret);
+    let doc = format!(
+        " Name and description of every `{}` value the headers list, sorted by value.",
+        status.ret
+    );
     let _ = status.in_err_field;
     quote! {
         #[doc = #doc]
@@ -861,7 +922,10 @@ fn doc_text(attrs: &[syn::Attribute]) -> String {
     for attr in attrs {
         if let syn::Meta::NameValue(nv) = &attr.meta {
             if nv.path.is_ident("doc") {
-                if let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) = &nv.value {
+                if let syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s), ..
+                }) = &nv.value
+                {
                     text.push_str(&s.value());
                     text.push(' ');
                 }
@@ -895,7 +959,10 @@ fn tidy_docs(item: &mut syn::Item) {
         fn visit_attribute_mut(&mut self, attr: &mut syn::Attribute) {
             if let syn::Meta::NameValue(nv) = &mut attr.meta {
                 if nv.path.is_ident("doc") {
-                    if let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) = &mut nv.value {
+                    if let syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Str(s), ..
+                    }) = &mut nv.value
+                    {
                         *s = syn::LitStr::new(&tidy_doc(&s.value()), Span::call_site());
                     }
                 }
@@ -909,7 +976,9 @@ fn tidy_doc(doc: &str) -> String {
     let mut out = Vec::new();
     let mut in_code = false;
     // `\code` may end a line of prose; give each marker a line of its own.
-    let doc = doc.replace("\\code", "\n\\code\n").replace("\\endcode", "\n\\endcode\n");
+    let doc = doc
+        .replace("\\code", "\n\\code\n")
+        .replace("\\endcode", "\n\\endcode\n");
     for line in doc.lines() {
         let trimmed = line.trim();
         if trimmed.starts_with("\\code") {
@@ -919,10 +988,16 @@ fn tidy_doc(doc: &str) -> String {
         }
         if trimmed.starts_with("\\endcode") {
             in_code = false;
+            while out.last().is_some_and(|l: &String| l.trim().is_empty()) {
+                out.pop();
+            }
             out.push(" ```".to_string());
             continue;
         }
         if in_code {
+            if trimmed.is_empty() && out.last().is_some_and(|l| l == " ```text") {
+                continue;
+            }
             out.push(format!(" {line}"));
             continue;
         }
@@ -946,10 +1021,84 @@ fn tidy_doc(doc: &str) -> String {
         if text.starts_with("```") {
             text = format!("`{text}`");
         }
-        out.push(if text.is_empty() { String::new() } else { format!(" {text}") });
+        out.push(if text.is_empty() {
+            String::new()
+        } else {
+            format!(" {text}")
+        });
     }
     if in_code {
         out.push(" ```".to_string());
     }
     out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pfn(version: u32, ptds: bool, signature: &str) -> Pfn {
+        Pfn {
+            version,
+            ptds,
+            signature: signature.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_variant_binds_its_own_version_and_shares_down_to_the_last_change() {
+        // cuGraphAddNode: v12020 (no edge data), v12030 and v13040 (same signature).
+        let pfns = [pfn(12020, false, "a"), pfn(12030, false, "b"), pfn(13040, false, "b")];
+        assert_eq!(
+            driver_versions("cuGraphAddNode_v2", 2, "b", &pfns).unwrap(),
+            (12030, 12030, 0)
+        );
+        assert_eq!(
+            driver_versions("cuGraphAddNode_v3", 3, "b", &pfns).unwrap(),
+            (13040, 12030, 0)
+        );
+        assert_eq!(
+            driver_versions("cuGraphAddNode", 1, "a", &pfns).unwrap(),
+            (12020, 12020, 0)
+        );
+    }
+
+    #[test]
+    fn a_declaration_that_disagrees_with_its_typedef_is_refused() {
+        let pfns = [pfn(3020, false, "a"), pfn(12050, false, "b")];
+        assert!(driver_versions("cuCtxCreate_v2", 2, "a", &pfns)
+            .unwrap_err()
+            .contains("another signature"));
+        assert!(driver_versions("cuCtxCreate_v3", 3, "b", &pfns)
+            .unwrap_err()
+            .contains("only 2"));
+    }
+
+    #[test]
+    fn the_per_thread_twin_belongs_to_the_bound_variant() {
+        // cuStreamGetCaptureInfo: three variants, each with its own _ptsz twin.
+        let pfns = [
+            pfn(10010, false, "a"),
+            pfn(11030, false, "b"),
+            pfn(12030, false, "c"),
+            pfn(10010, true, "a"),
+            pfn(11030, true, "b"),
+            pfn(12030, true, "c"),
+        ];
+        assert_eq!(driver_versions("x_v2", 2, "b", &pfns).unwrap(), (11030, 11030, 11030));
+        // cuMemcpyHtoD_v2: default 3020, per-thread twin 7000.
+        let pfns = [pfn(2000, false, "old"), pfn(3020, false, "a"), pfn(7000, true, "a")];
+        assert_eq!(
+            driver_versions("cuMemcpyHtoD_v2", 2, "a", &pfns).unwrap(),
+            (3020, 3020, 7000)
+        );
+    }
+
+    #[test]
+    fn doxygen_becomes_markdown_without_doctests() {
+        let doc = tidy_doc(" \\brief Does it.\n\n     indented prose\n push-pop: \\code\n    f(&x);\n \\endcode");
+        assert!(doc.lines().any(|l| l == " indented prose"), "{doc}");
+        assert!(doc.contains(" ```text\n     f(&x);\n ```"), "{doc}");
+        assert!(doc.starts_with(" Does it."), "{doc}");
+    }
 }

@@ -23,13 +23,22 @@ pub fn run(args: &[String]) -> Result {
     util::no_more(&args)?;
     let root = util::root();
     let run_here = bundle.is_none();
-    let dir = bundle.map(PathBuf::from).unwrap_or_else(|| root.join("target/gpu-bundle"));
-    let dir = if dir.is_absolute() { dir } else { std::env::current_dir().map_err(|e| e.to_string())?.join(dir) };
+    let dir = bundle
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/gpu-bundle"));
+    let dir = if dir.is_absolute() {
+        dir
+    } else {
+        std::env::current_dir().map_err(|e| e.to_string())?.join(dir)
+    };
     build_bundle(&dir)?;
     if run_here {
         util::run(Command::new(dir.join("run.sh")).args(&filters))
     } else {
-        println!("bundle ready: copy {} to the GPU machine and run its run.sh", dir.display());
+        println!(
+            "bundle ready: copy {} to the GPU machine and run its run.sh",
+            dir.display()
+        );
         Ok(())
     }
 }
@@ -62,7 +71,10 @@ fn build_bundle(dir: &Path) -> Result {
         dir.display()
     );
     if total > 48 << 20 {
-        return Err(format!("the bundle is {} MiB; it must stay well under 64 MiB", total >> 20));
+        return Err(format!(
+            "the bundle is {} MiB; it must stay well under 64 MiB",
+            total >> 20
+        ));
     }
     Ok(())
 }
@@ -72,7 +84,16 @@ fn build_tests() -> Result<Vec<PathBuf>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let output = Command::new(cargo)
         .current_dir(util::root())
-        .args(["test", "--package", PACKAGE, "--test", "*", "--profile", PROFILE, "--no-run"])
+        .args([
+            "test",
+            "--package",
+            PACKAGE,
+            "--test",
+            "*",
+            "--profile",
+            PROFILE,
+            "--no-run",
+        ])
         .arg("--message-format=json-render-diagnostics")
         .stderr(std::process::Stdio::inherit())
         .output()
@@ -82,7 +103,9 @@ fn build_tests() -> Result<Vec<PathBuf>> {
     }
     let mut executables = Vec::new();
     for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
         if msg["reason"] != "compiler-artifact" || msg["profile"]["test"] != true {
             continue;
         }
@@ -96,7 +119,8 @@ fn build_tests() -> Result<Vec<PathBuf>> {
 #[cfg(unix)]
 fn make_executable(path: &Path) -> Result {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(|e| format!("{}: {e}", path.display()))
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 #[cfg(not(unix))]

@@ -3,6 +3,7 @@
 //! ```text
 //! cargo xtask vendor-headers [--version V]   fetch the NVIDIA wheels, unpack headers into headers/
 //! cargo xtask bindgen [--check]              regenerate crates/cuda-sys/src/generated/
+//! cargo xtask quickstart                    run the quickstart example
 //! cargo xtask test [-- ARGS]                 install the compiler wheels locally, run the test suite
 //! cargo xtask test-gpu [--bundle DIR]        build (and run, without --bundle) the GPU test suite
 //! ```
@@ -23,6 +24,7 @@ commands:
                                  or V) from PyPI and unpack the headers the bindings need into headers/
   bindgen [--check]              regenerate crates/cuda-sys/src/generated/ from headers/;
                                  --check regenerates in memory and fails if anything differs
+  quickstart                     run the quickstart example (installs NVRTC from its wheel into .cuda-venv/)
   test [-- CARGO_TEST_ARGS]      install the CUDA compiler wheels into .cuda-venv/ and run cargo test --workspace
   test-gpu [--bundle DIR] [-- FILTER]
                                  build the GPU test suite; without --bundle also run it here (needs a GPU)
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
         Some("vendor-headers") => vendor::run(&args[1..]),
         Some("bindgen") => bindings::run(&args[1..]),
         Some("test") => test::run(&args[1..]),
+        Some("quickstart") => test::quickstart(&args[1..]),
         Some("test-gpu") => gpu::run(&args[1..]),
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");

@@ -56,9 +56,41 @@ pub fn install_wheels(venv: &Path) -> Result {
     println!("installing {}", wheels().join(", "));
     util::run(
         Command::new(venv.join("bin/python"))
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--only-binary=:all:"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--only-binary=:all:",
+            ])
             .args(wheels()),
     )
     .map_err(|e| format!("{e}\n(the wheels come from PyPI)"))?;
     util::write(&stamp, wanted.as_bytes())
+}
+
+/// `cargo xtask quickstart`: the example of `crates/cuda-core/examples/quickstart.rs`, with the
+/// compiler wheels available (a machine needs only the NVIDIA driver).
+pub fn quickstart(args: &[String]) -> Result {
+    util::no_more(args)?;
+    let root = util::root();
+    let venv = root.join(".cuda-venv");
+    install_wheels(&venv)?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    util::run(
+        Command::new(cargo)
+            .current_dir(&root)
+            .args([
+                "run",
+                "--quiet",
+                "--release",
+                "--package",
+                "cuda-core",
+                "--example",
+                "quickstart",
+            ])
+            .env("VIRTUAL_ENV", &venv),
+    )
 }

@@ -15,9 +15,7 @@ pub fn root() -> PathBuf {
 
 /// Runs `cmd`, failing with the command line when it cannot start or exits non-zero.
 pub fn run(cmd: &mut Command) -> Result {
-    let status = cmd
-        .status()
-        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    let status = cmd.status().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
     if status.success() {
         Ok(())
     } else {
@@ -36,8 +34,7 @@ pub fn read(path: &Path) -> Result<String> {
 
 pub fn write(path: &Path, contents: &[u8]) -> Result {
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     }
     std::fs::write(path, contents).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }

@@ -141,9 +141,7 @@ fn fetch_wheel(dir: &Path, name: &str, version: &str) -> Result<PathBuf> {
     cmd.args(["--python-version", "3.11", "--dest"])
         .arg(dir)
         .arg(format!("{name}=={version}"));
-    util::run(&mut cmd).map_err(|e| {
-        format!("{e}\n(vendor-headers needs python3 with pip and access to PyPI)")
-    })?;
+    util::run(&mut cmd).map_err(|e| format!("{e}\n(vendor-headers needs python3 with pip and access to PyPI)"))?;
     find().ok_or_else(|| format!("pip reported success but no {prefix}*.whl is in {}", dir.display()))
 }
 

@@ -26,7 +26,10 @@ fn nvml_init() -> Result<()> {
         // shut down by this crate, so handles stay valid for the process.
         unsafe { nvml::nvmlInit() }.result()
     })
-    .map_err(|source| crate::CudaError::Nvml { call: "nvmlInit", source })
+    .map_err(|source| crate::CudaError::Nvml {
+        call: "nvmlInit",
+        source,
+    })
 }
 
 /// Reads a string an NVML function writes into a buffer.
@@ -41,12 +44,16 @@ fn nvml_string(call: &'static str, f: unsafe fn(*mut c_char, u32) -> nvml::nvmlR
 
 /// The kernel-mode driver version, such as `"580.159.04"` (NVML).
 pub fn get_kernel_mode_driver_version() -> Result<String> {
-    nvml_string("nvmlSystemGetDriverVersion", |b, n| unsafe { nvml::nvmlSystemGetDriverVersion(b, n) })
+    nvml_string("nvmlSystemGetDriverVersion", |b, n| unsafe {
+        nvml::nvmlSystemGetDriverVersion(b, n)
+    })
 }
 
 /// The version of the NVML library, such as `"13.580.159.04"`.
 pub fn get_nvml_version() -> Result<String> {
-    nvml_string("nvmlSystemGetNVMLVersion", |b, n| unsafe { nvml::nvmlSystemGetNVMLVersion(b, n) })
+    nvml_string("nvmlSystemGetNVMLVersion", |b, n| unsafe {
+        nvml::nvmlSystemGetNVMLVersion(b, n)
+    })
 }
 
 /// The branch of the installed driver, such as `"r580_00"` (NVML).
@@ -58,9 +65,12 @@ pub fn get_driver_branch() -> Result<String> {
         branch: [0; 80],
     };
     // SAFETY: `info` is a live, versioned struct of the size NVML is told.
-    unsafe { nvml::nvmlSystemGetDriverBranch(&mut info, info.branch.len() as u32) }.check("nvmlSystemGetDriverBranch")?;
+    unsafe { nvml::nvmlSystemGetDriverBranch(&mut info, info.branch.len() as u32) }
+        .check("nvmlSystemGetDriverBranch")?;
     // SAFETY: NVML NUL-terminates the branch; the array was zeroed beforehand.
-    Ok(unsafe { CStr::from_ptr(info.branch.as_ptr()) }.to_string_lossy().into_owned())
+    Ok(unsafe { CStr::from_ptr(info.branch.as_ptr()) }
+        .to_string_lossy()
+        .into_owned())
 }
 
 /// The number of NVIDIA GPUs in the system: NVML's count, or the CUDA driver's when NVML is not
@@ -100,6 +110,9 @@ mod tests {
         let err = super::get_num_devices().unwrap_err();
         assert!(err.to_string().contains("libcuda.so.1"), "{err}");
         let err = super::get_kernel_mode_driver_version().unwrap_err();
-        assert!(err.to_string().contains("nvmlInit") && err.to_string().contains("NVML"), "{err}");
+        assert!(
+            err.to_string().contains("nvmlInit") && err.to_string().contains("NVML"),
+            "{err}"
+        );
     }
 }

@@ -84,7 +84,11 @@ pub fn site_packages_dirs() -> Vec<PathBuf> {
 
 fn site_packages_of(env: &Environment) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
-    let roots = [env.virtual_env.clone(), env.conda_prefix.clone(), env.home.as_ref().map(|h| h.join(".local"))];
+    let roots = [
+        env.virtual_env.clone(),
+        env.conda_prefix.clone(),
+        env.home.as_ref().map(|h| h.join(".local")),
+    ];
     for root in roots.into_iter().flatten() {
         for dir in python_dirs(&root.join("lib")) {
             let sp = dir.join("site-packages");
@@ -108,12 +112,15 @@ fn python_dirs(lib: &Path) -> Vec<PathBuf> {
             Some((minor, e.path()))
         })
         .collect();
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|(minor, _)| std::cmp::Reverse(*minor));
     found.into_iter().map(|(_, p)| p).collect()
 }
 
+/// Candidate files, each with the rule that proposed it, in search order.
+pub(crate) type Candidates = Vec<(FoundVia, PathBuf)>;
+
 /// The files the search would try, in order, before the system loader and after it.
-pub(crate) fn file_candidates(desc: &LibDescriptor, env: &Environment) -> (Vec<(FoundVia, PathBuf)>, Vec<(FoundVia, PathBuf)>) {
+pub(crate) fn file_candidates(desc: &LibDescriptor, env: &Environment) -> (Candidates, Candidates) {
     let mut early = Vec::new();
     let mut late = Vec::new();
     if desc.packaged_with == PackagedWith::Driver {
@@ -166,17 +173,25 @@ pub(crate) fn load(desc: &LibDescriptor, env: &Environment) -> Result<LoadedDl, 
         }
     }
     let (early, late) = file_candidates(desc, env);
-    let try_files = |list: Vec<(FoundVia, PathBuf)>, attempts: &mut Vec<Attempt>| -> Option<LoadedDl> {
+    let try_files = |list: Candidates, attempts: &mut Vec<Attempt>| -> Option<LoadedDl> {
         for (rule, path) in list {
             let shown = path.display().to_string();
             if !path.is_file() {
-                attempts.push(Attempt { rule, candidate: shown, rejected_because: "no such file".into() });
+                attempts.push(Attempt {
+                    rule,
+                    candidate: shown,
+                    rejected_because: "no such file".into(),
+                });
                 continue;
             }
             preload_companions(desc, &path);
             match loader::open(&shown) {
                 Ok(handle) => return Some(loaded(handle, rule, false)),
-                Err(e) => attempts.push(Attempt { rule, candidate: shown, rejected_because: e }),
+                Err(e) => attempts.push(Attempt {
+                    rule,
+                    candidate: shown,
+                    rejected_because: e,
+                }),
             }
         }
         None
@@ -263,7 +278,10 @@ mod tests {
         let first = |rule| rules.iter().position(|r| *r == rule).unwrap();
         assert!(first(FoundVia::SitePackages) < first(FoundVia::Conda));
         assert!(first(FoundVia::Conda) < first(FoundVia::CudaPath));
-        assert_eq!(early[0].1, venv.join("lib/python3.12/site-packages/nvidia/cu13/lib/libnvrtc.so.13"));
+        assert_eq!(
+            early[0].1,
+            venv.join("lib/python3.12/site-packages/nvidia/cu13/lib/libnvrtc.so.13")
+        );
         // newest soname first within a folder
         assert!(early[1].1.ends_with("nvidia/cu13/lib/libnvrtc.so.12"));
         assert!(late.iter().all(|(r, _)| *r == FoundVia::SystemCtkRoot));
@@ -278,14 +296,20 @@ mod tests {
         };
         let (early, _) = file_candidates(find("cudart").unwrap(), &env);
         assert!(early.iter().all(|(_, p)| p.starts_with("/a")));
-        let env = Environment { cuda_home: Some("/b".into()), ..Default::default() };
+        let env = Environment {
+            cuda_home: Some("/b".into()),
+            ..Default::default()
+        };
         let (early, _) = file_candidates(find("cudart").unwrap(), &env);
         assert!(early[0].1.starts_with("/b/lib64"));
     }
 
     #[test]
     fn nvvm_lives_below_nvvm_lib64_in_a_toolkit() {
-        let env = Environment { cuda_path: Some("/ctk".into()), ..Default::default() };
+        let env = Environment {
+            cuda_path: Some("/ctk".into()),
+            ..Default::default()
+        };
         let (early, _) = file_candidates(find("nvvm").unwrap(), &env);
         assert_eq!(early[0].1, PathBuf::from("/ctk/nvvm/lib64/libnvvm.so.4"));
     }
@@ -317,7 +341,11 @@ mod tests {
             return;
         }
         let err = load(desc, &env).unwrap_err();
-        let tried = err.attempts.iter().find(|a| a.candidate.ends_with("ctk/lib64/libcufile.so.0")).unwrap();
+        let tried = err
+            .attempts
+            .iter()
+            .find(|a| a.candidate.ends_with("ctk/lib64/libcufile.so.0"))
+            .unwrap();
         assert_eq!(tried.rule, FoundVia::CudaPath);
         assert_ne!(tried.rejected_because, "no such file");
         assert!(err.to_string().contains("pip install nvidia-cufile"), "{err}");

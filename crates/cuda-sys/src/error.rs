@@ -137,7 +137,12 @@ status_error!(
     /// An `nvJitLinkResult` other than `NVJITLINK_SUCCESS`.
     NvJitLinkError, crate::nvjitlink::nvJitLinkResult, crate::nvjitlink::nvJitLinkResult, NvJitLink, NVJITLINK_SUCCESS
 );
-enum_status!(NvJitLinkError, crate::nvjitlink::nvJitLinkResult, NVJITLINK_SUCCESS, NvJitLink);
+enum_status!(
+    NvJitLinkError,
+    crate::nvjitlink::nvJitLinkResult,
+    NVJITLINK_SUCCESS,
+    NvJitLink
+);
 
 status_error!(
     /// An `nvvmResult` other than `NVVM_SUCCESS`.
@@ -164,7 +169,7 @@ impl StatusCode for crate::cufile::CUfileError_t {
         }
     }
     fn load_error(&self) -> Option<LoadError> {
-        LoadError::from_status(self.err.0 as u32)
+        LoadError::from_status(self.err.0)
     }
 }
 

@@ -36,6 +36,7 @@
 //! prints in full even when its library could not be loaded.
 
 mod error;
+#[rustfmt::skip]
 mod generated;
 mod loader;
 

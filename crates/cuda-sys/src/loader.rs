@@ -150,17 +150,13 @@ pub const PER_THREAD_DEFAULT_STREAM_VAR: &str = "CUDA_PYTHON_CUDA_PER_THREAD_DEF
 /// Whether `value` of [`PER_THREAD_DEFAULT_STREAM_VAR`] turns per-thread default streams on: an
 /// integer other than 0.
 pub fn per_thread_from_env_value(value: Option<&str>) -> bool {
-    value
-        .and_then(|v| v.trim().parse::<i64>().ok())
-        .is_some_and(|v| v != 0)
+    value.and_then(|v| v.trim().parse::<i64>().ok()).is_some_and(|v| v != 0)
 }
 
 /// Whether this process binds the per-thread-default-stream variants (read once).
 pub fn per_thread_default_stream() -> bool {
     static PTDS: OnceLock<bool> = OnceLock::new();
-    *PTDS.get_or_init(|| {
-        per_thread_from_env_value(std::env::var(PER_THREAD_DEFAULT_STREAM_VAR).ok().as_deref())
-    })
+    *PTDS.get_or_init(|| per_thread_from_env_value(std::env::var(PER_THREAD_DEFAULT_STREAM_VAR).ok().as_deref()))
 }
 
 /// Resolves slot `index`: the hot path of every binding.
@@ -177,7 +173,12 @@ pub fn load(slot: &AtomicPtr<c_void>, library: &'static Library, index: usize) -
 impl Library {
     #[doc(hidden)]
     pub const fn new(id: LibraryId, functions: &'static [FnInfo], slots: &'static [AtomicPtr<c_void>]) -> Library {
-        Library { id, functions, slots, opened: OnceLock::new() }
+        Library {
+            id,
+            functions,
+            slots,
+            opened: OnceLock::new(),
+        }
     }
 
     /// Which library this is.
@@ -216,27 +217,33 @@ impl Library {
     /// The resolved address of the function `name` (as the bindings call it), resolving it now if
     /// needed: what `cuda.bindings` offers as `_inspect_function_pointer`.
     pub fn function_pointer(&'static self, name: &str) -> Result<*mut c_void, LoadError> {
-        let index = self
-            .index_of(name)
-            .ok_or(LoadError { library: self.id, index: UNKNOWN_FUNCTION })?;
+        let index = self.index_of(name).ok_or(LoadError {
+            library: self.id,
+            index: UNKNOWN_FUNCTION,
+        })?;
         load(&self.slots[index], self, index)
     }
 
     /// Driver only: asks the driver for `name` in the given stream mode, bypassing the cache, with
     /// the same versions the bindings use. For checking per-thread-default-stream resolution.
     pub fn driver_entry_point(&'static self, name: &str, per_thread: bool) -> Result<*mut c_void, LoadError> {
-        let index = self
-            .index_of(name)
-            .ok_or(LoadError { library: self.id, index: UNKNOWN_FUNCTION })?;
+        let index = self.index_of(name).ok_or(LoadError {
+            library: self.id,
+            index: UNKNOWN_FUNCTION,
+        })?;
         let opened = self.opened()?;
-        let get = opened
-            .get_proc_address
-            .ok_or(LoadError { library: self.id, index: UNKNOWN_FUNCTION })?;
+        let get = opened.get_proc_address.ok_or(LoadError {
+            library: self.id,
+            index: UNKNOWN_FUNCTION,
+        })?;
         let f = query_driver(get, &self.functions[index], opened.driver_version, per_thread);
         if f as usize > MAX_MARKER {
             Ok(f)
         } else {
-            Err(LoadError { library: self.id, index: index as u16 })
+            Err(LoadError {
+                library: self.id,
+                index: index as u16,
+            })
         }
     }
 
@@ -250,13 +257,19 @@ impl Library {
         self.opened
             .get_or_init(|| open_library(self.id))
             .as_ref()
-            .map_err(|_| LoadError { library: self.id, index: LIBRARY })
+            .map_err(|_| LoadError {
+                library: self.id,
+                index: LIBRARY,
+            })
     }
 
     #[cold]
     #[inline(never)]
     fn resolve(&'static self, index: usize) -> Result<*mut c_void, LoadError> {
-        let error = LoadError { library: self.id, index: index as u16 };
+        let error = LoadError {
+            library: self.id,
+            index: index as u16,
+        };
         let state = self.slots[index].load(Ordering::Acquire) as usize;
         if state != UNRESOLVED {
             return Err(error);
@@ -300,11 +313,19 @@ fn query_driver(get: GetProcAddress, info: &FnInfo, driver_version: u32, per_thr
     if driver_version < info.min_version {
         return marker(DRIVER_TOO_OLD);
     }
-    let wanted = if per_thread { info.version.max(info.ptds_version) } else { info.version };
+    let wanted = if per_thread {
+        info.version.max(info.ptds_version)
+    } else {
+        info.version
+    };
     // Never ask for more than the driver knows: an older driver then hands out the newest variant
     // it has, which (being at least min_version) has the signature bound here.
     let version = wanted.min(driver_version);
-    let flags = if per_thread { CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM } else { CU_GET_PROC_ADDRESS_DEFAULT };
+    let flags = if per_thread {
+        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+    } else {
+        CU_GET_PROC_ADDRESS_DEFAULT
+    };
     let mut f: *mut c_void = std::ptr::null_mut();
     let mut status: c_int = 0;
     // SAFETY: get is cuGetProcAddress_v2 from the open driver; the name is a NUL-terminated
@@ -342,7 +363,9 @@ fn lookup_symbol(handle: *mut c_void, info: &FnInfo, per_thread: bool) -> *mut c
         let name = info.symbol.to_string_lossy();
         for major in [13u32, 12] {
             for minor in (0..=9u32).rev() {
-                let Ok(tagged) = CString::new(format!("__{name}_{major}_{minor}")) else { continue };
+                let Ok(tagged) = CString::new(format!("__{name}_{major}_{minor}")) else {
+                    continue;
+                };
                 let f = dlsym(handle, &tagged);
                 if !f.is_null() {
                     return f;
@@ -365,7 +388,11 @@ fn open_library(id: LibraryId) -> Result<Opened, String> {
         per_thread: per_thread_default_stream(),
     };
     if id == LibraryId::Driver {
-        let shown = opened.path.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "libcuda.so.1".into());
+        let shown = opened
+            .path
+            .as_deref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "libcuda.so.1".into());
         let get = dlsym(handle, c"cuGetProcAddress_v2");
         if get.is_null() {
             return Err(format!(
@@ -379,13 +406,18 @@ fn open_library(id: LibraryId) -> Result<Opened, String> {
         }
         // SAFETY: both symbols come from the driver and have these C signatures (cuda.h).
         let (get, version): (GetProcAddress, DriverGetVersion) = unsafe {
-            (std::mem::transmute::<*mut c_void, GetProcAddress>(get), std::mem::transmute::<*mut c_void, DriverGetVersion>(version))
+            (
+                std::mem::transmute::<*mut c_void, GetProcAddress>(get),
+                std::mem::transmute::<*mut c_void, DriverGetVersion>(version),
+            )
         };
         let mut v: c_int = 0;
         // SAFETY: v is a live local; cuDriverGetVersion needs no cuInit.
         let result = unsafe { version(&mut v) };
         if result != 0 {
-            return Err(format!("cuDriverGetVersion failed with error {result} on the driver at {shown}"));
+            return Err(format!(
+                "cuDriverGetVersion failed with error {result} on the driver at {shown}"
+            ));
         }
         opened.get_proc_address = Some(get);
         opened.driver_version = v.max(0) as u32;
@@ -414,7 +446,11 @@ pub enum LoadErrorKind {
     /// The library does not export the function.
     FunctionNotFound { function: &'static str },
     /// The driver is older than the oldest version that serves the function's ABI.
-    DriverTooOld { function: &'static str, needs: u32, has: u32 },
+    DriverTooOld {
+        function: &'static str,
+        needs: u32,
+        has: u32,
+    },
     /// A name the bindings do not have was asked for.
     UnknownFunction,
 }
@@ -446,7 +482,11 @@ impl LoadError {
         };
         let info = &lib.functions[self.index as usize];
         match (lib.slot_state(self.index as usize), lib.driver_version()) {
-            (DRIVER_TOO_OLD, Some(has)) => LoadErrorKind::DriverTooOld { function, needs: info.min_version, has },
+            (DRIVER_TOO_OLD, Some(has)) => LoadErrorKind::DriverTooOld {
+                function,
+                needs: info.min_version,
+                has,
+            },
             _ => LoadErrorKind::FunctionNotFound { function },
         }
     }
@@ -486,7 +526,11 @@ impl fmt::Display for LoadError {
             LoadErrorKind::FunctionNotFound { function } => {
                 let lib = self.library.library();
                 let path = lib.path().map(|p| format!(" at {}", p.display())).unwrap_or_default();
-                write!(f, "{function} is not available: {}{path} does not provide it", self.library)?;
+                write!(
+                    f,
+                    "{function} is not available: {}{path} does not provide it",
+                    self.library
+                )?;
                 if let Some(v) = lib.driver_version() {
                     let info = &lib.functions[self.index as usize];
                     write!(
@@ -508,7 +552,9 @@ impl fmt::Display for LoadError {
                 version_text(needs),
                 version_text(has)
             ),
-            LoadErrorKind::UnknownFunction => write!(f, "{} has no function by that name in these bindings", self.library),
+            LoadErrorKind::UnknownFunction => {
+                write!(f, "{} has no function by that name in these bindings", self.library)
+            }
         }
     }
 }

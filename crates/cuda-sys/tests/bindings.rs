@@ -31,7 +31,10 @@ fn declared(header: &str, ret_and_api: &str, skip_from: Option<&str>) -> BTreeSe
     // nvml.h declares its legacy ABIs only for code that defines NVML_NO_UNVERSIONED_FUNC_DEFS;
     // the bindings follow the default, as cuda.h's legacy block is left out above.
     let mut text = text.to_string();
-    let (open, close) = ("\n#ifdef NVML_NO_UNVERSIONED_FUNC_DEFS", "\n#endif // #ifdef NVML_NO_UNVERSIONED_FUNC_DEFS");
+    let (open, close) = (
+        "\n#ifdef NVML_NO_UNVERSIONED_FUNC_DEFS",
+        "\n#endif // #ifdef NVML_NO_UNVERSIONED_FUNC_DEFS",
+    );
     while let Some(start) = text.find(open) {
         let end = text[start..].find(close).map(|e| start + e + close.len()).unwrap();
         text.replace_range(start..end, "");
@@ -51,11 +54,18 @@ fn declared(header: &str, ret_and_api: &str, skip_from: Option<&str>) -> BTreeSe
 #[test]
 fn every_driver_function_declared_in_cuda_h_is_bound() {
     // The block at the end of cuda.h behind __CUDA_API_VERSION_INTERNAL holds legacy ABIs.
-    let declared = declared("cuda.h", "CUresult CUDAAPI", Some("#if defined(__CUDA_API_VERSION_INTERNAL)\n    #undef"));
+    let declared = declared(
+        "cuda.h",
+        "CUresult CUDAAPI",
+        Some("#if defined(__CUDA_API_VERSION_INTERNAL)\n    #undef"),
+    );
     assert!(declared.len() > 450, "only {} declarations found", declared.len());
     let bound = names(LibraryId::Driver);
     let missing: Vec<_> = declared.difference(&bound).collect();
-    assert!(missing.is_empty(), "cuda.h declares functions with no binding: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "cuda.h declares functions with no binding: {missing:?}"
+    );
     // and the profiler API from cudaProfiler.h
     for f in ["cuProfilerInitialize", "cuProfilerStart", "cuProfilerStop"] {
         assert!(bound.contains(f), "{f}");
@@ -85,7 +95,13 @@ fn every_function_of_the_other_headers_is_bound() {
         assert!(missing.is_empty(), "{header}: no binding for {missing:?}");
     }
     let jit = names(LibraryId::NvJitLink);
-    for f in ["nvJitLinkCreate", "nvJitLinkAddData", "nvJitLinkComplete", "nvJitLinkGetLinkedCubin", "nvJitLinkVersion"] {
+    for f in [
+        "nvJitLinkCreate",
+        "nvJitLinkAddData",
+        "nvJitLinkComplete",
+        "nvJitLinkGetLinkedCubin",
+        "nvJitLinkVersion",
+    ] {
         assert!(jit.contains(f), "{f}");
     }
 }
@@ -109,13 +125,19 @@ fn info(name: &str) -> &'static cuda_sys::FnInfo {
 fn driver_versions_follow_the_typedefs() {
     // cuda.h binds cuMemAlloc_v2, which appeared in CUDA 3.2 (PFN_cuMemAlloc_v3020).
     let f = info("cuMemAlloc");
-    assert_eq!((f.symbol.to_str().unwrap(), f.version, f.min_version), ("cuMemAlloc", 3020, 3020));
+    assert_eq!(
+        (f.symbol.to_str().unwrap(), f.version, f.min_version),
+        ("cuMemAlloc", 3020, 3020)
+    );
     // cuCtxCreate_v4 (12.5) has a signature of its own: no older driver may serve it.
     let f = info("cuCtxCreate");
     assert_eq!((f.version, f.min_version), (12050, 12050));
     // Same signature at 12030 and 13040: a 13.0 driver serves cuGraphAddNode_v3 too.
     let f = info("cuGraphAddNode_v3");
-    assert_eq!((f.symbol.to_str().unwrap(), f.version, f.min_version), ("cuGraphAddNode", 13040, 12030));
+    assert_eq!(
+        (f.symbol.to_str().unwrap(), f.version, f.min_version),
+        ("cuGraphAddNode", 13040, 12030)
+    );
     let f = info("cuGraphAddNode");
     assert_eq!((f.version, f.min_version), (12030, 12030));
     let f = info("cuEventElapsedTime");
@@ -134,7 +156,11 @@ fn version_floors_are_consistent() {
     let mut shared = Vec::new();
     for f in &driver::FUNCTIONS {
         assert!(f.min_version <= f.version, "{:?}", f.name);
-        assert!(f.version >= 2000 && f.version <= cuda_sys::HEADER_CUDA_VERSION, "{:?}", f.name);
+        assert!(
+            f.version >= 2000 && f.version <= cuda_sys::HEADER_CUDA_VERSION,
+            "{:?}",
+            f.name
+        );
         if f.min_version < f.version {
             shared.push(f.name.to_str().unwrap());
         }
@@ -148,18 +174,34 @@ fn version_floors_are_consistent() {
 fn status_values_have_names_and_descriptions_without_any_library() {
     let e = driver::CUresult::CUDA_ERROR_OUT_OF_MEMORY.result().unwrap_err();
     assert_eq!(e.name(), "CUDA_ERROR_OUT_OF_MEMORY");
-    assert!(e.description().contains("allocate enough memory"), "{}", e.description());
-    assert_eq!(e.to_string(), format!("CUDA_ERROR_OUT_OF_MEMORY (2): {}", e.description()));
+    assert!(
+        e.description().contains("allocate enough memory"),
+        "{}",
+        e.description()
+    );
+    assert_eq!(
+        e.to_string(),
+        format!("CUDA_ERROR_OUT_OF_MEMORY (2): {}", e.description())
+    );
     assert!(driver::CUresult::CUDA_SUCCESS.result().is_ok());
 
     let e = nvrtc::nvrtcResult::NVRTC_ERROR_COMPILATION.result().unwrap_err();
     assert_eq!(e.name(), "NVRTC_ERROR_COMPILATION");
     assert_eq!(e.description(), "compilation");
-    let e = nvjitlink::nvJitLinkResult::NVJITLINK_ERROR_UNRECOGNIZED_OPTION.result().unwrap_err();
+    let e = nvjitlink::nvJitLinkResult::NVJITLINK_ERROR_UNRECOGNIZED_OPTION
+        .result()
+        .unwrap_err();
     assert_eq!(e.name(), "NVJITLINK_ERROR_UNRECOGNIZED_OPTION");
-    let e = cuda_sys::nvml::nvmlReturn_t::NVML_ERROR_NOT_SUPPORTED.result().unwrap_err();
-    assert!(e.description().contains("not supported") || e.description().contains("not available"), "{e}");
-    let e = cuda_sys::runtime::cudaError_t::cudaErrorMemoryAllocation.result().unwrap_err();
+    let e = cuda_sys::nvml::nvmlReturn_t::NVML_ERROR_NOT_SUPPORTED
+        .result()
+        .unwrap_err();
+    assert!(
+        e.description().contains("not supported") || e.description().contains("not available"),
+        "{e}"
+    );
+    let e = cuda_sys::runtime::cudaError_t::cudaErrorMemoryAllocation
+        .result()
+        .unwrap_err();
     assert_eq!(e.name(), "cudaErrorMemoryAllocation");
 
     // A value newer than the headers still prints.
@@ -168,7 +210,12 @@ fn status_values_have_names_and_descriptions_without_any_library() {
     assert!(e.to_string().contains("54321"));
     assert!(e.load_error().is_none());
 
-    for table in [driver::STATUS_VALUES, nvrtc::STATUS_VALUES, cuda_sys::nvml::STATUS_VALUES, cuda_sys::runtime::STATUS_VALUES] {
+    for table in [
+        driver::STATUS_VALUES,
+        nvrtc::STATUS_VALUES,
+        cuda_sys::nvml::STATUS_VALUES,
+        cuda_sys::runtime::STATUS_VALUES,
+    ] {
         assert!(table.windows(2).all(|w| w[0].value < w[1].value));
         assert!(table.iter().all(|s| !s.description.is_empty()));
     }
@@ -180,7 +227,11 @@ fn load_errors_round_trip_through_status_codes() {
     assert_eq!(err.kind(), LoadErrorKind::UnknownFunction);
 
     let lib = LibraryId::Nvrtc.library();
-    let index = lib.functions().iter().position(|f| f.name.to_str() == Ok("nvrtcCompileProgram")).unwrap();
+    let index = lib
+        .functions()
+        .iter()
+        .position(|f| f.name.to_str() == Ok("nvrtcCompileProgram"))
+        .unwrap();
     let code = (0x7C00_0000u32) | ((LibraryId::Nvrtc as u32) << 16) | index as u32;
     let status = nvrtc::nvrtcResult(code as _);
     let load = status.load_error().expect("a load error");
@@ -191,7 +242,10 @@ fn load_errors_round_trip_through_status_codes() {
     assert_eq!(e.name(), "LOAD_ERROR");
     // Ordinary values are never taken for load errors.
     assert!(nvrtc::nvrtcResult::NVRTC_ERROR_COMPILATION.load_error().is_none());
-    assert!(driver::CUresult(0x7C00_FFFF).load_error().is_none(), "library id 0 does not exist");
+    assert!(
+        driver::CUresult(0x7C00_FFFF).load_error().is_none(),
+        "library id 0 does not exist"
+    );
 }
 
 #[test]

@@ -29,7 +29,11 @@ fn assert_from_wheel(lib: LibraryId) {
         "{lib} came from {}",
         path.display()
     );
-    assert!(path.to_string_lossy().contains("site-packages/nvidia/"), "{}", path.display());
+    assert!(
+        path.to_string_lossy().contains("site-packages/nvidia/"),
+        "{}",
+        path.display()
+    );
 }
 
 const SAXPY: &str = r#"
@@ -43,16 +47,25 @@ extern "C" __global__ void saxpy(float a, const float* x, float* y, unsigned n) 
 unsafe fn compile(source: &str, options: &[&str]) -> (nvrtc::nvrtcResult, String, nvrtc::nvrtcProgram) {
     let src = CString::new(source).unwrap();
     let mut prog: nvrtc::nvrtcProgram = ptr::null_mut();
-    nvrtc::nvrtcCreateProgram(&mut prog, src.as_ptr(), c"saxpy.cu".as_ptr(), 0, ptr::null(), ptr::null())
-        .result()
-        .unwrap();
+    nvrtc::nvrtcCreateProgram(
+        &mut prog,
+        src.as_ptr(),
+        c"saxpy.cu".as_ptr(),
+        0,
+        ptr::null(),
+        ptr::null(),
+    )
+    .result()
+    .unwrap();
     let opts: Vec<CString> = options.iter().map(|o| CString::new(*o).unwrap()).collect();
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
     let status = nvrtc::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr());
     let mut size = 0;
     nvrtc::nvrtcGetProgramLogSize(prog, &mut size).result().unwrap();
     let mut log = vec![0u8; size];
-    nvrtc::nvrtcGetProgramLog(prog, log.as_mut_ptr().cast()).result().unwrap();
+    nvrtc::nvrtcGetProgramLog(prog, log.as_mut_ptr().cast())
+        .result()
+        .unwrap();
     let log = CStr::from_bytes_until_nul(&log).unwrap().to_string_lossy().into_owned();
     (status, log, prog)
 }
@@ -67,7 +80,11 @@ fn nvrtc_from_the_wheel_reports_its_version_and_compiles() {
     // SAFETY: out-pointers to live locals; programs are destroyed once.
     unsafe {
         nvrtc::nvrtcVersion(&mut major, &mut minor).result().unwrap();
-        assert_eq!(major * 1000 + minor * 10, cuda_sys::HEADER_CUDA_VERSION as i32, "{major}.{minor}");
+        assert_eq!(
+            major * 1000 + minor * 10,
+            cuda_sys::HEADER_CUDA_VERSION as i32,
+            "{major}.{minor}"
+        );
 
         let (status, log, mut prog) = compile(SAXPY, &["--gpu-architecture=sm_90"]);
         status.result().unwrap_or_else(|e| panic!("{e}\n{log}"));
@@ -118,7 +135,10 @@ fn nvjitlink_from_the_wheel_reports_its_version_and_links() {
         assert_eq!(major * 1000 + minor * 10, cuda_sys::HEADER_CUDA_VERSION);
 
         // LTO-IR from NVRTC, linked to a cubin by nvJitLink.
-        let (status, log, mut prog) = compile(SAXPY, &["--gpu-architecture=sm_90", "-dlto", "--relocatable-device-code=true"]);
+        let (status, log, mut prog) = compile(
+            SAXPY,
+            &["--gpu-architecture=sm_90", "-dlto", "--relocatable-device-code=true"],
+        );
         status.result().unwrap_or_else(|e| panic!("{e}\n{log}"));
         let mut size = 0;
         nvrtc::nvrtcGetLTOIRSize(prog, &mut size).result().unwrap();
@@ -129,7 +149,9 @@ fn nvjitlink_from_the_wheel_reports_its_version_and_links() {
         let options = [c"-arch=sm_90", c"-lto"];
         let option_ptrs: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
         let mut handle: nvjitlink::nvJitLinkHandle = ptr::null_mut();
-        nvjitlink::nvJitLinkCreate(&mut handle, option_ptrs.len() as u32, option_ptrs.as_ptr()).result().unwrap();
+        nvjitlink::nvJitLinkCreate(&mut handle, option_ptrs.len() as u32, option_ptrs.as_ptr())
+            .result()
+            .unwrap();
         nvjitlink::nvJitLinkAddData(
             handle,
             nvjitlink::nvJitLinkInputType::NVJITLINK_INPUT_LTOIR,
@@ -141,9 +163,13 @@ fn nvjitlink_from_the_wheel_reports_its_version_and_links() {
         .unwrap();
         nvjitlink::nvJitLinkComplete(handle).result().unwrap();
         let mut size = 0;
-        nvjitlink::nvJitLinkGetLinkedCubinSize(handle, &mut size).result().unwrap();
+        nvjitlink::nvJitLinkGetLinkedCubinSize(handle, &mut size)
+            .result()
+            .unwrap();
         let mut cubin = vec![0u8; size];
-        nvjitlink::nvJitLinkGetLinkedCubin(handle, cubin.as_mut_ptr().cast()).result().unwrap();
+        nvjitlink::nvJitLinkGetLinkedCubin(handle, cubin.as_mut_ptr().cast())
+            .result()
+            .unwrap();
         assert_eq!(&cubin[..4], b"\x7fELF");
         nvjitlink::nvJitLinkDestroy(&mut handle).result().unwrap();
 
@@ -151,7 +177,9 @@ fn nvjitlink_from_the_wheel_reports_its_version_and_links() {
         let bad = [c"-no-such-option"];
         let bad_ptrs: Vec<*const c_char> = bad.iter().map(|o| o.as_ptr()).collect();
         let mut handle: nvjitlink::nvJitLinkHandle = ptr::null_mut();
-        let err = nvjitlink::nvJitLinkCreate(&mut handle, 1, bad_ptrs.as_ptr()).result().unwrap_err();
+        let err = nvjitlink::nvJitLinkCreate(&mut handle, 1, bad_ptrs.as_ptr())
+            .result()
+            .unwrap_err();
         assert_eq!(err.name(), "NVJITLINK_ERROR_UNRECOGNIZED_OPTION", "{err}");
     }
 }
@@ -162,14 +190,18 @@ fn nvvm_and_cudart_from_the_wheels_report_their_versions() {
         assert_from_wheel(LibraryId::Nvvm);
         let (mut major, mut minor) = (0, 0);
         // SAFETY: out-pointers to live locals.
-        unsafe { nvvm::nvvmIRVersion(&mut major, &mut minor, &mut 0, &mut 0) }.result().unwrap();
+        unsafe { nvvm::nvvmIRVersion(&mut major, &mut minor, &mut 0, &mut 0) }
+            .result()
+            .unwrap();
         assert!(major >= 2, "NVVM IR {major}.{minor}");
     }
     if available(LibraryId::Runtime) {
         assert_from_wheel(LibraryId::Runtime);
         let mut version = 0;
         // SAFETY: out-pointer to a live local; needs no GPU.
-        unsafe { runtime::cudaRuntimeGetVersion(&mut version) }.result().unwrap();
+        unsafe { runtime::cudaRuntimeGetVersion(&mut version) }
+            .result()
+            .unwrap();
         assert_eq!(version as u32, cuda_sys::HEADER_CUDA_VERSION);
     }
 }
@@ -190,13 +222,19 @@ fn child_nvrtc_12() {
         status.result().unwrap_or_else(|e| panic!("{e}\n{log}"));
         nvrtc::nvrtcDestroyProgram(&mut prog).result().unwrap();
     }
-    println!("NVRTC {major}.{minor} from {}", LibraryId::Nvrtc.library().path().unwrap().display());
+    println!(
+        "NVRTC {major}.{minor} from {}",
+        LibraryId::Nvrtc.library().path().unwrap().display()
+    );
 }
 
 #[test]
 fn nvrtc_12_from_its_wheel_works_through_the_same_bindings() {
     let Some(venv) = std::env::var_os("VIRTUAL_ENV") else {
-        assert!(std::env::var_os("CUDA_RS_REQUIRE_WHEELS").is_none(), "VIRTUAL_ENV must be set");
+        assert!(
+            std::env::var_os("CUDA_RS_REQUIRE_WHEELS").is_none(),
+            "VIRTUAL_ENV must be set"
+        );
         return;
     };
     let site = cuda_pathfinder::site_packages_dirs()
@@ -205,7 +243,10 @@ fn nvrtc_12_from_its_wheel_works_through_the_same_bindings() {
         .expect("the venv has a site-packages folder");
     let nvrtc12 = site.join("nvidia/cuda_nvrtc");
     if !nvrtc12.is_dir() {
-        assert!(std::env::var_os("CUDA_RS_REQUIRE_WHEELS").is_none(), "nvidia-cuda-nvrtc-cu12 is not installed");
+        assert!(
+            std::env::var_os("CUDA_RS_REQUIRE_WHEELS").is_none(),
+            "nvidia-cuda-nvrtc-cu12 is not installed"
+        );
         return;
     }
     // A second environment that holds only the CUDA 12 NVRTC wheel.
@@ -225,5 +266,8 @@ fn nvrtc_12_from_its_wheel_works_through_the_same_bindings() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("NVRTC 12.9 from") && text.contains("cuda_nvrtc/lib/libnvrtc.so.12"), "{text}");
+    assert!(
+        text.contains("NVRTC 12.9 from") && text.contains("cuda_nvrtc/lib/libnvrtc.so.12"),
+        "{text}"
+    );
 }

@@ -12199,7 +12199,6 @@ pub type CU_DEV_SM_RESOURCE_GROUP_PARAMS = CU_DEV_SM_RESOURCE_GROUP_PARAMS_st;
  A tagged union describing different resources identified by the type field. This structure should not be directly modified outside of the API that created it.
 
  ```text
-
   struct {
       CUdevResourceType type;
       union {
@@ -12208,7 +12207,6 @@ pub type CU_DEV_SM_RESOURCE_GROUP_PARAMS = CU_DEV_SM_RESOURCE_GROUP_PARAMS_st;
  CUdevWorkqueueResource wq;
       };
   };
-
  ```
 
  - If \p type is \p CU_DEV_RESOURCE_TYPE_INVALID, this resoure is not valid and cannot be further accessed.
@@ -12295,7 +12293,6 @@ impl Default for CUdevResource_st {
  A tagged union describing different resources identified by the type field. This structure should not be directly modified outside of the API that created it.
 
  ```text
-
   struct {
       CUdevResourceType type;
       union {
@@ -12304,7 +12301,6 @@ impl Default for CUdevResource_st {
  CUdevWorkqueueResource wq;
       };
   };
-
  ```
 
  - If \p type is \p CU_DEV_RESOURCE_TYPE_INVALID, this resoure is not valid and cannot be further accessed.
@@ -12317,7 +12313,6 @@ pub type CUdevResource_v1 = CUdevResource_st;
  A tagged union describing different resources identified by the type field. This structure should not be directly modified outside of the API that created it.
 
  ```text
-
   struct {
       CUdevResourceType type;
       union {
@@ -12326,7 +12321,6 @@ pub type CUdevResource_v1 = CUdevResource_st;
  CUdevWorkqueueResource wq;
       };
   };
-
  ```
 
  - If \p type is \p CU_DEV_RESOURCE_TYPE_INVALID, this resoure is not valid and cannot be further accessed.
@@ -24289,37 +24283,30 @@ pub unsafe fn cuDevResourceGenerateDesc(
  A groupParams array element is defined in the following order:
 
  ```text
-
   { .smCount, .coscheduledSmCount, .preferredCoscheduledSmCount, .flags, \/\* .reserved \*\/ }
-
  ```
 
 
 
  ```text
-
  // Example 1
  // Will discover how many SMs are available without imposing a co-scheduled group-size constraint.
  // The rest is placed in the optional remainder.
  CU_DEV_SM_RESOURCE_GROUP_PARAMS params { 0, 0, 0, 0, 0 };
-
  ```
 
 
  ```text
-
  // Example 2
  // Assuming the device has 10+ SMs, the result will have 10 SMs that are co-scheduled in groups of 2 SMs.
  // The rest is placed in the optional remainder.
  CU_DEV_SM_RESOURCE_GROUP_PARAMS params { 10, 2, 0, 0, 0 };
  // Setting the coscheduledSmCount to 2 guarantees that we can always have a valid result
  // as long as the SM count is less than or equal to the input resource SM count.
-
  ```
 
 
  ```text
-
  // Example 3
  // A single piece is split-off, but instead of assigning the rest to the remainder, a second group contains everything else
  // This assumes the device has 10+ SMs (8 of which are coscheduled in groups of 4),
@@ -24328,7 +24315,6 @@ pub unsafe fn cuDevResourceGenerateDesc(
  {8, 4, 0, 0, 0},
  {0, 2, 0, CU_DEV_SM_RESOURCE_GROUP_BACKFILL, 0},
  };
-
  ```
 
 
@@ -25754,7 +25740,6 @@ pub unsafe fn cuDeviceGetPCIBusId(
 
 
  ```text
-
  typedef struct CUdevprop_st {
  int maxThreadsPerBlock;
  int maxThreadsDim[3];
@@ -25767,7 +25752,6 @@ pub unsafe fn cuDeviceGetPCIBusId(
  int clockRate;
  int textureAlign
  } CUdevprop;
-
  ```
 
  where:
@@ -26844,13 +26828,11 @@ pub unsafe fn cuEventSynchronize(hEvent: CUevent) -> CUresult {
 
 
  ```text
-
  typedef struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st {
  unsigned long long offset;
  unsigned long long size;
  unsigned int flags;
  } CUDA_EXTERNAL_MEMORY_BUFFER_DESC;
-
  ```
 
 
@@ -26934,13 +26916,11 @@ pub unsafe fn cuExternalMemoryGetMappedBuffer(
 
 
  ```text
-
  typedef struct CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st {
  unsigned long long offset;
  CUDA_ARRAY3D_DESCRIPTOR arrayDesc;
  unsigned int numLevels;
  } CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC;
-
  ```
 
 
@@ -31796,14 +31776,12 @@ pub use self::cuGraphInstantiate as cuGraphInstantiateWithFlags;
 
 
  ```text
-
  typedef struct {
  cuuint64_t flags;
  CUstream hUploadStream;
  CUgraphNode hErrNode_out;
  CUgraphInstantiateResult result_out;
  } CUDA_GRAPH_INSTANTIATE_PARAMS;
-
  ```
 
 
@@ -34196,7 +34174,6 @@ pub unsafe fn cuGreenCtxWaitEvent(hCtx: CUgreenCtx, hEvent: CUevent) -> CUresult
 
 
  ```text
-
  typedef struct CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st {
  CUexternalMemoryHandleType type;
  union {
@@ -34210,7 +34187,6 @@ pub unsafe fn cuGreenCtxWaitEvent(hCtx: CUgreenCtx, hEvent: CUevent) -> CUresult
  unsigned long long size;
  unsigned int flags;
  } CUDA_EXTERNAL_MEMORY_HANDLE_DESC;
-
  ```
 
 
@@ -34220,7 +34196,6 @@ pub unsafe fn cuGreenCtxWaitEvent(hCtx: CUgreenCtx, hEvent: CUevent) -> CUresult
 
 
  ```text
-
  typedef enum CUexternalMemoryHandleType_enum {
  CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD          = 1,
  CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_WIN32       = 2,
@@ -34232,7 +34207,6 @@ pub unsafe fn cuGreenCtxWaitEvent(hCtx: CUgreenCtx, hEvent: CUevent) -> CUresult
  CU_EXTERNAL_MEMORY_HANDLE_TYPE_NVSCIBUF           = 8,
  CU_EXTERNAL_MEMORY_HANDLE_TYPE_DMABUF_FD          = 9
  } CUexternalMemoryHandleType;
-
  ```
 
 
@@ -34407,7 +34381,6 @@ pub unsafe fn cuImportExternalMemory(
 
 
  ```text
-
  typedef struct CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st {
  CUexternalSemaphoreHandleType type;
  union {
@@ -34420,7 +34393,6 @@ pub unsafe fn cuImportExternalMemory(
  } handle;
  unsigned int flags;
  } CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC;
-
  ```
 
 
@@ -34430,7 +34402,6 @@ pub unsafe fn cuImportExternalMemory(
 
 
  ```text
-
  typedef enum CUexternalSemaphoreHandleType_enum {
  CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD                = 1,
  CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_WIN32             = 2,
@@ -34443,7 +34414,6 @@ pub unsafe fn cuImportExternalMemory(
  CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD    = 9,
  CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_WIN32 = 10
  } CUexternalSemaphoreHandleType;
-
  ```
 
 
@@ -35769,7 +35739,6 @@ pub unsafe fn cuLaunchCooperativeKernel(
  The ::CUDA_LAUNCH_PARAMS structure is defined as:
 
  ```text
-
  typedef struct CUDA_LAUNCH_PARAMS_st
  {
  CUfunction function;
@@ -35783,7 +35752,6 @@ pub unsafe fn cuLaunchCooperativeKernel(
  CUstream hStream;
  void **kernelParams;
  } CUDA_LAUNCH_PARAMS;
-
  ```
 
  where:
@@ -36308,7 +36276,6 @@ pub unsafe fn cuLaunchHostFunc_v2(
  an example of using the \p extra parameter in this manner:
 
  ```text
-
  size_t argBufferSize;
  char argBuffer[256];
 
@@ -36320,7 +36287,6 @@ pub unsafe fn cuLaunchHostFunc_v2(
  CU_LAUNCH_PARAM_END
  };
  status = cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, NULL, config);
-
  ```
 
 
@@ -36484,7 +36450,6 @@ pub unsafe fn cuLaunchKernel(
 
 
  ```text
-
         typedef struct CUlaunchConfig_st {
       unsigned int gridDimX;
       unsigned int gridDimY;
@@ -36497,7 +36462,6 @@ pub unsafe fn cuLaunchKernel(
       CUlaunchAttribute *attrs;
       unsigned int numAttrs;
   } CUlaunchConfig;
-
  ```
 
 
@@ -36528,12 +36492,10 @@ pub unsafe fn cuLaunchKernel(
  The ::CUlaunchAttribute structure is defined as:
 
  ```text
-
         typedef struct CUlaunchAttribute_st {
       CUlaunchAttributeID id;
       CUlaunchAttributeValue value;
   } CUlaunchAttribute;
-
  ```
 
  where:
@@ -36543,7 +36505,6 @@ pub unsafe fn cuLaunchKernel(
  An example of using the \p config parameter:
 
  ```text
-
         CUlaunchAttribute coopAttr = {.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
                                 .value = 1};
   CUlaunchConfig config = {... // set block and grid dimensions
@@ -36551,14 +36512,12 @@ pub unsafe fn cuLaunchKernel(
                          .numAttrs = 1};
 
   cuLaunchKernelEx(&config, kernel, NULL, NULL);
-
  ```
 
 
  The ::CUlaunchAttributeID enum is defined as:
 
  ```text
-
         typedef enum CUlaunchAttributeID_enum {
       CU_LAUNCH_ATTRIBUTE_IGNORE = 0,
       CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW   = 1,
@@ -36575,14 +36534,12 @@ pub unsafe fn cuLaunchKernel(
       CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT = 12,
       CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE = 13,
   } CUlaunchAttributeID;
-
  ```
 
 
  and the corresponding ::CUlaunchAttributeValue union as :
 
  ```text
-
         typedef union CUlaunchAttributeValue_union {
       CUaccessPolicyWindow accessPolicyWindow;
       int cooperative;
@@ -36616,7 +36573,6 @@ pub unsafe fn cuLaunchKernel(
           CUgraphDeviceNode devNode;
       } deviceUpdatableKernelNode;
   } CUlaunchAttributeValue;
-
  ```
 
 
@@ -40838,7 +40794,6 @@ pub unsafe fn cuMemMap(
  The structure ::CUarrayMapInfo is defined as follow:
 
  ```text
-
  typedef struct CUarrayMapInfo_st {
  CUresourcetype resourceType;
  union {
@@ -40877,7 +40832,6 @@ pub unsafe fn cuMemMap(
  unsigned int flags;
  unsigned int reserved[2];
  } CUarrayMapInfo;
-
  ```
 
 
@@ -40898,12 +40852,10 @@ pub unsafe fn cuMemMap(
  ::CUarraySparseSubresourceType_enum is defined as:
 
  ```text
-
  typedef enum CUarraySparseSubresourceType_enum {
  CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_SPARSE_LEVEL = 0,
  CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_MIPTAIL = 1
  } CUarraySparseSubresourceType;
-
  ```
 
 
@@ -40941,12 +40893,10 @@ pub unsafe fn cuMemMap(
  ::CUarrayMapInfo::memOperationType specifies the type of operation. ::CUmemOperationType is defined as:
 
  ```text
-
  typedef enum CUmemOperationType_enum {
  CU_MEM_OPERATION_TYPE_MAP = 1,
  CU_MEM_OPERATION_TYPE_UNMAP = 2
  } CUmemOperationType;
-
  ```
 
  If ::CUarrayMapInfo::memOperationType is set to ::CUmemOperationType::CU_MEM_OPERATION_TYPE_MAP then the subresource
@@ -44246,7 +44196,6 @@ pub unsafe fn cuMemsetD8Async(
 
 
  ```text
-
  typedef struct {
  unsigned int Width;
  unsigned int Height;
@@ -44255,7 +44204,6 @@ pub unsafe fn cuMemsetD8Async(
  unsigned int NumChannels;
  unsigned int Flags;
  } CUDA_ARRAY3D_DESCRIPTOR;
-
  ```
 
  where:
@@ -44287,7 +44235,6 @@ pub unsafe fn cuMemsetD8Async(
  defined as:
 
  ```text
-
  typedef enum CUarray_format_enum {
  CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
  CU_AD_FORMAT_UNSIGNED_INT16 = 0x02,
@@ -44355,7 +44302,6 @@ pub unsafe fn cuMemsetD8Async(
  CU_AD_FORMAT_UINT8_PLANAR_444 = 0x5d,
  CU_AD_FORMAT_UINT16_PLANAR_444 = 0x5e,
  } CUarray_format;
-
  ```
 
 
@@ -46449,10 +46395,8 @@ pub unsafe fn cuOccupancyMaxActiveClusters(
 
 
  ```text
-
      // Take block size, returns dynamic shared memory needed
      size_t blockToSmem(int blockSize);
-
  ```
 
 
@@ -49906,7 +49850,6 @@ pub unsafe fn cuSurfRefSetArray(
  - \p tensorDataType has to be an enum from ::CUtensorMapDataType which is defined as:
 
  ```text
-
  typedef enum CUtensorMapDataType_enum {
  CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0,       // 1 byte
  CU_TENSOR_MAP_DATA_TYPE_UINT16,          // 2 bytes
@@ -49925,7 +49868,6 @@ pub unsafe fn cuSurfRefSetArray(
  CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B,   // 4 bits
  CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B    // 6 bits
  } CUtensorMapDataType;
-
  ```
 
  ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B copies '16 x U4' packed values to memory aligned as 8 bytes. There are no gaps between packed values.
@@ -49951,12 +49893,10 @@ pub unsafe fn cuSurfRefSetArray(
  Each following dimension specified includes previous dimension stride:
 
  ```text
-
  globalStrides[0] = globalDim[0] * elementSizeInBytes(tensorDataType) + padding[0];
  for (i = 1; i < tensorRank - 1; i++)
  globalStrides[i] = globalStrides[i – 1] * (globalDim[i] + padding[i]);
  assert(globalStrides[i] >= globalDim[i]);
-
  ```
 
 
@@ -49989,13 +49929,11 @@ pub unsafe fn cuSurfRefSetArray(
  - \p interleave specifies the interleaved layout of type ::CUtensorMapInterleave, which is defined as:
 
  ```text
-
  typedef enum CUtensorMapInterleave_enum {
  CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
  CU_TENSOR_MAP_INTERLEAVE_16B,
  CU_TENSOR_MAP_INTERLEAVE_32B
  } CUtensorMapInterleave;
-
  ```
 
  TMA supports interleaved layouts like NC/8HWC8 where C8 utilizes 16 bytes in memory assuming 2 byte per channel or NC/16HWC16 where C16
@@ -50010,7 +49948,6 @@ pub unsafe fn cuSurfRefSetArray(
  - \p swizzle, which specifies the shared memory bank swizzling pattern, has to be of type ::CUtensorMapSwizzle which is defined as:
 
  ```text
-
  typedef enum CUtensorMapSwizzle_enum {
  CU_TENSOR_MAP_SWIZZLE_NONE = 0,
  CU_TENSOR_MAP_SWIZZLE_32B,                   // Swizzle 16B chunks within 32B  span
@@ -50020,7 +49957,6 @@ pub unsafe fn cuSurfRefSetArray(
  CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B_FLIP_8B, // Swizzle 32B chunks within 128B span, additionally swap lower 8B with upper 8B within each 16B for every alternate row
  CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B,         // Swizzle 64B chunks within 128B span
  } CUtensorMapSwizzle;
-
  ```
 
  Data are organized in a specific order in global memory; however, this may not match the order in which the application accesses data
@@ -50042,14 +49978,12 @@ pub unsafe fn cuSurfRefSetArray(
  type ::CUtensorMapL2promotion, which is defined as:
 
  ```text
-
  typedef enum CUtensorMapL2promotion_enum {
  CU_TENSOR_MAP_L2_PROMOTION_NONE = 0,
  CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
  CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
  CU_TENSOR_MAP_L2_PROMOTION_L2_256B
  } CUtensorMapL2promotion;
-
  ```
 
 
@@ -50057,12 +49991,10 @@ pub unsafe fn cuSurfRefSetArray(
  ::CUtensorMapFloatOOBfill which is defined as:
 
  ```text
-
  typedef enum CUtensorMapFloatOOBfill_enum {
  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,
  CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
  } CUtensorMapFloatOOBfill;
-
  ```
 
  Note that ::CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA can only be used when \p tensorDataType represents a floating-point data type,
@@ -50205,7 +50137,6 @@ pub unsafe fn cuTensorMapEncodeIm2col(
  - \p tensorDataType has to be an enum from ::CUtensorMapDataType which is defined as:
 
  ```text
-
  typedef enum CUtensorMapDataType_enum {
  CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0,       // 1 byte
  CU_TENSOR_MAP_DATA_TYPE_UINT16,          // 2 bytes
@@ -50224,7 +50155,6 @@ pub unsafe fn cuTensorMapEncodeIm2col(
  CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B,   // 4 bits
  CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B    // 6 bits
  } CUtensorMapDataType;
-
  ```
 
  ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B copies '16 x U4' packed values to memory aligned as 8 bytes. There are no gaps between packed values.
@@ -50250,12 +50180,10 @@ pub unsafe fn cuTensorMapEncodeIm2col(
  Each following dimension specified includes previous dimension stride:
 
  ```text
-
  globalStrides[0] = globalDim[0] * elementSizeInBytes(tensorDataType) + padding[0];
  for (i = 1; i < tensorRank - 1; i++)
  globalStrides[i] = globalStrides[i – 1] * (globalDim[i] + padding[i]);
  assert(globalStrides[i] >= globalDim[i]);
-
  ```
 
 
@@ -50284,13 +50212,11 @@ pub unsafe fn cuTensorMapEncodeIm2col(
  - \p interleave specifies the interleaved layout of type ::CUtensorMapInterleave, which is defined as:
 
  ```text
-
  typedef enum CUtensorMapInterleave_enum {
  CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
  CU_TENSOR_MAP_INTERLEAVE_16B,
  CU_TENSOR_MAP_INTERLEAVE_32B
  } CUtensorMapInterleave;
-
  ```
 
  TMA supports interleaved layouts like NC/8HWC8 where C8 utilizes 16 bytes in memory assuming 2 byte per channel or NC/16HWC16 where C16
@@ -50304,10 +50230,8 @@ pub unsafe fn cuTensorMapEncodeIm2col(
  - \p mode, which describes loading of elements loaded along the W dimension, has to be one of the following ::CUtensorMapIm2ColWideMode types:
 
  ```text
-
            CU_TENSOR_MAP_IM2COL_WIDE_MODE_W,
            CU_TENSOR_MAP_IM2COL_WIDE_MODE_W128
-
  ```
 
  ::CU_TENSOR_MAP_IM2COL_WIDE_MODE_W allows the number of elements loaded along the W dimension to be specified
@@ -50317,13 +50241,11 @@ pub unsafe fn cuTensorMapEncodeIm2col(
  ::CUtensorMapSwizzle modes (other swizzle modes are not supported):
 
  ```text
-
  typedef enum CUtensorMapSwizzle_enum {
  CU_TENSOR_MAP_SWIZZLE_64B,                   // Swizzle 16B chunks within 64B  span
  CU_TENSOR_MAP_SWIZZLE_128B,                  // Swizzle 16B chunks within 128B span
  CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B,         // Swizzle 32B chunks within 128B span
  } CUtensorMapSwizzle;
-
  ```
 
  Data are organized in a specific order in global memory; however, this may not match the order in which the application accesses data
@@ -50343,14 +50265,12 @@ pub unsafe fn cuTensorMapEncodeIm2col(
  type ::CUtensorMapL2promotion, which is defined as:
 
  ```text
-
  typedef enum CUtensorMapL2promotion_enum {
  CU_TENSOR_MAP_L2_PROMOTION_NONE = 0,
  CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
  CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
  CU_TENSOR_MAP_L2_PROMOTION_L2_256B
  } CUtensorMapL2promotion;
-
  ```
 
 
@@ -50358,12 +50278,10 @@ pub unsafe fn cuTensorMapEncodeIm2col(
  ::CUtensorMapFloatOOBfill which is defined as:
 
  ```text
-
  typedef enum CUtensorMapFloatOOBfill_enum {
  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,
  CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
  } CUtensorMapFloatOOBfill;
-
  ```
 
  Note that ::CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA can only be used when \p tensorDataType represents a floating-point data type,
@@ -50508,7 +50426,6 @@ pub unsafe fn cuTensorMapEncodeIm2colWide(
  - \p tensorDataType has to be an enum from ::CUtensorMapDataType which is defined as:
 
  ```text
-
  typedef enum CUtensorMapDataType_enum {
  CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0,       // 1 byte
  CU_TENSOR_MAP_DATA_TYPE_UINT16,          // 2 bytes
@@ -50527,7 +50444,6 @@ pub unsafe fn cuTensorMapEncodeIm2colWide(
  CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B,   // 4 bits
  CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B    // 6 bits
  } CUtensorMapDataType;
-
  ```
 
  ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B copies '16 x U4' packed values to memory aligned as 8 bytes. There are no gaps between packed values.
@@ -50554,12 +50470,10 @@ pub unsafe fn cuTensorMapEncodeIm2colWide(
  Each following dimension specified includes previous dimension stride:
 
  ```text
-
  globalStrides[0] = globalDim[0] * elementSizeInBytes(tensorDataType) + padding[0];
  for (i = 1; i < tensorRank - 1; i++)
  globalStrides[i] = globalStrides[i – 1] * (globalDim[i] + padding[i]);
  assert(globalStrides[i] >= globalDim[i]);
-
  ```
 
 
@@ -50578,13 +50492,11 @@ pub unsafe fn cuTensorMapEncodeIm2colWide(
  - \p interleave specifies the interleaved layout of type ::CUtensorMapInterleave, which is defined as:
 
  ```text
-
  typedef enum CUtensorMapInterleave_enum {
  CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
  CU_TENSOR_MAP_INTERLEAVE_16B,
  CU_TENSOR_MAP_INTERLEAVE_32B
  } CUtensorMapInterleave;
-
  ```
 
  TMA supports interleaved layouts like NC/8HWC8 where C8 utilizes 16 bytes in memory assuming 2 byte per channel or NC/16HWC16 where C16
@@ -50599,7 +50511,6 @@ pub unsafe fn cuTensorMapEncodeIm2colWide(
  - \p swizzle, which specifies the shared memory bank swizzling pattern, has to be of type ::CUtensorMapSwizzle which is defined as:
 
  ```text
-
  typedef enum CUtensorMapSwizzle_enum {
  CU_TENSOR_MAP_SWIZZLE_NONE = 0,
  CU_TENSOR_MAP_SWIZZLE_32B,                   // Swizzle 16B chunks within 32B  span
@@ -50609,7 +50520,6 @@ pub unsafe fn cuTensorMapEncodeIm2colWide(
  CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B_FLIP_8B, // Swizzle 32B chunks within 128B span, additionally swap lower 8B with upper 8B within each 16B for every alternate row
  CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B,         // Swizzle 64B chunks within 128B span
  } CUtensorMapSwizzle;
-
  ```
 
  Data are organized in a specific order in global memory; however, this may not match the order in which the application accesses data
@@ -50631,14 +50541,12 @@ pub unsafe fn cuTensorMapEncodeIm2colWide(
  type ::CUtensorMapL2promotion, which is defined as:
 
  ```text
-
  typedef enum CUtensorMapL2promotion_enum {
  CU_TENSOR_MAP_L2_PROMOTION_NONE = 0,
  CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
  CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
  CU_TENSOR_MAP_L2_PROMOTION_L2_256B
  } CUtensorMapL2promotion;
-
  ```
 
 
@@ -50646,12 +50554,10 @@ pub unsafe fn cuTensorMapEncodeIm2colWide(
  ::CUtensorMapFloatOOBfill which is defined as:
 
  ```text
-
  typedef enum CUtensorMapFloatOOBfill_enum {
  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,
  CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
  } CUtensorMapFloatOOBfill;
-
  ```
 
  Note that ::CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA can only be used when \p tensorDataType represents a floating-point data type,
@@ -50918,7 +50824,6 @@ pub unsafe fn cuTensorMapSetAllocationClass(
  The ::CUDA_RESOURCE_DESC structure is defined as:
 
  ```text
-
  typedef struct CUDA_RESOURCE_DESC_st
  {
  CUresourcetype resType;
@@ -50948,8 +50853,6 @@ pub unsafe fn cuTensorMapSetAllocationClass(
 
  unsigned int flags;
  } CUDA_RESOURCE_DESC;
-
-
  ```
 
  where:
@@ -50957,14 +50860,12 @@ pub unsafe fn cuTensorMapSetAllocationClass(
  CUresourceType is defined as:
 
  ```text
-
  typedef enum CUresourcetype_enum {
  CU_RESOURCE_TYPE_ARRAY           = 0x00,
  CU_RESOURCE_TYPE_MIPMAPPED_ARRAY = 0x01,
  CU_RESOURCE_TYPE_LINEAR          = 0x02,
  CU_RESOURCE_TYPE_PITCH2D         = 0x03
  } CUresourcetype;
-
  ```
 
 
@@ -51000,7 +50901,6 @@ pub unsafe fn cuTensorMapSetAllocationClass(
  The ::CUDA_TEXTURE_DESC struct is defined as
 
  ```text
-
  typedef struct CUDA_TEXTURE_DESC_st {
  CUaddress_mode addressMode[3];
  CUfilter_mode filterMode;
@@ -51011,21 +50911,18 @@ pub unsafe fn cuTensorMapSetAllocationClass(
  float minMipmapLevelClamp;
  float maxMipmapLevelClamp;
  } CUDA_TEXTURE_DESC;
-
  ```
 
  where
  - ::CUDA_TEXTURE_DESC::addressMode specifies the addressing mode for each dimension of the texture data. ::CUaddress_mode is defined as:
 
  ```text
-
  typedef enum CUaddress_mode_enum {
  CU_TR_ADDRESS_MODE_WRAP = 0,
  CU_TR_ADDRESS_MODE_CLAMP = 1,
  CU_TR_ADDRESS_MODE_MIRROR = 2,
  CU_TR_ADDRESS_MODE_BORDER = 3
  } CUaddress_mode;
-
  ```
 
  This is ignored if ::CUDA_RESOURCE_DESC::resType is ::CU_RESOURCE_TYPE_LINEAR. Also, if the flag, ::CU_TRSF_NORMALIZED_COORDINATES
@@ -51034,12 +50931,10 @@ pub unsafe fn cuTensorMapSetAllocationClass(
  - ::CUDA_TEXTURE_DESC::filterMode specifies the filtering mode to be used when fetching from the texture. CUfilter_mode is defined as:
 
  ```text
-
  typedef enum CUfilter_mode_enum {
  CU_TR_FILTER_MODE_POINT = 0,
  CU_TR_FILTER_MODE_LINEAR = 1
  } CUfilter_mode;
-
  ```
 
  This is ignored if ::CUDA_RESOURCE_DESC::resType is ::CU_RESOURCE_TYPE_LINEAR.
@@ -51083,7 +50978,6 @@ pub unsafe fn cuTensorMapSetAllocationClass(
  The ::CUDA_RESOURCE_VIEW_DESC struct is defined as
 
  ```text
-
  typedef struct CUDA_RESOURCE_VIEW_DESC_st
  {
  CUresourceViewFormat format;
@@ -51095,7 +50989,6 @@ pub unsafe fn cuTensorMapSetAllocationClass(
  unsigned int firstLayer;
  unsigned int lastLayer;
  } CUDA_RESOURCE_VIEW_DESC;
-
  ```
 
  where:
@@ -52152,14 +52045,12 @@ pub use self::cuTexRefSetAddress2D as cuTexRefSetAddress2D_v3;
  as:
 
  ```text
-
  typedef enum CUaddress_mode_enum {
  CU_TR_ADDRESS_MODE_WRAP = 0,
  CU_TR_ADDRESS_MODE_CLAMP = 1,
  CU_TR_ADDRESS_MODE_MIRROR = 2,
  CU_TR_ADDRESS_MODE_BORDER = 3
  } CUaddress_mode;
-
  ```
 
 
@@ -52345,12 +52236,10 @@ pub unsafe fn cuTexRefSetBorderColor(
 
 
  ```text
-
  typedef enum CUfilter_mode_enum {
  CU_TR_FILTER_MODE_POINT = 0,
  CU_TR_FILTER_MODE_LINEAR = 1
  } CUfilter_mode;
-
  ```
 
 
@@ -52591,12 +52480,10 @@ pub unsafe fn cuTexRefSetMaxAnisotropy(
 
 
  ```text
-
  typedef enum CUfilter_mode_enum {
  CU_TR_FILTER_MODE_POINT = 0,
  CU_TR_FILTER_MODE_LINEAR = 1
  } CUfilter_mode;
-
  ```
 
 
@@ -52817,12 +52704,10 @@ pub unsafe fn cuTexRefSetMipmappedArray(
  facilitate deterministic behavior across function or module boundaries, callers
  are encouraged to use this API in a push-pop fashion:
  ```text
-
  CUstreamCaptureMode mode = desiredMode;
  cuThreadExchangeStreamCaptureMode(&mode);
  ...
  cuThreadExchangeStreamCaptureMode(&mode); // restore previous mode
-
  ```
 
 

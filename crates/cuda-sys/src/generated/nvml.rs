@@ -20318,11 +20318,9 @@ pub unsafe fn nvmlDeviceGetGpuFabricInfo(
  appropriate version prior to calling this function. For example:
 
  ```text
-
       nvmlGpuFabricInfoV_t fabricInfo =
           { .version = nvmlGpuFabricInfo_v2 };
       nvmlReturn_t result = nvmlDeviceGetGpuFabricInfoV(device,&fabricInfo);
-
  ```
 
 
@@ -20380,10 +20378,8 @@ pub unsafe fn nvmlDeviceGetGpuFabricInfoV(
 
 
  ```text
-
       nvmlGpuFabricInfo_v4_t fabricInfo = {0};
       nvmlReturn_t result = nvmlDeviceGetGpuFabricInfo_v4(device, &fabricInfo);
-
  ```
 
 
@@ -20655,13 +20651,11 @@ pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfo(
  appropriate version prior to calling this function. For example:
 
  ```text
-
       nvmlGpuInstanceProfileInfo_v2_t profileInfo =
           { .version = nvmlGpuInstanceProfileInfo_v2 };
       nvmlReturn_t result = nvmlDeviceGetGpuInstanceProfileInfoV(device,
                                                                  profile,
                                                                  &profileInfo);
-
  ```
 
 
@@ -20720,13 +20714,11 @@ pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfoByIdV(
  appropriate version prior to calling this function. For example:
 
  ```text
-
       nvmlGpuInstanceProfileInfo_v2_t profileInfo =
           { .version = nvmlGpuInstanceProfileInfo_v2 };
       nvmlReturn_t result = nvmlDeviceGetGpuInstanceProfileInfoV(device,
                                                                  profile,
                                                                  &profileInfo);
-
  ```
 
 
@@ -32728,14 +32720,12 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceProfileInfo(
  appropriate version prior to calling this function. For example:
 
  ```text
-
       nvmlComputeInstanceProfileInfo_v2_t profileInfo =
           { .version = nvmlComputeInstanceProfileInfo_v2 };
       nvmlReturn_t result = nvmlGpuInstanceGetComputeInstanceProfileInfoV(gpuInstance,
                                                                           profile,
                                                                           engProfile,
                                                                           &profileInfo);
-
  ```
 
 

@@ -6627,7 +6627,6 @@ pub type cudaDevSmResourceGroupParams = cudaDevSmResourceGroupParams_st;
 /** A tagged union describing different resources identified by the type field. This structure should not be directly modified outside of the API that created it.
 
  ```text
-
   struct {
       enum cudaDevResourceType type;
       union {
@@ -6636,7 +6635,6 @@ pub type cudaDevSmResourceGroupParams = cudaDevSmResourceGroupParams_st;
           struct cudaDevWorkqueueResource wq;
       };
   };
-
  ```
 
  - If \p type is \p cudaDevResourceTypeInvalid, this resoure is not valid and cannot be further accessed.
@@ -6724,7 +6722,6 @@ impl Default for cudaDevResource_st {
 /** A tagged union describing different resources identified by the type field. This structure should not be directly modified outside of the API that created it.
 
  ```text
-
   struct {
       enum cudaDevResourceType type;
       union {
@@ -6733,7 +6730,6 @@ impl Default for cudaDevResource_st {
           struct cudaDevWorkqueueResource wq;
       };
   };
-
  ```
 
  - If \p type is \p cudaDevResourceTypeInvalid, this resoure is not valid and cannot be further accessed.
@@ -12791,12 +12787,10 @@ pub unsafe fn cudaChooseDevice(
  defined as:
 
  ```text
-
  struct cudaChannelFormatDesc {
  int x, y, z, w;
  enum cudaChannelFormatKind f;
  };
-
  ```
 
 
@@ -12925,7 +12919,6 @@ pub unsafe fn cudaCreateSurfaceObject(
  The ::cudaResourceDesc structure is defined as:
 
  ```text
-
  struct cudaResourceDesc {
  enum cudaResourceType resType;
 
@@ -12950,7 +12943,6 @@ pub unsafe fn cudaCreateSurfaceObject(
  } pitch2D;
  } res;
  };
-
  ```
 
  where:
@@ -12958,14 +12950,12 @@ pub unsafe fn cudaCreateSurfaceObject(
  CUresourceType is defined as:
 
  ```text
-
  enum cudaResourceType {
  cudaResourceTypeArray          = 0x00,
  cudaResourceTypeMipmappedArray = 0x01,
  cudaResourceTypeLinear         = 0x02,
  cudaResourceTypePitch2D        = 0x03
  };
-
  ```
 
 
@@ -12997,7 +12987,6 @@ pub unsafe fn cudaCreateSurfaceObject(
  The ::cudaTextureDesc struct is defined as
 
  ```text
-
  struct cudaTextureDesc {
  enum cudaTextureAddressMode addressMode[3];
  enum cudaTextureFilterMode  filterMode;
@@ -13013,21 +13002,18 @@ pub unsafe fn cudaCreateSurfaceObject(
  int                         disableTrilinearOptimization;
  int                         seamlessCubemap;
  };
-
  ```
 
  where
  - ::cudaTextureDesc::addressMode specifies the addressing mode for each dimension of the texture data. ::cudaTextureAddressMode is defined as:
 
  ```text
-
  enum cudaTextureAddressMode {
  cudaAddressModeWrap   = 0,
  cudaAddressModeClamp  = 1,
  cudaAddressModeMirror = 2,
  cudaAddressModeBorder = 3
  };
-
  ```
 
  This is ignored if ::cudaResourceDesc::resType is ::cudaResourceTypeLinear. Also, if ::cudaTextureDesc::normalizedCoords
@@ -13036,12 +13022,10 @@ pub unsafe fn cudaCreateSurfaceObject(
  - ::cudaTextureDesc::filterMode specifies the filtering mode to be used when fetching from the texture. ::cudaTextureFilterMode is defined as:
 
  ```text
-
  enum cudaTextureFilterMode {
  cudaFilterModePoint  = 0,
  cudaFilterModeLinear = 1
  };
-
  ```
 
  This is ignored if ::cudaResourceDesc::resType is ::cudaResourceTypeLinear.
@@ -13049,12 +13033,10 @@ pub unsafe fn cudaCreateSurfaceObject(
  - ::cudaTextureDesc::readMode specifies whether integer data should be converted to floating point or not. ::cudaTextureReadMode is defined as:
 
  ```text
-
  enum cudaTextureReadMode {
  cudaReadModeElementType     = 0,
  cudaReadModeNormalizedFloat = 1
  };
-
  ```
 
  Note that this applies only to 8-bit and 16-bit integer formats. 32-bit integer format would not be promoted, regardless of
@@ -13094,7 +13076,6 @@ pub unsafe fn cudaCreateSurfaceObject(
  The ::cudaResourceViewDesc struct is defined as
 
  ```text
-
  struct cudaResourceViewDesc {
  enum cudaResourceViewFormat format;
  size_t                      width;
@@ -13105,7 +13086,6 @@ pub unsafe fn cudaCreateSurfaceObject(
  unsigned int                firstLayer;
  unsigned int                lastLayer;
  };
-
  ```
 
  where:
@@ -13535,37 +13515,30 @@ pub unsafe fn cudaDevResourceGenerateDesc(
  A groupParams array element is defined in the following order:
 
  ```text
-
   { .smCount, .coscheduledSmCount, .preferredCoscheduledSmCount, .flags, \/\* .reserved \*\/ }
-
  ```
 
 
 
  ```text
-
  // Example 1
  // Will discover how many SMs there are, that are co-scheduled in groups of smCoscheduledAlignment.
  // The rest is placed in the optional remainder.
  cudaDevSmResourceGroupParams params { 0, 0, 0, 0 };
-
  ```
 
 
  ```text
-
  // Example 2
  // Assuming the device has 10+ SMs, the result will have 10 SMs that are co-scheduled in groups of 2 SMs.
  // The rest is placed in the optional remainder.
  cudaDevSmResourceGroupParams params { 10, 2, 0, 0};
  // Setting the coscheduledSmCount to 2 guarantees that we can always have a valid result
  // as long as the SM count is less than or equal to the input resource SM count.
-
  ```
 
 
  ```text
-
  // Example 3
  // A single piece is split-off, but instead of assigning the rest to the remainder, a second group contains everything else
  // This assumes the device has 10+ SMs (8 of which are coscheduled in groups of 4),
@@ -13574,7 +13547,6 @@ pub unsafe fn cudaDevResourceGenerateDesc(
  {8, 4, 0, 0},
  {0, 2, 0, cudaDevSmResourceGroupBackfill},
  };
-
  ```
 
 
@@ -16527,13 +16499,11 @@ pub unsafe fn cudaExecutionCtxWaitEvent(
 
 
  ```text
-
  typedef struct cudaExternalMemoryBufferDesc_st {
  unsigned long long offset;
  unsigned long long size;
  unsigned int flags;
  } cudaExternalMemoryBufferDesc;
-
  ```
 
 
@@ -16617,7 +16587,6 @@ pub unsafe fn cudaExternalMemoryGetMappedBuffer(
 
 
  ```text
-
  typedef struct cudaExternalMemoryMipmappedArrayDesc_st {
  unsigned long long offset;
  cudaChannelFormatDesc formatDesc;
@@ -16625,7 +16594,6 @@ pub unsafe fn cudaExternalMemoryGetMappedBuffer(
  unsigned int flags;
  unsigned int numLevels;
  } cudaExternalMemoryMipmappedArrayDesc;
-
  ```
 
 
@@ -18894,7 +18862,6 @@ pub unsafe fn cudaGraphAddHostNode(
 
 
  ```text
-
    struct cudaKernelNodeParams
    {
        void* func;
@@ -18904,7 +18871,6 @@ pub unsafe fn cudaGraphAddHostNode(
        void **kernelParams;
        void **extra;
    };
-
  ```
 
 
@@ -21784,14 +21750,12 @@ pub unsafe fn cudaGraphInstantiateWithFlags(
 
 
  ```text
-
  typedef struct {
  unsigned long long flags;
  cudaStream_t uploadStream;
  cudaGraphNode_t errNode_out;
  cudaGraphInstantiateResult result_out;
  } cudaGraphInstantiateParams;
-
  ```
 
 
@@ -24405,7 +24369,6 @@ pub unsafe fn cudaHostUnregister(ptr: *mut ::core::ffi::c_void) -> cudaError_t {
 
 
  ```text
-
  typedef struct cudaExternalMemoryHandleDesc_st {
  cudaExternalMemoryHandleType type;
  union {
@@ -24419,7 +24382,6 @@ pub unsafe fn cudaHostUnregister(ptr: *mut ::core::ffi::c_void) -> cudaError_t {
  unsigned long long size;
  unsigned int flags;
  } cudaExternalMemoryHandleDesc;
-
  ```
 
 
@@ -24429,7 +24391,6 @@ pub unsafe fn cudaHostUnregister(ptr: *mut ::core::ffi::c_void) -> cudaError_t {
 
 
  ```text
-
  typedef enum cudaExternalMemoryHandleType_enum {
  cudaExternalMemoryHandleTypeOpaqueFd         = 1,
  cudaExternalMemoryHandleTypeOpaqueWin32      = 2,
@@ -24440,7 +24401,6 @@ pub unsafe fn cudaHostUnregister(ptr: *mut ::core::ffi::c_void) -> cudaError_t {
  cudaExternalMemoryHandleTypeD3D11ResourceKmt = 7,
  cudaExternalMemoryHandleTypeNvSciBuf         = 8
  } cudaExternalMemoryHandleType;
-
  ```
 
 
@@ -24608,7 +24568,6 @@ pub unsafe fn cudaImportExternalMemory(
 
 
  ```text
-
  typedef struct cudaExternalSemaphoreHandleDesc_st {
  cudaExternalSemaphoreHandleType type;
  union {
@@ -24621,7 +24580,6 @@ pub unsafe fn cudaImportExternalMemory(
  } handle;
  unsigned int flags;
  } cudaExternalSemaphoreHandleDesc;
-
  ```
 
 
@@ -24631,7 +24589,6 @@ pub unsafe fn cudaImportExternalMemory(
 
 
  ```text
-
  typedef enum cudaExternalSemaphoreHandleType_enum {
  cudaExternalSemaphoreHandleTypeOpaqueFd                = 1,
  cudaExternalSemaphoreHandleTypeOpaqueWin32             = 2,
@@ -24644,7 +24601,6 @@ pub unsafe fn cudaImportExternalMemory(
  cudaExternalSemaphoreHandleTypeTimelineSemaphoreFd     = 9,
  cudaExternalSemaphoreHandleTypeTimelineSemaphoreWin32  = 10
  } cudaExternalSemaphoreHandleType;
-
  ```
 
 
@@ -26809,12 +26765,10 @@ pub unsafe fn cudaMalloc3D(
  The ::cudaChannelFormatDesc is defined as:
 
  ```text
-
  struct cudaChannelFormatDesc {
  int x, y, z, w;
  enum cudaChannelFormatKind f;
  };
-
  ```
 
  where ::cudaChannelFormatKind is one of ::cudaChannelFormatKindSigned,
@@ -26948,12 +26902,10 @@ pub unsafe fn cudaMalloc3DArray(
  The ::cudaChannelFormatDesc is defined as:
 
  ```text
-
  struct cudaChannelFormatDesc {
  int x, y, z, w;
  enum cudaChannelFormatKind f;
  };
-
  ```
 
  where ::cudaChannelFormatKind is one of ::cudaChannelFormatKindSigned,
@@ -27281,12 +27233,10 @@ pub unsafe fn cudaMallocManaged(
  The ::cudaChannelFormatDesc is defined as:
 
  ```text
-
  struct cudaChannelFormatDesc {
  int x, y, z, w;
  enum cudaChannelFormatKind f;
  };
-
  ```
 
  where ::cudaChannelFormatKind is one of ::cudaChannelFormatKindSigned,
@@ -27427,9 +27377,7 @@ pub unsafe fn cudaMallocMipmappedArray(
  an array element of type \p T, the address is computed as:
 
  ```text
-
  T* pElement = (T*)((char*)BaseAddress + Row * pitch) + Column;
-
  ```
 
 
@@ -30067,7 +30015,6 @@ pub unsafe fn cudaMemcpy2DToArrayAsync(
 
 
  ```text
-
  struct cudaExtent {
  size_t width;
  size_t height;
@@ -30092,7 +30039,6 @@ pub unsafe fn cudaMemcpy2DToArrayAsync(
  struct cudaExtent     extent;
  enum cudaMemcpyKind   kind;
  };
-
  ```
 
 
@@ -30103,9 +30049,7 @@ pub unsafe fn cudaMemcpy2DToArrayAsync(
  zero before use:
 
  ```text
-
  cudaMemcpy3DParms myParms = {0};
-
  ```
 
 
@@ -30201,7 +30145,6 @@ pub unsafe fn cudaMemcpy3D(p: *const cudaMemcpy3DParms) -> cudaError_t {
 
 
  ```text
-
  struct cudaExtent {
  size_t width;
  size_t height;
@@ -30226,7 +30169,6 @@ pub unsafe fn cudaMemcpy3D(p: *const cudaMemcpy3DParms) -> cudaError_t {
  struct cudaExtent     extent;
  enum cudaMemcpyKind   kind;
  };
-
  ```
 
 
@@ -30237,9 +30179,7 @@ pub unsafe fn cudaMemcpy3D(p: *const cudaMemcpy3DParms) -> cudaError_t {
  zero before use:
 
  ```text
-
  cudaMemcpy3DParms myParms = {0};
-
  ```
 
 
@@ -32798,7 +32738,6 @@ pub unsafe fn cudaPeekAtLastError() -> cudaError_t {
  The ::cudaPointerAttributes structure is defined as:
 
  ```text
-
  struct cudaPointerAttributes {
  enum cudaMemoryType type;
  int device;
@@ -32806,7 +32745,6 @@ pub unsafe fn cudaPeekAtLastError() -> cudaError_t {
  void *hostPointer;
  int localityDomainOrdinal;
  }
-
  ```
 
  In this structure, the individual fields mean
@@ -34823,12 +34761,10 @@ pub unsafe fn cudaStreamWaitEvent(
  facilitate deterministic behavior across function or module boundaries, callers
  are encouraged to use this API in a push-pop fashion:
  ```text
-
  cudaStreamCaptureMode mode = desiredMode;
  cudaThreadExchangeStreamCaptureMode(&mode);
  ...
  cudaThreadExchangeStreamCaptureMode(&mode); // restore previous mode
-
  ```
 
 
