@@ -33,7 +33,14 @@ pub fn run(args: &[String]) -> Result {
     };
     build_bundle(&dir)?;
     if run_here {
-        util::run(Command::new(dir.join("run.sh")).args(&filters))
+        // NVRTC for the suite comes from the wheels unless the environment already names one.
+        let mut cmd = Command::new(dir.join("run.sh"));
+        if std::env::var_os("VIRTUAL_ENV").is_none() {
+            let venv = root.join(".cuda-venv");
+            crate::test::install_wheels(&venv)?;
+            cmd.env("VIRTUAL_ENV", venv);
+        }
+        util::run(cmd.args(&filters))
     } else {
         println!(
             "bundle ready: copy {} to the GPU machine and run its run.sh",
