@@ -27,18 +27,23 @@ pub fn run(args: &[String]) -> Result {
     if args.first().map(String::as_str) == Some("--") {
         args.remove(0);
     }
+    let mut cmd = cargo_with_wheels()?;
+    util::run(
+        cmd.args(["test", "--workspace"])
+            .args(&args)
+            .env("CUDA_RS_REQUIRE_WHEELS", "1"),
+    )
+}
+
+/// A `cargo` command in the workspace root whose programs find the wheels of `.cuda-venv/`
+/// (installed first if needed).
+pub fn cargo_with_wheels() -> Result<Command> {
     let root = util::root();
     let venv = root.join(".cuda-venv");
     install_wheels(&venv)?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    util::run(
-        Command::new(cargo)
-            .current_dir(&root)
-            .args(["test", "--workspace"])
-            .args(&args)
-            .env("VIRTUAL_ENV", &venv)
-            .env("CUDA_RS_REQUIRE_WHEELS", "1"),
-    )
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(&root).env("VIRTUAL_ENV", &venv);
+    Ok(cmd)
 }
 
 /// Creates `venv` and installs [`wheels`] into it, unless a previous run already did.
@@ -75,22 +80,14 @@ pub fn install_wheels(venv: &Path) -> Result {
 /// compiler wheels available (a machine needs only the NVIDIA driver).
 pub fn quickstart(args: &[String]) -> Result {
     util::no_more(args)?;
-    let root = util::root();
-    let venv = root.join(".cuda-venv");
-    install_wheels(&venv)?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    util::run(
-        Command::new(cargo)
-            .current_dir(&root)
-            .args([
-                "run",
-                "--quiet",
-                "--release",
-                "--package",
-                "cuda-core",
-                "--example",
-                "quickstart",
-            ])
-            .env("VIRTUAL_ENV", &venv),
-    )
+    let mut cmd = cargo_with_wheels()?;
+    util::run(cmd.args([
+        "run",
+        "--quiet",
+        "--release",
+        "--package",
+        "cuda-core",
+        "--example",
+        "quickstart",
+    ]))
 }
