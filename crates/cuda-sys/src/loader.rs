@@ -270,8 +270,11 @@ impl Library {
             library: self.id,
             index: index as u16,
         };
-        let state = self.slots[index].load(Ordering::Acquire) as usize;
-        if state != UNRESOLVED {
+        let state = self.slots[index].load(Ordering::Acquire);
+        if state as usize > MAX_MARKER {
+            return Ok(state); // another thread resolved it meanwhile
+        }
+        if state as usize != UNRESOLVED {
             return Err(error);
         }
         let opened = self.opened()?;
@@ -532,12 +535,10 @@ impl fmt::Display for LoadError {
                     self.library
                 )?;
                 if let Some(v) = lib.driver_version() {
-                    let info = &lib.functions[self.index as usize];
                     write!(
                         f,
-                        " (the driver supports CUDA {}; the binding needs CUDA {} or newer); update the NVIDIA driver",
-                        version_text(v),
-                        version_text(info.min_version)
+                        " (the driver supports CUDA {}; the function may not exist on this platform or configuration)",
+                        version_text(v)
                     )?;
                 } else {
                     write!(f, "; it may need a newer version of the library")?;
