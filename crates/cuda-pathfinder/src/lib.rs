@@ -5,16 +5,24 @@
 //!
 //! 1. the process itself (a library some other code already loaded),
 //! 2. the NVIDIA wheels in Python site-packages (`nvidia/cu13/lib`, then the CUDA 12 per-component
-//!    folders) of `$VIRTUAL_ENV`, `$CONDA_PREFIX` and the user site,
+//!    folders) of `$VIRTUAL_ENV`, `$CONDA_PREFIX`, the user site and the Python interpreters on
+//!    `PATH` (found without running them),
 //! 3. a conda environment (`$CONDA_PREFIX/lib`),
-//! 4. the toolkit named by `$CUDA_PATH`, else `$CUDA_HOME`,
-//! 5. the system loader (`dlopen` of the soname: `LD_LIBRARY_PATH`, the ld.so cache),
-//! 6. `/usr/local/cuda`.
+//! 4. the product's own root variable where it has one (`CUDNN_PATH`, `NCCL_HOME`),
+//! 5. the toolkit named by `$CUDA_PATH`, else `$CUDA_HOME` (with a warning when they differ),
+//! 6. the system loader (`dlopen` of the soname: `LD_LIBRARY_PATH`, the ld.so cache),
+//! 7. `/usr/local/cuda`.
 //!
 //! Driver libraries (`cuda`, `nvml`) come from the process or the system loader only, as the
 //! driver installs them. Every result is cached for the life of the process and the handle is
 //! never closed. When nothing is found, the error lists every place searched and why each
 //! candidate was rejected, and says how to install the library.
+//!
+//! Headers ([`locate_nvidia_header_directory`]), tools ([`find_nvidia_binary_utility`]),
+//! `libdevice.10.bc` ([`find_bitcode_lib`]) and `libcudadevrt.a` ([`find_static_lib`]) are found
+//! the same way. [`toolkit_version_of`] reads which toolkit a file came from, and
+//! [`compatibility_warnings`] says when found pieces come from different toolkits or need a newer
+//! driver than the one installed. `cargo run -p cuda-pathfinder` prints all of it as a table.
 //!
 //! ```no_run
 //! let nvrtc = cuda_pathfinder::load_nvidia_dynamic_lib("nvrtc")?;
@@ -24,10 +32,20 @@
 
 mod catalog;
 mod loader;
+mod locate;
 mod search;
+#[cfg(test)]
+mod tests;
+mod versions;
 
 pub use catalog::{LibDescriptor, PackagedWith, DESCRIPTORS};
+pub use locate::{
+    find_bitcode_lib, find_nvidia_binary_utility, find_nvidia_header_directory, find_static_lib,
+    locate_nvidia_header_directory, supported_headers, LocatedFile, SUPPORTED_BINARY_UTILITIES, SUPPORTED_BITCODE_LIBS,
+    SUPPORTED_STATIC_LIBS,
+};
 pub use search::{site_packages_dirs, FoundVia};
+pub use versions::{compatibility_warnings, driver_cuda_version, toolkit_version_of, ToolkitVersion};
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -60,26 +78,39 @@ impl LoadedDl {
 pub struct Attempt {
     /// The rule that proposed the place.
     pub rule: FoundVia,
-    /// The file or soname tried.
+    /// The file, folder or soname tried.
     pub candidate: String,
     /// Why it was not used.
     pub rejected_because: String,
 }
 
-/// A library could not be found (or is not one `cuda-pathfinder` knows).
+/// Something could not be found (or is not something `cuda-pathfinder` knows).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DynamicLibNotFoundError {
-    /// The short name asked for.
-    pub libname: String,
+pub struct NotFoundError {
+    /// What was looked for: `"library"`, `"header directory"`, `"tool"`, `"bitcode library"`,
+    /// `"static library"`.
+    pub kind: &'static str,
+    /// The name asked for.
+    pub name: String,
     /// Every place searched, in order.
     pub attempts: Vec<Attempt>,
     /// What to do about it.
     pub hint: String,
 }
 
-impl fmt::Display for DynamicLibNotFoundError {
+/// `cuda.pathfinder`'s name for a library that cannot be found.
+pub type DynamicLibNotFoundError = NotFoundError;
+
+impl NotFoundError {
+    /// The short name asked for (for libraries, `cuda.pathfinder`'s `libname`).
+    pub fn libname(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Display for NotFoundError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot find the CUDA library \"{}\"", self.libname)?;
+        write!(f, "cannot find the CUDA {} \"{}\"", self.kind, self.name)?;
         if self.attempts.is_empty() {
             write!(f, ": nothing was searched")?;
         } else {
@@ -95,23 +126,40 @@ impl fmt::Display for DynamicLibNotFoundError {
     }
 }
 
-impl std::error::Error for DynamicLibNotFoundError {}
+impl std::error::Error for NotFoundError {}
 
 /// The short names [`load_nvidia_dynamic_lib`] accepts.
 pub fn supported_libnames() -> impl Iterator<Item = &'static str> {
     DESCRIPTORS.iter().map(|d| d.name)
 }
 
-type Cache = Mutex<HashMap<&'static str, &'static OnceLock<Result<LoadedDl, DynamicLibNotFoundError>>>>;
+static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+pub(crate) fn warn(message: String) {
+    let mut warnings = WARNINGS.lock().unwrap_or_else(|p| p.into_inner());
+    if !warnings.contains(&message) {
+        warnings.push(message);
+    }
+}
+
+/// Warnings about the environment met while searching (such as `CUDA_PATH` and `CUDA_HOME`
+/// naming different folders), each once.
+pub fn warnings() -> Vec<String> {
+    WARNINGS.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+type Cache = Mutex<HashMap<&'static str, &'static OnceLock<Result<LoadedDl, NotFoundError>>>>;
 
 /// Finds and opens the library `libname` (`"cudart"`, `"nvrtc"`, `"nvJitLink"`, `"nvvm"`,
-/// `"cufile"`, `"cuda"`, `"nvml"`, ...), searching as the crate documentation describes.
+/// `"cufile"`, `"cuda"`, `"nvml"`, ...), after the libraries it depends on, searching as the
+/// crate documentation describes.
 ///
 /// The answer, found or not, is cached: later calls return the same result without searching.
-pub fn load_nvidia_dynamic_lib(libname: &str) -> Result<&'static LoadedDl, DynamicLibNotFoundError> {
+pub fn load_nvidia_dynamic_lib(libname: &str) -> Result<&'static LoadedDl, NotFoundError> {
     let Some(desc) = catalog::find(libname) else {
-        return Err(DynamicLibNotFoundError {
-            libname: libname.to_string(),
+        return Err(NotFoundError {
+            kind: "library",
+            name: libname.to_string(),
             attempts: Vec::new(),
             hint: format!(
                 "\"{libname}\" is not a library cuda-pathfinder knows; known names: {}",
@@ -121,14 +169,8 @@ pub fn load_nvidia_dynamic_lib(libname: &str) -> Result<&'static LoadedDl, Dynam
     };
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cell = {
-        let mut map = CACHE
-            .get_or_init(Default::default)
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        *map.entry(desc.name)
-            .or_insert_with(|| Box::leak(Box::new(OnceLock::new())))
+        let mut map = CACHE.get_or_init(Default::default).lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        *map.entry(desc.name).or_insert_with(|| Box::leak(Box::new(OnceLock::new())))
     };
-    cell.get_or_init(|| search::load(desc, &search::Environment::from_process()))
-        .as_ref()
-        .map_err(Clone::clone)
+    cell.get_or_init(|| search::load(desc, &search::Environment::from_process())).as_ref().map_err(Clone::clone)
 }

@@ -1,12 +1,13 @@
-//! The search cascade.
+//! The search cascade for dynamic libraries, and the places it shares with headers and tools.
 
 use crate::catalog::{LibDescriptor, PackagedWith};
 use crate::loader;
-use crate::{Attempt, DynamicLibNotFoundError, LoadedDl};
+use crate::{Attempt, LoadedDl, NotFoundError};
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// The rule that found a library (`cuda.pathfinder`'s `found_via`).
+/// The rule that found something (`cuda.pathfinder`'s `found_via`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FoundVia {
     /// Already loaded in the process by someone else.
@@ -15,6 +16,8 @@ pub enum FoundVia {
     SitePackages,
     /// `$CONDA_PREFIX`.
     Conda,
+    /// A product's own install root variable (`CUDNN_PATH`, `NCCL_HOME`).
+    InstallRootVar,
     /// `$CUDA_PATH` or `$CUDA_HOME`.
     CudaPath,
     /// The system loader (`dlopen` of the soname).
@@ -30,6 +33,7 @@ impl FoundVia {
             FoundVia::AlreadyLoaded => "was-already-loaded-from-elsewhere",
             FoundVia::SitePackages => "site-packages",
             FoundVia::Conda => "conda",
+            FoundVia::InstallRootVar => "install-root-env-var",
             FoundVia::CudaPath => "CUDA_PATH",
             FoundVia::SystemSearch => "system-search",
             FoundVia::SystemCtkRoot => "system-ctk-root",
@@ -43,61 +47,123 @@ impl fmt::Display for FoundVia {
     }
 }
 
+/// The environment variables the search reads.
+pub(crate) const ENV_VARS: &[&str] =
+    &["VIRTUAL_ENV", "CONDA_PREFIX", "HOME", "CUDA_PATH", "CUDA_HOME", "CUDNN_PATH", "NCCL_HOME", "PATH"];
+
 /// What the search reads from the environment, captured once so tests can supply their own.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Environment {
-    pub virtual_env: Option<PathBuf>,
-    pub conda_prefix: Option<PathBuf>,
-    pub home: Option<PathBuf>,
-    pub cuda_path: Option<PathBuf>,
-    pub cuda_home: Option<PathBuf>,
+    pub(crate) vars: HashMap<String, String>,
+    /// Where the toolkit is when nothing says otherwise.
     pub default_ctk_root: PathBuf,
 }
 
-fn env_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
+impl Default for Environment {
+    fn default() -> Self {
+        Environment { vars: HashMap::new(), default_ctk_root: PathBuf::from("/usr/local/cuda") }
+    }
 }
 
 impl Environment {
     pub(crate) fn from_process() -> Self {
-        Environment {
-            virtual_env: env_path("VIRTUAL_ENV"),
-            conda_prefix: env_path("CONDA_PREFIX"),
-            home: env_path("HOME"),
-            cuda_path: env_path("CUDA_PATH"),
-            cuda_home: env_path("CUDA_HOME"),
-            default_ctk_root: PathBuf::from("/usr/local/cuda"),
-        }
+        let vars = ENV_VARS
+            .iter()
+            .filter_map(|name| Some((name.to_string(), std::env::var(name).ok()?)))
+            .collect();
+        Environment { vars, ..Default::default() }
     }
 
-    /// `$CUDA_PATH`, else `$CUDA_HOME` (empty values count as unset).
-    fn cuda_root(&self) -> Option<&Path> {
-        self.cuda_path.as_deref().or(self.cuda_home.as_deref())
+    #[cfg(test)]
+    pub(crate) fn with(mut self, name: &str, value: impl AsRef<Path>) -> Self {
+        self.vars.insert(name.to_string(), value.as_ref().display().to_string());
+        self
+    }
+
+    /// A variable as a path; empty values count as unset.
+    pub(crate) fn path(&self, name: &str) -> Option<PathBuf> {
+        self.vars.get(name).filter(|v| !v.is_empty()).map(PathBuf::from)
+    }
+
+    /// `$CUDA_PATH`, else `$CUDA_HOME`, with a warning when both are set and name different
+    /// folders.
+    pub(crate) fn cuda_root(&self) -> (Option<PathBuf>, Option<String>) {
+        let (path, home) = (self.path("CUDA_PATH"), self.path("CUDA_HOME"));
+        let warning = match (&path, &home) {
+            (Some(p), Some(h)) if paths_differ(p, h) => Some(format!(
+                "CUDA_PATH ({}) and CUDA_HOME ({}) name different folders; CUDA_PATH is used",
+                p.display(),
+                h.display()
+            )),
+            _ => None,
+        };
+        (path.or(home), warning)
     }
 }
 
-/// The Python site-packages folders of the active environment: `$VIRTUAL_ENV`, then
-/// `$CONDA_PREFIX`, then the user site (`~/.local/lib/python3*/site-packages`).
+/// Whether two paths name different folders: textually after normalisation, then by identity.
+fn paths_differ(a: &Path, b: &Path) -> bool {
+    let normal = |p: &Path| p.components().collect::<PathBuf>();
+    if normal(a) == normal(b) {
+        return false;
+    }
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x != y,
+        _ => true,
+    }
+}
+
+/// The Python site-packages folders of the active environment: `$VIRTUAL_ENV`, `$CONDA_PREFIX`,
+/// the user site (`~/.local/lib/python3*/site-packages`), then the environments of the `python3`
+/// and `python` found on `PATH` (no interpreter is run).
 pub fn site_packages_dirs() -> Vec<PathBuf> {
     site_packages_of(&Environment::from_process())
 }
 
-fn site_packages_of(env: &Environment) -> Vec<PathBuf> {
+pub(crate) fn site_packages_of(env: &Environment) -> Vec<PathBuf> {
+    let mut prefixes: Vec<PathBuf> = Vec::new();
+    prefixes.extend(env.path("VIRTUAL_ENV"));
+    prefixes.extend(env.path("CONDA_PREFIX"));
+    prefixes.extend(env.path("HOME").map(|h| h.join(".local")));
+    prefixes.extend(interpreter_prefixes(env));
     let mut dirs = Vec::new();
-    let roots = [
-        env.virtual_env.clone(),
-        env.conda_prefix.clone(),
-        env.home.as_ref().map(|h| h.join(".local")),
-    ];
-    for root in roots.into_iter().flatten() {
-        for dir in python_dirs(&root.join("lib")) {
-            let sp = dir.join("site-packages");
-            if sp.is_dir() && !dirs.contains(&sp) {
-                dirs.push(sp);
+    for prefix in prefixes {
+        for python in python_dirs(&prefix.join("lib")) {
+            for leaf in ["site-packages", "dist-packages"] {
+                let dir = python.join(leaf);
+                if dir.is_dir() && !dirs.contains(&dir) {
+                    dirs.push(dir);
+                }
             }
         }
     }
     dirs
+}
+
+/// The prefixes of the Python interpreters on `PATH`: a virtual environment's own (it has a
+/// `pyvenv.cfg`), then the installation it runs from.
+fn interpreter_prefixes(env: &Environment) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Some(path) = env.vars.get("PATH") else { return out };
+    for dir in std::env::split_paths(path) {
+        for name in ["python3", "python"] {
+            let exe = dir.join(name);
+            if !exe.is_file() {
+                continue;
+            }
+            if let Some(prefix) = dir.parent() {
+                if prefix.join("pyvenv.cfg").is_file() && !out.iter().any(|p: &PathBuf| p == prefix) {
+                    out.push(prefix.to_path_buf());
+                }
+            }
+            if let Some(prefix) = exe.canonicalize().ok().and_then(|e| Some(e.parent()?.parent()?.to_path_buf())) {
+                if !out.contains(&prefix) {
+                    out.push(prefix);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// `lib/python3*` below `lib`, newest Python first.
@@ -108,7 +174,7 @@ fn python_dirs(lib: &Path) -> Vec<PathBuf> {
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            let minor = name.strip_prefix("python3.")?.parse().ok()?;
+            let minor = if name == "python3" { 0 } else { name.strip_prefix("python3.")?.parse().ok()? };
             Some((minor, e.path()))
         })
         .collect();
@@ -116,15 +182,35 @@ fn python_dirs(lib: &Path) -> Vec<PathBuf> {
     found.into_iter().map(|(_, p)| p).collect()
 }
 
+/// The toolkit-like roots searched after the wheels, in order, with their rule: conda, the
+/// product's own variables, `CUDA_PATH`/`CUDA_HOME`. (`/usr/local/cuda` comes after the system
+/// loader.) Warnings found on the way are returned too.
+pub(crate) fn roots(env: &Environment, product_vars: &[&str]) -> (Vec<(FoundVia, PathBuf)>, Vec<String>) {
+    let mut roots = Vec::new();
+    if let Some(conda) = env.path("CONDA_PREFIX") {
+        roots.push((FoundVia::Conda, conda));
+    }
+    for var in product_vars {
+        if let Some(root) = env.path(var) {
+            roots.push((FoundVia::InstallRootVar, root));
+        }
+    }
+    let (cuda, warning) = env.cuda_root();
+    if let Some(cuda) = cuda {
+        roots.push((FoundVia::CudaPath, cuda));
+    }
+    (roots, warning.into_iter().collect())
+}
+
 /// Candidate files, each with the rule that proposed it, in search order.
 pub(crate) type Candidates = Vec<(FoundVia, PathBuf)>;
 
-/// The files the search would try, in order, before the system loader and after it.
-pub(crate) fn file_candidates(desc: &LibDescriptor, env: &Environment) -> (Candidates, Candidates) {
-    let mut early = Vec::new();
-    let mut late = Vec::new();
+/// The files the search tries for a library, before the system loader and after it, and any
+/// warnings about the environment.
+pub(crate) fn file_candidates(desc: &LibDescriptor, env: &Environment) -> (Candidates, Candidates, Vec<String>) {
+    let (mut early, mut late) = (Vec::new(), Vec::new());
     if desc.packaged_with == PackagedWith::Driver {
-        return (early, late);
+        return (early, late, Vec::new());
     }
     for sp in site_packages_of(env) {
         for rel in desc.site_packages_dirs {
@@ -133,17 +219,11 @@ pub(crate) fn file_candidates(desc: &LibDescriptor, env: &Environment) -> (Candi
             }
         }
     }
-    if let Some(conda) = &env.conda_prefix {
+    let (roots, warnings) = roots(env, desc.install_root_vars);
+    for (rule, root) in roots {
         for rel in desc.anchor_dirs {
             for soname in desc.sonames {
-                early.push((FoundVia::Conda, conda.join(rel).join(soname)));
-            }
-        }
-    }
-    if let Some(root) = env.cuda_root() {
-        for rel in desc.anchor_dirs {
-            for soname in desc.sonames {
-                early.push((FoundVia::CudaPath, root.join(rel).join(soname)));
+                early.push((rule, root.join(rel).join(soname)));
             }
         }
     }
@@ -152,10 +232,10 @@ pub(crate) fn file_candidates(desc: &LibDescriptor, env: &Environment) -> (Candi
             late.push((FoundVia::SystemCtkRoot, env.default_ctk_root.join(rel).join(soname)));
         }
     }
-    (early, late)
+    (early, late, warnings)
 }
 
-pub(crate) fn load(desc: &LibDescriptor, env: &Environment) -> Result<LoadedDl, DynamicLibNotFoundError> {
+pub(crate) fn load(desc: &LibDescriptor, env: &Environment) -> Result<LoadedDl, NotFoundError> {
     let mut attempts = Vec::new();
     for dep in desc.dependencies {
         if let Err(e) = crate::load_nvidia_dynamic_lib(dep) {
@@ -172,26 +252,21 @@ pub(crate) fn load(desc: &LibDescriptor, env: &Environment) -> Result<LoadedDl, 
             return Ok(loaded(handle, FoundVia::AlreadyLoaded, true));
         }
     }
-    let (early, late) = file_candidates(desc, env);
+    let (early, late, warnings) = file_candidates(desc, env);
+    for w in warnings {
+        crate::warn(w);
+    }
     let try_files = |list: Candidates, attempts: &mut Vec<Attempt>| -> Option<LoadedDl> {
         for (rule, path) in list {
             let shown = path.display().to_string();
             if !path.is_file() {
-                attempts.push(Attempt {
-                    rule,
-                    candidate: shown,
-                    rejected_because: "no such file".into(),
-                });
+                attempts.push(Attempt { rule, candidate: shown, rejected_because: "no such file".into() });
                 continue;
             }
             preload_companions(desc, &path);
             match loader::open(&shown) {
                 Ok(handle) => return Some(loaded(handle, rule, false)),
-                Err(e) => attempts.push(Attempt {
-                    rule,
-                    candidate: shown,
-                    rejected_because: e,
-                }),
+                Err(e) => attempts.push(Attempt { rule, candidate: shown, rejected_because: e }),
             }
         }
         None
@@ -240,114 +315,11 @@ fn loaded(handle: loader::Handle, found_via: FoundVia, already: bool) -> LoadedD
     }
 }
 
-fn not_found(desc: &LibDescriptor, attempts: Vec<Attempt>) -> DynamicLibNotFoundError {
-    DynamicLibNotFoundError {
-        libname: desc.name.to_string(),
+fn not_found(desc: &LibDescriptor, attempts: Vec<Attempt>) -> NotFoundError {
+    NotFoundError {
+        kind: "library",
+        name: desc.name.to_string(),
         attempts,
         hint: format!("To fix: {}.", desc.install_hint),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::catalog::find;
-
-    fn touch(path: &Path) {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, b"").unwrap();
-    }
-
-    #[test]
-    fn wheel_then_conda_then_cuda_path_then_default_root() {
-        let tmp = tempfile::tempdir().unwrap();
-        let venv = tmp.path().join("venv");
-        let conda = tmp.path().join("conda");
-        let ctk = tmp.path().join("ctk");
-        touch(&venv.join("lib/python3.12/site-packages/nvidia/cu13/lib/libnvrtc.so.13"));
-        std::fs::create_dir_all(conda.join("lib")).unwrap();
-        let env = Environment {
-            virtual_env: Some(venv.clone()),
-            conda_prefix: Some(conda.clone()),
-            cuda_path: Some(ctk.clone()),
-            default_ctk_root: tmp.path().join("usr-local-cuda"),
-            ..Default::default()
-        };
-        let (early, late) = file_candidates(find("nvrtc").unwrap(), &env);
-        let rules: Vec<FoundVia> = early.iter().map(|(r, _)| *r).collect();
-        let first = |rule| rules.iter().position(|r| *r == rule).unwrap();
-        assert!(first(FoundVia::SitePackages) < first(FoundVia::Conda));
-        assert!(first(FoundVia::Conda) < first(FoundVia::CudaPath));
-        assert_eq!(
-            early[0].1,
-            venv.join("lib/python3.12/site-packages/nvidia/cu13/lib/libnvrtc.so.13")
-        );
-        // newest soname first within a folder
-        assert!(early[1].1.ends_with("nvidia/cu13/lib/libnvrtc.so.12"));
-        assert!(late.iter().all(|(r, _)| *r == FoundVia::SystemCtkRoot));
-    }
-
-    #[test]
-    fn cuda_path_wins_over_cuda_home() {
-        let env = Environment {
-            cuda_path: Some("/a".into()),
-            cuda_home: Some("/b".into()),
-            ..Default::default()
-        };
-        let (early, _) = file_candidates(find("cudart").unwrap(), &env);
-        assert!(early.iter().all(|(_, p)| p.starts_with("/a")));
-        let env = Environment {
-            cuda_home: Some("/b".into()),
-            ..Default::default()
-        };
-        let (early, _) = file_candidates(find("cudart").unwrap(), &env);
-        assert!(early[0].1.starts_with("/b/lib64"));
-    }
-
-    #[test]
-    fn nvvm_lives_below_nvvm_lib64_in_a_toolkit() {
-        let env = Environment {
-            cuda_path: Some("/ctk".into()),
-            ..Default::default()
-        };
-        let (early, _) = file_candidates(find("nvvm").unwrap(), &env);
-        assert_eq!(early[0].1, PathBuf::from("/ctk/nvvm/lib64/libnvvm.so.4"));
-    }
-
-    #[test]
-    fn driver_libraries_are_never_looked_for_in_files() {
-        let env = Environment {
-            virtual_env: Some("/venv".into()),
-            cuda_path: Some("/ctk".into()),
-            default_ctk_root: "/usr/local/cuda".into(),
-            ..Default::default()
-        };
-        let (early, late) = file_candidates(find("cuda").unwrap(), &env);
-        assert!(early.is_empty() && late.is_empty());
-    }
-
-    #[test]
-    fn empty_files_are_rejected_with_the_loader_message() {
-        let tmp = tempfile::tempdir().unwrap();
-        touch(&tmp.path().join("ctk/lib64/libcufile.so.0"));
-        let env = Environment {
-            cuda_path: Some(tmp.path().join("ctk")),
-            default_ctk_root: tmp.path().join("none"),
-            ..Default::default()
-        };
-        let desc = find("cufile").unwrap();
-        // Only meaningful where the system has no libcufile of its own.
-        if loader::open("libcufile.so.0").is_ok() {
-            return;
-        }
-        let err = load(desc, &env).unwrap_err();
-        let tried = err
-            .attempts
-            .iter()
-            .find(|a| a.candidate.ends_with("ctk/lib64/libcufile.so.0"))
-            .unwrap();
-        assert_eq!(tried.rule, FoundVia::CudaPath);
-        assert_ne!(tried.rejected_because, "no such file");
-        assert!(err.to_string().contains("pip install nvidia-cufile"), "{err}");
     }
 }

@@ -1,0 +1,150 @@
+//! Guard rails: which toolkit a file came from, which CUDA version the driver supports, and
+//! whether the pieces found fit together.
+
+use std::ffi::{c_int, c_void};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A CUDA toolkit version, and how it was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolkitVersion {
+    pub major: u32,
+    pub minor: u32,
+    /// Where the version came from: a wheel's metadata, a toolkit's `cuda.h`, or the file name.
+    pub source: String,
+}
+
+impl fmt::Display for ToolkitVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// The toolkit version `path` belongs to: the version of the NVIDIA wheel that installed it,
+/// else the `CUDA_VERSION` of the toolkit's `cuda.h` found by walking up from it, else the
+/// version in the file's real name (`libnvrtc.so.13.0.88`). `None` when nothing tells.
+pub fn toolkit_version_of(path: &Path) -> Option<ToolkitVersion> {
+    wheel_version(path).or_else(|| cuda_h_version(path)).or_else(|| file_name_version(path))
+}
+
+/// The version of the wheel whose `RECORD` lists `path`, when it is a CUDA toolkit wheel
+/// (versions 11 to 13; cuFile's own numbering does not count).
+fn wheel_version(path: &Path) -> Option<ToolkitVersion> {
+    let site = path
+        .ancestors()
+        .find(|a| a.file_name().is_some_and(|n| n == "site-packages" || n == "dist-packages"))?;
+    let rel = path.strip_prefix(site).ok()?.to_string_lossy().into_owned();
+    for entry in std::fs::read_dir(site).ok()?.flatten() {
+        let dir = entry.path();
+        if !dir.extension().is_some_and(|e| e == "dist-info") {
+            continue;
+        }
+        let Ok(record) = std::fs::read_to_string(dir.join("RECORD")) else { continue };
+        if !record.lines().any(|l| l.split(',').next() == Some(rel.as_str())) {
+            continue;
+        }
+        let metadata = std::fs::read_to_string(dir.join("METADATA")).ok()?;
+        let version = metadata.lines().find_map(|l| l.strip_prefix("Version: "))?;
+        let name = metadata.lines().find_map(|l| l.strip_prefix("Name: ")).unwrap_or("?");
+        let (major, minor) = major_minor(version)?;
+        return (11..=13).contains(&major).then(|| ToolkitVersion {
+            major,
+            minor,
+            source: format!("wheel {name} {version}"),
+        });
+    }
+    None
+}
+
+fn major_minor(version: &str) -> Option<(u32, u32)> {
+    let mut parts = version.split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// `CUDA_VERSION` from `include/cuda.h` or `targets/*/include/cuda.h` in a folder above `path`.
+fn cuda_h_version(path: &Path) -> Option<ToolkitVersion> {
+    for dir in path.ancestors().skip(1).take(6) {
+        let mut headers = vec![dir.join("include/cuda.h")];
+        if let Ok(targets) = std::fs::read_dir(dir.join("targets")) {
+            headers.extend(targets.flatten().map(|t| t.path().join("include/cuda.h")));
+        }
+        for header in headers {
+            let Ok(text) = std::fs::read_to_string(&header) else { continue };
+            let version: u32 = text
+                .lines()
+                .find_map(|l| l.strip_prefix("#define CUDA_VERSION "))
+                .and_then(|v| v.trim().parse().ok())?;
+            return Some(ToolkitVersion {
+                major: version / 1000,
+                minor: (version % 1000) / 10,
+                source: format!("CUDA_VERSION in {}", header.display()),
+            });
+        }
+    }
+    None
+}
+
+/// `libnvrtc.so.13.0.88` -> 13.0, for libraries whose soname major is the toolkit's.
+fn file_name_version(path: &Path) -> Option<ToolkitVersion> {
+    let real: PathBuf = path.canonicalize().ok()?;
+    let name = real.file_name()?.to_string_lossy().into_owned();
+    let follows_toolkit = ["libcudart.so.", "libnvrtc.so.", "libnvJitLink.so.", "libnvfatbin.so."];
+    let rest = follows_toolkit.iter().find_map(|p| name.strip_prefix(p))?;
+    let (major, minor) = major_minor(rest)?;
+    Some(ToolkitVersion { major, minor, source: format!("file name {name}") })
+}
+
+/// The CUDA version the installed driver supports (`cuDriverGetVersion`), as `(major, minor)`;
+/// `None` without a driver.
+pub fn driver_cuda_version() -> Option<(u32, u32)> {
+    let driver = crate::load_nvidia_dynamic_lib("cuda").ok()?;
+    // SAFETY: the handle is live (never closed) and the name NUL-terminated.
+    let f = unsafe { libc::dlsym(driver.handle(), c"cuDriverGetVersion".as_ptr()) };
+    if f.is_null() {
+        return None;
+    }
+    // SAFETY: cuDriverGetVersion has this signature (cuda.h) and needs no cuInit.
+    let f: unsafe extern "C" fn(*mut c_int) -> c_int = unsafe { std::mem::transmute::<*mut c_void, _>(f) };
+    let mut v = 0;
+    // SAFETY: v is a live local.
+    if unsafe { f(&mut v) } != 0 {
+        return None;
+    }
+    Some((v as u32 / 1000, (v as u32 % 1000) / 10))
+}
+
+/// Warnings about a set of found toolkit pieces: they come from different toolkit versions, or
+/// from a toolkit newer than the driver supports (`driver` as `(major, minor)`). A newer minor
+/// version of the same major works through CUDA's minor version compatibility, except for code
+/// that needs the newer driver (PTX of a newer ISA, for one), which is noted too.
+pub fn compatibility_warnings(items: &[(String, ToolkitVersion)], driver: Option<(u32, u32)>) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let mut versions: Vec<(u32, u32)> = items.iter().map(|(_, v)| (v.major, v.minor)).collect();
+    versions.sort();
+    versions.dedup();
+    if versions.len() > 1 {
+        let list: Vec<String> = items.iter().map(|(n, v)| format!("{n} {v}")).collect();
+        warnings.push(format!(
+            "the CUDA components found come from different toolkit versions ({}); mixing them can fail at run time: \
+             point CUDA_PATH or the Python environment at one toolkit",
+            list.join(", ")
+        ));
+    }
+    if let Some((dmajor, dminor)) = driver {
+        for (name, v) in items {
+            if v.major > dmajor {
+                warnings.push(format!(
+                    "{name} comes from CUDA {v}, newer than the driver supports (CUDA {dmajor}.{dminor}): update the \
+                     NVIDIA driver or use a CUDA {dmajor} toolkit"
+                ));
+            } else if v.major == dmajor && v.minor > dminor {
+                warnings.push(format!(
+                    "{name} comes from CUDA {v} and the driver supports CUDA {dmajor}.{dminor}: this works through \
+                     minor version compatibility, but code that needs the newer driver (such as PTX of a newer ISA) \
+                     will not load"
+                ));
+            }
+        }
+    }
+    warnings
+}
