@@ -69,6 +69,9 @@ fn build_bundle(dir: &Path) -> Result {
         std::fs::copy(exe, &dest).map_err(|e| format!("copy {}: {e}", exe.display()))?;
         total += std::fs::metadata(&dest).map(|m| m.len()).unwrap_or(0);
     }
+    // The pathfinder report, printed by run.sh first: what the machine has, for reading failures.
+    let report = build_report()?;
+    std::fs::copy(&report, dir.join("cuda-pathfinder")).map_err(|e| format!("copy {}: {e}", report.display()))?;
     util::write(&dir.join("run.sh"), RUN_SH.as_bytes())?;
     make_executable(&dir.join("run.sh"))?;
     println!(
@@ -123,6 +126,22 @@ fn build_tests() -> Result<Vec<PathBuf>> {
     Ok(executables)
 }
 
+/// Builds the `cuda-pathfinder` report binary in the bundle's profile.
+fn build_report() -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    util::run(Command::new(cargo).current_dir(util::root()).args([
+        "build",
+        "--quiet",
+        "--package",
+        "cuda-pathfinder",
+        "--bin",
+        "cuda-pathfinder",
+        "--profile",
+        PROFILE,
+    ]))?;
+    Ok(util::root().join("target").join(PROFILE).join("cuda-pathfinder"))
+}
+
 #[cfg(unix)]
 fn make_executable(path: &Path) -> Result {
     use std::os::unix::fs::PermissionsExt;
@@ -157,6 +176,11 @@ if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >>"$log" 2>&1; } &
   echo "no NVIDIA GPU found: the GPU tests cannot run here" | tee -a "$log"
   echo "0 passed, 1 failed"
   exit 1
+fi
+
+if [ -x "$here/cuda-pathfinder" ]; then
+  echo "== what cuda-pathfinder finds here" >>"$log"
+  "$here/cuda-pathfinder" >>"$log" 2>&1 || true
 fi
 
 passed=0; failed=0; skipped=0

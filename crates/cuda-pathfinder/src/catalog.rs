@@ -110,35 +110,119 @@ const CUQUANTUM: &[&str] = &["cuquantum/lib"];
 const CUQUANTUM_HINT: &str = "install it with `pip install cuquantum-python-cu13` (or -cu12)";
 
 const MAIN: [LibDescriptor; 23] = [
-    toolkit!("cudart", ["libcudart.so.13", "libcudart.so.12"], "nvidia/cuda_runtime/lib", "nvidia-cuda-runtime"),
-    toolkit!("nvrtc", ["libnvrtc.so.13", "libnvrtc.so.12"], "nvidia/cuda_nvrtc/lib", "nvidia-cuda-nvrtc"),
-    toolkit!("nvJitLink", ["libnvJitLink.so.13", "libnvJitLink.so.12"], "nvidia/nvjitlink/lib", "nvidia-nvjitlink"),
-    toolkit!("nvfatbin", ["libnvfatbin.so.13", "libnvfatbin.so.12"], "nvidia/nvfatbin/lib", "nvidia-nvfatbin"),
+    toolkit!(
+        "cudart",
+        ["libcudart.so.13", "libcudart.so.12"],
+        "nvidia/cuda_runtime/lib",
+        "nvidia-cuda-runtime"
+    ),
+    toolkit!(
+        "nvrtc",
+        ["libnvrtc.so.13", "libnvrtc.so.12"],
+        "nvidia/cuda_nvrtc/lib",
+        "nvidia-cuda-nvrtc"
+    ),
+    toolkit!(
+        "nvJitLink",
+        ["libnvJitLink.so.13", "libnvJitLink.so.12"],
+        "nvidia/nvjitlink/lib",
+        "nvidia-nvjitlink"
+    ),
+    toolkit!(
+        "nvfatbin",
+        ["libnvfatbin.so.13", "libnvfatbin.so.12"],
+        "nvidia/nvfatbin/lib",
+        "nvidia-nvfatbin"
+    ),
     LibDescriptor {
         name: "nvvm",
         anchor_dirs: &["nvvm/lib64"],
         install_hint: "install it with `pip install nvidia-nvvm` (CUDA 13) or `pip install nvidia-cuda-nvcc-cu12` \
                        (CUDA 12), or install the CUDA toolkit and set CUDA_PATH",
-        ..toolkit!("nvvm", ["libnvvm.so.4", "libnvvm.so"], "nvidia/cuda_nvcc/nvvm/lib64", "nvidia-nvvm")
+        ..toolkit!(
+            "nvvm",
+            ["libnvvm.so.4", "libnvvm.so"],
+            "nvidia/cuda_nvcc/nvvm/lib64",
+            "nvidia-nvvm"
+        )
     },
-    toolkit!("cublas", ["libcublas.so.13", "libcublas.so.12"], "nvidia/cublas/lib", "nvidia-cublas", deps = ["cublasLt"]),
-    toolkit!("cublasLt", ["libcublasLt.so.13", "libcublasLt.so.12"], "nvidia/cublas/lib", "nvidia-cublas"),
-    toolkit!("nvblas", ["libnvblas.so.13", "libnvblas.so.12"], "nvidia/cublas/lib", "nvidia-cublas", deps = ["cublas", "cublasLt"]),
-    toolkit!("cufft", ["libcufft.so.12", "libcufft.so.11"], "nvidia/cufft/lib", "nvidia-cufft"),
-    toolkit!("cufftw", ["libcufftw.so.12", "libcufftw.so.11"], "nvidia/cufft/lib", "nvidia-cufft", deps = ["cufft"]),
+    toolkit!(
+        "cublas",
+        ["libcublas.so.13", "libcublas.so.12"],
+        "nvidia/cublas/lib",
+        "nvidia-cublas",
+        deps = ["cublasLt"]
+    ),
+    toolkit!(
+        "cublasLt",
+        ["libcublasLt.so.13", "libcublasLt.so.12"],
+        "nvidia/cublas/lib",
+        "nvidia-cublas"
+    ),
+    toolkit!(
+        "nvblas",
+        ["libnvblas.so.13", "libnvblas.so.12"],
+        "nvidia/cublas/lib",
+        "nvidia-cublas",
+        deps = ["cublas", "cublasLt"]
+    ),
+    toolkit!(
+        "cufft",
+        ["libcufft.so.12", "libcufft.so.11"],
+        "nvidia/cufft/lib",
+        "nvidia-cufft"
+    ),
+    toolkit!(
+        "cufftw",
+        ["libcufftw.so.12", "libcufftw.so.11"],
+        "nvidia/cufft/lib",
+        "nvidia-cufft",
+        deps = ["cufft"]
+    ),
     toolkit!("curand", ["libcurand.so.10"], "nvidia/curand/lib", "nvidia-curand"),
-    toolkit!("cusolver", ["libcusolver.so.12", "libcusolver.so.11"], "nvidia/cusolver/lib", "nvidia-cusolver",
-        deps = ["nvJitLink", "cusparse", "cublasLt", "cublas"]),
-    toolkit!("cusolverMg", ["libcusolverMg.so.12", "libcusolverMg.so.11"], "nvidia/cusolver/lib", "nvidia-cusolver",
-        deps = ["nvJitLink", "cublasLt", "cublas"]),
-    toolkit!("cusparse", ["libcusparse.so.12"], "nvidia/cusparse/lib", "nvidia-cusparse", deps = ["nvJitLink"]),
-    toolkit!("nppc", ["libnppc.so.13", "libnppc.so.12"], "nvidia/npp/lib", "nvidia-npp"),
-    toolkit!("nvjpeg", ["libnvjpeg.so.13", "libnvjpeg.so.12"], "nvidia/nvjpeg/lib", "nvidia-nvjpeg"),
+    toolkit!(
+        "cusolver",
+        ["libcusolver.so.12", "libcusolver.so.11"],
+        "nvidia/cusolver/lib",
+        "nvidia-cusolver",
+        deps = ["nvJitLink", "cusparse", "cublasLt", "cublas"]
+    ),
+    toolkit!(
+        "cusolverMg",
+        ["libcusolverMg.so.12", "libcusolverMg.so.11"],
+        "nvidia/cusolver/lib",
+        "nvidia-cusolver",
+        deps = ["nvJitLink", "cublasLt", "cublas"]
+    ),
+    toolkit!(
+        "cusparse",
+        ["libcusparse.so.12"],
+        "nvidia/cusparse/lib",
+        "nvidia-cusparse",
+        deps = ["nvJitLink"]
+    ),
+    toolkit!(
+        "nppc",
+        ["libnppc.so.13", "libnppc.so.12"],
+        "nvidia/npp/lib",
+        "nvidia-npp"
+    ),
+    toolkit!(
+        "nvjpeg",
+        ["libnvjpeg.so.13", "libnvjpeg.so.12"],
+        "nvidia/nvjpeg/lib",
+        "nvidia-nvjpeg"
+    ),
     toolkit!("cufile", ["libcufile.so.0"], "nvidia/cufile/lib", "nvidia-cufile"),
     LibDescriptor {
         name: "cupti",
         anchor_dirs: &["extras/CUPTI/lib64", "lib"],
-        ..toolkit!("cupti", ["libcupti.so.13", "libcupti.so.12"], "nvidia/cuda_cupti/lib", "nvidia-cuda-cupti")
+        ..toolkit!(
+            "cupti",
+            ["libcupti.so.13", "libcupti.so.12"],
+            "nvidia/cuda_cupti/lib",
+            "nvidia-cuda-cupti"
+        )
     },
     LibDescriptor {
         site_packages_dirs: &[CU13],
@@ -148,31 +232,142 @@ const MAIN: [LibDescriptor; 23] = [
     LibDescriptor {
         install_root_vars: &["NCCL_HOME"],
         anchor_dirs: &["lib", "lib64", "build/lib"],
-        ..other("nccl", &["libnccl.so.2"], &["nvidia/nccl/lib"], &[], "install it with `pip install nvidia-nccl-cu13` (or -cu12), or set NCCL_HOME")
+        ..other(
+            "nccl",
+            &["libnccl.so.2"],
+            &["nvidia/nccl/lib"],
+            &[],
+            "install it with `pip install nvidia-nccl-cu13` (or -cu12), or set NCCL_HOME",
+        )
     },
-    other("nvshmem_host", &["libnvshmem_host.so.3"], &["nvidia/nvshmem/lib"], &[], "install it with `pip install nvidia-nvshmem-cu13` (or -cu12)"),
+    other(
+        "nvshmem_host",
+        &["libnvshmem_host.so.3"],
+        &["nvidia/nvshmem/lib"],
+        &[],
+        "install it with `pip install nvidia-nvshmem-cu13` (or -cu12)",
+    ),
     LibDescriptor {
         install_root_vars: &["CUDNN_PATH"],
-        ..other("cudnn", &["libcudnn.so.9"], &["nvidia/cudnn/lib"], &["cublasLt"], "install it with `pip install nvidia-cudnn-cu13` (or -cu12), or set CUDNN_PATH")
+        ..other(
+            "cudnn",
+            &["libcudnn.so.9"],
+            &["nvidia/cudnn/lib"],
+            &["cublasLt"],
+            "install it with `pip install nvidia-cudnn-cu13` (or -cu12), or set CUDNN_PATH",
+        )
     },
-    other("cusparseLt", &["libcusparseLt.so.0"], &[CU13, "nvidia/cusparselt/lib"], &[], "install it with `pip install nvidia-cusparselt-cu13` (or -cu12)"),
+    other(
+        "cusparseLt",
+        &["libcusparseLt.so.0"],
+        &[CU13, "nvidia/cusparselt/lib"],
+        &[],
+        "install it with `pip install nvidia-cusparselt-cu13` (or -cu12)",
+    ),
 ];
 
 const MORE: [LibDescriptor; 14] = [
-    other("cutensor", &["libcutensor.so.2"], &["cutensor/lib"], &["cublasLt"], "install it with `pip install cutensor-cu13` (or -cu12)"),
-    other("cutensorMg", &["libcutensorMg.so.2"], &["cutensor/lib"], &["cutensor", "cublasLt"], "install it with `pip install cutensor-cu13` (or -cu12)"),
-    other("cutensorMp", &["libcutensorMp.so.2"], &["cutensor/lib"], &["cutensor", "cublasLt", "cudart", "nccl"], "install it with `pip install cutensor-cu13` (or -cu12)"),
-    other("cudss", &["libcudss.so.0"], &["nvidia/cu13/lib", "nvidia/cu12/lib"], &["cublas", "cublasLt"], "install it with `pip install nvidia-cudss-cu13` (or -cu12)"),
-    other("mathdx", &["libmathdx.so.0"], &["nvidia/cu13/lib", "nvidia/cu12/lib"], &["nvrtc"], "install it with `pip install nvidia-libmathdx-cu13` (or -cu12)"),
-    other("cublasmp", &["libcublasmp.so.0"], &["nvidia/cublasmp/cu13/lib", "nvidia/cublasmp/cu12/lib"], &["cublas", "cublasLt", "nvshmem_host"], "install it with `pip install nvidia-cublasmp-cu13` (or -cu12)"),
-    other("cufftMp", &["libcufftMp.so.12", "libcufftMp.so.11"], &["nvidia/cufftmp/cu13/lib", "nvidia/cufftmp/cu12/lib"], &["nvshmem_host"], "install it with `pip install nvidia-cufftmp-cu13` (or -cu12)"),
-    other("cusolverMp", &["libcusolverMp.so.0"], &["nvidia/cu13/lib", "nvidia/cu12/lib"], &["cublas", "cudart", "cusolver", "nccl"], "install it with `pip install nvidia-cusolvermp-cu13` (or -cu12)"),
-    other("cudensitymat", &["libcudensitymat.so.0"], CUQUANTUM, &["cutensornet", "cutensor", "cusolver", "cublasLt", "cublas", "curand", "cusparse", "nvJitLink"], CUQUANTUM_HINT),
+    other(
+        "cutensor",
+        &["libcutensor.so.2"],
+        &["cutensor/lib"],
+        &["cublasLt"],
+        "install it with `pip install cutensor-cu13` (or -cu12)",
+    ),
+    other(
+        "cutensorMg",
+        &["libcutensorMg.so.2"],
+        &["cutensor/lib"],
+        &["cutensor", "cublasLt"],
+        "install it with `pip install cutensor-cu13` (or -cu12)",
+    ),
+    other(
+        "cutensorMp",
+        &["libcutensorMp.so.2"],
+        &["cutensor/lib"],
+        &["cutensor", "cublasLt", "cudart", "nccl"],
+        "install it with `pip install cutensor-cu13` (or -cu12)",
+    ),
+    other(
+        "cudss",
+        &["libcudss.so.0"],
+        &["nvidia/cu13/lib", "nvidia/cu12/lib"],
+        &["cublas", "cublasLt"],
+        "install it with `pip install nvidia-cudss-cu13` (or -cu12)",
+    ),
+    other(
+        "mathdx",
+        &["libmathdx.so.0"],
+        &["nvidia/cu13/lib", "nvidia/cu12/lib"],
+        &["nvrtc"],
+        "install it with `pip install nvidia-libmathdx-cu13` (or -cu12)",
+    ),
+    other(
+        "cublasmp",
+        &["libcublasmp.so.0"],
+        &["nvidia/cublasmp/cu13/lib", "nvidia/cublasmp/cu12/lib"],
+        &["cublas", "cublasLt", "nvshmem_host"],
+        "install it with `pip install nvidia-cublasmp-cu13` (or -cu12)",
+    ),
+    other(
+        "cufftMp",
+        &["libcufftMp.so.12", "libcufftMp.so.11"],
+        &["nvidia/cufftmp/cu13/lib", "nvidia/cufftmp/cu12/lib"],
+        &["nvshmem_host"],
+        "install it with `pip install nvidia-cufftmp-cu13` (or -cu12)",
+    ),
+    other(
+        "cusolverMp",
+        &["libcusolverMp.so.0"],
+        &["nvidia/cu13/lib", "nvidia/cu12/lib"],
+        &["cublas", "cudart", "cusolver", "nccl"],
+        "install it with `pip install nvidia-cusolvermp-cu13` (or -cu12)",
+    ),
+    other(
+        "cudensitymat",
+        &["libcudensitymat.so.0"],
+        CUQUANTUM,
+        &[
+            "cutensornet",
+            "cutensor",
+            "cusolver",
+            "cublasLt",
+            "cublas",
+            "curand",
+            "cusparse",
+            "nvJitLink",
+        ],
+        CUQUANTUM_HINT,
+    ),
     other("cupauliprop", &["libcupauliprop.so.0"], CUQUANTUM, &[], CUQUANTUM_HINT),
-    other("cutensornet", &["libcutensornet.so.2"], CUQUANTUM, &["cutensor", "cublas", "cusolver"], CUQUANTUM_HINT),
-    other("custabilizer", &["libcustabilizer.so.0"], CUQUANTUM, &[], CUQUANTUM_HINT),
-    other("custatevec", &["libcustatevec.so.1"], CUQUANTUM, &["cublas", "cublasLt"], CUQUANTUM_HINT),
-    other("nvpl_fftw", &["libnvpl_fftw.so.0"], &["nvpl/lib"], &[], "NVPL exists on aarch64 only: `pip install nvpl-fft`"),
+    other(
+        "cutensornet",
+        &["libcutensornet.so.2"],
+        CUQUANTUM,
+        &["cutensor", "cublas", "cusolver"],
+        CUQUANTUM_HINT,
+    ),
+    other(
+        "custabilizer",
+        &["libcustabilizer.so.0"],
+        CUQUANTUM,
+        &[],
+        CUQUANTUM_HINT,
+    ),
+    other(
+        "custatevec",
+        &["libcustatevec.so.1"],
+        CUQUANTUM,
+        &["cublas", "cublasLt"],
+        CUQUANTUM_HINT,
+    ),
+    other(
+        "nvpl_fftw",
+        &["libnvpl_fftw.so.0"],
+        &["nvpl/lib"],
+        &[],
+        "NVPL exists on aarch64 only: `pip install nvpl-fft`",
+    ),
 ];
 
 const DRIVER: [LibDescriptor; 3] = [
@@ -182,8 +377,16 @@ const DRIVER: [LibDescriptor; 3] = [
         "libcuda is part of the NVIDIA driver: install the driver (it cannot come from a wheel or the toolkit); \
          on WSL it lives in /usr/lib/wsl/lib",
     ),
-    driver("nvml", &["libnvidia-ml.so.1"], "NVML is part of the NVIDIA driver: install the driver"),
-    driver("nvcudla", &["libnvcudla.so"], "nvcudla is part of the Tegra driver (aarch64 only)"),
+    driver(
+        "nvml",
+        &["libnvidia-ml.so.1"],
+        "NVML is part of the NVIDIA driver: install the driver",
+    ),
+    driver(
+        "nvcudla",
+        &["libnvcudla.so"],
+        "nvcudla is part of the Tegra driver (aarch64 only)",
+    ),
 ];
 
 const fn concat<const N: usize>(parts: [&[LibDescriptor]; 5]) -> [LibDescriptor; N] {
@@ -252,10 +455,20 @@ mod tests {
 
     #[test]
     fn driver_libraries_have_no_dependencies_and_no_wheel_dirs() {
-        let drivers: Vec<_> = DESCRIPTORS.iter().filter(|d| d.packaged_with == PackagedWith::Driver).collect();
-        assert_eq!(drivers.iter().map(|d| d.name).collect::<Vec<_>>(), ["cuda", "nvml", "nvcudla"]);
+        let drivers: Vec<_> = DESCRIPTORS
+            .iter()
+            .filter(|d| d.packaged_with == PackagedWith::Driver)
+            .collect();
+        assert_eq!(
+            drivers.iter().map(|d| d.name).collect::<Vec<_>>(),
+            ["cuda", "nvml", "nvcudla"]
+        );
         for d in drivers {
-            assert!(d.dependencies.is_empty() && d.site_packages_dirs.is_empty() && d.anchor_dirs.is_empty(), "{}", d.name);
+            assert!(
+                d.dependencies.is_empty() && d.site_packages_dirs.is_empty() && d.anchor_dirs.is_empty(),
+                "{}",
+                d.name
+            );
         }
     }
 
@@ -263,7 +476,11 @@ mod tests {
     fn toolkit_libraries_look_in_the_cuda_13_wheel_first_and_newest_soname_first() {
         for d in DESCRIPTORS.iter().filter(|d| d.packaged_with == PackagedWith::Toolkit) {
             assert_eq!(d.site_packages_dirs[0], CU13, "{}", d.name);
-            let majors: Vec<u32> = d.sonames.iter().filter_map(|s| s.rsplit('.').next()?.parse().ok()).collect();
+            let majors: Vec<u32> = d
+                .sonames
+                .iter()
+                .filter_map(|s| s.rsplit('.').next()?.parse().ok())
+                .collect();
             assert!(majors.windows(2).all(|w| w[0] > w[1]), "{}: {:?}", d.name, d.sonames);
         }
     }
@@ -271,11 +488,49 @@ mod tests {
     #[test]
     fn the_catalog_covers_cuda_pathfinder() {
         for name in [
-            "cudart", "nvrtc", "nvJitLink", "nvfatbin", "nvvm", "cublas", "cublasLt", "nvblas", "cufft", "cufftw",
-            "curand", "cusolver", "cusolverMg", "cusparse", "nppc", "nppial", "nppicc", "nppidei", "nppif", "nppig",
-            "nppim", "nppist", "nppisu", "nppitc", "npps", "nvjpeg", "cufile", "cupti", "nccl", "nvshmem_host",
-            "cudnn", "cusparseLt", "cutensor", "cutensorMg", "cudss", "mathdx", "cublasmp", "cufftMp", "cusolverMp",
-            "custatevec", "cutensornet", "cuda", "nvml",
+            "cudart",
+            "nvrtc",
+            "nvJitLink",
+            "nvfatbin",
+            "nvvm",
+            "cublas",
+            "cublasLt",
+            "nvblas",
+            "cufft",
+            "cufftw",
+            "curand",
+            "cusolver",
+            "cusolverMg",
+            "cusparse",
+            "nppc",
+            "nppial",
+            "nppicc",
+            "nppidei",
+            "nppif",
+            "nppig",
+            "nppim",
+            "nppist",
+            "nppisu",
+            "nppitc",
+            "npps",
+            "nvjpeg",
+            "cufile",
+            "cupti",
+            "nccl",
+            "nvshmem_host",
+            "cudnn",
+            "cusparseLt",
+            "cutensor",
+            "cutensorMg",
+            "cudss",
+            "mathdx",
+            "cublasmp",
+            "cufftMp",
+            "cusolverMp",
+            "custatevec",
+            "cutensornet",
+            "cuda",
+            "nvml",
         ] {
             assert!(find(name).is_some(), "{name}");
         }

@@ -169,8 +169,14 @@ pub fn load_nvidia_dynamic_lib(libname: &str) -> Result<&'static LoadedDl, NotFo
     };
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cell = {
-        let mut map = CACHE.get_or_init(Default::default).lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        *map.entry(desc.name).or_insert_with(|| Box::leak(Box::new(OnceLock::new())))
+        let mut map = CACHE
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *map.entry(desc.name)
+            .or_insert_with(|| Box::leak(Box::new(OnceLock::new())))
     };
-    cell.get_or_init(|| search::load(desc, &search::Environment::from_process())).as_ref().map_err(Clone::clone)
+    cell.get_or_init(|| search::load(desc, &search::Environment::from_process()))
+        .as_ref()
+        .map_err(Clone::clone)
 }

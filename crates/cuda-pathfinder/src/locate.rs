@@ -67,7 +67,11 @@ const HEADERS: &[HeaderSpec] = &[
     HeaderSpec {
         name: "nvvm",
         marker: "nvvm.h",
-        site_packages_dirs: &["nvidia/cu13/include", "nvidia/cu13/nvvm/include", "nvidia/cuda_nvcc/nvvm/include"],
+        site_packages_dirs: &[
+            "nvidia/cu13/include",
+            "nvidia/cu13/nvvm/include",
+            "nvidia/cuda_nvcc/nvvm/include",
+        ],
         anchor_dirs: &["nvvm/include"],
         install_root_vars: &[],
     },
@@ -132,7 +136,11 @@ fn first_match(
     for (rule, path) in early.into_iter().chain(late) {
         match accept(&path) {
             Ok(()) => {
-                return Ok(LocatedFile { name: name.to_string(), abs_path: path, found_via: rule });
+                return Ok(LocatedFile {
+                    name: name.to_string(),
+                    abs_path: path,
+                    found_via: rule,
+                });
             }
             Err(why) => attempts.push(Attempt {
                 rule,
@@ -141,7 +149,12 @@ fn first_match(
             }),
         }
     }
-    Err(NotFoundError { kind, name: name.to_string(), attempts, hint })
+    Err(NotFoundError {
+        kind,
+        name: name.to_string(),
+        attempts,
+        hint,
+    })
 }
 
 /// Candidates under site-packages, then the roots (conda, product variables, CUDA_PATH), then
@@ -196,8 +209,17 @@ pub(crate) fn locate_header_in(name: &str, env: &Environment) -> Result<LocatedF
     let Some(spec) = HEADERS.iter().find(|h| h.name == name) else {
         return Err(unknown("header directory", name, HEADERS.iter().map(|h| h.name)));
     };
-    let (early, late) = candidates(env, spec.site_packages_dirs, spec.anchor_dirs, spec.install_root_vars, "");
-    let hint = format!("To fix: install the wheel or toolkit component that ships {}, or set CUDA_PATH.", spec.marker);
+    let (early, late) = candidates(
+        env,
+        spec.site_packages_dirs,
+        spec.anchor_dirs,
+        spec.install_root_vars,
+        "",
+    );
+    let hint = format!(
+        "To fix: install the wheel or toolkit component that ships {}, or set CUDA_PATH.",
+        spec.marker
+    );
     let mut found = first_match(
         "header directory",
         name,
@@ -229,10 +251,21 @@ pub(crate) fn find_binary_in(name: &str, env: &Environment) -> Result<LocatedFil
     if !SUPPORTED_BINARY_UTILITIES.contains(&name) {
         return Err(unknown("tool", name, SUPPORTED_BINARY_UTILITIES.iter().copied()));
     }
-    let wheel_dirs =
-        ["nvidia/cu13/bin", "nvidia/cuda_nvcc/bin", "nvidia/nsight_systems/bin", "nvidia/nsight_compute/bin"];
+    let wheel_dirs = [
+        "nvidia/cu13/bin",
+        "nvidia/cuda_nvcc/bin",
+        "nvidia/nsight_systems/bin",
+        "nvidia/nsight_compute/bin",
+    ];
     let (early, late) = candidates(env, &wheel_dirs, &["bin", "compute-sanitizer"], &[], name);
-    first_match("tool", name, early, late, is_executable, "To fix: install the CUDA toolkit (or the wheel that ships the tool) and set CUDA_PATH.".into())
+    first_match(
+        "tool",
+        name,
+        early,
+        late,
+        is_executable,
+        "To fix: install the CUDA toolkit (or the wheel that ships the tool) and set CUDA_PATH.".into(),
+    )
 }
 
 fn is_executable(path: &Path) -> Result<(), String> {
@@ -260,7 +293,11 @@ pub fn find_bitcode_lib(name: &str) -> Result<LocatedFile, NotFoundError> {
 
 pub(crate) fn find_bitcode_in(name: &str, env: &Environment) -> Result<LocatedFile, NotFoundError> {
     let Some((_, file)) = SUPPORTED_BITCODE_LIBS.iter().find(|(n, _)| *n == name) else {
-        return Err(unknown("bitcode library", name, SUPPORTED_BITCODE_LIBS.iter().map(|(n, _)| *n)));
+        return Err(unknown(
+            "bitcode library",
+            name,
+            SUPPORTED_BITCODE_LIBS.iter().map(|(n, _)| *n),
+        ));
     };
     let (early, late) = candidates(
         env,
@@ -280,10 +317,27 @@ pub fn find_static_lib(name: &str) -> Result<LocatedFile, NotFoundError> {
 
 pub(crate) fn find_static_in(name: &str, env: &Environment) -> Result<LocatedFile, NotFoundError> {
     let Some((_, file)) = SUPPORTED_STATIC_LIBS.iter().find(|(n, _)| *n == name) else {
-        return Err(unknown("static library", name, SUPPORTED_STATIC_LIBS.iter().map(|(n, _)| *n)));
+        return Err(unknown(
+            "static library",
+            name,
+            SUPPORTED_STATIC_LIBS.iter().map(|(n, _)| *n),
+        ));
     };
-    let (early, late) = candidates(env, &["nvidia/cu13/lib", "nvidia/cuda_runtime/lib"], &["lib64", "lib"], &[], file);
-    first_match("static library", name, early, late, is_file, "To fix: `pip install nvidia-cuda-runtime` (CUDA 13) or install the CUDA toolkit and set CUDA_PATH.".into())
+    let (early, late) = candidates(
+        env,
+        &["nvidia/cu13/lib", "nvidia/cuda_runtime/lib"],
+        &["lib64", "lib"],
+        &[],
+        file,
+    );
+    first_match(
+        "static library",
+        name,
+        early,
+        late,
+        is_file,
+        "To fix: `pip install nvidia-cuda-runtime` (CUDA 13) or install the CUDA toolkit and set CUDA_PATH.".into(),
+    )
 }
 
 fn unknown<'a>(kind: &'static str, name: &str, known: impl Iterator<Item = &'a str>) -> NotFoundError {
@@ -291,6 +345,9 @@ fn unknown<'a>(kind: &'static str, name: &str, known: impl Iterator<Item = &'a s
         kind,
         name: name.to_string(),
         attempts: Vec::new(),
-        hint: format!("\"{name}\" is not a {kind} cuda-pathfinder knows; known names: {}", known.collect::<Vec<_>>().join(", ")),
+        hint: format!(
+            "\"{name}\" is not a {kind} cuda-pathfinder knows; known names: {}",
+            known.collect::<Vec<_>>().join(", ")
+        ),
     }
 }

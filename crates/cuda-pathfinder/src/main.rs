@@ -46,31 +46,53 @@ fn main() {
     let mut rows = Vec::new();
     for name in pf::supported_libnames() {
         let r = pf::load_nvidia_dynamic_lib(name);
-        let located = r.as_ref().map(|l| (l.abs_path.as_deref().unwrap_or(Path::new("?")), l.found_via));
+        let located = r
+            .as_ref()
+            .map(|l| (l.abs_path.as_deref().unwrap_or(Path::new("?")), l.found_via));
         rows.push(row("library", name, located));
     }
     for (name, _) in pf::supported_headers() {
         let r = pf::locate_nvidia_header_directory(name);
-        rows.push(row("headers", name, r.as_ref().map(|l| (l.abs_path.as_path(), l.found_via))));
+        rows.push(row(
+            "headers",
+            name,
+            r.as_ref().map(|l| (l.abs_path.as_path(), l.found_via)),
+        ));
     }
     for name in pf::SUPPORTED_BINARY_UTILITIES {
         let r = pf::find_nvidia_binary_utility(name);
-        rows.push(row("tool", name, r.as_ref().map(|l| (l.abs_path.as_path(), l.found_via))));
+        rows.push(row(
+            "tool",
+            name,
+            r.as_ref().map(|l| (l.abs_path.as_path(), l.found_via)),
+        ));
     }
     for (name, _) in pf::SUPPORTED_BITCODE_LIBS {
         let r = pf::find_bitcode_lib(name);
-        rows.push(row("bitcode", name, r.as_ref().map(|l| (l.abs_path.as_path(), l.found_via))));
+        rows.push(row(
+            "bitcode",
+            name,
+            r.as_ref().map(|l| (l.abs_path.as_path(), l.found_via)),
+        ));
     }
     for (name, _) in pf::SUPPORTED_STATIC_LIBS {
         let r = pf::find_static_lib(name);
-        rows.push(row("static", name, r.as_ref().map(|l| (l.abs_path.as_path(), l.found_via))));
+        rows.push(row(
+            "static",
+            name,
+            r.as_ref().map(|l| (l.abs_path.as_path(), l.found_via)),
+        ));
     }
 
     let driver = pf::driver_cuda_version();
     let toolkit: Vec<(String, pf::ToolkitVersion)> = rows
         .iter()
         .filter(|r| r.kind == "library")
-        .filter(|r| pf::DESCRIPTORS.iter().any(|d| d.name == r.name && d.packaged_with == pf::PackagedWith::Toolkit))
+        .filter(|r| {
+            pf::DESCRIPTORS
+                .iter()
+                .any(|d| d.name == r.name && d.packaged_with == pf::PackagedWith::Toolkit)
+        })
         .filter_map(|r| Some((r.name.clone(), r.version.clone()?)))
         .collect();
     let mut warnings = pf::warnings();
@@ -91,9 +113,16 @@ fn print_table(rows: &[Row], driver: Option<(u32, u32)>, warnings: &[String], ve
     }
     println!("{found} of {} found\n", rows.len());
     let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4);
-    println!("{:<8} {:<width$} {:<5} {:<33} {:<8} PATH", "KIND", "NAME", "FOUND", "RULE", "VERSION");
+    println!(
+        "{:<8} {:<width$} {:<5} {:<33} {:<8} PATH",
+        "KIND", "NAME", "FOUND", "RULE", "VERSION"
+    );
     for r in rows {
-        let version = r.version.as_ref().map(ToString::to_string).unwrap_or_else(|| "-".into());
+        let version = r
+            .version
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_else(|| "-".into());
         println!(
             "{:<8} {:<width$} {:<5} {:<33} {:<8} {}",
             r.kind,

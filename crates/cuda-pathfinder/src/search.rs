@@ -48,8 +48,16 @@ impl fmt::Display for FoundVia {
 }
 
 /// The environment variables the search reads.
-pub(crate) const ENV_VARS: &[&str] =
-    &["VIRTUAL_ENV", "CONDA_PREFIX", "HOME", "CUDA_PATH", "CUDA_HOME", "CUDNN_PATH", "NCCL_HOME", "PATH"];
+pub(crate) const ENV_VARS: &[&str] = &[
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "HOME",
+    "CUDA_PATH",
+    "CUDA_HOME",
+    "CUDNN_PATH",
+    "NCCL_HOME",
+    "PATH",
+];
 
 /// What the search reads from the environment, captured once so tests can supply their own.
 #[derive(Debug, Clone)]
@@ -61,7 +69,10 @@ pub(crate) struct Environment {
 
 impl Default for Environment {
     fn default() -> Self {
-        Environment { vars: HashMap::new(), default_ctk_root: PathBuf::from("/usr/local/cuda") }
+        Environment {
+            vars: HashMap::new(),
+            default_ctk_root: PathBuf::from("/usr/local/cuda"),
+        }
     }
 }
 
@@ -71,7 +82,10 @@ impl Environment {
             .iter()
             .filter_map(|name| Some((name.to_string(), std::env::var(name).ok()?)))
             .collect();
-        Environment { vars, ..Default::default() }
+        Environment {
+            vars,
+            ..Default::default()
+        }
     }
 
     #[cfg(test)]
@@ -156,7 +170,11 @@ fn interpreter_prefixes(env: &Environment) -> Vec<PathBuf> {
                     out.push(prefix.to_path_buf());
                 }
             }
-            if let Some(prefix) = exe.canonicalize().ok().and_then(|e| Some(e.parent()?.parent()?.to_path_buf())) {
+            if let Some(prefix) = exe
+                .canonicalize()
+                .ok()
+                .and_then(|e| Some(e.parent()?.parent()?.to_path_buf()))
+            {
                 if !out.contains(&prefix) {
                     out.push(prefix);
                 }
@@ -174,7 +192,11 @@ fn python_dirs(lib: &Path) -> Vec<PathBuf> {
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            let minor = if name == "python3" { 0 } else { name.strip_prefix("python3.")?.parse().ok()? };
+            let minor = if name == "python3" {
+                0
+            } else {
+                name.strip_prefix("python3.")?.parse().ok()?
+            };
             Some((minor, e.path()))
         })
         .collect();
@@ -260,13 +282,21 @@ pub(crate) fn load(desc: &LibDescriptor, env: &Environment) -> Result<LoadedDl, 
         for (rule, path) in list {
             let shown = path.display().to_string();
             if !path.is_file() {
-                attempts.push(Attempt { rule, candidate: shown, rejected_because: "no such file".into() });
+                attempts.push(Attempt {
+                    rule,
+                    candidate: shown,
+                    rejected_because: "no such file".into(),
+                });
                 continue;
             }
             preload_companions(desc, &path);
             match loader::open(&shown) {
                 Ok(handle) => return Some(loaded(handle, rule, false)),
-                Err(e) => attempts.push(Attempt { rule, candidate: shown, rejected_because: e }),
+                Err(e) => attempts.push(Attempt {
+                    rule,
+                    candidate: shown,
+                    rejected_because: e,
+                }),
             }
         }
         None

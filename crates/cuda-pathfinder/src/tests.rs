@@ -19,7 +19,10 @@ fn touch_exe(path: &Path) {
 
 /// An environment that sees nothing of this machine: the default toolkit root is in `tmp`.
 fn bare(tmp: &Path) -> Environment {
-    Environment { default_ctk_root: tmp.join("usr-local-cuda"), ..Default::default() }
+    Environment {
+        default_ctk_root: tmp.join("usr-local-cuda"),
+        ..Default::default()
+    }
 }
 
 fn rules(list: &[(FoundVia, PathBuf)]) -> Vec<FoundVia> {
@@ -42,9 +45,15 @@ fn wheels_then_conda_then_cuda_path_and_the_default_root_last() {
         .with("CONDA_PREFIX", tmp.path().join("conda"))
         .with("CUDA_PATH", tmp.path().join("ctk"));
     let (early, late, _) = file_candidates(find("nvrtc").unwrap(), &env);
-    assert_eq!(rules(&early), [FoundVia::SitePackages, FoundVia::Conda, FoundVia::CudaPath]);
+    assert_eq!(
+        rules(&early),
+        [FoundVia::SitePackages, FoundVia::Conda, FoundVia::CudaPath]
+    );
     assert_eq!(rules(&late), [FoundVia::SystemCtkRoot]);
-    assert_eq!(early[0].1, venv.join("lib/python3.12/site-packages/nvidia/cu13/lib/libnvrtc.so.13"));
+    assert_eq!(
+        early[0].1,
+        venv.join("lib/python3.12/site-packages/nvidia/cu13/lib/libnvrtc.so.13")
+    );
 }
 
 #[test]
@@ -54,7 +63,10 @@ fn the_cuda_13_wheel_comes_before_the_cuda_12_folder_and_newest_soname_first() {
     std::fs::create_dir_all(&sp).unwrap();
     let env = bare(tmp.path()).with("VIRTUAL_ENV", tmp.path().join("venv"));
     let (early, _, _) = file_candidates(find("cudart").unwrap(), &env);
-    let files: Vec<_> = early.iter().map(|(_, p)| p.strip_prefix(&sp).unwrap().display().to_string()).collect();
+    let files: Vec<_> = early
+        .iter()
+        .map(|(_, p)| p.strip_prefix(&sp).unwrap().display().to_string())
+        .collect();
     assert_eq!(
         files,
         [
@@ -69,12 +81,20 @@ fn the_cuda_13_wheel_comes_before_the_cuda_12_folder_and_newest_soname_first() {
 #[test]
 fn the_virtual_env_comes_before_the_user_site_and_newest_python_first() {
     let tmp = tempfile::tempdir().unwrap();
-    for dir in ["venv/lib/python3.12/site-packages", "venv/lib/python3.9/site-packages", "home/.local/lib/python3.12/site-packages"] {
+    for dir in [
+        "venv/lib/python3.12/site-packages",
+        "venv/lib/python3.9/site-packages",
+        "home/.local/lib/python3.12/site-packages",
+    ] {
         std::fs::create_dir_all(tmp.path().join(dir)).unwrap();
     }
-    let env = bare(tmp.path()).with("VIRTUAL_ENV", tmp.path().join("venv")).with("HOME", tmp.path().join("home"));
-    let dirs: Vec<_> =
-        site_packages_of(&env).iter().map(|d| d.strip_prefix(tmp.path()).unwrap().display().to_string()).collect();
+    let env = bare(tmp.path())
+        .with("VIRTUAL_ENV", tmp.path().join("venv"))
+        .with("HOME", tmp.path().join("home"));
+    let dirs: Vec<_> = site_packages_of(&env)
+        .iter()
+        .map(|d| d.strip_prefix(tmp.path()).unwrap().display().to_string())
+        .collect();
     assert_eq!(
         dirs,
         [
@@ -101,7 +121,10 @@ fn interpreters_on_path_contribute_their_environments() {
     let dirs = site_packages_of(&env);
     assert_eq!(
         dirs,
-        [venv.join("lib/python3.11/site-packages"), base.canonicalize().unwrap().join("lib/python3.11/site-packages")]
+        [
+            venv.join("lib/python3.11/site-packages"),
+            base.canonicalize().unwrap().join("lib/python3.11/site-packages")
+        ]
     );
 }
 
@@ -111,11 +134,17 @@ fn cuda_path_wins_over_cuda_home_with_a_warning_when_they_differ() {
     let (early, _, warnings) = file_candidates(find("cudart").unwrap(), &env);
     assert!(early.iter().all(|(_, p)| p.starts_with("/a")));
     assert_eq!(warnings.len(), 1);
-    assert!(warnings[0].contains("CUDA_PATH (/a)") && warnings[0].contains("CUDA_HOME (/b)"), "{warnings:?}");
+    assert!(
+        warnings[0].contains("CUDA_PATH (/a)") && warnings[0].contains("CUDA_HOME (/b)"),
+        "{warnings:?}"
+    );
 
     let env = Environment::default().with("CUDA_HOME", "/b");
     let (early, _, warnings) = file_candidates(find("cudart").unwrap(), &env);
-    assert_eq!(early[0], (FoundVia::CudaPath, PathBuf::from("/b/lib64/libcudart.so.13")));
+    assert_eq!(
+        early[0],
+        (FoundVia::CudaPath, PathBuf::from("/b/lib64/libcudart.so.13"))
+    );
     assert!(warnings.is_empty());
 }
 
@@ -134,7 +163,9 @@ fn no_warning_when_both_name_the_same_folder() {
     std::fs::create_dir_all(&ctk).unwrap();
     let link = tmp.path().join("cuda");
     std::os::unix::fs::symlink(&ctk, &link).unwrap();
-    let same_text = Environment::default().with("CUDA_PATH", &ctk).with("CUDA_HOME", format!("{}/", ctk.display()));
+    let same_text = Environment::default()
+        .with("CUDA_PATH", &ctk)
+        .with("CUDA_HOME", format!("{}/", ctk.display()));
     assert!(file_candidates(find("nvrtc").unwrap(), &same_text).2.is_empty());
     let same_file = Environment::default().with("CUDA_PATH", &ctk).with("CUDA_HOME", &link);
     assert!(file_candidates(find("nvrtc").unwrap(), &same_file).2.is_empty());
@@ -142,10 +173,17 @@ fn no_warning_when_both_name_the_same_folder() {
 
 #[test]
 fn product_roots_come_before_cuda_path() {
-    let env = Environment::default().with("NCCL_HOME", "/nccl").with("CUDA_PATH", "/ctk");
+    let env = Environment::default()
+        .with("NCCL_HOME", "/nccl")
+        .with("CUDA_PATH", "/ctk");
     let (early, _, _) = file_candidates(find("nccl").unwrap(), &env);
-    assert_eq!(early[0], (FoundVia::InstallRootVar, PathBuf::from("/nccl/lib/libnccl.so.2")));
-    assert!(early.iter().any(|(_, p)| p == Path::new("/nccl/build/lib/libnccl.so.2")));
+    assert_eq!(
+        early[0],
+        (FoundVia::InstallRootVar, PathBuf::from("/nccl/lib/libnccl.so.2"))
+    );
+    assert!(early
+        .iter()
+        .any(|(_, p)| p == Path::new("/nccl/build/lib/libnccl.so.2")));
     assert_eq!(rules(&early), [FoundVia::InstallRootVar, FoundVia::CudaPath]);
     // Other products ignore it.
     let (early, _, _) = file_candidates(find("cudnn").unwrap(), &env);
@@ -164,7 +202,10 @@ fn nvvm_and_cupti_live_in_their_own_toolkit_folders() {
 
 #[test]
 fn driver_libraries_are_never_looked_for_in_files() {
-    let env = Environment::default().with("VIRTUAL_ENV", "/venv").with("CUDA_PATH", "/ctk").with("CONDA_PREFIX", "/c");
+    let env = Environment::default()
+        .with("VIRTUAL_ENV", "/venv")
+        .with("CUDA_PATH", "/ctk")
+        .with("CONDA_PREFIX", "/c");
     for name in ["cuda", "nvml"] {
         let (early, late, _) = file_candidates(find(name).unwrap(), &env);
         assert!(early.is_empty() && late.is_empty(), "{name}");
@@ -180,14 +221,25 @@ fn a_file_that_is_no_library_is_rejected_with_the_loader_message() {
         return; // this machine has a real one, which the system search would find
     }
     let err = load(find("cusparseLt").unwrap(), &env).unwrap_err();
-    let tried = err.attempts.iter().find(|a| a.candidate.ends_with("ctk/lib64/libcusparseLt.so.0")).unwrap();
+    let tried = err
+        .attempts
+        .iter()
+        .find(|a| a.candidate.ends_with("ctk/lib64/libcusparseLt.so.0"))
+        .unwrap();
     assert_eq!(tried.rule, FoundVia::CudaPath);
     assert_ne!(tried.rejected_because, "no such file");
-    let missing = err.attempts.iter().find(|a| a.candidate.ends_with("ctk/lib/libcusparseLt.so.0")).unwrap();
+    let missing = err
+        .attempts
+        .iter()
+        .find(|a| a.candidate.ends_with("ctk/lib/libcusparseLt.so.0"))
+        .unwrap();
     assert_eq!(missing.rejected_because, "no such file");
     assert!(err.attempts.iter().any(|a| a.rule == FoundVia::SystemSearch));
     let text = err.to_string();
-    assert!(text.starts_with("cannot find the CUDA library \"cusparseLt\""), "{text}");
+    assert!(
+        text.starts_with("cannot find the CUDA library \"cusparseLt\""),
+        "{text}"
+    );
     assert!(text.contains("pip install nvidia-cusparselt"), "{text}");
 }
 
@@ -206,12 +258,27 @@ fn a_missing_dependency_is_reported_with_the_library() {
 fn unknown_names_list_the_known_ones() {
     let err = crate::load_nvidia_dynamic_lib("cudaa").unwrap_err();
     assert!(err.attempts.is_empty());
-    assert!(err.hint.contains("not a library cuda-pathfinder knows") && err.hint.contains("nvrtc"), "{err}");
+    assert!(
+        err.hint.contains("not a library cuda-pathfinder knows") && err.hint.contains("nvrtc"),
+        "{err}"
+    );
     let tmp = tempfile::tempdir().unwrap();
-    assert!(locate_header_in("nope", &bare(tmp.path())).unwrap_err().hint.contains("nvrtc"));
-    assert!(find_binary_in("ls", &bare(tmp.path())).unwrap_err().hint.contains("nvcc"));
-    assert!(find_bitcode_in("host", &bare(tmp.path())).unwrap_err().hint.contains("device"));
-    assert!(find_static_in("cudart", &bare(tmp.path())).unwrap_err().hint.contains("cudadevrt"));
+    assert!(locate_header_in("nope", &bare(tmp.path()))
+        .unwrap_err()
+        .hint
+        .contains("nvrtc"));
+    assert!(find_binary_in("ls", &bare(tmp.path()))
+        .unwrap_err()
+        .hint
+        .contains("nvcc"));
+    assert!(find_bitcode_in("host", &bare(tmp.path()))
+        .unwrap_err()
+        .hint
+        .contains("device"));
+    assert!(find_static_in("cudart", &bare(tmp.path()))
+        .unwrap_err()
+        .hint
+        .contains("cudadevrt"));
 }
 
 #[test]
@@ -241,16 +308,31 @@ fn headers_in_wheels_conda_targets_cuda_path_and_nvvm_include() {
         .with("CONDA_PREFIX", &conda)
         .with("CUDA_PATH", &ctk);
     let nvrtc = locate_header_in("nvrtc", &env).unwrap();
-    assert_eq!((nvrtc.abs_path, nvrtc.found_via), (sp.join("nvidia/cu13/include"), FoundVia::SitePackages));
-    assert_eq!(locate_header_in("cudart", &env).unwrap().abs_path, sp.join("nvidia/cuda_runtime/include"));
+    assert_eq!(
+        (nvrtc.abs_path, nvrtc.found_via),
+        (sp.join("nvidia/cu13/include"), FoundVia::SitePackages)
+    );
+    assert_eq!(
+        locate_header_in("cudart", &env).unwrap().abs_path,
+        sp.join("nvidia/cuda_runtime/include")
+    );
     let cublas = locate_header_in("cublas", &env).unwrap();
     assert_eq!(cublas.found_via, FoundVia::Conda);
     assert!(cublas.abs_path.ends_with("include") && cublas.abs_path.join("cublas.h").is_file());
-    assert_eq!(locate_header_in("nvvm", &env).unwrap().abs_path, ctk.join("nvvm/include"));
-    assert_eq!(locate_header_in("cccl", &env).unwrap().abs_path, ctk.join("include/cccl"));
+    assert_eq!(
+        locate_header_in("nvvm", &env).unwrap().abs_path,
+        ctk.join("nvvm/include")
+    );
+    assert_eq!(
+        locate_header_in("cccl", &env).unwrap().abs_path,
+        ctk.join("include/cccl")
+    );
     let err = locate_header_in("cufft", &env).unwrap_err();
     assert!(err.attempts.iter().any(|a| a.rule == FoundVia::SystemCtkRoot), "{err}");
-    assert!(err.attempts.iter().any(|a| a.rejected_because == "no cufft.h there"), "{err}");
+    assert!(
+        err.attempts.iter().any(|a| a.rejected_because == "no cufft.h there"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -262,9 +344,14 @@ fn tools_must_be_executable_and_come_from_wheels_before_the_toolkit() {
     touch_exe(&ctk.join("bin/ptxas"));
     touch_exe(&sp.join("nvidia/cuda_nvcc/bin/nvcc"));
     touch_exe(&ctk.join("bin/nvcc"));
-    let env = bare(tmp.path()).with("VIRTUAL_ENV", tmp.path().join("venv")).with("CUDA_PATH", &ctk);
+    let env = bare(tmp.path())
+        .with("VIRTUAL_ENV", tmp.path().join("venv"))
+        .with("CUDA_PATH", &ctk);
     let ptxas = find_binary_in("ptxas", &env).unwrap();
-    assert_eq!((ptxas.abs_path, ptxas.found_via), (ctk.join("bin/ptxas"), FoundVia::CudaPath));
+    assert_eq!(
+        (ptxas.abs_path, ptxas.found_via),
+        (ctk.join("bin/ptxas"), FoundVia::CudaPath)
+    );
     assert_eq!(find_binary_in("nvcc", &env).unwrap().found_via, FoundVia::SitePackages);
     let err = find_binary_in("cuobjdump", &env).unwrap_err();
     assert!(err.attempts.len() >= 5, "{err}");
@@ -278,10 +365,20 @@ fn libdevice_and_cudadevrt() {
     touch(&ctk.join("lib64/libcudadevrt.a"));
     let env = bare(tmp.path()).with("CUDA_HOME", &ctk);
     let dev = find_bitcode_in("device", &env).unwrap();
-    assert_eq!((dev.abs_path, dev.found_via), (ctk.join("nvvm/libdevice/libdevice.10.bc"), FoundVia::CudaPath));
-    assert_eq!(find_static_in("cudadevrt", &env).unwrap().abs_path, ctk.join("lib64/libcudadevrt.a"));
+    assert_eq!(
+        (dev.abs_path, dev.found_via),
+        (ctk.join("nvvm/libdevice/libdevice.10.bc"), FoundVia::CudaPath)
+    );
+    assert_eq!(
+        find_static_in("cudadevrt", &env).unwrap().abs_path,
+        ctk.join("lib64/libcudadevrt.a")
+    );
     let err = find_bitcode_in("device", &bare(tmp.path())).unwrap_err();
-    assert!(err.to_string().contains("usr-local-cuda/nvvm/libdevice/libdevice.10.bc: no such file"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("usr-local-cuda/nvvm/libdevice/libdevice.10.bc: no such file"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -292,7 +389,11 @@ fn toolkit_versions_from_wheel_metadata_cuda_h_and_file_names() {
     let dist = sp.join("nvidia_cuda_nvrtc-13.5.37.dist-info");
     std::fs::create_dir_all(&dist).unwrap();
     std::fs::write(dist.join("RECORD"), "nvidia/cu13/lib/libnvrtc.so.13,sha256=x,1\n").unwrap();
-    std::fs::write(dist.join("METADATA"), "Metadata-Version: 2.1\nName: nvidia-cuda-nvrtc\nVersion: 13.5.37\n").unwrap();
+    std::fs::write(
+        dist.join("METADATA"),
+        "Metadata-Version: 2.1\nName: nvidia-cuda-nvrtc\nVersion: 13.5.37\n",
+    )
+    .unwrap();
     let v = toolkit_version_of(&sp.join("nvidia/cu13/lib/libnvrtc.so.13")).unwrap();
     assert_eq!((v.major, v.minor), (13, 5));
     assert!(v.source.contains("nvidia-cuda-nvrtc 13.5.37"), "{}", v.source);
@@ -300,7 +401,11 @@ fn toolkit_versions_from_wheel_metadata_cuda_h_and_file_names() {
     let ctk = tmp.path().join("cuda-12.9");
     let lib = ctk.join("targets/x86_64-linux/lib/libcudart.so.12");
     touch(&lib);
-    std::fs::write(ctk.join("targets/x86_64-linux/include/cuda.h").tap_parent(), "#define CUDA_VERSION 12090\n").unwrap();
+    std::fs::write(
+        ctk.join("targets/x86_64-linux/include/cuda.h").tap_parent(),
+        "#define CUDA_VERSION 12090\n",
+    )
+    .unwrap();
     let v = toolkit_version_of(&lib).unwrap();
     assert_eq!((v.major, v.minor), (12, 9));
 
@@ -308,8 +413,31 @@ fn toolkit_versions_from_wheel_metadata_cuda_h_and_file_names() {
     touch(&real);
     std::os::unix::fs::symlink(&real, tmp.path().join("lib/libnvJitLink.so.13")).unwrap();
     let v = toolkit_version_of(&tmp.path().join("lib/libnvJitLink.so.13")).unwrap();
-    assert_eq!((v.major, v.minor, v.source.as_str()), (13, 0, "file name libnvJitLink.so.13.0.88"));
+    assert_eq!(
+        (v.major, v.minor, v.source.as_str()),
+        (13, 0, "file name libnvJitLink.so.13.0.88")
+    );
     assert!(toolkit_version_of(&tmp.path().join("lib/libsomething.so")).is_none());
+
+    // Library wheels number their own versions: only a cuda-toolkit pin tells their toolkit.
+    touch(&sp.join("nvidia/cu13/lib/libcublas.so.13"));
+    let dist = sp.join("nvidia_cublas-13.1.0.3.dist-info");
+    std::fs::create_dir_all(&dist).unwrap();
+    std::fs::write(dist.join("RECORD"), "nvidia/cu13/lib/libcublas.so.13,sha256=x,1\n").unwrap();
+    std::fs::write(dist.join("METADATA"), "Name: nvidia-cublas\nVersion: 13.1.0.3\n").unwrap();
+    assert!(toolkit_version_of(&sp.join("nvidia/cu13/lib/libcublas.so.13")).is_none());
+    let dist = sp.join("cuda_toolkit-13.1.0.dist-info");
+    std::fs::create_dir_all(&dist).unwrap();
+    std::fs::write(
+        dist.join("METADATA"),
+        "Name: cuda-toolkit\nVersion: 13.1.0\nRequires-Dist: nvidia-cublas==13.1.0.3; extra == \"cublas\"\n",
+    )
+    .unwrap();
+    let v = toolkit_version_of(&sp.join("nvidia/cu13/lib/libcublas.so.13")).unwrap();
+    assert_eq!((v.major, v.minor), (13, 1), "{}", v.source);
+    // A wheel's include folder takes the version of the wheel that put headers there.
+    let v = toolkit_version_of(&sp.join("nvidia/cu13/lib")).unwrap();
+    assert_eq!((v.major, v.minor), (13, 5));
 }
 
 trait TapParent {
@@ -326,12 +454,19 @@ impl TapParent for PathBuf {
 
 #[test]
 fn guard_rails_flag_mixed_toolkits_and_an_old_driver() {
-    let v = |major, minor| ToolkitVersion { major, minor, source: String::new() };
+    let v = |major, minor| ToolkitVersion {
+        major,
+        minor,
+        source: String::new(),
+    };
     let same = [("nvrtc".to_string(), v(13, 0)), ("cudart".to_string(), v(13, 0))];
     assert!(compatibility_warnings(&same, Some((13, 0))).is_empty());
     let mixed = [("nvrtc".to_string(), v(13, 5)), ("cudart".to_string(), v(12, 9))];
     let w = compatibility_warnings(&mixed, Some((13, 0)));
-    assert!(w[0].contains("different toolkit versions") && w[0].contains("nvrtc 13.5"), "{w:?}");
+    assert!(
+        w[0].contains("different toolkit versions") && w[0].contains("nvrtc 13.5"),
+        "{w:?}"
+    );
     assert!(w.iter().any(|m| m.contains("minor version compatibility")), "{w:?}");
     let w = compatibility_warnings(&[("nvrtc".to_string(), v(13, 0))], Some((12, 8)));
     assert!(w[0].contains("newer than the driver supports"), "{w:?}");

@@ -20,40 +20,114 @@ impl fmt::Display for ToolkitVersion {
     }
 }
 
-/// The toolkit version `path` belongs to: the version of the NVIDIA wheel that installed it,
-/// else the `CUDA_VERSION` of the toolkit's `cuda.h` found by walking up from it, else the
-/// version in the file's real name (`libnvrtc.so.13.0.88`). `None` when nothing tells.
+/// The toolkit version `path` belongs to: for a file from an NVIDIA wheel, the wheel's version
+/// when it follows the toolkit's (`nvidia-cuda-nvrtc 13.0.88`), else the toolkit release that pins
+/// the wheel's version (from an installed `cuda-toolkit` wheel); for a toolkit install, the
+/// `CUDA_VERSION` of its `cuda.h`, found by walking up; else the version in the file's real name
+/// (`libnvrtc.so.13.0.88`). `None` when nothing tells (library wheels such as cuBLAS have version
+/// numbers of their own).
 pub fn toolkit_version_of(path: &Path) -> Option<ToolkitVersion> {
-    wheel_version(path).or_else(|| cuda_h_version(path)).or_else(|| file_name_version(path))
+    match site_packages_of(path) {
+        Some(site) => wheel_version(path, site),
+        None => cuda_h_version(path),
+    }
+    .or_else(|| file_name_version(path))
 }
 
-/// The version of the wheel whose `RECORD` lists `path`, when it is a CUDA toolkit wheel
-/// (versions 11 to 13; cuFile's own numbering does not count).
-fn wheel_version(path: &Path) -> Option<ToolkitVersion> {
-    let site = path
-        .ancestors()
-        .find(|a| a.file_name().is_some_and(|n| n == "site-packages" || n == "dist-packages"))?;
-    let rel = path.strip_prefix(site).ok()?.to_string_lossy().into_owned();
-    for entry in std::fs::read_dir(site).ok()?.flatten() {
+fn site_packages_of(path: &Path) -> Option<&Path> {
+    path.ancestors().find(|a| {
+        a.file_name()
+            .is_some_and(|n| n == "site-packages" || n == "dist-packages")
+    })
+}
+
+/// Wheels whose version is the toolkit's.
+fn follows_toolkit_version(name: &str) -> bool {
+    let name = normalize(name);
+    name.starts_with("nvidia-cuda-") || ["nvidia-nvjitlink", "nvidia-nvvm", "nvidia-nvfatbin"].contains(&name.as_str())
+}
+
+/// PyPI's name normalisation, without the `-cu12` suffix.
+fn normalize(name: &str) -> String {
+    let n = name.trim().to_lowercase().replace(['_', '.'], "-");
+    n.strip_suffix("-cu12")
+        .or_else(|| n.strip_suffix("-cu13"))
+        .unwrap_or(&n)
+        .to_string()
+}
+
+struct Dist {
+    name: String,
+    version: String,
+    record: String,
+    requires: Vec<String>,
+}
+
+fn dists(site: &Path) -> Vec<Dist> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(site).into_iter().flatten().flatten() {
         let dir = entry.path();
         if !dir.extension().is_some_and(|e| e == "dist-info") {
             continue;
         }
-        let Ok(record) = std::fs::read_to_string(dir.join("RECORD")) else { continue };
-        if !record.lines().any(|l| l.split(',').next() == Some(rel.as_str())) {
+        let Ok(metadata) = std::fs::read_to_string(dir.join("METADATA")) else {
             continue;
-        }
-        let metadata = std::fs::read_to_string(dir.join("METADATA")).ok()?;
-        let version = metadata.lines().find_map(|l| l.strip_prefix("Version: "))?;
-        let name = metadata.lines().find_map(|l| l.strip_prefix("Name: ")).unwrap_or("?");
-        let (major, minor) = major_minor(version)?;
-        return (11..=13).contains(&major).then(|| ToolkitVersion {
-            major,
-            minor,
-            source: format!("wheel {name} {version}"),
+        };
+        let field = |key: &str| metadata.lines().find_map(|l| l.strip_prefix(key)).map(str::to_string);
+        let (Some(name), Some(version)) = (field("Name: "), field("Version: ")) else {
+            continue;
+        };
+        out.push(Dist {
+            name,
+            version,
+            record: std::fs::read_to_string(dir.join("RECORD")).unwrap_or_default(),
+            requires: metadata
+                .lines()
+                .filter_map(|l| l.strip_prefix("Requires-Dist: "))
+                .map(str::to_string)
+                .collect(),
         });
     }
-    None
+    out
+}
+
+fn wheel_version(path: &Path, site: &Path) -> Option<ToolkitVersion> {
+    let rel = path.strip_prefix(site).ok()?.to_string_lossy().into_owned();
+    let dists = dists(site);
+    // The wheel that installed the file (for a folder, the one that installed files in it).
+    let owner = dists.iter().find(|d| {
+        d.record.lines().any(|l| {
+            let file = l.split(',').next().unwrap_or("");
+            file == rel || file.starts_with(&format!("{rel}/"))
+        })
+    })?;
+    if follows_toolkit_version(&owner.name) {
+        let (major, minor) = major_minor(&owner.version)?;
+        return Some(ToolkitVersion {
+            major,
+            minor,
+            source: format!("wheel {} {}", owner.name, owner.version),
+        });
+    }
+    // A cuda-toolkit wheel pins each component to the version of its release.
+    let pin = format!("{}=={}", normalize(&owner.name), owner.version);
+    let toolkit = dists.iter().find(|d| {
+        normalize(&d.name) == "cuda-toolkit"
+            && d.requires.iter().any(|r| {
+                let spec = r.split(';').next().unwrap_or("").replace(' ', "");
+                let (name, version) = spec.split_once("==").unwrap_or((&spec, ""));
+                format!("{}=={version}", normalize(name)) == pin
+            })
+    })?;
+    let (major, minor) = major_minor(&toolkit.version)?;
+    Some(ToolkitVersion {
+        major,
+        minor,
+        source: format!(
+            "wheel {} {}, pinned by cuda-toolkit {}",
+            owner.name, owner.version, toolkit.version
+        ),
+    })
 }
 
 fn major_minor(version: &str) -> Option<(u32, u32)> {
@@ -69,7 +143,9 @@ fn cuda_h_version(path: &Path) -> Option<ToolkitVersion> {
             headers.extend(targets.flatten().map(|t| t.path().join("include/cuda.h")));
         }
         for header in headers {
-            let Ok(text) = std::fs::read_to_string(&header) else { continue };
+            let Ok(text) = std::fs::read_to_string(&header) else {
+                continue;
+            };
             let version: u32 = text
                 .lines()
                 .find_map(|l| l.strip_prefix("#define CUDA_VERSION "))
@@ -91,7 +167,11 @@ fn file_name_version(path: &Path) -> Option<ToolkitVersion> {
     let follows_toolkit = ["libcudart.so.", "libnvrtc.so.", "libnvJitLink.so.", "libnvfatbin.so."];
     let rest = follows_toolkit.iter().find_map(|p| name.strip_prefix(p))?;
     let (major, minor) = major_minor(rest)?;
-    Some(ToolkitVersion { major, minor, source: format!("file name {name}") })
+    Some(ToolkitVersion {
+        major,
+        minor,
+        source: format!("file name {name}"),
+    })
 }
 
 /// The CUDA version the installed driver supports (`cuDriverGetVersion`), as `(major, minor)`;
