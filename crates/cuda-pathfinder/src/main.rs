@@ -51,13 +51,14 @@ fn main() {
             .map(|l| (l.abs_path.as_deref().unwrap_or(Path::new("?")), l.found_via));
         rows.push(row("library", name, located));
     }
-    for (name, _) in pf::supported_headers() {
+    for (name, marker) in pf::supported_headers() {
         let r = pf::locate_nvidia_header_directory(name);
-        rows.push(row(
-            "headers",
-            name,
-            r.as_ref().map(|l| (l.abs_path.as_path(), l.found_via)),
-        ));
+        let mut row = row("headers", name, r.as_ref().map(|l| (l.abs_path.as_path(), l.found_via)));
+        // The version of the header that marks the folder, not of whatever else shares it.
+        if let Ok(l) = &r {
+            row.version = pf::toolkit_version_of(&l.abs_path.join(marker));
+        }
+        rows.push(row);
     }
     for name in pf::SUPPORTED_BINARY_UTILITIES {
         let r = pf::find_nvidia_binary_utility(name);
