@@ -18,6 +18,31 @@ pub enum CudaError {
         #[source]
         source: cuda_sys::NvmlError,
     },
+    /// A compiler (NVRTC or libNVVM) rejected the program; `log` is the compiler's full log.
+    #[error("{backend} compilation of {program} failed: {status}\n{log}")]
+    Compile {
+        backend: &'static str,
+        program: String,
+        status: String,
+        log: String,
+    },
+    /// A linker (nvJitLink or the driver's) failed; `log` is its full error log.
+    #[error("{backend} link of {name} failed: {status}\n{log}")]
+    Link {
+        backend: &'static str,
+        name: String,
+        status: String,
+        log: String,
+    },
+    /// A compiler library call other than the compile itself failed.
+    #[error("{call}: {message}")]
+    Toolchain { call: &'static str, message: String },
+    /// An argument or option is not valid; the message says which and why.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The program cache could not be read or written.
+    #[error("program cache: {0}")]
+    Cache(String),
 }
 
 impl CudaError {
@@ -29,12 +54,23 @@ impl CudaError {
         }
     }
 
+    /// Whether the driver ran out of memory.
+    pub fn is_out_of_memory(&self) -> bool {
+        self.driver_status() == Some(cuda_sys::driver::CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+    }
+
+    /// Whether a compile failed (the error then carries the compiler log).
+    pub fn is_compile_error(&self) -> bool {
+        matches!(self, CudaError::Compile { .. })
+    }
+
     /// The loading failure behind the error, when a library or function could not be loaded
     /// (no driver installed, a driver too old for the function, ...).
     pub fn load_error(&self) -> Option<cuda_sys::LoadError> {
         match self {
             CudaError::Driver { source, .. } => source.load_error(),
             CudaError::Nvml { source, .. } => source.load_error(),
+            _ => None,
         }
     }
 }
@@ -53,9 +89,44 @@ impl Check for cuda_sys::driver::CUresult {
     }
 }
 
+macro_rules! toolchain_check {
+    ($($status:ty),*) => {$(
+        impl Check for $status {
+            #[inline]
+            fn check(self, call: &'static str) -> Result<()> {
+                self.result().map_err(|e| CudaError::Toolchain { call, message: e.to_string() })
+            }
+        }
+    )*};
+}
+
+toolchain_check!(
+    cuda_sys::nvrtc::nvrtcResult,
+    cuda_sys::nvjitlink::nvJitLinkResult,
+    cuda_sys::nvvm::nvvmResult
+);
+
 impl Check for cuda_sys::nvml::nvmlReturn_t {
     #[inline]
     fn check(self, call: &'static str) -> Result<()> {
         self.result().map_err(|source| CudaError::Nvml { call, source })
     }
+}
+
+/// Errors raised while dropping resources, kept until [`take_drop_errors`] collects them (at most
+/// 64; older ones give way to newer ones).
+static DROP_ERRORS: std::sync::Mutex<Vec<CudaError>> = std::sync::Mutex::new(Vec::new());
+
+pub(crate) fn record_drop_error(e: CudaError) {
+    let mut errors = DROP_ERRORS.lock().unwrap_or_else(|p| p.into_inner());
+    if errors.len() == 64 {
+        errors.remove(0);
+    }
+    errors.push(e);
+}
+
+/// The errors that releasing resources in `Drop` met since the last call (a `Drop` cannot
+/// return them). Call it where a program checks its state, such as after a synchronisation.
+pub fn take_drop_errors() -> Vec<CudaError> {
+    std::mem::take(&mut *DROP_ERRORS.lock().unwrap_or_else(|p| p.into_inner()))
 }

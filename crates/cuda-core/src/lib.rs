@@ -5,8 +5,10 @@
 //! [`cuda_sys`], which load the CUDA libraries at run time: a program using this crate builds
 //! and starts on machines without CUDA, and reports what is missing as an error.
 //!
-//! What is here today: [`system`] (driver and NVML queries) and the [`CudaError`] type. Devices,
-//! streams, memory, compilation and graphs follow (see the issues in the repository).
+//! What is here today: run-time compilation ([`Program`], [`ProgramOptions`], [`Linker`],
+//! [`LinkerOptions`], [`ObjectCode`], [`Kernel`], and program caches in memory and on disk),
+//! [`system`] (driver and NVML queries) and the [`CudaError`] type. Devices, streams, memory and
+//! graphs follow (see the issues in the repository).
 //!
 //! ```no_run
 //! let (major, minor) = cuda_core::system::get_user_mode_driver_version()?;
@@ -14,7 +16,17 @@
 //! # Ok::<(), cuda_core::CudaError>(())
 //! ```
 
+mod cache;
 mod error;
+mod linker;
+mod object_code;
+mod program;
+mod program_options;
 pub mod system;
 
-pub use error::{CudaError, Result};
+pub use cache::{CacheEntry, FileStreamProgramCache, InMemoryProgramCache, ProgramCache};
+pub use error::{take_drop_errors, CudaError, Result};
+pub use linker::{Linker, LinkerBackend, LinkerOptions};
+pub use object_code::{Code, CodeType, Kernel, ObjectCode, ParamInfo};
+pub use program::{PchStatus, Program, SourceType};
+pub use program_options::ProgramOptions;

@@ -1,0 +1,506 @@
+//! `Program`: CUDA C++ (NVRTC), PTX (through the linker) and NVVM IR (libNVVM) to object code.
+
+use crate::cache::{CacheEntry, ProgramCache};
+use crate::error::Check;
+use crate::linker::{Linker, LinkerOptions};
+use crate::object_code::{read_log, CodeType, ObjectCode};
+use crate::program_options::ProgramOptions;
+use crate::{CudaError, Result};
+use cuda_sys::{driver, nvrtc, nvvm};
+use std::collections::HashMap;
+use std::ffi::{c_char, CStr, CString};
+
+/// What a [`Program`] is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum SourceType {
+    /// CUDA C++, compiled by NVRTC (`"c++"`).
+    Cxx,
+    /// PTX, assembled by the linker (`"ptx"`).
+    Ptx,
+    /// NVVM IR (text or bitcode), compiled by libNVVM (`"nvvm"`).
+    Nvvm,
+}
+
+impl std::str::FromStr for SourceType {
+    type Err = CudaError;
+    fn from_str(s: &str) -> Result<SourceType> {
+        match s {
+            "c++" => Ok(SourceType::Cxx),
+            "ptx" => Ok(SourceType::Ptx),
+            "nvvm" => Ok(SourceType::Nvvm),
+            _ => Err(CudaError::InvalidArgument(format!(
+                "unsupported code type {s:?} (supported: \"c++\", \"ptx\", \"nvvm\")"
+            ))),
+        }
+    }
+}
+
+/// Whether NVRTC made the precompiled header asked for (`create_pch`/`pch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PchStatus {
+    Created,
+    NotAttempted,
+    Failed,
+}
+
+/// A program to compile: CUDA C++, PTX or NVVM IR, with its [`ProgramOptions`].
+///
+/// ```no_run
+/// use cuda_core::{CodeType, Program, ProgramOptions};
+/// # fn main() -> cuda_core::Result<()> {
+/// let source = r#"extern "C" __global__ void zero(float* x) { x[threadIdx.x] = 0; }"#;
+/// let options = ProgramOptions { arch: Some("sm_90".into()), ..Default::default() };
+/// let mut program = Program::new(source, "c++".parse()?, options)?;
+/// let cubin = program.compile(CodeType::Cubin, &[])?;
+/// # Ok(()) }
+/// ```
+pub struct Program {
+    source: Vec<u8>,
+    source_type: SourceType,
+    options: ProgramOptions,
+    log: String,
+    pch_status: Option<PchStatus>,
+}
+
+impl Program {
+    /// A program from `source`. The options are checked now; the arch defaults to the current
+    /// device's (device 0 when no context is current) when a GPU is present.
+    pub fn new(source: impl Into<Vec<u8>>, source_type: SourceType, options: ProgramOptions) -> Result<Program> {
+        let source = source.into();
+        let mut options = options;
+        if options.arch.is_none() {
+            options.arch = current_device_arch();
+        }
+        options.validate()?;
+        if source_type != SourceType::Nvvm && (!options.extra_sources.is_empty() || options.use_libdevice.is_some()) {
+            return Err(CudaError::InvalidArgument(
+                "ProgramOptions: extra_sources and use_libdevice apply to NVVM IR programs only".into(),
+            ));
+        }
+        if source_type != SourceType::Nvvm && std::str::from_utf8(&source).is_err() {
+            return Err(CudaError::InvalidArgument(
+                "Program: C++ and PTX sources must be UTF-8 text".into(),
+            ));
+        }
+        if source.contains(&0) && source_type != SourceType::Nvvm {
+            return Err(CudaError::InvalidArgument(
+                "Program: the source contains a NUL byte".into(),
+            ));
+        }
+        Ok(Program {
+            source,
+            source_type,
+            options,
+            log: String::new(),
+            pch_status: None,
+        })
+    }
+
+    /// The backend that compiles this program: `"NVRTC"`, `"NVVM"`, or for PTX the linker's
+    /// (`"nvJitLink"` or `"driver"`).
+    pub fn backend(&self) -> &'static str {
+        match self.source_type {
+            SourceType::Cxx => "NVRTC",
+            SourceType::Nvvm => "NVVM",
+            SourceType::Ptx => Linker::which_backend().as_str(),
+        }
+    }
+
+    /// The options, with the arch filled in.
+    pub fn options(&self) -> &ProgramOptions {
+        &self.options
+    }
+
+    /// The log of the last compile.
+    pub fn log(&self) -> &str {
+        &self.log
+    }
+
+    /// Whether the last compile made the precompiled header asked for.
+    pub fn pch_status(&self) -> Option<PchStatus> {
+        self.pch_status
+    }
+
+    fn name(&self) -> String {
+        self.options.name.clone().unwrap_or_else(|| "default_program".into())
+    }
+
+    /// Compiles to `target` (NVRTC: ptx, cubin, ltoir; NVVM: ptx, ltoir; PTX: cubin, ptx).
+    /// `name_expressions` (NVRTC) are looked up after the compile; their lowered names are in the
+    /// result's [`ObjectCode::symbol_mapping`], so `get_kernel("f<int>")` works.
+    pub fn compile(&mut self, target: CodeType, name_expressions: &[&str]) -> Result<ObjectCode> {
+        self.check_target(target, name_expressions)?;
+        match self.source_type {
+            SourceType::Cxx => self.compile_nvrtc(target, name_expressions),
+            SourceType::Nvvm => self.compile_nvvm(target),
+            SourceType::Ptx => self.compile_ptx(target),
+        }
+    }
+
+    /// [`compile`](Self::compile) through `cache`: a hit returns the stored bytes (and name
+    /// mapping) without running the compiler; a miss compiles and stores the result. Options
+    /// that write files (`create_pch`, `time`, `fdevice_time_trace`) cannot be cached.
+    pub fn compile_cached(
+        &mut self,
+        target: CodeType,
+        name_expressions: &[&str],
+        cache: &dyn ProgramCache,
+    ) -> Result<ObjectCode> {
+        self.check_target(target, name_expressions)?;
+        let key = self.cache_key(target, name_expressions)?;
+        if let Some(entry) = cache.get(&key)? {
+            self.log.clear();
+            return ObjectCode::from_bytes(entry.code, target, &self.name(), entry.symbol_mapping);
+        }
+        let code = self.compile(target, name_expressions)?;
+        let entry = CacheEntry {
+            code: code.bytes()?.into_owned(),
+            symbol_mapping: code.symbol_mapping().clone(),
+        };
+        cache.put(&key, &entry)?;
+        Ok(code)
+    }
+
+    /// The cache key of compiling this program to `target`: a SHA-256 over everything that
+    /// changes the output (source, type, options, target, name expressions, and the versions of
+    /// the compilers involved). Options that name files on disk (include paths, precompiled
+    /// headers, libdevice) make the key depend on those paths, not on the files' contents.
+    pub fn cache_key(&self, target: CodeType, name_expressions: &[&str]) -> Result<[u8; 32]> {
+        use sha2::{Digest, Sha256};
+        if let Some(option) = self.options.side_effects() {
+            return Err(CudaError::InvalidArgument(format!(
+                "Program: the {option} option writes files, so this compile cannot be cached"
+            )));
+        }
+        let mut h = Sha256::new();
+        let mut field = |label: &str, bytes: &[u8]| {
+            h.update(label.as_bytes());
+            h.update((bytes.len() as u64).to_le_bytes());
+            h.update(bytes);
+        };
+        field("schema", b"cuda-core program cache 1");
+        field("source", &self.source);
+        field("source_type", format!("{:?}", self.source_type).as_bytes());
+        field("options", format!("{:?}", self.options).as_bytes());
+        field("target", target.as_str().as_bytes());
+        for n in name_expressions {
+            field("name_expression", n.as_bytes());
+        }
+        field("compiler", self.compiler_versions().as_bytes());
+        Ok(h.finalize().into())
+    }
+
+    fn compiler_versions(&self) -> String {
+        match self.source_type {
+            SourceType::Cxx => {
+                let (mut major, mut minor) = (0, 0);
+                // SAFETY: out-pointers to locals.
+                let _ = unsafe { nvrtc::nvrtcVersion(&mut major, &mut minor) };
+                format!("nvrtc {major}.{minor}")
+            }
+            SourceType::Nvvm => {
+                let (mut major, mut minor, mut ir_major, mut ir_minor, mut dbg_major, mut dbg_minor) =
+                    (0, 0, 0, 0, 0, 0);
+                // SAFETY: out-pointers to locals.
+                unsafe {
+                    let _ = nvvm::nvvmVersion(&mut major, &mut minor);
+                    let _ = nvvm::nvvmIRVersion(&mut ir_major, &mut ir_minor, &mut dbg_major, &mut dbg_minor);
+                }
+                let libdevice = if self.options.use_libdevice == Some(true) {
+                    cuda_pathfinder::find_bitcode_lib("device")
+                        .map(|l| l.abs_path.display().to_string())
+                        .unwrap_or_default()
+                } else {
+                    String::new()
+                };
+                format!("nvvm {major}.{minor} ir {ir_major}.{ir_minor} dbg {dbg_major}.{dbg_minor} {libdevice}")
+            }
+            SourceType::Ptx => {
+                let (mut major, mut minor) = (0u32, 0u32);
+                // SAFETY: out-pointers to locals.
+                let _ = unsafe { cuda_sys::nvjitlink::nvJitLinkVersion(&mut major, &mut minor) };
+                let driver = crate::system::get_user_mode_driver_version().unwrap_or((0, 0));
+                format!("{} {major}.{minor} driver {driver:?}", Linker::which_backend().as_str())
+            }
+        }
+    }
+
+    fn check_target(&self, target: CodeType, name_expressions: &[&str]) -> Result<()> {
+        let allowed: &[CodeType] = match self.source_type {
+            SourceType::Cxx => &[CodeType::Ptx, CodeType::Cubin, CodeType::Ltoir],
+            SourceType::Nvvm => &[CodeType::Ptx, CodeType::Ltoir],
+            SourceType::Ptx => &[CodeType::Cubin, CodeType::Ptx],
+        };
+        if !allowed.contains(&target) {
+            let list: Vec<&str> = allowed.iter().map(|t| t.as_str()).collect();
+            return Err(CudaError::InvalidArgument(format!(
+                "Program: a {:?} program compiles to {}, not {target}",
+                self.source_type,
+                list.join(", ")
+            )));
+        }
+        if !name_expressions.is_empty() && self.source_type != SourceType::Cxx {
+            return Err(CudaError::InvalidArgument(
+                "Program: name expressions apply to C++ programs only".into(),
+            ));
+        }
+        if let Some(arch) = &self.options.arch {
+            if target == CodeType::Cubin && arch.starts_with("compute_") {
+                return Err(CudaError::InvalidArgument(format!(
+                    "Program: a cubin needs a real architecture (sm_XY), not the virtual {arch}"
+                )));
+            }
+        } else if target == CodeType::Cubin || self.source_type == SourceType::Ptx {
+            return Err(CudaError::InvalidArgument(
+                "ProgramOptions.arch is not set and there is no GPU to take it from: set it (sm_90, ...)".into(),
+            ));
+        }
+        if target == CodeType::Ltoir && self.options.link_time_optimization == Some(false) {
+            return Err(CudaError::InvalidArgument(
+                "Program: the ltoir target needs link_time_optimization".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn compile_nvrtc(&mut self, target: CodeType, name_expressions: &[&str]) -> Result<ObjectCode> {
+        let mut options = self.options.clone();
+        if target == CodeType::Ltoir {
+            options.link_time_optimization = Some(true);
+        }
+        let flags = options.nvrtc_flags()?;
+        let c_flags: Vec<CString> = flags
+            .iter()
+            .map(|f| CString::new(f.as_str()).unwrap_or_default())
+            .collect();
+        let flag_ptrs: Vec<*const c_char> = c_flags.iter().map(|c| c.as_ptr()).collect();
+        let name = self.name();
+        let c_name = CString::new(name.as_str()).unwrap_or_default();
+        let source = CString::new(self.source.clone())
+            .map_err(|_| CudaError::InvalidArgument("Program: the source contains a NUL byte".into()))?;
+        let c_exprs: Vec<CString> = name_expressions
+            .iter()
+            .map(|e| {
+                CString::new(*e).map_err(|_| CudaError::InvalidArgument(format!("name expression {e:?} has a NUL")))
+            })
+            .collect::<Result<_>>()?;
+        let program = NvrtcProgram::create(&source, &c_name)?;
+        // SAFETY (whole block): program.0 is live until `program` drops; every pointer passed is a
+        // live NUL-terminated string or a buffer of the size NVRTC reported.
+        unsafe {
+            for e in &c_exprs {
+                nvrtc::nvrtcAddNameExpression(program.0, e.as_ptr()).check("nvrtcAddNameExpression")?;
+            }
+            let status = nvrtc::nvrtcCompileProgram(program.0, flag_ptrs.len() as i32, flag_ptrs.as_ptr());
+            let mut log_size = 0usize;
+            nvrtc::nvrtcGetProgramLogSize(program.0, &mut log_size).check("nvrtcGetProgramLogSize")?;
+            self.log = read_log(log_size, |p| {
+                nvrtc::nvrtcGetProgramLog(program.0, p).check("nvrtcGetProgramLog")
+            })?;
+            if let Err(e) = status.result() {
+                return Err(CudaError::Compile {
+                    backend: "NVRTC",
+                    program: name,
+                    status: e.to_string(),
+                    log: self.log.clone(),
+                });
+            }
+            if options.create_pch.is_some() || options.pch == Some(true) {
+                let s = nvrtc::nvrtcGetPCHCreateStatus(program.0);
+                self.pch_status = Some(if s == nvrtc::nvrtcResult::NVRTC_SUCCESS {
+                    PchStatus::Created
+                } else if s == nvrtc::nvrtcResult::NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED {
+                    PchStatus::NotAttempted
+                } else {
+                    PchStatus::Failed
+                });
+            }
+            let mut size = 0usize;
+            let mut code;
+            match target {
+                CodeType::Ptx => {
+                    nvrtc::nvrtcGetPTXSize(program.0, &mut size).check("nvrtcGetPTXSize")?;
+                    code = vec![0u8; size];
+                    nvrtc::nvrtcGetPTX(program.0, code.as_mut_ptr().cast()).check("nvrtcGetPTX")?;
+                }
+                CodeType::Cubin => {
+                    nvrtc::nvrtcGetCUBINSize(program.0, &mut size).check("nvrtcGetCUBINSize")?;
+                    code = vec![0u8; size];
+                    nvrtc::nvrtcGetCUBIN(program.0, code.as_mut_ptr().cast()).check("nvrtcGetCUBIN")?;
+                }
+                _ => {
+                    nvrtc::nvrtcGetLTOIRSize(program.0, &mut size).check("nvrtcGetLTOIRSize")?;
+                    code = vec![0u8; size];
+                    nvrtc::nvrtcGetLTOIR(program.0, code.as_mut_ptr().cast()).check("nvrtcGetLTOIR")?;
+                }
+            }
+            let mut mapping = HashMap::new();
+            for (e, c) in name_expressions.iter().zip(&c_exprs) {
+                let mut lowered: *const c_char = std::ptr::null();
+                nvrtc::nvrtcGetLoweredName(program.0, c.as_ptr(), &mut lowered).check("nvrtcGetLoweredName")?;
+                if !lowered.is_null() {
+                    mapping.insert(e.to_string(), CStr::from_ptr(lowered).to_string_lossy().into_owned());
+                }
+            }
+            ObjectCode::from_bytes(code, target, &name, mapping)
+        }
+    }
+
+    fn compile_nvvm(&mut self, target: CodeType) -> Result<ObjectCode> {
+        let flags = self.options.nvvm_flags(target.as_str())?;
+        let c_flags: Vec<CString> = flags
+            .iter()
+            .map(|f| CString::new(f.as_str()).unwrap_or_default())
+            .collect();
+        let mut flag_ptrs: Vec<*const c_char> = c_flags.iter().map(|c| c.as_ptr()).collect();
+        let name = self.name();
+        let libdevice = if self.options.use_libdevice == Some(true) {
+            let found = cuda_pathfinder::find_bitcode_lib("device")
+                .map_err(|e| CudaError::InvalidArgument(format!("use_libdevice: {e}")))?;
+            Some(std::fs::read(&found.abs_path).map_err(|e| {
+                CudaError::InvalidArgument(format!("use_libdevice: cannot read {}: {e}", found.abs_path.display()))
+            })?)
+        } else {
+            None
+        };
+        let mut prog: nvvm::nvvmProgram = std::ptr::null_mut();
+        // SAFETY: prog is an out-pointer; it is destroyed by the guard below.
+        unsafe { nvvm::nvvmCreateProgram(&mut prog) }.check("nvvmCreateProgram")?;
+        let program = NvvmProgram(prog);
+        let add = |data: &[u8], module: &str, lazy: bool| -> Result<()> {
+            let c_module = CString::new(module).unwrap_or_default();
+            // SAFETY: the program is live; NVVM copies the buffer during the call.
+            let status = unsafe {
+                if lazy {
+                    nvvm::nvvmLazyAddModuleToProgram(program.0, data.as_ptr().cast(), data.len(), c_module.as_ptr())
+                } else {
+                    nvvm::nvvmAddModuleToProgram(program.0, data.as_ptr().cast(), data.len(), c_module.as_ptr())
+                }
+            };
+            status.check("nvvmAddModuleToProgram")
+        };
+        add(&self.source, &name, false)?;
+        for (module, data) in &self.options.extra_sources {
+            add(data, module, false)?;
+        }
+        if let Some(bc) = &libdevice {
+            add(bc, "libdevice", true)?;
+        }
+        // SAFETY (whole block): the program is live; buffers are as large as NVVM reported.
+        unsafe {
+            let mut status = nvvm::nvvmVerifyProgram(program.0, flag_ptrs.len() as i32, flag_ptrs.as_mut_ptr());
+            if status == nvvm::nvvmResult::NVVM_SUCCESS {
+                status = nvvm::nvvmCompileProgram(program.0, flag_ptrs.len() as i32, flag_ptrs.as_mut_ptr());
+            }
+            let mut log_size = 0usize;
+            nvvm::nvvmGetProgramLogSize(program.0, &mut log_size).check("nvvmGetProgramLogSize")?;
+            self.log = read_log(log_size, |p| {
+                nvvm::nvvmGetProgramLog(program.0, p).check("nvvmGetProgramLog")
+            })?;
+            if let Err(e) = status.result() {
+                return Err(CudaError::Compile {
+                    backend: "NVVM",
+                    program: name,
+                    status: e.to_string(),
+                    log: self.log.clone(),
+                });
+            }
+            let mut size = 0usize;
+            nvvm::nvvmGetCompiledResultSize(program.0, &mut size).check("nvvmGetCompiledResultSize")?;
+            let mut code = vec![0u8; size];
+            nvvm::nvvmGetCompiledResult(program.0, code.as_mut_ptr().cast()).check("nvvmGetCompiledResult")?;
+            if target == CodeType::Ptx {
+                // NVVM's PTX ends with its NUL; keep the text only.
+                while code.last() == Some(&0) {
+                    code.pop();
+                }
+            }
+            ObjectCode::from_bytes(code, target, &name, HashMap::new())
+        }
+    }
+
+    fn compile_ptx(&mut self, target: CodeType) -> Result<ObjectCode> {
+        let o = &self.options;
+        let options = LinkerOptions {
+            name: o.name.clone(),
+            arch: o.arch.as_ref().map(|a| a.replace("compute_", "sm_")),
+            max_register_count: o.max_register_count,
+            debug: o.debug,
+            lineinfo: o.lineinfo,
+            ftz: o.ftz,
+            prec_div: o.prec_div,
+            prec_sqrt: o.prec_sqrt,
+            fma: o.fma,
+            link_time_optimization: o.link_time_optimization,
+            ptx: (target == CodeType::Ptx).then_some(true),
+            ptxas_options: o.ptxas_options.clone(),
+            split_compile: o.split_compile,
+            no_cache: o.no_cache,
+            ..Default::default()
+        };
+        let input = ObjectCode::from_ptx(self.source.clone(), &self.name())?;
+        let mut linker = Linker::new(&[&input], options)?;
+        let result = linker.link(target);
+        self.log = format!("{}{}", linker.get_info_log(), linker.get_error_log());
+        result
+    }
+}
+
+struct NvrtcProgram(nvrtc::nvrtcProgram);
+
+impl NvrtcProgram {
+    fn create(source: &CStr, name: &CStr) -> Result<NvrtcProgram> {
+        let mut prog: nvrtc::nvrtcProgram = std::ptr::null_mut();
+        // SAFETY: both strings are NUL-terminated and live for the call; no headers are given.
+        unsafe {
+            nvrtc::nvrtcCreateProgram(
+                &mut prog,
+                source.as_ptr(),
+                name.as_ptr(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        }
+        .check("nvrtcCreateProgram")?;
+        Ok(NvrtcProgram(prog))
+    }
+}
+
+impl Drop for NvrtcProgram {
+    fn drop(&mut self) {
+        // SAFETY: made by nvrtcCreateProgram, destroyed once.
+        if let Err(e) = unsafe { nvrtc::nvrtcDestroyProgram(&mut self.0) }.check("nvrtcDestroyProgram") {
+            crate::error::record_drop_error(e);
+        }
+    }
+}
+
+struct NvvmProgram(nvvm::nvvmProgram);
+
+impl Drop for NvvmProgram {
+    fn drop(&mut self) {
+        // SAFETY: made by nvvmCreateProgram, destroyed once.
+        if let Err(e) = unsafe { nvvm::nvvmDestroyProgram(&mut self.0) }.check("nvvmDestroyProgram") {
+            crate::error::record_drop_error(e);
+        }
+    }
+}
+
+/// `sm_XY` of the current context's device, or of device 0; `None` without a GPU.
+pub(crate) fn current_device_arch() -> Option<String> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: out-pointers to locals; every call is checked before its result is used.
+    unsafe {
+        driver::cuInit(0).result().ok()?;
+        let mut dev: driver::CUdevice = 0;
+        if driver::cuCtxGetDevice(&mut dev).result().is_err() {
+            driver::cuDeviceGet(&mut dev, 0).result().ok()?;
+        }
+        let attr = driver::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR;
+        driver::cuDeviceGetAttribute(&mut major, attr, dev).result().ok()?;
+        let attr = driver::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR;
+        driver::cuDeviceGetAttribute(&mut minor, attr, dev).result().ok()?;
+    }
+    Some(format!("sm_{major}{minor}"))
+}

@@ -1,0 +1,349 @@
+//! `ProgramOptions`: every NVRTC option `cuda.core` offers, its flag, and the NVVM subset.
+
+use crate::{CudaError, Result};
+use serde::{Deserialize, Serialize};
+
+/// Options of a [`Program`](crate::Program), named as in `cuda.core`. Every field is optional;
+/// unset fields add no flag and leave the compiler's default.
+///
+/// ```
+/// use cuda_core::ProgramOptions;
+/// let options = ProgramOptions { arch: Some("sm_90".into()), std: Some("c++17".into()), ..Default::default() };
+/// assert_eq!(options.nvrtc_flags().unwrap(), ["-arch=sm_90", "--std=c++17"]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProgramOptions {
+    /// The program's name in logs (`"default_program"` when unset).
+    pub name: Option<String>,
+    /// `sm_XY` or `compute_XY` (`-arch`); the current device's when unset and a GPU is present.
+    pub arch: Option<String>,
+    pub relocatable_device_code: Option<bool>,
+    pub extensible_whole_program: Option<bool>,
+    pub debug: Option<bool>,
+    pub lineinfo: Option<bool>,
+    pub device_code_optimize: Option<bool>,
+    pub ptxas_options: Vec<String>,
+    pub max_register_count: Option<u32>,
+    pub ftz: Option<bool>,
+    pub prec_sqrt: Option<bool>,
+    pub prec_div: Option<bool>,
+    pub fma: Option<bool>,
+    pub use_fast_math: Option<bool>,
+    pub extra_device_vectorization: Option<bool>,
+    /// Generate LTO-IR (`-dlto`); the `ltoir` target turns it on when unset.
+    pub link_time_optimization: Option<bool>,
+    pub gen_opt_lto: Option<bool>,
+    /// `NAME` or `NAME=VALUE` definitions.
+    pub define_macro: Vec<(String, Option<String>)>,
+    pub undefine_macro: Vec<String>,
+    pub include_path: Vec<String>,
+    pub pre_include: Vec<String>,
+    pub no_source_include: Option<bool>,
+    /// `c++03`, `c++11`, `c++14`, `c++17` or `c++20`.
+    pub std: Option<String>,
+    pub builtin_move_forward: Option<bool>,
+    pub builtin_initializer_list: Option<bool>,
+    pub disable_warnings: Option<bool>,
+    pub restrict: Option<bool>,
+    pub device_as_default_execution_space: Option<bool>,
+    pub device_int128: Option<bool>,
+    pub device_float128: Option<bool>,
+    pub optimization_info: Option<String>,
+    pub no_display_error_number: Option<bool>,
+    pub diag_error: Vec<u32>,
+    pub diag_suppress: Vec<u32>,
+    pub diag_warn: Vec<u32>,
+    pub brief_diagnostics: Option<bool>,
+    /// Write compile timings to this file (a side effect: such compiles are never cached).
+    pub time: Option<String>,
+    pub split_compile: Option<u32>,
+    pub fdevice_syntax_only: Option<bool>,
+    pub minimal: Option<bool>,
+    pub no_cache: Option<bool>,
+    /// Write a time trace to this file (a side effect: never cached).
+    pub fdevice_time_trace: Option<String>,
+    pub frandom_seed: Option<String>,
+    /// `0`, `min`, `mid` or `max`.
+    pub ofast_compile: Option<String>,
+    pub pch: Option<bool>,
+    /// Create a precompiled header at this path (a side effect: never cached).
+    pub create_pch: Option<String>,
+    pub use_pch: Option<String>,
+    pub pch_dir: Option<String>,
+    pub pch_verbose: Option<bool>,
+    pub pch_messages: Option<bool>,
+    pub instantiate_templates_in_pch: Option<bool>,
+    /// NVVM only: more modules to add, as `(name, NVVM IR text or bitcode)`.
+    pub extra_sources: Vec<(String, Vec<u8>)>,
+    /// NVVM only: link `libdevice.10.bc` (found by `cuda-pathfinder`).
+    pub use_libdevice: Option<bool>,
+    pub numba_debug: Option<bool>,
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "true"
+    } else {
+        "false"
+    }
+}
+
+fn valid_arch(arch: &str) -> bool {
+    let digits = |s: &str| {
+        let s = s.strip_suffix(['a', 'f']).unwrap_or(s);
+        !s.is_empty() && s.chars().all(|c| c.is_ascii_digit())
+    };
+    arch.strip_prefix("sm_")
+        .or_else(|| arch.strip_prefix("compute_"))
+        .is_some_and(digits)
+}
+
+impl ProgramOptions {
+    /// The flags given to NVRTC, in field order; errors for values no compiler accepts and for
+    /// NVVM-only options.
+    pub fn nvrtc_flags(&self) -> Result<Vec<String>> {
+        self.validate()?;
+        if !self.extra_sources.is_empty() || self.use_libdevice.is_some() {
+            return Err(CudaError::InvalidArgument(
+                "ProgramOptions: extra_sources and use_libdevice apply to NVVM IR programs only".into(),
+            ));
+        }
+        let mut f = Vec::new();
+        let flag = |f: &mut Vec<String>, on: Option<bool>, name: &str| {
+            if on == Some(true) {
+                f.push(name.to_string());
+            }
+        };
+        let boolean = |f: &mut Vec<String>, v: Option<bool>, name: &str| {
+            if let Some(v) = v {
+                f.push(format!("{name}={}", on_off(v)));
+            }
+        };
+        if let Some(arch) = &self.arch {
+            f.push(format!("-arch={arch}"));
+        }
+        boolean(&mut f, self.relocatable_device_code, "--relocatable-device-code");
+        flag(&mut f, self.extensible_whole_program, "--extensible-whole-program");
+        flag(&mut f, self.debug, "--device-debug");
+        flag(&mut f, self.lineinfo, "--generate-line-info");
+        if let Some(v) = self.device_code_optimize {
+            f.push(format!("--dopt={}", if v { "on" } else { "off" }));
+        }
+        for o in &self.ptxas_options {
+            f.push(format!("--ptxas-options={o}"));
+        }
+        if let Some(n) = self.max_register_count {
+            f.push(format!("--maxrregcount={n}"));
+        }
+        boolean(&mut f, self.ftz, "--ftz");
+        boolean(&mut f, self.prec_sqrt, "--prec-sqrt");
+        boolean(&mut f, self.prec_div, "--prec-div");
+        boolean(&mut f, self.fma, "--fmad");
+        flag(&mut f, self.use_fast_math, "--use_fast_math");
+        flag(&mut f, self.extra_device_vectorization, "--extra-device-vectorization");
+        flag(&mut f, self.link_time_optimization, "--dlink-time-opt");
+        flag(&mut f, self.gen_opt_lto, "--gen-opt-lto");
+        for (name, value) in &self.define_macro {
+            f.push(match value {
+                Some(v) => format!("--define-macro={name}={v}"),
+                None => format!("--define-macro={name}"),
+            });
+        }
+        for m in &self.undefine_macro {
+            f.push(format!("--undefine-macro={m}"));
+        }
+        for p in &self.include_path {
+            f.push(format!("--include-path={p}"));
+        }
+        for p in &self.pre_include {
+            f.push(format!("--pre-include={p}"));
+        }
+        flag(&mut f, self.no_source_include, "--no-source-include");
+        if let Some(s) = &self.std {
+            f.push(format!("--std={s}"));
+        }
+        boolean(&mut f, self.builtin_move_forward, "--builtin-move-forward");
+        boolean(&mut f, self.builtin_initializer_list, "--builtin-initializer-list");
+        flag(&mut f, self.disable_warnings, "--disable-warnings");
+        flag(&mut f, self.restrict, "--restrict");
+        flag(
+            &mut f,
+            self.device_as_default_execution_space,
+            "--device-as-default-execution-space",
+        );
+        flag(&mut f, self.device_int128, "--device-int128");
+        flag(&mut f, self.device_float128, "--device-float128");
+        if let Some(k) = &self.optimization_info {
+            f.push(format!("--optimization-info={k}"));
+        }
+        flag(&mut f, self.no_display_error_number, "--no-display-error-number");
+        for (list, name) in [
+            (&self.diag_error, "--diag-error"),
+            (&self.diag_suppress, "--diag-suppress"),
+            (&self.diag_warn, "--diag-warn"),
+        ] {
+            if !list.is_empty() {
+                let numbers: Vec<String> = list.iter().map(u32::to_string).collect();
+                f.push(format!("{name}={}", numbers.join(",")));
+            }
+        }
+        boolean(&mut f, self.brief_diagnostics, "--brief-diagnostics");
+        if let Some(t) = &self.time {
+            f.push(format!("--time={t}"));
+        }
+        if let Some(n) = self.split_compile {
+            f.push(format!("--split-compile={n}"));
+        }
+        flag(&mut f, self.fdevice_syntax_only, "--fdevice-syntax-only");
+        flag(&mut f, self.minimal, "--minimal");
+        flag(&mut f, self.no_cache, "--no-cache");
+        if let Some(t) = &self.fdevice_time_trace {
+            f.push(format!("--fdevice-time-trace={t}"));
+        }
+        if let Some(s) = &self.frandom_seed {
+            f.push(format!("--frandom-seed={s}"));
+        }
+        if let Some(o) = &self.ofast_compile {
+            f.push(format!("--Ofast-compile={o}"));
+        }
+        flag(&mut f, self.pch, "--pch");
+        if let Some(p) = &self.create_pch {
+            f.push(format!("--create-pch={p}"));
+        }
+        if let Some(p) = &self.use_pch {
+            f.push(format!("--use-pch={p}"));
+        }
+        if let Some(p) = &self.pch_dir {
+            f.push(format!("--pch-dir={p}"));
+        }
+        boolean(&mut f, self.pch_verbose, "--pch-verbose");
+        boolean(&mut f, self.pch_messages, "--pch-messages");
+        boolean(
+            &mut f,
+            self.instantiate_templates_in_pch,
+            "--instantiate-templates-in-pch",
+        );
+        flag(&mut f, self.numba_debug, "--numba-debug");
+        Ok(f)
+    }
+
+    /// The flags given to libNVVM for `target` (`"ptx"` or `"ltoir"`). NVVM takes the arch, debug,
+    /// optimisation and floating-point options; any other option set is an error.
+    pub fn nvvm_flags(&self, target: &str) -> Result<Vec<String>> {
+        self.validate()?;
+        let supported = ProgramOptions {
+            name: self.name.clone(),
+            arch: self.arch.clone(),
+            debug: self.debug,
+            device_code_optimize: self.device_code_optimize,
+            ftz: self.ftz,
+            prec_sqrt: self.prec_sqrt,
+            prec_div: self.prec_div,
+            fma: self.fma,
+            link_time_optimization: self.link_time_optimization,
+            extra_sources: self.extra_sources.clone(),
+            use_libdevice: self.use_libdevice,
+            numba_debug: self.numba_debug,
+            ..Default::default()
+        };
+        if &supported != self {
+            return Err(CudaError::InvalidArgument(
+                "ProgramOptions: the NVVM backend takes only arch, debug, device_code_optimize, ftz, prec_sqrt, \
+                 prec_div, fma, link_time_optimization, extra_sources, use_libdevice and numba_debug"
+                    .into(),
+            ));
+        }
+        let mut f = Vec::new();
+        if let Some(arch) = &self.arch {
+            let digits = arch.trim_start_matches("sm_").trim_start_matches("compute_");
+            f.push(format!("-arch=compute_{digits}"));
+        }
+        if self.debug == Some(true) {
+            f.push("-g".into());
+        }
+        match self.device_code_optimize {
+            Some(false) => f.push("-opt=0".into()),
+            Some(true) => f.push("-opt=3".into()),
+            None => {}
+        }
+        for (v, name) in [
+            (self.ftz, "-ftz"),
+            (self.prec_sqrt, "-prec-sqrt"),
+            (self.prec_div, "-prec-div"),
+            (self.fma, "-fma"),
+        ] {
+            if let Some(v) = v {
+                f.push(format!("{name}={}", u8::from(v)));
+            }
+        }
+        if target == "ltoir" {
+            f.push("-gen-lto".into());
+        }
+        if self.numba_debug == Some(true) {
+            f.push("-numba-debug".into());
+        }
+        Ok(f)
+    }
+
+    /// Rejects values no backend accepts and combinations that contradict themselves.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(CudaError::InvalidArgument(format!("ProgramOptions: {m}")));
+        if let Some(arch) = &self.arch {
+            if !valid_arch(arch) {
+                return bad(format!(
+                    "arch {arch:?} is not of the form sm_XY or compute_XY (sm_90, sm_90a, compute_80)"
+                ));
+            }
+        }
+        if self.max_register_count == Some(0) {
+            return bad("max_register_count must be at least 1".into());
+        }
+        if let Some(std) = &self.std {
+            if !["c++03", "c++11", "c++14", "c++17", "c++20"].contains(&std.as_str()) {
+                return bad(format!("std {std:?} is not one of c++03, c++11, c++14, c++17, c++20"));
+            }
+        }
+        if let Some(o) = &self.ofast_compile {
+            if !["0", "min", "mid", "max"].contains(&o.as_str()) {
+                return bad(format!("ofast_compile {o:?} is not one of 0, min, mid, max"));
+            }
+        }
+        if self.create_pch.is_some() && self.use_pch.is_some() {
+            return bad("create_pch and use_pch cannot both be set".into());
+        }
+        if self.pch == Some(true) && (self.create_pch.is_some() || self.use_pch.is_some()) {
+            return bad("pch (automatic) cannot be combined with create_pch or use_pch".into());
+        }
+        if self.fdevice_syntax_only == Some(true) && self.link_time_optimization == Some(true) {
+            return bad(
+                "fdevice_syntax_only produces no code, so link_time_optimization makes no sense with it".into(),
+            );
+        }
+        for (name, _) in &self.define_macro {
+            if name.is_empty() || name.contains(['=', ' ']) {
+                return bad(format!("define_macro name {name:?} must be a plain identifier"));
+            }
+        }
+        if let Some(name) = &self.name {
+            if name.contains('\0') {
+                return bad("name contains a NUL byte".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Options whose effect goes beyond the compiled code (files written), which make a compile
+    /// unfit for caching.
+    pub(crate) fn side_effects(&self) -> Option<&'static str> {
+        if self.create_pch.is_some() {
+            Some("create_pch")
+        } else if self.time.is_some() {
+            Some("time")
+        } else if self.fdevice_time_trace.is_some() {
+            Some("fdevice_time_trace")
+        } else {
+            None
+        }
+    }
+}
