@@ -201,6 +201,11 @@ impl Linker {
 
     /// A linker holding `inputs`, with `options` (the arch defaults to the current device's).
     pub fn new(inputs: &[&ObjectCode], options: LinkerOptions) -> Result<Linker> {
+        Linker::with_backend(inputs, options, Linker::which_backend())
+    }
+
+    /// [`Linker::new`] with the backend chosen by the caller: `Driver` avoids nvJitLink, for one.
+    pub fn with_backend(inputs: &[&ObjectCode], options: LinkerOptions, backend: LinkerBackend) -> Result<Linker> {
         if inputs.is_empty() {
             return Err(CudaError::InvalidArgument(
                 "Linker: at least one object code is needed".into(),
@@ -214,7 +219,12 @@ impl Linker {
         }
         options.validate()?;
         let name = options.name.clone().unwrap_or_else(|| "<default linker>".into());
-        let backend = Linker::which_backend();
+        if backend == LinkerBackend::NvJitLink && nvjitlink_version().is_none() {
+            return Err(CudaError::InvalidArgument(
+                "Linker: nvJitLink 12.3 or newer is not available (install it with `pip install nvidia-nvjitlink`)"
+                    .into(),
+            ));
+        }
         let lto_input = inputs.iter().any(|i| i.code_type() == CodeType::Ltoir);
         if backend == LinkerBackend::Driver {
             if let Some(why) = options.needs_nvjitlink().or(lto_input.then_some("LTO-IR input")) {
