@@ -86,3 +86,60 @@ pub fn nvrtc_cubin(source: &str, arch: &str) -> Vec<u8> {
         cubin
     }
 }
+
+/// Device memory holding `data`, freed on drop (raw calls; the safe `Buffer` is issue 6's).
+pub struct DeviceVec {
+    pub ptr: driver::CUdeviceptr,
+    pub len: usize,
+}
+
+impl DeviceVec {
+    pub fn from_slice(data: &[f32]) -> DeviceVec {
+        let mut ptr = 0;
+        // SAFETY: a context is current (device_and_context); sizes match the slice.
+        unsafe {
+            check(driver::cuMemAlloc(&mut ptr, data.len() * 4));
+            check(driver::cuMemcpyHtoD(ptr, data.as_ptr().cast(), data.len() * 4));
+        }
+        DeviceVec { ptr, len: data.len() }
+    }
+
+    pub fn to_vec(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.len];
+        // SAFETY: the allocation holds len floats; work on it was synchronised by the caller.
+        unsafe { check(driver::cuMemcpyDtoH(out.as_mut_ptr().cast(), self.ptr, self.len * 4)) };
+        out
+    }
+}
+
+impl Drop for DeviceVec {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemAlloc, freed once.
+        unsafe { check(driver::cuMemFree(self.ptr)) };
+    }
+}
+
+/// Launches `function` (a `CUkernel` works too) on a 1-D grid and waits for it.
+///
+/// # Safety
+/// `params` must point to the kernel's arguments, in order and of the kernel's types.
+pub unsafe fn launch_1d(function: driver::CUfunction, threads: u32, params: &mut [*mut std::ffi::c_void]) {
+    let block = 256.min(threads);
+    // SAFETY: the caller vouches for params; the launch is synchronised before returning.
+    unsafe {
+        check(driver::cuLaunchKernel(
+            function,
+            threads.div_ceil(block),
+            1,
+            1,
+            block,
+            1,
+            1,
+            0,
+            std::ptr::null_mut(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        ));
+        check(driver::cuCtxSynchronize());
+    }
+}

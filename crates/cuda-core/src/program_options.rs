@@ -354,7 +354,11 @@ mod tests {
     use proptest::prelude::*;
 
     fn arch() -> impl Strategy<Value = String> {
-        (prop_oneof![Just("sm_"), Just("compute_")], 50u32..130, prop_oneof![Just(""), Just("a"), Just("f")])
+        (
+            prop_oneof![Just("sm_"), Just("compute_")],
+            50u32..130,
+            prop_oneof![Just(""), Just("a"), Just("f")],
+        )
             .prop_map(|(p, n, s)| format!("{p}{n}{s}"))
     }
 
@@ -463,24 +467,58 @@ mod tests {
         };
         let err = o.nvrtc_flags().unwrap_err();
         assert!(err.to_string().contains("fdevice_syntax_only"), "{err}");
-        let o = ProgramOptions { link_time_optimization: None, ..o };
+        let o = ProgramOptions {
+            link_time_optimization: None,
+            ..o
+        };
         let flags = o.nvrtc_flags().unwrap();
         for expected in [
-            "--extensible-whole-program", "--generate-line-info", "--ptxas-options=-v", "--maxrregcount=32",
-            "--prec-sqrt=false", "--prec-div=true", "--extra-device-vectorization", "--gen-opt-lto",
-            "--undefine-macro=NDEBUG", "--pre-include=a.h", "--no-source-include", "--std=c++20",
-            "--builtin-move-forward=false", "--builtin-initializer-list=true", "--disable-warnings", "--restrict",
-            "--device-as-default-execution-space", "--device-int128", "--device-float128",
-            "--optimization-info=inline", "--no-display-error-number", "--diag-error=1,2", "--diag-warn=3",
-            "--brief-diagnostics=true", "--time=t.csv", "--split-compile=4", "--fdevice-syntax-only", "--minimal",
-            "--no-cache", "--fdevice-time-trace=trace.json", "--frandom-seed=42", "--Ofast-compile=mid",
-            "--pch-dir=pchs", "--pch-verbose=true", "--pch-messages=false", "--instantiate-templates-in-pch=true",
+            "--extensible-whole-program",
+            "--generate-line-info",
+            "--ptxas-options=-v",
+            "--maxrregcount=32",
+            "--prec-sqrt=false",
+            "--prec-div=true",
+            "--extra-device-vectorization",
+            "--gen-opt-lto",
+            "--undefine-macro=NDEBUG",
+            "--pre-include=a.h",
+            "--no-source-include",
+            "--std=c++20",
+            "--builtin-move-forward=false",
+            "--builtin-initializer-list=true",
+            "--disable-warnings",
+            "--restrict",
+            "--device-as-default-execution-space",
+            "--device-int128",
+            "--device-float128",
+            "--optimization-info=inline",
+            "--no-display-error-number",
+            "--diag-error=1,2",
+            "--diag-warn=3",
+            "--brief-diagnostics=true",
+            "--time=t.csv",
+            "--split-compile=4",
+            "--fdevice-syntax-only",
+            "--minimal",
+            "--no-cache",
+            "--fdevice-time-trace=trace.json",
+            "--frandom-seed=42",
+            "--Ofast-compile=mid",
+            "--pch-dir=pchs",
+            "--pch-verbose=true",
+            "--pch-messages=false",
+            "--instantiate-templates-in-pch=true",
             "--numba-debug",
         ] {
             assert!(flags.iter().any(|f| f == expected), "{expected} missing from {flags:?}");
         }
         assert_eq!(o.side_effects(), Some("time"));
-        let pch = ProgramOptions { pch: Some(true), create_pch: Some("x".into()), ..Default::default() };
+        let pch = ProgramOptions {
+            pch: Some(true),
+            create_pch: Some("x".into()),
+            ..Default::default()
+        };
         assert!(pch.validate().is_err());
     }
 }

@@ -67,7 +67,7 @@ fn dists(site: &Path) -> Vec<Dist> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(site).into_iter().flatten().flatten() {
         let dir = entry.path();
-        if !dir.extension().is_some_and(|e| e == "dist-info") {
+        if dir.extension().is_none_or(|e| e != "dist-info") {
             continue;
         }
         let Ok(metadata) = std::fs::read_to_string(dir.join("METADATA")) else {
