@@ -222,7 +222,8 @@ for exe in "$here"/bin/*; do
     continue
   fi
   if [ "$sanitize" -eq 1 ]; then
-    run_one "$name (memcheck)" "$sanitizer" --tool memcheck --leak-check full --error-exitcode 1 "$exe" --test-threads=1
+    # API errors are left to the tests: error-path tests provoke them on purpose.
+    run_one "$name (memcheck)" "$sanitizer" --tool memcheck --leak-check full --report-api-errors no --error-exitcode 1 "$exe" --test-threads=1
     run_one "$name (racecheck)" "$sanitizer" --tool racecheck --error-exitcode 1 "$exe" --test-threads=1
     run_one "$name (synccheck)" "$sanitizer" --tool synccheck --error-exitcode 1 "$exe" --test-threads=1
   else

@@ -164,10 +164,14 @@ impl LinkerBackend {
 
 enum Handle {
     NvJitLink(nvjitlink::nvJitLinkHandle),
+    /// The driver keeps pointers to the log buffers and to the option arrays (it writes the
+    /// amount of log written back into `values`), so all of them live as long as the state.
     Driver {
         state: driver::CUlinkState,
         info: Box<[u8]>,
         error: Box<[u8]>,
+        _keys: Box<[driver::CUjit_option]>,
+        _values: Box<[*mut c_void]>,
     },
 }
 
@@ -538,11 +542,14 @@ fn driver_create(options: &LinkerOptions) -> Result<Handle> {
         ));
     }
     let mut state: driver::CUlinkState = std::ptr::null_mut();
-    // SAFETY: keys and values have the same length and the log buffers live in the Handle as long
-    // as the state (they are moved, not reallocated: boxed slices keep their address).
+    let mut keys = keys.into_boxed_slice();
+    let mut values = values.into_boxed_slice();
+    // SAFETY: keys and values have the same length. The driver holds on to both arrays and to the
+    // log buffers until the state is destroyed: all four move into the Handle (boxed slices keep
+    // their address) and outlive the state, which Linker::drop destroys first.
     unsafe { driver::cuLinkCreate(keys.len() as u32, keys.as_mut_ptr(), values.as_mut_ptr(), &mut state) }
         .check("cuLinkCreate")?;
-    Ok(Handle::Driver { state, info, error })
+    Ok(Handle::Driver { state, info, error, _keys: keys, _values: values })
 }
 
 /// The major version of the nvJitLink that loads, if it has the unversioned API (12.3+).

@@ -343,6 +343,20 @@ impl Kernel {
 
     /// The offset and size of every parameter (`cuKernelGetParamInfo`, CUDA 12.4+ drivers).
     pub fn arguments_info(&self) -> Result<Vec<ParamInfo>> {
+        let mut count = 0usize;
+        // SAFETY: the handle is live; count is a local. cuKernelGetParamCount needs CUDA 13.2.
+        if unsafe { driver::cuKernelGetParamCount(self.handle, &mut count) }.result().is_ok() {
+            return (0..count)
+                .map(|i| {
+                    let (mut offset, mut size) = (0usize, 0usize);
+                    // SAFETY: i is below the parameter count; out-pointers are locals.
+                    unsafe { driver::cuKernelGetParamInfo(self.handle, i, &mut offset, &mut size) }
+                        .check("cuKernelGetParamInfo")?;
+                    Ok(ParamInfo { offset, size })
+                })
+                .collect();
+        }
+        // Older drivers: ask for parameters until the driver says there are no more.
         let mut out = Vec::new();
         loop {
             let (mut offset, mut size) = (0usize, 0usize);
