@@ -139,6 +139,13 @@ impl LinkerOptions {
             Some("ptxas_options")
         } else if self.split_compile.is_some() || self.split_compile_extended.is_some() {
             Some("split_compile")
+        } else if self.ftz.is_some() || self.prec_div.is_some() || self.prec_sqrt.is_some() || self.fma.is_some() {
+            Some("ftz, prec_div, prec_sqrt and fma")
+        } else if !self.kernels_used.is_empty()
+            || !self.variables_used.is_empty()
+            || self.optimize_unused_variables.is_some()
+        {
+            Some("kernels_used, variables_used and optimize_unused_variables")
         } else {
             None
         }
@@ -549,7 +556,13 @@ fn driver_create(options: &LinkerOptions) -> Result<Handle> {
     // their address) and outlive the state, which Linker::drop destroys first.
     unsafe { driver::cuLinkCreate(keys.len() as u32, keys.as_mut_ptr(), values.as_mut_ptr(), &mut state) }
         .check("cuLinkCreate")?;
-    Ok(Handle::Driver { state, info, error, _keys: keys, _values: values })
+    Ok(Handle::Driver {
+        state,
+        info,
+        error,
+        _keys: keys,
+        _values: values,
+    })
 }
 
 /// The major version of the nvJitLink that loads, if it has the unversioned API (12.3+).

@@ -345,7 +345,10 @@ impl Kernel {
     pub fn arguments_info(&self) -> Result<Vec<ParamInfo>> {
         let mut count = 0usize;
         // SAFETY: the handle is live; count is a local. cuKernelGetParamCount needs CUDA 13.2.
-        if unsafe { driver::cuKernelGetParamCount(self.handle, &mut count) }.result().is_ok() {
+        if unsafe { driver::cuKernelGetParamCount(self.handle, &mut count) }
+            .result()
+            .is_ok()
+        {
             return (0..count)
                 .map(|i| {
                     let (mut offset, mut size) = (0usize, 0usize);

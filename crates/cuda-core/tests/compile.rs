@@ -481,3 +481,30 @@ fn nvrtc_12_compiles_through_the_same_api() {
         "{text}"
     );
 }
+
+#[test]
+fn a_precompiled_header_reports_its_status() {
+    if !toolchain() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let header = dir.path().join("common.cuh");
+    std::fs::write(
+        &header,
+        "#pragma once\ntemplate <typename T> __device__ T twice(T x) { return x + x; }\n",
+    )
+    .unwrap();
+    let source = "#include \"common.cuh\"\nextern \"C\" __global__ void k(float* x) { x[0] = twice(x[0]); }";
+    let pch = dir.path().join("common.pch");
+    let options = ProgramOptions {
+        include_path: vec![dir.path().display().to_string()],
+        create_pch: Some(pch.display().to_string()),
+        ..opts("sm_90")
+    };
+    let mut p = Program::new(source, SourceType::Cxx, options).unwrap();
+    p.compile(CodeType::Ptx, &[]).unwrap();
+    assert_eq!(p.pch_status(), Some(cuda_core::PchStatus::Created), "{}", p.log());
+    assert!(pch.is_file());
+    let err = p.cache_key(CodeType::Ptx, &[]).unwrap_err();
+    assert!(err.to_string().contains("create_pch"), "{err}");
+}
