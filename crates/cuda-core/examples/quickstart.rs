@@ -1,13 +1,13 @@
 //! Quickstart: what this machine has, then a kernel compiled at run time, launched and timed.
 //!
 //! Run it with `cargo xtask quickstart` (it provides NVRTC from NVIDIA's wheels when no toolkit
-//! is installed). The kernel work goes through the raw `cuda-sys` bindings for now; the safe
-//! `Device`/`Stream`/`Program` API of `cuda-core` takes it over as it lands.
+//! is installed). Compilation uses `cuda-core`'s `Program`; devices, memory and launches still go
+//! through the raw `cuda-sys` bindings until the safe `Device`/`Stream`/`Buffer` API lands.
 
-use cuda_core::system;
-use cuda_sys::{driver, nvrtc};
+use cuda_core::{system, CodeType, FileStreamProgramCache, Program, ProgramOptions, SourceType};
+use cuda_sys::driver;
 use std::error::Error;
-use std::ffi::{c_void, CStr, CString};
+use std::ffi::{c_void, CStr};
 
 const SOURCE: &str = r#"
 extern "C" __global__ void saxpy(float a, const float* x, float* y, unsigned n) {
@@ -59,41 +59,20 @@ fn run() -> Result<(), Box<dyn Error>> {
         driver::cuDevicePrimaryCtxRetain(&mut ctx, dev).result()?;
         driver::cuCtxSetCurrent(ctx).result()?;
 
-        // Compile for this GPU with NVRTC.
-        let src = CString::new(SOURCE)?;
-        let arch = CString::new(format!("--gpu-architecture=sm_{cc_major}{cc_minor}"))?;
-        let mut prog = std::ptr::null_mut();
-        nvrtc::nvrtcCreateProgram(
-            &mut prog,
-            src.as_ptr(),
-            c"saxpy.cu".as_ptr(),
-            0,
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-        .result()?;
-        let compiled = nvrtc::nvrtcCompileProgram(prog, 1, [arch.as_ptr()].as_ptr());
-        let mut log_size = 0;
-        nvrtc::nvrtcGetProgramLogSize(prog, &mut log_size).result()?;
-        let mut log = vec![0u8; log_size];
-        nvrtc::nvrtcGetProgramLog(prog, log.as_mut_ptr().cast()).result()?;
-        if let Err(e) = compiled.result() {
-            return Err(format!("{e}\n{}", String::from_utf8_lossy(&log)).into());
-        }
-        let mut size = 0;
-        nvrtc::nvrtcGetCUBINSize(prog, &mut size).result()?;
-        let mut cubin = vec![0u8; size];
-        nvrtc::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast()).result()?;
-        nvrtc::nvrtcDestroyProgram(&mut prog).result()?;
+        // Compile for this GPU with NVRTC (the arch defaults to the current device's), through
+        // a program cache on disk: the second run of this example compiles nothing.
+        let cache = FileStreamProgramCache::new(None, Some(256 << 20))?;
+        let mut program = Program::new(SOURCE, SourceType::Cxx, ProgramOptions::default())?;
+        let started = std::time::Instant::now();
+        let code = program.compile_cached(CodeType::Cubin, &[], &cache)?;
         println!(
-            "compiled saxpy: {} bytes of cubin for sm_{cc_major}{cc_minor}",
-            cubin.len()
+            "compiled saxpy for {} in {:.1} ms ({} bytes of cubin; cache in {})",
+            program.options().arch.as_deref().unwrap_or("?"),
+            started.elapsed().as_secs_f64() * 1e3,
+            code.bytes()?.len(),
+            cache.path().display()
         );
-
-        let mut module = std::ptr::null_mut();
-        driver::cuModuleLoadData(&mut module, cubin.as_ptr().cast()).result()?;
-        let mut kernel = std::ptr::null_mut();
-        driver::cuModuleGetFunction(&mut kernel, module, c"saxpy".as_ptr()).result()?;
+        let kernel = code.get_kernel("saxpy")?.handle() as driver::CUfunction;
 
         const N: usize = 1 << 24;
         let x: Vec<f32> = (0..N).map(|i| (i % 1000) as f32).collect();
@@ -160,7 +139,6 @@ fn run() -> Result<(), Box<dyn Error>> {
         driver::cuStreamDestroy(stream).result()?;
         driver::cuMemFree(dx).result()?;
         driver::cuMemFree(dy).result()?;
-        driver::cuModuleUnload(module).result()?;
         driver::cuDevicePrimaryCtxRelease(dev).result()?;
         if wrong != 0 {
             return Err("saxpy computed wrong results".into());
