@@ -17,16 +17,22 @@
 //! ```
 
 mod cache;
+mod device;
 mod error;
+mod launch;
 mod linker;
 mod object_code;
 mod program;
 mod program_options;
+mod stream;
 pub mod system;
 
 pub use cache::{CacheEntry, FileStreamProgramCache, InMemoryProgramCache, ProgramCache};
+pub use device::{device_count, ComputeCapability, Context, Device};
 pub use error::{take_drop_errors, CudaError, Result};
+pub use launch::{launch, DeviceRepr, Dim3, KernelArgs, LaunchConfig, MaxPotentialBlockSize, TypedKernel};
 pub use linker::{Linker, LinkerBackend, LinkerOptions};
 pub use object_code::{Code, CodeType, Kernel, ObjectCode, ParamInfo};
 pub use program::{PchStatus, Program, SourceType};
 pub use program_options::ProgramOptions;
+pub use stream::{Event, EventOptions, Stream, StreamOptions};

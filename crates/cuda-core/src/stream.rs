@@ -1,0 +1,351 @@
+//! `Stream`, `StreamOptions`, `Event`, `EventOptions`.
+
+use crate::device::{Context, Device};
+use crate::error::{record_drop_error, Check};
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::Arc;
+
+/// Options of a new [`Stream`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StreamOptions {
+    /// Do not synchronise with the legacy default stream (`CU_STREAM_NON_BLOCKING`); `true` by
+    /// default, as in `cuda.core`.
+    pub nonblocking: bool,
+    /// Priority within the context's range (numerically lower is more urgent); the least urgent
+    /// when `None`.
+    pub priority: Option<i32>,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        StreamOptions {
+            nonblocking: true,
+            priority: None,
+        }
+    }
+}
+
+struct StreamInner {
+    handle: driver::CUstream,
+    context: Option<Context>,
+    owned: bool,
+}
+
+// SAFETY: a CUstream may be used from any thread; the driver orders work on it.
+unsafe impl Send for StreamInner {}
+// SAFETY: as above.
+unsafe impl Sync for StreamInner {}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: made by cuStreamCreateWithPriority and destroyed once; the driver lets work
+            // already queued finish.
+            if let Err(e) = unsafe { driver::cuStreamDestroy(self.handle) }.check("cuStreamDestroy") {
+                record_drop_error(e);
+            }
+        }
+    }
+}
+
+/// A CUDA stream: work on it runs in order. Cheap to clone (shared); it keeps its context.
+#[derive(Clone)]
+pub struct Stream {
+    inner: Arc<StreamInner>,
+}
+
+impl Stream {
+    pub(crate) fn new(context: &Context, options: StreamOptions) -> Result<Stream> {
+        let (least, greatest) = priority_range(context)?;
+        let priority = options.priority.unwrap_or(least);
+        if priority < greatest || priority > least {
+            return Err(CudaError::InvalidArgument(format!(
+                "priority={priority} is out of range [{greatest}, {least}]"
+            )));
+        }
+        let flags = if options.nonblocking {
+            driver::CUstream_flags::CU_STREAM_NON_BLOCKING.0
+        } else {
+            0
+        };
+        let handle = context.with_current(|| {
+            let mut s: driver::CUstream = std::ptr::null_mut();
+            // SAFETY: the context is current; out-pointer to a local.
+            unsafe { driver::cuStreamCreateWithPriority(&mut s, flags, priority) }
+                .check("cuStreamCreateWithPriority")?;
+            Ok(s)
+        })?;
+        Ok(Stream {
+            inner: Arc::new(StreamInner {
+                handle,
+                context: Some(context.clone()),
+                owned: true,
+            }),
+        })
+    }
+
+    /// Wraps a stream made elsewhere, without taking ownership (it is never destroyed here).
+    ///
+    /// # Safety
+    /// `handle` must be a valid stream (or `CU_STREAM_LEGACY`/`CU_STREAM_PER_THREAD`) for as long
+    /// as the returned `Stream` and its clones are used.
+    pub unsafe fn from_handle(handle: driver::CUstream) -> Stream {
+        Stream {
+            inner: Arc::new(StreamInner {
+                handle,
+                context: None,
+                owned: false,
+            }),
+        }
+    }
+
+    /// The legacy default stream (`CU_STREAM_LEGACY`), of whatever context is current.
+    pub fn legacy_default() -> Stream {
+        // SAFETY: CU_STREAM_LEGACY is a valid stream handle in every context.
+        unsafe { Stream::from_handle(1 as driver::CUstream) }
+    }
+
+    /// The per-thread default stream (`CU_STREAM_PER_THREAD`), of whatever context is current.
+    pub fn per_thread_default() -> Stream {
+        // SAFETY: CU_STREAM_PER_THREAD is a valid stream handle in every context.
+        unsafe { Stream::from_handle(2 as driver::CUstream) }
+    }
+
+    /// The `CUstream`.
+    #[inline]
+    pub fn handle(&self) -> driver::CUstream {
+        self.inner.handle
+    }
+
+    /// The context the stream was made in (`None` for a wrapped foreign stream).
+    pub fn context(&self) -> Option<&Context> {
+        self.inner.context.as_ref()
+    }
+
+    /// The device of the stream's context.
+    pub fn device(&self) -> Option<Device> {
+        self.inner.context.as_ref().map(Context::device)
+    }
+
+    /// Waits until all work on the stream is done.
+    pub fn sync(&self) -> Result<()> {
+        // SAFETY: the stream is live.
+        unsafe { driver::cuStreamSynchronize(self.inner.handle) }.check("cuStreamSynchronize")
+    }
+
+    /// Whether all work on the stream is done.
+    pub fn is_done(&self) -> Result<bool> {
+        // SAFETY: the stream is live.
+        let status = unsafe { driver::cuStreamQuery(self.inner.handle) };
+        if status == driver::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        status.check("cuStreamQuery").map(|()| true)
+    }
+
+    /// The stream's priority.
+    pub fn priority(&self) -> Result<i32> {
+        let mut p = 0;
+        // SAFETY: the stream is live; out-pointer to a local.
+        unsafe { driver::cuStreamGetPriority(self.inner.handle, &mut p) }.check("cuStreamGetPriority")?;
+        Ok(p)
+    }
+
+    /// Whether the stream does not synchronise with the legacy default stream.
+    pub fn is_nonblocking(&self) -> Result<bool> {
+        let mut flags = 0;
+        // SAFETY: the stream is live; out-pointer to a local.
+        unsafe { driver::cuStreamGetFlags(self.inner.handle, &mut flags) }.check("cuStreamGetFlags")?;
+        Ok(flags & driver::CUstream_flags::CU_STREAM_NON_BLOCKING.0 != 0)
+    }
+
+    /// Records `event` on the stream.
+    pub fn record(&self, event: &Event) -> Result<()> {
+        // SAFETY: both handles are live.
+        unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")
+    }
+
+    /// Makes later work on this stream wait for `event`.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        // SAFETY: both handles are live.
+        unsafe { driver::cuStreamWaitEvent(self.inner.handle, event.handle(), 0) }.check("cuStreamWaitEvent")
+    }
+
+    /// Makes later work on this stream wait for the work queued on `other` so far (also across
+    /// devices): a timing-free event recorded on `other`.
+    pub fn wait(&self, other: &Stream) -> Result<()> {
+        let context = match other.context() {
+            Some(c) => c.clone(),
+            None => Device::current()?.primary_context()?,
+        };
+        let event = Event::new(&context, EventOptions::default())?;
+        other.record(&event)?;
+        self.wait_event(&event)
+    }
+
+    /// Runs `f` on a driver thread once the work queued so far is done. A panic in `f` is caught
+    /// (never unwinds into the driver) and recorded as an error for [`crate::take_drop_errors`].
+    /// `f` must not call CUDA.
+    pub fn launch_host_func(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        type Callback = Box<dyn FnOnce() + Send + 'static>;
+        unsafe extern "C" fn trampoline(data: *mut c_void) {
+            // SAFETY: data is the Box<Callback> leaked below, handed to the driver exactly once.
+            let f = unsafe { Box::from_raw(data as *mut Callback) };
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+                record_drop_error(CudaError::InvalidArgument("a stream host callback panicked".into()));
+            }
+        }
+        let data = Box::into_raw(Box::new(Box::new(f) as Callback));
+        // SAFETY: the stream is live; the driver calls trampoline once with data.
+        let status = unsafe { driver::cuLaunchHostFunc(self.inner.handle, Some(trampoline), data.cast()) };
+        if let Err(e) = status.check("cuLaunchHostFunc") {
+            // SAFETY: the driver did not take data: reclaim it.
+            drop(unsafe { Box::from_raw(data) });
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+fn priority_range(context: &Context) -> Result<(i32, i32)> {
+    context.with_current(|| {
+        let (mut least, mut greatest) = (0, 0);
+        // SAFETY: the context is current; out-pointers to locals.
+        unsafe { driver::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) }
+            .check("cuCtxGetStreamPriorityRange")?;
+        Ok((least, greatest))
+    })
+}
+
+impl fmt::Debug for Stream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Stream({:p})", self.inner.handle)
+    }
+}
+
+impl PartialEq for Stream {
+    fn eq(&self, other: &Stream) -> bool {
+        self.inner.handle == other.inner.handle
+    }
+}
+
+/// Options of a new [`Event`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EventOptions {
+    /// Record timestamps, for [`Event::elapsed_time_since`] (off by default: cheaper).
+    pub enable_timing: bool,
+    /// Block the waiting thread instead of spinning in [`Event::sync`].
+    pub busy_waited_sync: bool,
+    /// Shareable with other processes (needs timing off).
+    pub ipc_enabled: bool,
+}
+
+struct EventInner {
+    handle: driver::CUevent,
+    _context: Context,
+    options: EventOptions,
+}
+
+// SAFETY: a CUevent may be used from any thread.
+unsafe impl Send for EventInner {}
+// SAFETY: as above.
+unsafe impl Sync for EventInner {}
+
+impl Drop for EventInner {
+    fn drop(&mut self) {
+        // SAFETY: made by cuEventCreate, destroyed once.
+        if let Err(e) = unsafe { driver::cuEventDestroy(self.handle) }.check("cuEventDestroy") {
+            record_drop_error(e);
+        }
+    }
+}
+
+/// A CUDA event: a point in a stream to wait for or time. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Event {
+    inner: Arc<EventInner>,
+}
+
+impl Event {
+    pub(crate) fn new(context: &Context, options: EventOptions) -> Result<Event> {
+        if options.ipc_enabled && options.enable_timing {
+            return Err(CudaError::InvalidArgument(
+                "EventOptions: an IPC event cannot record timing".into(),
+            ));
+        }
+        let mut flags = 0;
+        if !options.enable_timing {
+            flags |= driver::CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
+        }
+        if options.busy_waited_sync {
+            flags |= driver::CUevent_flags::CU_EVENT_BLOCKING_SYNC.0;
+        }
+        if options.ipc_enabled {
+            flags |= driver::CUevent_flags::CU_EVENT_INTERPROCESS.0;
+        }
+        let handle = context.with_current(|| {
+            let mut e: driver::CUevent = std::ptr::null_mut();
+            // SAFETY: the context is current; out-pointer to a local.
+            unsafe { driver::cuEventCreate(&mut e, flags) }.check("cuEventCreate")?;
+            Ok(e)
+        })?;
+        Ok(Event {
+            inner: Arc::new(EventInner {
+                handle,
+                _context: context.clone(),
+                options,
+            }),
+        })
+    }
+
+    /// The `CUevent`.
+    #[inline]
+    pub fn handle(&self) -> driver::CUevent {
+        self.inner.handle
+    }
+
+    /// The options it was made with.
+    pub fn options(&self) -> EventOptions {
+        self.inner.options
+    }
+
+    /// Waits until the work before the event's last record is done.
+    pub fn sync(&self) -> Result<()> {
+        // SAFETY: the event is live.
+        unsafe { driver::cuEventSynchronize(self.inner.handle) }.check("cuEventSynchronize")
+    }
+
+    /// Whether the work before the event's last record is done.
+    pub fn is_done(&self) -> Result<bool> {
+        // SAFETY: the event is live.
+        let status = unsafe { driver::cuEventQuery(self.inner.handle) };
+        if status == driver::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        status.check("cuEventQuery").map(|()| true)
+    }
+
+    /// Milliseconds from `start` to this event (both recorded with timing, both complete): what
+    /// `cuda.core` writes as `end - start`.
+    pub fn elapsed_time_since(&self, start: &Event) -> Result<f32> {
+        if !self.inner.options.enable_timing || !start.inner.options.enable_timing {
+            return Err(CudaError::InvalidArgument(
+                "elapsed time needs events made with enable_timing".into(),
+            ));
+        }
+        let mut ms = 0f32;
+        // SAFETY: both events are live; out-pointer to a local.
+        unsafe { driver::cuEventElapsedTime(&mut ms, start.inner.handle, self.inner.handle) }
+            .check("cuEventElapsedTime")?;
+        Ok(ms)
+    }
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Event({:p})", self.inner.handle)
+    }
+}
