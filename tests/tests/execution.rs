@@ -1,0 +1,301 @@
+//! The execution core on a GPU: devices, streams, events, launches.
+
+use cuda_core::{
+    launch, CodeType, Device, EventOptions, Kernel, LaunchConfig, Program, ProgramOptions, SourceType, Stream,
+    StreamOptions,
+};
+use cuda_tests::DeviceVec;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+fn device() -> Device {
+    let d = Device::new(0).expect("a GPU");
+    d.set_current().unwrap();
+    d
+}
+
+fn kernels() -> (Kernel, Kernel) {
+    let source = r#"
+        extern "C" __global__ void saxpy(float a, const float* x, float* y, unsigned n) {
+            unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) y[i] = a * x[i] + y[i];
+        }
+        extern "C" __global__ void spin_then_set(float* x, unsigned n, float value, long long cycles) {
+            long long start = clock64();
+            while (clock64() - start < cycles) {}
+            unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) x[i] = value;
+        }"#;
+    let code = Program::new(source, SourceType::Cxx, ProgramOptions::default())
+        .unwrap()
+        .compile(CodeType::Cubin, &[])
+        .unwrap();
+    (
+        code.get_kernel("saxpy").unwrap(),
+        code.get_kernel("spin_then_set").unwrap(),
+    )
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn device_identity_and_properties() {
+    let d = device();
+    assert!(cuda_core::device_count().unwrap() >= 1);
+    assert_eq!(Device::current().unwrap(), d);
+    let uuid = d.uuid().unwrap();
+    assert_eq!(uuid.len(), 36, "{uuid}");
+    assert_eq!(uuid.matches('-').count(), 4);
+    let pci = d.pci_bus_id().unwrap();
+    assert!(pci.contains(':') && pci.contains('.'), "{pci}");
+    let cc = d.compute_capability().unwrap();
+    assert_eq!(d.arch().unwrap(), format!("{}{}", cc.major, cc.minor));
+    assert!(cc >= cuda_core::ComputeCapability { major: 7, minor: 0 });
+    assert!(d.total_memory().unwrap() > d.free_memory().unwrap());
+    assert!(d.multiprocessor_count().unwrap() > 0);
+    assert!(d.can_access_peer(&d).unwrap());
+    assert_eq!(d.primary_context().unwrap(), d.set_current().unwrap());
+    let err = Device::new(1000).unwrap_err();
+    assert!(err.to_string().contains("device_id must be within"), "{err}");
+    println!("{} {} cc {cc} {pci} {uuid}", d.name().unwrap(), d.arch().unwrap());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn streams_events_and_timed_launches() {
+    let d = device();
+    let (saxpy, _) = kernels();
+    let stream = d.create_stream(StreamOptions::default()).unwrap();
+    assert!(stream.is_nonblocking().unwrap());
+    let blocking = d
+        .create_stream(StreamOptions {
+            nonblocking: false,
+            priority: None,
+        })
+        .unwrap();
+    assert!(!blocking.is_nonblocking().unwrap());
+    let urgent = d
+        .create_stream(StreamOptions {
+            priority: Some(-1),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(urgent.priority().unwrap(), -1);
+    let err = d
+        .create_stream(StreamOptions {
+            priority: Some(99),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("out of range"), "{err}");
+
+    const N: usize = 1 << 20;
+    let x = DeviceVec::from_slice(&vec![1.0f32; N]);
+    let y = DeviceVec::from_slice(&vec![2.0f32; N]);
+    let typed = saxpy.typed::<(f32, u64, u64, u32)>().unwrap();
+    let config = LaunchConfig::new((N as u32).div_ceil(256), 256);
+    let timing = EventOptions {
+        enable_timing: true,
+        ..Default::default()
+    };
+    let (start, end) = (d.create_event(timing).unwrap(), d.create_event(timing).unwrap());
+    stream.record(&start).unwrap();
+    for _ in 0..100 {
+        // SAFETY: x and y hold N floats and outlive the launches (synchronised below).
+        unsafe { typed.launch(&stream, &config, (0.5, x.ptr, y.ptr, N as u32)).unwrap() };
+    }
+    stream.record(&end).unwrap();
+    end.sync().unwrap();
+    assert!(end.is_done().unwrap() && stream.is_done().unwrap());
+    let ms = end.elapsed_time_since(&start).unwrap();
+    println!("100 saxpy launches over {N} floats: {:.4} ms each", ms / 100.0);
+    assert!(ms > 0.0);
+    assert!(y.to_vec().iter().all(|v| *v == 2.0 + 100.0 * 0.5));
+    let untimed = d.create_event(EventOptions::default()).unwrap();
+    assert!(end.elapsed_time_since(&untimed).is_err());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_stream_waits_for_another() {
+    let d = device();
+    let (_, spin) = kernels();
+    let (a, b) = (
+        d.create_stream(Default::default()).unwrap(),
+        d.create_stream(Default::default()).unwrap(),
+    );
+    const N: usize = 1024;
+    let x = DeviceVec::from_slice(&[0.0; N]);
+    let config = LaunchConfig::new(4, 256);
+    // SAFETY: spin_then_set(float*, unsigned, float, long long) over N floats.
+    unsafe {
+        launch(&a, &config, &spin, (x.ptr, N as u32, 1.0f32, 50_000_000i64)).unwrap();
+        b.wait(&a).unwrap();
+        launch(&b, &config, &spin, (x.ptr, N as u32, 2.0f32, 0i64)).unwrap();
+    }
+    assert!(!a.is_done().unwrap(), "the first kernel spins");
+    b.sync().unwrap();
+    assert!(a.is_done().unwrap(), "b waited for a");
+    assert!(x.to_vec().iter().all(|v| *v == 2.0), "b's kernel ran after a's");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn host_callbacks_run_in_order_and_panics_are_caught() {
+    let d = device();
+    let stream = d.create_stream(Default::default()).unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    for i in 0..5 {
+        let order = order.clone();
+        stream.launch_host_func(move || order.lock().unwrap().push(i)).unwrap();
+    }
+    stream.launch_host_func(|| panic!("inside a host callback")).unwrap();
+    let after = Arc::new(AtomicUsize::new(0));
+    let a = after.clone();
+    stream.launch_host_func(move || a.store(1, Ordering::SeqCst)).unwrap();
+    stream.sync().unwrap();
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4]);
+    assert_eq!(after.load(Ordering::SeqCst), 1, "the stream carried on after the panic");
+    let errors = cuda_core::take_drop_errors();
+    assert!(
+        errors.iter().any(|e| e.to_string().contains("host callback panicked")),
+        "{errors:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn launches_are_checked_before_the_driver_sees_them() {
+    let d = device();
+    let (saxpy, _) = kernels();
+    let stream = d.create_stream(Default::default()).unwrap();
+    let x = DeviceVec::from_slice(&[0.0; 16]);
+    let too_big = LaunchConfig::new(1, 2048);
+    // SAFETY: never launched: the configuration is refused first.
+    let err = unsafe { launch(&stream, &too_big, &saxpy, (1.0f32, x.ptr, x.ptr, 16u32)) }.unwrap_err();
+    assert!(err.to_string().contains("2048 threads exceeds"), "{err}");
+    let bad_cluster = LaunchConfig {
+        cluster: Some(3.into()),
+        ..LaunchConfig::new(4, 32)
+    };
+    // SAFETY: as above.
+    let err = unsafe { launch(&stream, &bad_cluster, &saxpy, (1.0f32, x.ptr, x.ptr, 16u32)) }.unwrap_err();
+    assert!(err.to_string().contains("whole number of clusters"), "{err}");
+    let err = saxpy.typed::<(f32, u64, u64)>().err().unwrap();
+    assert!(err.to_string().contains("sizes [4, 8, 8, 4]"), "{err}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn clusters_cooperative_and_priority_launches() {
+    let d = device();
+    let (saxpy, _) = kernels();
+    let stream = d.create_stream(Default::default()).unwrap();
+    const N: usize = 4096;
+    let x = DeviceVec::from_slice(&vec![1.0; N]);
+    let y = DeviceVec::from_slice(&vec![0.0; N]);
+    let base = LaunchConfig::new((N as u32) / 128, 128);
+    let configs = [
+        LaunchConfig {
+            cluster: Some(2.into()),
+            ..base
+        },
+        LaunchConfig {
+            cooperative_launch: true,
+            ..base
+        },
+        LaunchConfig {
+            priority: Some(-1),
+            programmatic_stream_serialization: true,
+            ..base
+        },
+    ];
+    for config in &configs {
+        // SAFETY: x and y hold N floats; synchronised below.
+        unsafe { launch(&stream, config, &saxpy, (1.0f32, x.ptr, y.ptr, N as u32)).unwrap() };
+    }
+    stream.sync().unwrap();
+    assert!(y.to_vec().iter().all(|v| *v == 3.0));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn kernel_attributes_and_occupancy() {
+    let d = device();
+    let (saxpy, _) = kernels();
+    assert!(saxpy.max_threads_per_block(&d).unwrap() >= 256);
+    assert!(saxpy.num_regs(&d).unwrap() > 0);
+    assert_eq!(saxpy.shared_size_bytes(&d).unwrap(), 0);
+    let blocks = saxpy.max_active_blocks_per_multiprocessor(&d, 256, 0).unwrap();
+    assert!(blocks >= 1, "{blocks}");
+    let best = saxpy.max_potential_block_size(&d, 0, 0).unwrap();
+    assert!(best.max_block_size >= 128 && best.min_grid_size >= d.multiprocessor_count().unwrap());
+    println!("saxpy: {blocks} blocks of 256 per SM; best block {best:?}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn streams_and_launches_from_eight_threads() {
+    let d = device();
+    let (saxpy, _) = kernels();
+    let typed = saxpy.typed::<(f32, u64, u64, u32)>().unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let typed = typed.clone();
+            s.spawn(move || {
+                d.set_current().unwrap();
+                let stream = d.create_stream(Default::default()).unwrap();
+                const N: usize = 1 << 16;
+                let x = DeviceVec::from_slice(&vec![t as f32; N]);
+                let y = DeviceVec::from_slice(&vec![0.0; N]);
+                for _ in 0..50 {
+                    // SAFETY: x and y hold N floats; synchronised below.
+                    unsafe {
+                        typed.launch(
+                            &stream,
+                            &LaunchConfig::new(N as u32 / 256, 256),
+                            (1.0, x.ptr, y.ptr, N as u32),
+                        )
+                    }
+                    .unwrap();
+                }
+                stream.sync().unwrap();
+                assert!(y.to_vec().iter().all(|v| *v == 50.0 * t as f32), "thread {t}");
+            });
+        }
+    });
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_foreign_stream_is_used_but_not_destroyed() {
+    let d = device();
+    let (saxpy, _) = kernels();
+    let mut raw: cuda_sys::driver::CUstream = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local; the context is current.
+    unsafe { cuda_sys::driver::cuStreamCreate(&mut raw, 0) }
+        .result()
+        .unwrap();
+    {
+        // SAFETY: raw stays valid until destroyed below, after the wrapper is gone.
+        let stream = unsafe { Stream::from_handle(raw) };
+        let x = DeviceVec::from_slice(&[1.0; 256]);
+        // SAFETY: x holds 256 floats; synchronised below.
+        unsafe {
+            launch(
+                &stream,
+                &LaunchConfig::new(1, 256),
+                &saxpy,
+                (1.0f32, x.ptr, x.ptr, 256u32),
+            )
+            .unwrap()
+        };
+        stream.sync().unwrap();
+        assert!(x.to_vec().iter().all(|v| *v == 2.0));
+    }
+    // Still ours to destroy: the wrapper did not.
+    // SAFETY: raw is live and destroyed once.
+    unsafe { cuda_sys::driver::cuStreamDestroy(raw) }.result().unwrap();
+    let legacy = Stream::legacy_default();
+    legacy.sync().unwrap();
+    let _ = d;
+}
