@@ -1,13 +1,15 @@
-//! Quickstart: what this machine has, then a kernel compiled at run time, launched and timed.
+//! Quickstart, after `cuda.core`'s 10-minute tutorial: pick a device, compile a kernel at run
+//! time, launch it, verify it, time 100 launches with events, and join two streams.
 //!
-//! Run it with `cargo xtask quickstart` (it provides NVRTC from NVIDIA's wheels when no toolkit
-//! is installed). Compilation uses `cuda-core`'s `Program`; devices, memory and launches still go
-//! through the raw `cuda-sys` bindings until the safe `Device`/`Stream`/`Buffer` API lands.
+//! Run it with `cargo xtask quickstart` (it provides NVRTC from NVIDIA's wheels when no toolkit is
+//! installed). Device memory still goes through the raw `cuda-sys` calls until `Buffer` lands.
 
-use cuda_core::{system, CodeType, FileStreamProgramCache, Program, ProgramOptions, SourceType};
+use cuda_core::{
+    launch, system, CodeType, Device, EventOptions, FileStreamProgramCache, LaunchConfig, Program, ProgramOptions,
+    SourceType, StreamOptions,
+};
 use cuda_sys::driver;
 use std::error::Error;
-use std::ffi::{c_void, CStr};
 
 const SOURCE: &str = r#"
 extern "C" __global__ void saxpy(float a, const float* x, float* y, unsigned n) {
@@ -23,126 +25,140 @@ fn main() {
     }
 }
 
-fn run() -> Result<(), Box<dyn Error>> {
-    let (major, minor) = system::get_user_mode_driver_version()?;
-    println!("CUDA driver {major}.{minor}");
-    if let Ok(kernel) = system::get_kernel_mode_driver_version() {
-        println!("kernel-mode driver {kernel}");
+/// Device memory for the example (the safe `Buffer` type replaces this).
+struct DeviceFloats(driver::CUdeviceptr, usize);
+
+impl DeviceFloats {
+    fn from_host(data: &[f32]) -> Result<DeviceFloats, Box<dyn Error>> {
+        let mut ptr = 0;
+        // SAFETY: a context is current; the copy reads exactly the slice.
+        unsafe {
+            driver::cuMemAlloc(&mut ptr, data.len() * 4).result()?;
+            driver::cuMemcpyHtoD(ptr, data.as_ptr().cast(), data.len() * 4).result()?;
+        }
+        Ok(DeviceFloats(ptr, data.len()))
     }
-    println!("{} GPU(s)", system::get_num_devices()?);
 
-    // SAFETY (whole block): every pointer handed to the driver points to live memory of the size
-    // the call expects; the kernel's parameters match its signature; all work is synchronised
-    // before the memory it uses is freed.
-    unsafe {
-        driver::cuInit(0).result()?;
-        let mut dev = 0;
-        driver::cuDeviceGet(&mut dev, 0).result()?;
-        let mut name = [0u8; 128];
-        driver::cuDeviceGetName(name.as_mut_ptr().cast(), name.len() as i32, dev).result()?;
-        let (mut cc_major, mut cc_minor) = (0, 0);
-        driver::cuDeviceGetAttribute(
-            &mut cc_major,
-            driver::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-            dev,
-        )
-        .result()?;
-        driver::cuDeviceGetAttribute(
-            &mut cc_minor,
-            driver::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-            dev,
-        )
-        .result()?;
-        let name = CStr::from_bytes_until_nul(&name)?.to_string_lossy();
-        println!("device 0: {name} (compute capability {cc_major}.{cc_minor})");
-        let mut ctx = std::ptr::null_mut();
-        driver::cuDevicePrimaryCtxRetain(&mut ctx, dev).result()?;
-        driver::cuCtxSetCurrent(ctx).result()?;
+    fn to_host(&self) -> Result<Vec<f32>, Box<dyn Error>> {
+        let mut out = vec![0f32; self.1];
+        // SAFETY: the allocation holds len floats; callers synchronise first.
+        unsafe { driver::cuMemcpyDtoH(out.as_mut_ptr().cast(), self.0, self.1 * 4).result()? };
+        Ok(out)
+    }
+}
 
-        // Compile for this GPU with NVRTC (the arch defaults to the current device's), through
-        // a program cache on disk: the second run of this example compiles nothing.
-        let cache = FileStreamProgramCache::new(None, Some(256 << 20))?;
-        let mut program = Program::new(SOURCE, SourceType::Cxx, ProgramOptions::default())?;
-        let started = std::time::Instant::now();
-        let code = program.compile_cached(CodeType::Cubin, &[], &cache)?;
-        println!(
-            "compiled saxpy for {} in {:.1} ms ({} bytes of cubin; cache in {})",
-            program.options().arch.as_deref().unwrap_or("?"),
-            started.elapsed().as_secs_f64() * 1e3,
-            code.bytes()?.len(),
-            cache.path().display()
-        );
-        let kernel = code.get_kernel("saxpy")?.handle() as driver::CUfunction;
+impl Drop for DeviceFloats {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemAlloc, freed once, after the work using it was synchronised.
+        let _ = unsafe { driver::cuMemFree(self.0) };
+    }
+}
 
-        const N: usize = 1 << 24;
-        let x: Vec<f32> = (0..N).map(|i| (i % 1000) as f32).collect();
-        let y: Vec<f32> = vec![1.0; N];
-        let (mut dx, mut dy) = (0, 0);
-        driver::cuMemAlloc(&mut dx, N * 4).result()?;
-        driver::cuMemAlloc(&mut dy, N * 4).result()?;
-        driver::cuMemcpyHtoD(dx, x.as_ptr().cast(), N * 4).result()?;
-        driver::cuMemcpyHtoD(dy, y.as_ptr().cast(), N * 4).result()?;
+fn run() -> Result<(), Box<dyn Error>> {
+    // Compile first: this needs no GPU (the architecture is given when there is none).
+    let device = Device::new(0);
+    let arch = match &device {
+        Ok(d) => format!("sm_{}", d.arch()?),
+        Err(_) => "sm_90".to_string(),
+    };
+    let cache = FileStreamProgramCache::new(None, Some(256 << 20))?;
+    let mut program = Program::new(
+        SOURCE,
+        SourceType::Cxx,
+        ProgramOptions {
+            arch: Some(arch.clone()),
+            ..Default::default()
+        },
+    )?;
+    let started = std::time::Instant::now();
+    let code = program.compile_cached(CodeType::Cubin, &[], &cache)?;
+    println!(
+        "compiled saxpy for {arch} in {:.1} ms ({} bytes of cubin, cached in {})",
+        started.elapsed().as_secs_f64() * 1e3,
+        code.bytes()?.len(),
+        cache.path().display()
+    );
+    let device = device.map_err(|e| format!("no GPU to run it on: {e}"))?;
 
-        let mut stream = std::ptr::null_mut();
-        driver::cuStreamCreate(&mut stream, driver::CUstream_flags::CU_STREAM_NON_BLOCKING.0).result()?;
-        let (mut start, mut end) = (std::ptr::null_mut(), std::ptr::null_mut());
-        driver::cuEventCreate(&mut start, 0).result()?;
-        driver::cuEventCreate(&mut end, 0).result()?;
+    let (major, minor) = system::get_user_mode_driver_version()?;
+    println!("CUDA driver {major}.{minor}, {} GPU(s)", system::get_num_devices()?);
+    device.set_current()?;
+    println!(
+        "device {}: {} (compute capability {}, {} SMs)",
+        device.device_id(),
+        device.name()?,
+        device.compute_capability()?,
+        device.multiprocessor_count()?
+    );
 
-        let mut a = 2.0f32;
-        let mut n = N as u32;
-        let mut params: [*mut c_void; 4] = [
-            (&mut a as *mut f32).cast(),
-            (&mut dx as *mut u64).cast(),
-            (&mut dy as *mut u64).cast(),
-            (&mut n as *mut u32).cast(),
-        ];
-        let launches = 100;
-        driver::cuEventRecord(start, stream).result()?;
-        for _ in 0..launches {
-            driver::cuLaunchKernel(
-                kernel,
-                (N as u32).div_ceil(256),
-                1,
-                1,
-                256,
-                1,
-                1,
-                0,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-            .result()?;
+    let kernel = code.get_kernel("saxpy")?.typed::<(f32, u64, u64, u32)>()?;
+    let stream = device.create_stream(StreamOptions::default())?;
+
+    const N: usize = 1 << 24;
+    let x: Vec<f32> = (0..N).map(|i| (i % 1000) as f32).collect();
+    let dx = DeviceFloats::from_host(&x)?;
+    let dy = DeviceFloats::from_host(&vec![1.0; N])?;
+    let config = LaunchConfig::new((N as u32).div_ceil(256), 256);
+
+    // One launch, verified.
+    // SAFETY: dx and dy hold N floats and live until after the stream is synchronised.
+    unsafe { kernel.launch(&stream, &config, (2.0, dx.0, dy.0, N as u32))? };
+    stream.sync()?;
+    let y = dy.to_host()?;
+    let wrong = (0..N).filter(|&i| y[i] != 1.0 + 2.0 * x[i]).count();
+    println!(
+        "saxpy over {N} floats: {}",
+        if wrong == 0 {
+            "verified".to_string()
+        } else {
+            format!("{wrong} WRONG")
         }
-        driver::cuEventRecord(end, stream).result()?;
-        driver::cuEventSynchronize(end).result()?;
-        let mut ms = 0f32;
-        driver::cuEventElapsedTime(&mut ms, start, end).result()?;
+    );
 
-        let mut out = vec![0f32; N];
-        driver::cuMemcpyDtoH(out.as_mut_ptr().cast(), dy, N * 4).result()?;
-        let wrong = (0..N).filter(|&i| out[i] != 1.0 + launches as f32 * 2.0 * x[i]).count();
-        println!(
-            "{launches} launches of saxpy over {N} floats: {:.3} ms each, {:.0} GB/s; {}",
-            ms / launches as f32,
-            (3 * N * 4) as f64 * launches as f64 / (ms as f64 * 1e6),
-            if wrong == 0 {
-                "results verified".to_string()
-            } else {
-                format!("{wrong} WRONG results")
-            }
-        );
+    // 100 launches, timed with events.
+    let timing = EventOptions {
+        enable_timing: true,
+        ..Default::default()
+    };
+    let (start, end) = (device.create_event(timing)?, device.create_event(timing)?);
+    stream.record(&start)?;
+    for _ in 0..100 {
+        // SAFETY: as above.
+        unsafe { kernel.launch(&stream, &config, (2.0, dx.0, dy.0, N as u32))? };
+    }
+    stream.record(&end)?;
+    end.sync()?;
+    let ms = end.elapsed_time_since(&start)?;
+    println!(
+        "100 launches: {:.3} ms each, {:.0} GB/s",
+        ms / 100.0,
+        (3 * N * 4) as f64 * 100.0 / (ms as f64 * 1e6)
+    );
 
-        driver::cuEventDestroy(start).result()?;
-        driver::cuEventDestroy(end).result()?;
-        driver::cuStreamDestroy(stream).result()?;
-        driver::cuMemFree(dx).result()?;
-        driver::cuMemFree(dy).result()?;
-        driver::cuDevicePrimaryCtxRelease(dev).result()?;
-        if wrong != 0 {
-            return Err("saxpy computed wrong results".into());
+    // Two streams: the second waits for the first.
+    let other = device.create_stream(StreamOptions::default())?;
+    // SAFETY: as above.
+    unsafe { launch(&stream, &config, kernel.kernel(), (1.0f32, dx.0, dy.0, N as u32))? };
+    other.wait(&stream)?;
+    // SAFETY: as above; ordered after the launch on `stream` by the wait.
+    unsafe { kernel.launch(&other, &config, (-1.0, dx.0, dy.0, N as u32))? };
+    other.sync()?;
+    let y = dy.to_host()?;
+    // The same sequence of fused multiply-adds on the host: 1, then 101 times a = 2, then 1, then -1.
+    let expected = |i: usize| {
+        let mut v = 1.0f32;
+        for a in std::iter::repeat_n(2.0f32, 101).chain([1.0, -1.0]) {
+            v = a.mul_add(x[i], v);
         }
+        v
+    };
+    let joined = (0..N).all(|i| y[i] == expected(i));
+    println!(
+        "two streams joined with wait: {}",
+        if joined { "verified" } else { "WRONG" }
+    );
+    if wrong != 0 || !joined {
+        return Err("saxpy computed wrong results".into());
     }
     Ok(())
 }
