@@ -299,3 +299,212 @@ fn a_foreign_stream_is_used_but_not_destroyed() {
     legacy.sync().unwrap();
     let _ = d;
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn explicit_contexts_push_pop_and_flags() {
+    use cuda_core::{Context, ContextFlags};
+    let d = device();
+    let primary = d.primary_context().unwrap();
+    assert!(primary.is_primary());
+    let ctx = Context::create(&d, ContextFlags::SCHED_BLOCKING_SYNC).unwrap();
+    assert!(!ctx.is_primary());
+    assert_eq!(
+        Context::current_handle().unwrap(),
+        primary.handle(),
+        "creating leaves the thread as it was"
+    );
+    ctx.push().unwrap();
+    assert_eq!(Context::current_handle().unwrap(), ctx.handle());
+    assert!(ctx.flags().unwrap().contains(ContextFlags::SCHED_BLOCKING_SYNC));
+    let stream = ctx.create_stream(Default::default()).unwrap();
+    assert_eq!(stream.context(), Some(&ctx));
+    assert_eq!(Context::pop_current().unwrap(), ctx.handle());
+    assert_eq!(Context::current_handle().unwrap(), primary.handle());
+    // Work in the explicit context from a thread where the primary one is current.
+    let (saxpy, _) = {
+        ctx.push().unwrap();
+        let k = kernels();
+        Context::pop_current().unwrap();
+        k
+    };
+    ctx.push().unwrap();
+    let x = DeviceVec::from_slice(&[1.0; 256]);
+    Context::pop_current().unwrap();
+    // SAFETY: x holds 256 floats in ctx; the stream belongs to ctx; synchronised below.
+    unsafe {
+        launch(
+            &stream,
+            &LaunchConfig::new(1, 256),
+            &saxpy,
+            (1.0f32, x.ptr, x.ptr, 256u32),
+        )
+        .unwrap()
+    };
+    stream.sync().unwrap();
+    ctx.synchronize().unwrap();
+    assert_eq!(
+        Context::current_handle().unwrap(),
+        primary.handle(),
+        "synchronize restored the current context"
+    );
+    ctx.push().unwrap();
+    assert!(x.to_vec().iter().all(|v| *v == 2.0));
+    drop(x);
+    Context::pop_current().unwrap();
+    drop(stream);
+    drop(ctx);
+    assert!(cuda_core::take_drop_errors()
+        .iter()
+        .all(|e| !e.to_string().contains("cuCtxDestroy")));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn module_globals_and_half_precision_arguments() {
+    let d = device();
+    let source = r#"
+        #include <cuda_fp16.h>
+        __constant__ float scale;
+        __device__ int hits;
+        extern "C" __global__ void apply(float* x, __half offset) {
+            x[threadIdx.x] = x[threadIdx.x] * scale + __half2float(offset);
+            atomicAdd(&hits, 1);
+        }"#;
+    let include = cuda_pathfinder::locate_nvidia_header_directory("cudart").map(|l| l.abs_path.display().to_string());
+    let options = ProgramOptions {
+        include_path: include.into_iter().collect(),
+        ..Default::default()
+    };
+    let code = Program::new(source, SourceType::Cxx, options)
+        .unwrap()
+        .compile(CodeType::Cubin, &[])
+        .unwrap();
+    let kernel = code.get_kernel("apply").unwrap();
+    let (scale, size) = code.get_global("scale").unwrap();
+    assert_eq!(size, 4);
+    let (hits, _) = code.get_global("hits").unwrap();
+    // SAFETY: the globals are 4 bytes each; copies are synchronous.
+    unsafe {
+        cuda_sys::driver::cuMemcpyHtoD(scale, (&3.0f32 as *const f32).cast(), 4)
+            .result()
+            .unwrap();
+        cuda_sys::driver::cuMemsetD32(hits, 0, 1).result().unwrap();
+    }
+    let x = DeviceVec::from_slice(&[2.0; 64]);
+    let stream = d.create_stream(Default::default()).unwrap();
+    // SAFETY: apply(float*, __half) over 64 floats; synchronised below.
+    unsafe {
+        launch(
+            &stream,
+            &LaunchConfig::new(1, 64),
+            &kernel,
+            (x.ptr, half::f16::from_f32(0.5)),
+        )
+        .unwrap()
+    };
+    stream.sync().unwrap();
+    assert!(x.to_vec().iter().all(|v| *v == 6.5));
+    let mut count = 0i32;
+    // SAFETY: hits is 4 bytes.
+    unsafe {
+        cuda_sys::driver::cuMemcpyDtoH((&mut count as *mut i32).cast(), hits, 4)
+            .result()
+            .unwrap()
+    };
+    assert_eq!(count, 64);
+    let err = code.get_global("nope").unwrap_err();
+    assert!(err.to_string().contains("cuLibraryGetGlobal"), "{err}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn cluster_occupancy() {
+    let d = device();
+    let (saxpy, _) = kernels();
+    let config = LaunchConfig {
+        cluster: Some(2.into()),
+        ..LaunchConfig::new(64, 128)
+    };
+    let clusters = saxpy.max_active_clusters(&d, &config).unwrap();
+    println!("saxpy: {clusters} clusters of 2 x 128 threads can be active");
+    assert!(clusters >= d.multiprocessor_count().unwrap() / 2);
+}
+
+/// Run in a child by `an_ipc_event_is_waited_for_in_another_process`.
+#[test]
+#[ignore = "a helper: another test runs it in a child process"]
+fn child_waits_for_an_ipc_event() {
+    let Ok(hex) = std::env::var("CUDA_RS_IPC_EVENT") else {
+        return;
+    };
+    let d = device();
+    let desc = cuda_core::IpcEventDescriptor::from_hex(&hex).unwrap();
+    let event = cuda_core::Event::from_ipc_descriptor(&d.primary_context().unwrap(), &desc).unwrap();
+    assert!(event.is_ipc_imported());
+    let before = event.is_done().unwrap();
+    event.sync().unwrap();
+    assert!(event.is_done().unwrap());
+    let stream = d.create_stream(Default::default()).unwrap();
+    assert!(stream.record(&event).is_err(), "an imported event cannot be recorded");
+    stream.wait_event(&event).unwrap();
+    stream.sync().unwrap();
+    println!("child: done before sync = {before}, done after sync = true");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn an_ipc_event_is_waited_for_in_another_process() {
+    let d = device();
+    let (_, spin) = kernels();
+    let stream = d.create_stream(Default::default()).unwrap();
+    let event = d
+        .create_event(EventOptions {
+            ipc_enabled: true,
+            ..Default::default()
+        })
+        .unwrap();
+    let x = DeviceVec::from_slice(&[0.0; 32]);
+    // SAFETY: spin_then_set over 32 floats; synchronised below. About a second of spinning.
+    unsafe {
+        launch(
+            &stream,
+            &LaunchConfig::new(1, 32),
+            &spin,
+            (x.ptr, 32u32, 1.0f32, 2_000_000_000i64),
+        )
+        .unwrap()
+    };
+    stream.record(&event).unwrap();
+    let desc = event.ipc_descriptor().unwrap();
+    assert_eq!(cuda_core::IpcEventDescriptor::from_hex(&desc.to_hex()).unwrap(), desc);
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_waits_for_an_ipc_event",
+            "--nocapture",
+            "--test-threads=1",
+            "--include-ignored",
+        ])
+        .env("CUDA_RS_IPC_EVENT", desc.to_hex())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && text.contains("done after sync = true"),
+        "{text}"
+    );
+    assert!(
+        stream.is_done().unwrap(),
+        "the child returned only after the kernel finished"
+    );
+    let plain = d.create_event(EventOptions::default()).unwrap();
+    assert!(plain.ipc_descriptor().is_err());
+    assert!(d
+        .create_event(EventOptions {
+            ipc_enabled: true,
+            enable_timing: true,
+            ..Default::default()
+        })
+        .is_err());
+}

@@ -156,6 +156,7 @@ impl Device {
                     inner: Arc::new(ContextInner {
                         handle: ctx,
                         device: *self,
+                        owned: false,
                     }),
                 })
             })
@@ -311,6 +312,43 @@ impl fmt::Debug for Device {
 struct ContextInner {
     handle: driver::CUcontext,
     device: Device,
+    /// Made by `Context::create` (destroyed on drop) rather than a retained primary context.
+    owned: bool,
+}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: made by cuCtxCreate and destroyed once; objects made in it hold this Arc, so
+            // none outlives it.
+            if let Err(e) = unsafe { driver::cuCtxDestroy(self.handle) }.check("cuCtxDestroy") {
+                crate::error::record_drop_error(e);
+            }
+        }
+    }
+}
+
+bitflags::bitflags! {
+    /// Creation flags of an explicit [`Context`] (`CU_CTX_*`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct ContextFlags: u32 {
+        /// Spin while waiting for results (lowest latency, busiest CPU).
+        const SCHED_SPIN = 0x01;
+        /// Yield the thread while waiting.
+        const SCHED_YIELD = 0x02;
+        /// Block the thread on a synchronisation primitive while waiting.
+        const SCHED_BLOCKING_SYNC = 0x04;
+        /// Allow mapped pinned host memory (always on since CUDA 3.2; kept for completeness).
+        const MAP_HOST = 0x08;
+        /// Keep local memory at its high-water mark after kernels that resized it.
+        const LMEM_RESIZE_TO_MAX = 0x10;
+        /// Write a core dump when a kernel raises an exception.
+        const COREDUMP_ENABLE = 0x20;
+        /// Allow user-triggered core dumps.
+        const USER_COREDUMP_ENABLE = 0x40;
+        /// Make synchronous memory operations synchronise.
+        const SYNC_MEMOPS = 0x80;
+    }
 }
 
 // SAFETY: a CUcontext is a process-wide handle the driver lets any thread use.
@@ -333,6 +371,82 @@ impl Context {
     /// The context's device.
     pub fn device(&self) -> Device {
         self.inner.device
+    }
+
+    /// A new context on `device` with `flags`, separate from the primary context. The calling
+    /// thread's current context is left as it was; make the new one current with
+    /// [`set_current`](Self::set_current) or [`push`](Self::push). Destroyed when the last clone
+    /// (and every object made in it) is gone.
+    pub fn create(device: &Device, flags: ContextFlags) -> Result<Context> {
+        let mut ctx: driver::CUcontext = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; no creation parameters (affinity, CIG) are passed.
+        unsafe { driver::cuCtxCreate(&mut ctx, std::ptr::null_mut(), flags.bits(), device.handle()) }
+            .check("cuCtxCreate")?;
+        let context = Context {
+            inner: Arc::new(ContextInner {
+                handle: ctx,
+                device: *device,
+                owned: true,
+            }),
+        };
+        // cuCtxCreate pushed it: take it off again so the thread is as it was.
+        let mut popped: driver::CUcontext = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the context just pushed is on top.
+        unsafe { driver::cuCtxPopCurrent(&mut popped) }.check("cuCtxPopCurrent")?;
+        Ok(context)
+    }
+
+    /// The handle of the calling thread's current context (null when there is none).
+    pub fn current_handle() -> Result<driver::CUcontext> {
+        let mut ctx: driver::CUcontext = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        unsafe { driver::cuCtxGetCurrent(&mut ctx) }.check("cuCtxGetCurrent")?;
+        Ok(ctx)
+    }
+
+    /// Makes this context the calling thread's current one (replacing the top of its stack).
+    pub fn set_current(&self) -> Result<()> {
+        // SAFETY: the context is live while self is.
+        unsafe { driver::cuCtxSetCurrent(self.inner.handle) }.check("cuCtxSetCurrent")
+    }
+
+    /// Pushes this context on the calling thread's context stack, making it current.
+    pub fn push(&self) -> Result<()> {
+        // SAFETY: the context is live while self is.
+        unsafe { driver::cuCtxPushCurrent(self.inner.handle) }.check("cuCtxPushCurrent")
+    }
+
+    /// Pops the calling thread's current context off its stack and returns its handle.
+    pub fn pop_current() -> Result<driver::CUcontext> {
+        let mut ctx: driver::CUcontext = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        unsafe { driver::cuCtxPopCurrent(&mut ctx) }.check("cuCtxPopCurrent")?;
+        Ok(ctx)
+    }
+
+    /// The flags the context runs with.
+    pub fn flags(&self) -> Result<ContextFlags> {
+        self.with_current(|| {
+            let mut flags = 0;
+            // SAFETY: the context is current; out-pointer to a local.
+            unsafe { driver::cuCtxGetFlags(&mut flags) }.check("cuCtxGetFlags")?;
+            Ok(ContextFlags::from_bits_truncate(flags))
+        })
+    }
+
+    /// Whether this is the device's primary context.
+    pub fn is_primary(&self) -> bool {
+        !self.inner.owned
+    }
+
+    /// A new stream in this context.
+    pub fn create_stream(&self, options: StreamOptions) -> Result<Stream> {
+        Stream::new(self, options)
+    }
+
+    /// A new event in this context.
+    pub fn create_event(&self, options: EventOptions) -> Result<Event> {
+        Event::new(self, options)
     }
 
     /// Waits for all work in the context.

@@ -164,7 +164,23 @@ macro_rules! device_repr {
     )*};
 }
 
-device_repr!(i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, isize, usize, bool);
+device_repr!(
+    i8,
+    i16,
+    i32,
+    i64,
+    u8,
+    u16,
+    u32,
+    u64,
+    f32,
+    f64,
+    isize,
+    usize,
+    bool,
+    half::f16,
+    half::bf16
+);
 
 // SAFETY: raw pointers are 64-bit addresses, as the kernel's pointer parameters are.
 unsafe impl<T> DeviceRepr for *const T {}
@@ -419,6 +435,40 @@ impl Kernel {
         }
         .check("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
         Ok(blocks.max(0) as u32)
+    }
+
+    /// How many clusters of `config`'s shape can be active at once on `device`
+    /// (`cuOccupancyMaxActiveClusters`; compute capability 9.0+).
+    pub fn max_active_clusters(&self, device: &Device, config: &LaunchConfig) -> Result<u32> {
+        config.check(&device.limits()?)?;
+        let f = self.function_on(device)?;
+        // SAFETY: zeroed attributes are valid; only the first is passed.
+        let mut attr: driver::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        let cluster = config.cluster.unwrap_or_default();
+        attr.id = driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim = driver::CUlaunchAttributeValue_union__bindgen_ty_1 {
+            x: cluster.x,
+            y: cluster.y,
+            z: cluster.z,
+        };
+        let cfg = driver::CUlaunchConfig {
+            gridDimX: config.grid.x,
+            gridDimY: config.grid.y,
+            gridDimZ: config.grid.z,
+            blockDimX: config.block.x,
+            blockDimY: config.block.y,
+            blockDimZ: config.block.z,
+            sharedMemBytes: config.shmem_size,
+            hStream: std::ptr::null_mut(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let mut n = 0;
+        device.primary_context()?.with_current(|| {
+            // SAFETY: f belongs to the current context; cfg and attr live across the call.
+            unsafe { driver::cuOccupancyMaxActiveClusters(&mut n, f, &cfg) }.check("cuOccupancyMaxActiveClusters")
+        })?;
+        Ok(n.max(0) as u32)
     }
 
     /// The block size that maximises occupancy on `device`, and the grid that fills it.

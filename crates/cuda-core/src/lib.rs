@@ -28,11 +28,11 @@ mod stream;
 pub mod system;
 
 pub use cache::{CacheEntry, FileStreamProgramCache, InMemoryProgramCache, ProgramCache};
-pub use device::{device_count, ComputeCapability, Context, Device};
+pub use device::{device_count, ComputeCapability, Context, ContextFlags, Device};
 pub use error::{take_drop_errors, CudaError, Result};
 pub use launch::{launch, DeviceRepr, Dim3, KernelArgs, LaunchConfig, MaxPotentialBlockSize, TypedKernel};
 pub use linker::{Linker, LinkerBackend, LinkerOptions};
 pub use object_code::{Code, CodeType, Kernel, ObjectCode, ParamInfo};
 pub use program::{PchStatus, Program, SourceType};
 pub use program_options::ProgramOptions;
-pub use stream::{Event, EventOptions, Stream, StreamOptions};
+pub use stream::{Event, EventOptions, IpcEventDescriptor, Stream, StreamOptions};

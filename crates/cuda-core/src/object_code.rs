@@ -245,6 +245,21 @@ impl ObjectCode {
         })
     }
 
+    /// A module-scope variable (`__device__` or `__constant__`): its device address and size in
+    /// bytes, in the current context. Copy to and from it with the driver's copy functions (or
+    /// `Buffer` views); its lifetime is the code's.
+    pub fn get_global(&self, name: &str) -> Result<(driver::CUdeviceptr, usize)> {
+        let symbol = self.inner.symbol_mapping.get(name).map(String::as_str).unwrap_or(name);
+        let c_symbol = CString::new(symbol)
+            .map_err(|_| CudaError::InvalidArgument(format!("global name {name:?} contains a NUL")))?;
+        let library = self.library()?;
+        let (mut ptr, mut size) = (0, 0);
+        // SAFETY: the library is live; the name is NUL-terminated; out-pointers to locals.
+        unsafe { driver::cuLibraryGetGlobal(&mut ptr, &mut size, library, c_symbol.as_ptr()) }
+            .check("cuLibraryGetGlobal")?;
+        Ok((ptr, size))
+    }
+
     fn library(&self) -> Result<driver::CUlibrary> {
         let mut slot = self.inner.library.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(handle) = &*slot {

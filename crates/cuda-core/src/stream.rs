@@ -162,8 +162,13 @@ impl Stream {
         Ok(flags & driver::CUstream_flags::CU_STREAM_NON_BLOCKING.0 != 0)
     }
 
-    /// Records `event` on the stream.
+    /// Records `event` on the stream (not an event imported from another process).
     pub fn record(&self, event: &Event) -> Result<()> {
+        if event.is_ipc_imported() {
+            return Err(CudaError::InvalidArgument(
+                "an event opened from another process cannot be recorded".into(),
+            ));
+        }
         // SAFETY: both handles are live.
         unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")
     }
@@ -247,6 +252,47 @@ struct EventInner {
     handle: driver::CUevent,
     _context: Context,
     options: EventOptions,
+    /// Opened from another process's IPC descriptor: it can be waited for, not recorded.
+    imported: bool,
+}
+
+/// What another process needs to open an IPC event: 64 opaque bytes, serializable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct IpcEventDescriptor {
+    #[serde(with = "serde_bytes_64")]
+    pub bytes: [u8; 64],
+}
+
+mod serde_bytes_64 {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    pub fn serialize<S: Serializer>(b: &[u8; 64], s: S) -> Result<S::Ok, S::Error> {
+        b.as_slice().serialize(s)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 64], D::Error> {
+        let v = Vec::<u8>::deserialize(d)?;
+        v.try_into()
+            .map_err(|_| serde::de::Error::custom("an IPC event descriptor has 64 bytes"))
+    }
+}
+
+impl IpcEventDescriptor {
+    /// The descriptor as 128 hex digits, for an environment variable or a command line.
+    pub fn to_hex(&self) -> String {
+        self.bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Reads [`to_hex`](Self::to_hex)'s output.
+    pub fn from_hex(text: &str) -> Result<IpcEventDescriptor> {
+        let bad = || CudaError::InvalidArgument("an IPC event descriptor is 128 hex digits".into());
+        if text.len() != 128 {
+            return Err(bad());
+        }
+        let mut bytes = [0u8; 64];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(IpcEventDescriptor { bytes })
+    }
 }
 
 // SAFETY: a CUevent may be used from any thread.
@@ -297,8 +343,55 @@ impl Event {
                 handle,
                 _context: context.clone(),
                 options,
+                imported: false,
             }),
         })
+    }
+
+    /// The descriptor another process opens this event with (the event must be `ipc_enabled`).
+    pub fn ipc_descriptor(&self) -> Result<IpcEventDescriptor> {
+        if !self.inner.options.ipc_enabled {
+            return Err(CudaError::InvalidArgument(
+                "only events made with ipc_enabled can be shared".into(),
+            ));
+        }
+        let mut handle = driver::CUipcEventHandle::default();
+        // SAFETY: the event is live; out-pointer to a local.
+        unsafe { driver::cuIpcGetEventHandle(&mut handle, self.inner.handle) }.check("cuIpcGetEventHandle")?;
+        Ok(IpcEventDescriptor {
+            bytes: handle.reserved.map(|c| c as u8),
+        })
+    }
+
+    /// Opens an event another process shared, in `context`. It can be waited for and queried,
+    /// not recorded.
+    pub fn from_ipc_descriptor(context: &Context, descriptor: &IpcEventDescriptor) -> Result<Event> {
+        let handle = driver::CUipcEventHandle {
+            reserved: descriptor.bytes.map(|b| b as std::ffi::c_char),
+        };
+        let event = context.with_current(|| {
+            let mut e: driver::CUevent = std::ptr::null_mut();
+            // SAFETY: the context is current; out-pointer to a local.
+            unsafe { driver::cuIpcOpenEventHandle(&mut e, handle) }.check("cuIpcOpenEventHandle")?;
+            Ok(e)
+        })?;
+        let options = EventOptions {
+            ipc_enabled: true,
+            ..Default::default()
+        };
+        Ok(Event {
+            inner: Arc::new(EventInner {
+                handle: event,
+                _context: context.clone(),
+                options,
+                imported: true,
+            }),
+        })
+    }
+
+    /// Whether the event was opened from another process.
+    pub fn is_ipc_imported(&self) -> bool {
+        self.inner.imported
     }
 
     /// The `CUevent`.

@@ -209,6 +209,7 @@ fn nvvm_and_cudart_from_the_wheels_report_their_versions() {
 /// Run by `nvrtc_12_from_its_wheel_works_through_the_same_bindings` in a child process whose
 /// only NVRTC is the CUDA 12 wheel.
 #[test]
+#[ignore = "a helper: another test runs it in a child process"]
 fn child_nvrtc_12() {
     let Some(expected) = std::env::var_os("CUDA_RS_CHILD_EXPECT_NVRTC") else {
         return; // only meaningful in the child
@@ -255,7 +256,7 @@ fn nvrtc_12_from_its_wheel_works_through_the_same_bindings() {
     std::fs::create_dir_all(&child_site).unwrap();
     std::os::unix::fs::symlink(&nvrtc12, child_site.join("cuda_nvrtc")).unwrap();
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_nvrtc_12", "--nocapture"])
+        .args(["--exact", "child_nvrtc_12", "--nocapture", "--include-ignored"])
         .env("VIRTUAL_ENV", tmp.path())
         .env("CUDA_RS_CHILD_EXPECT_NVRTC", "12.9")
         .env_remove("CONDA_PREFIX")
