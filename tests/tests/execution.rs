@@ -53,6 +53,13 @@ fn device_identity_and_properties() {
     assert!(d.total_memory().unwrap() > d.free_memory().unwrap());
     assert!(d.multiprocessor_count().unwrap() > 0);
     assert!(d.can_access_peer(&d).unwrap());
+    let props = d.properties();
+    assert_eq!(props.max_threads_per_block().unwrap(), 1024);
+    assert_eq!(props.warp_size().unwrap(), 32);
+    assert_eq!(props.multiprocessor_count().unwrap() as u32, d.multiprocessor_count().unwrap());
+    let all = props.all();
+    assert!(all.len() > 120, "{} attributes", all.len());
+    assert!(all.iter().any(|(n, v)| *n == "compute_capability_major" && *v == cc.major as i32));
     assert_eq!(d.primary_context().unwrap(), d.set_current().unwrap());
     let err = Device::new(1000).unwrap_err();
     assert!(err.to_string().contains("device_id must be within"), "{err}");

@@ -173,8 +173,9 @@ pub fn run(args: &[String]) -> Result {
         "\n//! Raw bindings generated from `headers/{}`.\n\n",
         headers.file_name().unwrap().to_string_lossy()
     ));
+    let mut device_attributes = Vec::new();
     for lib in LIBS {
-        let text = generate(lib, &include)?;
+        let text = generate(lib, &include, &mut device_attributes)?;
         outputs.insert(out_dir.join(format!("{}.rs", lib.module)), text);
         mod_rs.push_str(&format!("pub mod {};\n", lib.module));
     }
@@ -183,6 +184,10 @@ pub fn run(args: &[String]) -> Result {
         "\n/// `CUDA_VERSION` of the headers these bindings were generated from.\npub const HEADER_CUDA_VERSION: u32 = {version};\n"
     ));
     outputs.insert(out_dir.join("mod.rs"), mod_rs);
+    outputs.insert(
+        util::root().join("crates/cuda-core/src/generated/device_properties.rs"),
+        device_properties(&device_attributes)?,
+    );
 
     if check {
         let mut stale = Vec::new();
@@ -295,7 +300,7 @@ struct Function {
     output: Option<syn::Type>,
 }
 
-fn generate(lib: &Lib, include: &Path) -> Result<String> {
+fn generate(lib: &Lib, include: &Path, device_attributes: &mut Vec<(String, String)>) -> Result<String> {
     let wrapper: String = lib.headers.iter().map(|h| format!("#include <{h}>\n")).collect();
     let mut file = run_bindgen(bindgen_builder(include, &wrapper, lib.allow_files), lib.module)?;
 
@@ -341,6 +346,9 @@ fn generate(lib: &Lib, include: &Path) -> Result<String> {
         Some(status) => status_values(&file, status)?,
         None => Vec::new(),
     };
+    if lib.module == "driver" {
+        *device_attributes = enum_constants(&file, "CUdevice_attribute_enum");
+    }
 
     let mut tokens = TokenStream::new();
     for item in &file.items {
@@ -828,6 +836,71 @@ fn last_ident(ty: &syn::Type) -> Option<String> {
         syn::Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
         _ => None,
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device properties for cuda-core: one accessor per CU_DEVICE_ATTRIBUTE_*
+
+/// The constants of a newtype enum with their doc text, in declaration order.
+fn enum_constants(file: &syn::File, enum_type: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for item in &file.items {
+        let syn::Item::Impl(imp) = item else { continue };
+        if last_ident(&imp.self_ty).as_deref() != Some(enum_type) {
+            continue;
+        }
+        for ii in &imp.items {
+            if let syn::ImplItem::Const(c) = ii {
+                out.push((c.ident.to_string(), doc_text(&c.attrs)));
+            }
+        }
+    }
+    out
+}
+
+fn device_properties(attributes: &[(String, String)]) -> Result<String> {
+    let mut methods = TokenStream::new();
+    let mut all = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (name, doc) in attributes {
+        let Some(short) = name.strip_prefix("CU_DEVICE_ATTRIBUTE_") else {
+            continue;
+        };
+        // The enum's end marker, and aliases kept for old code, are not attributes of their own.
+        if short == "MAX" || doc.to_lowercase().starts_with("deprecated") {
+            continue;
+        }
+        let method = short.to_lowercase();
+        if !seen.insert(method.clone()) {
+            continue;
+        }
+        let ident = format_ident!("{}", method);
+        let constant = format_ident!("{}", name);
+        let doc = doc.trim_start_matches('<').trim();
+        let doc = format!(" {doc} (`{name}`).");
+        methods.extend(quote! {
+            #[doc = #doc]
+            pub fn #ident(&self) -> crate::Result<i32> {
+                self.get(cuda_sys::driver::CUdevice_attribute::#constant)
+            }
+        });
+        all.push(quote!((#method, cuda_sys::driver::CUdevice_attribute::#constant)));
+    }
+    if all.len() < 100 {
+        return Err(format!(
+            "only {} device attributes found in the driver bindings",
+            all.len()
+        ));
+    }
+    let tokens = quote! {
+        impl crate::device::DeviceProperties {
+            #methods
+            /// Every attribute: its property name and the driver's constant.
+            pub const ALL: &'static [(&'static str, cuda_sys::driver::CUdevice_attribute)] = &[#(#all),*];
+        }
+    };
+    let file: syn::File = syn::parse2(tokens).map_err(|e| format!("device properties do not parse: {e}"))?;
+    Ok(format!("{HEADER_LINE}{}", prettyplease::unparse(&file)))
 }
 
 // ---------------------------------------------------------------------------------------------

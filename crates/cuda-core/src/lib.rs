@@ -19,6 +19,9 @@
 mod cache;
 mod device;
 mod error;
+#[rustfmt::skip]
+#[path = "generated/device_properties.rs"]
+mod device_properties;
 mod launch;
 mod linker;
 mod object_code;
@@ -28,7 +31,7 @@ mod stream;
 pub mod system;
 
 pub use cache::{CacheEntry, FileStreamProgramCache, InMemoryProgramCache, ProgramCache};
-pub use device::{device_count, ComputeCapability, Context, ContextFlags, Device};
+pub use device::{device_count, ComputeCapability, Context, ContextFlags, Device, DeviceProperties};
 pub use error::{take_drop_errors, CudaError, Result};
 pub use launch::{launch, DeviceRepr, Dim3, KernelArgs, LaunchConfig, MaxPotentialBlockSize, TypedKernel};
 pub use linker::{Linker, LinkerBackend, LinkerOptions};
