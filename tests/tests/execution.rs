@@ -56,10 +56,15 @@ fn device_identity_and_properties() {
     let props = d.properties();
     assert_eq!(props.max_threads_per_block().unwrap(), 1024);
     assert_eq!(props.warp_size().unwrap(), 32);
-    assert_eq!(props.multiprocessor_count().unwrap() as u32, d.multiprocessor_count().unwrap());
+    assert_eq!(
+        props.multiprocessor_count().unwrap() as u32,
+        d.multiprocessor_count().unwrap()
+    );
     let all = props.all();
     assert!(all.len() > 120, "{} attributes", all.len());
-    assert!(all.iter().any(|(n, v)| *n == "compute_capability_major" && *v == cc.major as i32));
+    assert!(all
+        .iter()
+        .any(|(n, v)| *n == "compute_capability_major" && *v == cc.major as i32));
     assert_eq!(d.primary_context().unwrap(), d.set_current().unwrap());
     let err = Device::new(1000).unwrap_err();
     assert!(err.to_string().contains("device_id must be within"), "{err}");
@@ -514,4 +519,85 @@ fn an_ipc_event_is_waited_for_in_another_process() {
             ..Default::default()
         })
         .is_err());
+}
+
+#[derive(Clone, Copy, cuda_core::DeviceRepr)]
+#[repr(C)]
+struct Params {
+    scale: f32,
+    count: u32,
+    data: u64,
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn structs_by_value_through_the_derive() {
+    let d = device();
+    let source = r#"
+        struct Params { float scale; unsigned count; float* data; };
+        extern "C" __global__ void scale(Params p) {
+            unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < p.count) p.data[i] *= p.scale;
+        }"#;
+    let code = Program::new(source, SourceType::Cxx, ProgramOptions::default())
+        .unwrap()
+        .compile(CodeType::Cubin, &[])
+        .unwrap();
+    let kernel = code.get_kernel("scale").unwrap().typed::<(Params,)>().unwrap();
+    let x = DeviceVec::from_slice(&[2.0; 300]);
+    let stream = d.create_stream(Default::default()).unwrap();
+    let params = Params {
+        scale: 1.5,
+        count: 300,
+        data: x.ptr,
+    };
+    // SAFETY: the struct matches the kernel's Params; data holds count floats; synchronised below.
+    unsafe { kernel.launch(&stream, &LaunchConfig::new(2, 256), (params,)).unwrap() };
+    stream.sync().unwrap();
+    assert!(x.to_vec().iter().all(|v| *v == 3.0));
+}
+
+/// Run in a child by `a_faulting_kernel_is_a_sticky_launch_failure` (the fault poisons the context).
+#[test]
+#[ignore = "a helper: another test runs it in a child process"]
+fn child_faulting_kernel() {
+    if std::env::var_os("CUDA_RS_FAULT_CHILD").is_none() {
+        return;
+    }
+    let d = device();
+    let source = r#"extern "C" __global__ void fault(int* p) { *p = 1; }"#;
+    let code = Program::new(source, SourceType::Cxx, ProgramOptions::default())
+        .unwrap()
+        .compile(CodeType::Cubin, &[])
+        .unwrap();
+    let kernel = code.get_kernel("fault").unwrap();
+    let stream = d.create_stream(Default::default()).unwrap();
+    // SAFETY: deliberately not: the kernel writes through a bad pointer, which is what is tested.
+    unsafe { launch(&stream, &LaunchConfig::new(1, 1), &kernel, (8u64,)).unwrap() };
+    let err = stream.sync().unwrap_err();
+    assert!(err.is_launch_failure(), "{err}");
+    println!("first: {err}");
+    let again = d.sync().unwrap_err();
+    assert!(again.is_launch_failure(), "sticky: {again}");
+    println!("sticky: {again}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_faulting_kernel_is_a_sticky_launch_failure() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_faulting_kernel", "--nocapture", "--include-ignored"])
+        .env("CUDA_RS_FAULT_CHILD", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("first: cuStreamSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sticky: cuCtxSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS"),
+        "{text}"
+    );
 }

@@ -59,6 +59,27 @@ impl CudaError {
         self.driver_status() == Some(cuda_sys::driver::CUresult::CUDA_ERROR_OUT_OF_MEMORY)
     }
 
+    /// Whether a kernel failed while running (an illegal address, a trap or assertion, a timeout):
+    /// such errors are sticky, the context is unusable afterwards and every later call in it
+    /// fails too; the process must create a new context (or exit).
+    pub fn is_launch_failure(&self) -> bool {
+        use cuda_sys::driver::CUresult as R;
+        matches!(
+            self.driver_status(),
+            Some(
+                R::CUDA_ERROR_LAUNCH_FAILED
+                    | R::CUDA_ERROR_ILLEGAL_ADDRESS
+                    | R::CUDA_ERROR_LAUNCH_TIMEOUT
+                    | R::CUDA_ERROR_ILLEGAL_INSTRUCTION
+                    | R::CUDA_ERROR_MISALIGNED_ADDRESS
+                    | R::CUDA_ERROR_INVALID_ADDRESS_SPACE
+                    | R::CUDA_ERROR_INVALID_PC
+                    | R::CUDA_ERROR_HARDWARE_STACK_ERROR
+                    | R::CUDA_ERROR_ASSERT
+            )
+        )
+    }
+
     /// Whether a compile failed (the error then carries the compiler log).
     pub fn is_compile_error(&self) -> bool {
         matches!(self, CudaError::Compile { .. })

@@ -151,6 +151,33 @@ impl LaunchConfig {
 
 /// Types a kernel can take by value: plain data whose bytes are what the kernel reads.
 ///
+/// Derive it for a `#[repr(C)]` struct of `DeviceRepr` fields without padding:
+///
+/// ```
+/// #[derive(Clone, Copy, cuda_core::DeviceRepr)]
+/// #[repr(C)]
+/// struct Params { scale: f32, count: u32, data: *mut f32 }
+/// ```
+///
+/// The derive refuses what the kernel could misread:
+///
+/// ```compile_fail
+/// #[derive(Clone, Copy, cuda_core::DeviceRepr)]
+/// struct NotReprC { a: f32, b: u64 }
+/// ```
+///
+/// ```compile_fail
+/// #[derive(Clone, Copy, cuda_core::DeviceRepr)]
+/// #[repr(C)]
+/// struct Padded { a: u8, b: u64 }
+/// ```
+///
+/// ```compile_fail
+/// #[derive(Clone, Copy, cuda_core::DeviceRepr)]
+/// #[repr(C)]
+/// struct HasAChar { a: char }
+/// ```
+///
 /// # Safety
 /// The type must have the exact size, alignment and bit layout the kernel parameter has, and no
 /// padding the kernel would read; every bit pattern the value can hold must be valid on the device.

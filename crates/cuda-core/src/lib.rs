@@ -16,6 +16,9 @@
 //! # Ok::<(), cuda_core::CudaError>(())
 //! ```
 
+// The derive names `::cuda_core`; make that path work inside this crate too.
+extern crate self as cuda_core;
+
 mod cache;
 mod device;
 mod error;
@@ -31,6 +34,7 @@ mod stream;
 pub mod system;
 
 pub use cache::{CacheEntry, FileStreamProgramCache, InMemoryProgramCache, ProgramCache};
+pub use cuda_core_derive::DeviceRepr;
 pub use device::{device_count, ComputeCapability, Context, ContextFlags, Device, DeviceProperties};
 pub use error::{take_drop_errors, CudaError, Result};
 pub use launch::{launch, DeviceRepr, Dim3, KernelArgs, LaunchConfig, MaxPotentialBlockSize, TypedKernel};
