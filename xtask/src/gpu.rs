@@ -69,6 +69,13 @@ fn build_bundle(dir: &Path) -> Result {
         std::fs::copy(exe, &dest).map_err(|e| format!("copy {}: {e}", exe.display()))?;
         total += std::fs::metadata(&dest).map(|m| m.len()).unwrap_or(0);
     }
+    // The examples: run.sh runs each, and counts it as a test.
+    let examples = dir.join("examples");
+    std::fs::create_dir_all(&examples).map_err(|e| format!("{}: {e}", examples.display()))?;
+    for example in build_examples()? {
+        let name = example.file_name().unwrap().to_owned();
+        std::fs::copy(&example, examples.join(&name)).map_err(|e| format!("copy {}: {e}", example.display()))?;
+    }
     // The pathfinder report, printed by run.sh first: what the machine has, for reading failures.
     let report = build_report()?;
     std::fs::copy(&report, dir.join("cuda-pathfinder")).map_err(|e| format!("copy {}: {e}", report.display()))?;
@@ -124,6 +131,33 @@ fn build_tests() -> Result<Vec<PathBuf>> {
         }
     }
     Ok(executables)
+}
+
+/// Builds cuda-core's examples in the bundle's profile and returns their paths.
+fn build_examples() -> Result<Vec<PathBuf>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(cargo)
+        .current_dir(util::root())
+        .args(["build", "--package", "cuda-core", "--examples", "--profile", PROFILE])
+        .arg("--message-format=json-render-diagnostics")
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !output.status.success() {
+        return Err("building the examples failed".into());
+    }
+    let mut out = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] == "compiler-artifact" && msg["target"]["kind"][0] == "example" {
+            if let Some(exe) = msg["executable"].as_str() {
+                out.push(PathBuf::from(exe));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Builds the `cuda-pathfinder` report binary in the bundle's profile.
@@ -230,6 +264,18 @@ for exe in "$here"/bin/*; do
     run_one "$name" "$exe"
   fi
 done
+
+# The examples: each must exit 0 (none takes a filter; skipped when filters are given).
+if [ "$sanitize" -eq 0 ] && [ "${#filters[@]}" -eq 0 ] && [ -d "$here/examples" ]; then
+  for example in "$here"/examples/*; do
+    name=$(basename "$example")
+    if output=$("$example" 2>&1); then
+      passed=$((passed + 1)); printf '%s\n' "== example $name: ok" "$output" | tee -a "$log"
+    else
+      failed=$((failed + 1)); printf '%s\n' "== example $name: FAILED" "$output" | tee -a "$log"
+    fi
+  done
+fi
 
 line="$passed passed, $failed failed"
 [ "$skipped" -gt 0 ] && line="$line, $skipped skipped"

@@ -1,0 +1,42 @@
+//! Template kernels picked by name expression (cuda.core's `saxpy.py` with templates).
+mod common;
+use common::{main_with, DeviceArray};
+use cuda_core::{CodeType, Device, LaunchConfig, Program, ProgramOptions, SourceType};
+
+fn main() {
+    main_with(|| {
+        let device = Device::new(0)?;
+        device.set_current()?;
+        let source = r#"template <typename T> __global__ void saxpy(T a, const T* x, T* y, size_t n) {
+            size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+            if (i < n) y[i] = a * x[i] + y[i];
+        }"#;
+        let code = Program::new(source, SourceType::Cxx, ProgramOptions::default())?
+            .compile(CodeType::Cubin, &["saxpy<float>", "saxpy<double>"])?;
+        for (expr, lowered) in code.symbol_mapping() {
+            println!("{expr} -> {lowered}");
+        }
+        let stream = device.create_stream(Default::default())?;
+        let n = 4096usize;
+        let config = LaunchConfig::new((n as u32).div_ceil(128), 128);
+        let f = code.get_kernel("saxpy<float>")?.typed::<(f32, u64, u64, usize)>()?;
+        let (x, y) = (
+            DeviceArray::from_host(&vec![1.0f32; n])?,
+            DeviceArray::from_host(&vec![1.0f32; n])?,
+        );
+        let d = code.get_kernel("saxpy<double>")?.typed::<(f64, u64, u64, usize)>()?;
+        let (xd, yd) = (
+            DeviceArray::from_host(&vec![1.0f64; n])?,
+            DeviceArray::from_host(&vec![1.0f64; n])?,
+        );
+        // SAFETY: the arrays hold n values of the kernels' types; synchronised below.
+        unsafe {
+            f.launch(&stream, &config, (2.0, x.ptr, y.ptr, n))?;
+            d.launch(&stream, &config, (3.0, xd.ptr, yd.ptr, n))?;
+        }
+        stream.sync()?;
+        assert!(y.to_host()?.iter().all(|v| *v == 3.0) && yd.to_host()?.iter().all(|v| *v == 4.0));
+        println!("saxpy<float> and saxpy<double> verified");
+        Ok(())
+    })
+}
