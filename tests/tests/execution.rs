@@ -617,3 +617,23 @@ fn a_faulting_kernel_is_a_sticky_launch_failure() {
     );
     assert_eq!(first, sticky, "the same error again: it is sticky");
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn explicit_close_reports_and_peer_access_checks() {
+    let d = device();
+    let stream = d.create_stream(Default::default()).unwrap();
+    let clone = stream.clone();
+    stream.close().unwrap(); // only a reference: the clone still works
+    clone.sync().unwrap();
+    clone.close().unwrap(); // the last one destroys it
+    let event = d.create_event(Default::default()).unwrap();
+    event.close().unwrap();
+    let (least, greatest) = d.primary_context().unwrap().stream_priority_range().unwrap();
+    assert!(greatest <= least, "({least}, {greatest})");
+    let err = d.enable_peer_access(&d).unwrap_err();
+    assert!(err.to_string().contains("its own memory"), "{err}");
+    assert!(cuda_core::take_drop_errors()
+        .iter()
+        .all(|e| !e.to_string().contains("Destroy")));
+}

@@ -287,6 +287,25 @@ impl Device {
         Ok(can != 0)
     }
 
+    /// Lets this device's primary context access `peer`'s memory (`cuCtxEnablePeerAccess`).
+    /// Enabling it twice is not an error.
+    pub fn enable_peer_access(&self, peer: &Device) -> Result<()> {
+        if peer == self {
+            return Err(CudaError::InvalidArgument(
+                "a device always accesses its own memory".into(),
+            ));
+        }
+        let peer_ctx = peer.primary_context()?;
+        self.primary_context()?.with_current(|| {
+            // SAFETY: both contexts are retained; flags must be 0.
+            let status = unsafe { driver::cuCtxEnablePeerAccess(peer_ctx.handle(), 0) };
+            if status == driver::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+                return Ok(());
+            }
+            status.check("cuCtxEnablePeerAccess")
+        })
+    }
+
     /// Waits for all work on the device's primary context.
     pub fn sync(&self) -> Result<()> {
         self.primary_context()?.synchronize()
@@ -462,6 +481,18 @@ impl Context {
             // SAFETY: the context is current; out-pointer to a local.
             unsafe { driver::cuCtxGetFlags(&mut flags) }.check("cuCtxGetFlags")?;
             Ok(ContextFlags::from_bits_truncate(flags))
+        })
+    }
+
+    /// The stream priorities the context allows, `(least, greatest)`: numerically lower is more
+    /// urgent, so `greatest <= priority <= least`.
+    pub fn stream_priority_range(&self) -> Result<(i32, i32)> {
+        self.with_current(|| {
+            let (mut least, mut greatest) = (0, 0);
+            // SAFETY: the context is current; out-pointers to locals.
+            unsafe { driver::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) }
+                .check("cuCtxGetStreamPriorityRange")?;
+            Ok((least, greatest))
         })
     }
 

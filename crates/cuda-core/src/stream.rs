@@ -59,7 +59,7 @@ pub struct Stream {
 
 impl Stream {
     pub(crate) fn new(context: &Context, options: StreamOptions) -> Result<Stream> {
-        let (least, greatest) = priority_range(context)?;
+        let (least, greatest) = context.stream_priority_range()?;
         let priority = options.priority.unwrap_or(least);
         if priority < greatest || priority > least {
             return Err(CudaError::InvalidArgument(format!(
@@ -118,6 +118,21 @@ impl Stream {
     #[inline]
     pub fn handle(&self) -> driver::CUstream {
         self.inner.handle
+    }
+
+    /// Destroys the stream now and returns what the driver said (dropping it does the same and
+    /// records an error for [`crate::take_drop_errors`]). With other clones alive, only this
+    /// reference goes; the last one destroys the stream. Work already queued still runs. A closed
+    /// stream cannot be used again: `close` takes it by value.
+    pub fn close(self) -> Result<()> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) if inner.owned => {
+                inner.owned = false; // destroyed here, not again in Drop
+                                     // SAFETY: made by cuStreamCreateWithPriority, destroyed once.
+                unsafe { driver::cuStreamDestroy(inner.handle) }.check("cuStreamDestroy")
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The context the stream was made in (`None` for a wrapped foreign stream).
@@ -215,16 +230,6 @@ impl Stream {
     }
 }
 
-fn priority_range(context: &Context) -> Result<(i32, i32)> {
-    context.with_current(|| {
-        let (mut least, mut greatest) = (0, 0);
-        // SAFETY: the context is current; out-pointers to locals.
-        unsafe { driver::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) }
-            .check("cuCtxGetStreamPriorityRange")?;
-        Ok((least, greatest))
-    })
-}
-
 impl fmt::Debug for Stream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Stream({:p})", self.inner.handle)
@@ -302,6 +307,9 @@ unsafe impl Sync for EventInner {}
 
 impl Drop for EventInner {
     fn drop(&mut self) {
+        if self.handle.is_null() {
+            return; // closed explicitly
+        }
         // SAFETY: made by cuEventCreate, destroyed once.
         if let Err(e) = unsafe { driver::cuEventDestroy(self.handle) }.check("cuEventDestroy") {
             record_drop_error(e);
@@ -398,6 +406,20 @@ impl Event {
     #[inline]
     pub fn handle(&self) -> driver::CUevent {
         self.inner.handle
+    }
+
+    /// Destroys the event now and returns what the driver said; with other clones alive, only
+    /// this reference goes.
+    pub fn close(self) -> Result<()> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                let handle = std::mem::replace(&mut inner.handle, std::ptr::null_mut());
+                // SAFETY: made by cuEventCreate (or opened from IPC) and destroyed once: the
+                // nulled handle tells Drop there is nothing left to destroy.
+                unsafe { driver::cuEventDestroy(handle) }.check("cuEventDestroy")
+            }
+            Err(_) => Ok(()),
+        }
     }
 
     /// The options it was made with.
