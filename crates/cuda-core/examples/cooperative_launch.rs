@@ -7,11 +7,7 @@ fn main() {
     main_with(|| {
         let device = Device::new(0)?;
         device.set_current()?;
-        // cooperative_groups.h comes with the runtime headers and needs CCCL's.
-        let include: Vec<String> = ["cudart", "cccl"]
-            .iter()
-            .map(|h| cuda_pathfinder::locate_nvidia_header_directory(h).map(|l| l.abs_path.display().to_string()))
-            .collect::<Result<_, _>>()?;
+        let include = common::cooperative_groups_includes()?;
         let source = r#"
             #include <cooperative_groups.h>
             namespace cg = cooperative_groups;

@@ -12,11 +12,7 @@ fn main() {
         if cc.major < 9 {
             return Err(format!("thread block clusters need compute capability 9.0; this device has {cc}").into());
         }
-        // cooperative_groups.h comes with the runtime headers and needs CCCL's.
-        let include: Vec<String> = ["cudart", "cccl"]
-            .iter()
-            .map(|h| cuda_pathfinder::locate_nvidia_header_directory(h).map(|l| l.abs_path.display().to_string()))
-            .collect::<Result<_, _>>()?;
+        let include = common::cooperative_groups_includes()?;
         let source = r#"
             #include <cooperative_groups.h>
             namespace cg = cooperative_groups;

@@ -88,6 +88,48 @@ impl LaunchConfig {
         }
     }
 
+    /// The driver's `CUlaunchConfig` for `stream`, with the launch attributes written into
+    /// `attrs` (which must outlive its use).
+    fn to_driver(
+        &self,
+        stream: driver::CUstream,
+        attrs: &mut [driver::CUlaunchAttribute; 4],
+    ) -> driver::CUlaunchConfig {
+        let mut n = 0;
+        if let Some(c) = self.cluster {
+            attrs[n].id = driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[n].value.clusterDim = driver::CUlaunchAttributeValue_union__bindgen_ty_1 { x: c.x, y: c.y, z: c.z };
+            n += 1;
+        }
+        if self.cooperative_launch {
+            attrs[n].id = driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+            attrs[n].value.cooperative = 1;
+            n += 1;
+        }
+        if let Some(p) = self.priority {
+            attrs[n].id = driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PRIORITY;
+            attrs[n].value.priority = p;
+            n += 1;
+        }
+        if self.programmatic_stream_serialization {
+            attrs[n].id = driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[n].value.programmaticStreamSerializationAllowed = 1;
+            n += 1;
+        }
+        driver::CUlaunchConfig {
+            gridDimX: self.grid.x,
+            gridDimY: self.grid.y,
+            gridDimZ: self.grid.z,
+            blockDimX: self.block.x,
+            blockDimY: self.block.y,
+            blockDimZ: self.block.z,
+            sharedMemBytes: self.shmem_size,
+            hStream: stream,
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: n as u32,
+        }
+    }
+
     /// Checks the configuration against `device`'s limits.
     pub fn validate(&self, device: &Device) -> Result<()> {
         self.check(&device.limits()?)
@@ -290,42 +332,10 @@ pub unsafe fn launch<A: KernelArgs>(
         None => Device::current()?,
     };
     config.check(&device.limits()?)?;
-    // SAFETY: an all-zero CUlaunchAttribute is a valid (ignored) value; only the first `n` are
+    // SAFETY: an all-zero CUlaunchAttribute is a valid (ignored) value; only those filled in are
     // passed to the driver.
     let mut attrs: [driver::CUlaunchAttribute; 4] = unsafe { std::mem::zeroed() };
-    let mut n = 0;
-    if let Some(c) = config.cluster {
-        attrs[n].id = driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attrs[n].value.clusterDim = driver::CUlaunchAttributeValue_union__bindgen_ty_1 { x: c.x, y: c.y, z: c.z };
-        n += 1;
-    }
-    if config.cooperative_launch {
-        attrs[n].id = driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
-        attrs[n].value.cooperative = 1;
-        n += 1;
-    }
-    if let Some(p) = config.priority {
-        attrs[n].id = driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PRIORITY;
-        attrs[n].value.priority = p;
-        n += 1;
-    }
-    if config.programmatic_stream_serialization {
-        attrs[n].id = driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attrs[n].value.programmaticStreamSerializationAllowed = 1;
-        n += 1;
-    }
-    let cfg = driver::CUlaunchConfig {
-        gridDimX: config.grid.x,
-        gridDimY: config.grid.y,
-        gridDimZ: config.grid.z,
-        blockDimX: config.block.x,
-        blockDimY: config.block.y,
-        blockDimZ: config.block.z,
-        sharedMemBytes: config.shmem_size,
-        hStream: stream.handle(),
-        attrs: attrs.as_mut_ptr(),
-        numAttrs: n as u32,
-    };
+    let cfg = config.to_driver(stream.handle(), &mut attrs);
     args.with_params(|params| {
         // SAFETY: cfg and its attributes live across the call; params point to the arguments,
         // which the caller vouches for; a CUkernel is accepted where a CUfunction is expected.
@@ -469,30 +479,17 @@ impl Kernel {
     pub fn max_active_clusters(&self, device: &Device, config: &LaunchConfig) -> Result<u32> {
         config.check(&device.limits()?)?;
         let f = self.function_on(device)?;
-        // SAFETY: zeroed attributes are valid; only the first is passed.
-        let mut attr: driver::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        let cluster = config.cluster.unwrap_or_default();
-        attr.id = driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attr.value.clusterDim = driver::CUlaunchAttributeValue_union__bindgen_ty_1 {
-            x: cluster.x,
-            y: cluster.y,
-            z: cluster.z,
-        };
-        let cfg = driver::CUlaunchConfig {
-            gridDimX: config.grid.x,
-            gridDimY: config.grid.y,
-            gridDimZ: config.grid.z,
-            blockDimX: config.block.x,
-            blockDimY: config.block.y,
-            blockDimZ: config.block.z,
-            sharedMemBytes: config.shmem_size,
-            hStream: std::ptr::null_mut(),
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
+        if config.cluster.is_none() {
+            return Err(CudaError::InvalidArgument(
+                "max_active_clusters: the LaunchConfig has no cluster shape".into(),
+            ));
+        }
+        // SAFETY: zeroed attributes are valid (ignored) values; only those filled in are passed.
+        let mut attrs: [driver::CUlaunchAttribute; 4] = unsafe { std::mem::zeroed() };
+        let cfg = config.to_driver(std::ptr::null_mut(), &mut attrs);
         let mut n = 0;
         device.primary_context()?.with_current(|| {
-            // SAFETY: f belongs to the current context; cfg and attr live across the call.
+            // SAFETY: f belongs to the current context; cfg and attrs live across the call.
             unsafe { driver::cuOccupancyMaxActiveClusters(&mut n, f, &cfg) }.check("cuOccupancyMaxActiveClusters")
         })?;
         Ok(n.max(0) as u32)

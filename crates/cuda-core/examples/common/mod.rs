@@ -54,3 +54,17 @@ pub fn main_with(f: impl FnOnce() -> Result<(), Box<dyn std::error::Error>>) {
         std::process::exit(1);
     }
 }
+
+/// Include folders for `cooperative_groups.h`: the runtime headers and CCCL's, as found by
+/// cuda-pathfinder (wheels or toolkit).
+pub fn cooperative_groups_includes() -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    ["cudart", "cccl"]
+        .iter()
+        .map(|h| {
+            Ok(cuda_pathfinder::locate_nvidia_header_directory(h)?
+                .abs_path
+                .display()
+                .to_string())
+        })
+        .collect()
+}
