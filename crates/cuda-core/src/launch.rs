@@ -90,7 +90,7 @@ impl LaunchConfig {
 
     /// The driver's `CUlaunchConfig` for `stream`, with the launch attributes written into
     /// `attrs` (which must outlive its use).
-    fn to_driver(
+    fn driver_config(
         &self,
         stream: driver::CUstream,
         attrs: &mut [driver::CUlaunchAttribute; 4],
@@ -335,7 +335,7 @@ pub unsafe fn launch<A: KernelArgs>(
     // SAFETY: an all-zero CUlaunchAttribute is a valid (ignored) value; only those filled in are
     // passed to the driver.
     let mut attrs: [driver::CUlaunchAttribute; 4] = unsafe { std::mem::zeroed() };
-    let cfg = config.to_driver(stream.handle(), &mut attrs);
+    let cfg = config.driver_config(stream.handle(), &mut attrs);
     args.with_params(|params| {
         // SAFETY: cfg and its attributes live across the call; params point to the arguments,
         // which the caller vouches for; a CUkernel is accepted where a CUfunction is expected.
@@ -486,7 +486,7 @@ impl Kernel {
         }
         // SAFETY: zeroed attributes are valid (ignored) values; only those filled in are passed.
         let mut attrs: [driver::CUlaunchAttribute; 4] = unsafe { std::mem::zeroed() };
-        let cfg = config.to_driver(std::ptr::null_mut(), &mut attrs);
+        let cfg = config.driver_config(std::ptr::null_mut(), &mut attrs);
         let mut n = 0;
         device.primary_context()?.with_current(|| {
             // SAFETY: f belongs to the current context; cfg and attrs live across the call.
