@@ -27,6 +27,7 @@ mod error;
 mod device_properties;
 mod launch;
 mod linker;
+mod memory;
 mod object_code;
 mod program;
 mod program_options;
@@ -39,6 +40,10 @@ pub use device::{device_count, ComputeCapability, Context, ContextFlags, Device,
 pub use error::{take_drop_errors, CudaError, Result};
 pub use launch::{launch, DeviceRepr, Dim3, KernelArgs, LaunchConfig, MaxPotentialBlockSize, TypedKernel};
 pub use linker::{Linker, LinkerBackend, LinkerOptions};
+pub use memory::{
+    Buffer, BufferView, DeviceMemoryResource, DeviceMemoryResourceOptions, HostAllocFlags, LegacyPinnedMemoryResource,
+    ManagedMemoryResource, MemoryResource, PinnedMemoryResource, Pod,
+};
 pub use object_code::{Code, CodeType, Kernel, ObjectCode, ParamInfo};
 pub use program::{PchStatus, Program, SourceType};
 pub use program_options::ProgramOptions;

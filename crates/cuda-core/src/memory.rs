@@ -1,0 +1,684 @@
+//! Memory resources and `Buffer`: stream-ordered allocations that free themselves.
+
+use crate::device::Device;
+use crate::error::{record_drop_error, Check};
+use crate::stream::Stream;
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::Arc;
+
+/// Something that hands out memory, ordered on streams (`cuda.core`'s `MemoryResource`).
+///
+/// Implement it to plug in an allocator of your own; [`Buffer::allocate`] turns it into buffers
+/// that free themselves through [`deallocate`](MemoryResource::deallocate).
+pub trait MemoryResource: Send + Sync + 'static {
+    /// `size` bytes, usable by work on `stream` after this call.
+    fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr>;
+    /// Frees `ptr` once the work queued on `stream` so far is done.
+    ///
+    /// # Safety
+    /// `ptr` came from [`allocate`](MemoryResource::allocate) of this resource with this `size`,
+    /// and nothing uses it after the work already queued on `stream`.
+    unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, size: usize, stream: &Stream) -> Result<()>;
+    /// Whether kernels can read and write the memory.
+    fn is_device_accessible(&self) -> bool;
+    /// Whether the host can read and write the memory directly.
+    fn is_host_accessible(&self) -> bool;
+    /// The device the memory belongs to, if one.
+    fn device(&self) -> Option<Device>;
+}
+
+fn location(kind: driver::CUmemLocationType, id: i32) -> driver::CUmemLocation {
+    let mut loc = driver::CUmemLocation {
+        type_: kind,
+        ..Default::default()
+    };
+    loc.__bindgen_anon_1.id = id;
+    loc
+}
+
+/// A memory pool, the driver's stream-ordered allocator (`cuMemAllocFromPoolAsync`).
+struct Pool {
+    handle: driver::CUmemoryPool,
+    owned: bool,
+}
+
+// SAFETY: a CUmemoryPool is a process-wide handle the driver lets any thread use.
+unsafe impl Send for Pool {}
+// SAFETY: as above.
+unsafe impl Sync for Pool {}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: made by cuMemPoolCreate, destroyed once; buffers from it hold the resource
+            // (and so this pool) until they are freed.
+            if let Err(e) = unsafe { driver::cuMemPoolDestroy(self.handle) }.check("cuMemPoolDestroy") {
+                record_drop_error(e);
+            }
+        }
+    }
+}
+
+impl Pool {
+    fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
+        let mut ptr = 0;
+        // SAFETY: the pool and stream are live; out-pointer to a local.
+        unsafe { driver::cuMemAllocFromPoolAsync(&mut ptr, size, self.handle, stream.handle()) }
+            .check("cuMemAllocFromPoolAsync")?;
+        Ok(ptr)
+    }
+
+    fn attribute(&self, attr: driver::CUmemPool_attribute) -> Result<u64> {
+        let mut v = 0u64;
+        // SAFETY: the attributes read here are all 64-bit values.
+        unsafe { driver::cuMemPoolGetAttribute(self.handle, attr, (&mut v as *mut u64).cast()) }
+            .check("cuMemPoolGetAttribute")?;
+        Ok(v)
+    }
+
+    fn set_attribute(&self, attr: driver::CUmemPool_attribute, value: u64) -> Result<()> {
+        let mut v = value;
+        // SAFETY: the attributes written here are all 64-bit values.
+        unsafe { driver::cuMemPoolSetAttribute(self.handle, attr, (&mut v as *mut u64).cast()) }
+            .check("cuMemPoolSetAttribute")
+    }
+}
+
+/// Options of a new [`DeviceMemoryResource`] pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeviceMemoryResourceOptions {
+    /// The most the pool may hold, in bytes (the driver's default when `None`).
+    pub max_size: Option<usize>,
+    /// Shareable with other processes through POSIX file descriptors.
+    pub ipc_enabled: bool,
+}
+
+/// Device memory from a pool: the device's default pool, or a new one.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// let device = cuda_core::Device::new(0)?;
+/// device.set_current()?;
+/// let stream = device.create_stream(Default::default())?;
+/// let buffer = device.allocate(1 << 20, &stream)?; // from the default pool
+/// buffer.fill_u8(0, &stream)?;
+/// # Ok(()) }
+/// ```
+pub struct DeviceMemoryResource {
+    pool: Pool,
+    device: Device,
+}
+
+impl DeviceMemoryResource {
+    /// The device's default pool (`cuDeviceGetDefaultMemPool`; not destroyed).
+    pub fn default_pool(device: &Device) -> Result<Arc<DeviceMemoryResource>> {
+        let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        unsafe { driver::cuDeviceGetDefaultMemPool(&mut handle, device.handle()) }
+            .check("cuDeviceGetDefaultMemPool")?;
+        Ok(Arc::new(DeviceMemoryResource {
+            pool: Pool { handle, owned: false },
+            device: *device,
+        }))
+    }
+
+    /// A new pool on `device`, destroyed when the resource and every buffer from it are gone.
+    pub fn new(device: &Device, options: DeviceMemoryResourceOptions) -> Result<Arc<DeviceMemoryResource>> {
+        let mut props = driver::CUmemPoolProps {
+            allocType: driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+            location: location(
+                driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                device.device_id() as i32,
+            ),
+            maxSize: options.max_size.unwrap_or(0),
+            ..Default::default()
+        };
+        if options.ipc_enabled {
+            props.handleTypes = driver::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        }
+        let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: props is fully initialised; out-pointer to a local.
+        unsafe { driver::cuMemPoolCreate(&mut handle, &props) }.check("cuMemPoolCreate")?;
+        Ok(Arc::new(DeviceMemoryResource {
+            pool: Pool { handle, owned: true },
+            device: *device,
+        }))
+    }
+
+    /// `size` bytes ordered on `stream`, freed on the same stream when the buffer goes.
+    pub fn allocate(self: &Arc<Self>, size: usize, stream: &Stream) -> Result<Buffer> {
+        Buffer::allocate(self.clone(), size, stream)
+    }
+
+    /// The `CUmemoryPool`.
+    pub fn handle(&self) -> driver::CUmemoryPool {
+        self.pool.handle
+    }
+
+    /// Whether this is a pool made here (not the device's default one).
+    pub fn is_owned(&self) -> bool {
+        self.pool.owned
+    }
+
+    /// Memory the pool keeps after a synchronisation instead of returning it to the system.
+    pub fn release_threshold(&self) -> Result<u64> {
+        self.pool
+            .attribute(driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+    }
+
+    /// Sets [`release_threshold`](Self::release_threshold).
+    pub fn set_release_threshold(&self, bytes: u64) -> Result<()> {
+        self.pool
+            .set_attribute(driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, bytes)
+    }
+
+    /// Memory the pool holds from the system now.
+    pub fn reserved_mem_current(&self) -> Result<u64> {
+        self.pool
+            .attribute(driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+    }
+
+    /// The most memory the pool has held since the last reset.
+    pub fn reserved_mem_high(&self) -> Result<u64> {
+        self.pool
+            .attribute(driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
+    }
+
+    /// Memory handed out and not yet freed.
+    pub fn used_mem_current(&self) -> Result<u64> {
+        self.pool
+            .attribute(driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
+    }
+
+    /// The most memory handed out at once since the last reset.
+    pub fn used_mem_high(&self) -> Result<u64> {
+        self.pool
+            .attribute(driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH)
+    }
+
+    /// Resets the high-water marks to the current values.
+    pub fn reset_high_water_marks(&self) -> Result<()> {
+        self.pool
+            .set_attribute(driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 0)?;
+        self.pool
+            .set_attribute(driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH, 0)
+    }
+
+    /// Lets kernels on `peer` read and write this pool's memory.
+    pub fn set_peer_access(&self, peer: &Device, enabled: bool) -> Result<()> {
+        let desc = driver::CUmemAccessDesc {
+            location: location(
+                driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                peer.device_id() as i32,
+            ),
+            flags: if enabled {
+                driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+            } else {
+                driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE
+            },
+        };
+        // SAFETY: one descriptor, passed by pointer for the call.
+        unsafe { driver::cuMemPoolSetAccess(self.pool.handle, &desc, 1) }.check("cuMemPoolSetAccess")
+    }
+}
+
+impl MemoryResource for DeviceMemoryResource {
+    fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
+        self.pool.allocate(size, stream)
+    }
+    unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
+        // SAFETY: forwarded to the caller.
+        unsafe { driver::cuMemFreeAsync(ptr, stream.handle()) }.check("cuMemFreeAsync")
+    }
+    fn is_device_accessible(&self) -> bool {
+        true
+    }
+    fn is_host_accessible(&self) -> bool {
+        false
+    }
+    fn device(&self) -> Option<Device> {
+        Some(self.device)
+    }
+}
+
+/// Page-locked host memory from a host pool: readable by the host and by kernels, and the
+/// fastest way in and out of the GPU.
+pub struct PinnedMemoryResource {
+    pool: Pool,
+}
+
+impl PinnedMemoryResource {
+    /// A host pool; `numa_node` places it on one NUMA node.
+    pub fn new(numa_node: Option<i32>) -> Result<Arc<PinnedMemoryResource>> {
+        let loc = match numa_node {
+            Some(n) => location(driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA, n),
+            None => location(driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST, 0),
+        };
+        let props = driver::CUmemPoolProps {
+            allocType: driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+            location: loc,
+            ..Default::default()
+        };
+        let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: props is fully initialised; out-pointer to a local.
+        unsafe { driver::cuMemPoolCreate(&mut handle, &props) }.check("cuMemPoolCreate")?;
+        let resource = PinnedMemoryResource {
+            pool: Pool { handle, owned: true },
+        };
+        // Kernels on every device may use it.
+        for device in Device::all()? {
+            let desc = driver::CUmemAccessDesc {
+                location: location(
+                    driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                    device.device_id() as i32,
+                ),
+                flags: driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            };
+            // SAFETY: one descriptor, passed by pointer for the call.
+            unsafe { driver::cuMemPoolSetAccess(handle, &desc, 1) }.check("cuMemPoolSetAccess")?;
+        }
+        Ok(Arc::new(resource))
+    }
+
+    /// `size` bytes ordered on `stream`.
+    pub fn allocate(self: &Arc<Self>, size: usize, stream: &Stream) -> Result<Buffer> {
+        Buffer::allocate(self.clone(), size, stream)
+    }
+}
+
+impl MemoryResource for PinnedMemoryResource {
+    fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
+        self.pool.allocate(size, stream)
+    }
+    unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
+        // SAFETY: forwarded to the caller.
+        unsafe { driver::cuMemFreeAsync(ptr, stream.handle()) }.check("cuMemFreeAsync")
+    }
+    fn is_device_accessible(&self) -> bool {
+        true
+    }
+    fn is_host_accessible(&self) -> bool {
+        true
+    }
+    fn device(&self) -> Option<Device> {
+        None
+    }
+}
+
+/// Page-locked host memory from `cuMemHostAlloc` (not stream-ordered: allocation and freeing
+/// synchronise).
+pub struct LegacyPinnedMemoryResource {
+    flags: u32,
+}
+
+bitflags::bitflags! {
+    /// `cuMemHostAlloc` flags.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct HostAllocFlags: u32 {
+        /// Pinned for every context, not only the current one.
+        const PORTABLE = 0x01;
+        /// Mapped into the device address space.
+        const DEVICEMAP = 0x02;
+        /// Write-combined: fast for the host to write and the device to read, slow for the host to read.
+        const WRITECOMBINED = 0x04;
+    }
+}
+
+impl LegacyPinnedMemoryResource {
+    pub fn new(flags: HostAllocFlags) -> Arc<LegacyPinnedMemoryResource> {
+        // Portable and mapped always: a buffer's pointer is used from any context and by kernels.
+        Arc::new(LegacyPinnedMemoryResource {
+            flags: (flags | HostAllocFlags::PORTABLE | HostAllocFlags::DEVICEMAP).bits(),
+        })
+    }
+
+    /// `size` bytes.
+    pub fn allocate(self: &Arc<Self>, size: usize, stream: &Stream) -> Result<Buffer> {
+        Buffer::allocate(self.clone(), size, stream)
+    }
+}
+
+impl MemoryResource for LegacyPinnedMemoryResource {
+    fn allocate(&self, size: usize, _stream: &Stream) -> Result<driver::CUdeviceptr> {
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the flags are valid cuMemHostAlloc flags.
+        unsafe { driver::cuMemHostAlloc(&mut p, size.max(1), self.flags) }.check("cuMemHostAlloc")?;
+        // With unified addressing the host pointer is the device pointer.
+        Ok(p as driver::CUdeviceptr)
+    }
+    unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
+        // Not stream-ordered: wait for the work that may still use it.
+        stream.sync()?;
+        // SAFETY: forwarded to the caller; the stream's work is done.
+        unsafe { driver::cuMemFreeHost(ptr as *mut c_void) }.check("cuMemFreeHost")
+    }
+    fn is_device_accessible(&self) -> bool {
+        true
+    }
+    fn is_host_accessible(&self) -> bool {
+        true
+    }
+    fn device(&self) -> Option<Device> {
+        None
+    }
+}
+
+/// Managed (unified) memory: one address for host and devices, migrated on demand.
+pub struct ManagedMemoryResource {
+    preferred_location: Option<Device>,
+}
+
+impl ManagedMemoryResource {
+    /// Managed memory, preferably resident on `preferred_location` (the host when `None`... or
+    /// wherever it is used, when not advised).
+    pub fn new(preferred_location: Option<Device>) -> Arc<ManagedMemoryResource> {
+        Arc::new(ManagedMemoryResource { preferred_location })
+    }
+
+    /// `size` bytes.
+    pub fn allocate(self: &Arc<Self>, size: usize, stream: &Stream) -> Result<Buffer> {
+        Buffer::allocate(self.clone(), size, stream)
+    }
+}
+
+impl MemoryResource for ManagedMemoryResource {
+    fn allocate(&self, size: usize, _stream: &Stream) -> Result<driver::CUdeviceptr> {
+        let mut ptr = 0;
+        // SAFETY: out-pointer to a local.
+        unsafe { driver::cuMemAllocManaged(&mut ptr, size.max(1), driver::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL.0) }
+            .check("cuMemAllocManaged")?;
+        if let Some(d) = self.preferred_location {
+            let loc = location(
+                driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                d.device_id() as i32,
+            );
+            // SAFETY: ptr is a live managed allocation of at least size bytes.
+            unsafe {
+                driver::cuMemAdvise(
+                    ptr,
+                    size.max(1),
+                    driver::CUmem_advise::CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
+                    loc,
+                )
+            }
+            .check("cuMemAdvise")?;
+        }
+        Ok(ptr)
+    }
+    unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
+        stream.sync()?;
+        // SAFETY: forwarded to the caller; the stream's work is done.
+        unsafe { driver::cuMemFree(ptr) }.check("cuMemFree")
+    }
+    fn is_device_accessible(&self) -> bool {
+        true
+    }
+    fn is_host_accessible(&self) -> bool {
+        true
+    }
+    fn device(&self) -> Option<Device> {
+        self.preferred_location
+    }
+}
+
+/// Plain-data element types buffers copy to and from host slices.
+pub use bytemuck::Pod;
+
+/// Memory from a [`MemoryResource`], freed (stream-ordered, on its deallocation stream) when
+/// dropped. It keeps its resource and its deallocation stream alive.
+pub struct Buffer {
+    ptr: driver::CUdeviceptr,
+    size: usize,
+    resource: Option<Arc<dyn MemoryResource>>,
+    stream: Stream,
+}
+
+impl Buffer {
+    /// `size` bytes from `resource`, ordered on `stream`, which also becomes the deallocation
+    /// stream.
+    pub fn allocate(resource: Arc<dyn MemoryResource>, size: usize, stream: &Stream) -> Result<Buffer> {
+        let ptr = resource.allocate(size, stream)?;
+        Ok(Buffer {
+            ptr,
+            size,
+            resource: Some(resource),
+            stream: stream.clone(),
+        })
+    }
+
+    /// Wraps memory allocated elsewhere; it is never freed here.
+    ///
+    /// # Safety
+    /// `ptr` must point to `size` bytes of memory usable by the device (or host, as it is used)
+    /// for as long as the buffer lives.
+    pub unsafe fn from_handle(ptr: driver::CUdeviceptr, size: usize, stream: &Stream) -> Buffer {
+        Buffer {
+            ptr,
+            size,
+            resource: None,
+            stream: stream.clone(),
+        }
+    }
+
+    /// The device address.
+    #[inline]
+    pub fn handle(&self) -> driver::CUdeviceptr {
+        self.ptr
+    }
+
+    /// The size in bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The resource it came from (`None` for foreign memory).
+    pub fn memory_resource(&self) -> Option<&Arc<dyn MemoryResource>> {
+        self.resource.as_ref()
+    }
+
+    pub fn is_device_accessible(&self) -> bool {
+        self.resource.as_ref().is_none_or(|r| r.is_device_accessible())
+    }
+
+    pub fn is_host_accessible(&self) -> bool {
+        self.resource.as_ref().is_some_and(|r| r.is_host_accessible())
+    }
+
+    /// The stream the buffer is freed on.
+    pub fn deallocation_stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// Frees the buffer on `stream` from now on (after the work queued there).
+    pub fn set_deallocation_stream(&mut self, stream: &Stream) {
+        self.stream = stream.clone();
+    }
+
+    /// Frees the buffer now (stream-ordered on `stream`, or its deallocation stream) and returns
+    /// what the driver said.
+    pub fn close(mut self, stream: Option<&Stream>) -> Result<()> {
+        if let Some(s) = stream {
+            self.stream = s.clone();
+        }
+        // Drop then finds nothing left to free.
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<()> {
+        match self.resource.take() {
+            // SAFETY: ptr came from this resource with this size; the buffer is going, so nothing
+            // uses it after the work already queued on its deallocation stream.
+            Some(r) => unsafe { r.deallocate(self.ptr, self.size, &self.stream) },
+            None => Ok(()),
+        }
+    }
+
+    fn check_fits(&self, bytes: usize, what: &str) -> Result<()> {
+        if bytes > self.size {
+            return Err(CudaError::InvalidArgument(format!(
+                "{what}: {bytes} bytes do not fit in a buffer of {}",
+                self.size
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copies `src` into the start of the buffer, ordered on `stream`, and waits for the copy
+    /// (so `src` may be reused at once).
+    pub fn copy_from_host<T: Pod>(&self, src: &[T], stream: &Stream) -> Result<()> {
+        let bytes = std::mem::size_of_val(src);
+        self.check_fits(bytes, "copy_from_host")?;
+        // SAFETY: src is live for the call and the copy is waited for before returning.
+        unsafe { driver::cuMemcpyHtoDAsync(self.ptr, src.as_ptr().cast(), bytes, stream.handle()) }
+            .check("cuMemcpyHtoDAsync")?;
+        stream.sync()
+    }
+
+    /// Copies the start of the buffer into `dst`, ordered on `stream`, and waits for the copy.
+    pub fn copy_to_host<T: Pod>(&self, dst: &mut [T], stream: &Stream) -> Result<()> {
+        let bytes = std::mem::size_of_val(dst);
+        self.check_fits(bytes, "copy_to_host")?;
+        // SAFETY: dst is live and exclusively borrowed for the call; the copy is waited for.
+        unsafe { driver::cuMemcpyDtoHAsync(dst.as_mut_ptr().cast(), self.ptr, bytes, stream.handle()) }
+            .check("cuMemcpyDtoHAsync")?;
+        stream.sync()
+    }
+
+    /// The buffer's contents as a vector of `T` (waits for the copy).
+    pub fn to_vec<T: Pod>(&self, stream: &Stream) -> Result<Vec<T>> {
+        let mut out = vec![T::zeroed(); self.size / std::mem::size_of::<T>().max(1)];
+        self.copy_to_host(&mut out, stream)?;
+        Ok(out)
+    }
+
+    /// Copies this whole buffer into `dst`, ordered on `stream` (device to device, or any
+    /// direction the memory kinds allow).
+    pub fn copy_to(&self, dst: &Buffer, stream: &Stream) -> Result<()> {
+        dst.check_fits(self.size, "copy_to")?;
+        // SAFETY: both buffers are live; their lifetimes end stream-ordered after this copy when
+        // freed on the same stream.
+        unsafe { driver::cuMemcpyAsync(dst.ptr, self.ptr, self.size, stream.handle()) }.check("cuMemcpyAsync")
+    }
+
+    /// Copies `src` (whole) into this buffer, ordered on `stream`.
+    pub fn copy_from(&self, src: &Buffer, stream: &Stream) -> Result<()> {
+        src.copy_to(self, stream)
+    }
+
+    /// Fills every byte with `value`, ordered on `stream`.
+    pub fn fill_u8(&self, value: u8, stream: &Stream) -> Result<()> {
+        // SAFETY: the buffer is live; size bytes.
+        unsafe { driver::cuMemsetD8Async(self.ptr, value, self.size, stream.handle()) }.check("cuMemsetD8Async")
+    }
+
+    /// Fills with a 2-byte pattern (the size must be a multiple of 2), ordered on `stream`.
+    pub fn fill_u16(&self, value: u16, stream: &Stream) -> Result<()> {
+        if self.size % 2 != 0 {
+            return Err(CudaError::InvalidArgument(format!(
+                "fill_u16: {} bytes is not a multiple of 2",
+                self.size
+            )));
+        }
+        // SAFETY: the buffer is live; size / 2 elements.
+        unsafe { driver::cuMemsetD16Async(self.ptr, value, self.size / 2, stream.handle()) }.check("cuMemsetD16Async")
+    }
+
+    /// Fills with a 4-byte pattern (the size must be a multiple of 4), ordered on `stream`.
+    pub fn fill_u32(&self, value: u32, stream: &Stream) -> Result<()> {
+        if self.size % 4 != 0 {
+            return Err(CudaError::InvalidArgument(format!(
+                "fill_u32: {} bytes is not a multiple of 4",
+                self.size
+            )));
+        }
+        // SAFETY: the buffer is live; size / 4 elements.
+        unsafe { driver::cuMemsetD32Async(self.ptr, value, self.size / 4, stream.handle()) }.check("cuMemsetD32Async")
+    }
+
+    /// A view of `len` bytes at `offset`, borrowing the buffer (it cannot be freed meanwhile).
+    pub fn view(&self, offset: usize, len: usize) -> Result<BufferView<'_>> {
+        if offset.checked_add(len).is_none_or(|end| end > self.size) {
+            return Err(CudaError::InvalidArgument(format!(
+                "view of {len} bytes at {offset} is outside a buffer of {}",
+                self.size
+            )));
+        }
+        Ok(BufferView {
+            ptr: self.ptr + offset as u64,
+            len,
+            _buffer: std::marker::PhantomData,
+        })
+    }
+}
+
+/// Part of a [`Buffer`], alive no longer than it.
+#[derive(Debug, Clone, Copy)]
+pub struct BufferView<'a> {
+    ptr: driver::CUdeviceptr,
+    len: usize,
+    _buffer: std::marker::PhantomData<&'a Buffer>,
+}
+
+impl BufferView<'_> {
+    /// The device address of the view's first byte.
+    pub fn handle(&self) -> driver::CUdeviceptr {
+        self.ptr
+    }
+
+    /// The view's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if let Err(e) = self.release() {
+            record_drop_error(e);
+        }
+    }
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Buffer({:#x}, {} bytes)", self.ptr, self.size)
+    }
+}
+
+// SAFETY: device addresses are process-wide; the resource and stream are Send + Sync.
+unsafe impl Send for Buffer {}
+// SAFETY: shared access only reads the address and size, or queues driver work.
+unsafe impl Sync for Buffer {}
+
+impl Device {
+    /// The device's default memory resource (its default pool), made once per device.
+    pub fn memory_resource(&self) -> Result<Arc<DeviceMemoryResource>> {
+        static DEFAULTS: std::sync::OnceLock<Vec<std::sync::OnceLock<Arc<DeviceMemoryResource>>>> =
+            std::sync::OnceLock::new();
+        let slots = DEFAULTS.get_or_init(|| {
+            (0..crate::device_count().unwrap_or(0))
+                .map(|_| std::sync::OnceLock::new())
+                .collect()
+        });
+        let Some(slot) = slots.get(self.device_id()) else {
+            return DeviceMemoryResource::default_pool(self);
+        };
+        if let Some(r) = slot.get() {
+            return Ok(r.clone());
+        }
+        let r = DeviceMemoryResource::default_pool(self)?;
+        Ok(slot.get_or_init(|| r).clone())
+    }
+
+    /// `size` bytes from the default pool, ordered on `stream`.
+    pub fn allocate(&self, size: usize, stream: &Stream) -> Result<Buffer> {
+        self.memory_resource()?.allocate(size, stream)
+    }
+}

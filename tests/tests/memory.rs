@@ -1,0 +1,224 @@
+//! Memory resources and buffers on the GPU, data verified byte for byte.
+
+use cuda_core::{
+    launch, Buffer, CodeType, Device, DeviceMemoryResource, DeviceMemoryResourceOptions, HostAllocFlags, Kernel,
+    LaunchConfig, LegacyPinnedMemoryResource, ManagedMemoryResource, PinnedMemoryResource, Program, ProgramOptions,
+    SourceType, Stream,
+};
+use std::sync::Arc;
+
+fn setup() -> (Device, Stream) {
+    let d = Device::new(0).expect("a GPU");
+    d.set_current().unwrap();
+    let s = d.create_stream(Default::default()).unwrap();
+    (d, s)
+}
+
+fn add_one() -> Kernel {
+    let source = r#"extern "C" __global__ void add_one(unsigned char* x, size_t n, long long spin) {
+        long long t = clock64();
+        while (clock64() - t < spin) {}
+        size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+        if (i < n) x[i] += 1;
+    }"#;
+    let code = Program::new(source, SourceType::Cxx, ProgramOptions::default())
+        .unwrap()
+        .compile(CodeType::Cubin, &[])
+        .unwrap();
+    code.get_kernel("add_one").unwrap()
+}
+
+fn bump(stream: &Stream, kernel: &Kernel, buffer: &Buffer, spin: i64) {
+    let n = buffer.size();
+    // SAFETY: add_one(unsigned char*, size_t, long long) over the buffer's bytes; the caller keeps
+    // the buffer until the stream has passed the kernel (or frees it stream-ordered after it).
+    unsafe {
+        launch(
+            stream,
+            &LaunchConfig::new((n as u32).div_ceil(256).max(1), 256),
+            kernel,
+            (buffer.handle(), n, spin),
+        )
+    }
+    .unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn default_pool_copies_fills_and_views() {
+    let (d, s) = setup();
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let a = d.allocate(data.len(), &s).unwrap();
+    assert!(a.is_device_accessible() && !a.is_host_accessible());
+    a.copy_from_host(&data, &s).unwrap();
+    assert_eq!(a.to_vec::<u8>(&s).unwrap(), data);
+    let b = d.allocate(data.len(), &s).unwrap();
+    a.copy_to(&b, &s).unwrap();
+    assert_eq!(b.to_vec::<u8>(&s).unwrap(), data, "device to device");
+    b.fill_u8(0xAB, &s).unwrap();
+    assert!(b.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 0xAB));
+    b.fill_u16(0x1234, &s).unwrap();
+    assert!(b.to_vec::<u16>(&s).unwrap().iter().all(|v| *v == 0x1234));
+    b.fill_u32(0xDEADBEEF, &s).unwrap();
+    assert!(b.to_vec::<u32>(&s).unwrap().iter().all(|v| *v == 0xDEADBEEF));
+    let odd = d.allocate(3, &s).unwrap();
+    assert!(odd.fill_u16(1, &s).is_err() && odd.fill_u32(1, &s).is_err());
+    let view = a.view(10, 20).unwrap();
+    assert_eq!((view.handle(), view.len()), (a.handle() + 10, 20));
+    assert!(a.view(99_990, 20).is_err());
+    let mut small = [0u8; 10];
+    assert!(
+        a.copy_to_host(&mut vec![0u8; 200_000], &s).is_err(),
+        "too large a destination"
+    );
+    a.copy_to_host(&mut small, &s).unwrap();
+    assert_eq!(&small[..], &data[..10]);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn an_owned_pool_tracks_usage_and_returns_to_its_start() {
+    let (d, s) = setup();
+    let pool = DeviceMemoryResource::new(
+        &d,
+        DeviceMemoryResourceOptions {
+            max_size: Some(64 << 20),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(pool.is_owned());
+    pool.set_release_threshold(8 << 20).unwrap();
+    assert_eq!(pool.release_threshold().unwrap(), 8 << 20);
+    let start = pool.used_mem_current().unwrap();
+    let buffers: Vec<Buffer> = (0..4).map(|_| pool.allocate(1 << 20, &s).unwrap()).collect();
+    s.sync().unwrap();
+    assert_eq!(pool.used_mem_current().unwrap(), start + (4 << 20));
+    assert!(pool.used_mem_high().unwrap() >= 4 << 20);
+    assert!(pool.reserved_mem_current().unwrap() >= 4 << 20);
+    drop(buffers);
+    s.sync().unwrap();
+    assert_eq!(pool.used_mem_current().unwrap(), start, "every buffer freed");
+    // The pool's size bound: more than it may hold is an out-of-memory error.
+    let err = pool.allocate(128 << 20, &s).unwrap_err();
+    assert!(err.is_out_of_memory(), "{err}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn an_allocation_larger_than_the_device_fails_and_the_process_carries_on() {
+    let (d, s) = setup();
+    let err = d.allocate(1 << 50, &s).unwrap_err();
+    assert!(err.is_out_of_memory(), "{err}");
+    let ok = d.allocate(1024, &s).unwrap();
+    ok.fill_u8(1, &s).unwrap();
+    assert!(ok.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 1));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_buffer_dropped_while_in_use_is_freed_after_the_work() {
+    let (d, s) = setup();
+    let kernel = add_one();
+    let pool = DeviceMemoryResource::new(&d, Default::default()).unwrap();
+    let start = pool.used_mem_current().unwrap();
+    let keep = pool.allocate(4096, &s).unwrap();
+    keep.fill_u8(0, &s).unwrap();
+    {
+        let temp = pool.allocate(1 << 20, &s).unwrap();
+        temp.fill_u8(0, &s).unwrap();
+        bump(&s, &kernel, &temp, 100_000_000); // still running when temp is dropped
+    }
+    bump(&s, &kernel, &keep, 0);
+    s.sync().unwrap();
+    assert!(keep.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 1));
+    drop(keep);
+    s.sync().unwrap();
+    assert_eq!(pool.used_mem_current().unwrap(), start);
+    assert!(cuda_core::take_drop_errors()
+        .iter()
+        .all(|e| !e.to_string().contains("cuMemFreeAsync")));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_buffer_outlives_the_owner_of_its_resource() {
+    let (d, s) = setup();
+    let pool = DeviceMemoryResource::new(&d, Default::default()).unwrap();
+    let buffer = pool.allocate(4096, &s).unwrap();
+    drop(pool); // the buffer keeps the pool
+    buffer.fill_u32(7, &s).unwrap();
+    assert!(buffer.to_vec::<u32>(&s).unwrap().iter().all(|v| *v == 7));
+    drop(buffer); // frees, then destroys the pool
+    s.sync().unwrap();
+    assert!(cuda_core::take_drop_errors()
+        .iter()
+        .all(|e| !e.to_string().contains("cuMemPool")));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn allocate_and_free_from_eight_threads() {
+    let (d, _) = setup();
+    let pool = DeviceMemoryResource::new(&d, Default::default()).unwrap();
+    let start = pool.used_mem_current().unwrap();
+    std::thread::scope(|scope| {
+        for t in 0..8u8 {
+            let pool: Arc<DeviceMemoryResource> = pool.clone();
+            scope.spawn(move || {
+                d.set_current().unwrap();
+                let s = d.create_stream(Default::default()).unwrap();
+                for i in 0..100usize {
+                    let b = pool.allocate(4096 + i * 64, &s).unwrap();
+                    b.fill_u8(t, &s).unwrap();
+                    if i % 25 == 0 {
+                        assert!(b.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == t));
+                    }
+                }
+                s.sync().unwrap();
+            });
+        }
+    });
+    assert_eq!(pool.used_mem_current().unwrap(), start, "no leaks");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn pinned_legacy_pinned_and_managed_memory() {
+    let (d, s) = setup();
+    let kernel = add_one();
+    let pinned = PinnedMemoryResource::new(None).unwrap().allocate(1 << 16, &s).unwrap();
+    let legacy = LegacyPinnedMemoryResource::new(HostAllocFlags::WRITECOMBINED)
+        .allocate(1 << 16, &s)
+        .unwrap();
+    let managed = ManagedMemoryResource::new(Some(d)).allocate(1 << 16, &s).unwrap();
+    for (name, b) in [("pinned", &pinned), ("legacy pinned", &legacy), ("managed", &managed)] {
+        assert!(b.is_host_accessible() && b.is_device_accessible(), "{name}");
+        b.fill_u8(41, &s).unwrap();
+        bump(&s, &kernel, b, 0);
+        s.sync().unwrap();
+        assert!(b.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 42), "{name}");
+        // Host-accessible: the host reads the bytes directly.
+        // SAFETY: the stream is idle, so nothing writes the memory while it is read.
+        let direct = unsafe { std::slice::from_raw_parts(b.handle() as *const u8, b.size()) };
+        assert!(direct.iter().all(|v| *v == 42), "{name}");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn foreign_memory_is_used_but_not_freed() {
+    let (_, s) = setup();
+    let mut raw = 0u64;
+    // SAFETY: out-pointer to a local; a context is current.
+    unsafe { cuda_sys::driver::cuMemAlloc(&mut raw, 256) }.result().unwrap();
+    {
+        // SAFETY: raw holds 256 bytes until freed below, after the wrapper is gone.
+        let b = unsafe { Buffer::from_handle(raw, 256, &s) };
+        assert!(b.memory_resource().is_none());
+        b.fill_u8(9, &s).unwrap();
+        assert!(b.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 9));
+    }
+    // SAFETY: still ours, freed once.
+    unsafe { cuda_sys::driver::cuMemFree(raw) }.result().unwrap();
+}
