@@ -531,9 +531,17 @@ impl Buffer {
     pub fn copy_from_host<T: Pod>(&self, src: &[T], stream: &Stream) -> Result<()> {
         let bytes = std::mem::size_of_val(src);
         self.check_fits(bytes, "copy_from_host")?;
-        // SAFETY: src is live for the call and the copy is waited for before returning.
-        unsafe { driver::cuMemcpyHtoDAsync(self.ptr, src.as_ptr().cast(), bytes, stream.handle()) }
-            .check("cuMemcpyHtoDAsync")?;
+        // SAFETY: src is live for the call and the copy is waited for before returning. Host
+        // memory is copied with the direction inferred from the addresses (unified addressing).
+        unsafe {
+            if self.is_host_accessible() {
+                driver::cuMemcpyAsync(self.ptr, src.as_ptr() as driver::CUdeviceptr, bytes, stream.handle())
+                    .check("cuMemcpyAsync")?;
+            } else {
+                driver::cuMemcpyHtoDAsync(self.ptr, src.as_ptr().cast(), bytes, stream.handle())
+                    .check("cuMemcpyHtoDAsync")?;
+            }
+        }
         stream.sync()
     }
 
@@ -542,8 +550,20 @@ impl Buffer {
         let bytes = std::mem::size_of_val(dst);
         self.check_fits(bytes, "copy_to_host")?;
         // SAFETY: dst is live and exclusively borrowed for the call; the copy is waited for.
-        unsafe { driver::cuMemcpyDtoHAsync(dst.as_mut_ptr().cast(), self.ptr, bytes, stream.handle()) }
-            .check("cuMemcpyDtoHAsync")?;
+        unsafe {
+            if self.is_host_accessible() {
+                driver::cuMemcpyAsync(
+                    dst.as_mut_ptr() as driver::CUdeviceptr,
+                    self.ptr,
+                    bytes,
+                    stream.handle(),
+                )
+                .check("cuMemcpyAsync")?;
+            } else {
+                driver::cuMemcpyDtoHAsync(dst.as_mut_ptr().cast(), self.ptr, bytes, stream.handle())
+                    .check("cuMemcpyDtoHAsync")?;
+            }
+        }
         stream.sync()
     }
 
