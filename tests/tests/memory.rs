@@ -222,3 +222,33 @@ fn foreign_memory_is_used_but_not_freed() {
     // SAFETY: still ours, freed once.
     unsafe { cuda_sys::driver::cuMemFree(raw) }.result().unwrap();
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn managed_memory_advice_prefetch_and_discard() {
+    use cuda_core::MemoryLocation;
+    let (d, s) = setup();
+    let kernel = add_one();
+    let managed = ManagedMemoryResource::new(None).allocate(1 << 20, &s).unwrap();
+    managed.advise_read_mostly(true).unwrap();
+    managed.advise_read_mostly(false).unwrap();
+    managed
+        .advise_preferred_location(Some(MemoryLocation::Device(d)))
+        .unwrap();
+    managed.advise_accessed_by(&d, true).unwrap();
+    managed.fill_u8(1, &s).unwrap();
+    managed.prefetch(MemoryLocation::Device(d), &s).unwrap();
+    bump(&s, &kernel, &managed, 0);
+    managed.prefetch(MemoryLocation::Host, &s).unwrap();
+    s.sync().unwrap();
+    // SAFETY: the stream is idle: nothing writes the memory while it is read.
+    let host = unsafe { managed.as_host_slice::<u8>() }.unwrap();
+    assert!(host.iter().all(|v| *v == 2));
+    managed.advise_preferred_location(None).unwrap();
+    managed.discard(&s).unwrap();
+    s.sync().unwrap();
+    let device_only = d.allocate(64, &s).unwrap();
+    assert!(device_only.prefetch(MemoryLocation::Host, &s).is_err());
+    // SAFETY: refused before any access.
+    assert!(unsafe { device_only.as_host_slice::<u8>() }.is_err());
+}

@@ -42,7 +42,7 @@ pub use launch::{launch, DeviceRepr, Dim3, KernelArgs, LaunchConfig, MaxPotentia
 pub use linker::{Linker, LinkerBackend, LinkerOptions};
 pub use memory::{
     Buffer, BufferView, DeviceMemoryResource, DeviceMemoryResourceOptions, HostAllocFlags, LegacyPinnedMemoryResource,
-    ManagedMemoryResource, MemoryResource, PinnedMemoryResource, Pod,
+    ManagedMemoryResource, MemoryLocation, MemoryResource, PinnedMemoryResource, Pod,
 };
 pub use object_code::{Code, CodeType, Kernel, ObjectCode, ParamInfo};
 pub use program::{PchStatus, Program, SourceType};

@@ -634,6 +634,124 @@ impl Buffer {
     }
 }
 
+/// Where managed memory should live or be moved to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryLocation {
+    /// The host.
+    Host,
+    /// A device.
+    Device(Device),
+}
+
+impl MemoryLocation {
+    fn to_driver(self) -> driver::CUmemLocation {
+        match self {
+            MemoryLocation::Host => location(driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST, 0),
+            MemoryLocation::Device(d) => location(
+                driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                d.device_id() as i32,
+            ),
+        }
+    }
+}
+
+/// Operations on managed memory (from a [`ManagedMemoryResource`]).
+impl Buffer {
+    fn managed(&self, what: &str) -> Result<()> {
+        let managed = self
+            .resource
+            .as_ref()
+            .is_some_and(|r| r.is_host_accessible() && r.is_device_accessible());
+        if !managed {
+            return Err(CudaError::InvalidArgument(format!(
+                "{what} applies to managed (or host-accessible) memory"
+            )));
+        }
+        Ok(())
+    }
+
+    fn advise(&self, advice: driver::CUmem_advise, location: MemoryLocation, what: &str) -> Result<()> {
+        self.managed(what)?;
+        // SAFETY: the buffer is a live allocation of size bytes.
+        unsafe { driver::cuMemAdvise(self.ptr, self.size, advice, location.to_driver()) }.check("cuMemAdvise")
+    }
+
+    /// Advises that the memory is mostly read (copies may then live on several devices).
+    pub fn advise_read_mostly(&self, on: bool) -> Result<()> {
+        let advice = if on {
+            driver::CUmem_advise::CU_MEM_ADVISE_SET_READ_MOSTLY
+        } else {
+            driver::CUmem_advise::CU_MEM_ADVISE_UNSET_READ_MOSTLY
+        };
+        self.advise(advice, MemoryLocation::Host, "advise_read_mostly")
+    }
+
+    /// Advises where the memory should preferably live.
+    pub fn advise_preferred_location(&self, location: Option<MemoryLocation>) -> Result<()> {
+        match location {
+            Some(l) => self.advise(
+                driver::CUmem_advise::CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
+                l,
+                "advise_preferred_location",
+            ),
+            None => self.advise(
+                driver::CUmem_advise::CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION,
+                MemoryLocation::Host,
+                "advise_preferred_location",
+            ),
+        }
+    }
+
+    /// Advises that `device` will access the memory (kept mapped for it).
+    pub fn advise_accessed_by(&self, device: &Device, on: bool) -> Result<()> {
+        let advice = if on {
+            driver::CUmem_advise::CU_MEM_ADVISE_SET_ACCESSED_BY
+        } else {
+            driver::CUmem_advise::CU_MEM_ADVISE_UNSET_ACCESSED_BY
+        };
+        self.advise(advice, MemoryLocation::Device(*device), "advise_accessed_by")
+    }
+
+    /// Moves the memory to `location`, ordered on `stream`.
+    pub fn prefetch(&self, location: MemoryLocation, stream: &Stream) -> Result<()> {
+        self.managed("prefetch")?;
+        // SAFETY: the buffer is a live allocation of size bytes; the stream is live.
+        unsafe { driver::cuMemPrefetchAsync(self.ptr, self.size, location.to_driver(), 0, stream.handle()) }
+            .check("cuMemPrefetchAsync")
+    }
+
+    /// Tells the driver the contents are no longer needed (it may drop them instead of migrating
+    /// them), ordered on `stream`; the next reads see unspecified values (CUDA 13 drivers).
+    pub fn discard(&self, stream: &Stream) -> Result<()> {
+        self.managed("discard")?;
+        let (mut ptr, mut size) = (self.ptr, self.size);
+        // SAFETY: one range, passed by pointer for the call; the buffer is live.
+        unsafe { driver::cuMemDiscardBatchAsync(&mut ptr, &mut size, 1, 0, stream.handle()) }
+            .check("cuMemDiscardBatchAsync")
+    }
+
+    /// The buffer's bytes as a host slice of `T`.
+    ///
+    /// # Safety
+    /// Nothing may write the memory while the slice is used (no kernel or copy in flight on any
+    /// stream), and the bytes must be valid `T`s (any bit pattern is, for `Pod` types).
+    pub unsafe fn as_host_slice<T: Pod>(&self) -> Result<&[T]> {
+        if !self.is_host_accessible() {
+            return Err(CudaError::InvalidArgument(
+                "as_host_slice: the buffer is not host-accessible".into(),
+            ));
+        }
+        if self.ptr as usize % std::mem::align_of::<T>() != 0 {
+            return Err(CudaError::InvalidArgument(
+                "as_host_slice: the buffer is not aligned for T".into(),
+            ));
+        }
+        // SAFETY: host-accessible memory of size bytes, aligned for T, not written meanwhile (the
+        // caller's promise).
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr as *const T, self.size / std::mem::size_of::<T>().max(1)) })
+    }
+}
+
 /// Part of a [`Buffer`], alive no longer than it.
 #[derive(Debug, Clone, Copy)]
 pub struct BufferView<'a> {
