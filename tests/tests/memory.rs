@@ -252,3 +252,100 @@ fn managed_memory_advice_prefetch_and_discard() {
     // SAFETY: refused before any access.
     assert!(unsafe { device_only.as_host_slice::<u8>() }.is_err());
 }
+
+/// Run in a child by `a_pool_and_its_buffer_are_shared_with_another_process`.
+#[test]
+#[ignore = "a helper: another test runs it in a child process"]
+fn child_opens_a_shared_buffer() {
+    let Ok(path) = std::env::var("CUDA_RS_IPC_SOCKET") else {
+        return;
+    };
+    let (d, s) = setup();
+    let socket = std::os::unix::net::UnixStream::connect(path).unwrap();
+    let (fd, payload) = cuda_core::ipc::recv_fd(&socket).unwrap();
+    let desc = cuda_core::IpcBufferDescriptor::from_bytes(&payload).unwrap();
+    let pool = DeviceMemoryResource::from_fd(&d, fd).unwrap();
+    assert!(pool.is_imported());
+    assert!(pool.allocate(64, &s).is_err(), "an imported pool cannot allocate");
+    let buffer = Buffer::from_ipc_descriptor(&pool, &desc, &s).unwrap();
+    assert_eq!(buffer.size(), desc.size);
+    assert!(
+        buffer.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 0x11),
+        "the parent's bytes"
+    );
+    buffer.fill_u8(0x5A, &s).unwrap();
+    s.sync().unwrap();
+    drop(buffer);
+    s.sync().unwrap();
+    use std::io::Write;
+    (&socket).write_all(b"done").unwrap();
+    println!("child: read the parent's buffer and wrote it");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_pool_and_its_buffer_are_shared_with_another_process() {
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    let (d, s) = setup();
+    let pool = DeviceMemoryResource::new(
+        &d,
+        DeviceMemoryResourceOptions {
+            ipc_enabled: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let buffer = pool.allocate(1 << 16, &s).unwrap();
+    buffer.fill_u8(0x11, &s).unwrap();
+    s.sync().unwrap();
+    let desc = buffer.ipc_descriptor().unwrap();
+    assert_eq!(
+        cuda_core::IpcBufferDescriptor::from_bytes(&desc.to_bytes()).unwrap(),
+        desc
+    );
+    let fd = pool.export_fd().unwrap();
+    let dir = tempfile_dir();
+    let path = dir.join("ipc.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_opens_a_shared_buffer",
+            "--nocapture",
+            "--include-ignored",
+        ])
+        .env("CUDA_RS_IPC_SOCKET", &path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (socket, _) = listener.accept().unwrap();
+    cuda_core::ipc::send_fd(&socket, fd.as_fd(), &desc.to_bytes()).unwrap();
+    let mut done = [0u8; 4];
+    let read = (&socket).read_exact(&mut done);
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        read.is_ok() && out.status.success() && text.contains("child: read the parent's buffer"),
+        "{text}"
+    );
+    assert!(
+        buffer.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 0x5A),
+        "the child's write is seen here"
+    );
+    // Not shareable: buffers of other pools, and the default pool.
+    assert!(d.allocate(64, &s).unwrap().ipc_descriptor().is_err());
+    assert!(d.memory_resource().unwrap().export_fd().is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "cuda-rs-ipc-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

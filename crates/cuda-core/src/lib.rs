@@ -22,6 +22,7 @@ extern crate self as cuda_core;
 mod cache;
 mod device;
 mod error;
+pub mod ipc;
 #[rustfmt::skip]
 #[path = "generated/device_properties.rs"]
 mod device_properties;
@@ -41,8 +42,8 @@ pub use error::{take_drop_errors, CudaError, Result};
 pub use launch::{launch, DeviceRepr, Dim3, KernelArgs, LaunchConfig, MaxPotentialBlockSize, TypedKernel};
 pub use linker::{Linker, LinkerBackend, LinkerOptions};
 pub use memory::{
-    Buffer, BufferView, DeviceMemoryResource, DeviceMemoryResourceOptions, HostAllocFlags, LegacyPinnedMemoryResource,
-    ManagedMemoryResource, MemoryLocation, MemoryResource, PinnedMemoryResource, Pod,
+    Buffer, BufferView, DeviceMemoryResource, DeviceMemoryResourceOptions, HostAllocFlags, IpcBufferDescriptor,
+    LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryLocation, MemoryResource, PinnedMemoryResource, Pod,
 };
 pub use object_code::{Code, CodeType, Kernel, ObjectCode, ParamInfo};
 pub use program::{PchStatus, Program, SourceType};

@@ -28,6 +28,10 @@ pub trait MemoryResource: Send + Sync + 'static {
     fn is_host_accessible(&self) -> bool;
     /// The device the memory belongs to, if one.
     fn device(&self) -> Option<Device>;
+    /// The pool, when the memory comes from one shareable with other processes.
+    fn ipc_pool(&self) -> Option<driver::CUmemoryPool> {
+        None
+    }
 }
 
 fn location(kind: driver::CUmemLocationType, id: i32) -> driver::CUmemLocation {
@@ -110,6 +114,8 @@ pub struct DeviceMemoryResourceOptions {
 pub struct DeviceMemoryResource {
     pool: Pool,
     device: Device,
+    ipc: bool,
+    imported: bool,
 }
 
 impl DeviceMemoryResource {
@@ -122,6 +128,8 @@ impl DeviceMemoryResource {
         Ok(Arc::new(DeviceMemoryResource {
             pool: Pool { handle, owned: false },
             device: *device,
+            ipc: false,
+            imported: false,
         }))
     }
 
@@ -145,7 +153,62 @@ impl DeviceMemoryResource {
         Ok(Arc::new(DeviceMemoryResource {
             pool: Pool { handle, owned: true },
             device: *device,
+            ipc: options.ipc_enabled,
+            imported: false,
         }))
+    }
+
+    /// A file descriptor another process can open this pool with (the pool must be made with
+    /// `ipc_enabled`). Send it with [`crate::ipc::send_fd`].
+    pub fn export_fd(&self) -> Result<std::os::fd::OwnedFd> {
+        if !self.ipc || self.imported {
+            return Err(CudaError::InvalidArgument(
+                "only pools made with ipc_enabled can be exported".into(),
+            ));
+        }
+        let mut fd: std::ffi::c_int = -1;
+        // SAFETY: for POSIX file descriptors the driver writes an int through the pointer.
+        unsafe {
+            driver::cuMemPoolExportToShareableHandle(
+                (&mut fd as *mut std::ffi::c_int).cast(),
+                self.pool.handle,
+                driver::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0,
+            )
+        }
+        .check("cuMemPoolExportToShareableHandle")?;
+        // SAFETY: the driver made a new descriptor for the caller to own.
+        Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+    }
+
+    /// Opens a pool another process exported, on `device`. Buffers of that process come in
+    /// through [`Buffer::from_ipc_descriptor`]; an imported pool cannot allocate.
+    pub fn from_fd(device: &Device, fd: std::os::fd::OwnedFd) -> Result<Arc<DeviceMemoryResource>> {
+        use std::os::fd::AsRawFd;
+        let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
+        device.primary_context()?.with_current(|| {
+            // SAFETY: for POSIX file descriptors the handle is the descriptor's value itself.
+            unsafe {
+                driver::cuMemPoolImportFromShareableHandle(
+                    &mut handle,
+                    fd.as_raw_fd() as isize as *mut c_void,
+                    driver::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                    0,
+                )
+            }
+            .check("cuMemPoolImportFromShareableHandle")
+        })?;
+        Ok(Arc::new(DeviceMemoryResource {
+            pool: Pool { handle, owned: true },
+            device: *device,
+            ipc: true,
+            imported: true,
+        }))
+    }
+
+    /// Whether the pool was opened from another process.
+    pub fn is_imported(&self) -> bool {
+        self.imported
     }
 
     /// `size` bytes ordered on `stream`, freed on the same stream when the buffer goes.
@@ -227,7 +290,15 @@ impl DeviceMemoryResource {
 
 impl MemoryResource for DeviceMemoryResource {
     fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
+        if self.imported {
+            return Err(CudaError::InvalidArgument(
+                "a pool opened from another process cannot allocate".into(),
+            ));
+        }
         self.pool.allocate(size, stream)
+    }
+    fn ipc_pool(&self) -> Option<driver::CUmemoryPool> {
+        self.ipc.then_some(self.pool.handle)
     }
     unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
         // SAFETY: forwarded to the caller.
@@ -749,6 +820,81 @@ impl Buffer {
         // SAFETY: host-accessible memory of size bytes, aligned for T, not written meanwhile (the
         // caller's promise).
         Ok(unsafe { std::slice::from_raw_parts(self.ptr as *const T, self.size / std::mem::size_of::<T>().max(1)) })
+    }
+}
+
+/// What another process needs to open a buffer of a shared pool: 64 opaque bytes and the size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IpcBufferDescriptor {
+    pub data: [u8; 64],
+    pub size: usize,
+}
+
+impl IpcBufferDescriptor {
+    /// 72 bytes: the data, then the size (little-endian).
+    pub fn to_bytes(&self) -> [u8; 72] {
+        let mut out = [0u8; 72];
+        out[..64].copy_from_slice(&self.data);
+        out[64..].copy_from_slice(&(self.size as u64).to_le_bytes());
+        out
+    }
+
+    /// Reads [`to_bytes`](Self::to_bytes)'s output.
+    pub fn from_bytes(bytes: &[u8]) -> Result<IpcBufferDescriptor> {
+        if bytes.len() != 72 {
+            return Err(CudaError::InvalidArgument(
+                "an IPC buffer descriptor has 72 bytes".into(),
+            ));
+        }
+        let mut data = [0u8; 64];
+        data.copy_from_slice(&bytes[..64]);
+        let size = u64::from_le_bytes(bytes[64..].try_into().unwrap_or_default()) as usize;
+        Ok(IpcBufferDescriptor { data, size })
+    }
+}
+
+impl Buffer {
+    /// The descriptor another process opens this buffer with, through the pool it imported.
+    pub fn ipc_descriptor(&self) -> Result<IpcBufferDescriptor> {
+        if self.resource.as_ref().and_then(|r| r.ipc_pool()).is_none() {
+            return Err(CudaError::InvalidArgument(
+                "only buffers of an ipc_enabled pool can be shared".into(),
+            ));
+        }
+        let mut data = driver::CUmemPoolPtrExportData::default();
+        // SAFETY: the buffer is a live allocation of an IPC pool; out-pointer to a local.
+        unsafe { driver::cuMemPoolExportPointer(&mut data, self.ptr) }.check("cuMemPoolExportPointer")?;
+        Ok(IpcBufferDescriptor {
+            data: data.reserved,
+            size: self.size,
+        })
+    }
+
+    /// Opens a buffer another process shared, from the pool imported from it. Freeing it (on
+    /// drop) releases this process's mapping; the exporting process owns the memory.
+    pub fn from_ipc_descriptor(
+        pool: &Arc<DeviceMemoryResource>,
+        descriptor: &IpcBufferDescriptor,
+        stream: &Stream,
+    ) -> Result<Buffer> {
+        if !pool.imported {
+            return Err(CudaError::InvalidArgument(
+                "open shared buffers through the pool imported with from_fd".into(),
+            ));
+        }
+        let mut data = driver::CUmemPoolPtrExportData {
+            reserved: descriptor.data,
+        };
+        let mut ptr = 0;
+        // SAFETY: the pool is live; the export data came from the exporting process.
+        unsafe { driver::cuMemPoolImportPointer(&mut ptr, pool.pool.handle, &mut data) }
+            .check("cuMemPoolImportPointer")?;
+        Ok(Buffer {
+            ptr,
+            size: descriptor.size,
+            resource: Some(pool.clone()),
+            stream: stream.clone(),
+        })
     }
 }
 
