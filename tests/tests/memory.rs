@@ -299,12 +299,14 @@ fn a_pool_and_its_buffer_are_shared_with_another_process() {
     let buffer = pool.allocate(1 << 16, &s).unwrap();
     buffer.fill_u8(0x11, &s).unwrap();
     s.sync().unwrap();
+    let err = buffer.ipc_descriptor().unwrap_err();
+    assert!(err.to_string().contains("export_fd"), "the pool is shared first: {err}");
+    let fd = pool.export_fd().unwrap();
     let desc = buffer.ipc_descriptor().unwrap();
     assert_eq!(
         cuda_core::IpcBufferDescriptor::from_bytes(&desc.to_bytes()).unwrap(),
         desc
     );
-    let fd = pool.export_fd().unwrap();
     let dir = tempfile_dir();
     let path = dir.join("ipc.sock");
     let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();

@@ -116,6 +116,8 @@ pub struct DeviceMemoryResource {
     device: Device,
     ipc: bool,
     imported: bool,
+    /// Set by `export_fd`: the driver shares pointers only of a pool already shared.
+    exported: std::sync::atomic::AtomicBool,
 }
 
 impl DeviceMemoryResource {
@@ -130,6 +132,7 @@ impl DeviceMemoryResource {
             device: *device,
             ipc: false,
             imported: false,
+            exported: false.into(),
         }))
     }
 
@@ -155,6 +158,7 @@ impl DeviceMemoryResource {
             device: *device,
             ipc: options.ipc_enabled,
             imported: false,
+            exported: false.into(),
         }))
     }
 
@@ -177,6 +181,7 @@ impl DeviceMemoryResource {
             )
         }
         .check("cuMemPoolExportToShareableHandle")?;
+        self.exported.store(true, std::sync::atomic::Ordering::Release);
         // SAFETY: the driver made a new descriptor for the caller to own.
         Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
     }
@@ -203,6 +208,7 @@ impl DeviceMemoryResource {
             device: *device,
             ipc: true,
             imported: true,
+            exported: false.into(),
         }))
     }
 
@@ -298,7 +304,7 @@ impl MemoryResource for DeviceMemoryResource {
         self.pool.allocate(size, stream)
     }
     fn ipc_pool(&self) -> Option<driver::CUmemoryPool> {
-        self.ipc.then_some(self.pool.handle)
+        (self.ipc && self.exported.load(std::sync::atomic::Ordering::Acquire)).then_some(self.pool.handle)
     }
     unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
         // SAFETY: forwarded to the caller.
@@ -858,7 +864,7 @@ impl Buffer {
     pub fn ipc_descriptor(&self) -> Result<IpcBufferDescriptor> {
         if self.resource.as_ref().and_then(|r| r.ipc_pool()).is_none() {
             return Err(CudaError::InvalidArgument(
-                "only buffers of an ipc_enabled pool can be shared".into(),
+                "only buffers of an ipc_enabled pool that was exported (export_fd) can be shared".into(),
             ));
         }
         let mut data = driver::CUmemPoolPtrExportData::default();
