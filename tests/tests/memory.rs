@@ -351,3 +351,40 @@ fn tempfile_dir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn virtual_memory_allocates_and_grows_keeping_its_contents() {
+    use cuda_core::{VirtualMemoryResource, VirtualMemoryResourceOptions};
+    let (d, s) = setup();
+    let vmm = VirtualMemoryResource::new(&d, VirtualMemoryResourceOptions::default()).unwrap();
+    let g = vmm.granularity();
+    assert!(g >= 4096 && g.is_power_of_two(), "{g}");
+    let data: Vec<u8> = (0..g + 1000).map(|i| (i % 253) as u8).collect();
+    let mut buffer = vmm.allocate(data.len(), &s).unwrap();
+    buffer.copy_from_host(&data, &s).unwrap();
+    let before = buffer.handle();
+    // A second allocation right after it, so growth may have to move.
+    let other = vmm.allocate(g, &s).unwrap();
+    vmm.grow(&mut buffer, 5 * g, &s).unwrap();
+    assert_eq!(buffer.size(), 5 * g);
+    let grown = buffer.to_vec::<u8>(&s).unwrap();
+    assert_eq!(
+        &grown[..data.len()],
+        &data[..],
+        "contents kept (moved: {})",
+        buffer.handle() != before
+    );
+    buffer.fill_u8(7, &s).unwrap();
+    assert!(
+        buffer.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 7),
+        "the whole grown range is usable"
+    );
+    let mut foreign = d.allocate(64, &s).unwrap();
+    assert!(vmm.grow(&mut foreign, 4 * g, &s).is_err());
+    drop(other);
+    drop(buffer);
+    assert!(cuda_core::take_drop_errors()
+        .iter()
+        .all(|e| !e.to_string().contains("cuMem")));
+}

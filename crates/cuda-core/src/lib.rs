@@ -34,6 +34,7 @@ mod program;
 mod program_options;
 mod stream;
 pub mod system;
+mod vmm;
 
 pub use cache::{CacheEntry, FileStreamProgramCache, InMemoryProgramCache, ProgramCache};
 pub use cuda_core_derive::DeviceRepr;
@@ -49,3 +50,4 @@ pub use object_code::{Code, CodeType, Kernel, ObjectCode, ParamInfo};
 pub use program::{PchStatus, Program, SourceType};
 pub use program_options::ProgramOptions;
 pub use stream::{Event, EventOptions, IpcEventDescriptor, Stream, StreamOptions};
+pub use vmm::{VirtualMemoryResource, VirtualMemoryResourceOptions};

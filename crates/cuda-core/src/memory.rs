@@ -546,6 +546,12 @@ impl Buffer {
         self.ptr
     }
 
+    /// After a resource moved or grew the memory (virtual memory management).
+    pub(crate) fn rebase(&mut self, ptr: driver::CUdeviceptr, size: usize) {
+        self.ptr = ptr;
+        self.size = size;
+    }
+
     /// The size in bytes.
     pub fn size(&self) -> usize {
         self.size

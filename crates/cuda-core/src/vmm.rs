@@ -1,0 +1,263 @@
+//! `VirtualMemoryResource`: memory built from the driver's virtual memory management (reserve an
+//! address range, create physical chunks, map them, grant access), which can grow in place.
+
+use crate::device::Device;
+use crate::error::Check;
+use crate::memory::{Buffer, MemoryResource};
+use crate::stream::Stream;
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Options of a [`VirtualMemoryResource`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct VirtualMemoryResourceOptions {
+    /// Round sizes to the recommended granularity (faster) instead of the minimum one.
+    pub recommended_granularity: bool,
+    /// Make the chunks exportable as POSIX file descriptors.
+    pub exportable: bool,
+    /// Other devices that get read-write access besides the owning one.
+    pub peers: Vec<Device>,
+}
+
+/// One mapped chunk of physical memory.
+struct Chunk {
+    handle: driver::CUmemGenericAllocationHandle,
+    size: usize,
+}
+
+/// What one allocation is made of.
+struct Allocation {
+    reserved: usize,
+    chunks: Vec<Chunk>,
+}
+
+/// Device memory through virtual memory management: sizes round up to the granularity, and a
+/// buffer can [`grow`](VirtualMemoryResource::grow) while keeping its contents.
+pub struct VirtualMemoryResource {
+    device: Device,
+    options: VirtualMemoryResourceOptions,
+    granularity: usize,
+    allocations: Mutex<HashMap<driver::CUdeviceptr, Allocation>>,
+}
+
+impl VirtualMemoryResource {
+    /// A resource on `device`.
+    pub fn new(device: &Device, options: VirtualMemoryResourceOptions) -> Result<Arc<VirtualMemoryResource>> {
+        let mut r = VirtualMemoryResource {
+            device: *device,
+            options,
+            granularity: 0,
+            allocations: Mutex::new(HashMap::new()),
+        };
+        let prop = r.prop();
+        let flag = if r.options.recommended_granularity {
+            driver::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
+        } else {
+            driver::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM
+        };
+        let mut granularity = 0;
+        // SAFETY: prop is fully initialised; out-pointer to a local.
+        unsafe { driver::cuMemGetAllocationGranularity(&mut granularity, &prop, flag) }
+            .check("cuMemGetAllocationGranularity")?;
+        r.granularity = granularity.max(1);
+        Ok(Arc::new(r))
+    }
+
+    /// The size allocations round up to.
+    pub fn granularity(&self) -> usize {
+        self.granularity
+    }
+
+    /// `size` bytes (rounded up to the granularity).
+    pub fn allocate(self: &Arc<Self>, size: usize, stream: &Stream) -> Result<Buffer> {
+        Buffer::allocate(self.clone(), size, stream)
+    }
+
+    fn prop(&self) -> driver::CUmemAllocationProp {
+        let mut prop = driver::CUmemAllocationProp {
+            type_: driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+            ..Default::default()
+        };
+        prop.location.type_ = driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.__bindgen_anon_1.id = self.device.device_id() as i32;
+        if self.options.exportable {
+            prop.requestedHandleTypes = driver::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        }
+        prop
+    }
+
+    fn round(&self, size: usize) -> usize {
+        size.max(1).div_ceil(self.granularity) * self.granularity
+    }
+
+    fn create_chunk(&self, size: usize) -> Result<Chunk> {
+        let prop = self.prop();
+        let mut handle = 0;
+        // SAFETY: prop is fully initialised; size is a multiple of the granularity.
+        unsafe { driver::cuMemCreate(&mut handle, size, &prop, 0) }.check("cuMemCreate")?;
+        Ok(Chunk { handle, size })
+    }
+
+    /// Maps `chunks` one after another from `base` and grants access to them.
+    fn map(&self, base: driver::CUdeviceptr, chunks: &[Chunk]) -> Result<()> {
+        let mut offset = 0u64;
+        for c in chunks {
+            // SAFETY: the range [base + offset, + size) lies in a reservation of this resource.
+            unsafe { driver::cuMemMap(base + offset, c.size, 0, c.handle, 0) }.check("cuMemMap")?;
+            offset += c.size as u64;
+        }
+        let mut descs = vec![self.access(&self.device)];
+        descs.extend(self.options.peers.iter().map(|p| self.access(p)));
+        // SAFETY: the range is mapped; one descriptor per device.
+        unsafe { driver::cuMemSetAccess(base, offset as usize, descs.as_ptr(), descs.len()) }.check("cuMemSetAccess")
+    }
+
+    fn access(&self, device: &Device) -> driver::CUmemAccessDesc {
+        let mut desc = driver::CUmemAccessDesc {
+            flags: driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            ..Default::default()
+        };
+        desc.location.type_ = driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        desc.location.__bindgen_anon_1.id = device.device_id() as i32;
+        desc
+    }
+
+    fn reserve(&self, size: usize, hint: driver::CUdeviceptr) -> Result<driver::CUdeviceptr> {
+        let mut ptr = 0;
+        // SAFETY: out-pointer to a local; size is a multiple of the granularity.
+        unsafe { driver::cuMemAddressReserve(&mut ptr, size, self.granularity, hint, 0) }
+            .check("cuMemAddressReserve")?;
+        Ok(ptr)
+    }
+
+    /// Unmaps and frees `allocation` at `base` (not its chunks).
+    fn unmap(&self, base: driver::CUdeviceptr, mapped: usize, reserved: usize) -> Result<()> {
+        // SAFETY: the range was mapped and reserved by this resource and nothing uses it any more.
+        unsafe {
+            driver::cuMemUnmap(base, mapped).check("cuMemUnmap")?;
+            driver::cuMemAddressFree(base, reserved).check("cuMemAddressFree")
+        }
+    }
+
+    /// Grows `buffer` (from this resource) to at least `new_size` bytes, keeping its contents:
+    /// in place when the addresses after it are free, else by mapping its memory at a new
+    /// address (the buffer's address then changes). Waits for `stream` first.
+    pub fn grow(&self, buffer: &mut Buffer, new_size: usize, stream: &Stream) -> Result<()> {
+        let new_size = self.round(new_size);
+        let old = buffer.handle();
+        let mut allocations = self.allocations.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(mut allocation) = allocations.remove(&old) else {
+            return Err(CudaError::InvalidArgument(
+                "grow: the buffer does not come from this resource".into(),
+            ));
+        };
+        let mapped: usize = allocation.chunks.iter().map(|c| c.size).sum();
+        if new_size <= mapped {
+            allocations.insert(old, allocation);
+            return Ok(());
+        }
+        stream.sync()?;
+        let extra = match self.create_chunk(new_size - mapped) {
+            Ok(c) => c,
+            Err(e) => {
+                allocations.insert(old, allocation);
+                return Err(e);
+            }
+        };
+        // In place: reserve the addresses right after the current range.
+        let tail = self.reserve(new_size - mapped, old + allocation.reserved as u64).ok();
+        let base = match tail {
+            Some(t) if t == old + allocation.reserved as u64 && allocation.reserved == mapped => {
+                self.map(t, std::slice::from_ref(&extra))?;
+                allocation.reserved += new_size - mapped;
+                old
+            }
+            other => {
+                if let Some(t) = other {
+                    // SAFETY: reserved just above and unused.
+                    unsafe { driver::cuMemAddressFree(t, new_size - mapped) }.check("cuMemAddressFree")?;
+                }
+                // Elsewhere: a new range holding the old chunks, then the new one.
+                let base = self.reserve(new_size, 0)?;
+                let mut chunks = std::mem::take(&mut allocation.chunks);
+                chunks.push(extra);
+                self.map(base, &chunks)?;
+                self.unmap(old, mapped, allocation.reserved)?;
+                allocation.chunks = chunks;
+                allocation.reserved = new_size;
+                allocations.insert(base, allocation);
+                buffer.rebase(base, new_size);
+                return Ok(());
+            }
+        };
+        allocation.chunks.push(extra);
+        allocations.insert(base, allocation);
+        buffer.rebase(base, new_size);
+        Ok(())
+    }
+}
+
+impl MemoryResource for VirtualMemoryResource {
+    fn allocate(&self, size: usize, _stream: &Stream) -> Result<driver::CUdeviceptr> {
+        let size = self.round(size);
+        let chunk = self.create_chunk(size)?;
+        let base = match self.reserve(size, 0) {
+            Ok(b) => b,
+            Err(e) => {
+                // SAFETY: the chunk was just made and is not mapped.
+                let _ = unsafe { driver::cuMemRelease(chunk.handle) };
+                return Err(e);
+            }
+        };
+        if let Err(e) = self.map(base, std::slice::from_ref(&chunk)) {
+            // SAFETY: undoing the steps above; nothing else knows these handles.
+            unsafe {
+                let _ = driver::cuMemUnmap(base, size);
+                let _ = driver::cuMemAddressFree(base, size);
+                let _ = driver::cuMemRelease(chunk.handle);
+            }
+            return Err(e);
+        }
+        let mut allocations = self.allocations.lock().unwrap_or_else(|p| p.into_inner());
+        allocations.insert(
+            base,
+            Allocation {
+                reserved: size,
+                chunks: vec![chunk],
+            },
+        );
+        Ok(base)
+    }
+
+    unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
+        let allocation = self.allocations.lock().unwrap_or_else(|p| p.into_inner()).remove(&ptr);
+        let Some(allocation) = allocation else {
+            return Err(CudaError::InvalidArgument(
+                "deallocate: not an allocation of this resource".into(),
+            ));
+        };
+        // Unmapping is not stream-ordered: wait for the work that may still use the memory.
+        stream.sync()?;
+        let mapped = allocation.chunks.iter().map(|c| c.size).sum();
+        self.unmap(ptr, mapped, allocation.reserved)?;
+        for c in allocation.chunks {
+            // SAFETY: unmapped above; released once.
+            unsafe { driver::cuMemRelease(c.handle) }.check("cuMemRelease")?;
+        }
+        Ok(())
+    }
+
+    fn is_device_accessible(&self) -> bool {
+        true
+    }
+
+    fn is_host_accessible(&self) -> bool {
+        false
+    }
+
+    fn device(&self) -> Option<Device> {
+        Some(self.device)
+    }
+}
