@@ -27,10 +27,17 @@ struct Chunk {
     size: usize,
 }
 
-/// What one allocation is made of.
+/// What one allocation is made of: address reservations (freed one by one, as reserved) and
+/// the chunks mapped one after another from the first reservation's start.
 struct Allocation {
-    reserved: usize,
+    reservations: Vec<(driver::CUdeviceptr, usize)>,
     chunks: Vec<Chunk>,
+}
+
+impl Allocation {
+    fn reserved(&self) -> usize {
+        self.reservations.iter().map(|(_, s)| s).sum()
+    }
 }
 
 /// Device memory through virtual memory management: sizes round up to the granularity, and a
@@ -132,13 +139,24 @@ impl VirtualMemoryResource {
         Ok(ptr)
     }
 
-    /// Unmaps and frees `allocation` at `base` (not its chunks).
-    fn unmap(&self, base: driver::CUdeviceptr, mapped: usize, reserved: usize) -> Result<()> {
-        // SAFETY: the range was mapped and reserved by this resource and nothing uses it any more.
-        unsafe {
-            driver::cuMemUnmap(base, mapped).check("cuMemUnmap")?;
-            driver::cuMemAddressFree(base, reserved).check("cuMemAddressFree")
+    /// Unmaps the chunks mapped from `base` and frees the reservations (not the chunks).
+    fn unmap(
+        &self,
+        base: driver::CUdeviceptr,
+        chunks: &[Chunk],
+        reservations: &[(driver::CUdeviceptr, usize)],
+    ) -> Result<()> {
+        let mut offset = 0u64;
+        for c in chunks {
+            // SAFETY: each chunk was mapped at this offset by this resource; nothing uses it now.
+            unsafe { driver::cuMemUnmap(base + offset, c.size) }.check("cuMemUnmap")?;
+            offset += c.size as u64;
         }
+        for (ptr, size) in reservations {
+            // SAFETY: reserved by this resource with exactly this size; unmapped above.
+            unsafe { driver::cuMemAddressFree(*ptr, *size) }.check("cuMemAddressFree")?;
+        }
+        Ok(())
     }
 
     /// Grows `buffer` (from this resource) to at least `new_size` bytes, keeping its contents:
@@ -167,11 +185,12 @@ impl VirtualMemoryResource {
             }
         };
         // In place: reserve the addresses right after the current range.
-        let tail = self.reserve(new_size - mapped, old + allocation.reserved as u64).ok();
+        let end = old + allocation.reserved() as u64;
+        let tail = self.reserve(new_size - mapped, end).ok();
         let base = match tail {
-            Some(t) if t == old + allocation.reserved as u64 && allocation.reserved == mapped => {
+            Some(t) if t == end && allocation.reserved() == mapped => {
                 self.map(t, std::slice::from_ref(&extra))?;
-                allocation.reserved += new_size - mapped;
+                allocation.reservations.push((t, new_size - mapped));
                 old
             }
             other => {
@@ -184,9 +203,9 @@ impl VirtualMemoryResource {
                 let mut chunks = std::mem::take(&mut allocation.chunks);
                 chunks.push(extra);
                 self.map(base, &chunks)?;
-                self.unmap(old, mapped, allocation.reserved)?;
+                self.unmap(old, &chunks[..chunks.len() - 1], &allocation.reservations)?;
                 allocation.chunks = chunks;
-                allocation.reserved = new_size;
+                allocation.reservations = vec![(base, new_size)];
                 allocations.insert(base, allocation);
                 buffer.rebase(base, new_size);
                 return Ok(());
@@ -224,7 +243,7 @@ impl MemoryResource for VirtualMemoryResource {
         allocations.insert(
             base,
             Allocation {
-                reserved: size,
+                reservations: vec![(base, size)],
                 chunks: vec![chunk],
             },
         );
@@ -240,8 +259,7 @@ impl MemoryResource for VirtualMemoryResource {
         };
         // Unmapping is not stream-ordered: wait for the work that may still use the memory.
         stream.sync()?;
-        let mapped = allocation.chunks.iter().map(|c| c.size).sum();
-        self.unmap(ptr, mapped, allocation.reserved)?;
+        self.unmap(ptr, &allocation.chunks, &allocation.reservations)?;
         for c in allocation.chunks {
             // SAFETY: unmapped above; released once.
             unsafe { driver::cuMemRelease(c.handle) }.check("cuMemRelease")?;
