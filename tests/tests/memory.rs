@@ -388,3 +388,67 @@ fn virtual_memory_allocates_and_grows_keeping_its_contents() {
         .iter()
         .all(|e| !e.to_string().contains("cuMem")));
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn two_dimensional_batched_and_peer_copies() {
+    use cuda_core::Region2D;
+    let (d, s) = setup();
+    // A 4 x 100 byte block out of a 256-pitched image into a tightly packed one.
+    let image: Vec<u8> = (0..256 * 8).map(|i| (i % 256) as u8).collect();
+    let src = d.allocate(image.len(), &s).unwrap();
+    src.copy_from_host(&image, &s).unwrap();
+    let dst = d.allocate(400, &s).unwrap();
+    let from = Region2D {
+        buffer: &src,
+        offset: 2 * 256 + 10,
+        pitch: 256,
+    };
+    Buffer::copy_2d(
+        Region2D {
+            buffer: &dst,
+            offset: 0,
+            pitch: 100,
+        },
+        from,
+        100,
+        4,
+        &s,
+    )
+    .unwrap();
+    let packed = dst.to_vec::<u8>(&s).unwrap();
+    for row in 0..4 {
+        assert_eq!(
+            &packed[row * 100..row * 100 + 100],
+            &image[(2 + row) * 256 + 10..(2 + row) * 256 + 110],
+            "row {row}"
+        );
+    }
+    let too_far = Region2D {
+        buffer: &dst,
+        offset: 0,
+        pitch: 100,
+    };
+    assert!(Buffer::copy_2d(too_far, from, 100, 5, &s).is_err());
+    // Three copies in one batched call.
+    let sources: Vec<Buffer> = (0..3u8)
+        .map(|i| {
+            let b = d.allocate(1000, &s).unwrap();
+            b.fill_u8(i + 1, &s).unwrap();
+            b
+        })
+        .collect();
+    let targets: Vec<Buffer> = (0..3).map(|_| d.allocate(1000, &s).unwrap()).collect();
+    let pairs: Vec<(&Buffer, &Buffer)> = sources.iter().zip(&targets).collect();
+    Buffer::copy_batch(&pairs, &s).unwrap();
+    for (i, t) in targets.iter().enumerate() {
+        assert!(
+            t.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == i as u8 + 1),
+            "copy {i}"
+        );
+    }
+    // Peer copy API on one device (the same call serves two).
+    let peer = d.allocate(1000, &s).unwrap();
+    sources[2].copy_to_peer(&peer, &s).unwrap();
+    assert!(peer.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 3));
+}

@@ -45,6 +45,7 @@ pub use linker::{Linker, LinkerBackend, LinkerOptions};
 pub use memory::{
     Buffer, BufferView, DeviceMemoryResource, DeviceMemoryResourceOptions, HostAllocFlags, IpcBufferDescriptor,
     LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryLocation, MemoryResource, PinnedMemoryResource, Pod,
+    Region2D,
 };
 pub use object_code::{Code, CodeType, Kernel, ObjectCode, ParamInfo};
 pub use program::{PchStatus, Program, SourceType};

@@ -910,6 +910,116 @@ impl Buffer {
     }
 }
 
+/// One region of a 2D copy: a buffer, the byte offset of the first row, and the pitch (bytes
+/// from one row to the next).
+#[derive(Debug, Clone, Copy)]
+pub struct Region2D<'a> {
+    pub buffer: &'a Buffer,
+    pub offset: usize,
+    pub pitch: usize,
+}
+
+impl Region2D<'_> {
+    fn check(&self, width: usize, height: usize, what: &str) -> Result<()> {
+        let end = if height == 0 {
+            0
+        } else {
+            self.offset + (height - 1) * self.pitch + width
+        };
+        if width > self.pitch || end > self.buffer.size {
+            return Err(CudaError::InvalidArgument(format!(
+                "copy_2d: the {what} region ({height} rows of {width} bytes, pitch {}, offset {}) does not fit its buffer of {} bytes",
+                self.pitch, self.offset, self.buffer.size
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Buffer {
+    /// Copies `height` rows of `width` bytes from `src` to `dst` (each with its own pitch),
+    /// ordered on `stream`.
+    pub fn copy_2d(dst: Region2D<'_>, src: Region2D<'_>, width: usize, height: usize, stream: &Stream) -> Result<()> {
+        dst.check(width, height, "destination")?;
+        src.check(width, height, "source")?;
+        let copy = driver::CUDA_MEMCPY2D {
+            srcMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+            srcDevice: src.buffer.ptr + src.offset as u64,
+            srcPitch: src.pitch,
+            dstMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+            dstDevice: dst.buffer.ptr + dst.offset as u64,
+            dstPitch: dst.pitch,
+            WidthInBytes: width,
+            Height: height,
+            ..Default::default()
+        };
+        // SAFETY: both regions were checked to lie within their live buffers.
+        unsafe { driver::cuMemcpy2DAsync(&copy, stream.handle()) }.check("cuMemcpy2DAsync")
+    }
+
+    /// Copies each `(src, dst)` pair (whole source into the start of the destination) in one
+    /// batched call, ordered on `stream` (`cuMemcpyBatchAsync`, CUDA 12.8+ drivers).
+    pub fn copy_batch(pairs: &[(&Buffer, &Buffer)], stream: &Stream) -> Result<()> {
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let mut dsts = Vec::with_capacity(pairs.len());
+        let mut srcs = Vec::with_capacity(pairs.len());
+        let mut sizes = Vec::with_capacity(pairs.len());
+        for (src, dst) in pairs {
+            dst.check_fits(src.size, "copy_batch")?;
+            dsts.push(dst.ptr);
+            srcs.push(src.ptr);
+            sizes.push(src.size);
+        }
+        let mut attrs = driver::CUmemcpyAttributes {
+            srcAccessOrder: driver::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+            ..Default::default()
+        };
+        let mut attr_index = 0usize;
+        // SAFETY: the arrays have pairs.len() entries each and every range lies in a live buffer;
+        // one attribute applies to all copies (index 0).
+        unsafe {
+            driver::cuMemcpyBatchAsync(
+                dsts.as_mut_ptr(),
+                srcs.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                pairs.len(),
+                &mut attrs,
+                &mut attr_index,
+                1,
+                stream.handle(),
+            )
+        }
+        .check("cuMemcpyBatchAsync")
+    }
+
+    /// Copies this buffer into `dst` on another device's memory (peer to peer), ordered on `stream`.
+    pub fn copy_to_peer(&self, dst: &Buffer, stream: &Stream) -> Result<()> {
+        dst.check_fits(self.size, "copy_to_peer")?;
+        let context = |b: &Buffer| -> Result<driver::CUcontext> {
+            let device = b
+                .resource
+                .as_ref()
+                .and_then(|r| r.device())
+                .map_or_else(Device::current, Ok)?;
+            Ok(device.primary_context()?.handle())
+        };
+        // SAFETY: both buffers are live; the contexts are retained primary contexts.
+        unsafe {
+            driver::cuMemcpyPeerAsync(
+                dst.ptr,
+                context(dst)?,
+                self.ptr,
+                context(self)?,
+                self.size,
+                stream.handle(),
+            )
+        }
+        .check("cuMemcpyPeerAsync")
+    }
+}
+
 /// Part of a [`Buffer`], alive no longer than it.
 #[derive(Debug, Clone, Copy)]
 pub struct BufferView<'a> {
