@@ -283,3 +283,70 @@ line="$passed passed, $failed failed"
 echo "$line" | tee -a "$log"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
 "#;
+
+/// `cargo xtask bench-gpu [--bundle DIR]`: the safe-versus-raw comparison
+/// (`crates/cuda-core/benches/compare.rs`), bundled like the tests, or run here.
+pub fn bench(args: &[String]) -> Result {
+    let mut args = args.to_vec();
+    let bundle = util::take_option(&mut args, "--bundle")?;
+    util::no_more(&args)?;
+    let run_here = bundle.is_none();
+    let dir = bundle
+        .map(PathBuf::from)
+        .unwrap_or_else(|| util::root().join("target/bench-bundle"));
+    let dir = if dir.is_absolute() {
+        dir
+    } else {
+        std::env::current_dir().map_err(|e| e.to_string())?.join(dir)
+    };
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(cargo)
+        .current_dir(util::root())
+        .args(["bench", "--package", "cuda-core", "--bench", "compare", "--no-run"])
+        .arg("--message-format=json-render-diagnostics")
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !output.status.success() {
+        return Err("building the benchmarks failed".into());
+    }
+    let exe = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|m| {
+            (m["reason"] == "compiler-artifact" && m["target"]["name"] == "compare")
+                .then(|| m["executable"].as_str().map(PathBuf::from))
+                .flatten()
+        })
+        .ok_or("cargo built no benchmark executable")?;
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::copy(&exe, dir.join("compare")).map_err(|e| format!("copy {}: {e}", exe.display()))?;
+    util::write(&dir.join("run.sh"), BENCH_RUN_SH.as_bytes())?;
+    make_executable(&dir.join("run.sh"))?;
+    if run_here {
+        let mut cmd = Command::new(dir.join("run.sh"));
+        if std::env::var_os("VIRTUAL_ENV").is_none() {
+            let venv = util::root().join(".cuda-venv");
+            crate::test::install_wheels(&venv)?;
+            cmd.env("VIRTUAL_ENV", venv);
+        }
+        util::run(&mut cmd)
+    } else {
+        println!(
+            "bench bundle ready: copy {} to the GPU machine and run its run.sh",
+            dir.display()
+        );
+        Ok(())
+    }
+}
+
+const BENCH_RUN_SH: &str = r#"#!/usr/bin/env bash
+# Runs the safe-versus-raw comparison (written by cargo xtask bench-gpu). Prints one table;
+# with OUT set, writes $OUT/bench.json too.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+exec "$here/compare" "$@"
+"#;

@@ -28,6 +28,7 @@ commands:
   test [-- CARGO_TEST_ARGS]      install the CUDA compiler wheels into .cuda-venv/ and run cargo test --workspace
   test-gpu [--bundle DIR] [-- FILTER]
                                  build the GPU test suite; without --bundle also run it here (needs a GPU)
+  bench-gpu [--bundle DIR]       build the safe-versus-raw benchmark; without --bundle also run it here
 ";
 
 fn main() -> ExitCode {
@@ -38,6 +39,7 @@ fn main() -> ExitCode {
         Some("test") => test::run(&args[1..]),
         Some("quickstart") => test::quickstart(&args[1..]),
         Some("test-gpu") => gpu::run(&args[1..]),
+        Some("bench-gpu") => gpu::bench(&args[1..]),
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");
             Ok(())

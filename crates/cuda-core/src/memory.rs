@@ -813,6 +813,19 @@ impl Buffer {
             .check("cuMemDiscardBatchAsync")
     }
 
+    /// The buffer's bytes as a mutable host slice of `T`.
+    ///
+    /// # Safety
+    /// Nothing else may read or write the memory while the slice is used (no kernel or copy in
+    /// flight on any stream, no other slice of it).
+    pub unsafe fn as_host_slice_mut<T: Pod>(&mut self) -> Result<&mut [T]> {
+        // SAFETY: the caller's promise covers the shared slice's conditions and exclusivity.
+        let shared = unsafe { self.as_host_slice::<T>() }?;
+        let (ptr, len) = (shared.as_ptr() as *mut T, shared.len());
+        // SAFETY: &mut self and the caller's promise make this the only access.
+        Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+    }
+
     /// The buffer's bytes as a host slice of `T`.
     ///
     /// # Safety

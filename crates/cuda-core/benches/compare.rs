@@ -1,0 +1,545 @@
+//! The safe API against raw `cuda-sys` calls, in one process, alternating, median of rounds.
+//!
+//! Run with `cargo xtask bench-gpu` (or its bundle's run.sh). Prints one table, and writes
+//! `$OUT/bench.json` when `OUT` is set. Needs a GPU; fails loudly without one.
+
+use cuda_core::{
+    launch, CodeType, Device, EventOptions, FileStreamProgramCache, LaunchConfig, PinnedMemoryResource, Program,
+    ProgramOptions, SourceType, StreamOptions,
+};
+use cuda_sys::driver;
+use std::ffi::c_void;
+use std::time::{Duration, Instant};
+
+const ROUNDS: usize = 7;
+const BURST: usize = 128;
+
+struct Row {
+    name: &'static str,
+    unit: &'static str,
+    safe: f64,
+    raw: Option<f64>,
+    goal: &'static str,
+    /// Higher is better (bandwidth) rather than lower (time).
+    higher_is_better: bool,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Alternates `safe` and `raw` for ROUNDS rounds; each returns its own measurement.
+fn alternate(mut safe: impl FnMut() -> f64, mut raw: impl FnMut() -> f64) -> (f64, f64) {
+    let (mut s, mut r) = (Vec::new(), Vec::new());
+    // warm-up
+    safe();
+    raw();
+    for _ in 0..ROUNDS {
+        s.push(safe());
+        r.push(raw());
+    }
+    (median(s), median(r))
+}
+
+fn us(d: Duration, n: usize) -> f64 {
+    d.as_secs_f64() * 1e6 / n as f64
+}
+
+fn check(status: driver::CUresult) {
+    if let Err(e) = status.result() {
+        panic!("{e}");
+    }
+}
+
+fn main() {
+    let device = Device::new(0).expect("the benchmarks need a GPU");
+    let ctx = device.set_current().unwrap();
+    let stream = device.create_stream(StreamOptions::default()).unwrap();
+    let raw_stream = stream.handle();
+    let source = r#"
+        extern "C" __global__ void k2(float* x, unsigned n) { if (x && threadIdx.x == 1024) x[0] = n; }
+        extern "C" __global__ void k8(float* x, unsigned n, int a, int b, float c, float d, long long e, double f) {
+            if (x && threadIdx.x == 1024) x[0] = n + a + b + c + d + e + f;
+        }"#;
+    let code = Program::new(source, SourceType::Cxx, ProgramOptions::default())
+        .unwrap()
+        .compile(CodeType::Cubin, &[])
+        .unwrap();
+    let k2 = code.get_kernel("k2").unwrap();
+    let k8 = code.get_kernel("k8").unwrap();
+    let t2 = k2.typed::<(u64, u32)>().unwrap();
+    let t8 = k8.typed::<(u64, u32, i32, i32, f32, f32, i64, f64)>().unwrap();
+    let config = LaunchConfig::new(1, 32);
+    let mut rows = Vec::new();
+
+    // Kernel launches, host time per launch in bursts of 128 (synchronised between bursts).
+    let burst = |f: &mut dyn FnMut()| -> f64 {
+        let t = Instant::now();
+        for _ in 0..BURST {
+            f();
+        }
+        let d = t.elapsed();
+        check(unsafe { driver::cuStreamSynchronize(raw_stream) });
+        us(d, BURST)
+    };
+    let raw_launch = |f: driver::CUfunction, params: &mut [*mut c_void]| {
+        // SAFETY: the parameters match the kernels above; the kernels write nothing.
+        check(unsafe {
+            driver::cuLaunchKernel(
+                f,
+                1,
+                1,
+                1,
+                32,
+                1,
+                1,
+                0,
+                raw_stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        });
+    };
+    let f2 = k2.handle() as driver::CUfunction;
+    let f8 = k8.handle() as driver::CUfunction;
+    let (s, r) = alternate(
+        || burst(&mut || unsafe { launch(&stream, &config, &k2, (0u64, 1u32)).unwrap() }),
+        || {
+            burst(&mut || {
+                let (mut x, mut n) = (0u64, 1u32);
+                raw_launch(f2, &mut [(&mut x as *mut u64).cast(), (&mut n as *mut u32).cast()]);
+            })
+        },
+    );
+    rows.push(Row {
+        name: "launch, 2 args",
+        unit: "us",
+        safe: s,
+        raw: Some(r),
+        goal: "within 3%",
+        higher_is_better: false,
+    });
+    let (s, r) = alternate(
+        || burst(&mut || unsafe { t2.launch(&stream, &config, (0u64, 1u32)).unwrap() }),
+        || {
+            burst(&mut || {
+                let (mut x, mut n) = (0u64, 1u32);
+                raw_launch(f2, &mut [(&mut x as *mut u64).cast(), (&mut n as *mut u32).cast()]);
+            })
+        },
+    );
+    rows.push(Row {
+        name: "typed launch, 2 args",
+        unit: "us",
+        safe: s,
+        raw: Some(r),
+        goal: "within 3%",
+        higher_is_better: false,
+    });
+    let args8 = (0u64, 1u32, 2i32, 3i32, 4.0f32, 5.0f32, 6i64, 7.0f64);
+    let (s, r) = alternate(
+        || burst(&mut || unsafe { t8.launch(&stream, &config, args8).unwrap() }),
+        || {
+            burst(&mut || {
+                let (mut a, mut b, mut c, mut d, mut e, mut f, mut g, mut h) = args8;
+                raw_launch(
+                    f8,
+                    &mut [
+                        (&mut a as *mut u64).cast(),
+                        (&mut b as *mut u32).cast(),
+                        (&mut c as *mut i32).cast(),
+                        (&mut d as *mut i32).cast(),
+                        (&mut e as *mut f32).cast(),
+                        (&mut f as *mut f32).cast(),
+                        (&mut g as *mut i64).cast(),
+                        (&mut h as *mut f64).cast(),
+                    ],
+                );
+            })
+        },
+    );
+    rows.push(Row {
+        name: "typed launch, 8 args",
+        unit: "us",
+        safe: s,
+        raw: Some(r),
+        goal: "within 3%",
+        higher_is_better: false,
+    });
+    // Sustained: 20 000 launches, the queue filling up.
+    let sustained = |f: &mut dyn FnMut()| -> f64 {
+        let t = Instant::now();
+        for _ in 0..20_000 {
+            f();
+        }
+        let d = t.elapsed();
+        check(unsafe { driver::cuStreamSynchronize(raw_stream) });
+        us(d, 20_000)
+    };
+    let (s, r) = alternate(
+        || sustained(&mut || unsafe { t2.launch(&stream, &config, (0u64, 1u32)).unwrap() }),
+        || {
+            sustained(&mut || {
+                let (mut x, mut n) = (0u64, 1u32);
+                raw_launch(f2, &mut [(&mut x as *mut u64).cast(), (&mut n as *mut u32).cast()]);
+            })
+        },
+    );
+    rows.push(Row {
+        name: "typed launch, sustained",
+        unit: "us",
+        safe: s,
+        raw: Some(r),
+        goal: "within 3%",
+        higher_is_better: false,
+    });
+
+    // Stream-ordered allocation and free of 1 MiB.
+    let n = 1000;
+    let pool = device.memory_resource().unwrap();
+    let (s, r) = alternate(
+        || {
+            let t = Instant::now();
+            for _ in 0..n {
+                drop(pool.allocate(1 << 20, &stream).unwrap());
+            }
+            let d = t.elapsed();
+            stream.sync().unwrap();
+            us(d, n)
+        },
+        || {
+            let t = Instant::now();
+            for _ in 0..n {
+                let mut p = 0;
+                // SAFETY: out-pointer to a local; freed right after on the same stream.
+                unsafe {
+                    check(driver::cuMemAllocAsync(&mut p, 1 << 20, raw_stream));
+                    check(driver::cuMemFreeAsync(p, raw_stream));
+                }
+            }
+            let d = t.elapsed();
+            check(unsafe { driver::cuStreamSynchronize(raw_stream) });
+            us(d, n)
+        },
+    );
+    rows.push(Row {
+        name: "alloc + free 1 MiB, default pool",
+        unit: "us",
+        safe: s,
+        raw: Some(r),
+        goal: "within 10%",
+        higher_is_better: false,
+    });
+    let owned = cuda_core::DeviceMemoryResource::new(&device, Default::default()).unwrap();
+    let raw_pool = owned.handle();
+    let (s, r) = alternate(
+        || {
+            let t = Instant::now();
+            for _ in 0..n {
+                drop(owned.allocate(1 << 20, &stream).unwrap());
+            }
+            let d = t.elapsed();
+            stream.sync().unwrap();
+            us(d, n)
+        },
+        || {
+            let t = Instant::now();
+            for _ in 0..n {
+                let mut p = 0;
+                // SAFETY: as above, from the owned pool.
+                unsafe {
+                    check(driver::cuMemAllocFromPoolAsync(&mut p, 1 << 20, raw_pool, raw_stream));
+                    check(driver::cuMemFreeAsync(p, raw_stream));
+                }
+            }
+            let d = t.elapsed();
+            check(unsafe { driver::cuStreamSynchronize(raw_stream) });
+            us(d, n)
+        },
+    );
+    rows.push(Row {
+        name: "alloc + free 1 MiB, owned pool",
+        unit: "us",
+        safe: s,
+        raw: Some(r),
+        goal: "within 10%",
+        higher_is_better: false,
+    });
+
+    // Event record + sync, and a stream sync on an idle stream.
+    let event = device.create_event(EventOptions::default()).unwrap();
+    let raw_event = event.handle();
+    let n = 2000;
+    let (s, r) = alternate(
+        || {
+            let t = Instant::now();
+            for _ in 0..n {
+                stream.record(&event).unwrap();
+                event.sync().unwrap();
+            }
+            us(t.elapsed(), n)
+        },
+        || {
+            let t = Instant::now();
+            for _ in 0..n {
+                // SAFETY: live handles.
+                unsafe {
+                    check(driver::cuEventRecord(raw_event, raw_stream));
+                    check(driver::cuEventSynchronize(raw_event));
+                }
+            }
+            us(t.elapsed(), n)
+        },
+    );
+    rows.push(Row {
+        name: "event record + sync",
+        unit: "us",
+        safe: s,
+        raw: Some(r),
+        goal: "within 5%",
+        higher_is_better: false,
+    });
+    let (s, r) = alternate(
+        || {
+            let t = Instant::now();
+            for _ in 0..n {
+                stream.sync().unwrap();
+            }
+            us(t.elapsed(), n)
+        },
+        || {
+            let t = Instant::now();
+            for _ in 0..n {
+                check(unsafe { driver::cuStreamSynchronize(raw_stream) });
+            }
+            us(t.elapsed(), n)
+        },
+    );
+    rows.push(Row {
+        name: "stream sync, idle",
+        unit: "us",
+        safe: s,
+        raw: Some(r),
+        goal: "within 5%",
+        higher_is_better: false,
+    });
+
+    // Copies of 256 MiB: pinned host to device and back, device to device.
+    let size = 256usize << 20;
+    let pinned_mr = PinnedMemoryResource::new(None).unwrap();
+    let mut host = pinned_mr.allocate(size, &stream).unwrap();
+    stream.sync().unwrap();
+    let dev_a = device.allocate(size, &stream).unwrap();
+    let dev_b = device.allocate(size, &stream).unwrap();
+    stream.sync().unwrap();
+    let gbps = |d: Duration, bytes: usize| bytes as f64 / d.as_secs_f64() / 1e9;
+    let host_ptr = host.handle();
+    let (s, r) = alternate(
+        || {
+            // SAFETY: nothing else touches the pinned buffer meanwhile.
+            let slice = unsafe { host.as_host_slice::<u8>() }.unwrap();
+            let t = Instant::now();
+            dev_a.copy_from_host(slice, &stream).unwrap();
+            gbps(t.elapsed(), size)
+        },
+        || {
+            let t = Instant::now();
+            // SAFETY: both allocations hold size bytes.
+            unsafe {
+                check(driver::cuMemcpyHtoDAsync(
+                    dev_a.handle(),
+                    host_ptr as *const c_void,
+                    size,
+                    raw_stream,
+                ));
+                check(driver::cuStreamSynchronize(raw_stream));
+            }
+            gbps(t.elapsed(), size)
+        },
+    );
+    rows.push(Row {
+        name: "pinned H2D 256 MiB",
+        unit: "GB/s",
+        safe: s,
+        raw: Some(r),
+        goal: "at least 97%",
+        higher_is_better: true,
+    });
+    let (s, r) = alternate(
+        || {
+            // SAFETY: nothing else touches the pinned buffer meanwhile.
+            let slice = unsafe { host.as_host_slice_mut::<u8>() }.unwrap();
+            let t = Instant::now();
+            dev_a.copy_to_host(slice, &stream).unwrap();
+            gbps(t.elapsed(), size)
+        },
+        || {
+            let t = Instant::now();
+            // SAFETY: both allocations hold size bytes.
+            unsafe {
+                check(driver::cuMemcpyDtoHAsync(
+                    host_ptr as *mut c_void,
+                    dev_a.handle(),
+                    size,
+                    raw_stream,
+                ));
+                check(driver::cuStreamSynchronize(raw_stream));
+            }
+            gbps(t.elapsed(), size)
+        },
+    );
+    rows.push(Row {
+        name: "pinned D2H 256 MiB",
+        unit: "GB/s",
+        safe: s,
+        raw: Some(r),
+        goal: "at least 97%",
+        higher_is_better: true,
+    });
+    let (s, r) = alternate(
+        || {
+            let t = Instant::now();
+            dev_a.copy_to(&dev_b, &stream).unwrap();
+            stream.sync().unwrap();
+            2.0 * gbps(t.elapsed(), size) / 1000.0
+        },
+        || {
+            let t = Instant::now();
+            // SAFETY: both allocations hold size bytes.
+            unsafe {
+                check(driver::cuMemcpyDtoDAsync(
+                    dev_b.handle(),
+                    dev_a.handle(),
+                    size,
+                    raw_stream,
+                ));
+                check(driver::cuStreamSynchronize(raw_stream));
+            }
+            2.0 * gbps(t.elapsed(), size) / 1000.0
+        },
+    );
+    rows.push(Row {
+        name: "D2D 256 MiB (read+write)",
+        unit: "TB/s",
+        safe: s,
+        raw: Some(r),
+        goal: "at least 97%",
+        higher_is_better: true,
+    });
+
+    // NVRTC: a cold compile of a small kernel, through the safe API and raw calls, and a hit in
+    // the program cache.
+    let arch = format!("--gpu-architecture=sm_{}", device.arch().unwrap());
+    let dir = std::env::temp_dir().join(format!("cuda-rs-bench-cache-{}", std::process::id()));
+    let cache = FileStreamProgramCache::new(Some(dir.clone()), None).unwrap();
+    let (mut cold, mut raw_cold, mut hits) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..5 {
+        let src = format!("{source}\n// variant {round}");
+        let mut p = Program::new(src.as_str(), SourceType::Cxx, ProgramOptions::default()).unwrap();
+        let t = Instant::now();
+        p.compile_cached(CodeType::Cubin, &[], &cache).unwrap();
+        cold.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        p.compile_cached(CodeType::Cubin, &[], &cache).unwrap();
+        hits.push(t.elapsed().as_secs_f64() * 1e3);
+        let raw_src = std::ffi::CString::new(format!("{source}\n// raw variant {round}")).unwrap();
+        let opt = std::ffi::CString::new(arch.as_str()).unwrap();
+        let t = Instant::now();
+        // SAFETY: NUL-terminated strings live across the calls; buffers sized as NVRTC says.
+        unsafe {
+            use cuda_sys::nvrtc;
+            let mut prog = std::ptr::null_mut();
+            nvrtc::nvrtcCreateProgram(
+                &mut prog,
+                raw_src.as_ptr(),
+                c"raw.cu".as_ptr(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+            .result()
+            .unwrap();
+            nvrtc::nvrtcCompileProgram(prog, 1, [opt.as_ptr()].as_ptr())
+                .result()
+                .unwrap();
+            let mut size = 0;
+            nvrtc::nvrtcGetCUBINSize(prog, &mut size).result().unwrap();
+            let mut cubin = vec![0u8; size];
+            nvrtc::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast()).result().unwrap();
+            nvrtc::nvrtcDestroyProgram(&mut prog).result().unwrap();
+        }
+        raw_cold.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    rows.push(Row {
+        name: "NVRTC compile to cubin, cold",
+        unit: "ms",
+        safe: median(cold),
+        raw: Some(median(raw_cold)),
+        goal: "same as raw",
+        higher_is_better: false,
+    });
+    rows.push(Row {
+        name: "NVRTC compile to cubin, disk cache hit",
+        unit: "ms",
+        safe: median(hits),
+        raw: None,
+        goal: "under 1 ms",
+        higher_is_better: false,
+    });
+    let _ = ctx;
+
+    print_table(&rows);
+    if let Some(out) = std::env::var_os("OUT") {
+        let json: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                let raw = r.raw.map_or("null".to_string(), |v| format!("{v:.4}"));
+                let ratio = r.raw.map_or("null".to_string(), |v| format!("{:.4}", r.safe / v));
+                format!(
+                    "  {{\"name\": \"{}\", \"unit\": \"{}\", \"safe\": {:.4}, \"raw\": {raw}, \"ratio\": {ratio}, \"goal\": \"{}\"}}",
+                    r.name, r.unit, r.safe, r.goal
+                )
+            })
+            .collect();
+        let path = std::path::Path::new(&out).join("bench.json");
+        std::fs::write(&path, format!("[\n{}\n]\n", json.join(",\n"))).unwrap();
+        println!("wrote {}", path.display());
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    println!("{:<42} {:>14} {:>14} {:>7}  goal", "operation", "safe", "raw", "ratio");
+    for r in rows {
+        let (raw, ratio, verdict) = match r.raw {
+            Some(raw) => {
+                let ratio = r.safe / raw;
+                let limit = match r.goal {
+                    "within 10%" | "same as raw" => 1.10,
+                    "within 5%" => 1.05,
+                    _ => 1.03,
+                };
+                let ok = if r.higher_is_better {
+                    ratio >= 0.97
+                } else {
+                    ratio <= limit
+                };
+                (
+                    format!("{raw:>9.3} {:<4}", r.unit),
+                    format!("{ratio:>7.3}"),
+                    if ok { "ok" } else { "check" },
+                )
+            }
+            None => (
+                format!("{:>14}", "-"),
+                format!("{:>7}", "-"),
+                if r.safe < 1.0 { "ok" } else { "check" },
+            ),
+        };
+        println!(
+            "{:<42} {:>9.3} {:<4} {} {}  {} ({})",
+            r.name, r.safe, r.unit, raw, ratio, r.goal, verdict
+        );
+    }
+}
