@@ -637,3 +637,41 @@ fn explicit_close_reports_and_peer_access_checks() {
         .iter()
         .all(|e| !e.to_string().contains("Destroy")));
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_captured_graph_replays_its_launches() {
+    use cuda_core::graph::CaptureMode;
+    let d = device();
+    let (saxpy, _) = kernels();
+    let stream = d.create_stream(Default::default()).unwrap();
+    let x = DeviceVec::from_slice(&[1.0; 1024]);
+    let y = DeviceVec::from_slice(&[0.0; 1024]);
+    let builder = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+    for _ in 0..10 {
+        // SAFETY: x and y hold 1024 floats and outlive every replay below.
+        unsafe {
+            launch(
+                builder.stream(),
+                &LaunchConfig::new(4, 256),
+                &saxpy,
+                (1.0f32, x.ptr, y.ptr, 1024u32),
+            )
+            .unwrap()
+        };
+    }
+    let definition = builder.end_building().unwrap();
+    assert_eq!(definition.num_nodes().unwrap(), 10);
+    assert!(y.to_vec().iter().all(|v| *v == 0.0), "captured work does not run");
+    let graph = definition.instantiate().unwrap();
+    graph.upload(&stream).unwrap();
+    for _ in 0..3 {
+        // SAFETY: x and y are still alive.
+        unsafe { graph.launch(&stream).unwrap() };
+    }
+    stream.sync().unwrap();
+    assert!(y.to_vec().iter().all(|v| *v == 30.0));
+    // A builder dropped mid-capture leaves the stream usable.
+    drop(stream.begin_capture(CaptureMode::Global).unwrap());
+    stream.sync().unwrap();
+}

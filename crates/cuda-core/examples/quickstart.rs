@@ -1,5 +1,6 @@
 //! Quickstart, after `cuda.core`'s 10-minute tutorial: pick a device, compile a kernel at run
-//! time, launch it, verify it, time 100 launches with events, and join two streams.
+//! time, launch it, verify it, time 100 launches with events, join two streams, and capture and
+//! replay a graph.
 //!
 //! Run it with `cargo xtask quickstart` (it provides NVRTC from NVIDIA's wheels when no toolkit is
 //! installed). Device memory still goes through the raw `cuda-sys` calls until `Buffer` lands.
@@ -157,7 +158,30 @@ fn run() -> Result<(), Box<dyn Error>> {
         "two streams joined with wait: {}",
         if joined { "verified" } else { "WRONG" }
     );
-    if wrong != 0 || !joined {
+    // Capture ten launches into a graph and replay it: one call for all ten.
+    let builder = stream.begin_capture(cuda_core::graph::CaptureMode::ThreadLocal)?;
+    for _ in 0..10 {
+        // SAFETY: as above; the buffers outlive the graph's launches below.
+        unsafe { kernel.launch(builder.stream(), &config, (1.0, dx.0, dy.0, N as u32))? };
+    }
+    let graph = builder.end_building()?.instantiate()?;
+    let before = dy.to_host()?;
+    // SAFETY: dx and dy are alive until the end of this function, after the sync.
+    unsafe { graph.launch(&stream)? };
+    stream.sync()?;
+    let after = dy.to_host()?;
+    let replayed = (0..N).all(|i| {
+        let mut v = before[i];
+        for _ in 0..10 {
+            v = 1.0f32.mul_add(x[i], v);
+        }
+        after[i] == v
+    });
+    println!(
+        "graph of 10 launches replayed: {}",
+        if replayed { "verified" } else { "WRONG" }
+    );
+    if wrong != 0 || !joined || !replayed {
         return Err("saxpy computed wrong results".into());
     }
     Ok(())

@@ -22,6 +22,7 @@ extern crate self as cuda_core;
 mod cache;
 mod device;
 mod error;
+pub mod graph;
 pub mod ipc;
 #[rustfmt::skip]
 #[path = "generated/device_properties.rs"]
