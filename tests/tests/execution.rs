@@ -671,7 +671,8 @@ fn a_captured_graph_replays_its_launches() {
     }
     stream.sync().unwrap();
     assert!(y.to_vec().iter().all(|v| *v == 30.0));
-    // A builder dropped mid-capture leaves the stream usable.
-    drop(stream.begin_capture(CaptureMode::Global).unwrap());
+    // A builder dropped mid-capture leaves the stream usable. (Thread-local: a global capture
+    // would make other threads' synchronous calls fail while it lasts, as CUDA specifies.)
+    drop(stream.begin_capture(CaptureMode::ThreadLocal).unwrap());
     stream.sync().unwrap();
 }
