@@ -100,6 +100,9 @@ impl DeviceVec {
         unsafe {
             check(driver::cuMemAlloc(&mut ptr, data.len() * 4));
             check(driver::cuMemcpyHtoD(ptr, data.as_ptr().cast(), data.len() * 4));
+            // A pageable copy can return before its DMA lands; kernels run on non-blocking
+            // streams, which do not wait for the default stream, so wait here.
+            check(driver::cuStreamSynchronize(std::ptr::null_mut()));
         }
         DeviceVec { ptr, len: data.len() }
     }

@@ -36,6 +36,9 @@ impl DeviceFloats {
         unsafe {
             driver::cuMemAlloc(&mut ptr, data.len() * 4).result()?;
             driver::cuMemcpyHtoD(ptr, data.as_ptr().cast(), data.len() * 4).result()?;
+            // A pageable copy can return before its DMA lands; the kernels run on non-blocking
+            // streams, which do not wait for the default stream, so wait here.
+            driver::cuStreamSynchronize(std::ptr::null_mut()).result()?;
         }
         Ok(DeviceFloats(ptr, data.len()))
     }

@@ -18,6 +18,9 @@ impl<T: Copy + Default> DeviceArray<T> {
         unsafe {
             driver::cuMemAlloc(&mut ptr, bytes.max(1)).result()?;
             driver::cuMemcpyHtoD(ptr, data.as_ptr().cast(), bytes).result()?;
+            // A pageable copy can return before its DMA lands; the kernels run on non-blocking
+            // streams, which do not wait for the default stream, so wait here.
+            driver::cuStreamSynchronize(std::ptr::null_mut()).result()?;
         }
         Ok(DeviceArray {
             ptr,
