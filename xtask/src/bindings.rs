@@ -50,8 +50,6 @@ struct Status {
     enum_type: &'static str,
     /// Prefix stripped when turning a name into a description (`CUDA_ERROR_`).
     prefix: &'static str,
-    /// Whether the status is a struct wrapping the enum in a field `err` (cuFile).
-    in_err_field: bool,
 }
 
 const LIBS: &[Lib] = &[
@@ -65,7 +63,6 @@ const LIBS: &[Lib] = &[
             ret: "CUresult",
             enum_type: "cudaError_enum",
             prefix: "CUDA_ERROR_",
-            in_err_field: false,
         }),
     },
     Lib {
@@ -87,7 +84,6 @@ const LIBS: &[Lib] = &[
             ret: "cudaError_t",
             enum_type: "cudaError",
             prefix: "cudaError",
-            in_err_field: false,
         }),
     },
     Lib {
@@ -100,7 +96,6 @@ const LIBS: &[Lib] = &[
             ret: "nvrtcResult",
             enum_type: "nvrtcResult",
             prefix: "NVRTC_ERROR_",
-            in_err_field: false,
         }),
     },
     Lib {
@@ -113,7 +108,6 @@ const LIBS: &[Lib] = &[
             ret: "nvJitLinkResult",
             enum_type: "nvJitLinkResult",
             prefix: "NVJITLINK_ERROR_",
-            in_err_field: false,
         }),
     },
     Lib {
@@ -126,7 +120,6 @@ const LIBS: &[Lib] = &[
             ret: "nvvmResult",
             enum_type: "nvvmResult",
             prefix: "NVVM_ERROR_",
-            in_err_field: false,
         }),
     },
     Lib {
@@ -139,7 +132,6 @@ const LIBS: &[Lib] = &[
             ret: "CUfileError_t",
             enum_type: "CUfileOpError",
             prefix: "CU_FILE_",
-            in_err_field: true,
         }),
     },
     Lib {
@@ -152,7 +144,6 @@ const LIBS: &[Lib] = &[
             ret: "nvmlReturn_t",
             enum_type: "nvmlReturn_enum",
             prefix: "NVML_ERROR_",
-            in_err_field: false,
         }),
     },
 ];
@@ -332,7 +323,7 @@ fn generate(lib: &Lib, include: &Path, device_attributes: &mut Vec<(String, Stri
         .collect();
     let mut functions = match lib.resolve {
         Resolve::Driver => driver_functions(include, &file, declared)?,
-        Resolve::Symbol => symbol_functions(lib, &header_texts, declared)?,
+        Resolve::Symbol => symbol_functions(&header_texts, declared)?,
     };
     functions.sort_by(|a, b| a.name.cmp(&b.name));
     let mut names = BTreeSet::new();
@@ -653,7 +644,7 @@ fn inputs_of(sig: &syn::Signature) -> Result<Vec<(syn::Ident, syn::Type)>> {
 // ---------------------------------------------------------------------------------------------
 // Libraries resolved by symbol
 
-fn symbol_functions(lib: &Lib, headers: &[String], declared: Vec<syn::ForeignItemFn>) -> Result<Vec<Function>> {
+fn symbol_functions(headers: &[String], declared: Vec<syn::ForeignItemFn>) -> Result<Vec<Function>> {
     let declared_names: BTreeSet<String> = declared.iter().map(|f| f.sig.ident.to_string()).collect();
     // `#define cudaGetDeviceProperties cudaGetDeviceProperties_v2`: users call the macro name.
     let rename = regex::Regex::new(r"(?m)^\s*#\s*define\s+(\w+)\s+(\w+)\s*(?://.*)?$").unwrap();
@@ -702,7 +693,6 @@ fn symbol_functions(lib: &Lib, headers: &[String], declared: Vec<syn::ForeignIte
             output: output_type(&f.sig.output),
         });
     }
-    let _ = lib;
     Ok(functions)
 }
 
@@ -973,7 +963,6 @@ fn status_items(status: Status, values: &[StatusValue]) -> TokenStream {
         " Name and description of every `{}` value the headers list, sorted by value.",
         status.ret
     );
-    let _ = status.in_err_field;
     quote! {
         #[doc = #doc]
         pub static STATUS_VALUES: &[crate::error::StatusInfo] = &[#(#rows),*];

@@ -9,6 +9,24 @@ fn io(what: &str) -> CudaError {
     CudaError::InvalidArgument(format!("{what}: {}", std::io::Error::last_os_error()))
 }
 
+/// A zeroed control buffer with room for one header carrying one descriptor.
+fn control_buffer() -> Vec<u8> {
+    // SAFETY: CMSG_SPACE is a pure computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
+    vec![0u8; space]
+}
+
+/// A message header over one `iov` and the `control` buffer; both must outlive its use.
+fn message(iov: &mut libc::iovec, control: &mut [u8]) -> libc::msghdr {
+    // SAFETY: an all-zero msghdr is valid; the fields set below point to the caller's buffers.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = control.len() as _;
+    msg
+}
+
 /// Sends `fd` and up to 4 KiB of `payload` (such as an IPC descriptor) over `socket`.
 pub fn send_fd(socket: &UnixStream, fd: BorrowedFd<'_>, payload: &[u8]) -> Result<()> {
     if payload.is_empty() || payload.len() > 4096 {
@@ -20,16 +38,9 @@ pub fn send_fd(socket: &UnixStream, fd: BorrowedFd<'_>, payload: &[u8]) -> Resul
         iov_base: payload.as_ptr() as *mut _,
         iov_len: payload.len(),
     };
-    // SAFETY: CMSG_SPACE is a pure computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
-    let mut control = vec![0u8; space];
-    // SAFETY: an all-zero msghdr is valid; the fields set below point to live buffers.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: the control buffer has room for one header carrying one int (CMSG_SPACE above).
+    let mut control = control_buffer();
+    let msg = message(&mut iov, &mut control);
+    // SAFETY: the control buffer has room for one header carrying one int (`control_buffer`).
     unsafe {
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
@@ -52,15 +63,8 @@ pub fn recv_fd(socket: &UnixStream) -> Result<(OwnedFd, Vec<u8>)> {
         iov_base: payload.as_mut_ptr().cast(),
         iov_len: payload.len(),
     };
-    // SAFETY: CMSG_SPACE is a pure computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
-    let mut control = vec![0u8; space];
-    // SAFETY: an all-zero msghdr is valid; the fields set below point to live buffers.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
+    let mut control = control_buffer();
+    let mut msg = message(&mut iov, &mut control);
     // SAFETY: msg describes live buffers; the socket is open. MSG_CMSG_CLOEXEC keeps the new
     // descriptor out of child processes.
     let received = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };

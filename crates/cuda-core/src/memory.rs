@@ -34,13 +34,24 @@ pub trait MemoryResource: Send + Sync + 'static {
     }
 }
 
-fn location(kind: driver::CUmemLocationType, id: i32) -> driver::CUmemLocation {
+pub(crate) fn location(kind: driver::CUmemLocationType, id: i32) -> driver::CUmemLocation {
     let mut loc = driver::CUmemLocation {
         type_: kind,
         ..Default::default()
     };
     loc.__bindgen_anon_1.id = id;
     loc
+}
+
+/// Read-write access for `device`, as pools and mappings grant it.
+pub(crate) fn read_write_access(device: &Device) -> driver::CUmemAccessDesc {
+    driver::CUmemAccessDesc {
+        location: location(
+            driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            device.device_id() as i32,
+        ),
+        flags: driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    }
 }
 
 /// A memory pool, the driver's stream-ordered allocator (`cuMemAllocFromPoolAsync`).
@@ -347,13 +358,7 @@ impl PinnedMemoryResource {
         };
         // Kernels on every device may use it.
         for device in Device::all()? {
-            let desc = driver::CUmemAccessDesc {
-                location: location(
-                    driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                    device.device_id() as i32,
-                ),
-                flags: driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-            };
+            let desc = read_write_access(&device);
             // SAFETY: one descriptor, passed by pointer for the call.
             unsafe { driver::cuMemPoolSetAccess(handle, &desc, 1) }.check("cuMemPoolSetAccess")?;
         }

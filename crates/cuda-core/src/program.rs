@@ -6,7 +6,7 @@ use crate::linker::{Linker, LinkerOptions};
 use crate::object_code::{read_log, CodeType, ObjectCode};
 use crate::program_options::ProgramOptions;
 use crate::{CudaError, Result};
-use cuda_sys::{driver, nvrtc, nvvm};
+use cuda_sys::{nvrtc, nvvm};
 use std::collections::HashMap;
 use std::ffi::{c_char, CStr, CString};
 
@@ -489,18 +489,6 @@ impl Drop for NvvmProgram {
 
 /// `sm_XY` of the current context's device, or of device 0; `None` without a GPU.
 pub(crate) fn current_device_arch() -> Option<String> {
-    let (mut major, mut minor) = (0, 0);
-    // SAFETY: out-pointers to locals; every call is checked before its result is used.
-    unsafe {
-        driver::cuInit(0).result().ok()?;
-        let mut dev: driver::CUdevice = 0;
-        if driver::cuCtxGetDevice(&mut dev).result().is_err() {
-            driver::cuDeviceGet(&mut dev, 0).result().ok()?;
-        }
-        let attr = driver::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR;
-        driver::cuDeviceGetAttribute(&mut major, attr, dev).result().ok()?;
-        let attr = driver::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR;
-        driver::cuDeviceGetAttribute(&mut minor, attr, dev).result().ok()?;
-    }
-    Some(format!("sm_{major}{minor}"))
+    let arch = crate::Device::current().ok()?.arch().ok()?;
+    Some(format!("sm_{arch}"))
 }

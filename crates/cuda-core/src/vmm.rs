@@ -3,12 +3,19 @@
 
 use crate::device::Device;
 use crate::error::Check;
-use crate::memory::{Buffer, MemoryResource};
+use crate::memory::{location, read_write_access, Buffer, MemoryResource};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+fn device_location(device: &Device) -> driver::CUmemLocation {
+    location(
+        driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        device.device_id() as i32,
+    )
+}
 
 /// Options of a [`VirtualMemoryResource`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -87,8 +94,7 @@ impl VirtualMemoryResource {
             type_: driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
             ..Default::default()
         };
-        prop.location.type_ = driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
-        prop.location.__bindgen_anon_1.id = self.device.device_id() as i32;
+        prop.location = device_location(&self.device);
         if self.options.exportable {
             prop.requestedHandleTypes = driver::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
         }
@@ -115,20 +121,10 @@ impl VirtualMemoryResource {
             unsafe { driver::cuMemMap(base + offset, c.size, 0, c.handle, 0) }.check("cuMemMap")?;
             offset += c.size as u64;
         }
-        let mut descs = vec![self.access(&self.device)];
-        descs.extend(self.options.peers.iter().map(|p| self.access(p)));
+        let mut descs = vec![read_write_access(&self.device)];
+        descs.extend(self.options.peers.iter().map(read_write_access));
         // SAFETY: the range is mapped; one descriptor per device.
         unsafe { driver::cuMemSetAccess(base, offset as usize, descs.as_ptr(), descs.len()) }.check("cuMemSetAccess")
-    }
-
-    fn access(&self, device: &Device) -> driver::CUmemAccessDesc {
-        let mut desc = driver::CUmemAccessDesc {
-            flags: driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-            ..Default::default()
-        };
-        desc.location.type_ = driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
-        desc.location.__bindgen_anon_1.id = device.device_id() as i32;
-        desc
     }
 
     fn reserve(&self, size: usize, hint: driver::CUdeviceptr) -> Result<driver::CUdeviceptr> {
