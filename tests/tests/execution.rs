@@ -647,7 +647,7 @@ fn a_captured_graph_replays_its_launches() {
     let stream = d.create_stream(Default::default()).unwrap();
     let x = DeviceVec::from_slice(&[1.0; 1024]);
     let y = DeviceVec::from_slice(&[0.0; 1024]);
-    let builder = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+    let mut builder = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
     for _ in 0..10 {
         // SAFETY: x and y hold 1024 floats and outlive every replay below.
         unsafe {
@@ -660,14 +660,14 @@ fn a_captured_graph_replays_its_launches() {
             .unwrap()
         };
     }
-    let definition = builder.end_building().unwrap();
+    builder.end_building().unwrap();
+    let definition = builder.graph_definition().unwrap();
     assert_eq!(definition.num_nodes().unwrap(), 10);
     assert!(y.to_vec().iter().all(|v| *v == 0.0), "captured work does not run");
-    let graph = definition.instantiate().unwrap();
+    let graph = builder.complete(&Default::default()).unwrap();
     graph.upload(&stream).unwrap();
     for _ in 0..3 {
-        // SAFETY: x and y are still alive.
-        unsafe { graph.launch(&stream).unwrap() };
+        graph.launch(&stream).unwrap();
     }
     stream.sync().unwrap();
     assert!(y.to_vec().iter().all(|v| *v == 30.0));

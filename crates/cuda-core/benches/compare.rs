@@ -196,16 +196,17 @@ fn main() {
     });
 
     // A 10-kernel graph, launched in bursts.
-    let builder = stream
-        .begin_capture(cuda_core::graph::CaptureMode::ThreadLocal)
+    let graph = stream
+        .capture_graph(cuda_core::graph::CaptureMode::ThreadLocal, |s| {
+            for _ in 0..10 {
+                unsafe { t2.launch(s, &config, (0u64, 1u32))? };
+            }
+            Ok(())
+        })
         .unwrap();
-    for _ in 0..10 {
-        unsafe { t2.launch(builder.stream(), &config, (0u64, 1u32)).unwrap() };
-    }
-    let graph = builder.end_building().unwrap().instantiate().unwrap();
     let exec = graph.handle();
     let (s, r) = alternate(
-        || burst(&mut || unsafe { graph.launch(&stream).unwrap() }),
+        || burst(&mut || graph.launch(&stream).unwrap()),
         || burst(&mut || check(unsafe { driver::cuGraphLaunch(exec, raw_stream) })),
     );
     rows.push(Row {

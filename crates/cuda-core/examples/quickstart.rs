@@ -162,15 +162,16 @@ fn run() -> Result<(), Box<dyn Error>> {
         if joined { "verified" } else { "WRONG" }
     );
     // Capture ten launches into a graph and replay it: one call for all ten.
-    let builder = stream.begin_capture(cuda_core::graph::CaptureMode::ThreadLocal)?;
-    for _ in 0..10 {
-        // SAFETY: as above; the buffers outlive the graph's launches below.
-        unsafe { kernel.launch(builder.stream(), &config, (1.0, dx.0, dy.0, N as u32))? };
-    }
-    let graph = builder.end_building()?.instantiate()?;
+    let graph = stream.capture_graph(cuda_core::graph::CaptureMode::ThreadLocal, |s| {
+        for _ in 0..10 {
+            // SAFETY: as above; the buffers outlive the graph (dropped at the end of this
+            // function, after the sync).
+            unsafe { kernel.launch(s, &config, (1.0, dx.0, dy.0, N as u32))? };
+        }
+        Ok(())
+    })?;
     let before = dy.to_host()?;
-    // SAFETY: dx and dy are alive until the end of this function, after the sync.
-    unsafe { graph.launch(&stream)? };
+    graph.launch(&stream)?;
     stream.sync()?;
     let after = dy.to_host()?;
     let replayed = (0..N).all(|i| {

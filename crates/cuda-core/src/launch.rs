@@ -90,7 +90,7 @@ impl LaunchConfig {
 
     /// The driver's `CUlaunchConfig` for `stream`, with the launch attributes written into
     /// `attrs` (which must outlive its use).
-    fn driver_config(
+    pub(crate) fn driver_config(
         &self,
         stream: driver::CUstream,
         attrs: &mut [driver::CUlaunchAttribute; 4],
@@ -319,7 +319,9 @@ kernel_args!(16: A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m
 /// parameters in number, order and type ([`TypedKernel`] checks number and sizes once), that
 /// every pointer argument is valid for the accesses the kernel makes for as long as the kernel
 /// runs (until the stream has passed it), and that the kernel does not race with other work
-/// touching the same memory.
+/// touching the same memory. On a stream being captured into a graph the kernel runs at every
+/// launch of that graph: the pointers must stay valid for all of them (hand the memory to the
+/// graph with [`crate::graph::GraphBuilder::keep_alive`]).
 #[inline]
 pub unsafe fn launch<A: KernelArgs>(
     stream: &Stream,

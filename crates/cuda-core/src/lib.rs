@@ -44,9 +44,9 @@ pub use error::{take_drop_errors, CudaError, Result};
 pub use launch::{launch, DeviceRepr, Dim3, KernelArgs, LaunchConfig, MaxPotentialBlockSize, TypedKernel};
 pub use linker::{Linker, LinkerBackend, LinkerOptions};
 pub use memory::{
-    Buffer, BufferView, DeviceMemoryResource, DeviceMemoryResourceOptions, HostAllocFlags, IpcBufferDescriptor,
-    LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryLocation, MemoryResource, PinnedMemoryResource, Pod,
-    Region2D,
+    Buffer, BufferView, DeviceMemoryResource, DeviceMemoryResourceOptions, GraphMemoryResource, HostAllocFlags,
+    IpcBufferDescriptor, LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryLocation, MemoryResource,
+    PinnedMemoryResource, Pod, Region2D,
 };
 pub use object_code::{Code, CodeType, Kernel, ObjectCode, ParamInfo};
 pub use program::{PchStatus, Program, SourceType};

@@ -7,7 +7,7 @@ use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::ffi::c_void;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Something that hands out memory, ordered on streams (`cuda.core`'s `MemoryResource`).
 ///
@@ -312,7 +312,15 @@ impl MemoryResource for DeviceMemoryResource {
                 "a pool opened from another process cannot allocate".into(),
             ));
         }
-        self.pool.allocate(size, stream)
+        self.pool.allocate(size, stream).map_err(|e| {
+            if e.driver_status() == Some(driver::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
+                CudaError::InvalidArgument(format!(
+                    "{e}: a memory pool cannot allocate on a stream being captured, nor while the calling thread captures one (such a capture is now invalidated): allocate graph memory with GraphMemoryResource, other memory before the capture"
+                ))
+            } else {
+                e
+            }
+        })
     }
     fn ipc_pool(&self) -> Option<driver::CUmemoryPool> {
         (self.ipc && self.exported.load(std::sync::atomic::Ordering::Acquire)).then_some(self.pool.handle)
@@ -516,18 +524,49 @@ pub struct Buffer {
     size: usize,
     resource: Option<Arc<dyn MemoryResource>>,
     stream: Stream,
+    /// Set once a graph records work on the buffer: from then on the memory is freed when the
+    /// last of the buffer and those graphs goes.
+    shared: OnceLock<Arc<SharedAllocation>>,
+    /// Allocated while its stream was being captured: graph memory, whose life the graph's own
+    /// allocation and free nodes decide.
+    graph_memory: bool,
+}
+
+/// The memory of a [`Buffer`] that graphs refer to: freed (stream-ordered, on the buffer's
+/// deallocation stream at the time) when the buffer and every graph holding it are gone.
+pub(crate) struct SharedAllocation {
+    ptr: driver::CUdeviceptr,
+    size: usize,
+    resource: Option<Arc<dyn MemoryResource>>,
+    stream: Mutex<Stream>,
+}
+
+impl Drop for SharedAllocation {
+    fn drop(&mut self) {
+        if let Some(r) = self.resource.take() {
+            let stream = self.stream.get_mut().unwrap_or_else(|p| p.into_inner());
+            // SAFETY: ptr came from this resource with this size; the buffer and every graph
+            // that used it are gone, and graph launches finished before the driver released them.
+            if let Err(e) = unsafe { r.deallocate(self.ptr, self.size, stream) } {
+                record_drop_error(e);
+            }
+        }
+    }
 }
 
 impl Buffer {
     /// `size` bytes from `resource`, ordered on `stream`, which also becomes the deallocation
     /// stream.
     pub fn allocate(resource: Arc<dyn MemoryResource>, size: usize, stream: &Stream) -> Result<Buffer> {
+        let graph_memory = crate::graph::capture_target(stream)?.is_some();
         let ptr = resource.allocate(size, stream)?;
         Ok(Buffer {
             ptr,
             size,
             resource: Some(resource),
             stream: stream.clone(),
+            shared: OnceLock::new(),
+            graph_memory,
         })
     }
 
@@ -542,6 +581,8 @@ impl Buffer {
             size,
             resource: None,
             stream: stream.clone(),
+            shared: OnceLock::new(),
+            graph_memory: false,
         }
     }
 
@@ -583,6 +624,41 @@ impl Buffer {
     /// Frees the buffer on `stream` from now on (after the work queued there).
     pub fn set_deallocation_stream(&mut self, stream: &Stream) {
         self.stream = stream.clone();
+        if let Some(shared) = self.shared.get() {
+            *shared.stream.lock().unwrap_or_else(|p| p.into_inner()) = stream.clone();
+        }
+    }
+
+    /// The memory as graphs hold it: from the first call on, the buffer no longer frees it
+    /// alone; the last of the buffer and the graphs holding the returned value does.
+    pub(crate) fn share(&self) -> Arc<SharedAllocation> {
+        self.shared
+            .get_or_init(|| {
+                Arc::new(SharedAllocation {
+                    ptr: self.ptr,
+                    size: self.size,
+                    resource: self.resource.clone(),
+                    stream: Mutex::new(self.stream.clone()),
+                })
+            })
+            .clone()
+    }
+
+    /// Whether a graph holds the memory (see [`crate::graph`]): it then cannot move.
+    pub fn is_used_by_graph(&self) -> bool {
+        self.shared.get().is_some()
+    }
+
+    /// When `stream` is being captured into a graph, hands the graph a reference to the memory
+    /// so that it outlives every launch of the graph.
+    #[inline]
+    pub(crate) fn keep_alive_for(&self, stream: &Stream) -> Result<()> {
+        if let Some(graph) = crate::graph::capture_target(stream)? {
+            if self.resource.is_some() && !self.graph_memory {
+                crate::graph::attach(graph, self.share())?;
+            }
+        }
+        Ok(())
     }
 
     /// Frees the buffer now (stream-ordered on `stream`, or its deallocation stream) and returns
@@ -596,6 +672,13 @@ impl Buffer {
     }
 
     fn release(&mut self) -> Result<()> {
+        if let Some(shared) = self.shared.get() {
+            // Graphs hold the memory: the shared allocation frees it, on this stream, when the
+            // last of them goes.
+            *shared.stream.lock().unwrap_or_else(|p| p.into_inner()) = self.stream.clone();
+            self.resource = None;
+            return Ok(());
+        }
         match self.resource.take() {
             // SAFETY: ptr came from this resource with this size; the buffer is going, so nothing
             // uses it after the work already queued on its deallocation stream.
@@ -666,6 +749,8 @@ impl Buffer {
     /// direction the memory kinds allow).
     pub fn copy_to(&self, dst: &Buffer, stream: &Stream) -> Result<()> {
         dst.check_fits(self.size, "copy_to")?;
+        self.keep_alive_for(stream)?;
+        dst.keep_alive_for(stream)?;
         // SAFETY: both buffers are live; their lifetimes end stream-ordered after this copy when
         // freed on the same stream.
         unsafe { driver::cuMemcpyAsync(dst.ptr, self.ptr, self.size, stream.handle()) }.check("cuMemcpyAsync")
@@ -678,6 +763,7 @@ impl Buffer {
 
     /// Fills every byte with `value`, ordered on `stream`.
     pub fn fill_u8(&self, value: u8, stream: &Stream) -> Result<()> {
+        self.keep_alive_for(stream)?;
         // SAFETY: the buffer is live; size bytes.
         unsafe { driver::cuMemsetD8Async(self.ptr, value, self.size, stream.handle()) }.check("cuMemsetD8Async")
     }
@@ -690,6 +776,7 @@ impl Buffer {
                 self.size
             )));
         }
+        self.keep_alive_for(stream)?;
         // SAFETY: the buffer is live; size / 2 elements.
         unsafe { driver::cuMemsetD16Async(self.ptr, value, self.size / 2, stream.handle()) }.check("cuMemsetD16Async")
     }
@@ -702,6 +789,7 @@ impl Buffer {
                 self.size
             )));
         }
+        self.keep_alive_for(stream)?;
         // SAFETY: the buffer is live; size / 4 elements.
         unsafe { driver::cuMemsetD32Async(self.ptr, value, self.size / 4, stream.handle()) }.check("cuMemsetD32Async")
     }
@@ -803,6 +891,7 @@ impl Buffer {
     /// Moves the memory to `location`, ordered on `stream`.
     pub fn prefetch(&self, location: MemoryLocation, stream: &Stream) -> Result<()> {
         self.managed("prefetch")?;
+        self.keep_alive_for(stream)?;
         // SAFETY: the buffer is a live allocation of size bytes; the stream is live.
         unsafe { driver::cuMemPrefetchAsync(self.ptr, self.size, location.to_driver(), 0, stream.handle()) }
             .check("cuMemPrefetchAsync")
@@ -812,6 +901,7 @@ impl Buffer {
     /// them), ordered on `stream`; the next reads see unspecified values (CUDA 13 drivers).
     pub fn discard(&self, stream: &Stream) -> Result<()> {
         self.managed("discard")?;
+        self.keep_alive_for(stream)?;
         let (mut ptr, mut size) = (self.ptr, self.size);
         // SAFETY: one range, passed by pointer for the call; the buffer is live.
         unsafe { driver::cuMemDiscardBatchAsync(&mut ptr, &mut size, 1, 0, stream.handle()) }
@@ -924,6 +1014,8 @@ impl Buffer {
             size: descriptor.size,
             resource: Some(pool.clone()),
             stream: stream.clone(),
+            shared: OnceLock::new(),
+            graph_memory: false,
         })
     }
 }
@@ -960,6 +1052,8 @@ impl Buffer {
     pub fn copy_2d(dst: Region2D<'_>, src: Region2D<'_>, width: usize, height: usize, stream: &Stream) -> Result<()> {
         dst.check(width, height, "destination")?;
         src.check(width, height, "source")?;
+        dst.buffer.keep_alive_for(stream)?;
+        src.buffer.keep_alive_for(stream)?;
         let copy = driver::CUDA_MEMCPY2D {
             srcMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
             srcDevice: src.buffer.ptr + src.offset as u64,
@@ -986,6 +1080,8 @@ impl Buffer {
         let mut sizes = Vec::with_capacity(pairs.len());
         for (src, dst) in pairs {
             dst.check_fits(src.size, "copy_batch")?;
+            src.keep_alive_for(stream)?;
+            dst.keep_alive_for(stream)?;
             dsts.push(dst.ptr);
             srcs.push(src.ptr);
             sizes.push(src.size);
@@ -1015,6 +1111,8 @@ impl Buffer {
     /// Copies this buffer into `dst` on another device's memory (peer to peer), ordered on `stream`.
     pub fn copy_to_peer(&self, dst: &Buffer, stream: &Stream) -> Result<()> {
         dst.check_fits(self.size, "copy_to_peer")?;
+        self.keep_alive_for(stream)?;
+        dst.keep_alive_for(stream)?;
         let context = |b: &Buffer| -> Result<driver::CUcontext> {
             let device = b
                 .resource
@@ -1104,5 +1202,102 @@ impl Device {
     /// `size` bytes from the default pool, ordered on `stream`.
     pub fn allocate(&self, size: usize, stream: &Stream) -> Result<Buffer> {
         self.memory_resource()?.allocate(size, stream)
+    }
+}
+
+/// The memory graphs allocate on a device (allocation nodes, and allocations captured into
+/// graphs): its usage figures, and a resource that allocates only while a stream is being
+/// captured (each allocation becomes an allocation node of the graph recorded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GraphMemoryResource {
+    device: Device,
+}
+
+impl GraphMemoryResource {
+    /// The graph memory of `device`.
+    pub fn new(device: &Device) -> Arc<GraphMemoryResource> {
+        Arc::new(GraphMemoryResource { device: *device })
+    }
+
+    /// `size` bytes of graph memory, as an allocation node of the graph `stream` is recording.
+    pub fn allocate(self: &Arc<Self>, size: usize, stream: &Stream) -> Result<Buffer> {
+        Buffer::allocate(self.clone(), size, stream)
+    }
+
+    fn attribute(&self, attr: driver::CUgraphMem_attribute) -> Result<u64> {
+        let mut v = 0u64;
+        // SAFETY: the graph memory attributes are 64-bit values; out-pointer to a local.
+        unsafe { driver::cuDeviceGetGraphMemAttribute(self.device.handle(), attr, (&mut v as *mut u64).cast()) }
+            .check("cuDeviceGetGraphMemAttribute")?;
+        Ok(v)
+    }
+
+    /// Bytes of graph allocations live now.
+    pub fn used_mem_current(&self) -> Result<u64> {
+        self.attribute(driver::CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)
+    }
+
+    /// The most bytes of graph allocations live at once since the last reset.
+    pub fn used_mem_high(&self) -> Result<u64> {
+        self.attribute(driver::CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH)
+    }
+
+    /// Bytes the driver holds for graph allocations.
+    pub fn reserved_mem_current(&self) -> Result<u64> {
+        self.attribute(driver::CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT)
+    }
+
+    /// The most bytes held for graph allocations since the last reset.
+    pub fn reserved_mem_high(&self) -> Result<u64> {
+        self.attribute(driver::CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
+    }
+
+    /// Resets both high-water marks to the current figures.
+    pub fn reset_high_water_marks(&self) -> Result<()> {
+        for attr in [
+            driver::CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH,
+            driver::CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH,
+        ] {
+            let mut zero = 0u64;
+            // SAFETY: the only value these attributes accept is 0, passed as a 64-bit value.
+            unsafe { driver::cuDeviceSetGraphMemAttribute(self.device.handle(), attr, (&mut zero as *mut u64).cast()) }
+                .check("cuDeviceSetGraphMemAttribute")?;
+        }
+        Ok(())
+    }
+
+    /// Gives memory held for graph allocations but unused back to the system
+    /// (`cuDeviceGraphMemTrim`).
+    pub fn trim(&self) -> Result<()> {
+        // SAFETY: a valid device handle.
+        unsafe { driver::cuDeviceGraphMemTrim(self.device.handle()) }.check("cuDeviceGraphMemTrim")
+    }
+}
+
+impl MemoryResource for GraphMemoryResource {
+    fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
+        if crate::graph::capture_target(stream)?.is_none() {
+            return Err(CudaError::InvalidArgument(
+                "GraphMemoryResource allocates only on a stream being captured into a graph (a GraphBuilder's stream)"
+                    .into(),
+            ));
+        }
+        let mut ptr = 0;
+        // SAFETY: the stream is capturing; out-pointer to a local.
+        unsafe { driver::cuMemAllocAsync(&mut ptr, size, stream.handle()) }.check("cuMemAllocAsync")?;
+        Ok(ptr)
+    }
+    unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
+        // SAFETY: forwarded to the caller; graph memory may be freed in the graph or outside it.
+        unsafe { driver::cuMemFreeAsync(ptr, stream.handle()) }.check("cuMemFreeAsync")
+    }
+    fn is_device_accessible(&self) -> bool {
+        true
+    }
+    fn is_host_accessible(&self) -> bool {
+        false
+    }
+    fn device(&self) -> Option<Device> {
+        Some(self.device)
     }
 }

@@ -184,12 +184,18 @@ impl Stream {
                 "an event opened from another process cannot be recorded".into(),
             ));
         }
+        if let Some(graph) = crate::graph::capture_target(self)? {
+            crate::graph::attach(graph, event.clone())?;
+        }
         // SAFETY: both handles are live.
         unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")
     }
 
     /// Makes later work on this stream wait for `event`.
     pub fn wait_event(&self, event: &Event) -> Result<()> {
+        if let Some(graph) = crate::graph::capture_target(self)? {
+            crate::graph::attach(graph, event.clone())?;
+        }
         // SAFETY: both handles are live.
         unsafe { driver::cuStreamWaitEvent(self.inner.handle, event.handle(), 0) }.check("cuStreamWaitEvent")
     }
@@ -208,8 +214,14 @@ impl Stream {
 
     /// Runs `f` on a driver thread once the work queued so far is done. A panic in `f` is caught
     /// (never unwinds into the driver) and recorded as an error for [`crate::take_drop_errors`].
-    /// `f` must not call CUDA.
+    /// `f` must not call CUDA. On a stream being captured into a graph this is an error: a graph
+    /// runs its callbacks at every launch, so use [`crate::graph::GraphBuilder::callback`].
     pub fn launch_host_func(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        if crate::graph::capture_target(self)?.is_some() {
+            return Err(CudaError::InvalidArgument(
+                "launch_host_func runs its closure once, but a captured graph calls it at every launch: use GraphBuilder::callback".into(),
+            ));
+        }
         type Callback = Box<dyn FnOnce() + Send + 'static>;
         unsafe extern "C" fn trampoline(data: *mut c_void) {
             // SAFETY: data is the Box<Callback> leaked below, handed to the driver exactly once.

@@ -159,6 +159,11 @@ impl VirtualMemoryResource {
     /// in place when the addresses after it are free, else by mapping its memory at a new
     /// address (the buffer's address then changes). Waits for `stream` first.
     pub fn grow(&self, buffer: &mut Buffer, new_size: usize, stream: &Stream) -> Result<()> {
+        if buffer.is_used_by_graph() {
+            return Err(CudaError::InvalidArgument(
+                "grow: a graph refers to this buffer's memory, which must not move; grow it before recording graph work on it".into(),
+            ));
+        }
         let new_size = self.round(new_size);
         let old = buffer.handle();
         let mut allocations = self.allocations.lock().unwrap_or_else(|p| p.into_inner());

@@ -1,0 +1,468 @@
+//! Graphs by stream capture: [`GraphBuilder`].
+
+use super::attach::{attach, capture_ended, capture_info, capture_started};
+use super::definition::{
+    add_conditional_node, host_params, ConditionalType, GraphCondition, GraphDefinition, GraphInner, NodeRef,
+};
+use super::exec::{Graph, GraphCompleteOptions};
+use crate::device::Device;
+use crate::error::{record_drop_error, Check};
+use crate::stream::{EventOptions, Stream, StreamOptions};
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::sync::Arc;
+
+/// How a capture interacts with other threads' CUDA calls (`CUstreamCaptureMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CaptureMode {
+    /// Calls that are unsafe during capture fail in every thread while it runs (the default).
+    #[default]
+    Global,
+    /// Only this thread's unsafe calls fail.
+    ThreadLocal,
+    /// Nothing is prohibited.
+    Relaxed,
+}
+
+impl CaptureMode {
+    fn to_driver(self) -> driver::CUstreamCaptureMode {
+        match self {
+            CaptureMode::Global => driver::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            CaptureMode::ThreadLocal => driver::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            CaptureMode::Relaxed => driver::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Captures into its own graph.
+    Primary,
+    /// A branch of a capture made by `split`: part of its parent's capture until joined.
+    Forked,
+    /// Captures a conditional node's body.
+    Body,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Idle,
+    Building,
+    Ended,
+}
+
+/// Builds a graph by recording the work queued on its stream (`cuda.core`'s `GraphBuilder`).
+///
+/// Work queued on [`stream`](Self::stream) while building is recorded, not run. Buffers,
+/// events and callbacks the recorded operations use are held by the graph. Dropping a builder
+/// mid-capture ends the capture and discards what was recorded.
+///
+/// ```no_run
+/// # use cuda_core::{Device, graph::CaptureMode};
+/// let device = Device::new(0)?;
+/// device.set_current()?;
+/// let mut builder = device.create_graph_builder()?;
+/// builder.begin_building(CaptureMode::ThreadLocal)?;
+/// let buffer = device.allocate(1024, builder.stream())?;
+/// buffer.fill_u8(1, builder.stream())?;
+/// builder.end_building()?;
+/// let graph = builder.complete(&Default::default())?;
+/// let stream = device.create_stream(Default::default())?;
+/// graph.launch(&stream)?;
+/// stream.sync()?;
+/// # Ok::<(), cuda_core::CudaError>(())
+/// ```
+pub struct GraphBuilder {
+    stream: Stream,
+    kind: Kind,
+    state: State,
+    graph: Option<Arc<GraphInner>>,
+}
+
+impl Stream {
+    /// A graph builder recording the work queued on this stream (call
+    /// [`begin_building`](GraphBuilder::begin_building)).
+    pub fn create_graph_builder(&self) -> GraphBuilder {
+        GraphBuilder {
+            stream: self.clone(),
+            kind: Kind::Primary,
+            state: State::Idle,
+            graph: None,
+        }
+    }
+
+    /// Starts recording the work queued on this stream into a graph: shorthand for
+    /// [`create_graph_builder`](Self::create_graph_builder) and
+    /// [`begin_building`](GraphBuilder::begin_building).
+    pub fn begin_capture(&self, mode: CaptureMode) -> Result<GraphBuilder> {
+        let mut builder = self.create_graph_builder();
+        builder.begin_building(mode)?;
+        Ok(builder)
+    }
+
+    /// Records what `f` queues on this stream into a graph and returns it instantiated, ready to
+    /// launch (one call for capture, end and instantiation).
+    pub fn capture_graph(&self, mode: CaptureMode, f: impl FnOnce(&Stream) -> Result<()>) -> Result<Graph> {
+        let mut builder = self.begin_capture(mode)?;
+        f(&builder.stream)?;
+        builder.end_building()?;
+        builder.complete(&GraphCompleteOptions::default())
+    }
+}
+
+impl Device {
+    /// A graph builder with a new stream of its own on this device.
+    pub fn create_graph_builder(&self) -> Result<GraphBuilder> {
+        let stream = self.create_stream(StreamOptions {
+            nonblocking: true,
+            ..Default::default()
+        })?;
+        Ok(stream.create_graph_builder())
+    }
+}
+
+impl GraphBuilder {
+    /// The stream being captured: queue work on it to add it to the graph.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// Starts recording (`cuStreamBeginCaptureToGraph`).
+    pub fn begin_building(&mut self, mode: CaptureMode) -> Result<&mut Self> {
+        match (self.state, self.kind) {
+            (State::Building, _) => {
+                return Err(CudaError::InvalidArgument(
+                    "the graph builder is already building".into(),
+                ))
+            }
+            (State::Ended, _) => {
+                return Err(CudaError::InvalidArgument(
+                    "cannot resume building after building has ended".into(),
+                ))
+            }
+            (_, Kind::Forked) => {
+                return Err(CudaError::InvalidArgument(
+                    "a builder made by split records as part of its parent's capture".into(),
+                ))
+            }
+            _ => {}
+        }
+        let graph = match &self.graph {
+            Some(g) => g.clone(),
+            None => {
+                let mut handle: driver::CUgraph = std::ptr::null_mut();
+                // SAFETY: out-pointer to a local.
+                unsafe { driver::cuGraphCreate(&mut handle, 0) }.check("cuGraphCreate")?;
+                GraphInner::owned(handle)
+            }
+        };
+        capture_started();
+        // SAFETY: the stream and graph are live; no dependencies.
+        let status = unsafe {
+            driver::cuStreamBeginCaptureToGraph(
+                self.stream.handle(),
+                graph.handle,
+                std::ptr::null(),
+                std::ptr::null(),
+                0,
+                mode.to_driver(),
+            )
+        }
+        .check("cuStreamBeginCaptureToGraph");
+        if let Err(e) = status {
+            capture_ended();
+            return Err(e);
+        }
+        self.graph = Some(graph);
+        self.state = State::Building;
+        Ok(self)
+    }
+
+    /// Whether the builder is recording; an error when the capture was invalidated.
+    pub fn is_building(&self) -> Result<bool> {
+        if self.state != State::Building {
+            return Ok(false);
+        }
+        Ok(capture_info(self.stream.handle())?.is_some())
+    }
+
+    /// Whether this builder came from [`split`](Self::split) and waits to be joined.
+    pub fn is_join_required(&self) -> bool {
+        self.kind == Kind::Forked
+    }
+
+    /// Stops recording. A builder made by `split` cannot end: join it back first.
+    pub fn end_building(&mut self) -> Result<&mut Self> {
+        if self.state != State::Building {
+            return Err(CudaError::InvalidArgument("the graph builder is not building".into()));
+        }
+        if self.kind == Kind::Forked {
+            return Err(CudaError::InvalidArgument(
+                "a builder made by split ends with its parent: join it (GraphBuilder::join) and end that".into(),
+            ));
+        }
+        self.state = State::Ended;
+        capture_ended();
+        let mut graph: driver::CUgraph = std::ptr::null_mut();
+        // SAFETY: the stream is capturing (begun by this builder); out-pointer to a local.
+        unsafe { driver::cuStreamEndCapture(self.stream.handle(), &mut graph) }.check("cuStreamEndCapture")?;
+        if graph.is_null() {
+            return Err(CudaError::InvalidArgument(
+                "the capture was invalidated: nothing usable was recorded".into(),
+            ));
+        }
+        Ok(self)
+    }
+
+    /// The recorded graph, to inspect or extend with the explicit API (after `end_building`).
+    pub fn graph_definition(&self) -> Result<GraphDefinition> {
+        match (&self.graph, self.state) {
+            (Some(g), State::Ended) => Ok(GraphDefinition { inner: g.clone() }),
+            _ => Err(CudaError::InvalidArgument("the graph has not finished building".into())),
+        }
+    }
+
+    /// Instantiates the recorded graph.
+    pub fn complete(&self, options: &GraphCompleteOptions) -> Result<Graph> {
+        if self.kind == Kind::Body {
+            return Err(CudaError::InvalidArgument(
+                "a conditional body runs as part of its parent: complete the parent".into(),
+            ));
+        }
+        self.graph_definition()?.instantiate(options)
+    }
+
+    /// Writes the recorded graph in Graphviz DOT form (after `end_building`).
+    pub fn debug_dot_print(
+        &self,
+        path: impl AsRef<std::path::Path>,
+        options: &super::GraphDebugPrintOptions,
+    ) -> Result<()> {
+        self.graph_definition()?.debug_dot_print(path, options)
+    }
+
+    fn capture(&self, what: &str) -> Result<super::attach::CaptureInfo> {
+        if self.state != State::Building {
+            return Err(CudaError::InvalidArgument(format!(
+                "{what}: the graph builder is not building"
+            )));
+        }
+        capture_info(self.stream.handle())?
+            .ok_or_else(|| CudaError::InvalidArgument(format!("{what}: the stream is not capturing")))
+    }
+
+    /// Splits the capture into `count` parallel branches: the first is this builder, the others
+    /// record on new streams that start where this one is. Join them with [`join`](Self::join).
+    pub fn split(self, count: usize) -> Result<Vec<GraphBuilder>> {
+        if count < 2 {
+            return Err(CudaError::InvalidArgument(format!(
+                "invalid split count: expecting >= 2, got {count}"
+            )));
+        }
+        self.capture("split")?;
+        let context = match self.stream.context() {
+            Some(c) => c.clone(),
+            None => Device::current()?.primary_context()?,
+        };
+        let event = context.create_event(EventOptions::default())?;
+        self.stream.record(&event)?;
+        let mut out = Vec::with_capacity(count);
+        for _ in 1..count {
+            let stream = context.create_stream(StreamOptions {
+                nonblocking: true,
+                ..Default::default()
+            })?;
+            stream.wait_event(&event)?;
+            out.push(GraphBuilder {
+                stream,
+                kind: Kind::Forked,
+                state: State::Building,
+                graph: self.graph.clone(),
+            });
+        }
+        out.insert(0, self);
+        Ok(out)
+    }
+
+    /// Joins branches made by [`split`](Self::split) back into one builder: the first that is
+    /// not a branch (or the first), which then waits for all the others.
+    pub fn join(builders: Vec<GraphBuilder>) -> Result<GraphBuilder> {
+        if builders.len() < 2 {
+            return Err(CudaError::InvalidArgument(
+                "must join with at least two graph builders".into(),
+            ));
+        }
+        let mut builders = builders;
+        let root_index = builders.iter().position(|b| !b.is_join_required()).unwrap_or(0);
+        let root = builders.remove(root_index);
+        for other in &builders {
+            root.stream.wait(&other.stream)?;
+        }
+        Ok(root)
+    }
+
+    /// A condition for conditional nodes of this capture; with `default_value` it is reset to
+    /// that value at the start of every launch.
+    pub fn create_condition(&self, default_value: Option<u32>) -> Result<GraphCondition> {
+        let info = self.capture("create_condition")?;
+        GraphCondition::create(info.graph, default_value)
+    }
+
+    fn conditional(&self, condition: &GraphCondition, kind: ConditionalType, size: u32) -> Result<Vec<GraphBuilder>> {
+        let info = self.capture("conditional")?;
+        let root = self
+            .graph
+            .clone()
+            .ok_or_else(|| CudaError::InvalidArgument("no graph".into()))?;
+        let (mut node, bodies) = {
+            let mut reg = root.lock();
+            let (node, bodies) = add_conditional_node(info.graph, &info.dependencies, *condition, kind, size)?;
+            let r = root.register(&mut reg, node);
+            (r, bodies)
+        };
+        // SAFETY: the stream is capturing; one node replaces the dependencies of what follows.
+        unsafe {
+            driver::cuStreamUpdateCaptureDependencies(
+                self.stream.handle(),
+                &mut node.handle,
+                std::ptr::null(),
+                1,
+                driver::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES.0,
+            )
+        }
+        .check("cuStreamUpdateCaptureDependencies")?;
+        self.body_builders(&root, node, bodies)
+    }
+
+    fn body_builders(
+        &self,
+        root: &Arc<GraphInner>,
+        node: NodeRef,
+        bodies: Vec<driver::CUgraph>,
+    ) -> Result<Vec<GraphBuilder>> {
+        let context = match self.stream.context() {
+            Some(c) => c.clone(),
+            None => Device::current()?.primary_context()?,
+        };
+        bodies
+            .into_iter()
+            .map(|b| {
+                Ok(GraphBuilder {
+                    stream: context.create_stream(StreamOptions {
+                        nonblocking: true,
+                        ..Default::default()
+                    })?,
+                    kind: Kind::Body,
+                    state: State::Idle,
+                    graph: Some(GraphInner::nested(root, node, b)),
+                })
+            })
+            .collect()
+    }
+
+    /// Adds an if node at this point of the capture; record its body with the builder returned
+    /// (`begin_building`, queue work, `end_building`).
+    pub fn if_then(&self, condition: &GraphCondition) -> Result<GraphBuilder> {
+        Ok(self.conditional(condition, ConditionalType::If, 1)?.remove(0))
+    }
+
+    /// Adds an if-else node; returns the builders of the then and else bodies.
+    pub fn if_else(&self, condition: &GraphCondition) -> Result<(GraphBuilder, GraphBuilder)> {
+        let mut b = self.conditional(condition, ConditionalType::If, 2)?;
+        let otherwise = b.remove(1);
+        Ok((b.remove(0), otherwise))
+    }
+
+    /// Adds a while node; returns the builder of its body.
+    pub fn while_loop(&self, condition: &GraphCondition) -> Result<GraphBuilder> {
+        Ok(self.conditional(condition, ConditionalType::While, 1)?.remove(0))
+    }
+
+    /// Adds a switch node with `count` bodies; returns their builders.
+    pub fn switch(&self, condition: &GraphCondition, count: u32) -> Result<Vec<GraphBuilder>> {
+        if count == 0 {
+            return Err(CudaError::InvalidArgument("switch: count must be at least 1".into()));
+        }
+        self.conditional(condition, ConditionalType::Switch, count)
+    }
+
+    /// Adds `child` (a finished builder's graph) as a child-graph node at this point.
+    pub fn embed(&self, child: &GraphBuilder) -> Result<()> {
+        let definition = child
+            .graph_definition()
+            .map_err(|_| CudaError::InvalidArgument("the child graph has not finished building".into()))?;
+        let info = self
+            .capture("embed")
+            .map_err(|_| CudaError::InvalidArgument("the parent graph is not being built".into()))?;
+        let mut node: driver::CUgraphNode = std::ptr::null_mut();
+        // SAFETY: both graphs are live; the dependencies come from the capture; the driver clones
+        // the child.
+        unsafe {
+            driver::cuGraphAddChildGraphNode(
+                &mut node,
+                info.graph,
+                info.dependencies.as_ptr(),
+                info.dependencies.len(),
+                definition.handle(),
+            )
+        }
+        .check("cuGraphAddChildGraphNode")?;
+        // SAFETY: the stream is capturing; the new node is what follows depends on.
+        unsafe {
+            driver::cuStreamUpdateCaptureDependencies(
+                self.stream.handle(),
+                &mut node,
+                std::ptr::null(),
+                1,
+                driver::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES.0,
+            )
+        }
+        .check("cuStreamUpdateCaptureDependencies")?;
+        attach(info.graph, definition)
+    }
+
+    /// Records a host callback: `f` runs on a driver thread at every launch, in stream order.
+    /// `f` must not call CUDA; a panic is caught and recorded for [`crate::take_drop_errors`].
+    pub fn callback(&self, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
+        let info = self.capture("callback")?;
+        let (boxed, p) = host_params(f);
+        // SAFETY: the stream is capturing; p points into `boxed`, which the graph holds below.
+        unsafe { driver::cuLaunchHostFunc(self.stream.handle(), p.fn_, p.userData) }.check("cuLaunchHostFunc")?;
+        attach(info.graph, HeldBox(boxed))
+    }
+
+    /// Hands `value` to the graph being recorded (see [`GraphDefinition::keep_alive`]): use it for
+    /// memory that captured kernels use.
+    pub fn keep_alive<T: std::any::Any + Send + Sync>(&self, value: T) -> Result<()> {
+        let info = self.capture("keep_alive")?;
+        attach(info.graph, value)
+    }
+}
+
+struct HeldBox(#[allow(dead_code)] Box<Box<dyn Fn() + Send + Sync + 'static>>);
+
+impl Drop for GraphBuilder {
+    fn drop(&mut self) {
+        if self.state == State::Building && self.kind != Kind::Forked {
+            capture_ended();
+            let mut graph: driver::CUgraph = std::ptr::null_mut();
+            // SAFETY: ends the capture this builder began; the graph stays ours (dropped with
+            // the builder, or owned by its conditional node).
+            if let Err(e) =
+                unsafe { driver::cuStreamEndCapture(self.stream.handle(), &mut graph) }.check("cuStreamEndCapture")
+            {
+                record_drop_error(e);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for GraphBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GraphBuilder")
+            .field("stream", &self.stream)
+            .field("kind", &self.kind)
+            .field("state", &self.state)
+            .finish()
+    }
+}

@@ -1,0 +1,1438 @@
+//! Explicit graphs: [`GraphDefinition`], its [`GraphNode`]s, conditions and node parameters.
+
+use super::attach::attach;
+use super::exec::{Graph, GraphCompleteOptions};
+use crate::device::{Context, Device};
+use crate::error::{record_drop_error, Check};
+use crate::launch::{DeviceRepr, Dim3, KernelArgs, LaunchConfig};
+use crate::memory::{read_write_access, Buffer};
+use crate::object_code::Kernel;
+use crate::stream::Event;
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A node handle with the generation it was registered under: a node destroyed through this API
+/// leaves its generation behind, so stale handles are recognised even when the driver reuses the
+/// address for a new node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NodeRef {
+    pub(crate) handle: driver::CUgraphNode,
+    gen: u64,
+}
+
+/// What a conditional node was made with (the driver's query for it needs CUDA 13.2).
+#[derive(Clone)]
+struct ConditionalInfo {
+    condition: GraphCondition,
+    kind: ConditionalType,
+    bodies: Vec<driver::CUgraph>,
+}
+
+/// Node bookkeeping shared by a graph and every graph nested in it (bodies, child graphs). Its
+/// mutex also serialises every driver call that reads or changes the hierarchy.
+#[derive(Default)]
+pub(crate) struct Registry {
+    live: HashMap<usize, u64>,
+    next: u64,
+    conditionals: HashMap<usize, ConditionalInfo>,
+}
+
+impl Registry {
+    fn register(&mut self, handle: driver::CUgraphNode) -> NodeRef {
+        let key = handle as usize;
+        let gen = match self.live.get(&key) {
+            Some(g) => *g,
+            None => {
+                self.next += 1;
+                self.live.insert(key, self.next);
+                self.next
+            }
+        };
+        NodeRef { handle, gen }
+    }
+
+    fn is_live(&self, node: NodeRef) -> bool {
+        self.live.get(&(node.handle as usize)) == Some(&node.gen)
+    }
+}
+
+pub(crate) struct GraphInner {
+    pub(crate) handle: driver::CUgraph,
+    /// For graphs nested in another (conditional bodies, child graphs): that graph and the node
+    /// that owns this one. `None`: owned here, destroyed on drop.
+    owner: Option<(Arc<GraphInner>, NodeRef)>,
+    registry: Arc<Mutex<Registry>>,
+}
+
+// SAFETY: CUgraph handles may be used from any thread; every driver call on the hierarchy is made
+// holding the registry lock, so no two threads touch it at once.
+unsafe impl Send for GraphInner {}
+// SAFETY: as above.
+unsafe impl Sync for GraphInner {}
+
+impl Drop for GraphInner {
+    fn drop(&mut self) {
+        if self.owner.is_none() {
+            // SAFETY: owned, destroyed once; executable graphs and user objects are independent.
+            if let Err(e) = unsafe { driver::cuGraphDestroy(self.handle) }.check("cuGraphDestroy") {
+                record_drop_error(e);
+            }
+        }
+    }
+}
+
+impl GraphInner {
+    pub(crate) fn owned(handle: driver::CUgraph) -> Arc<GraphInner> {
+        Arc::new(GraphInner {
+            handle,
+            owner: None,
+            registry: Arc::default(),
+        })
+    }
+
+    pub(crate) fn nested(parent: &Arc<GraphInner>, node: NodeRef, handle: driver::CUgraph) -> Arc<GraphInner> {
+        Arc::new(GraphInner {
+            handle,
+            owner: Some((parent.clone(), node)),
+            registry: parent.registry.clone(),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Fails when the node owning this graph (or one of its owners) was destroyed.
+    pub(crate) fn check_live(&self, reg: &Registry) -> Result<()> {
+        let mut at = self;
+        while let Some((parent, node)) = &at.owner {
+            if !reg.is_live(*node) {
+                return Err(CudaError::InvalidArgument(
+                    "the node owning this graph was destroyed: the graph is no longer valid".into(),
+                ));
+            }
+            at = parent;
+        }
+        Ok(())
+    }
+
+    /// The outermost graph: what instantiation starts from, and so where attachments go.
+    pub(crate) fn root(&self) -> driver::CUgraph {
+        let mut at = self;
+        while let Some((parent, _)) = &at.owner {
+            at = parent;
+        }
+        at.handle
+    }
+
+    pub(crate) fn register(&self, reg: &mut Registry, handle: driver::CUgraphNode) -> NodeRef {
+        reg.register(handle)
+    }
+}
+
+/// A condition a kernel sets (`cudaGraphSetConditional(handle, value)` in device code) to steer
+/// a conditional node. Pass it to a kernel as an argument: it is the 64-bit
+/// `cudaGraphConditionalHandle`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct GraphCondition {
+    handle: driver::CUgraphConditionalHandle,
+}
+
+// SAFETY: a transparent u64, the layout of cudaGraphConditionalHandle.
+unsafe impl DeviceRepr for GraphCondition {}
+
+impl GraphCondition {
+    /// The `CUgraphConditionalHandle`.
+    pub fn handle(&self) -> driver::CUgraphConditionalHandle {
+        self.handle
+    }
+
+    pub(crate) fn create(graph: driver::CUgraph, default_value: Option<u32>) -> Result<GraphCondition> {
+        let context = Context::current_handle()?;
+        if context.is_null() {
+            return Err(CudaError::InvalidArgument(
+                "create_condition: no context is current (call Device::set_current first)".into(),
+            ));
+        }
+        let mut handle = 0;
+        let flags = if default_value.is_some() {
+            driver::CU_GRAPH_COND_ASSIGN_DEFAULT
+        } else {
+            0
+        };
+        // SAFETY: graph and context are live; out-pointer to a local.
+        unsafe {
+            driver::cuGraphConditionalHandleCreate(&mut handle, graph, context, default_value.unwrap_or(0), flags)
+        }
+        .check("cuGraphConditionalHandleCreate")?;
+        Ok(GraphCondition { handle })
+    }
+}
+
+/// The kinds of conditional node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionalType {
+    /// Runs its first body when the condition is non-zero (and its second, if any, otherwise).
+    If,
+    /// Runs its body as long as the condition is non-zero (checked before each iteration).
+    While,
+    /// Runs body `n` when the condition is `n`; nothing when it is out of range.
+    Switch,
+}
+
+impl ConditionalType {
+    fn to_driver(self) -> driver::CUgraphConditionalNodeType {
+        match self {
+            ConditionalType::If => driver::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF,
+            ConditionalType::While => driver::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE,
+            ConditionalType::Switch => driver::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_SWITCH,
+        }
+    }
+}
+
+/// Adds a conditional node after `deps` to `graph` and returns its handle and body graphs.
+pub(crate) fn add_conditional_node(
+    graph: driver::CUgraph,
+    deps: &[driver::CUgraphNode],
+    condition: GraphCondition,
+    kind: ConditionalType,
+    size: u32,
+) -> Result<(driver::CUgraphNode, Vec<driver::CUgraph>)> {
+    let context = Context::current_handle()?;
+    // SAFETY: an all-zero CUgraphNodeParams is the documented starting point; the conditional
+    // member is filled in below.
+    let mut params: driver::CUgraphNodeParams = unsafe { std::mem::zeroed() };
+    params.type_ = driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    params.__bindgen_anon_1.conditional = driver::CUDA_CONDITIONAL_NODE_PARAMS {
+        handle: condition.handle,
+        type_: kind.to_driver(),
+        size,
+        phGraph_out: std::ptr::null_mut(),
+        ctx: context,
+    };
+    let mut node: driver::CUgraphNode = std::ptr::null_mut();
+    // SAFETY: graph and dependencies are live; params is initialised for a conditional node.
+    unsafe {
+        driver::cuGraphAddNode(
+            &mut node,
+            graph,
+            deps.as_ptr(),
+            std::ptr::null(),
+            deps.len(),
+            &mut params,
+        )
+    }
+    .check("cuGraphAddNode")?;
+    // SAFETY: the driver filled phGraph_out with `size` body graphs owned by the node.
+    let bodies = unsafe {
+        let out = params.__bindgen_anon_1.conditional.phGraph_out;
+        std::slice::from_raw_parts(out, size as usize).to_vec()
+    };
+    Ok((node, bodies))
+}
+
+/// A graph built node by node (`cuGraphCreate`). Cheap to clone: clones share the graph; use
+/// [`clone_graph`](Self::clone_graph) for an independent copy.
+///
+/// Nodes added on the definition itself are entry points; nodes added on a [`GraphNode`] depend
+/// on it. Whatever a node uses (buffers, events, callbacks, child graphs) is held by the graph
+/// and released once the graph, its clones and executable graphs, and their launches, are gone.
+///
+/// ```no_run
+/// # use cuda_core::{Device, graph::GraphDefinition, Buffer};
+/// # fn demo(dst: &Buffer, src: &Buffer) -> cuda_core::Result<()> {
+/// let device = Device::new(0)?;
+/// device.set_current()?;
+/// let stream = device.create_stream(Default::default())?;
+/// let graph = GraphDefinition::new()?;
+/// let fill = graph.memset(src, 7u8, src.size())?;
+/// fill.memcpy(dst, src, src.size())?;
+/// let exec = graph.instantiate(&Default::default())?;
+/// exec.launch(&stream)?;
+/// stream.sync()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct GraphDefinition {
+    pub(crate) inner: Arc<GraphInner>,
+}
+
+/// A node of a [`GraphDefinition`]. Cheap to clone; a clone names the same node.
+#[derive(Clone)]
+pub struct GraphNode {
+    graph: Arc<GraphInner>,
+    node: NodeRef,
+}
+
+// SAFETY: the handle is only used under the graph's registry lock.
+unsafe impl Send for GraphNode {}
+// SAFETY: as above.
+unsafe impl Sync for GraphNode {}
+
+/// The node types (`CUgraphNodeType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeType {
+    Kernel,
+    Memcpy,
+    Memset,
+    Host,
+    ChildGraph,
+    Empty,
+    EventWait,
+    EventRecord,
+    ExternalSemaphoreSignal,
+    ExternalSemaphoreWait,
+    MemAlloc,
+    MemFree,
+    BatchMemOp,
+    Conditional,
+    /// A type this crate does not name yet (the driver's number).
+    Other(u32),
+}
+
+impl NodeType {
+    fn from_driver(t: driver::CUgraphNodeType) -> NodeType {
+        use driver::CUgraphNodeType as T;
+        match t {
+            T::CU_GRAPH_NODE_TYPE_KERNEL => NodeType::Kernel,
+            T::CU_GRAPH_NODE_TYPE_MEMCPY => NodeType::Memcpy,
+            T::CU_GRAPH_NODE_TYPE_MEMSET => NodeType::Memset,
+            T::CU_GRAPH_NODE_TYPE_HOST => NodeType::Host,
+            T::CU_GRAPH_NODE_TYPE_GRAPH => NodeType::ChildGraph,
+            T::CU_GRAPH_NODE_TYPE_EMPTY => NodeType::Empty,
+            T::CU_GRAPH_NODE_TYPE_WAIT_EVENT => NodeType::EventWait,
+            T::CU_GRAPH_NODE_TYPE_EVENT_RECORD => NodeType::EventRecord,
+            T::CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL => NodeType::ExternalSemaphoreSignal,
+            T::CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT => NodeType::ExternalSemaphoreWait,
+            T::CU_GRAPH_NODE_TYPE_MEM_ALLOC => NodeType::MemAlloc,
+            T::CU_GRAPH_NODE_TYPE_MEM_FREE => NodeType::MemFree,
+            T::CU_GRAPH_NODE_TYPE_BATCH_MEM_OP => NodeType::BatchMemOp,
+            T::CU_GRAPH_NODE_TYPE_CONDITIONAL => NodeType::Conditional,
+            other => NodeType::Other(other.0),
+        }
+    }
+}
+
+/// The value a memset node writes: its width (1, 2 or 4 bytes) is the element size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemsetValue {
+    U8(u8),
+    U16(u16),
+    U32(u32),
+}
+
+impl MemsetValue {
+    pub(crate) fn parts(self) -> (u32, u32) {
+        match self {
+            MemsetValue::U8(v) => (v as u32, 1),
+            MemsetValue::U16(v) => (v as u32, 2),
+            MemsetValue::U32(v) => (v, 4),
+        }
+    }
+}
+
+impl From<u8> for MemsetValue {
+    fn from(v: u8) -> Self {
+        MemsetValue::U8(v)
+    }
+}
+impl From<u16> for MemsetValue {
+    fn from(v: u16) -> Self {
+        MemsetValue::U16(v)
+    }
+}
+impl From<u32> for MemsetValue {
+    fn from(v: u32) -> Self {
+        MemsetValue::U32(v)
+    }
+}
+
+/// Where a graph allocation lives (`GraphMemoryType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GraphMemoryType {
+    #[default]
+    Device,
+    /// Pinned host memory (needs a driver that supports host graph allocations).
+    Host,
+}
+
+/// Options of an allocation node.
+#[derive(Debug, Clone, Default)]
+pub struct GraphAllocOptions {
+    /// The device the memory belongs to (the current one when `None`).
+    pub device: Option<Device>,
+    pub memory_type: GraphMemoryType,
+    /// Other devices that may read and write the memory.
+    pub peer_access: Vec<Device>,
+}
+
+/// What a node does, as the driver reports it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum NodeParams {
+    Empty,
+    Kernel {
+        grid: Dim3,
+        block: Dim3,
+        shmem_size: u32,
+    },
+    Memset {
+        dst: driver::CUdeviceptr,
+        value: u32,
+        element_size: u32,
+        width: usize,
+        height: usize,
+        pitch: usize,
+    },
+    Memcpy {
+        dst: driver::CUdeviceptr,
+        src: driver::CUdeviceptr,
+        size: usize,
+    },
+    Host,
+    /// The node's own copy of the embedded graph.
+    ChildGraph(GraphDefinition),
+    EventRecord(driver::CUevent),
+    EventWait(driver::CUevent),
+    MemAlloc {
+        dptr: driver::CUdeviceptr,
+        bytesize: usize,
+    },
+    MemFree {
+        dptr: driver::CUdeviceptr,
+    },
+    Conditional {
+        condition: GraphCondition,
+        kind: ConditionalType,
+        /// The body graphs (for `If`: then, else).
+        branches: Vec<GraphDefinition>,
+    },
+    /// A node of a kind whose parameters are not read here.
+    Other(NodeType),
+}
+
+impl PartialEq for GraphDefinition {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner.handle == other.inner.handle
+    }
+}
+
+impl fmt::Debug for GraphDefinition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "GraphDefinition({:p})", self.inner.handle)
+    }
+}
+
+impl fmt::Debug for GraphNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "GraphNode({:p})", self.node.handle)
+    }
+}
+
+impl PartialEq for GraphNode {
+    fn eq(&self, other: &Self) -> bool {
+        self.node == other.node
+    }
+}
+
+/// A conditional node and its body graphs, to fill with nodes.
+#[derive(Debug, Clone)]
+pub struct ConditionalNode {
+    pub node: GraphNode,
+    pub branches: Vec<GraphDefinition>,
+}
+
+impl ConditionalNode {
+    /// The body run when the condition is non-zero (if, if-else).
+    pub fn then(&self) -> &GraphDefinition {
+        &self.branches[0]
+    }
+    /// The body run when the condition is zero (if-else only).
+    pub fn else_(&self) -> Option<&GraphDefinition> {
+        self.branches.get(1)
+    }
+    /// The loop body (while).
+    pub fn body(&self) -> &GraphDefinition {
+        &self.branches[0]
+    }
+}
+
+/// Where new nodes go and what they depend on.
+struct Append<'a> {
+    graph: &'a Arc<GraphInner>,
+    after: Option<NodeRef>,
+}
+
+impl Append<'_> {
+    /// Adds one node made by `f` (given the graph and the dependencies), all under the lock.
+    fn add(
+        &self,
+        extra: &[&GraphNode],
+        f: impl FnOnce(&mut Registry, driver::CUgraph, &[driver::CUgraphNode]) -> Result<driver::CUgraphNode>,
+    ) -> Result<GraphNode> {
+        let mut reg = self.graph.lock();
+        self.graph.check_live(&reg)?;
+        let mut deps = Vec::with_capacity(extra.len() + 1);
+        if let Some(n) = self.after {
+            check_node(&reg, n)?;
+            deps.push(n.handle);
+        }
+        for e in extra {
+            if !Arc::ptr_eq(&e.graph, self.graph) {
+                return Err(CudaError::InvalidArgument(
+                    "a dependency belongs to another graph: nodes can only depend on nodes of their own graph".into(),
+                ));
+            }
+            check_node(&reg, e.node)?;
+            deps.push(e.node.handle);
+        }
+        let handle = f(&mut reg, self.graph.handle, &deps)?;
+        let node = self.graph.register(&mut reg, handle);
+        Ok(GraphNode {
+            graph: self.graph.clone(),
+            node,
+        })
+    }
+
+    fn attach<T: std::any::Any + Send + Sync>(&self, value: T) -> Result<()> {
+        attach(self.graph.root(), value)
+    }
+}
+
+fn check_node(reg: &Registry, node: NodeRef) -> Result<()> {
+    if reg.is_live(node) {
+        Ok(())
+    } else {
+        Err(CudaError::InvalidArgument(
+            "the graph node was destroyed and is no longer valid".into(),
+        ))
+    }
+}
+
+fn current_context() -> Result<driver::CUcontext> {
+    let ctx = Context::current_handle()?;
+    if ctx.is_null() {
+        return Err(CudaError::InvalidArgument(
+            "no context is current: call Device::set_current before adding this node".into(),
+        ));
+    }
+    Ok(ctx)
+}
+
+fn kernel_params(config: &LaunchConfig, kernel: &Kernel, params: *mut *mut c_void) -> driver::CUDA_KERNEL_NODE_PARAMS {
+    driver::CUDA_KERNEL_NODE_PARAMS {
+        func: std::ptr::null_mut(),
+        gridDimX: config.grid.x,
+        gridDimY: config.grid.y,
+        gridDimZ: config.grid.z,
+        blockDimX: config.block.x,
+        blockDimY: config.block.y,
+        blockDimZ: config.block.z,
+        sharedMemBytes: config.shmem_size,
+        kernelParams: params,
+        extra: std::ptr::null_mut(),
+        kern: kernel.handle(),
+        ctx: std::ptr::null_mut(),
+    }
+}
+
+/// A host callback's data: the closure, called at every launch.
+type Callback = Box<dyn Fn() + Send + Sync + 'static>;
+
+unsafe extern "C" fn run_callback(data: *mut c_void) {
+    // SAFETY: data points to a Callback the graph holds (attached) for as long as it can run.
+    let f = unsafe { &*(data as *const Callback) };
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        record_drop_error(CudaError::InvalidArgument("a graph host callback panicked".into()));
+    }
+}
+
+/// Boxes `f` for a host node: the returned params point into the box, which must be attached.
+pub(crate) fn host_params(f: impl Fn() + Send + Sync + 'static) -> (Box<Callback>, driver::CUDA_HOST_NODE_PARAMS) {
+    let boxed: Box<Callback> = Box::new(Box::new(f));
+    let params = driver::CUDA_HOST_NODE_PARAMS {
+        fn_: Some(run_callback),
+        userData: (&*boxed as *const Callback).cast_mut().cast(),
+    };
+    (boxed, params)
+}
+
+/// Holds a boxed callback so it can be attached (the address the driver has stays the same).
+struct HeldCallback(#[allow(dead_code)] Box<Callback>);
+
+fn memcpy_params(dst: driver::CUdeviceptr, src: driver::CUdeviceptr, size: usize) -> driver::CUDA_MEMCPY3D {
+    driver::CUDA_MEMCPY3D {
+        srcMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+        srcDevice: src,
+        dstMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+        dstDevice: dst,
+        WidthInBytes: size,
+        Height: 1,
+        Depth: 1,
+        ..Default::default()
+    }
+}
+
+fn check_region(buffer: &Buffer, bytes_needed: usize, what: &str) -> Result<()> {
+    if bytes_needed > buffer.size() {
+        return Err(CudaError::InvalidArgument(format!(
+            "{what}: {bytes_needed} bytes do not fit in a buffer of {}",
+            buffer.size()
+        )));
+    }
+    Ok(())
+}
+
+fn memset_extent(width: usize, height: usize, pitch: usize, element: u32) -> Result<usize> {
+    let row = width * element as usize;
+    if height > 1 && pitch < row {
+        return Err(CudaError::InvalidArgument(format!(
+            "memset: a pitch of {pitch} bytes is less than a row of {row}"
+        )));
+    }
+    Ok(if height == 0 { 0 } else { (height - 1) * pitch + row })
+}
+
+macro_rules! node_adders {
+    ($ty:ty) => {
+        impl $ty {
+            /// An empty node depending on this point and on `others`: joins branches.
+            pub fn join(&self, others: &[&GraphNode]) -> Result<GraphNode> {
+                self.append().add(others, |_, g, deps| {
+                    let mut node = std::ptr::null_mut();
+                    // SAFETY: graph and dependencies are live (checked under the lock).
+                    unsafe { driver::cuGraphAddEmptyNode(&mut node, g, deps.as_ptr(), deps.len()) }
+                        .check("cuGraphAddEmptyNode")?;
+                    Ok(node)
+                })
+            }
+
+            /// A kernel node: `kernel` with `config` and `args` (copied into the node now).
+            ///
+            /// # Safety
+            /// As for [`crate::launch`], for every launch of every executable graph made from
+            /// this graph: the arguments match the kernel's parameters, and every pointer among
+            /// them is valid for the kernel's accesses whenever the graph runs. Hand the memory
+            /// to the graph with [`GraphDefinition::keep_alive`] to tie it to the graph's life.
+            pub unsafe fn launch<A: KernelArgs>(
+                &self,
+                config: &LaunchConfig,
+                kernel: &Kernel,
+                mut args: A,
+            ) -> Result<GraphNode> {
+                config.check(&Device::current()?.limits()?)?;
+                let append = self.append();
+                append.add(&[], |_, g, deps| {
+                    args.with_params(|params| {
+                        let p = kernel_params(config, kernel, params.as_mut_ptr());
+                        let mut node = std::ptr::null_mut();
+                        // SAFETY: graph and dependencies are live; the arguments are copied by
+                        // the driver during the call (the caller vouches for what they point to).
+                        unsafe { driver::cuGraphAddKernelNode(&mut node, g, deps.as_ptr(), deps.len(), &p) }
+                            .check("cuGraphAddKernelNode")?;
+                        set_launch_attributes(node, config)?;
+                        Ok(node)
+                    })
+                })
+            }
+
+            /// An allocation node: `size` bytes of graph memory, valid from this node until a
+            /// [`deallocate`](Self::deallocate) node (or, without one, until freed outside the
+            /// graph). Its address is in [`GraphNode::params`] (`MemAlloc { dptr, .. }`).
+            pub fn allocate(&self, size: usize, options: &GraphAllocOptions) -> Result<GraphNode> {
+                let device = match options.device {
+                    Some(d) => d,
+                    None => Device::current()?,
+                };
+                let access: Vec<driver::CUmemAccessDesc> = options.peer_access.iter().map(read_write_access).collect();
+                self.append().add(&[], |_, g, deps| {
+                    let mut props = driver::CUmemPoolProps {
+                        allocType: driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+                        location: match options.memory_type {
+                            GraphMemoryType::Device => crate::memory::location(
+                                driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                                device.device_id() as i32,
+                            ),
+                            GraphMemoryType::Host => {
+                                crate::memory::location(driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST, 0)
+                            }
+                        },
+                        ..Default::default()
+                    };
+                    props.handleTypes = driver::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
+                    let mut p = driver::CUDA_MEM_ALLOC_NODE_PARAMS {
+                        poolProps: props,
+                        accessDescs: access.as_ptr(),
+                        accessDescCount: access.len(),
+                        bytesize: size,
+                        dptr: 0,
+                    };
+                    let mut node = std::ptr::null_mut();
+                    // SAFETY: graph and dependencies are live; p and the access array live
+                    // across the call.
+                    unsafe { driver::cuGraphAddMemAllocNode(&mut node, g, deps.as_ptr(), deps.len(), &mut p) }
+                        .check("cuGraphAddMemAllocNode")?;
+                    Ok(node)
+                })
+            }
+
+            /// A node freeing the memory `alloc` (an allocation node of this graph) made.
+            pub fn deallocate(&self, alloc: &GraphNode) -> Result<GraphNode> {
+                let dptr = match alloc.params()? {
+                    NodeParams::MemAlloc { dptr, .. } => dptr,
+                    other => {
+                        return Err(CudaError::InvalidArgument(format!(
+                            "deallocate takes an allocation node, not {other:?}"
+                        )))
+                    }
+                };
+                self.append().add(&[], |_, g, deps| {
+                    let mut node = std::ptr::null_mut();
+                    // SAFETY: graph and dependencies are live; dptr is a graph allocation.
+                    unsafe { driver::cuGraphAddMemFreeNode(&mut node, g, deps.as_ptr(), deps.len(), dptr) }
+                        .check("cuGraphAddMemFreeNode")?;
+                    Ok(node)
+                })
+            }
+
+            /// A memset node writing `value` (1, 2 or 4 bytes wide) `count` times from the
+            /// start of `dst`. The graph holds `dst`'s memory.
+            pub fn memset(&self, dst: &Buffer, value: impl Into<MemsetValue>, count: usize) -> Result<GraphNode> {
+                self.memset_2d(dst, value, count, 1, 0)
+            }
+
+            /// A 2D memset node: `height` rows of `width` elements, `pitch` bytes apart.
+            pub fn memset_2d(
+                &self,
+                dst: &Buffer,
+                value: impl Into<MemsetValue>,
+                width: usize,
+                height: usize,
+                pitch: usize,
+            ) -> Result<GraphNode> {
+                let value = value.into();
+                let extent = memset_extent(width, height, pitch, value.parts().1)?;
+                check_region(dst, extent, "memset")?;
+                // SAFETY: the region lies inside dst, whose memory the graph holds (below).
+                let node = unsafe { self.memset_raw(dst.handle(), value, width, height, pitch)? };
+                self.append().attach(dst.share())?;
+                Ok(node)
+            }
+
+            /// A memset node on raw device memory (such as a graph allocation).
+            ///
+            /// # Safety
+            /// The region is valid device memory whenever the graph runs.
+            pub unsafe fn memset_raw(
+                &self,
+                dst: driver::CUdeviceptr,
+                value: impl Into<MemsetValue>,
+                width: usize,
+                height: usize,
+                pitch: usize,
+            ) -> Result<GraphNode> {
+                let (value, element_size) = value.into().parts();
+                let ctx = current_context()?;
+                self.append().add(&[], |_, g, deps| {
+                    let p = driver::CUDA_MEMSET_NODE_PARAMS {
+                        dst,
+                        pitch: if height > 1 { pitch } else { 0 },
+                        value,
+                        elementSize: element_size,
+                        width,
+                        height: height.max(1),
+                    };
+                    let mut node = std::ptr::null_mut();
+                    // SAFETY: graph, dependencies and context are live; the caller vouches for dst.
+                    unsafe { driver::cuGraphAddMemsetNode(&mut node, g, deps.as_ptr(), deps.len(), &p, ctx) }
+                        .check("cuGraphAddMemsetNode")?;
+                    Ok(node)
+                })
+            }
+
+            /// A copy node: the first `size` bytes of `src` into `dst`. The graph holds both.
+            pub fn memcpy(&self, dst: &Buffer, src: &Buffer, size: usize) -> Result<GraphNode> {
+                check_region(dst, size, "memcpy destination")?;
+                check_region(src, size, "memcpy source")?;
+                // SAFETY: both ranges lie inside buffers whose memory the graph holds (below).
+                let node = unsafe { self.memcpy_raw(dst.handle(), src.handle(), size)? };
+                let append = self.append();
+                append.attach(dst.share())?;
+                append.attach(src.share())?;
+                Ok(node)
+            }
+
+            /// A copy node between raw addresses (such as graph allocations).
+            ///
+            /// # Safety
+            /// Both ranges are valid memory whenever the graph runs.
+            pub unsafe fn memcpy_raw(
+                &self,
+                dst: driver::CUdeviceptr,
+                src: driver::CUdeviceptr,
+                size: usize,
+            ) -> Result<GraphNode> {
+                let ctx = current_context()?;
+                self.append().add(&[], |_, g, deps| {
+                    let p = memcpy_params(dst, src, size);
+                    let mut node = std::ptr::null_mut();
+                    // SAFETY: graph, dependencies and context are live; the caller vouches for
+                    // the ranges.
+                    unsafe { driver::cuGraphAddMemcpyNode(&mut node, g, deps.as_ptr(), deps.len(), &p, ctx) }
+                        .check("cuGraphAddMemcpyNode")?;
+                    Ok(node)
+                })
+            }
+
+            /// A child-graph node running a copy of `child` (made now: later changes to `child`
+            /// do not reach it).
+            pub fn embed(&self, child: &GraphDefinition) -> Result<GraphNode> {
+                if Arc::ptr_eq(&child.inner.registry, &self.append().graph.registry) {
+                    return Err(CudaError::InvalidArgument(
+                        "embed: a graph cannot embed itself or a graph nested in it".into(),
+                    ));
+                }
+                let child_handle = {
+                    let reg = child.inner.lock();
+                    child.inner.check_live(&reg)?;
+                    child.inner.handle
+                };
+                let append = self.append();
+                let node = append.add(&[], |_, g, deps| {
+                    let mut node = std::ptr::null_mut();
+                    // SAFETY: both graphs are live; the driver clones the child.
+                    unsafe { driver::cuGraphAddChildGraphNode(&mut node, g, deps.as_ptr(), deps.len(), child_handle) }
+                        .check("cuGraphAddChildGraphNode")?;
+                    Ok(node)
+                })?;
+                // The copy shares what the child holds: keep the child (and so that) alive.
+                append.attach(child.clone())?;
+                Ok(node)
+            }
+
+            /// A node recording `event` (held by the graph).
+            pub fn record(&self, event: &Event) -> Result<GraphNode> {
+                let append = self.append();
+                let node = append.add(&[], |_, g, deps| {
+                    let mut node = std::ptr::null_mut();
+                    // SAFETY: graph, dependencies and event are live.
+                    unsafe {
+                        driver::cuGraphAddEventRecordNode(&mut node, g, deps.as_ptr(), deps.len(), event.handle())
+                    }
+                    .check("cuGraphAddEventRecordNode")?;
+                    Ok(node)
+                })?;
+                append.attach(event.clone())?;
+                Ok(node)
+            }
+
+            /// A node waiting for `event` (held by the graph).
+            pub fn wait(&self, event: &Event) -> Result<GraphNode> {
+                let append = self.append();
+                let node = append.add(&[], |_, g, deps| {
+                    let mut node = std::ptr::null_mut();
+                    // SAFETY: graph, dependencies and event are live.
+                    unsafe { driver::cuGraphAddEventWaitNode(&mut node, g, deps.as_ptr(), deps.len(), event.handle()) }
+                        .check("cuGraphAddEventWaitNode")?;
+                    Ok(node)
+                })?;
+                append.attach(event.clone())?;
+                Ok(node)
+            }
+
+            /// A host node calling `f` on a driver thread at every launch (in graph order).
+            /// `f` must not call CUDA; a panic is caught and recorded for
+            /// [`crate::take_drop_errors`].
+            pub fn callback(&self, f: impl Fn() + Send + Sync + 'static) -> Result<GraphNode> {
+                let (boxed, p) = host_params(f);
+                let append = self.append();
+                let node = append.add(&[], |_, g, deps| {
+                    let mut node = std::ptr::null_mut();
+                    // SAFETY: graph and dependencies are live; p points into `boxed`, which the
+                    // graph holds from below on.
+                    unsafe { driver::cuGraphAddHostNode(&mut node, g, deps.as_ptr(), deps.len(), &p) }
+                        .check("cuGraphAddHostNode")?;
+                    Ok(node)
+                })?;
+                append.attach(HeldCallback(boxed))?;
+                Ok(node)
+            }
+
+            /// An if node: its body runs when `condition` is non-zero.
+            pub fn if_then(&self, condition: &GraphCondition) -> Result<ConditionalNode> {
+                self.conditional(condition, ConditionalType::If, 1)
+            }
+
+            /// An if-else node: the first body runs when `condition` is non-zero, the second
+            /// when it is zero (CUDA 12.8+ drivers).
+            pub fn if_else(&self, condition: &GraphCondition) -> Result<ConditionalNode> {
+                self.conditional(condition, ConditionalType::If, 2)
+            }
+
+            /// A while node: its body runs as long as `condition` is non-zero (checked first).
+            pub fn while_loop(&self, condition: &GraphCondition) -> Result<ConditionalNode> {
+                self.conditional(condition, ConditionalType::While, 1)
+            }
+
+            /// A switch node with `count` bodies: body `n` runs when `condition` is `n`
+            /// (CUDA 12.8+ drivers).
+            pub fn switch(&self, condition: &GraphCondition, count: u32) -> Result<ConditionalNode> {
+                if count == 0 {
+                    return Err(CudaError::InvalidArgument(
+                        "switch: count must be at least 1".into(),
+                    ));
+                }
+                self.conditional(condition, ConditionalType::Switch, count)
+            }
+
+            fn conditional(
+                &self,
+                condition: &GraphCondition,
+                kind: ConditionalType,
+                size: u32,
+            ) -> Result<ConditionalNode> {
+                let append = self.append();
+                let mut bodies = Vec::new();
+                let node = append.add(&[], |reg, g, deps| {
+                    let (node, b) = add_conditional_node(g, deps, *condition, kind, size)?;
+                    reg.conditionals.insert(
+                        node as usize,
+                        ConditionalInfo {
+                            condition: *condition,
+                            kind,
+                            bodies: b.clone(),
+                        },
+                    );
+                    bodies = b;
+                    Ok(node)
+                })?;
+                let branches = bodies
+                    .into_iter()
+                    .map(|b| GraphDefinition {
+                        inner: GraphInner::nested(append.graph, node.node, b),
+                    })
+                    .collect();
+                Ok(ConditionalNode { node, branches })
+            }
+        }
+    };
+}
+
+node_adders!(GraphDefinition);
+node_adders!(GraphNode);
+
+fn set_launch_attributes(node: driver::CUgraphNode, config: &LaunchConfig) -> Result<()> {
+    // SAFETY: an all-zero CUlaunchAttribute is a valid (ignored) value.
+    let mut attrs: [driver::CUlaunchAttribute; 4] = unsafe { std::mem::zeroed() };
+    let cfg = config.driver_config(std::ptr::null_mut(), &mut attrs);
+    for a in &attrs[..cfg.numAttrs as usize] {
+        // SAFETY: the node is live; the value matches the attribute id.
+        unsafe { driver::cuGraphKernelNodeSetAttribute(node, a.id, &a.value) }
+            .check("cuGraphKernelNodeSetAttribute")?;
+    }
+    Ok(())
+}
+
+impl GraphDefinition {
+    /// An empty graph.
+    pub fn new() -> Result<GraphDefinition> {
+        let mut handle: driver::CUgraph = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        unsafe { driver::cuGraphCreate(&mut handle, 0) }.check("cuGraphCreate")?;
+        Ok(GraphDefinition {
+            inner: GraphInner::owned(handle),
+        })
+    }
+
+    fn append(&self) -> Append<'_> {
+        Append {
+            graph: &self.inner,
+            after: None,
+        }
+    }
+
+    /// The `CUgraph`.
+    pub fn handle(&self) -> driver::CUgraph {
+        self.inner.handle
+    }
+
+    /// Whether the graph can still be used (a body or child graph is not once its node is
+    /// destroyed).
+    pub fn is_valid(&self) -> bool {
+        let reg = self.inner.lock();
+        self.inner.check_live(&reg).is_ok()
+    }
+
+    /// A condition for conditional nodes of this graph; with `default_value` it is reset to that
+    /// value at the start of every launch.
+    pub fn create_condition(&self, default_value: Option<u32>) -> Result<GraphCondition> {
+        let reg = self.inner.lock();
+        self.inner.check_live(&reg)?;
+        GraphCondition::create(self.inner.root(), default_value)
+    }
+
+    /// Hands `value` to the graph: it is dropped once the graph, its clones and executable
+    /// graphs, and all their launches, are gone. Use it for memory that kernel nodes use.
+    pub fn keep_alive<T: std::any::Any + Send + Sync>(&self, value: T) -> Result<()> {
+        attach(self.inner.root(), value)
+    }
+
+    /// An independent copy of the graph (`cuGraphClone`), holding what this one holds.
+    pub fn clone_graph(&self) -> Result<GraphDefinition> {
+        let reg = self.inner.lock();
+        self.inner.check_live(&reg)?;
+        let mut handle: driver::CUgraph = std::ptr::null_mut();
+        // SAFETY: the graph is live; out-pointer to a local.
+        unsafe { driver::cuGraphClone(&mut handle, self.inner.handle) }.check("cuGraphClone")?;
+        drop(reg);
+        let copy = GraphDefinition {
+            inner: GraphInner::owned(handle),
+        };
+        // Values attached to nested graphs hang off the root: keep the original's root too.
+        if self.inner.owner.is_some() {
+            copy.keep_alive(self.clone())?;
+        }
+        Ok(copy)
+    }
+
+    fn node_handles(&self, reg: &Registry) -> Result<Vec<driver::CUgraphNode>> {
+        self.inner.check_live(reg)?;
+        let mut n = 0;
+        // SAFETY: the graph is live; a null array asks for the count.
+        unsafe { driver::cuGraphGetNodes(self.inner.handle, std::ptr::null_mut(), &mut n) }.check("cuGraphGetNodes")?;
+        let mut nodes = vec![std::ptr::null_mut(); n];
+        // SAFETY: room for n nodes.
+        unsafe { driver::cuGraphGetNodes(self.inner.handle, nodes.as_mut_ptr(), &mut n) }.check("cuGraphGetNodes")?;
+        nodes.truncate(n);
+        Ok(nodes)
+    }
+
+    /// How many nodes the graph has.
+    pub fn num_nodes(&self) -> Result<usize> {
+        let reg = self.inner.lock();
+        Ok(self.node_handles(&reg)?.len())
+    }
+
+    /// The graph's nodes.
+    pub fn nodes(&self) -> Result<Vec<GraphNode>> {
+        let mut reg = self.inner.lock();
+        let handles = self.node_handles(&reg)?;
+        Ok(handles
+            .into_iter()
+            .map(|h| GraphNode {
+                graph: self.inner.clone(),
+                node: reg.register(h),
+            })
+            .collect())
+    }
+
+    /// The graph's edges, as `(from, to)` pairs.
+    pub fn edges(&self) -> Result<Vec<(GraphNode, GraphNode)>> {
+        let mut reg = self.inner.lock();
+        self.inner.check_live(&reg)?;
+        let mut n = 0;
+        // SAFETY: the graph is live; null arrays ask for the count.
+        unsafe {
+            driver::cuGraphGetEdges(
+                self.inner.handle,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &mut n,
+            )
+        }
+        .check("cuGraphGetEdges")?;
+        let mut from = vec![std::ptr::null_mut(); n];
+        let mut to = vec![std::ptr::null_mut(); n];
+        // SAFETY: room for n edges.
+        unsafe {
+            driver::cuGraphGetEdges(
+                self.inner.handle,
+                from.as_mut_ptr(),
+                to.as_mut_ptr(),
+                std::ptr::null_mut(),
+                &mut n,
+            )
+        }
+        .check("cuGraphGetEdges")?;
+        Ok(from
+            .into_iter()
+            .zip(to)
+            .take(n)
+            .map(|(f, t)| {
+                let f = reg.register(f);
+                let t = reg.register(t);
+                (
+                    GraphNode {
+                        graph: self.inner.clone(),
+                        node: f,
+                    },
+                    GraphNode {
+                        graph: self.inner.clone(),
+                        node: t,
+                    },
+                )
+            })
+            .collect())
+    }
+
+    /// An executable graph (`cuGraphInstantiateWithParams`).
+    pub fn instantiate(&self, options: &GraphCompleteOptions) -> Result<Graph> {
+        if self.inner.owner.is_some() {
+            return Err(CudaError::InvalidArgument(
+                "a body or child graph runs as part of its parent: instantiate the parent".into(),
+            ));
+        }
+        let reg = self.inner.lock();
+        let exec = Graph::instantiate(self, options);
+        drop(reg);
+        exec
+    }
+
+    /// Writes the graph in Graphviz DOT form to `path` (`cuGraphDebugDotPrint`).
+    pub fn debug_dot_print(
+        &self,
+        path: impl AsRef<std::path::Path>,
+        options: &super::GraphDebugPrintOptions,
+    ) -> Result<()> {
+        let path = path.as_ref();
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
+            CudaError::InvalidArgument(format!("debug_dot_print: {} contains a NUL byte", path.display()))
+        })?;
+        let reg = self.inner.lock();
+        self.inner.check_live(&reg)?;
+        // SAFETY: the graph is live; the path is a NUL-terminated string for the call.
+        unsafe { driver::cuGraphDebugDotPrint(self.inner.handle, c.as_ptr(), options.flags()) }
+            .check("cuGraphDebugDotPrint")
+    }
+}
+
+impl GraphNode {
+    fn append(&self) -> Append<'_> {
+        Append {
+            graph: &self.graph,
+            after: Some(self.node),
+        }
+    }
+
+    pub(crate) fn graph_inner(&self) -> &Arc<GraphInner> {
+        &self.graph
+    }
+
+    /// Runs `f` with the node's handle, under the graph's lock, if the node is still valid.
+    pub(crate) fn with_live<R>(&self, f: impl FnOnce(&mut Registry, driver::CUgraphNode) -> Result<R>) -> Result<R> {
+        let mut reg = self.graph.lock();
+        self.graph.check_live(&reg)?;
+        check_node(&reg, self.node)?;
+        f(&mut reg, self.node.handle)
+    }
+
+    /// The `CUgraphNode`.
+    pub fn handle(&self) -> driver::CUgraphNode {
+        self.node.handle
+    }
+
+    /// The graph the node belongs to.
+    pub fn graph(&self) -> GraphDefinition {
+        GraphDefinition {
+            inner: self.graph.clone(),
+        }
+    }
+
+    /// Whether the node still exists (not [`destroy`](Self::destroy)ed).
+    pub fn is_valid(&self) -> bool {
+        self.with_live(|_, _| Ok(())).is_ok()
+    }
+
+    /// Removes the node and its edges from the graph. Other handles to it become invalid (their
+    /// methods return an error), as do the bodies of a destroyed conditional node.
+    pub fn destroy(self) -> Result<()> {
+        self.with_live(|reg, h| {
+            // SAFETY: the node is live and belongs to this graph.
+            unsafe { driver::cuGraphDestroyNode(h) }.check("cuGraphDestroyNode")?;
+            reg.live.remove(&(h as usize));
+            reg.conditionals.remove(&(h as usize));
+            Ok(())
+        })
+    }
+
+    /// The node's type.
+    pub fn node_type(&self) -> Result<NodeType> {
+        self.with_live(|_, h| Ok(NodeType::from_driver(node_type(h)?)))
+    }
+
+    fn related(&self, dependents: bool) -> Result<Vec<GraphNode>> {
+        self.with_live(|reg, h| {
+            let query = |out: *mut driver::CUgraphNode, n: &mut usize| {
+                // SAFETY: the node is live; out is null or has room for n entries.
+                unsafe {
+                    if dependents {
+                        driver::cuGraphNodeGetDependentNodes(h, out, std::ptr::null_mut(), n)
+                            .check("cuGraphNodeGetDependentNodes")
+                    } else {
+                        driver::cuGraphNodeGetDependencies(h, out, std::ptr::null_mut(), n)
+                            .check("cuGraphNodeGetDependencies")
+                    }
+                }
+            };
+            let mut n = 0;
+            query(std::ptr::null_mut(), &mut n)?;
+            let mut nodes = vec![std::ptr::null_mut(); n];
+            query(nodes.as_mut_ptr(), &mut n)?;
+            nodes.truncate(n);
+            Ok(nodes
+                .into_iter()
+                .map(|x| GraphNode {
+                    graph: self.graph.clone(),
+                    node: reg.register(x),
+                })
+                .collect())
+        })
+    }
+
+    /// The nodes this one waits for.
+    pub fn dependencies(&self) -> Result<Vec<GraphNode>> {
+        self.related(false)
+    }
+
+    /// The nodes waiting for this one.
+    pub fn dependents(&self) -> Result<Vec<GraphNode>> {
+        self.related(true)
+    }
+
+    fn edges_from(&self, on: &[&GraphNode], add: bool) -> Result<()> {
+        self.with_live(|reg, h| {
+            let mut from = Vec::with_capacity(on.len());
+            for o in on {
+                if !Arc::ptr_eq(&o.graph, &self.graph) {
+                    return Err(CudaError::InvalidArgument(
+                        "a dependency belongs to another graph".into(),
+                    ));
+                }
+                check_node(reg, o.node)?;
+                from.push(o.node.handle);
+            }
+            let to = vec![h; from.len()];
+            // SAFETY: all nodes are live and in this graph; the arrays have equal lengths.
+            unsafe {
+                if add {
+                    driver::cuGraphAddDependencies(
+                        self.graph.handle,
+                        from.as_ptr(),
+                        to.as_ptr(),
+                        std::ptr::null(),
+                        from.len(),
+                    )
+                    .check("cuGraphAddDependencies")
+                } else {
+                    driver::cuGraphRemoveDependencies(
+                        self.graph.handle,
+                        from.as_ptr(),
+                        to.as_ptr(),
+                        std::ptr::null(),
+                        from.len(),
+                    )
+                    .check("cuGraphRemoveDependencies")
+                }
+            }
+        })
+    }
+
+    /// Makes this node wait for `on` as well.
+    pub fn add_dependencies(&self, on: &[&GraphNode]) -> Result<()> {
+        self.edges_from(on, true)
+    }
+
+    /// Removes the edges from `on` to this node.
+    pub fn remove_dependencies(&self, on: &[&GraphNode]) -> Result<()> {
+        self.edges_from(on, false)
+    }
+
+    /// What the node does.
+    pub fn params(&self) -> Result<NodeParams> {
+        self.with_live(|reg, h| {
+            use driver::CUgraphNodeType as T;
+            let t = node_type(h)?;
+            // SAFETY (all arms): the node is live and of the type each query expects; out-values
+            // are locals.
+            Ok(match t {
+                T::CU_GRAPH_NODE_TYPE_EMPTY => NodeParams::Empty,
+                T::CU_GRAPH_NODE_TYPE_HOST => NodeParams::Host,
+                T::CU_GRAPH_NODE_TYPE_KERNEL => {
+                    let mut p = driver::CUDA_KERNEL_NODE_PARAMS::default();
+                    unsafe { driver::cuGraphKernelNodeGetParams(h, &mut p) }.check("cuGraphKernelNodeGetParams")?;
+                    NodeParams::Kernel {
+                        grid: Dim3 {
+                            x: p.gridDimX,
+                            y: p.gridDimY,
+                            z: p.gridDimZ,
+                        },
+                        block: Dim3 {
+                            x: p.blockDimX,
+                            y: p.blockDimY,
+                            z: p.blockDimZ,
+                        },
+                        shmem_size: p.sharedMemBytes,
+                    }
+                }
+                T::CU_GRAPH_NODE_TYPE_MEMSET => {
+                    let mut p = driver::CUDA_MEMSET_NODE_PARAMS::default();
+                    unsafe { driver::cuGraphMemsetNodeGetParams(h, &mut p) }.check("cuGraphMemsetNodeGetParams")?;
+                    NodeParams::Memset {
+                        dst: p.dst,
+                        value: p.value,
+                        element_size: p.elementSize,
+                        width: p.width,
+                        height: p.height,
+                        pitch: p.pitch,
+                    }
+                }
+                T::CU_GRAPH_NODE_TYPE_MEMCPY => {
+                    let mut p = driver::CUDA_MEMCPY3D::default();
+                    unsafe { driver::cuGraphMemcpyNodeGetParams(h, &mut p) }.check("cuGraphMemcpyNodeGetParams")?;
+                    NodeParams::Memcpy {
+                        dst: p.dstDevice,
+                        src: p.srcDevice,
+                        size: p.WidthInBytes,
+                    }
+                }
+                T::CU_GRAPH_NODE_TYPE_GRAPH => {
+                    let mut g: driver::CUgraph = std::ptr::null_mut();
+                    unsafe { driver::cuGraphChildGraphNodeGetGraph(h, &mut g) }
+                        .check("cuGraphChildGraphNodeGetGraph")?;
+                    NodeParams::ChildGraph(GraphDefinition {
+                        inner: GraphInner::nested(&self.graph, self.node, g),
+                    })
+                }
+                T::CU_GRAPH_NODE_TYPE_EVENT_RECORD => {
+                    let mut e: driver::CUevent = std::ptr::null_mut();
+                    unsafe { driver::cuGraphEventRecordNodeGetEvent(h, &mut e) }
+                        .check("cuGraphEventRecordNodeGetEvent")?;
+                    NodeParams::EventRecord(e)
+                }
+                T::CU_GRAPH_NODE_TYPE_WAIT_EVENT => {
+                    let mut e: driver::CUevent = std::ptr::null_mut();
+                    unsafe { driver::cuGraphEventWaitNodeGetEvent(h, &mut e) }.check("cuGraphEventWaitNodeGetEvent")?;
+                    NodeParams::EventWait(e)
+                }
+                T::CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
+                    // SAFETY: plain data; the driver fills it in.
+                    let mut p: driver::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
+                    unsafe { driver::cuGraphMemAllocNodeGetParams(h, &mut p) }.check("cuGraphMemAllocNodeGetParams")?;
+                    NodeParams::MemAlloc {
+                        dptr: p.dptr,
+                        bytesize: p.bytesize,
+                    }
+                }
+                T::CU_GRAPH_NODE_TYPE_MEM_FREE => {
+                    let mut dptr = 0;
+                    unsafe { driver::cuGraphMemFreeNodeGetParams(h, &mut dptr) }
+                        .check("cuGraphMemFreeNodeGetParams")?;
+                    NodeParams::MemFree { dptr }
+                }
+                T::CU_GRAPH_NODE_TYPE_CONDITIONAL => match reg.conditionals.get(&(h as usize)).cloned() {
+                    Some(info) => NodeParams::Conditional {
+                        condition: info.condition,
+                        kind: info.kind,
+                        branches: info
+                            .bodies
+                            .iter()
+                            .map(|b| GraphDefinition {
+                                inner: GraphInner::nested(&self.graph, self.node, *b),
+                            })
+                            .collect(),
+                    },
+                    None => NodeParams::Other(NodeType::Conditional),
+                },
+                other => NodeParams::Other(NodeType::from_driver(other)),
+            })
+        })
+    }
+
+    /// Gives a kernel node new arguments (same kernel and configuration), for the executable
+    /// graphs instantiated from now on.
+    ///
+    /// # Safety
+    /// As for [`GraphDefinition::launch`].
+    pub unsafe fn set_kernel_args<A: KernelArgs>(&self, mut args: A) -> Result<()> {
+        self.with_live(|_, h| {
+            let mut p = driver::CUDA_KERNEL_NODE_PARAMS::default();
+            // SAFETY: the node is live; out-value is a local.
+            unsafe { driver::cuGraphKernelNodeGetParams(h, &mut p) }.check("cuGraphKernelNodeGetParams")?;
+            args.with_params(|params| {
+                p.kernelParams = params.as_mut_ptr();
+                p.extra = std::ptr::null_mut();
+                // SAFETY: the node is live; the arguments are copied during the call.
+                unsafe { driver::cuGraphKernelNodeSetParams(h, &p) }.check("cuGraphKernelNodeSetParams")
+            })
+        })
+    }
+
+    /// Points an event record or wait node at `event` (held by the graph).
+    pub fn set_event(&self, event: &Event) -> Result<()> {
+        self.with_live(|_, h| {
+            // SAFETY: the node and event are live.
+            unsafe {
+                match node_type(h)? {
+                    driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EVENT_RECORD => {
+                        driver::cuGraphEventRecordNodeSetEvent(h, event.handle())
+                            .check("cuGraphEventRecordNodeSetEvent")
+                    }
+                    driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_WAIT_EVENT => {
+                        driver::cuGraphEventWaitNodeSetEvent(h, event.handle()).check("cuGraphEventWaitNodeSetEvent")
+                    }
+                    _ => Err(CudaError::InvalidArgument(
+                        "set_event applies to event record and wait nodes".into(),
+                    )),
+                }
+            }
+        })?;
+        attach(self.graph.root(), event.clone())
+    }
+
+    /// Replaces a host node's callback (the graph holds the new one).
+    pub fn set_callback(&self, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
+        let (boxed, p) = host_params(f);
+        self.with_live(|_, h| {
+            if node_type(h)? != driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST {
+                return Err(CudaError::InvalidArgument("set_callback applies to host nodes".into()));
+            }
+            // SAFETY: the node is live; p points into `boxed`, attached below before any launch
+            // can use it (instantiation happens later, under the same lock).
+            unsafe { driver::cuGraphHostNodeSetParams(h, &p) }.check("cuGraphHostNodeSetParams")
+        })?;
+        attach(self.graph.root(), HeldCallback(boxed))
+    }
+
+    /// Changes a memset node of a [`Buffer`] to write `value` (same width) over the same region.
+    pub fn set_memset_value(&self, value: impl Into<MemsetValue>) -> Result<()> {
+        let (value, element_size) = value.into().parts();
+        self.with_live(|_, h| {
+            let mut p = driver::CUDA_MEMSET_NODE_PARAMS::default();
+            // SAFETY: the node is live (its type is checked by the driver); out-value is a local.
+            unsafe { driver::cuGraphMemsetNodeGetParams(h, &mut p) }.check("cuGraphMemsetNodeGetParams")?;
+            if p.elementSize != element_size {
+                return Err(CudaError::InvalidArgument(format!(
+                    "set_memset_value: the node writes {}-byte values, not {element_size}-byte ones",
+                    p.elementSize
+                )));
+            }
+            p.value = value;
+            // SAFETY: same region as before, which the graph already holds.
+            unsafe { driver::cuGraphMemsetNodeSetParams(h, &p) }.check("cuGraphMemsetNodeSetParams")
+        })
+    }
+}
+
+pub(crate) fn node_type(h: driver::CUgraphNode) -> Result<driver::CUgraphNodeType> {
+    let mut t = driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+    // SAFETY: the caller checked the node is live; out-value is a local.
+    unsafe { driver::cuGraphNodeGetType(h, &mut t) }.check("cuGraphNodeGetType")?;
+    Ok(t)
+}

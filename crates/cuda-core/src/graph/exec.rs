@@ -1,0 +1,394 @@
+//! Executable graphs: [`Graph`], its instantiation options and per-node updates.
+
+use super::definition::{host_params, node_type, GraphDefinition, GraphNode, MemsetValue};
+use crate::device::{Context, Device};
+use crate::error::{record_drop_error, Check};
+use crate::launch::KernelArgs;
+use crate::stream::{Event, Stream};
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::any::Any;
+use std::sync::Arc;
+
+/// How [`GraphDefinition::instantiate`] (and [`super::GraphBuilder::complete`]) build the
+/// executable graph (`CUDA_GRAPH_INSTANTIATE_FLAG_*`).
+#[derive(Debug, Clone, Default)]
+pub struct GraphCompleteOptions {
+    /// Frees the graph's unfreed allocations when it is launched again.
+    pub auto_free_on_launch: bool,
+    /// Uploads the graph on this stream as part of instantiation.
+    pub upload_stream: Option<Stream>,
+    /// Makes the graph launchable from device code (it must be uploaded first).
+    pub device_launch: bool,
+    /// Honours the priorities set on kernel nodes.
+    pub use_node_priority: bool,
+}
+
+impl GraphCompleteOptions {
+    fn flags(&self) -> u64 {
+        use driver::CUgraphInstantiate_flags as F;
+        let mut f = 0u64;
+        if self.auto_free_on_launch {
+            f |= F::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH.0 as u64;
+        }
+        if self.upload_stream.is_some() {
+            f |= F::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD.0 as u64;
+        }
+        if self.device_launch {
+            f |= F::CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH.0 as u64;
+        }
+        if self.use_node_priority {
+            f |= F::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY.0 as u64;
+        }
+        f
+    }
+}
+
+/// What [`GraphDefinition::debug_dot_print`] includes (`CU_GRAPH_DEBUG_DOT_FLAGS_*`); all off
+/// prints the topology only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GraphDebugPrintOptions {
+    pub verbose: bool,
+    pub runtime_types: bool,
+    pub kernel_node_params: bool,
+    pub memcpy_node_params: bool,
+    pub memset_node_params: bool,
+    pub host_node_params: bool,
+    pub event_node_params: bool,
+    pub ext_semas_signal_node_params: bool,
+    pub ext_semas_wait_node_params: bool,
+    pub kernel_node_attributes: bool,
+    pub handles: bool,
+    pub mem_alloc_node_params: bool,
+    pub mem_free_node_params: bool,
+    pub batch_mem_op_node_params: bool,
+    pub extra_topo_info: bool,
+    pub conditional_node_params: bool,
+}
+
+impl GraphDebugPrintOptions {
+    pub(crate) fn flags(&self) -> u32 {
+        use driver::CUgraphDebugDot_flags as F;
+        [
+            (self.verbose, F::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE),
+            (self.runtime_types, F::CU_GRAPH_DEBUG_DOT_FLAGS_RUNTIME_TYPES),
+            (self.kernel_node_params, F::CU_GRAPH_DEBUG_DOT_FLAGS_KERNEL_NODE_PARAMS),
+            (self.memcpy_node_params, F::CU_GRAPH_DEBUG_DOT_FLAGS_MEMCPY_NODE_PARAMS),
+            (self.memset_node_params, F::CU_GRAPH_DEBUG_DOT_FLAGS_MEMSET_NODE_PARAMS),
+            (self.host_node_params, F::CU_GRAPH_DEBUG_DOT_FLAGS_HOST_NODE_PARAMS),
+            (self.event_node_params, F::CU_GRAPH_DEBUG_DOT_FLAGS_EVENT_NODE_PARAMS),
+            (
+                self.ext_semas_signal_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_EXT_SEMAS_SIGNAL_NODE_PARAMS,
+            ),
+            (
+                self.ext_semas_wait_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_EXT_SEMAS_WAIT_NODE_PARAMS,
+            ),
+            (
+                self.kernel_node_attributes,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_KERNEL_NODE_ATTRIBUTES,
+            ),
+            (self.handles, F::CU_GRAPH_DEBUG_DOT_FLAGS_HANDLES),
+            (
+                self.mem_alloc_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_MEM_ALLOC_NODE_PARAMS,
+            ),
+            (
+                self.mem_free_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_MEM_FREE_NODE_PARAMS,
+            ),
+            (
+                self.batch_mem_op_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_BATCH_MEM_OP_NODE_PARAMS,
+            ),
+            (self.extra_topo_info, F::CU_GRAPH_DEBUG_DOT_FLAGS_EXTRA_TOPO_INFO),
+            (
+                self.conditional_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_CONDITIONAL_NODE_PARAMS,
+            ),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .fold(0, |acc, (_, f)| acc | f.0)
+    }
+}
+
+/// An executable graph (`CUgraphExec`): launch it as often as needed. It keeps the definition it
+/// came from (for per-node updates) and whatever its updates handed it.
+pub struct Graph {
+    handle: driver::CUgraphExec,
+    source: GraphDefinition,
+    /// Values per-node and whole-graph updates made the graph use; released after the work in
+    /// the context is done when the graph goes.
+    held: Vec<Box<dyn Any + Send + Sync>>,
+    context: Option<Context>,
+}
+
+// SAFETY: a CUgraphExec may be launched from any thread; updates take &mut self.
+unsafe impl Send for Graph {}
+// SAFETY: launches take &self and the driver orders them per stream.
+unsafe impl Sync for Graph {}
+
+fn instantiate_error(result: driver::CUgraphInstantiateResult, cause: CudaError) -> CudaError {
+    use driver::CUgraphInstantiateResult as R;
+    let why = match result {
+        R::CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE => "the graph has an invalid structure, such as a cycle",
+        R::CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED => {
+            "a node does an operation the driver cannot instantiate (for device launch: host nodes, allocations, ...)"
+        }
+        R::CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED => "the graph has nodes from more than one context",
+        R::CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED => {
+            "a conditional handle is not used by any conditional node"
+        }
+        _ => return cause,
+    };
+    CudaError::InvalidArgument(format!("graph instantiation failed: {why} ({cause})"))
+}
+
+fn update_reason(result: driver::CUgraphExecUpdateResult) -> &'static str {
+    use driver::CUgraphExecUpdateResult as R;
+    match result {
+        R::CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED => "the topology changed (nodes or edges added or removed)",
+        R::CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED => "a node's type changed",
+        R::CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED => "a kernel node's function changed",
+        R::CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED => "parameters changed in a way that cannot be updated",
+        R::CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED => "something changed that updates do not support",
+        R::CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE => "a kernel changed in an unsupported way",
+        R::CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED => "node attributes changed",
+        _ => "the update failed",
+    }
+}
+
+impl Graph {
+    pub(crate) fn instantiate(definition: &GraphDefinition, options: &GraphCompleteOptions) -> Result<Graph> {
+        let mut params = driver::CUDA_GRAPH_INSTANTIATE_PARAMS {
+            flags: options.flags(),
+            hUploadStream: options
+                .upload_stream
+                .as_ref()
+                .map_or(std::ptr::null_mut(), |s| s.handle()),
+            hErrNode_out: std::ptr::null_mut(),
+            result_out: driver::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS,
+        };
+        let mut exec: driver::CUgraphExec = std::ptr::null_mut();
+        // SAFETY: the graph (and upload stream) are live; params and out-pointer are locals.
+        let status = unsafe { driver::cuGraphInstantiateWithParams(&mut exec, definition.handle(), &mut params) }
+            .check("cuGraphInstantiateWithParams");
+        if let Err(e) = status {
+            return Err(instantiate_error(params.result_out, e));
+        }
+        Ok(Graph {
+            handle: exec,
+            source: definition.clone(),
+            held: Vec::new(),
+            context: Device::current().and_then(|d| d.primary_context()).ok(),
+        })
+    }
+
+    /// The `CUgraphExec`.
+    pub fn handle(&self) -> driver::CUgraphExec {
+        self.handle
+    }
+
+    /// The definition the graph was instantiated from: per-node updates name its nodes (also
+    /// after whole-graph [`update`](Self::update)s).
+    pub fn definition(&self) -> &GraphDefinition {
+        &self.source
+    }
+
+    /// Uploads the graph to the device ahead of its first launch.
+    pub fn upload(&self, stream: &Stream) -> Result<()> {
+        // SAFETY: both handles are live.
+        unsafe { driver::cuGraphUpload(self.handle, stream.handle()) }.check("cuGraphUpload")
+    }
+
+    /// Runs the graph on `stream` (one `cuGraphLaunch`). Everything the graph's nodes use is
+    /// held by the graph (kernel arguments are vouched for when their nodes are added).
+    #[inline]
+    pub fn launch(&self, stream: &Stream) -> Result<()> {
+        // SAFETY: both handles are live; the graph holds what its nodes use.
+        unsafe { driver::cuGraphLaunch(self.handle, stream.handle()) }.check("cuGraphLaunch")
+    }
+
+    /// Makes the executable graph do what `definition` describes, without instantiating again
+    /// (`cuGraphExecUpdate`). The topology must be the same; only node parameters may differ.
+    /// Per-node updates afterwards still name the nodes of the definition instantiated.
+    pub fn update(&mut self, definition: &GraphDefinition) -> Result<()> {
+        let mut info = driver::CUgraphExecUpdateResultInfo {
+            result: driver::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
+            errorNode: std::ptr::null_mut(),
+            errorFromNode: std::ptr::null_mut(),
+        };
+        let status = {
+            let _reg = definition.inner.lock();
+            // SAFETY: both graphs are live; out-value is a local.
+            unsafe { driver::cuGraphExecUpdate(self.handle, definition.handle(), &mut info) }.check("cuGraphExecUpdate")
+        };
+        if let Err(e) = status {
+            return Err(CudaError::InvalidArgument(format!(
+                "graph update failed: {} ({e})",
+                update_reason(info.result)
+            )));
+        }
+        // The graph now runs what `definition` holds (its nodes keep their identity as nodes of
+        // the definition instantiated, which per-node updates still name).
+        self.held.push(Box::new(definition.clone()));
+        Ok(())
+    }
+
+    fn check_node(&self, node: &GraphNode) -> Result<()> {
+        if !Arc::ptr_eq(node.graph_inner(), &self.source.inner) {
+            return Err(CudaError::InvalidArgument(
+                "the node is not a node of the definition this graph was instantiated from".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The kernel nodes of the definition, for [`set_kernel_args`](Self::set_kernel_args).
+    pub fn kernel_nodes(&self) -> Result<Vec<GraphNode>> {
+        let mut out = Vec::new();
+        for n in self.source.nodes()? {
+            if n.with_live(|_, h| node_type(h))? == driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
+                out.push(n);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Gives a kernel node new arguments in this executable graph (from its next launch), without
+    /// touching the definition.
+    ///
+    /// # Safety
+    /// As for [`GraphDefinition::launch`]: the arguments match the kernel, and what they point to
+    /// is valid whenever the graph runs from now on.
+    pub unsafe fn set_kernel_args<A: KernelArgs>(&mut self, node: &GraphNode, mut args: A) -> Result<()> {
+        self.check_node(node)?;
+        let exec = self.handle;
+        node.with_live(|_, h| {
+            let mut p = driver::CUDA_KERNEL_NODE_PARAMS::default();
+            // SAFETY: the node is live; out-value is a local.
+            unsafe { driver::cuGraphKernelNodeGetParams(h, &mut p) }.check("cuGraphKernelNodeGetParams")?;
+            args.with_params(|params| {
+                p.kernelParams = params.as_mut_ptr();
+                p.extra = std::ptr::null_mut();
+                // SAFETY: exec and node are live; the arguments are copied during the call.
+                unsafe { driver::cuGraphExecKernelNodeSetParams(exec, h, &p) }.check("cuGraphExecKernelNodeSetParams")
+            })
+        })
+    }
+
+    /// Turns a kernel, memset or memcpy node on or off in this executable graph.
+    pub fn set_enabled(&mut self, node: &GraphNode, enabled: bool) -> Result<()> {
+        self.check_node(node)?;
+        let exec = self.handle;
+        node.with_live(|_, h| {
+            // SAFETY: exec and node are live.
+            unsafe { driver::cuGraphNodeSetEnabled(exec, h, enabled as u32) }.check("cuGraphNodeSetEnabled")
+        })
+    }
+
+    /// Whether a node is enabled in this executable graph.
+    pub fn is_enabled(&self, node: &GraphNode) -> Result<bool> {
+        self.check_node(node)?;
+        let exec = self.handle;
+        node.with_live(|_, h| {
+            let mut on = 0;
+            // SAFETY: exec and node are live; out-value is a local.
+            unsafe { driver::cuGraphNodeGetEnabled(exec, h, &mut on) }.check("cuGraphNodeGetEnabled")?;
+            Ok(on != 0)
+        })
+    }
+
+    /// Points an event record or wait node of this executable graph at `event`.
+    pub fn set_event(&mut self, node: &GraphNode, event: &Event) -> Result<()> {
+        self.check_node(node)?;
+        let exec = self.handle;
+        node.with_live(|_, h| {
+            // SAFETY: exec, node and event are live.
+            unsafe {
+                match node_type(h)? {
+                    driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EVENT_RECORD => {
+                        driver::cuGraphExecEventRecordNodeSetEvent(exec, h, event.handle())
+                            .check("cuGraphExecEventRecordNodeSetEvent")
+                    }
+                    driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_WAIT_EVENT => {
+                        driver::cuGraphExecEventWaitNodeSetEvent(exec, h, event.handle())
+                            .check("cuGraphExecEventWaitNodeSetEvent")
+                    }
+                    _ => Err(CudaError::InvalidArgument(
+                        "set_event applies to event record and wait nodes".into(),
+                    )),
+                }
+            }
+        })?;
+        self.held.push(Box::new(event.clone()));
+        Ok(())
+    }
+
+    /// Replaces a host node's callback in this executable graph.
+    pub fn set_callback(&mut self, node: &GraphNode, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
+        self.check_node(node)?;
+        let (boxed, p) = host_params(f);
+        let exec = self.handle;
+        node.with_live(|_, h| {
+            if node_type(h)? != driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST {
+                return Err(CudaError::InvalidArgument("set_callback applies to host nodes".into()));
+            }
+            // SAFETY: exec and node are live; p points into `boxed`, held below for as long as
+            // the graph (and its launches) can call it.
+            unsafe { driver::cuGraphExecHostNodeSetParams(exec, h, &p) }.check("cuGraphExecHostNodeSetParams")
+        })?;
+        self.held.push(Box::new(HeldFn(boxed)));
+        Ok(())
+    }
+
+    /// Changes the value a memset node of this executable graph writes (same width and region).
+    pub fn set_memset_value(&mut self, node: &GraphNode, value: impl Into<MemsetValue>) -> Result<()> {
+        self.check_node(node)?;
+        let (v, size) = value.into().parts();
+        let ctx = Context::current_handle()?;
+        let exec = self.handle;
+        node.with_live(|_, h| {
+            let mut p = driver::CUDA_MEMSET_NODE_PARAMS::default();
+            // SAFETY: the node is live; out-value is a local.
+            unsafe { driver::cuGraphMemsetNodeGetParams(h, &mut p) }.check("cuGraphMemsetNodeGetParams")?;
+            if p.elementSize != size {
+                return Err(CudaError::InvalidArgument(format!(
+                    "set_memset_value: the node writes {}-byte values, not {size}-byte ones",
+                    p.elementSize
+                )));
+            }
+            p.value = v;
+            // SAFETY: same region, which the graph holds; exec, node and context are live.
+            unsafe { driver::cuGraphExecMemsetNodeSetParams(exec, h, &p, ctx) }.check("cuGraphExecMemsetNodeSetParams")
+        })
+    }
+}
+
+struct HeldFn(#[allow(dead_code)] Box<Box<dyn Fn() + Send + Sync + 'static>>);
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: made by instantiation, destroyed once (launches in flight finish first).
+        if let Err(e) = unsafe { driver::cuGraphExecDestroy(self.handle) }.check("cuGraphExecDestroy") {
+            record_drop_error(e);
+        }
+        if !self.held.is_empty() {
+            // What updates handed the graph may be in use by launches still running: wait for
+            // them before letting go.
+            if let Some(ctx) = &self.context {
+                if let Err(e) = ctx.synchronize() {
+                    record_drop_error(e);
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Graph({:p})", self.handle)
+    }
+}
