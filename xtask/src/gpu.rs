@@ -302,7 +302,16 @@ pub fn bench(args: &[String]) -> Result {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let output = Command::new(cargo)
         .current_dir(util::root())
-        .args(["bench", "--package", "cuda-core", "--bench", "compare", "--no-run"])
+        .args([
+            "bench",
+            "--package",
+            "cuda-core",
+            "--bench",
+            "compare",
+            "--bench",
+            "criterion",
+            "--no-run",
+        ])
         .arg("--message-format=json-render-diagnostics")
         .stderr(std::process::Stdio::inherit())
         .output()
@@ -310,20 +319,29 @@ pub fn bench(args: &[String]) -> Result {
     if !output.status.success() {
         return Err("building the benchmarks failed".into());
     }
-    let exe = String::from_utf8_lossy(&output.stdout)
+    let artifacts: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find_map(|m| {
-            (m["reason"] == "compiler-artifact" && m["target"]["name"] == "compare")
-                .then(|| m["executable"].as_str().map(PathBuf::from))
-                .flatten()
-        })
-        .ok_or("cargo built no benchmark executable")?;
+        .collect();
+    let executable = |name: &str| -> Result<PathBuf> {
+        artifacts
+            .iter()
+            .find_map(|m| {
+                (m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
+                    .then(|| m["executable"].as_str().map(PathBuf::from))
+                    .flatten()
+            })
+            .ok_or_else(|| format!("cargo built no `{name}` benchmark executable"))
+    };
+    let exe = executable("compare")?;
+    let criterion = executable("criterion")?;
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    std::fs::copy(&exe, dir.join("compare")).map_err(|e| format!("copy {}: {e}", exe.display()))?;
+    for (from, to) in [(&exe, "compare"), (&criterion, "criterion")] {
+        std::fs::copy(from, dir.join(to)).map_err(|e| format!("copy {}: {e}", from.display()))?;
+    }
     util::write(&dir.join("run.sh"), BENCH_RUN_SH.as_bytes())?;
     make_executable(&dir.join("run.sh"))?;
     if run_here {
@@ -345,8 +363,14 @@ pub fn bench(args: &[String]) -> Result {
 
 const BENCH_RUN_SH: &str = r#"#!/usr/bin/env bash
 # Runs the safe-versus-raw comparison (written by cargo xtask bench-gpu). Prints one table;
-# with OUT set, writes $OUT/bench.json too.
+# with OUT set, writes $OUT/bench.json too. `run.sh --criterion` runs the Criterion benchmarks
+# instead (reports under $OUT/criterion, or /tmp/criterion).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+if [ "${1:-}" = "--criterion" ]; then
+  shift
+  export CRITERION_HOME="${OUT:-/tmp}/criterion"
+  exec "$here/criterion" --bench "$@"
+fi
 exec "$here/compare" "$@"
 "#;

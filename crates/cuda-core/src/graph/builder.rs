@@ -205,8 +205,12 @@ impl GraphBuilder {
         capture_ended();
         let mut graph: driver::CUgraph = std::ptr::null_mut();
         // SAFETY: the stream is capturing (begun by this builder); out-pointer to a local.
-        unsafe { driver::cuStreamEndCapture(self.stream.handle(), &mut graph) }.check("cuStreamEndCapture")?;
-        if graph.is_null() {
+        let ended = unsafe { driver::cuStreamEndCapture(self.stream.handle(), &mut graph) }.check("cuStreamEndCapture");
+        if ended.is_err() || graph.is_null() {
+            // An invalidated capture may have recorded part of an operation that then failed
+            // (a copy from a host slice since freed, say): the graph must never run.
+            self.graph = None;
+            ended?;
             return Err(CudaError::InvalidArgument(
                 "the capture was invalidated: nothing usable was recorded".into(),
             ));
