@@ -430,6 +430,39 @@ fn two_dimensional_batched_and_peer_copies() {
         pitch: 100,
     };
     assert!(Buffer::copy_2d(too_far, from, 100, 5, &s).is_err());
+    // A 3D box: 2 slices of 3 rows of 50 bytes, out of an 8-row image pitched 256 with 4 rows
+    // per slice, into a packed block.
+    use cuda_core::Region3D;
+    let block = d.allocate(2 * 3 * 50, &s).unwrap();
+    let from3 = Region3D {
+        buffer: &src,
+        offset: 256 + 20,
+        pitch: 256,
+        rows_per_slice: 4,
+    };
+    let into3 = Region3D {
+        buffer: &block,
+        offset: 0,
+        pitch: 50,
+        rows_per_slice: 3,
+    };
+    Buffer::copy_3d(into3, from3, (50, 3, 2), &s).unwrap();
+    let packed3 = block.to_vec::<u8>(&s).unwrap();
+    for z in 0..2 {
+        for y in 0..3 {
+            let at = (z * 3 + y) * 50;
+            let image_row = z * 4 + 1 + y;
+            assert_eq!(
+                &packed3[at..at + 50],
+                &image[image_row * 256 + 20..image_row * 256 + 70],
+                "slice {z} row {y}"
+            );
+        }
+    }
+    assert!(
+        Buffer::copy_3d(into3, from3, (50, 3, 3), &s).is_err(),
+        "a third slice does not fit"
+    );
     // Three copies in one batched call.
     let sources: Vec<Buffer> = (0..3u8)
         .map(|i| {

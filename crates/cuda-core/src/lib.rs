@@ -46,7 +46,7 @@ pub use linker::{Linker, LinkerBackend, LinkerOptions};
 pub use memory::{
     Buffer, BufferView, DeviceMemoryResource, DeviceMemoryResourceOptions, GraphMemoryResource, HostAllocFlags,
     IpcBufferDescriptor, LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryLocation, MemoryResource,
-    PinnedMemoryResource, Pod, Region2D,
+    PinnedMemoryResource, Pod, Region2D, Region3D,
 };
 pub use object_code::{Code, CodeType, Kernel, ObjectCode, ParamInfo};
 pub use program::{PchStatus, Program, SourceType};

@@ -1046,7 +1046,71 @@ impl Region2D<'_> {
     }
 }
 
+/// One region of a 3D copy: a buffer, the byte offset of the first row of the first slice, the
+/// pitch (bytes from one row to the next) and the rows from one slice to the next.
+#[derive(Debug, Clone, Copy)]
+pub struct Region3D<'a> {
+    pub buffer: &'a Buffer,
+    pub offset: usize,
+    pub pitch: usize,
+    pub rows_per_slice: usize,
+}
+
+impl Region3D<'_> {
+    fn check(&self, width: usize, height: usize, depth: usize, what: &str) -> Result<()> {
+        let bad = || {
+            CudaError::InvalidArgument(format!(
+                "copy_3d: the {what} region ({depth} slices of {height} rows of {width} bytes, pitch {}, {} rows per slice, offset {}) does not fit its buffer of {} bytes",
+                self.pitch, self.rows_per_slice, self.offset, self.buffer.size
+            ))
+        };
+        if width > self.pitch || height > self.rows_per_slice {
+            return Err(bad());
+        }
+        if width == 0 || height == 0 || depth == 0 {
+            return Ok(());
+        }
+        let end = (depth - 1)
+            .checked_mul(self.rows_per_slice)
+            .and_then(|r| r.checked_add(height - 1))
+            .and_then(|r| r.checked_mul(self.pitch))
+            .and_then(|b| b.checked_add(self.offset))
+            .and_then(|b| b.checked_add(width))
+            .ok_or_else(bad)?;
+        if end > self.buffer.size {
+            return Err(bad());
+        }
+        Ok(())
+    }
+}
+
 impl Buffer {
+    /// Copies a box of `depth` slices of `height` rows of `width` bytes from `src` to `dst`
+    /// (each with its own pitch and slice height), ordered on `stream` (`cuMemcpy3DAsync`).
+    pub fn copy_3d(dst: Region3D<'_>, src: Region3D<'_>, extent: (usize, usize, usize), stream: &Stream) -> Result<()> {
+        let (width, height, depth) = extent;
+        dst.check(width, height, depth, "destination")?;
+        src.check(width, height, depth, "source")?;
+        dst.buffer.keep_alive_for(stream)?;
+        src.buffer.keep_alive_for(stream)?;
+        let copy = driver::CUDA_MEMCPY3D {
+            srcMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+            srcDevice: src.buffer.ptr + src.offset as u64,
+            srcPitch: src.pitch,
+            srcHeight: src.rows_per_slice,
+            dstMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+            dstDevice: dst.buffer.ptr + dst.offset as u64,
+            dstPitch: dst.pitch,
+            dstHeight: dst.rows_per_slice,
+            WidthInBytes: width,
+            Height: height,
+            Depth: depth,
+            ..Default::default()
+        };
+        // SAFETY: both boxes were checked to lie within their live buffers.
+        unsafe { driver::cuMemcpy3DAsync(&copy, stream.handle()) }.check("cuMemcpy3DAsync")
+    }
+
     /// Copies `height` rows of `width` bytes from `src` to `dst` (each with its own pitch),
     /// ordered on `stream`.
     pub fn copy_2d(dst: Region2D<'_>, src: Region2D<'_>, width: usize, height: usize, stream: &Stream) -> Result<()> {
