@@ -5,10 +5,12 @@
 //! [`cuda_sys`], which load the CUDA libraries at run time: a program using this crate builds
 //! and starts on machines without CUDA, and reports what is missing as an error.
 //!
-//! What is here today: run-time compilation ([`Program`], [`ProgramOptions`], [`Linker`],
-//! [`LinkerOptions`], [`ObjectCode`], [`Kernel`], and program caches in memory and on disk),
-//! [`system`] (driver and NVML queries) and the [`CudaError`] type. Devices, streams, memory and
-//! graphs follow (see the issues in the repository).
+//! What is here: run-time compilation ([`Program`], [`ProgramOptions`], [`Linker`],
+//! [`LinkerOptions`], [`ObjectCode`], [`Kernel`], program caches in memory and on disk), devices,
+//! contexts, streams and events ([`Device`], [`Context`], [`Stream`], [`Event`]), launches
+//! ([`launch`], [`TypedKernel`]), memory resources and buffers ([`MemoryResource`], [`Buffer`],
+//! pools, pinned, managed, virtual and graph memory, IPC), CUDA graphs ([`graph`]), [`system`]
+//! (driver and NVML queries) and the [`CudaError`] type.
 //!
 //! ```no_run
 //! let (major, minor) = cuda_core::system::get_user_mode_driver_version()?;
