@@ -312,7 +312,8 @@ kernel_args!(14: A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m
 kernel_args!(15: A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m, N n, O o);
 kernel_args!(16: A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m, N n, O o, P p);
 
-/// Launches `kernel` on `stream` with `args`: one `cuLaunchKernelEx`, no heap allocation.
+/// Launches `kernel` on `stream` with `args`: one `cuLaunchKernel` (`cuLaunchKernelEx` when the
+/// configuration has launch attributes), no heap allocation.
 ///
 /// # Safety
 /// The kernel can do anything its code does. The caller guarantees that `args` match the kernel's
@@ -339,6 +340,28 @@ pub unsafe fn launch<A: KernelArgs>(
     let mut attrs: [driver::CUlaunchAttribute; 4] = unsafe { std::mem::zeroed() };
     let cfg = config.driver_config(stream.handle(), &mut attrs);
     args.with_params(|params| {
+        if cfg.numAttrs == 0 {
+            // Without launch attributes the classic entry point does the same work, and is the
+            // one raw code calls: same cost.
+            // SAFETY: params point to the arguments, which the caller vouches for; a CUkernel is
+            // accepted where a CUfunction is expected.
+            return unsafe {
+                driver::cuLaunchKernel(
+                    kernel.handle() as driver::CUfunction,
+                    cfg.gridDimX,
+                    cfg.gridDimY,
+                    cfg.gridDimZ,
+                    cfg.blockDimX,
+                    cfg.blockDimY,
+                    cfg.blockDimZ,
+                    cfg.sharedMemBytes,
+                    cfg.hStream,
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            }
+            .check("cuLaunchKernel");
+        }
         // SAFETY: cfg and its attributes live across the call; params point to the arguments,
         // which the caller vouches for; a CUkernel is accepted where a CUfunction is expected.
         unsafe {
