@@ -485,3 +485,112 @@ fn two_dimensional_batched_and_peer_copies() {
     sources[2].copy_to_peer(&peer, &s).unwrap();
     assert!(peer.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 3));
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn buffers_travel_through_dlpack_both_ways() {
+    use cuda_core::dlpack::dlpark::ffi::{DLDataType, DLDeviceType};
+    let (d, s) = setup();
+    let pool = DeviceMemoryResource::new(&d, DeviceMemoryResourceOptions::default()).unwrap();
+    let words: Vec<u32> = (0..8).map(|i| i * 3 + 1).collect();
+    let buffer = pool.allocate(32, &s).unwrap();
+    buffer.copy_from_host(&words, &s).unwrap();
+    let address = buffer.handle();
+    // Export as a 2 x 4 tensor of u32.
+    let tensor = buffer.to_dlpack_as::<u32>(&[2, 4], None).unwrap();
+    {
+        let view = tensor.validate().unwrap();
+        assert_eq!(view.shape(), &[2, 4]);
+        assert_eq!(view.strides(), Some(&[4i64, 1][..]));
+        assert_eq!(view.device().device_type, DLDeviceType::CUDA);
+        assert_eq!(view.device().device_id, 0);
+        assert_eq!(view.dtype(), DLDataType::of::<u32>());
+        assert_eq!(view.data_ptr() as u64, address);
+    }
+    // Import it back: same memory, same bytes; dropping it frees the pool buffer.
+    let back = Buffer::from_dlpack(tensor, &s).unwrap();
+    assert_eq!((back.handle(), back.size()), (address, 32));
+    assert!(back.is_device_accessible() && !back.is_host_accessible());
+    assert_eq!(back.to_vec::<u32>(&s).unwrap(), words);
+    assert!(pool.used_mem_current().unwrap() >= 32);
+    drop(back);
+    s.sync().unwrap();
+    assert_eq!(
+        pool.used_mem_current().unwrap(),
+        0,
+        "the deleter freed the exported buffer"
+    );
+    // Bytes by default; host and managed memory say so; extents are checked.
+    let bytes = d.allocate(100, &s).unwrap().to_dlpack().unwrap();
+    assert_eq!(bytes.validate().unwrap().shape(), &[100]);
+    let pinned = PinnedMemoryResource::new(None).unwrap().allocate(64, &s).unwrap();
+    let t = pinned.to_dlpack().unwrap();
+    assert_eq!(t.validate().unwrap().device().device_type, DLDeviceType::CUDAHOST);
+    let managed = ManagedMemoryResource::new(None).allocate(64, &s).unwrap();
+    let t = managed.to_dlpack().unwrap();
+    assert_eq!(t.validate().unwrap().device().device_type, DLDeviceType::CUDAMANAGED);
+    let wrapped = Buffer::from_dlpack(t, &s).unwrap();
+    assert!(wrapped.is_host_accessible());
+    let too_big = d
+        .allocate(16, &s)
+        .unwrap()
+        .to_dlpack_as::<u32>(&[5], None)
+        .map(drop)
+        .unwrap_err();
+    assert!(too_big.to_string().contains("past the buffer"), "{too_big}");
+    let bad = d
+        .allocate(16, &s)
+        .unwrap()
+        .to_dlpack_as::<u32>(&[2, 2], Some(&[1]))
+        .map(drop)
+        .unwrap_err();
+    assert!(bad.to_string().contains("1 strides for 2 dimensions"), "{bad}");
+    // Strided export: every other u32 of 8.
+    let t = d
+        .allocate(32, &s)
+        .unwrap()
+        .to_dlpack_as::<u32>(&[4], Some(&[2]))
+        .unwrap();
+    assert_eq!(Buffer::from_dlpack(t, &s).unwrap().size(), 28);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn peer_devices_copy_and_reach_pool_memory() {
+    if cuda_core::device_count().unwrap() < 2 {
+        eprintln!("a single GPU: the peer test needs two (the nvidia-h200-x2 machine has them)");
+        return;
+    }
+    let (d0, s0) = setup();
+    let d1 = Device::new(1).unwrap();
+    assert!(d0.can_access_peer(&d1).unwrap() && d1.can_access_peer(&d0).unwrap());
+    let kernel = add_one();
+    let pool0 = DeviceMemoryResource::new(&d0, DeviceMemoryResourceOptions::default()).unwrap();
+    let a = pool0.allocate(4096, &s0).unwrap();
+    a.fill_u8(7, &s0).unwrap();
+    s0.sync().unwrap();
+    d1.set_current().unwrap();
+    let s1 = d1.create_stream(Default::default()).unwrap();
+    let b = d1.allocate(4096, &s1).unwrap();
+    a.copy_to_peer(&b, &s1).unwrap();
+    assert!(b.to_vec::<u8>(&s1).unwrap().iter().all(|v| *v == 7), "device 0 -> device 1");
+    b.fill_u8(9, &s1).unwrap();
+    b.copy_to_peer(&a, &s1).unwrap();
+    s1.sync().unwrap();
+    // A stream's work is queued with its own device current.
+    d0.set_current().unwrap();
+    assert!(a.to_vec::<u8>(&s0).unwrap().iter().all(|v| *v == 9), "device 1 -> device 0");
+    // A kernel on device 1 writes device 0's pool memory once the pool grants it access.
+    pool0.set_peer_access(&d1, true).unwrap();
+    d1.set_current().unwrap();
+    bump(&s1, &kernel, &a, 0);
+    s1.sync().unwrap();
+    d0.set_current().unwrap();
+    assert!(a.to_vec::<u8>(&s0).unwrap().iter().all(|v| *v == 10));
+    pool0.set_peer_access(&d1, false).unwrap();
+    drop((a, b));
+    s0.sync().unwrap();
+    s1.sync().unwrap();
+    assert_eq!(pool0.used_mem_current().unwrap(), 0);
+    d0.set_current().unwrap();
+}

@@ -33,7 +33,7 @@ fn benches(c: &mut Criterion) {
     let mut launches = 0u32;
     let mut settle = move || {
         launches += 1;
-        if launches % 128 == 0 {
+        if launches.is_multiple_of(128) {
             check(unsafe { driver::cuStreamSynchronize(raw_stream) });
         }
     };

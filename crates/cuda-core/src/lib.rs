@@ -23,6 +23,7 @@ extern crate self as cuda_core;
 
 mod cache;
 mod device;
+pub mod dlpack;
 mod error;
 pub mod graph;
 pub mod ipc;

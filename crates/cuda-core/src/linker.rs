@@ -522,7 +522,7 @@ fn driver_create(options: &LinkerOptions) -> Result<Handle> {
     }
     if options.verbose == Some(true) {
         keys.push(driver::CUjit_option::CU_JIT_LOG_VERBOSE);
-        values.push(1usize as *mut c_void);
+        values.push(std::ptr::without_provenance_mut(1));
     }
     if let Some(o) = options.optimization_level {
         keys.push(driver::CUjit_option::CU_JIT_OPTIMIZATION_LEVEL);
@@ -530,11 +530,11 @@ fn driver_create(options: &LinkerOptions) -> Result<Handle> {
     }
     if options.debug == Some(true) {
         keys.push(driver::CUjit_option::CU_JIT_GENERATE_DEBUG_INFO);
-        values.push(1usize as *mut c_void);
+        values.push(std::ptr::without_provenance_mut(1));
     }
     if options.lineinfo == Some(true) {
         keys.push(driver::CUjit_option::CU_JIT_GENERATE_LINE_INFO);
-        values.push(1usize as *mut c_void);
+        values.push(std::ptr::without_provenance_mut(1));
     }
     if options.no_cache == Some(true) {
         keys.push(driver::CUjit_option::CU_JIT_CACHE_MODE);

@@ -570,6 +570,24 @@ impl Buffer {
         })
     }
 
+    /// Memory `resource` manages without having allocated it here (an imported DLPack tensor):
+    /// "freeing" it hands it back to the resource.
+    pub(crate) fn wrap(
+        ptr: driver::CUdeviceptr,
+        size: usize,
+        resource: Arc<dyn MemoryResource>,
+        stream: &Stream,
+    ) -> Buffer {
+        Buffer {
+            ptr,
+            size,
+            resource: Some(resource),
+            stream: stream.clone(),
+            shared: OnceLock::new(),
+            graph_memory: false,
+        }
+    }
+
     /// Wraps memory allocated elsewhere; it is never freed here.
     ///
     /// # Safety
@@ -770,7 +788,7 @@ impl Buffer {
 
     /// Fills with a 2-byte pattern (the size must be a multiple of 2), ordered on `stream`.
     pub fn fill_u16(&self, value: u16, stream: &Stream) -> Result<()> {
-        if self.size % 2 != 0 {
+        if !self.size.is_multiple_of(2) {
             return Err(CudaError::InvalidArgument(format!(
                 "fill_u16: {} bytes is not a multiple of 2",
                 self.size
@@ -783,7 +801,7 @@ impl Buffer {
 
     /// Fills with a 4-byte pattern (the size must be a multiple of 4), ordered on `stream`.
     pub fn fill_u32(&self, value: u32, stream: &Stream) -> Result<()> {
-        if self.size % 4 != 0 {
+        if !self.size.is_multiple_of(4) {
             return Err(CudaError::InvalidArgument(format!(
                 "fill_u32: {} bytes is not a multiple of 4",
                 self.size
@@ -932,7 +950,7 @@ impl Buffer {
                 "as_host_slice: the buffer is not host-accessible".into(),
             ));
         }
-        if self.ptr as usize % std::mem::align_of::<T>() != 0 {
+        if !(self.ptr as usize).is_multiple_of(std::mem::align_of::<T>()) {
             return Err(CudaError::InvalidArgument(
                 "as_host_slice: the buffer is not aligned for T".into(),
             ));

@@ -1,0 +1,279 @@
+//! DLPack export and import of [`Buffer`]s, through the [`dlpark`] crate (re-exported so both
+//! sides use one version).
+//!
+//! - [`Buffer::to_dlpack`] hands a buffer over as a one-dimensional byte tensor (as `cuda.core`'s
+//!   `Buffer.__dlpack__` does); [`Buffer::to_dlpack_as`] gives it an element type, a shape and
+//!   strides. The tensor owns the buffer: the DLPack deleter frees it (stream-ordered, on its
+//!   deallocation stream).
+//! - [`Buffer::from_dlpack`] wraps a tensor's memory (CUDA device, pinned host or managed) as a
+//!   buffer that owns the tensor: dropping the buffer waits for the work queued on its
+//!   deallocation stream, then calls the producer's deleter.
+//!
+//! As everywhere in DLPack, the consumer orders its work after the producer's: queue it on the
+//! same stream, or synchronise first.
+
+use crate::device::Device;
+use crate::error::Check;
+use crate::memory::{Buffer, MemoryResource};
+use crate::stream::Stream;
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use dlpark::ffi::{DLDataType, DLDevice, DLDeviceType, DLManagedTensorVersioned};
+use dlpark::metadata::Dynamic;
+use std::sync::Arc;
+
+pub use dlpark;
+
+/// A DLPack tensor with the versioned ABI (`DLManagedTensorVersioned`).
+pub type DlpackTensor = dlpark::versioned::Dlpack;
+
+fn dlpack_error(what: &str, e: impl std::fmt::Display) -> CudaError {
+    CudaError::InvalidArgument(format!("DLPack {what}: {e}"))
+}
+
+/// The bytes from the first to one past the last element a shape and strides (in elements)
+/// reach, or `None` when a stride is negative or the figures overflow.
+fn span_bytes(shape: &[i64], strides: &[i64], element_bytes: usize) -> Option<usize> {
+    let mut last: u128 = 0;
+    for (&d, &s) in shape.iter().zip(strides) {
+        if d < 0 || s < 0 {
+            return None;
+        }
+        if d == 0 {
+            return Some(0);
+        }
+        last = last.checked_add((d as u128 - 1).checked_mul(s as u128)?)?;
+    }
+    let bytes = (last + 1).checked_mul(element_bytes as u128)?;
+    usize::try_from(bytes).ok()
+}
+
+/// Compact row-major strides of `shape`.
+fn compact_strides(shape: &[i64]) -> Vec<i64> {
+    let mut strides = vec![1i64; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1].saturating_mul(shape[i + 1].max(1));
+    }
+    strides
+}
+
+/// Where DLPack says memory at `ptr` lives.
+fn dl_device(ptr: driver::CUdeviceptr) -> Result<DLDevice> {
+    let mut managed: u32 = 0;
+    let mut kind: u32 = 0;
+    let mut ordinal: i32 = 0;
+    // SAFETY: each attribute is written as the type given (a 32-bit value), into locals.
+    unsafe {
+        driver::cuPointerGetAttribute(
+            (&mut managed as *mut u32).cast(),
+            driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+            ptr,
+        )
+        .check("cuPointerGetAttribute")?;
+        driver::cuPointerGetAttribute(
+            (&mut kind as *mut u32).cast(),
+            driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            ptr,
+        )
+        .check("cuPointerGetAttribute")?;
+        driver::cuPointerGetAttribute(
+            (&mut ordinal as *mut i32).cast(),
+            driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            ptr,
+        )
+        .check("cuPointerGetAttribute")?;
+    }
+    Ok(if managed != 0 {
+        DLDevice {
+            device_type: DLDeviceType::CUDAMANAGED,
+            device_id: 0,
+        }
+    } else if kind == driver::CUmemorytype::CU_MEMORYTYPE_HOST.0 {
+        DLDevice {
+            device_type: DLDeviceType::CUDAHOST,
+            device_id: 0,
+        }
+    } else {
+        DLDevice::cuda(ordinal)
+    })
+}
+
+impl Buffer {
+    /// Hands the buffer over as a one-dimensional tensor of its bytes (`uint8`).
+    pub fn to_dlpack(self) -> Result<DlpackTensor> {
+        let len = i64::try_from(self.size()).map_err(|e| dlpack_error("export", e))?;
+        self.to_dlpack_as::<u8>(&[len], None)
+    }
+
+    /// Hands the buffer over as a tensor of `T` with `shape` and `strides` (in elements;
+    /// compact row-major when `None`), which must stay inside the buffer.
+    pub fn to_dlpack_as<T: dlpark::DlpackElement>(
+        self,
+        shape: &[i64],
+        strides: Option<&[i64]>,
+    ) -> Result<DlpackTensor> {
+        let strides = match strides {
+            Some(s) if s.len() != shape.len() => {
+                return Err(dlpack_error(
+                    "export",
+                    format!("{} strides for {} dimensions", s.len(), shape.len()),
+                ))
+            }
+            Some(s) => s.to_vec(),
+            None => compact_strides(shape),
+        };
+        let span = span_bytes(shape, &strides, std::mem::size_of::<T>()).ok_or_else(|| {
+            dlpack_error(
+                "export",
+                format!("shape {shape:?} with strides {strides:?} has a negative or overflowing extent"),
+            )
+        })?;
+        if span > self.size() {
+            return Err(dlpack_error(
+                "export",
+                format!(
+                    "shape {shape:?} with strides {strides:?} reaches {span} bytes, past the buffer's {}",
+                    self.size()
+                ),
+            ));
+        }
+        let device = dl_device(self.handle())?;
+        let data = self.handle() as usize as *mut std::ffi::c_void;
+        let prepared = Dynamic::new(shape.to_vec(), strides)
+            .prepare_as::<DLManagedTensorVersioned>()
+            .map_err(|e| dlpack_error("export", e))?;
+        let mut initialized = prepared.initialize(Box::new(self));
+        initialized.set_device(device);
+        initialized.set_data(data);
+        initialized.set_dtype(T::DTYPE);
+        // SAFETY: data is the buffer's memory, which the tensor owns (the Box above) and which
+        // the extent checked above lies in; shape and strides are owned by the allocation; the
+        // flags (none) say the memory is writable and not a copy, which it is.
+        Ok(unsafe { initialized.finish() })
+    }
+
+    /// Wraps the memory of a DLPack tensor (CUDA device, pinned host or managed) as a buffer
+    /// covering every element it reaches. The buffer owns the tensor; `stream` becomes its
+    /// deallocation stream: dropping the buffer waits for it, then calls the tensor's deleter.
+    pub fn from_dlpack(tensor: DlpackTensor, stream: &Stream) -> Result<Buffer> {
+        let (ptr, size, memory) = {
+            let view = tensor.validate().map_err(|e| dlpack_error("import", e))?;
+            let dev = view.device();
+            let (device_accessible, host_accessible, device) = match dev.device_type {
+                DLDeviceType::CUDA => {
+                    let id = usize::try_from(dev.device_id)
+                        .map_err(|_| dlpack_error("import", format!("device id {} is negative", dev.device_id)))?;
+                    (true, false, Some(Device::new(id)?))
+                }
+                DLDeviceType::CUDAHOST => (true, true, None),
+                DLDeviceType::CUDAMANAGED => (true, true, None),
+                other => {
+                    return Err(dlpack_error(
+                        "import",
+                        format!(
+                            "the tensor lives on device type {} (only CUDA, CUDA host and CUDA managed memory can be wrapped)",
+                            other.0
+                        ),
+                    ))
+                }
+            };
+            let dtype: DLDataType = view.dtype();
+            let bits = dtype.bits as usize * dtype.lanes as usize;
+            if bits == 0 || !bits.is_multiple_of(8) {
+                return Err(dlpack_error(
+                    "import",
+                    format!("elements of {bits} bits are not whole bytes"),
+                ));
+            }
+            let strides = view.strides_or_compact().map_err(|e| dlpack_error("import", e))?;
+            let span = span_bytes(view.shape(), &strides, bits / 8).ok_or_else(|| {
+                dlpack_error(
+                    "import",
+                    "negative strides or an overflowing extent cannot be wrapped as a buffer",
+                )
+            })?;
+            let base = view.data_ptr() as usize as u64;
+            let ptr = base
+                .checked_add(view.byte_offset())
+                .ok_or_else(|| dlpack_error("import", "the byte offset overflows"))?;
+            (
+                ptr,
+                span,
+                DlpackMemory {
+                    device,
+                    device_accessible,
+                    host_accessible,
+                    _tensor: None,
+                },
+            )
+        };
+        let resource = Arc::new(DlpackMemory {
+            _tensor: Some(tensor),
+            ..memory
+        });
+        Ok(Buffer::wrap(ptr, size, resource, stream))
+    }
+}
+
+/// The memory of an imported DLPack tensor, owned until the last buffer using it goes.
+struct DlpackMemory {
+    device: Option<Device>,
+    device_accessible: bool,
+    host_accessible: bool,
+    _tensor: Option<DlpackTensor>,
+}
+
+impl MemoryResource for DlpackMemory {
+    fn allocate(&self, _size: usize, _stream: &Stream) -> Result<driver::CUdeviceptr> {
+        Err(CudaError::InvalidArgument(
+            "the memory of an imported DLPack tensor cannot allocate more".into(),
+        ))
+    }
+    unsafe fn deallocate(&self, _ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
+        // The producer's deleter may free at once: let queued work finish first.
+        stream.sync()
+    }
+    fn is_device_accessible(&self) -> bool {
+        self.device_accessible
+    }
+    fn is_host_accessible(&self) -> bool {
+        self.host_accessible
+    }
+    fn device(&self) -> Option<Device> {
+        self.device
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extents_and_compact_strides() {
+        assert_eq!(compact_strides(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(compact_strides(&[5]), vec![1]);
+        assert_eq!(span_bytes(&[2, 3], &[3, 1], 4), Some(24));
+        assert_eq!(span_bytes(&[2, 3], &[1, 2], 4), Some(24), "column-major");
+        assert_eq!(span_bytes(&[4], &[2], 1), Some(7), "strided: up to the last element");
+        assert_eq!(span_bytes(&[0, 3], &[3, 1], 4), Some(0));
+        assert_eq!(span_bytes(&[2], &[-1], 4), None);
+        assert_eq!(span_bytes(&[i64::MAX, 2], &[i64::MAX, 1], 8), None);
+    }
+
+    #[test]
+    fn a_host_tensor_is_refused_with_its_device_type() {
+        let data: Box<Vec<u32>> = Box::new(vec![1, 2, 3]);
+        let ptr = data.as_ptr().cast_mut().cast();
+        let mut initialized = Dynamic::compact(vec![3i64])
+            .prepare_as::<DLManagedTensorVersioned>()
+            .unwrap()
+            .initialize(data);
+        initialized.set_device(DLDevice::CPU);
+        initialized.set_data(ptr);
+        initialized.set_dtype(<u32 as dlpark::DlpackElement>::DTYPE);
+        // SAFETY: the data is the boxed vector the tensor owns; three u32 elements.
+        let tensor = unsafe { initialized.finish() };
+        let err = Buffer::from_dlpack(tensor, &Stream::legacy_default()).unwrap_err();
+        assert!(err.to_string().contains("device type 1"), "{err}");
+    }
+}
