@@ -573,13 +573,19 @@ fn peer_devices_copy_and_reach_pool_memory() {
     let s1 = d1.create_stream(Default::default()).unwrap();
     let b = d1.allocate(4096, &s1).unwrap();
     a.copy_to_peer(&b, &s1).unwrap();
-    assert!(b.to_vec::<u8>(&s1).unwrap().iter().all(|v| *v == 7), "device 0 -> device 1");
+    assert!(
+        b.to_vec::<u8>(&s1).unwrap().iter().all(|v| *v == 7),
+        "device 0 -> device 1"
+    );
     b.fill_u8(9, &s1).unwrap();
     b.copy_to_peer(&a, &s1).unwrap();
     s1.sync().unwrap();
     // A stream's work is queued with its own device current.
     d0.set_current().unwrap();
-    assert!(a.to_vec::<u8>(&s0).unwrap().iter().all(|v| *v == 9), "device 1 -> device 0");
+    assert!(
+        a.to_vec::<u8>(&s0).unwrap().iter().all(|v| *v == 9),
+        "device 1 -> device 0"
+    );
     // A kernel on device 1 writes device 0's pool memory once the pool grants it access.
     pool0.set_peer_access(&d1, true).unwrap();
     d1.set_current().unwrap();

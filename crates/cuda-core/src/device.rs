@@ -163,7 +163,7 @@ impl Device {
             .clone()
     }
 
-    pub(crate) fn limits(&self) -> Result<Limits> {
+    pub(crate) fn limits(&self) -> Result<&'static Limits> {
         let state = &states()?[self.ordinal as usize];
         state
             .limits
@@ -187,7 +187,8 @@ impl Device {
                     clusters: a(A::CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH)? != 0,
                 })
             })
-            .clone()
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// Any device attribute (`cuDeviceGetAttribute`).

@@ -90,6 +90,16 @@ impl LaunchConfig {
 
     /// The driver's `CUlaunchConfig` for `stream`, with the launch attributes written into
     /// `attrs` (which must outlive its use).
+    /// Whether the launch needs `cuLaunchKernelEx` attributes (clusters, cooperative, priority,
+    /// programmatic serialization).
+    #[inline]
+    pub(crate) fn has_attributes(&self) -> bool {
+        self.cluster.is_some()
+            || self.cooperative_launch
+            || self.priority.is_some()
+            || self.programmatic_stream_serialization
+    }
+
     pub(crate) fn driver_config(
         &self,
         stream: driver::CUstream,
@@ -132,7 +142,7 @@ impl LaunchConfig {
 
     /// Checks the configuration against `device`'s limits.
     pub fn validate(&self, device: &Device) -> Result<()> {
-        self.check(&device.limits()?)
+        self.check(device.limits()?)
     }
 
     pub(crate) fn check(&self, l: &Limits) -> Result<()> {
@@ -334,34 +344,36 @@ pub unsafe fn launch<A: KernelArgs>(
         Some(d) => d,
         None => Device::current()?,
     };
-    config.check(&device.limits()?)?;
+    config.check(device.limits()?)?;
+    if !config.has_attributes() {
+        // Without launch attributes the classic entry point does the same work, and is the one
+        // raw code calls: same cost.
+        return args.with_params(|params| {
+            // SAFETY: params point to the arguments, which the caller vouches for; a CUkernel is
+            // accepted where a CUfunction is expected.
+            unsafe {
+                driver::cuLaunchKernel(
+                    kernel.handle() as driver::CUfunction,
+                    config.grid.x,
+                    config.grid.y,
+                    config.grid.z,
+                    config.block.x,
+                    config.block.y,
+                    config.block.z,
+                    config.shmem_size,
+                    stream.handle(),
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            }
+            .check("cuLaunchKernel")
+        });
+    }
     // SAFETY: an all-zero CUlaunchAttribute is a valid (ignored) value; only those filled in are
     // passed to the driver.
     let mut attrs: [driver::CUlaunchAttribute; 4] = unsafe { std::mem::zeroed() };
     let cfg = config.driver_config(stream.handle(), &mut attrs);
     args.with_params(|params| {
-        if cfg.numAttrs == 0 {
-            // Without launch attributes the classic entry point does the same work, and is the
-            // one raw code calls: same cost.
-            // SAFETY: params point to the arguments, which the caller vouches for; a CUkernel is
-            // accepted where a CUfunction is expected.
-            return unsafe {
-                driver::cuLaunchKernel(
-                    kernel.handle() as driver::CUfunction,
-                    cfg.gridDimX,
-                    cfg.gridDimY,
-                    cfg.gridDimZ,
-                    cfg.blockDimX,
-                    cfg.blockDimY,
-                    cfg.blockDimZ,
-                    cfg.sharedMemBytes,
-                    cfg.hStream,
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
-            }
-            .check("cuLaunchKernel");
-        }
         // SAFETY: cfg and its attributes live across the call; params point to the arguments,
         // which the caller vouches for; a CUkernel is accepted where a CUfunction is expected.
         unsafe {
@@ -502,7 +514,7 @@ impl Kernel {
     /// How many clusters of `config`'s shape can be active at once on `device`
     /// (`cuOccupancyMaxActiveClusters`; compute capability 9.0+).
     pub fn max_active_clusters(&self, device: &Device, config: &LaunchConfig) -> Result<u32> {
-        config.check(&device.limits()?)?;
+        config.check(device.limits()?)?;
         let f = self.function_on(device)?;
         if config.cluster.is_none() {
             return Err(CudaError::InvalidArgument(

@@ -626,7 +626,7 @@ macro_rules! node_adders {
                 kernel: &Kernel,
                 mut args: A,
             ) -> Result<GraphNode> {
-                config.check(&Device::current()?.limits()?)?;
+                config.check(Device::current()?.limits()?)?;
                 let append = self.append();
                 append.add(&[], |_, g, deps| {
                     args.with_params(|params| {
