@@ -21,26 +21,11 @@ pub fn run(args: &[String]) -> Result {
         None => Vec::new(),
     };
     util::no_more(&args)?;
-    let root = util::root();
     let run_here = bundle.is_none();
-    let dir = bundle
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/gpu-bundle"));
-    let dir = if dir.is_absolute() {
-        dir
-    } else {
-        std::env::current_dir().map_err(|e| e.to_string())?.join(dir)
-    };
+    let dir = bundle_dir(bundle, "target/gpu-bundle")?;
     build_bundle(&dir)?;
     if run_here {
-        // NVRTC for the suite comes from the wheels unless the environment already names one.
-        let mut cmd = Command::new(dir.join("run.sh"));
-        if std::env::var_os("VIRTUAL_ENV").is_none() {
-            let venv = root.join(".cuda-venv");
-            crate::test::install_wheels(&venv)?;
-            cmd.env("VIRTUAL_ENV", venv);
-        }
-        util::run(cmd.args(&filters))
+        run_bundle(&dir, &filters)
     } else {
         println!(
             "bundle ready: copy {} to the GPU machine and run its run.sh",
@@ -98,10 +83,8 @@ fn build_bundle(dir: &Path) -> Result {
 
 /// Builds the suite's test executables and returns their paths.
 fn build_tests() -> Result<Vec<PathBuf>> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let output = Command::new(cargo)
-        .current_dir(util::root())
-        .args([
+    let artifacts = cargo_artifacts(
+        &[
             "test",
             "--package",
             PACKAGE,
@@ -110,54 +93,70 @@ fn build_tests() -> Result<Vec<PathBuf>> {
             "--profile",
             PROFILE,
             "--no-run",
-        ])
+        ],
+        "the GPU tests",
+    )?;
+    Ok(executables(&artifacts, |m| m["profile"]["test"] == true))
+}
+
+/// Runs cargo with `args`, and returns the `compiler-artifact` messages it printed.
+fn cargo_artifacts(args: &[&str], what: &str) -> Result<Vec<serde_json::Value>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(cargo)
+        .current_dir(util::root())
+        .args(args)
         .arg("--message-format=json-render-diagnostics")
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
     if !output.status.success() {
-        return Err("building the GPU tests failed".into());
+        return Err(format!("building {what} failed"));
     }
-    let mut executables = Vec::new();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if msg["reason"] != "compiler-artifact" || msg["profile"]["test"] != true {
-            continue;
-        }
-        if let Some(exe) = msg["executable"].as_str() {
-            executables.push(PathBuf::from(exe));
-        }
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact")
+        .collect())
+}
+
+/// The executables among `artifacts` that `keep` selects.
+fn executables(artifacts: &[serde_json::Value], keep: impl Fn(&serde_json::Value) -> bool) -> Vec<PathBuf> {
+    artifacts
+        .iter()
+        .filter(|m| keep(m))
+        .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .collect()
+}
+
+/// The bundle folder: `bundle` (made absolute) or `default` under the workspace.
+fn bundle_dir(bundle: Option<String>, default: &str) -> Result<PathBuf> {
+    let dir = bundle.map(PathBuf::from).unwrap_or_else(|| util::root().join(default));
+    if dir.is_absolute() {
+        Ok(dir)
+    } else {
+        Ok(std::env::current_dir().map_err(|e| e.to_string())?.join(dir))
     }
-    Ok(executables)
+}
+
+/// Runs a bundle's `run.sh` here, with NVRTC and friends from the wheels unless the environment
+/// already names a Python environment.
+fn run_bundle(dir: &Path, args: &[String]) -> Result {
+    let mut cmd = Command::new(dir.join("run.sh"));
+    if std::env::var_os("VIRTUAL_ENV").is_none() {
+        let venv = util::root().join(".cuda-venv");
+        crate::test::install_wheels(&venv)?;
+        cmd.env("VIRTUAL_ENV", venv);
+    }
+    util::run(cmd.args(args))
 }
 
 /// Builds cuda-core's examples in the bundle's profile and returns their paths.
 fn build_examples() -> Result<Vec<PathBuf>> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let output = Command::new(cargo)
-        .current_dir(util::root())
-        .args(["build", "--package", "cuda-core", "--examples", "--profile", PROFILE])
-        .arg("--message-format=json-render-diagnostics")
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !output.status.success() {
-        return Err("building the examples failed".into());
-    }
-    let mut out = Vec::new();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if msg["reason"] == "compiler-artifact" && msg["target"]["kind"][0] == "example" {
-            if let Some(exe) = msg["executable"].as_str() {
-                out.push(PathBuf::from(exe));
-            }
-        }
-    }
-    Ok(out)
+    let artifacts = cargo_artifacts(
+        &["build", "--package", "cuda-core", "--examples", "--profile", PROFILE],
+        "the examples",
+    )?;
+    Ok(executables(&artifacts, |m| m["target"]["kind"][0] == "example"))
 }
 
 /// Builds the `cuda-pathfinder` report binary in the bundle's profile.
@@ -291,18 +290,9 @@ pub fn bench(args: &[String]) -> Result {
     let bundle = util::take_option(&mut args, "--bundle")?;
     util::no_more(&args)?;
     let run_here = bundle.is_none();
-    let dir = bundle
-        .map(PathBuf::from)
-        .unwrap_or_else(|| util::root().join("target/bench-bundle"));
-    let dir = if dir.is_absolute() {
-        dir
-    } else {
-        std::env::current_dir().map_err(|e| e.to_string())?.join(dir)
-    };
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let output = Command::new(cargo)
-        .current_dir(util::root())
-        .args([
+    let dir = bundle_dir(bundle, "target/bench-bundle")?;
+    let artifacts = cargo_artifacts(
+        &[
             "bench",
             "--package",
             "cuda-core",
@@ -311,26 +301,12 @@ pub fn bench(args: &[String]) -> Result {
             "--bench",
             "criterion",
             "--no-run",
-        ])
-        .arg("--message-format=json-render-diagnostics")
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !output.status.success() {
-        return Err("building the benchmarks failed".into());
-    }
-    let artifacts: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .collect();
+        ],
+        "the benchmarks",
+    )?;
     let executable = |name: &str| -> Result<PathBuf> {
-        artifacts
-            .iter()
-            .find_map(|m| {
-                (m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
-                    .then(|| m["executable"].as_str().map(PathBuf::from))
-                    .flatten()
-            })
+        executables(&artifacts, |m| m["target"]["name"] == name)
+            .pop()
             .ok_or_else(|| format!("cargo built no `{name}` benchmark executable"))
     };
     let exe = executable("compare")?;
@@ -345,13 +321,7 @@ pub fn bench(args: &[String]) -> Result {
     util::write(&dir.join("run.sh"), BENCH_RUN_SH.as_bytes())?;
     make_executable(&dir.join("run.sh"))?;
     if run_here {
-        let mut cmd = Command::new(dir.join("run.sh"));
-        if std::env::var_os("VIRTUAL_ENV").is_none() {
-            let venv = util::root().join(".cuda-venv");
-            crate::test::install_wheels(&venv)?;
-            cmd.env("VIRTUAL_ENV", venv);
-        }
-        util::run(&mut cmd)
+        run_bundle(&dir, &[])
     } else {
         println!(
             "bench bundle ready: copy {} to the GPU machine and run its run.sh",

@@ -156,17 +156,18 @@ impl Buffer {
     /// covering every element it reaches. The buffer owns the tensor; `stream` becomes its
     /// deallocation stream: dropping the buffer waits for it, then calls the tensor's deleter.
     pub fn from_dlpack(tensor: DlpackTensor, stream: &Stream) -> Result<Buffer> {
-        let (ptr, size, memory) = {
+        let (ptr, size, device) = {
             let view = tensor.validate().map_err(|e| dlpack_error("import", e))?;
             let dev = view.device();
-            let (device_accessible, host_accessible, device) = match dev.device_type {
+            // Device memory belongs to its device; pinned and managed memory to none (the host
+            // reaches them too).
+            let device = match dev.device_type {
                 DLDeviceType::CUDA => {
                     let id = usize::try_from(dev.device_id)
                         .map_err(|_| dlpack_error("import", format!("device id {} is negative", dev.device_id)))?;
-                    (true, false, Some(Device::new(id)?))
+                    Some(Device::new(id)?)
                 }
-                DLDeviceType::CUDAHOST => (true, true, None),
-                DLDeviceType::CUDAMANAGED => (true, true, None),
+                DLDeviceType::CUDAHOST | DLDeviceType::CUDAMANAGED => None,
                 other => {
                     return Err(dlpack_error(
                         "import",
@@ -196,31 +197,21 @@ impl Buffer {
             let ptr = base
                 .checked_add(view.byte_offset())
                 .ok_or_else(|| dlpack_error("import", "the byte offset overflows"))?;
-            (
-                ptr,
-                span,
-                DlpackMemory {
-                    device,
-                    device_accessible,
-                    host_accessible,
-                    _tensor: None,
-                },
-            )
+            (ptr, span, device)
         };
         let resource = Arc::new(DlpackMemory {
-            _tensor: Some(tensor),
-            ..memory
+            device,
+            _tensor: tensor,
         });
-        Ok(Buffer::wrap(ptr, size, resource, stream))
+        Ok(Buffer::from_parts(ptr, size, Some(resource), stream))
     }
 }
 
 /// The memory of an imported DLPack tensor, owned until the last buffer using it goes.
 struct DlpackMemory {
+    /// The device of device memory; `None` for pinned and managed memory.
     device: Option<Device>,
-    device_accessible: bool,
-    host_accessible: bool,
-    _tensor: Option<DlpackTensor>,
+    _tensor: DlpackTensor,
 }
 
 impl MemoryResource for DlpackMemory {
@@ -234,10 +225,10 @@ impl MemoryResource for DlpackMemory {
         stream.sync()
     }
     fn is_device_accessible(&self) -> bool {
-        self.device_accessible
+        true
     }
     fn is_host_accessible(&self) -> bool {
-        self.host_accessible
+        self.device.is_none()
     }
     fn device(&self) -> Option<Device> {
         self.device

@@ -54,6 +54,15 @@ pub(crate) fn read_write_access(device: &Device) -> driver::CUmemAccessDesc {
     }
 }
 
+/// Frees stream-ordered memory (pool or graph allocations) after the work queued on `stream`.
+///
+/// # Safety
+/// `ptr` came from a stream-ordered allocation and nothing uses it after that work.
+unsafe fn free_async(ptr: driver::CUdeviceptr, stream: &Stream) -> Result<()> {
+    // SAFETY: forwarded to the caller.
+    unsafe { driver::cuMemFreeAsync(ptr, stream.handle()) }.check("cuMemFreeAsync")
+}
+
 /// A memory pool, the driver's stream-ordered allocator (`cuMemAllocFromPoolAsync`).
 struct Pool {
     handle: driver::CUmemoryPool,
@@ -327,7 +336,7 @@ impl MemoryResource for DeviceMemoryResource {
     }
     unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
         // SAFETY: forwarded to the caller.
-        unsafe { driver::cuMemFreeAsync(ptr, stream.handle()) }.check("cuMemFreeAsync")
+        unsafe { free_async(ptr, stream) }
     }
     fn is_device_accessible(&self) -> bool {
         true
@@ -385,7 +394,7 @@ impl MemoryResource for PinnedMemoryResource {
     }
     unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
         // SAFETY: forwarded to the caller.
-        unsafe { driver::cuMemFreeAsync(ptr, stream.handle()) }.check("cuMemFreeAsync")
+        unsafe { free_async(ptr, stream) }
     }
     fn is_device_accessible(&self) -> bool {
         true
@@ -541,6 +550,12 @@ pub(crate) struct SharedAllocation {
     stream: Mutex<Stream>,
 }
 
+impl SharedAllocation {
+    fn set_stream(&self, stream: &Stream) {
+        *self.stream.lock().unwrap_or_else(|p| p.into_inner()) = stream.clone();
+    }
+}
+
 impl Drop for SharedAllocation {
     fn drop(&mut self) {
         if let Some(r) = self.resource.take() {
@@ -560,28 +575,22 @@ impl Buffer {
     pub fn allocate(resource: Arc<dyn MemoryResource>, size: usize, stream: &Stream) -> Result<Buffer> {
         let graph_memory = crate::graph::capture_target(stream)?.is_some();
         let ptr = resource.allocate(size, stream)?;
-        Ok(Buffer {
-            ptr,
-            size,
-            resource: Some(resource),
-            stream: stream.clone(),
-            shared: OnceLock::new(),
-            graph_memory,
-        })
+        let mut buffer = Buffer::from_parts(ptr, size, Some(resource), stream);
+        buffer.graph_memory = graph_memory;
+        Ok(buffer)
     }
 
-    /// Memory `resource` manages without having allocated it here (an imported DLPack tensor):
-    /// "freeing" it hands it back to the resource.
-    pub(crate) fn wrap(
+    /// A buffer over `ptr` that `resource` frees (or, without one, nobody does).
+    pub(crate) fn from_parts(
         ptr: driver::CUdeviceptr,
         size: usize,
-        resource: Arc<dyn MemoryResource>,
+        resource: Option<Arc<dyn MemoryResource>>,
         stream: &Stream,
     ) -> Buffer {
         Buffer {
             ptr,
             size,
-            resource: Some(resource),
+            resource,
             stream: stream.clone(),
             shared: OnceLock::new(),
             graph_memory: false,
@@ -594,14 +603,7 @@ impl Buffer {
     /// `ptr` must point to `size` bytes of memory usable by the device (or host, as it is used)
     /// for as long as the buffer lives.
     pub unsafe fn from_handle(ptr: driver::CUdeviceptr, size: usize, stream: &Stream) -> Buffer {
-        Buffer {
-            ptr,
-            size,
-            resource: None,
-            stream: stream.clone(),
-            shared: OnceLock::new(),
-            graph_memory: false,
-        }
+        Buffer::from_parts(ptr, size, None, stream)
     }
 
     /// The device address.
@@ -643,7 +645,7 @@ impl Buffer {
     pub fn set_deallocation_stream(&mut self, stream: &Stream) {
         self.stream = stream.clone();
         if let Some(shared) = self.shared.get() {
-            *shared.stream.lock().unwrap_or_else(|p| p.into_inner()) = stream.clone();
+            shared.set_stream(stream);
         }
     }
 
@@ -693,7 +695,7 @@ impl Buffer {
         if let Some(shared) = self.shared.get() {
             // Graphs hold the memory: the shared allocation frees it, on this stream, when the
             // last of them goes.
-            *shared.stream.lock().unwrap_or_else(|p| p.into_inner()) = self.stream.clone();
+            shared.set_stream(&self.stream);
             self.resource = None;
             return Ok(());
         }
@@ -705,7 +707,7 @@ impl Buffer {
         }
     }
 
-    fn check_fits(&self, bytes: usize, what: &str) -> Result<()> {
+    pub(crate) fn check_fits(&self, bytes: usize, what: &str) -> Result<()> {
         if bytes > self.size {
             return Err(CudaError::InvalidArgument(format!(
                 "{what}: {bytes} bytes do not fit in a buffer of {}",
@@ -1027,14 +1029,7 @@ impl Buffer {
         // SAFETY: the pool is live; the export data came from the exporting process.
         unsafe { driver::cuMemPoolImportPointer(&mut ptr, pool.pool.handle, &mut data) }
             .check("cuMemPoolImportPointer")?;
-        Ok(Buffer {
-            ptr,
-            size: descriptor.size,
-            resource: Some(pool.clone()),
-            stream: stream.clone(),
-            shared: OnceLock::new(),
-            graph_memory: false,
-        })
+        Ok(Buffer::from_parts(ptr, descriptor.size, Some(pool.clone()), stream))
     }
 }
 
@@ -1371,7 +1366,7 @@ impl MemoryResource for GraphMemoryResource {
     }
     unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
         // SAFETY: forwarded to the caller; graph memory may be freed in the graph or outside it.
-        unsafe { driver::cuMemFreeAsync(ptr, stream.handle()) }.check("cuMemFreeAsync")
+        unsafe { free_async(ptr, stream) }
     }
     fn is_device_accessible(&self) -> bool {
         true

@@ -140,6 +140,15 @@ impl Stream {
         self.inner.context.as_ref()
     }
 
+    /// The stream's context, or (for the default streams and foreign ones) the current device's
+    /// primary context.
+    pub(crate) fn context_or_current(&self) -> Result<Context> {
+        match self.context() {
+            Some(c) => Ok(c.clone()),
+            None => Device::current()?.primary_context(),
+        }
+    }
+
     /// The device of the stream's context.
     pub fn device(&self) -> Option<Device> {
         self.inner.context.as_ref().map(Context::device)
@@ -203,11 +212,7 @@ impl Stream {
     /// Makes later work on this stream wait for the work queued on `other` so far (also across
     /// devices): a timing-free event recorded on `other`.
     pub fn wait(&self, other: &Stream) -> Result<()> {
-        let context = match other.context() {
-            Some(c) => c.clone(),
-            None => Device::current()?.primary_context()?,
-        };
-        let event = Event::new(&context, EventOptions::default())?;
+        let event = Event::new(&other.context_or_current()?, EventOptions::default())?;
         other.record(&event)?;
         self.wait_event(&event)
     }

@@ -68,14 +68,19 @@ unsafe extern "C" fn release(data: *mut c_void) {
     }
 }
 
+/// The current device's primary context, if there is one: what values graphs hold are released
+/// in.
+pub(crate) fn current_primary_context() -> Option<Context> {
+    Device::current().and_then(|d| d.primary_context()).ok()
+}
+
 /// Hands `value` to `graph` (through a CUDA user object): it is dropped after the graph, every
 /// clone and executable graph made from it, and every launch of those, are gone.
 pub(crate) fn attach<T: Any + Send + Sync>(graph: driver::CUgraph, value: T) -> Result<()> {
     start_reaper()?;
-    let context = Device::current().and_then(|d| d.primary_context()).ok();
     let data = Box::into_raw(Box::new(Held {
         value: Box::new(value),
-        context,
+        context: current_primary_context(),
     }));
     let mut object: driver::CUuserObject = std::ptr::null_mut();
     // SAFETY: data is a leaked box that `release` reclaims once; NO_DESTRUCTOR_SYNC is required.

@@ -2,10 +2,10 @@
 
 use super::attach::{attach, capture_ended, capture_info, capture_started};
 use super::definition::{
-    add_conditional_node, host_params, ConditionalType, GraphCondition, GraphDefinition, GraphInner, NodeRef,
+    add_conditional_node, host_params, ConditionalType, GraphCondition, GraphDefinition, GraphInner,
 };
 use super::exec::{Graph, GraphCompleteOptions};
-use crate::device::Device;
+use crate::device::{Context, Device};
 use crate::error::{record_drop_error, Check};
 use crate::stream::{EventOptions, Stream, StreamOptions};
 use crate::{CudaError, Result};
@@ -110,13 +110,18 @@ impl Stream {
     }
 }
 
+/// A new non-blocking stream in `context`, for a builder to capture on.
+fn capture_stream(context: &Context) -> Result<Stream> {
+    context.create_stream(StreamOptions {
+        nonblocking: true,
+        ..Default::default()
+    })
+}
+
 impl Device {
     /// A graph builder with a new stream of its own on this device.
     pub fn create_graph_builder(&self) -> Result<GraphBuilder> {
-        let stream = self.create_stream(StreamOptions {
-            nonblocking: true,
-            ..Default::default()
-        })?;
+        let stream = capture_stream(&self.primary_context()?)?;
         Ok(stream.create_graph_builder())
     }
 }
@@ -264,18 +269,12 @@ impl GraphBuilder {
             )));
         }
         self.capture("split")?;
-        let context = match self.stream.context() {
-            Some(c) => c.clone(),
-            None => Device::current()?.primary_context()?,
-        };
+        let context = self.stream.context_or_current()?;
         let event = context.create_event(EventOptions::default())?;
         self.stream.record(&event)?;
         let mut out = Vec::with_capacity(count);
         for _ in 1..count {
-            let stream = context.create_stream(StreamOptions {
-                nonblocking: true,
-                ..Default::default()
-            })?;
+            let stream = capture_stream(&context)?;
             stream.wait_event(&event)?;
             out.push(GraphBuilder {
                 stream,
@@ -314,54 +313,44 @@ impl GraphBuilder {
 
     fn conditional(&self, condition: &GraphCondition, kind: ConditionalType, size: u32) -> Result<Vec<GraphBuilder>> {
         let info = self.capture("conditional")?;
-        let root = self
+        let graph = self
             .graph
-            .clone()
-            .ok_or_else(|| CudaError::InvalidArgument("no graph".into()))?;
-        let (mut node, bodies) = {
-            let mut reg = root.lock();
-            let (node, bodies) = add_conditional_node(info.graph, &info.dependencies, *condition, kind, size)?;
-            let r = root.register(&mut reg, node);
-            (r, bodies)
+            .as_ref()
+            .ok_or_else(|| CudaError::InvalidArgument("conditional: the graph builder is not building".into()))?;
+        let (node, bodies) = {
+            let mut reg = graph.lock();
+            let (node, bodies) =
+                add_conditional_node(&mut reg, info.graph, &info.dependencies, *condition, kind, size)?;
+            (reg.register(node), bodies)
         };
+        self.continue_after(node.handle)?;
+        let context = self.stream.context_or_current()?;
+        bodies
+            .into_iter()
+            .map(|b| {
+                Ok(GraphBuilder {
+                    stream: capture_stream(&context)?,
+                    kind: Kind::Body,
+                    state: State::Idle,
+                    graph: Some(GraphInner::nested(graph, node, b)),
+                })
+            })
+            .collect()
+    }
+
+    /// Makes `node` (just added to the capture graph) what the next captured work depends on.
+    fn continue_after(&self, mut node: driver::CUgraphNode) -> Result<()> {
         // SAFETY: the stream is capturing; one node replaces the dependencies of what follows.
         unsafe {
             driver::cuStreamUpdateCaptureDependencies(
                 self.stream.handle(),
-                &mut node.handle,
+                &mut node,
                 std::ptr::null(),
                 1,
                 driver::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES.0,
             )
         }
-        .check("cuStreamUpdateCaptureDependencies")?;
-        self.body_builders(&root, node, bodies)
-    }
-
-    fn body_builders(
-        &self,
-        root: &Arc<GraphInner>,
-        node: NodeRef,
-        bodies: Vec<driver::CUgraph>,
-    ) -> Result<Vec<GraphBuilder>> {
-        let context = match self.stream.context() {
-            Some(c) => c.clone(),
-            None => Device::current()?.primary_context()?,
-        };
-        bodies
-            .into_iter()
-            .map(|b| {
-                Ok(GraphBuilder {
-                    stream: context.create_stream(StreamOptions {
-                        nonblocking: true,
-                        ..Default::default()
-                    })?,
-                    kind: Kind::Body,
-                    state: State::Idle,
-                    graph: Some(GraphInner::nested(root, node, b)),
-                })
-            })
-            .collect()
+        .check("cuStreamUpdateCaptureDependencies")
     }
 
     /// Adds an if node at this point of the capture; record its body with the builder returned
@@ -384,9 +373,6 @@ impl GraphBuilder {
 
     /// Adds a switch node with `count` bodies; returns their builders.
     pub fn switch(&self, condition: &GraphCondition, count: u32) -> Result<Vec<GraphBuilder>> {
-        if count == 0 {
-            return Err(CudaError::InvalidArgument("switch: count must be at least 1".into()));
-        }
         self.conditional(condition, ConditionalType::Switch, count)
     }
 
@@ -411,17 +397,7 @@ impl GraphBuilder {
             )
         }
         .check("cuGraphAddChildGraphNode")?;
-        // SAFETY: the stream is capturing; the new node is what follows depends on.
-        unsafe {
-            driver::cuStreamUpdateCaptureDependencies(
-                self.stream.handle(),
-                &mut node,
-                std::ptr::null(),
-                1,
-                driver::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES.0,
-            )
-        }
-        .check("cuStreamUpdateCaptureDependencies")?;
+        self.continue_after(node)?;
         attach(info.graph, definition)
     }
 
@@ -432,7 +408,7 @@ impl GraphBuilder {
         let (boxed, p) = host_params(f);
         // SAFETY: the stream is capturing; p points into `boxed`, which the graph holds below.
         unsafe { driver::cuLaunchHostFunc(self.stream.handle(), p.fn_, p.userData) }.check("cuLaunchHostFunc")?;
-        attach(info.graph, HeldBox(boxed))
+        attach(info.graph, boxed)
     }
 
     /// Hands `value` to the graph being recorded (see [`GraphDefinition::keep_alive`]): use it for
@@ -442,8 +418,6 @@ impl GraphBuilder {
         attach(info.graph, value)
     }
 }
-
-struct HeldBox(#[allow(dead_code)] Box<Box<dyn Fn() + Send + Sync + 'static>>);
 
 impl Drop for GraphBuilder {
     fn drop(&mut self) {

@@ -42,7 +42,7 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    fn register(&mut self, handle: driver::CUgraphNode) -> NodeRef {
+    pub(crate) fn register(&mut self, handle: driver::CUgraphNode) -> NodeRef {
         let key = handle as usize;
         let gen = match self.live.get(&key) {
             Some(g) => *g,
@@ -128,10 +128,6 @@ impl GraphInner {
         }
         at.handle
     }
-
-    pub(crate) fn register(&self, reg: &mut Registry, handle: driver::CUgraphNode) -> NodeRef {
-        reg.register(handle)
-    }
 }
 
 /// A condition a kernel sets (`cudaGraphSetConditional(handle, value)` in device code) to steer
@@ -153,12 +149,7 @@ impl GraphCondition {
     }
 
     pub(crate) fn create(graph: driver::CUgraph, default_value: Option<u32>) -> Result<GraphCondition> {
-        let context = Context::current_handle()?;
-        if context.is_null() {
-            return Err(CudaError::InvalidArgument(
-                "create_condition: no context is current (call Device::set_current first)".into(),
-            ));
-        }
+        let context = current_context("create_condition")?;
         let mut handle = 0;
         let flags = if default_value.is_some() {
             driver::CU_GRAPH_COND_ASSIGN_DEFAULT
@@ -195,15 +186,20 @@ impl ConditionalType {
     }
 }
 
-/// Adds a conditional node after `deps` to `graph` and returns its handle and body graphs.
+/// Adds a conditional node after `deps` to `graph`, records what it was made with in `reg`, and
+/// returns its handle and body graphs.
 pub(crate) fn add_conditional_node(
+    reg: &mut Registry,
     graph: driver::CUgraph,
     deps: &[driver::CUgraphNode],
     condition: GraphCondition,
     kind: ConditionalType,
     size: u32,
 ) -> Result<(driver::CUgraphNode, Vec<driver::CUgraph>)> {
-    let context = Context::current_handle()?;
+    if size == 0 {
+        return Err(CudaError::InvalidArgument("switch: count must be at least 1".into()));
+    }
+    let context = current_context("conditional node")?;
     // SAFETY: an all-zero CUgraphNodeParams is the documented starting point; the conditional
     // member is filled in below.
     let mut params: driver::CUgraphNodeParams = unsafe { std::mem::zeroed() };
@@ -233,6 +229,14 @@ pub(crate) fn add_conditional_node(
         let out = params.__bindgen_anon_1.conditional.phGraph_out;
         std::slice::from_raw_parts(out, size as usize).to_vec()
     };
+    reg.conditionals.insert(
+        node as usize,
+        ConditionalInfo {
+            condition,
+            kind,
+            bodies: bodies.clone(),
+        },
+    );
     Ok((node, bodies))
 }
 
@@ -267,6 +271,26 @@ pub struct GraphDefinition {
 pub struct GraphNode {
     graph: Arc<GraphInner>,
     node: NodeRef,
+}
+
+impl GraphNode {
+    /// The node `handle` of `graph`, registered (or found) in `reg`.
+    fn new(graph: &Arc<GraphInner>, reg: &mut Registry, handle: driver::CUgraphNode) -> GraphNode {
+        GraphNode {
+            graph: graph.clone(),
+            node: reg.register(handle),
+        }
+    }
+}
+
+/// Runs a count-then-fill driver query for an array of nodes.
+fn node_array(query: impl Fn(*mut driver::CUgraphNode, &mut usize) -> Result<()>) -> Result<Vec<driver::CUgraphNode>> {
+    let mut n = 0;
+    query(std::ptr::null_mut(), &mut n)?;
+    let mut nodes = vec![std::ptr::null_mut(); n];
+    query(nodes.as_mut_ptr(), &mut n)?;
+    nodes.truncate(n);
+    Ok(nodes)
 }
 
 // SAFETY: the handle is only used under the graph's registry lock.
@@ -493,11 +517,7 @@ impl Append<'_> {
             deps.push(e.node.handle);
         }
         let handle = f(&mut reg, self.graph.handle, &deps)?;
-        let node = self.graph.register(&mut reg, handle);
-        Ok(GraphNode {
-            graph: self.graph.clone(),
-            node,
-        })
+        Ok(GraphNode::new(self.graph, &mut reg, handle))
     }
 
     fn attach<T: std::any::Any + Send + Sync>(&self, value: T) -> Result<()> {
@@ -515,12 +535,13 @@ fn check_node(reg: &Registry, node: NodeRef) -> Result<()> {
     }
 }
 
-fn current_context() -> Result<driver::CUcontext> {
+/// The current context, which nodes that name one (memset, memcpy, conditionals) run in.
+fn current_context(what: &str) -> Result<driver::CUcontext> {
     let ctx = Context::current_handle()?;
     if ctx.is_null() {
-        return Err(CudaError::InvalidArgument(
-            "no context is current: call Device::set_current before adding this node".into(),
-        ));
+        return Err(CudaError::InvalidArgument(format!(
+            "{what}: no context is current (call Device::set_current first)"
+        )));
     }
     Ok(ctx)
 }
@@ -563,9 +584,6 @@ pub(crate) fn host_params(f: impl Fn() + Send + Sync + 'static) -> (Box<Callback
     (boxed, params)
 }
 
-/// Holds a boxed callback so it can be attached (the address the driver has stays the same).
-struct HeldCallback(#[allow(dead_code)] Box<Callback>);
-
 fn memcpy_params(dst: driver::CUdeviceptr, src: driver::CUdeviceptr, size: usize) -> driver::CUDA_MEMCPY3D {
     driver::CUDA_MEMCPY3D {
         srcMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
@@ -577,16 +595,6 @@ fn memcpy_params(dst: driver::CUdeviceptr, src: driver::CUdeviceptr, size: usize
         Depth: 1,
         ..Default::default()
     }
-}
-
-fn check_region(buffer: &Buffer, bytes_needed: usize, what: &str) -> Result<()> {
-    if bytes_needed > buffer.size() {
-        return Err(CudaError::InvalidArgument(format!(
-            "{what}: {bytes_needed} bytes do not fit in a buffer of {}",
-            buffer.size()
-        )));
-    }
-    Ok(())
 }
 
 fn memset_extent(width: usize, height: usize, pitch: usize, element: u32) -> Result<usize> {
@@ -718,7 +726,7 @@ macro_rules! node_adders {
             ) -> Result<GraphNode> {
                 let value = value.into();
                 let extent = memset_extent(width, height, pitch, value.parts().1)?;
-                check_region(dst, extent, "memset")?;
+                dst.check_fits(extent, "memset")?;
                 // SAFETY: the region lies inside dst, whose memory the graph holds (below).
                 let node = unsafe { self.memset_raw(dst.handle(), value, width, height, pitch)? };
                 self.append().attach(dst.share())?;
@@ -738,7 +746,7 @@ macro_rules! node_adders {
                 pitch: usize,
             ) -> Result<GraphNode> {
                 let (value, element_size) = value.into().parts();
-                let ctx = current_context()?;
+                let ctx = current_context("memset")?;
                 self.append().add(&[], |_, g, deps| {
                     let p = driver::CUDA_MEMSET_NODE_PARAMS {
                         dst,
@@ -758,8 +766,8 @@ macro_rules! node_adders {
 
             /// A copy node: the first `size` bytes of `src` into `dst`. The graph holds both.
             pub fn memcpy(&self, dst: &Buffer, src: &Buffer, size: usize) -> Result<GraphNode> {
-                check_region(dst, size, "memcpy destination")?;
-                check_region(src, size, "memcpy source")?;
+                dst.check_fits(size, "memcpy destination")?;
+                src.check_fits(size, "memcpy source")?;
                 // SAFETY: both ranges lie inside buffers whose memory the graph holds (below).
                 let node = unsafe { self.memcpy_raw(dst.handle(), src.handle(), size)? };
                 let append = self.append();
@@ -778,7 +786,7 @@ macro_rules! node_adders {
                 src: driver::CUdeviceptr,
                 size: usize,
             ) -> Result<GraphNode> {
-                let ctx = current_context()?;
+                let ctx = current_context("memcpy")?;
                 self.append().add(&[], |_, g, deps| {
                     let p = memcpy_params(dst, src, size);
                     let mut node = std::ptr::null_mut();
@@ -860,7 +868,7 @@ macro_rules! node_adders {
                         .check("cuGraphAddHostNode")?;
                     Ok(node)
                 })?;
-                append.attach(HeldCallback(boxed))?;
+                append.attach(boxed)?;
                 Ok(node)
             }
 
@@ -883,11 +891,6 @@ macro_rules! node_adders {
             /// A switch node with `count` bodies: body `n` runs when `condition` is `n`
             /// (CUDA 12.8+ drivers).
             pub fn switch(&self, condition: &GraphCondition, count: u32) -> Result<ConditionalNode> {
-                if count == 0 {
-                    return Err(CudaError::InvalidArgument(
-                        "switch: count must be at least 1".into(),
-                    ));
-                }
                 self.conditional(condition, ConditionalType::Switch, count)
             }
 
@@ -900,15 +903,7 @@ macro_rules! node_adders {
                 let append = self.append();
                 let mut bodies = Vec::new();
                 let node = append.add(&[], |reg, g, deps| {
-                    let (node, b) = add_conditional_node(g, deps, *condition, kind, size)?;
-                    reg.conditionals.insert(
-                        node as usize,
-                        ConditionalInfo {
-                            condition: *condition,
-                            kind,
-                            bodies: b.clone(),
-                        },
-                    );
+                    let (node, b) = add_conditional_node(reg, g, deps, *condition, kind, size)?;
                     bodies = b;
                     Ok(node)
                 })?;
@@ -1003,14 +998,10 @@ impl GraphDefinition {
 
     fn node_handles(&self, reg: &Registry) -> Result<Vec<driver::CUgraphNode>> {
         self.inner.check_live(reg)?;
-        let mut n = 0;
-        // SAFETY: the graph is live; a null array asks for the count.
-        unsafe { driver::cuGraphGetNodes(self.inner.handle, std::ptr::null_mut(), &mut n) }.check("cuGraphGetNodes")?;
-        let mut nodes = vec![std::ptr::null_mut(); n];
-        // SAFETY: room for n nodes.
-        unsafe { driver::cuGraphGetNodes(self.inner.handle, nodes.as_mut_ptr(), &mut n) }.check("cuGraphGetNodes")?;
-        nodes.truncate(n);
-        Ok(nodes)
+        node_array(|out, n| {
+            // SAFETY: the graph is live; out is null (count only) or has room for n nodes.
+            unsafe { driver::cuGraphGetNodes(self.inner.handle, out, n) }.check("cuGraphGetNodes")
+        })
     }
 
     /// How many nodes the graph has.
@@ -1025,10 +1016,7 @@ impl GraphDefinition {
         let handles = self.node_handles(&reg)?;
         Ok(handles
             .into_iter()
-            .map(|h| GraphNode {
-                graph: self.inner.clone(),
-                node: reg.register(h),
-            })
+            .map(|h| GraphNode::new(&self.inner, &mut reg, h))
             .collect())
     }
 
@@ -1066,17 +1054,9 @@ impl GraphDefinition {
             .zip(to)
             .take(n)
             .map(|(f, t)| {
-                let f = reg.register(f);
-                let t = reg.register(t);
                 (
-                    GraphNode {
-                        graph: self.inner.clone(),
-                        node: f,
-                    },
-                    GraphNode {
-                        graph: self.inner.clone(),
-                        node: t,
-                    },
+                    GraphNode::new(&self.inner, &mut reg, f),
+                    GraphNode::new(&self.inner, &mut reg, t),
                 )
             })
             .collect())
@@ -1169,8 +1149,8 @@ impl GraphNode {
 
     fn related(&self, dependents: bool) -> Result<Vec<GraphNode>> {
         self.with_live(|reg, h| {
-            let query = |out: *mut driver::CUgraphNode, n: &mut usize| {
-                // SAFETY: the node is live; out is null or has room for n entries.
+            let nodes = node_array(|out, n| {
+                // SAFETY: the node is live; out is null (count only) or has room for n entries.
                 unsafe {
                     if dependents {
                         driver::cuGraphNodeGetDependentNodes(h, out, std::ptr::null_mut(), n)
@@ -1180,19 +1160,8 @@ impl GraphNode {
                             .check("cuGraphNodeGetDependencies")
                     }
                 }
-            };
-            let mut n = 0;
-            query(std::ptr::null_mut(), &mut n)?;
-            let mut nodes = vec![std::ptr::null_mut(); n];
-            query(nodes.as_mut_ptr(), &mut n)?;
-            nodes.truncate(n);
-            Ok(nodes
-                .into_iter()
-                .map(|x| GraphNode {
-                    graph: self.graph.clone(),
-                    node: reg.register(x),
-                })
-                .collect())
+            })?;
+            Ok(nodes.into_iter().map(|x| GraphNode::new(&self.graph, reg, x)).collect())
         })
     }
 
@@ -1360,16 +1329,11 @@ impl GraphNode {
     ///
     /// # Safety
     /// As for [`GraphDefinition::launch`].
-    pub unsafe fn set_kernel_args<A: KernelArgs>(&self, mut args: A) -> Result<()> {
+    pub unsafe fn set_kernel_args<A: KernelArgs>(&self, args: A) -> Result<()> {
         self.with_live(|_, h| {
-            let mut p = driver::CUDA_KERNEL_NODE_PARAMS::default();
-            // SAFETY: the node is live; out-value is a local.
-            unsafe { driver::cuGraphKernelNodeGetParams(h, &mut p) }.check("cuGraphKernelNodeGetParams")?;
-            args.with_params(|params| {
-                p.kernelParams = params.as_mut_ptr();
-                p.extra = std::ptr::null_mut();
+            with_kernel_args(h, args, |p| {
                 // SAFETY: the node is live; the arguments are copied during the call.
-                unsafe { driver::cuGraphKernelNodeSetParams(h, &p) }.check("cuGraphKernelNodeSetParams")
+                unsafe { driver::cuGraphKernelNodeSetParams(h, p) }.check("cuGraphKernelNodeSetParams")
             })
         })
     }
@@ -1379,17 +1343,12 @@ impl GraphNode {
         self.with_live(|_, h| {
             // SAFETY: the node and event are live.
             unsafe {
-                match node_type(h)? {
-                    driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EVENT_RECORD => {
-                        driver::cuGraphEventRecordNodeSetEvent(h, event.handle())
-                            .check("cuGraphEventRecordNodeSetEvent")
-                    }
-                    driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_WAIT_EVENT => {
+                match event_node(h)? {
+                    EventNode::Record => driver::cuGraphEventRecordNodeSetEvent(h, event.handle())
+                        .check("cuGraphEventRecordNodeSetEvent"),
+                    EventNode::Wait => {
                         driver::cuGraphEventWaitNodeSetEvent(h, event.handle()).check("cuGraphEventWaitNodeSetEvent")
                     }
-                    _ => Err(CudaError::InvalidArgument(
-                        "set_event applies to event record and wait nodes".into(),
-                    )),
                 }
             }
         })?;
@@ -1400,34 +1359,85 @@ impl GraphNode {
     pub fn set_callback(&self, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
         let (boxed, p) = host_params(f);
         self.with_live(|_, h| {
-            if node_type(h)? != driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST {
-                return Err(CudaError::InvalidArgument("set_callback applies to host nodes".into()));
-            }
+            check_host_node(h)?;
             // SAFETY: the node is live; p points into `boxed`, attached below before any launch
             // can use it (instantiation happens later, under the same lock).
             unsafe { driver::cuGraphHostNodeSetParams(h, &p) }.check("cuGraphHostNodeSetParams")
         })?;
-        attach(self.graph.root(), HeldCallback(boxed))
+        attach(self.graph.root(), boxed)
     }
 
     /// Changes a memset node of a [`Buffer`] to write `value` (same width) over the same region.
     pub fn set_memset_value(&self, value: impl Into<MemsetValue>) -> Result<()> {
-        let (value, element_size) = value.into().parts();
+        let value = value.into();
         self.with_live(|_, h| {
-            let mut p = driver::CUDA_MEMSET_NODE_PARAMS::default();
-            // SAFETY: the node is live (its type is checked by the driver); out-value is a local.
-            unsafe { driver::cuGraphMemsetNodeGetParams(h, &mut p) }.check("cuGraphMemsetNodeGetParams")?;
-            if p.elementSize != element_size {
-                return Err(CudaError::InvalidArgument(format!(
-                    "set_memset_value: the node writes {}-byte values, not {element_size}-byte ones",
-                    p.elementSize
-                )));
-            }
-            p.value = value;
+            let p = memset_params_with(h, value)?;
             // SAFETY: same region as before, which the graph already holds.
             unsafe { driver::cuGraphMemsetNodeSetParams(h, &p) }.check("cuGraphMemsetNodeSetParams")
         })
     }
+}
+
+/// Hands `set` the kernel node `h`'s parameters with `args` as its arguments (valid for the call:
+/// the driver copies them).
+pub(crate) fn with_kernel_args<A: KernelArgs>(
+    h: driver::CUgraphNode,
+    mut args: A,
+    set: impl FnOnce(&driver::CUDA_KERNEL_NODE_PARAMS) -> Result<()>,
+) -> Result<()> {
+    let mut p = driver::CUDA_KERNEL_NODE_PARAMS::default();
+    // SAFETY: the caller checked the node is live; out-value is a local.
+    unsafe { driver::cuGraphKernelNodeGetParams(h, &mut p) }.check("cuGraphKernelNodeGetParams")?;
+    args.with_params(|params| {
+        p.kernelParams = params.as_mut_ptr();
+        p.extra = std::ptr::null_mut();
+        set(&p)
+    })
+}
+
+/// The memset node `h`'s parameters, changed to write `value` (which must be as wide as before).
+pub(crate) fn memset_params_with(
+    h: driver::CUgraphNode,
+    value: MemsetValue,
+) -> Result<driver::CUDA_MEMSET_NODE_PARAMS> {
+    let (value, element_size) = value.parts();
+    let mut p = driver::CUDA_MEMSET_NODE_PARAMS::default();
+    // SAFETY: the caller checked the node is live (its type is checked by the driver); out-value
+    // is a local.
+    unsafe { driver::cuGraphMemsetNodeGetParams(h, &mut p) }.check("cuGraphMemsetNodeGetParams")?;
+    if p.elementSize != element_size {
+        return Err(CudaError::InvalidArgument(format!(
+            "set_memset_value: the node writes {}-byte values, not {element_size}-byte ones",
+            p.elementSize
+        )));
+    }
+    p.value = value;
+    Ok(p)
+}
+
+/// The two kinds of event node.
+pub(crate) enum EventNode {
+    Record,
+    Wait,
+}
+
+/// Which kind of event node `h` is; an error for other nodes.
+pub(crate) fn event_node(h: driver::CUgraphNode) -> Result<EventNode> {
+    match node_type(h)? {
+        driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EVENT_RECORD => Ok(EventNode::Record),
+        driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_WAIT_EVENT => Ok(EventNode::Wait),
+        _ => Err(CudaError::InvalidArgument(
+            "set_event applies to event record and wait nodes".into(),
+        )),
+    }
+}
+
+/// An error unless `h` is a host node.
+pub(crate) fn check_host_node(h: driver::CUgraphNode) -> Result<()> {
+    if node_type(h)? != driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST {
+        return Err(CudaError::InvalidArgument("set_callback applies to host nodes".into()));
+    }
+    Ok(())
 }
 
 pub(crate) fn node_type(h: driver::CUgraphNode) -> Result<driver::CUgraphNodeType> {

@@ -1,7 +1,11 @@
 //! Executable graphs: [`Graph`], its instantiation options and per-node updates.
 
-use super::definition::{host_params, node_type, GraphDefinition, GraphNode, MemsetValue};
-use crate::device::{Context, Device};
+use super::attach::current_primary_context;
+use super::definition::{
+    check_host_node, event_node, host_params, memset_params_with, node_type, with_kernel_args, EventNode,
+    GraphDefinition, GraphNode, MemsetValue,
+};
+use crate::device::Context;
 use crate::error::{record_drop_error, Check};
 use crate::launch::KernelArgs;
 use crate::stream::{Event, Stream};
@@ -182,7 +186,7 @@ impl Graph {
             handle: exec,
             source: definition.clone(),
             held: Vec::new(),
-            context: Device::current().and_then(|d| d.primary_context()).ok(),
+            context: current_primary_context(),
         })
     }
 
@@ -237,13 +241,20 @@ impl Graph {
         Ok(())
     }
 
-    fn check_node(&self, node: &GraphNode) -> Result<()> {
+    /// Runs `f` with the executable and the node's handle, once the node is known to be a live
+    /// node of the definition instantiated.
+    fn with_node<R>(
+        &self,
+        node: &GraphNode,
+        f: impl FnOnce(driver::CUgraphExec, driver::CUgraphNode) -> Result<R>,
+    ) -> Result<R> {
         if !Arc::ptr_eq(node.graph_inner(), &self.source.inner) {
             return Err(CudaError::InvalidArgument(
                 "the node is not a node of the definition this graph was instantiated from".into(),
             ));
         }
-        Ok(())
+        let exec = self.handle;
+        node.with_live(|_, h| f(exec, h))
     }
 
     /// The kernel nodes of the definition, for [`set_kernel_args`](Self::set_kernel_args).
@@ -263,27 +274,18 @@ impl Graph {
     /// # Safety
     /// As for [`GraphDefinition::launch`]: the arguments match the kernel, and what they point to
     /// is valid whenever the graph runs from now on.
-    pub unsafe fn set_kernel_args<A: KernelArgs>(&mut self, node: &GraphNode, mut args: A) -> Result<()> {
-        self.check_node(node)?;
-        let exec = self.handle;
-        node.with_live(|_, h| {
-            let mut p = driver::CUDA_KERNEL_NODE_PARAMS::default();
-            // SAFETY: the node is live; out-value is a local.
-            unsafe { driver::cuGraphKernelNodeGetParams(h, &mut p) }.check("cuGraphKernelNodeGetParams")?;
-            args.with_params(|params| {
-                p.kernelParams = params.as_mut_ptr();
-                p.extra = std::ptr::null_mut();
+    pub unsafe fn set_kernel_args<A: KernelArgs>(&mut self, node: &GraphNode, args: A) -> Result<()> {
+        self.with_node(node, |exec, h| {
+            with_kernel_args(h, args, |p| {
                 // SAFETY: exec and node are live; the arguments are copied during the call.
-                unsafe { driver::cuGraphExecKernelNodeSetParams(exec, h, &p) }.check("cuGraphExecKernelNodeSetParams")
+                unsafe { driver::cuGraphExecKernelNodeSetParams(exec, h, p) }.check("cuGraphExecKernelNodeSetParams")
             })
         })
     }
 
     /// Turns a kernel, memset or memcpy node on or off in this executable graph.
     pub fn set_enabled(&mut self, node: &GraphNode, enabled: bool) -> Result<()> {
-        self.check_node(node)?;
-        let exec = self.handle;
-        node.with_live(|_, h| {
+        self.with_node(node, |exec, h| {
             // SAFETY: exec and node are live.
             unsafe { driver::cuGraphNodeSetEnabled(exec, h, enabled as u32) }.check("cuGraphNodeSetEnabled")
         })
@@ -291,9 +293,7 @@ impl Graph {
 
     /// Whether a node is enabled in this executable graph.
     pub fn is_enabled(&self, node: &GraphNode) -> Result<bool> {
-        self.check_node(node)?;
-        let exec = self.handle;
-        node.with_live(|_, h| {
+        self.with_node(node, |exec, h| {
             let mut on = 0;
             // SAFETY: exec and node are live; out-value is a local.
             unsafe { driver::cuGraphNodeGetEnabled(exec, h, &mut on) }.check("cuGraphNodeGetEnabled")?;
@@ -303,23 +303,14 @@ impl Graph {
 
     /// Points an event record or wait node of this executable graph at `event`.
     pub fn set_event(&mut self, node: &GraphNode, event: &Event) -> Result<()> {
-        self.check_node(node)?;
-        let exec = self.handle;
-        node.with_live(|_, h| {
+        self.with_node(node, |exec, h| {
             // SAFETY: exec, node and event are live.
             unsafe {
-                match node_type(h)? {
-                    driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EVENT_RECORD => {
-                        driver::cuGraphExecEventRecordNodeSetEvent(exec, h, event.handle())
-                            .check("cuGraphExecEventRecordNodeSetEvent")
-                    }
-                    driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_WAIT_EVENT => {
-                        driver::cuGraphExecEventWaitNodeSetEvent(exec, h, event.handle())
-                            .check("cuGraphExecEventWaitNodeSetEvent")
-                    }
-                    _ => Err(CudaError::InvalidArgument(
-                        "set_event applies to event record and wait nodes".into(),
-                    )),
+                match event_node(h)? {
+                    EventNode::Record => driver::cuGraphExecEventRecordNodeSetEvent(exec, h, event.handle())
+                        .check("cuGraphExecEventRecordNodeSetEvent"),
+                    EventNode::Wait => driver::cuGraphExecEventWaitNodeSetEvent(exec, h, event.handle())
+                        .check("cuGraphExecEventWaitNodeSetEvent"),
                 }
             }
         })?;
@@ -329,45 +320,28 @@ impl Graph {
 
     /// Replaces a host node's callback in this executable graph.
     pub fn set_callback(&mut self, node: &GraphNode, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
-        self.check_node(node)?;
         let (boxed, p) = host_params(f);
-        let exec = self.handle;
-        node.with_live(|_, h| {
-            if node_type(h)? != driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST {
-                return Err(CudaError::InvalidArgument("set_callback applies to host nodes".into()));
-            }
+        self.with_node(node, |exec, h| {
+            check_host_node(h)?;
             // SAFETY: exec and node are live; p points into `boxed`, held below for as long as
             // the graph (and its launches) can call it.
             unsafe { driver::cuGraphExecHostNodeSetParams(exec, h, &p) }.check("cuGraphExecHostNodeSetParams")
         })?;
-        self.held.push(Box::new(HeldFn(boxed)));
+        self.held.push(Box::new(boxed));
         Ok(())
     }
 
     /// Changes the value a memset node of this executable graph writes (same width and region).
     pub fn set_memset_value(&mut self, node: &GraphNode, value: impl Into<MemsetValue>) -> Result<()> {
-        self.check_node(node)?;
-        let (v, size) = value.into().parts();
+        let value = value.into();
         let ctx = Context::current_handle()?;
-        let exec = self.handle;
-        node.with_live(|_, h| {
-            let mut p = driver::CUDA_MEMSET_NODE_PARAMS::default();
-            // SAFETY: the node is live; out-value is a local.
-            unsafe { driver::cuGraphMemsetNodeGetParams(h, &mut p) }.check("cuGraphMemsetNodeGetParams")?;
-            if p.elementSize != size {
-                return Err(CudaError::InvalidArgument(format!(
-                    "set_memset_value: the node writes {}-byte values, not {size}-byte ones",
-                    p.elementSize
-                )));
-            }
-            p.value = v;
+        self.with_node(node, |exec, h| {
+            let p = memset_params_with(h, value)?;
             // SAFETY: same region, which the graph holds; exec, node and context are live.
             unsafe { driver::cuGraphExecMemsetNodeSetParams(exec, h, &p, ctx) }.check("cuGraphExecMemsetNodeSetParams")
         })
     }
 }
-
-struct HeldFn(#[allow(dead_code)] Box<Box<dyn Fn() + Send + Sync + 'static>>);
 
 impl Drop for Graph {
     fn drop(&mut self) {
