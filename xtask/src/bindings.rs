@@ -33,6 +33,8 @@ struct Lib {
     module: &'static str,
     /// The `LibraryId` variant in `cuda-sys`.
     id: &'static str,
+    /// The library's file name stem, for the SAFETY comments.
+    library: &'static str,
     /// Headers included by the wrapper bindgen parses.
     headers: &'static [&'static str],
     /// Items are generated for declarations in these headers (and whatever they need).
@@ -56,6 +58,7 @@ const LIBS: &[Lib] = &[
     Lib {
         module: "driver",
         id: "Driver",
+        library: "libcuda",
         headers: &["cuda.h", "cudaTypedefs.h", "cudaProfiler.h", "cudaProfilerTypedefs.h"],
         allow_files: &["cuda.h", "cudaTypedefs.h", "cudaProfiler.h", "cudaProfilerTypedefs.h"],
         resolve: Resolve::Driver,
@@ -68,6 +71,7 @@ const LIBS: &[Lib] = &[
     Lib {
         module: "runtime",
         id: "Runtime",
+        library: "libcudart",
         headers: &["cuda_runtime_api.h"],
         allow_files: &[
             "cuda_runtime_api.h",
@@ -89,6 +93,7 @@ const LIBS: &[Lib] = &[
     Lib {
         module: "nvrtc",
         id: "Nvrtc",
+        library: "libnvrtc",
         headers: &["nvrtc.h"],
         allow_files: &["nvrtc.h"],
         resolve: Resolve::Symbol,
@@ -101,6 +106,7 @@ const LIBS: &[Lib] = &[
     Lib {
         module: "nvjitlink",
         id: "NvJitLink",
+        library: "libnvJitLink",
         headers: &["nvJitLink.h"],
         allow_files: &["nvJitLink.h"],
         resolve: Resolve::Symbol,
@@ -113,6 +119,7 @@ const LIBS: &[Lib] = &[
     Lib {
         module: "nvvm",
         id: "Nvvm",
+        library: "libnvvm",
         headers: &["nvvm.h"],
         allow_files: &["nvvm.h"],
         resolve: Resolve::Symbol,
@@ -125,6 +132,7 @@ const LIBS: &[Lib] = &[
     Lib {
         module: "cufile",
         id: "CuFile",
+        library: "libcufile",
         headers: &["cufile.h"],
         allow_files: &["cufile.h"],
         resolve: Resolve::Symbol,
@@ -137,6 +145,7 @@ const LIBS: &[Lib] = &[
     Lib {
         module: "nvml",
         id: "Nvml",
+        library: "libnvidia-ml",
         headers: &["nvml.h"],
         allow_files: &["nvml.h"],
         resolve: Resolve::Symbol,
@@ -205,13 +214,33 @@ pub fn run(args: &[String]) -> Result {
             ))
         }
     } else {
-        if out_dir.exists() {
-            std::fs::remove_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+        // Files nothing generates any more go; files whose text did not change are left alone, so
+        // their timestamps do not make cargo rebuild the crates that include them.
+        if let Ok(entries) = std::fs::read_dir(&out_dir) {
+            for entry in entries.flatten() {
+                if !outputs.contains_key(&entry.path()) {
+                    let path = entry.path();
+                    let removed = if path.is_dir() {
+                        std::fs::remove_dir_all(&path)
+                    } else {
+                        std::fs::remove_file(&path)
+                    };
+                    removed.map_err(|e| format!("{}: {e}", path.display()))?;
+                }
+            }
         }
+        let mut written = 0;
         for (path, text) in &outputs {
-            util::write(path, text.as_bytes())?;
+            if std::fs::read_to_string(path).ok().as_deref() != Some(text.as_str()) {
+                util::write(path, text.as_bytes())?;
+                written += 1;
+            }
         }
-        println!("wrote {} files into {}", outputs.len(), out_dir.display());
+        println!(
+            "wrote {written} of {} generated files ({} unchanged)",
+            outputs.len(),
+            outputs.len() - written
+        );
         Ok(())
     }
 }
@@ -315,12 +344,13 @@ fn generate(lib: &Lib, include: &Path, device_attributes: &mut Vec<(String, Stri
             true
         }
     });
-    let header_texts: Vec<String> = lib
+    let header_files: Vec<(&str, String)> = lib
         .headers
         .iter()
         .chain(lib.allow_files.iter())
-        .filter_map(|h| std::fs::read_to_string(include.join(h)).ok())
+        .filter_map(|h| Some((*h, std::fs::read_to_string(include.join(h)).ok()?)))
         .collect();
+    let header_texts: Vec<String> = header_files.iter().map(|(_, text)| text.clone()).collect();
     let mut functions = match lib.resolve {
         Resolve::Driver => driver_functions(include, &file, declared)?,
         Resolve::Symbol => symbol_functions(&header_texts, declared)?,
@@ -341,13 +371,27 @@ fn generate(lib: &Lib, include: &Path, device_attributes: &mut Vec<(String, Stri
         *device_attributes = enum_constants(&file, "CUdevice_attribute_enum");
     }
 
+    document_default_impls(lib.module, &mut file)?;
+
     let mut tokens = TokenStream::new();
     for item in &file.items {
         tokens.extend(quote!(#item));
     }
     tokens.extend(loader_items(lib, &functions));
     for f in &functions {
-        tokens.extend(shim(lib, f, functions.iter().position(|g| g.name == f.name).unwrap()));
+        // The header that declares the function, for the SAFETY comments and `# Safety` docs: the
+        // first with the name and a `(` on a line that is not part of a comment.
+        let call = regex::Regex::new(&format!(r"(?m)^[ \t]*[^\s*/].*\b{}\s*\(", regex::escape(&f.declared))).unwrap();
+        let header = header_files
+            .iter()
+            .find(|(_, text)| call.is_match(text))
+            .map_or(lib.headers[0], |(name, _)| *name);
+        tokens.extend(shim(
+            lib,
+            f,
+            functions.iter().position(|g| g.name == f.name).unwrap(),
+            header,
+        ));
     }
     if let Some(status) = lib.status {
         tokens.extend(status_items(status, &status_table));
@@ -355,11 +399,12 @@ fn generate(lib: &Lib, include: &Path, device_attributes: &mut Vec<(String, Stri
 
     let file: syn::File =
         syn::parse2(tokens).map_err(|e| format!("{}: generated code does not parse: {e}", lib.module))?;
+    check_unsafe_documented(lib.module, &file)?;
     let mut text = String::from(HEADER_LINE);
     text.push_str(
         "#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, unused_imports)]\n#![allow(clippy::all, rustdoc::all, unknown_lints, unpredictable_function_pointer_comparisons)]\n",
     );
-    text.push_str(&prettyplease::unparse(&file));
+    text.push_str(&expand_safety_markers(&prettyplease::unparse(&file))?);
     Ok(text)
 }
 
@@ -740,7 +785,7 @@ fn cstr(s: &str) -> proc_macro2::Literal {
     proc_macro2::Literal::c_string(&std::ffi::CString::new(s).unwrap())
 }
 
-fn shim(lib: &Lib, f: &Function, index: usize) -> TokenStream {
+fn shim(lib: &Lib, f: &Function, index: usize, header: &str) -> TokenStream {
     let name = format_ident!("{}", f.name);
     let attrs = &f.attrs;
     let params = f.inputs.iter().map(|(n, t)| quote!(#n: #t));
@@ -773,9 +818,18 @@ fn shim(lib: &Lib, f: &Function, index: usize) -> TokenStream {
              what to do (see [`crate::LoadError`]).\n{body_doc}"
         )
     };
-    let safety = " # Safety\n\n This is the raw C function: every pointer must be valid for the access the CUDA \
-                  documentation describes, handles must be live, and the call must respect the library's \
-                  threading rules.";
+    let safety = format!(
+        " # Safety\n\n This calls the C function `{}` of `{header}` directly: the caller must meet its contract \
+         as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes \
+         the function makes, handles must be live, and the call must respect the library's threading rules.",
+        f.declared
+    );
+    let transmute = safety_marker(&pointer_safety(lib, f, header));
+    let call = safety_marker(&format!(
+        "the caller meets the contract of `{}` from `{header}`, as this function's `# Safety` requires, and the \
+         arguments go unchanged to a pointer of exactly that C signature (see above).",
+        f.declared
+    ));
     let mut out = if returns_status {
         quote! {
             #(#attrs)*
@@ -786,9 +840,9 @@ fn shim(lib: &Lib, f: &Function, index: usize) -> TokenStream {
             pub unsafe fn #name(#(#params),*) -> #ret {
                 match #load {
                     Ok(__cuda_sys_fn) => {
-                        // SAFETY: the loader stored a pointer to this very function (resolved by name and,
-                        // for the driver, by an ABI version with this signature).
-                        let __cuda_sys_fn: #fn_ty = unsafe { ::core::mem::transmute::<*mut ::core::ffi::c_void, #fn_ty>(__cuda_sys_fn) };
+                        #transmute
+                        let __cuda_sys_fn = unsafe { ::core::mem::transmute::<*mut ::core::ffi::c_void, #fn_ty>(__cuda_sys_fn) };
+                        #call
                         unsafe { __cuda_sys_fn(#(#args),*) }
                     }
                     Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -804,9 +858,11 @@ fn shim(lib: &Lib, f: &Function, index: usize) -> TokenStream {
             #[inline]
             pub unsafe fn #name(#(#params),*) -> ::core::result::Result<#ret, crate::LoadError> {
                 let __cuda_sys_fn = #load?;
-                // SAFETY: the loader stored a pointer to this very function, resolved by name.
-                let __cuda_sys_fn: #fn_ty = unsafe { ::core::mem::transmute::<*mut ::core::ffi::c_void, #fn_ty>(__cuda_sys_fn) };
-                Ok(unsafe { __cuda_sys_fn(#(#args),*) })
+                #transmute
+                let __cuda_sys_fn = unsafe { ::core::mem::transmute::<*mut ::core::ffi::c_void, #fn_ty>(__cuda_sys_fn) };
+                #call
+                let __cuda_sys_ret = unsafe { __cuda_sys_fn(#(#args),*) };
+                Ok(__cuda_sys_ret)
             }
         }
     };
@@ -819,6 +875,404 @@ fn shim(lib: &Lib, f: &Function, index: usize) -> TokenStream {
         });
     }
     out
+}
+
+/// Why the pointer `load` hands a shim may be transmuted to the shim's function type: what the
+/// loader asked for (`crate::loader::Library::resolve`), and what the generator checked about it.
+fn pointer_safety(lib: &Lib, f: &Function, header: &str) -> String {
+    match lib.resolve {
+        Resolve::Driver => {
+            let newest = f.version.max(f.ptds_version);
+            let asked = if f.min_version == newest {
+                format!("for version {newest}")
+            } else {
+                format!("for a version from {} to {newest}", f.min_version)
+            };
+            let ptds = if f.ptds_version != 0 {
+                format!(
+                    " (the per-thread-default-stream variant of {} included)",
+                    f.ptds_version
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "`load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave for `{sym}` when asked \
+                 {asked}; the loader never asks below {min} and the driver hands out its newest variant not newer \
+                 than the version asked for. The generator checked that every `PFN_{sym}_v*` typedef of \
+                 cudaTypedefs.h from {min} to {newest}{ptds} has the signature `{header}` declares for `{declared}`, \
+                 so the address is a C function of exactly this type.",
+                sym = f.symbol,
+                min = f.min_version,
+                declared = f.declared,
+            )
+        }
+        Resolve::Symbol => {
+            let mut also = String::new();
+            if let Some(ptds) = &f.ptds_symbol {
+                also.push_str(&format!(
+                    " (or for `{ptds}`, its per-thread-default-stream twin with the same signature)"
+                ));
+            }
+            if f.versioned {
+                also.push_str(&format!(
+                    " (or for a version-tagged `__{}_<major>_<minor>`, the same function under the name old \
+                     libraries export)",
+                    f.symbol
+                ));
+            }
+            format!(
+                "`load` returns `Ok` only with the non-null address `dlsym` gave for `{}`{also} in {}; that \
+                 export is the function `{header}` declares as `{}`, with exactly this signature, so the address \
+                 is a C function of this type.",
+                f.symbol, lib.library, f.declared
+            )
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SAFETY comments in the generated code
+//
+// Comments do not survive `quote!` and prettyplease, so every `unsafe {}` block the generated code
+// has gets a marker statement `__cuda_sys_safety!("why it is sound");` right before the
+// statement holding it; after prettyplease, `expand_safety_markers` turns each marker into a
+// `// SAFETY:` comment. `check_unsafe_documented` makes sure no block is left without one, so
+// clippy's `undocumented_unsafe_blocks` (on for cuda-sys) has nothing to find; a new kind of
+// unsafe block from bindgen (a newer version, or headers with bitfields) stops the generator
+// until it learns to explain it.
+
+const SAFETY_MARKER: &str = "__cuda_sys_safety";
+
+fn safety_marker(text: &str) -> TokenStream {
+    let marker = format_ident!("{}", SAFETY_MARKER);
+    quote! { #marker!(#text); }
+}
+
+fn is_safety_marker(stmt: &syn::Stmt) -> bool {
+    matches!(stmt, syn::Stmt::Macro(m) if m.mac.path.is_ident(SAFETY_MARKER))
+}
+
+/// Counts the `unsafe {}` blocks of an expression or statement, not looking into nested blocks
+/// (whose statements are checked on their own).
+#[derive(Default)]
+struct CountUnsafe(usize);
+
+impl VisitMut for CountUnsafe {
+    fn visit_expr_unsafe_mut(&mut self, _: &mut syn::ExprUnsafe) {
+        self.0 += 1;
+    }
+    fn visit_block_mut(&mut self, _: &mut syn::Block) {}
+    fn visit_item_mut(&mut self, _: &mut syn::Item) {}
+}
+
+/// Every `unsafe {}` block in `file` must sit in a statement right after a marker, one block per
+/// statement, and every marker must precede such a statement.
+fn check_unsafe_documented(module: &str, file: &syn::File) -> Result {
+    struct Check {
+        undocumented: Vec<String>,
+        stray_markers: usize,
+        blocks: usize,
+        documented: usize,
+    }
+    impl VisitMut for Check {
+        fn visit_expr_unsafe_mut(&mut self, e: &mut syn::ExprUnsafe) {
+            self.blocks += 1;
+            syn::visit_mut::visit_expr_unsafe_mut(self, e);
+        }
+        fn visit_block_mut(&mut self, block: &mut syn::Block) {
+            let mut after_marker = false;
+            for stmt in &mut block.stmts {
+                if is_safety_marker(stmt) {
+                    if after_marker {
+                        self.stray_markers += 1;
+                    }
+                    after_marker = true;
+                    continue;
+                }
+                // Items in a block (nested functions) are visited on their own: CountUnsafe skips them.
+                let mut count = CountUnsafe::default();
+                count.visit_stmt_mut(stmt);
+                if count.0 > 0 {
+                    if after_marker && count.0 == 1 {
+                        self.documented += 1;
+                    } else {
+                        let text = quote!(#stmt).to_string();
+                        self.undocumented.push(text.chars().take(160).collect());
+                    }
+                } else if after_marker {
+                    self.stray_markers += 1;
+                }
+                after_marker = false;
+            }
+            if after_marker {
+                self.stray_markers += 1;
+            }
+            syn::visit_mut::visit_block_mut(self, block);
+        }
+    }
+    let mut check = Check {
+        undocumented: Vec::new(),
+        stray_markers: 0,
+        blocks: 0,
+        documented: 0,
+    };
+    check.visit_file_mut(&mut file.clone());
+    if check.blocks != check.documented && check.undocumented.is_empty() {
+        check.undocumented.push(format!(
+            "{} unsafe blocks outside a block's statements",
+            check.blocks - check.documented
+        ));
+    }
+    if !check.undocumented.is_empty() {
+        return Err(format!(
+            "{module}: unsafe blocks the generator has no SAFETY comment for (teach xtask/src/bindings.rs why they \
+             are sound):\n  {}",
+            check.undocumented.join("\n  ")
+        ));
+    }
+    if check.stray_markers > 0 {
+        return Err(format!(
+            "{module}: {} SAFETY markers are not followed by a statement with one unsafe block",
+            check.stray_markers
+        ));
+    }
+    Ok(())
+}
+
+/// Replaces each marker statement prettyplease printed with `// SAFETY:` comment lines, wrapped
+/// at 100 columns and indented like the statement.
+fn expand_safety_markers(text: &str) -> Result<String> {
+    let marker = regex::Regex::new(&format!(
+        r#"(?m)^([ \t]*){SAFETY_MARKER}!\(\s*("(?:[^"\\]|\\.)*")\s*\);[ \t]*\n"#
+    ))
+    .unwrap();
+    let mut failed = None;
+    let out = marker.replace_all(text, |cap: &regex::Captures| {
+        let indent = &cap[1];
+        let why = match syn::parse_str::<syn::LitStr>(&cap[2]) {
+            Ok(lit) => lit.value(),
+            Err(e) => {
+                failed = Some(format!("a SAFETY marker does not parse: {e}"));
+                String::new()
+            }
+        };
+        let mut lines = Vec::new();
+        let mut line = format!("{indent}// SAFETY:");
+        for word in why.split_whitespace() {
+            if line.len() + 1 + word.len() > 100 && !line.trim_end().ends_with("//") {
+                lines.push(std::mem::replace(&mut line, format!("{indent}//")));
+            }
+            line.push(' ');
+            line.push_str(word);
+        }
+        lines.push(line);
+        lines.join("\n") + "\n"
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    if out.contains(SAFETY_MARKER) {
+        return Err(format!(
+            "a {SAFETY_MARKER}! marker was printed in a shape the generator does not expect"
+        ));
+    }
+    Ok(out.into_owned())
+}
+
+/// bindgen's `impl Default` for types it cannot derive `Default` for (unions, long arrays) zeroes
+/// the value with `ptr::write_bytes` and `assume_init`. Each gets a SAFETY comment, after checking
+/// that every byte zero is a valid value of the type (see [`zero_is_valid`]).
+fn document_default_impls(module: &str, file: &mut syn::File) -> Result {
+    let snapshot = file.clone();
+    let types = TypeTable::new(&snapshot);
+    for item in &mut file.items {
+        let syn::Item::Impl(imp) = item else { continue };
+        let is_default = imp
+            .trait_
+            .as_ref()
+            .is_some_and(|(_, path, _)| path.segments.last().is_some_and(|s| s.ident == "Default"));
+        if !is_default {
+            continue;
+        }
+        let self_ty = &imp.self_ty;
+        let ty_name = quote!(#self_ty).to_string();
+        for ii in &mut imp.items {
+            let syn::ImplItem::Fn(fun) = ii else { continue };
+            let body = {
+                let block = &fun.block;
+                quote!(#block).to_string().replace(' ', "")
+            };
+            let stmts = &mut fun.block.stmts;
+            let Some(pos) = stmts.iter_mut().position(|s| {
+                let mut count = CountUnsafe::default();
+                count.visit_stmt_mut(s);
+                count.0 > 0
+            }) else {
+                continue;
+            };
+            if !body.contains("MaybeUninit::<Self>::uninit()")
+                || !body.contains("write_bytes(s.as_mut_ptr(),0,1)")
+                || !body.contains("s.assume_init()")
+            {
+                return Err(format!(
+                    "{module}: `impl Default for {ty_name}` has an unsafe block of a shape the generator does not \
+                     know: {body}"
+                ));
+            }
+            zero_is_valid(&types, self_ty, &mut Vec::new())
+                .map_err(|e| format!("{module}: `impl Default for {ty_name}` zeroes the value, but {e}"))?;
+            let why = format!(
+                "`{ty_name}` is plain C data: integers, floats, `bool`s, raw pointers, `Option`s of function \
+                 pointers, and arrays, structs and unions of those (the generator checked), for all of which every byte zero is \
+                 a valid value, as C's `= {{0}}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads \
+                 an initialised `Self`."
+            );
+            let marker = safety_marker(&why);
+            stmts.insert(pos, syn::parse2(marker).map_err(|e| e.to_string())?);
+        }
+    }
+    Ok(())
+}
+
+/// The structs, unions and type aliases bindgen generated, by name.
+struct TypeTable<'a> {
+    structs: HashMap<String, Vec<&'a syn::Type>>,
+    aliases: HashMap<String, &'a syn::Type>,
+    /// `use self::X as Y`: Y to X.
+    renames: HashMap<String, String>,
+    enums: BTreeSet<String>,
+}
+
+impl<'a> TypeTable<'a> {
+    fn new(file: &'a syn::File) -> Self {
+        let mut table = TypeTable {
+            structs: HashMap::new(),
+            aliases: HashMap::new(),
+            renames: HashMap::new(),
+            enums: BTreeSet::new(),
+        };
+        for item in &file.items {
+            match item {
+                syn::Item::Struct(s) => {
+                    table
+                        .structs
+                        .insert(s.ident.to_string(), s.fields.iter().map(|f| &f.ty).collect());
+                }
+                syn::Item::Union(u) => {
+                    table
+                        .structs
+                        .insert(u.ident.to_string(), u.fields.named.iter().map(|f| &f.ty).collect());
+                }
+                syn::Item::Type(t) => {
+                    table.aliases.insert(t.ident.to_string(), &t.ty);
+                }
+                syn::Item::Enum(e) => {
+                    table.enums.insert(e.ident.to_string());
+                }
+                // `pub use self::CUstream_flags_enum as CUstream_flags;`
+                syn::Item::Use(u) => {
+                    let mut tree = &u.tree;
+                    while let syn::UseTree::Path(p) = tree {
+                        tree = &p.tree;
+                    }
+                    if let syn::UseTree::Rename(r) = tree {
+                        table.renames.insert(r.rename.to_string(), r.ident.to_string());
+                    }
+                }
+                _ => {}
+            }
+        }
+        table
+    }
+}
+
+/// Whether the all-zero bit pattern is a valid value of `ty`: true for integers, floats, `bool`,
+/// raw pointers (null), `Option` of a function pointer (`None`), and arrays, structs and unions of
+/// those; an error names the first type that is not known to be.
+fn zero_is_valid(types: &TypeTable, ty: &syn::Type, seen: &mut Vec<String>) -> Result {
+    const PRIMITIVES: &[&str] = &[
+        "c_char",
+        "c_schar",
+        "c_uchar",
+        "c_short",
+        "c_ushort",
+        "c_int",
+        "c_uint",
+        "c_long",
+        "c_ulong",
+        "c_longlong",
+        "c_ulonglong",
+        "c_float",
+        "c_double",
+        "i8",
+        "i16",
+        "i32",
+        "i64",
+        "i128",
+        "isize",
+        "u8",
+        "u16",
+        "u32",
+        "u64",
+        "u128",
+        "usize",
+        "f32",
+        "f64",
+        "bool",
+    ];
+    match ty {
+        syn::Type::Ptr(_) => Ok(()),
+        syn::Type::Array(a) => zero_is_valid(types, &a.elem, seen),
+        syn::Type::Paren(p) => zero_is_valid(types, &p.elem, seen),
+        syn::Type::Group(g) => zero_is_valid(types, &g.elem, seen),
+        syn::Type::Path(p) if p.qself.is_none() => {
+            let last = p.path.segments.last().ok_or("an empty type path")?;
+            let name = last.ident.to_string();
+            if name == "Option" {
+                if let syn::PathArguments::AngleBracketed(args) = &last.arguments {
+                    if let Some(syn::GenericArgument::Type(syn::Type::BareFn(_))) = args.args.first() {
+                        return Ok(());
+                    }
+                }
+                return Err(format!("`{}` is not an `Option` of a function pointer", quote!(#ty)));
+            }
+            if !last.arguments.is_empty() {
+                return Err(format!(
+                    "the generator does not know whether zero is a valid `{}`",
+                    quote!(#ty)
+                ));
+            }
+            if PRIMITIVES.contains(&name.as_str()) {
+                return Ok(());
+            }
+            if seen.contains(&name) {
+                return Ok(());
+            }
+            if types.enums.contains(&name) {
+                return Err(format!("`{name}` is a Rust enum, whose zero may not be a variant"));
+            }
+            seen.push(name.clone());
+            if let Some(target) = types.renames.get(&name) {
+                let target: syn::Type = syn::parse_str(target).map_err(|e| e.to_string())?;
+                return zero_is_valid(types, &target, seen);
+            }
+            if let Some(fields) = types.structs.get(&name) {
+                for field in fields {
+                    zero_is_valid(types, field, seen)?;
+                }
+                return Ok(());
+            }
+            if let Some(target) = types.aliases.get(&name) {
+                return zero_is_valid(types, target, seen);
+            }
+            Err(format!("the generator does not know whether zero is a valid `{name}`"))
+        }
+        other => Err(format!(
+            "the generator does not know whether zero is a valid `{}`",
+            quote!(#other)
+        )),
+    }
 }
 
 fn last_ident(ty: &syn::Type) -> Option<String> {
@@ -1154,6 +1608,94 @@ mod tests {
             driver_versions("cuMemcpyHtoD_v2", 2, "a", &pfns).unwrap(),
             (3020, 3020, 7000)
         );
+    }
+
+    #[test]
+    fn every_unsafe_block_needs_a_marker_and_every_marker_a_block() {
+        let marker = safety_marker("it is sound");
+        let documented: syn::File = syn::parse2(quote! {
+            fn f(p: *const u8) -> u8 {
+                #marker
+                let x = unsafe { *p };
+                #marker
+                x + unsafe { *p }
+            }
+        })
+        .unwrap();
+        check_unsafe_documented("test", &documented).unwrap();
+
+        let undocumented: syn::File = syn::parse2(quote! {
+            fn f(p: *const u8) -> u8 {
+                #marker
+                let x = unsafe { *p };
+                x + unsafe { *p }
+            }
+        })
+        .unwrap();
+        let err = check_unsafe_documented("test", &undocumented).unwrap_err();
+        assert!(err.contains("no SAFETY comment"), "{err}");
+
+        let two_in_one: syn::File = syn::parse2(quote! {
+            fn f(p: *const u8) -> u8 {
+                #marker
+                let y = unsafe { *p } + unsafe { *p };
+                y
+            }
+        })
+        .unwrap();
+        assert!(check_unsafe_documented("test", &two_in_one).is_err());
+
+        let stray: syn::File = syn::parse2(quote! {
+            fn f() -> u8 {
+                #marker
+                1
+            }
+        })
+        .unwrap();
+        let err = check_unsafe_documented("test", &stray).unwrap_err();
+        assert!(err.contains("not followed"), "{err}");
+    }
+
+    #[test]
+    fn markers_become_wrapped_safety_comments() {
+        let why = "word ".repeat(40);
+        let marker = safety_marker(why.trim());
+        let file: syn::File = syn::parse2(quote! {
+            fn f(p: *const u8) -> u8 {
+                #marker
+                unsafe { *p }
+            }
+        })
+        .unwrap();
+        let text = expand_safety_markers(&prettyplease::unparse(&file)).unwrap();
+        let comment: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("//")).collect();
+        assert!(comment[0].starts_with("    // SAFETY: word word"), "{text}");
+        assert!(comment.len() > 1 && comment.iter().all(|l| l.len() <= 100), "{text}");
+        assert_eq!(comment.iter().map(|l| l.matches("word").count()).sum::<usize>(), 40);
+        assert!(text.contains("    unsafe { *p }"), "{text}");
+        assert!(!text.contains(SAFETY_MARKER), "{text}");
+    }
+
+    #[test]
+    fn zeroing_is_only_documented_for_types_whose_zero_is_valid() {
+        let file: syn::File = syn::parse2(quote! {
+            pub struct Plain { a: ::core::ffi::c_int, b: [*mut u8; 4], c: Option<unsafe extern "C" fn()>, d: Alias, e: Renamed }
+            pub type Alias = Inner;
+            pub union Inner { x: u32, y: f32 }
+            pub use self::Flags_enum as Renamed;
+            pub struct Flags_enum(pub ::core::ffi::c_uint);
+            pub struct HasRef { r: &'static u8 }
+            pub struct HasFn { f: unsafe extern "C" fn() }
+            pub enum RustEnum { A = 1 }
+            pub struct HasEnum { e: RustEnum }
+        })
+        .unwrap();
+        let types = TypeTable::new(&file);
+        let ty = |name: &str| syn::parse_str::<syn::Type>(name).unwrap();
+        zero_is_valid(&types, &ty("Plain"), &mut Vec::new()).unwrap();
+        for bad in ["HasRef", "HasFn", "HasEnum", "Unknown"] {
+            assert!(zero_is_valid(&types, &ty(bad), &mut Vec::new()).is_err(), "{bad}");
+        }
     }
 
     #[test]

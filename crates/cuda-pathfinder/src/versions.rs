@@ -183,10 +183,11 @@ pub fn driver_cuda_version() -> Option<(u32, u32)> {
     if f.is_null() {
         return None;
     }
-    // SAFETY: cuDriverGetVersion has this signature (cuda.h) and needs no cuInit.
+    // SAFETY: f is the non-null address dlsym gave for cuDriverGetVersion, which cuda.h declares
+    // as `CUresult cuDriverGetVersion(int *)` (CUresult is a C enum, passed as an int).
     let f: unsafe extern "C" fn(*mut c_int) -> c_int = unsafe { std::mem::transmute::<*mut c_void, _>(f) };
     let mut v = 0;
-    // SAFETY: v is a live local.
+    // SAFETY: v is a live out-pointer; cuDriverGetVersion needs no cuInit.
     if unsafe { f(&mut v) } != 0 {
         return None;
     }

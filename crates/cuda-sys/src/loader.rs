@@ -407,7 +407,9 @@ fn open_library(id: LibraryId) -> Result<Opened, String> {
         if version.is_null() {
             return Err(format!("the CUDA driver at {shown} does not export cuDriverGetVersion"));
         }
-        // SAFETY: both symbols come from the driver and have these C signatures (cuda.h).
+        // SAFETY: both are non-null (checked above) addresses dlsym gave for cuGetProcAddress_v2 and
+        // cuDriverGetVersion in the driver, and cuda.h declares those functions with exactly the C
+        // signatures of GetProcAddress and DriverGetVersion (CUresult and the flags are C ints).
         let (get, version): (GetProcAddress, DriverGetVersion) = unsafe {
             (
                 std::mem::transmute::<*mut c_void, GetProcAddress>(get),
@@ -415,7 +417,7 @@ fn open_library(id: LibraryId) -> Result<Opened, String> {
             )
         };
         let mut v: c_int = 0;
-        // SAFETY: v is a live local; cuDriverGetVersion needs no cuInit.
+        // SAFETY: v is a live out-pointer; cuDriverGetVersion needs no cuInit.
         let result = unsafe { version(&mut v) };
         if result != 0 {
             return Err(format!(

@@ -263,13 +263,13 @@ fn per_thread_default_stream_follows_cuda_python() {
 fn a_missing_driver_is_an_error_not_a_panic() {
     if cuda_pathfinder::load_nvidia_dynamic_lib("cuda").is_ok() {
         // A machine with a driver: the GPU suite covers it. Calls must then work.
-        // SAFETY: count is a valid out-pointer.
         let mut version = 0;
+        // SAFETY: `version` is a live out-pointer; cuDriverGetVersion needs no cuInit.
         unsafe { driver::cuDriverGetVersion(&mut version) }.result().unwrap();
         assert!(version >= 12000);
         return;
     }
-    // SAFETY: cuInit takes flags only.
+    // SAFETY: cuInit takes only flags, and 0 is the one value it accepts.
     let status = unsafe { driver::cuInit(0) };
     let err = status.result().unwrap_err();
     let load = err.load_error().expect("cuInit must report the missing library");
@@ -278,6 +278,8 @@ fn a_missing_driver_is_an_error_not_a_panic() {
     assert!(text.contains("libcuda.so.1"), "{text}");
     assert!(text.contains("install the driver"), "{text}");
     // The same answer every time, without searching again.
+    // SAFETY: the argument is an out-pointer to a live temporary (with no driver the
+    // binding returns the load error without calling anything).
     let again = unsafe { driver::cuDeviceGetCount(&mut 0) }.result().unwrap_err();
     assert_eq!(again.load_error().unwrap().library(), LibraryId::Driver);
     assert!(driver::LIBRARY.open().is_err());

@@ -43,27 +43,38 @@ extern "C" __global__ void saxpy(float a, const float* x, float* y, unsigned n) 
 }
 "#;
 
-/// Compiles `source` with `options`, returning the status, the log and the program.
-unsafe fn compile(source: &str, options: &[&str]) -> (nvrtc::nvrtcResult, String, nvrtc::nvrtcProgram) {
+/// Compiles `source` with `options`, returning the status, the log and the program, which the
+/// caller destroys with `nvrtcDestroyProgram`.
+fn compile(source: &str, options: &[&str]) -> (nvrtc::nvrtcResult, String, nvrtc::nvrtcProgram) {
     let src = CString::new(source).unwrap();
     let mut prog: nvrtc::nvrtcProgram = ptr::null_mut();
-    nvrtc::nvrtcCreateProgram(
-        &mut prog,
-        src.as_ptr(),
-        c"saxpy.cu".as_ptr(),
-        0,
-        ptr::null(),
-        ptr::null(),
-    )
+    // SAFETY: `prog` is a live out-pointer; `src` and the name are NUL-terminated strings that
+    // outlive the call (NVRTC copies them); 0 headers go with null header and name arrays.
+    unsafe {
+        nvrtc::nvrtcCreateProgram(
+            &mut prog,
+            src.as_ptr(),
+            c"saxpy.cu".as_ptr(),
+            0,
+            ptr::null(),
+            ptr::null(),
+        )
+    }
     .result()
     .unwrap();
     let opts: Vec<CString> = options.iter().map(|o| CString::new(*o).unwrap()).collect();
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
-    let status = nvrtc::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr());
+    // SAFETY: `prog` was just created and not destroyed; `opt_ptrs` holds `opt_ptrs.len()` pointers
+    // to NUL-terminated strings owned by `opts`, which lives past the call.
+    let status = unsafe { nvrtc::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr()) };
     let mut size = 0;
-    nvrtc::nvrtcGetProgramLogSize(prog, &mut size).result().unwrap();
+    // SAFETY: `prog` is live and `size` a live out-pointer.
+    unsafe { nvrtc::nvrtcGetProgramLogSize(prog, &mut size) }
+        .result()
+        .unwrap();
     let mut log = vec![0u8; size];
-    nvrtc::nvrtcGetProgramLog(prog, log.as_mut_ptr().cast())
+    // SAFETY: `prog` is live and `log` has the `size` bytes NVRTC just said the log needs.
+    unsafe { nvrtc::nvrtcGetProgramLog(prog, log.as_mut_ptr().cast()) }
         .result()
         .unwrap();
     let log = CStr::from_bytes_until_nul(&log).unwrap().to_string_lossy().into_owned();
@@ -77,7 +88,9 @@ fn nvrtc_from_the_wheel_reports_its_version_and_compiles() {
     }
     assert_from_wheel(LibraryId::Nvrtc);
     let (mut major, mut minor) = (0, 0);
-    // SAFETY: out-pointers to live locals; programs are destroyed once.
+    // SAFETY: every pointer handed to NVRTC is a live local, a NUL-terminated static string, or a
+    // buffer of the size NVRTC just reported; each program comes from `compile`, is used only
+    // before it is destroyed, and is destroyed once.
     unsafe {
         nvrtc::nvrtcVersion(&mut major, &mut minor).result().unwrap();
         assert_eq!(
@@ -112,7 +125,7 @@ fn a_failed_compile_is_an_error_with_a_log() {
     if !available(LibraryId::Nvrtc) {
         return;
     }
-    // SAFETY: as above.
+    // SAFETY: `prog` comes from `compile` and is destroyed once, after its last use.
     unsafe {
         let (status, log, mut prog) = compile("__global__ void k() { not_a_real_symbol(); }", &[]);
         let err = status.result().unwrap_err();
@@ -128,7 +141,10 @@ fn nvjitlink_from_the_wheel_reports_its_version_and_links() {
         return;
     }
     assert_from_wheel(LibraryId::NvJitLink);
-    // SAFETY: out-pointers to live locals; handles destroyed once.
+    // SAFETY: every pointer handed to NVRTC and nvJitLink is a live local, a NUL-terminated static
+    // string, an array of `option_ptrs.len()` (or 1) such strings, or a buffer of the size the
+    // library just reported (`ltoir` outlives the link); the program and the link handle are used
+    // only before they are destroyed, and destroyed once.
     unsafe {
         let (mut major, mut minor) = (0u32, 0u32);
         nvjitlink::nvJitLinkVersion(&mut major, &mut minor).result().unwrap();
@@ -189,7 +205,7 @@ fn nvvm_and_cudart_from_the_wheels_report_their_versions() {
     if available(LibraryId::Nvvm) {
         assert_from_wheel(LibraryId::Nvvm);
         let (mut major, mut minor) = (0, 0);
-        // SAFETY: out-pointers to live locals.
+        // SAFETY: the four arguments are out-pointers to live locals.
         unsafe { nvvm::nvvmIRVersion(&mut major, &mut minor, &mut 0, &mut 0) }
             .result()
             .unwrap();
@@ -198,7 +214,7 @@ fn nvvm_and_cudart_from_the_wheels_report_their_versions() {
     if available(LibraryId::Runtime) {
         assert_from_wheel(LibraryId::Runtime);
         let mut version = 0;
-        // SAFETY: out-pointer to a live local; needs no GPU.
+        // SAFETY: `version` is a live out-pointer; cudaRuntimeGetVersion needs no GPU.
         unsafe { runtime::cudaRuntimeGetVersion(&mut version) }
             .result()
             .unwrap();
@@ -215,7 +231,8 @@ fn child_nvrtc_12() {
         return; // only meaningful in the child
     };
     let (mut major, mut minor) = (0, 0);
-    // SAFETY: as above.
+    // SAFETY: `major` and `minor` are live out-pointers; `prog` comes from `compile` and is
+    // destroyed once, after its last use.
     unsafe {
         nvrtc::nvrtcVersion(&mut major, &mut minor).result().unwrap();
         assert_eq!(format!("{major}.{minor}"), expected.to_string_lossy());

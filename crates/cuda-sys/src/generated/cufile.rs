@@ -561,6 +561,10 @@ const _: () = {
 impl Default for CUfileError {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `CUfileError` is plain C data: integers, floats, `bool`s, raw pointers, `Option`s
+        // of function pointers, and arrays, structs and unions of those (the generator checked),
+        // for all of which every byte zero is a valid value, as C's `= {0}` makes it. `write_bytes`
+        // zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -801,6 +805,10 @@ const _: () = {
 impl Default for cufileRDMAInfo {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cufileRDMAInfo` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -918,6 +926,10 @@ const _: () = {
 impl Default for CUfileDescr_t__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `CUfileDescr_t__bindgen_ty_1` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -941,6 +953,10 @@ const _: () = {
 impl Default for CUfileDescr_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `CUfileDescr_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -1019,6 +1035,11 @@ const _: () = {
 impl Default for CUfileIOParams__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `CUfileIOParams__bindgen_ty_1__bindgen_ty_1` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -1040,6 +1061,10 @@ const _: () = {
 impl Default for CUfileIOParams__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `CUfileIOParams__bindgen_ty_1` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -1069,6 +1094,10 @@ const _: () = {
 impl Default for CUfileIOParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `CUfileIOParams` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -1100,6 +1129,10 @@ const _: () = {
 impl Default for CUfileIOEvents {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `CUfileIOEvents` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -1128,6 +1161,10 @@ const _: () = {
 impl Default for CUfileIOVec {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `CUfileIOVec` is plain C data: integers, floats, `bool`s, raw pointers, `Option`s
+        // of function pointers, and arrays, structs and unions of those (the generator checked),
+        // for all of which every byte zero is a valid value, as C's `= {0}` makes it. `write_bytes`
+        // zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2178,19 +2215,24 @@ pub static LIBRARY: crate::loader::Library = crate::loader::Library::new(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileBatchIOCancel` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileBatchIOCancel(batch_idp: CUfileBatchHandle_t) -> CUfileError_t {
     match crate::loader::load(&SLOTS[0usize], &LIBRARY, 0usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                CUfileBatchHandle_t,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileBatchIOCancel` in libcufile; that export is the function `cufile.h` declares
+            // as `cuFileBatchIOCancel`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(CUfileBatchHandle_t) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileBatchIOCancel` from `cufile.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(batch_idp) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2203,19 +2245,27 @@ pub unsafe fn cuFileBatchIOCancel(batch_idp: CUfileBatchHandle_t) -> CUfileError
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileBatchIODestroy` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileBatchIODestroy(
     batch_idp: CUfileBatchHandle_t,
 ) -> ::core::result::Result<(), crate::LoadError> {
     let __cuda_sys_fn = crate::loader::load(&SLOTS[1usize], &LIBRARY, 1usize)?;
-    let __cuda_sys_fn: unsafe extern "C" fn(CUfileBatchHandle_t) -> () = unsafe {
+    // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+    // `cuFileBatchIODestroy` in libcufile; that export is the function `cufile.h` declares as
+    // `cuFileBatchIODestroy`, with exactly this signature, so the address is a C function of this
+    // type.
+    let __cuda_sys_fn = unsafe {
         ::core::mem::transmute::<
             *mut ::core::ffi::c_void,
             unsafe extern "C" fn(CUfileBatchHandle_t) -> (),
         >(__cuda_sys_fn)
     };
-    Ok(unsafe { __cuda_sys_fn(batch_idp) })
+    // SAFETY: the caller meets the contract of `cuFileBatchIODestroy` from `cufile.h`, as this
+    // function's `# Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+    // signature (see above).
+    let __cuda_sys_ret = unsafe { __cuda_sys_fn(batch_idp) };
+    Ok(__cuda_sys_ret)
 }
 ///
 /** # Loading
@@ -2224,7 +2274,7 @@ pub unsafe fn cuFileBatchIODestroy(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileBatchIOGetStatus` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileBatchIOGetStatus(
     batch_idp: CUfileBatchHandle_t,
@@ -2235,13 +2285,11 @@ pub unsafe fn cuFileBatchIOGetStatus(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[2usize], &LIBRARY, 2usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                CUfileBatchHandle_t,
-                ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-                *mut CUfileIOEvents_t,
-                *mut timespec,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileBatchIOGetStatus` in libcufile; that export is the function `cufile.h`
+            // declares as `cuFileBatchIOGetStatus`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -2253,6 +2301,9 @@ pub unsafe fn cuFileBatchIOGetStatus(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileBatchIOGetStatus` from `cufile.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(batch_idp, min_nr, nr, iocbp, timeout) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2265,7 +2316,7 @@ pub unsafe fn cuFileBatchIOGetStatus(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileBatchIOSetUp` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileBatchIOSetUp(
     batch_idp: *mut CUfileBatchHandle_t,
@@ -2273,10 +2324,11 @@ pub unsafe fn cuFileBatchIOSetUp(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[3usize], &LIBRARY, 3usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut CUfileBatchHandle_t,
-                ::core::ffi::c_uint,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileBatchIOSetUp` in libcufile; that export is the function `cufile.h` declares as
+            // `cuFileBatchIOSetUp`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -2285,6 +2337,9 @@ pub unsafe fn cuFileBatchIOSetUp(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileBatchIOSetUp` from `cufile.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(batch_idp, nr) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2297,7 +2352,7 @@ pub unsafe fn cuFileBatchIOSetUp(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileBatchIOSubmit` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileBatchIOSubmit(
     batch_idp: CUfileBatchHandle_t,
@@ -2307,12 +2362,11 @@ pub unsafe fn cuFileBatchIOSubmit(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[4usize], &LIBRARY, 4usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                CUfileBatchHandle_t,
-                ::core::ffi::c_uint,
-                *mut CUfileIOParams_t,
-                ::core::ffi::c_uint,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileBatchIOSubmit` in libcufile; that export is the function `cufile.h` declares
+            // as `cuFileBatchIOSubmit`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -2323,6 +2377,9 @@ pub unsafe fn cuFileBatchIOSubmit(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileBatchIOSubmit` from `cufile.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(batch_idp, nr, iocbp, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2345,21 +2402,26 @@ pub unsafe fn cuFileBatchIOSubmit(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileBufDeregister` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileBufDeregister(
     bufPtr_base: *const ::core::ffi::c_void,
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[5usize], &LIBRARY, 5usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_void,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileBufDeregister` in libcufile; that export is the function `cufile.h` declares
+            // as `cuFileBufDeregister`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*const ::core::ffi::c_void) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileBufDeregister` from `cufile.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(bufPtr_base) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2391,7 +2453,7 @@ pub unsafe fn cuFileBufDeregister(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileBufRegister` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileBufRegister(
     bufPtr_base: *const ::core::ffi::c_void,
@@ -2400,11 +2462,11 @@ pub unsafe fn cuFileBufRegister(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[6usize], &LIBRARY, 6usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_void,
-                usize,
-                ::core::ffi::c_int,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileBufRegister` in libcufile; that export is the function `cufile.h` declares as
+            // `cuFileBufRegister`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -2414,6 +2476,9 @@ pub unsafe fn cuFileBufRegister(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileBufRegister` from `cufile.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(bufPtr_base, length, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2426,17 +2491,24 @@ pub unsafe fn cuFileBufRegister(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileDriverClose` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileDriverClose() -> CUfileError_t {
     match crate::loader::load(&SLOTS[7usize], &LIBRARY, 7usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn() -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileDriverClose` in libcufile; that export is the function `cufile.h` declares as
+            // `cuFileDriverClose`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn() -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileDriverClose` from `cufile.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn() }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2449,17 +2521,24 @@ pub unsafe fn cuFileDriverClose() -> CUfileError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileDriverClose_v2` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileDriverClose_v2() -> CUfileError_t {
     match crate::loader::load(&SLOTS[8usize], &LIBRARY, 8usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn() -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileDriverClose_v2` in libcufile; that export is the function `cufile.h` declares
+            // as `cuFileDriverClose_v2`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn() -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileDriverClose_v2` from `cufile.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn() }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2484,7 +2563,7 @@ pub unsafe fn cuFileDriverClose_v2() -> CUfileError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileDriverGetP2PFlags` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileDriverGetP2PFlags(
     status_flag: CUfileDriverStatusFlags_t,
@@ -2492,10 +2571,11 @@ pub unsafe fn cuFileDriverGetP2PFlags(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[9usize], &LIBRARY, 9usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                CUfileDriverStatusFlags_t,
-                *mut CUfileP2PFlags_t,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileDriverGetP2PFlags` in libcufile; that export is the function `cufile.h`
+            // declares as `cuFileDriverGetP2PFlags`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -2504,6 +2584,9 @@ pub unsafe fn cuFileDriverGetP2PFlags(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileDriverGetP2PFlags` from `cufile.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(status_flag, p2p_flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2528,19 +2611,24 @@ pub unsafe fn cuFileDriverGetP2PFlags(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileDriverGetProperties` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileDriverGetProperties(props: *mut CUfileDrvProps_t) -> CUfileError_t {
     match crate::loader::load(&SLOTS[10usize], &LIBRARY, 10usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut CUfileDrvProps_t,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileDriverGetProperties` in libcufile; that export is the function `cufile.h`
+            // declares as `cuFileDriverGetProperties`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut CUfileDrvProps_t) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileDriverGetProperties` from `cufile.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(props) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2561,17 +2649,24 @@ pub unsafe fn cuFileDriverGetProperties(props: *mut CUfileDrvProps_t) -> CUfileE
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileDriverOpen` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileDriverOpen() -> CUfileError_t {
     match crate::loader::load(&SLOTS[11usize], &LIBRARY, 11usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn() -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileDriverOpen` in libcufile; that export is the function `cufile.h` declares as
+            // `cuFileDriverOpen`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn() -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileDriverOpen` from `cufile.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn() }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2598,17 +2693,24 @@ pub unsafe fn cuFileDriverOpen() -> CUfileError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileDriverSetMaxCacheSize` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileDriverSetMaxCacheSize(max_cache_size: usize) -> CUfileError_t {
     match crate::loader::load(&SLOTS[12usize], &LIBRARY, 12usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(usize) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileDriverSetMaxCacheSize` in libcufile; that export is the function `cufile.h`
+            // declares as `cuFileDriverSetMaxCacheSize`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(usize) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileDriverSetMaxCacheSize` from
+            // `cufile.h`, as this function's `# Safety` requires, and the arguments go unchanged to
+            // a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(max_cache_size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2633,19 +2735,26 @@ pub unsafe fn cuFileDriverSetMaxCacheSize(max_cache_size: usize) -> CUfileError_
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileDriverSetMaxDirectIOSize` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileDriverSetMaxDirectIOSize(
     max_direct_io_size: usize,
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[13usize], &LIBRARY, 13usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(usize) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileDriverSetMaxDirectIOSize` in libcufile; that export is the function `cufile.h`
+            // declares as `cuFileDriverSetMaxDirectIOSize`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(usize) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileDriverSetMaxDirectIOSize` from
+            // `cufile.h`, as this function's `# Safety` requires, and the arguments go unchanged to
+            // a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(max_direct_io_size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2672,17 +2781,24 @@ pub unsafe fn cuFileDriverSetMaxDirectIOSize(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileDriverSetMaxPinnedMemSize` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileDriverSetMaxPinnedMemSize(max_pinned_size: usize) -> CUfileError_t {
     match crate::loader::load(&SLOTS[14usize], &LIBRARY, 14usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(usize) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileDriverSetMaxPinnedMemSize` in libcufile; that export is the function
+            // `cufile.h` declares as `cuFileDriverSetMaxPinnedMemSize`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(usize) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileDriverSetMaxPinnedMemSize` from
+            // `cufile.h`, as this function's `# Safety` requires, and the arguments go unchanged to
+            // a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(max_pinned_size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2753,7 +2869,7 @@ pub unsafe fn cuFileDriverSetMaxPinnedMemSize(max_pinned_size: usize) -> CUfileE
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileDriverSetP2PFlags` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileDriverSetP2PFlags(
     status_flag: CUfileDriverStatusFlags_t,
@@ -2761,10 +2877,11 @@ pub unsafe fn cuFileDriverSetP2PFlags(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[15usize], &LIBRARY, 15usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                CUfileDriverStatusFlags_t,
-                CUfileP2PFlags_t,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileDriverSetP2PFlags` in libcufile; that export is the function `cufile.h`
+            // declares as `cuFileDriverSetP2PFlags`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -2773,6 +2890,9 @@ pub unsafe fn cuFileDriverSetP2PFlags(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileDriverSetP2PFlags` from `cufile.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(status_flag, p2p_flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2798,7 +2918,7 @@ pub unsafe fn cuFileDriverSetP2PFlags(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileDriverSetPollMode` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileDriverSetPollMode(
     poll: bool,
@@ -2806,12 +2926,19 @@ pub unsafe fn cuFileDriverSetPollMode(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[16usize], &LIBRARY, 16usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(bool, usize) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileDriverSetPollMode` in libcufile; that export is the function `cufile.h`
+            // declares as `cuFileDriverSetPollMode`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(bool, usize) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileDriverSetPollMode` from `cufile.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(poll, poll_threshold_size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2835,21 +2962,26 @@ pub unsafe fn cuFileDriverSetPollMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileExportPCIeTopology` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileExportPCIeTopology(
     filename: *const ::core::ffi::c_char,
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[17usize], &LIBRARY, 17usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_char,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileExportPCIeTopology` in libcufile; that export is the function `cufile.h`
+            // declares as `cuFileExportPCIeTopology`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*const ::core::ffi::c_char) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileExportPCIeTopology` from `cufile.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(filename) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2862,7 +2994,7 @@ pub unsafe fn cuFileExportPCIeTopology(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileGetBARSizeInKB` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileGetBARSizeInKB(
     gpuIndex: ::core::ffi::c_int,
@@ -2870,15 +3002,19 @@ pub unsafe fn cuFileGetBARSizeInKB(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[18usize], &LIBRARY, 18usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_int,
-                *mut usize,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileGetBARSizeInKB` in libcufile; that export is the function `cufile.h` declares
+            // as `cuFileGetBARSizeInKB`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(::core::ffi::c_int, *mut usize) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileGetBARSizeInKB` from `cufile.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuIndex, barSize) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2891,7 +3027,7 @@ pub unsafe fn cuFileGetBARSizeInKB(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileGetParameterBool` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileGetParameterBool(
     param: CUFileBoolConfigParameter_t,
@@ -2899,10 +3035,11 @@ pub unsafe fn cuFileGetParameterBool(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[19usize], &LIBRARY, 19usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                CUFileBoolConfigParameter_t,
-                *mut bool,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileGetParameterBool` in libcufile; that export is the function `cufile.h`
+            // declares as `cuFileGetParameterBool`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -2911,6 +3048,9 @@ pub unsafe fn cuFileGetParameterBool(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileGetParameterBool` from `cufile.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(param, value) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2934,7 +3074,7 @@ pub unsafe fn cuFileGetParameterBool(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileGetParameterGpuBounceBufferSlabArray` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileGetParameterGpuBounceBufferSlabArray(
     size_values: *mut usize,
@@ -2943,11 +3083,11 @@ pub unsafe fn cuFileGetParameterGpuBounceBufferSlabArray(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[20usize], &LIBRARY, 20usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut usize,
-                *mut usize,
-                ::core::ffi::c_int,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileGetParameterGpuBounceBufferSlabArray` in libcufile; that export is the
+            // function `cufile.h` declares as `cuFileGetParameterGpuBounceBufferSlabArray`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -2957,6 +3097,9 @@ pub unsafe fn cuFileGetParameterGpuBounceBufferSlabArray(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileGetParameterGpuBounceBufferSlabArray`
+            // from `cufile.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(size_values, count_values, len) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -2976,7 +3119,7 @@ pub unsafe fn cuFileGetParameterGpuBounceBufferSlabArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileGetParameterMinMaxValue` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileGetParameterMinMaxValue(
     param: CUFileSizeTConfigParameter_t,
@@ -2985,11 +3128,11 @@ pub unsafe fn cuFileGetParameterMinMaxValue(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[21usize], &LIBRARY, 21usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                CUFileSizeTConfigParameter_t,
-                *mut usize,
-                *mut usize,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileGetParameterMinMaxValue` in libcufile; that export is the function `cufile.h`
+            // declares as `cuFileGetParameterMinMaxValue`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -2999,6 +3142,9 @@ pub unsafe fn cuFileGetParameterMinMaxValue(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileGetParameterMinMaxValue` from
+            // `cufile.h`, as this function's `# Safety` requires, and the arguments go unchanged to
+            // a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(param, min_value, max_value) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3019,7 +3165,7 @@ pub unsafe fn cuFileGetParameterMinMaxValue(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileGetParameterPosixPoolSlabArray` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileGetParameterPosixPoolSlabArray(
     size_values: *mut usize,
@@ -3028,11 +3174,11 @@ pub unsafe fn cuFileGetParameterPosixPoolSlabArray(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[22usize], &LIBRARY, 22usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut usize,
-                *mut usize,
-                ::core::ffi::c_int,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileGetParameterPosixPoolSlabArray` in libcufile; that export is the function
+            // `cufile.h` declares as `cuFileGetParameterPosixPoolSlabArray`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -3042,6 +3188,9 @@ pub unsafe fn cuFileGetParameterPosixPoolSlabArray(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileGetParameterPosixPoolSlabArray` from
+            // `cufile.h`, as this function's `# Safety` requires, and the arguments go unchanged to
+            // a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(size_values, count_values, len) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3065,7 +3214,7 @@ pub unsafe fn cuFileGetParameterPosixPoolSlabArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileGetParameterSizeT` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileGetParameterSizeT(
     param: CUFileSizeTConfigParameter_t,
@@ -3073,10 +3222,11 @@ pub unsafe fn cuFileGetParameterSizeT(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[23usize], &LIBRARY, 23usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                CUFileSizeTConfigParameter_t,
-                *mut usize,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileGetParameterSizeT` in libcufile; that export is the function `cufile.h`
+            // declares as `cuFileGetParameterSizeT`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -3085,6 +3235,9 @@ pub unsafe fn cuFileGetParameterSizeT(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileGetParameterSizeT` from `cufile.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(param, value) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3097,7 +3250,7 @@ pub unsafe fn cuFileGetParameterSizeT(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileGetParameterString` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileGetParameterString(
     param: CUFileStringConfigParameter_t,
@@ -3106,11 +3259,11 @@ pub unsafe fn cuFileGetParameterString(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[24usize], &LIBRARY, 24usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                CUFileStringConfigParameter_t,
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_int,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileGetParameterString` in libcufile; that export is the function `cufile.h`
+            // declares as `cuFileGetParameterString`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -3120,6 +3273,9 @@ pub unsafe fn cuFileGetParameterString(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileGetParameterString` from `cufile.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(param, desc_str, len) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3139,19 +3295,24 @@ pub unsafe fn cuFileGetParameterString(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileGetStatsL1` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileGetStatsL1(stats: *mut CUfileStatsLevel1_t) -> CUfileError_t {
     match crate::loader::load(&SLOTS[25usize], &LIBRARY, 25usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut CUfileStatsLevel1_t,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileGetStatsL1` in libcufile; that export is the function `cufile.h` declares as
+            // `cuFileGetStatsL1`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut CUfileStatsLevel1_t) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileGetStatsL1` from `cufile.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stats) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3171,19 +3332,24 @@ pub unsafe fn cuFileGetStatsL1(stats: *mut CUfileStatsLevel1_t) -> CUfileError_t
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileGetStatsL2` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileGetStatsL2(stats: *mut CUfileStatsLevel2_t) -> CUfileError_t {
     match crate::loader::load(&SLOTS[26usize], &LIBRARY, 26usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut CUfileStatsLevel2_t,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileGetStatsL2` in libcufile; that export is the function `cufile.h` declares as
+            // `cuFileGetStatsL2`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut CUfileStatsLevel2_t) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileGetStatsL2` from `cufile.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stats) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3203,19 +3369,24 @@ pub unsafe fn cuFileGetStatsL2(stats: *mut CUfileStatsLevel2_t) -> CUfileError_t
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileGetStatsL3` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileGetStatsL3(stats: *mut CUfileStatsLevel3_t) -> CUfileError_t {
     match crate::loader::load(&SLOTS[27usize], &LIBRARY, 27usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut CUfileStatsLevel3_t,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileGetStatsL3` in libcufile; that export is the function `cufile.h` declares as
+            // `cuFileGetStatsL3`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut CUfileStatsLevel3_t) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileGetStatsL3` from `cufile.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stats) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3236,19 +3407,24 @@ pub unsafe fn cuFileGetStatsL3(stats: *mut CUfileStatsLevel3_t) -> CUfileError_t
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileGetStatsLevel` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileGetStatsLevel(level: *mut ::core::ffi::c_int) -> CUfileError_t {
     match crate::loader::load(&SLOTS[28usize], &LIBRARY, 28usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileGetStatsLevel` in libcufile; that export is the function `cufile.h` declares
+            // as `cuFileGetStatsLevel`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_int) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileGetStatsLevel` from `cufile.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(level) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3272,19 +3448,24 @@ pub unsafe fn cuFileGetStatsLevel(level: *mut ::core::ffi::c_int) -> CUfileError
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileGetVersion` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileGetVersion(version: *mut ::core::ffi::c_int) -> CUfileError_t {
     match crate::loader::load(&SLOTS[29usize], &LIBRARY, 29usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileGetVersion` in libcufile; that export is the function `cufile.h` declares as
+            // `cuFileGetVersion`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_int) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileGetVersion` from `cufile.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(version) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3304,19 +3485,27 @@ pub unsafe fn cuFileGetVersion(version: *mut ::core::ffi::c_int) -> CUfileError_
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileHandleDeregister` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileHandleDeregister(
     fh: CUfileHandle_t,
 ) -> ::core::result::Result<(), crate::LoadError> {
     let __cuda_sys_fn = crate::loader::load(&SLOTS[30usize], &LIBRARY, 30usize)?;
-    let __cuda_sys_fn: unsafe extern "C" fn(CUfileHandle_t) -> () = unsafe {
+    // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+    // `cuFileHandleDeregister` in libcufile; that export is the function `cufile.h` declares as
+    // `cuFileHandleDeregister`, with exactly this signature, so the address is a C function of this
+    // type.
+    let __cuda_sys_fn = unsafe {
         ::core::mem::transmute::<
             *mut ::core::ffi::c_void,
             unsafe extern "C" fn(CUfileHandle_t) -> (),
         >(__cuda_sys_fn)
     };
-    Ok(unsafe { __cuda_sys_fn(fh) })
+    // SAFETY: the caller meets the contract of `cuFileHandleDeregister` from `cufile.h`, as this
+    // function's `# Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+    // signature (see above).
+    let __cuda_sys_ret = unsafe { __cuda_sys_fn(fh) };
+    Ok(__cuda_sys_ret)
 }
 /** @brief cuFileHandleRegister is required, and performs extra checking that is memoized to provide increased performance on later cuFile operations.
 
@@ -3348,7 +3537,7 @@ pub unsafe fn cuFileHandleDeregister(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileHandleRegister` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileHandleRegister(
     fh: *mut CUfileHandle_t,
@@ -3356,10 +3545,11 @@ pub unsafe fn cuFileHandleRegister(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[31usize], &LIBRARY, 31usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut CUfileHandle_t,
-                *mut CUfileDescr_t,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileHandleRegister` in libcufile; that export is the function `cufile.h` declares
+            // as `cuFileHandleRegister`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -3368,6 +3558,9 @@ pub unsafe fn cuFileHandleRegister(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileHandleRegister` from `cufile.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(fh, descr) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3399,7 +3592,7 @@ pub unsafe fn cuFileHandleRegister(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileRead` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileRead(
     fh: CUfileHandle_t,
@@ -3409,13 +3602,10 @@ pub unsafe fn cuFileRead(
     bufPtr_offset: off_t,
 ) -> ::core::result::Result<isize, crate::LoadError> {
     let __cuda_sys_fn = crate::loader::load(&SLOTS[32usize], &LIBRARY, 32usize)?;
-    let __cuda_sys_fn: unsafe extern "C" fn(
-        CUfileHandle_t,
-        *mut ::core::ffi::c_void,
-        usize,
-        off_t,
-        off_t,
-    ) -> isize = unsafe {
+    // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for `cuFileRead` in
+    // libcufile; that export is the function `cufile.h` declares as `cuFileRead`, with exactly this
+    // signature, so the address is a C function of this type.
+    let __cuda_sys_fn = unsafe {
         ::core::mem::transmute::<
             *mut ::core::ffi::c_void,
             unsafe extern "C" fn(
@@ -3427,7 +3617,13 @@ pub unsafe fn cuFileRead(
             ) -> isize,
         >(__cuda_sys_fn)
     };
-    Ok(unsafe { __cuda_sys_fn(fh, bufPtr_base, size, file_offset, bufPtr_offset) })
+    // SAFETY: the caller meets the contract of `cuFileRead` from `cufile.h`, as this function's `#
+    // Safety` requires, and the arguments go unchanged to a pointer of exactly that C signature
+    // (see above).
+    let __cuda_sys_ret = unsafe {
+        __cuda_sys_fn(fh, bufPtr_base, size, file_offset, bufPtr_offset)
+    };
+    Ok(__cuda_sys_ret)
 }
 /** @brief
 
@@ -3463,7 +3659,7 @@ pub unsafe fn cuFileRead(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileReadAsync` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileReadAsync(
     fh: CUfileHandle_t,
@@ -3476,15 +3672,11 @@ pub unsafe fn cuFileReadAsync(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[33usize], &LIBRARY, 33usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                CUfileHandle_t,
-                *mut ::core::ffi::c_void,
-                *mut usize,
-                *mut off_t,
-                *mut off_t,
-                *mut isize,
-                CUstream,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileReadAsync` in libcufile; that export is the function `cufile.h` declares as
+            // `cuFileReadAsync`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -3498,6 +3690,9 @@ pub unsafe fn cuFileReadAsync(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileReadAsync` from `cufile.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     fh,
@@ -3539,7 +3734,7 @@ pub unsafe fn cuFileReadAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileReadv` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileReadv(
     fh: CUfileHandle_t,
@@ -3549,13 +3744,10 @@ pub unsafe fn cuFileReadv(
     flags: ::core::ffi::c_uint,
 ) -> ::core::result::Result<isize, crate::LoadError> {
     let __cuda_sys_fn = crate::loader::load(&SLOTS[34usize], &LIBRARY, 34usize)?;
-    let __cuda_sys_fn: unsafe extern "C" fn(
-        CUfileHandle_t,
-        *const CUfileIOVec_t,
-        usize,
-        off_t,
-        ::core::ffi::c_uint,
-    ) -> isize = unsafe {
+    // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for `cuFileReadv` in
+    // libcufile; that export is the function `cufile.h` declares as `cuFileReadv`, with exactly
+    // this signature, so the address is a C function of this type.
+    let __cuda_sys_fn = unsafe {
         ::core::mem::transmute::<
             *mut ::core::ffi::c_void,
             unsafe extern "C" fn(
@@ -3567,7 +3759,11 @@ pub unsafe fn cuFileReadv(
             ) -> isize,
         >(__cuda_sys_fn)
     };
-    Ok(unsafe { __cuda_sys_fn(fh, iov, iovcnt, file_offset, flags) })
+    // SAFETY: the caller meets the contract of `cuFileReadv` from `cufile.h`, as this function's `#
+    // Safety` requires, and the arguments go unchanged to a pointer of exactly that C signature
+    // (see above).
+    let __cuda_sys_ret = unsafe { __cuda_sys_fn(fh, iov, iovcnt, file_offset, flags) };
+    Ok(__cuda_sys_ret)
 }
 ///
 /** # Loading
@@ -3576,7 +3772,7 @@ pub unsafe fn cuFileReadv(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileSetParameterBool` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileSetParameterBool(
     param: CUFileBoolConfigParameter_t,
@@ -3584,10 +3780,11 @@ pub unsafe fn cuFileSetParameterBool(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[35usize], &LIBRARY, 35usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                CUFileBoolConfigParameter_t,
-                bool,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileSetParameterBool` in libcufile; that export is the function `cufile.h`
+            // declares as `cuFileSetParameterBool`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -3596,6 +3793,9 @@ pub unsafe fn cuFileSetParameterBool(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileSetParameterBool` from `cufile.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(param, value) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3620,7 +3820,7 @@ pub unsafe fn cuFileSetParameterBool(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileSetParameterGpuBounceBufferSlabArray` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileSetParameterGpuBounceBufferSlabArray(
     size_values: *const usize,
@@ -3629,11 +3829,11 @@ pub unsafe fn cuFileSetParameterGpuBounceBufferSlabArray(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[36usize], &LIBRARY, 36usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const usize,
-                *const usize,
-                ::core::ffi::c_int,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileSetParameterGpuBounceBufferSlabArray` in libcufile; that export is the
+            // function `cufile.h` declares as `cuFileSetParameterGpuBounceBufferSlabArray`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -3643,6 +3843,9 @@ pub unsafe fn cuFileSetParameterGpuBounceBufferSlabArray(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileSetParameterGpuBounceBufferSlabArray`
+            // from `cufile.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(size_values, count_values, len) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3664,7 +3867,7 @@ pub unsafe fn cuFileSetParameterGpuBounceBufferSlabArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileSetParameterPosixPoolSlabArray` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileSetParameterPosixPoolSlabArray(
     size_values: *const usize,
@@ -3673,11 +3876,11 @@ pub unsafe fn cuFileSetParameterPosixPoolSlabArray(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[37usize], &LIBRARY, 37usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const usize,
-                *const usize,
-                ::core::ffi::c_int,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileSetParameterPosixPoolSlabArray` in libcufile; that export is the function
+            // `cufile.h` declares as `cuFileSetParameterPosixPoolSlabArray`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -3687,6 +3890,9 @@ pub unsafe fn cuFileSetParameterPosixPoolSlabArray(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileSetParameterPosixPoolSlabArray` from
+            // `cufile.h`, as this function's `# Safety` requires, and the arguments go unchanged to
+            // a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(size_values, count_values, len) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3711,7 +3917,7 @@ pub unsafe fn cuFileSetParameterPosixPoolSlabArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileSetParameterSizeT` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileSetParameterSizeT(
     param: CUFileSizeTConfigParameter_t,
@@ -3719,10 +3925,11 @@ pub unsafe fn cuFileSetParameterSizeT(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[38usize], &LIBRARY, 38usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                CUFileSizeTConfigParameter_t,
-                usize,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileSetParameterSizeT` in libcufile; that export is the function `cufile.h`
+            // declares as `cuFileSetParameterSizeT`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -3731,6 +3938,9 @@ pub unsafe fn cuFileSetParameterSizeT(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileSetParameterSizeT` from `cufile.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(param, value) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3743,7 +3953,7 @@ pub unsafe fn cuFileSetParameterSizeT(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileSetParameterString` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileSetParameterString(
     param: CUFileStringConfigParameter_t,
@@ -3751,10 +3961,11 @@ pub unsafe fn cuFileSetParameterString(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[39usize], &LIBRARY, 39usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                CUFileStringConfigParameter_t,
-                *const ::core::ffi::c_char,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileSetParameterString` in libcufile; that export is the function `cufile.h`
+            // declares as `cuFileSetParameterString`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -3763,6 +3974,9 @@ pub unsafe fn cuFileSetParameterString(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileSetParameterString` from `cufile.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(param, desc_str) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3787,19 +4001,24 @@ pub unsafe fn cuFileSetParameterString(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileSetStatsLevel` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileSetStatsLevel(level: ::core::ffi::c_int) -> CUfileError_t {
     match crate::loader::load(&SLOTS[40usize], &LIBRARY, 40usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_int,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileSetStatsLevel` in libcufile; that export is the function `cufile.h` declares
+            // as `cuFileSetStatsLevel`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(::core::ffi::c_int) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileSetStatsLevel` from `cufile.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(level) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3816,17 +4035,24 @@ pub unsafe fn cuFileSetStatsLevel(level: ::core::ffi::c_int) -> CUfileError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileStatsReset` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileStatsReset() -> CUfileError_t {
     match crate::loader::load(&SLOTS[41usize], &LIBRARY, 41usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn() -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileStatsReset` in libcufile; that export is the function `cufile.h` declares as
+            // `cuFileStatsReset`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn() -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileStatsReset` from `cufile.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn() }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3845,17 +4071,24 @@ pub unsafe fn cuFileStatsReset() -> CUfileError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileStatsStart` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileStatsStart() -> CUfileError_t {
     match crate::loader::load(&SLOTS[42usize], &LIBRARY, 42usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn() -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileStatsStart` in libcufile; that export is the function `cufile.h` declares as
+            // `cuFileStatsStart`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn() -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileStatsStart` from `cufile.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn() }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3872,17 +4105,24 @@ pub unsafe fn cuFileStatsStart() -> CUfileError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileStatsStop` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileStatsStop() -> CUfileError_t {
     match crate::loader::load(&SLOTS[43usize], &LIBRARY, 43usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn() -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileStatsStop` in libcufile; that export is the function `cufile.h` declares as
+            // `cuFileStatsStop`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn() -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileStatsStop` from `cufile.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn() }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3912,17 +4152,24 @@ pub unsafe fn cuFileStatsStop() -> CUfileError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileStreamDeregister` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileStreamDeregister(stream: CUstream) -> CUfileError_t {
     match crate::loader::load(&SLOTS[44usize], &LIBRARY, 44usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(CUstream) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileStreamDeregister` in libcufile; that export is the function `cufile.h`
+            // declares as `cuFileStreamDeregister`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(CUstream) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileStreamDeregister` from `cufile.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3956,7 +4203,7 @@ pub unsafe fn cuFileStreamDeregister(stream: CUstream) -> CUfileError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileStreamRegister` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileStreamRegister(
     stream: CUstream,
@@ -3964,15 +4211,19 @@ pub unsafe fn cuFileStreamRegister(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[45usize], &LIBRARY, 45usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                CUstream,
-                ::core::ffi::c_uint,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileStreamRegister` in libcufile; that export is the function `cufile.h` declares
+            // as `cuFileStreamRegister`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(CUstream, ::core::ffi::c_uint) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileStreamRegister` from `cufile.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stream, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -3987,20 +4238,27 @@ pub unsafe fn cuFileStreamRegister(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileUseCount` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileUseCount() -> ::core::result::Result<
     ::core::ffi::c_long,
     crate::LoadError,
 > {
     let __cuda_sys_fn = crate::loader::load(&SLOTS[46usize], &LIBRARY, 46usize)?;
-    let __cuda_sys_fn: unsafe extern "C" fn() -> ::core::ffi::c_long = unsafe {
+    // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for `cuFileUseCount`
+    // in libcufile; that export is the function `cufile.h` declares as `cuFileUseCount`, with
+    // exactly this signature, so the address is a C function of this type.
+    let __cuda_sys_fn = unsafe {
         ::core::mem::transmute::<
             *mut ::core::ffi::c_void,
             unsafe extern "C" fn() -> ::core::ffi::c_long,
         >(__cuda_sys_fn)
     };
-    Ok(unsafe { __cuda_sys_fn() })
+    // SAFETY: the caller meets the contract of `cuFileUseCount` from `cufile.h`, as this function's
+    // `# Safety` requires, and the arguments go unchanged to a pointer of exactly that C signature
+    // (see above).
+    let __cuda_sys_ret = unsafe { __cuda_sys_fn() };
+    Ok(__cuda_sys_ret)
 }
 /** @brief  write data from a specified device or host memory to a registered file handle
 
@@ -4028,7 +4286,7 @@ pub unsafe fn cuFileUseCount() -> ::core::result::Result<
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileWrite` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileWrite(
     fh: CUfileHandle_t,
@@ -4038,13 +4296,10 @@ pub unsafe fn cuFileWrite(
     bufPtr_offset: off_t,
 ) -> ::core::result::Result<isize, crate::LoadError> {
     let __cuda_sys_fn = crate::loader::load(&SLOTS[47usize], &LIBRARY, 47usize)?;
-    let __cuda_sys_fn: unsafe extern "C" fn(
-        CUfileHandle_t,
-        *const ::core::ffi::c_void,
-        usize,
-        off_t,
-        off_t,
-    ) -> isize = unsafe {
+    // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for `cuFileWrite` in
+    // libcufile; that export is the function `cufile.h` declares as `cuFileWrite`, with exactly
+    // this signature, so the address is a C function of this type.
+    let __cuda_sys_fn = unsafe {
         ::core::mem::transmute::<
             *mut ::core::ffi::c_void,
             unsafe extern "C" fn(
@@ -4056,7 +4311,13 @@ pub unsafe fn cuFileWrite(
             ) -> isize,
         >(__cuda_sys_fn)
     };
-    Ok(unsafe { __cuda_sys_fn(fh, bufPtr_base, size, file_offset, bufPtr_offset) })
+    // SAFETY: the caller meets the contract of `cuFileWrite` from `cufile.h`, as this function's `#
+    // Safety` requires, and the arguments go unchanged to a pointer of exactly that C signature
+    // (see above).
+    let __cuda_sys_ret = unsafe {
+        __cuda_sys_fn(fh, bufPtr_base, size, file_offset, bufPtr_offset)
+    };
+    Ok(__cuda_sys_ret)
 }
 /** @brief
 
@@ -4091,7 +4352,7 @@ pub unsafe fn cuFileWrite(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileWriteAsync` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileWriteAsync(
     fh: CUfileHandle_t,
@@ -4104,15 +4365,11 @@ pub unsafe fn cuFileWriteAsync(
 ) -> CUfileError_t {
     match crate::loader::load(&SLOTS[48usize], &LIBRARY, 48usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                CUfileHandle_t,
-                *mut ::core::ffi::c_void,
-                *mut usize,
-                *mut off_t,
-                *mut off_t,
-                *mut isize,
-                CUstream,
-            ) -> CUfileError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cuFileWriteAsync` in libcufile; that export is the function `cufile.h` declares as
+            // `cuFileWriteAsync`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -4126,6 +4383,9 @@ pub unsafe fn cuFileWriteAsync(
                     ) -> CUfileError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cuFileWriteAsync` from `cufile.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     fh,
@@ -4167,7 +4427,7 @@ pub unsafe fn cuFileWriteAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cuFileWritev` of `cufile.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFileWritev(
     fh: CUfileHandle_t,
@@ -4177,13 +4437,10 @@ pub unsafe fn cuFileWritev(
     flags: ::core::ffi::c_uint,
 ) -> ::core::result::Result<isize, crate::LoadError> {
     let __cuda_sys_fn = crate::loader::load(&SLOTS[49usize], &LIBRARY, 49usize)?;
-    let __cuda_sys_fn: unsafe extern "C" fn(
-        CUfileHandle_t,
-        *const CUfileIOVec_t,
-        usize,
-        off_t,
-        ::core::ffi::c_uint,
-    ) -> isize = unsafe {
+    // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for `cuFileWritev` in
+    // libcufile; that export is the function `cufile.h` declares as `cuFileWritev`, with exactly
+    // this signature, so the address is a C function of this type.
+    let __cuda_sys_fn = unsafe {
         ::core::mem::transmute::<
             *mut ::core::ffi::c_void,
             unsafe extern "C" fn(
@@ -4195,7 +4452,11 @@ pub unsafe fn cuFileWritev(
             ) -> isize,
         >(__cuda_sys_fn)
     };
-    Ok(unsafe { __cuda_sys_fn(fh, iov, iovcnt, file_offset, flags) })
+    // SAFETY: the caller meets the contract of `cuFileWritev` from `cufile.h`, as this function's
+    // `# Safety` requires, and the arguments go unchanged to a pointer of exactly that C signature
+    // (see above).
+    let __cuda_sys_ret = unsafe { __cuda_sys_fn(fh, iov, iovcnt, file_offset, flags) };
+    Ok(__cuda_sys_ret)
 }
 /// Name and description of every `CUfileError_t` value the headers list, sorted by value.
 pub static STATUS_VALUES: &[crate::error::StatusInfo] = &[

@@ -254,7 +254,7 @@ pub static LIBRARY: crate::loader::Library = crate::loader::Library::new(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `__nvJitLinkAddData_13_5` of `nvJitLink.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvJitLinkAddData(
     handle: nvJitLinkHandle,
@@ -265,13 +265,12 @@ pub unsafe fn nvJitLinkAddData(
 ) -> nvJitLinkResult {
     match crate::loader::load(&SLOTS[0usize], &LIBRARY, 0usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvJitLinkHandle,
-                nvJitLinkInputType,
-                *const ::core::ffi::c_void,
-                usize,
-                *const ::core::ffi::c_char,
-            ) -> nvJitLinkResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvJitLinkAddData` (or for a version-tagged `__nvJitLinkAddData_<major>_<minor>`, the
+            // same function under the name old libraries export) in libnvJitLink; that export is
+            // the function `nvJitLink.h` declares as `__nvJitLinkAddData_13_5`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -283,6 +282,9 @@ pub unsafe fn nvJitLinkAddData(
                     ) -> nvJitLinkResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `__nvJitLinkAddData_13_5` from
+            // `nvJitLink.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle, inputType, data, size, name) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -298,7 +300,7 @@ pub use self::nvJitLinkAddData as __nvJitLinkAddData_13_5;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `__nvJitLinkAddFile_13_5` of `nvJitLink.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvJitLinkAddFile(
     handle: nvJitLinkHandle,
@@ -307,11 +309,12 @@ pub unsafe fn nvJitLinkAddFile(
 ) -> nvJitLinkResult {
     match crate::loader::load(&SLOTS[1usize], &LIBRARY, 1usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvJitLinkHandle,
-                nvJitLinkInputType,
-                *const ::core::ffi::c_char,
-            ) -> nvJitLinkResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvJitLinkAddFile` (or for a version-tagged `__nvJitLinkAddFile_<major>_<minor>`, the
+            // same function under the name old libraries export) in libnvJitLink; that export is
+            // the function `nvJitLink.h` declares as `__nvJitLinkAddFile_13_5`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -321,6 +324,9 @@ pub unsafe fn nvJitLinkAddFile(
                     ) -> nvJitLinkResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `__nvJitLinkAddFile_13_5` from
+            // `nvJitLink.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle, inputType, fileName) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -336,19 +342,25 @@ pub use self::nvJitLinkAddFile as __nvJitLinkAddFile_13_5;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `__nvJitLinkComplete_13_5` of `nvJitLink.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvJitLinkComplete(handle: nvJitLinkHandle) -> nvJitLinkResult {
     match crate::loader::load(&SLOTS[2usize], &LIBRARY, 2usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvJitLinkHandle,
-            ) -> nvJitLinkResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvJitLinkComplete` (or for a version-tagged `__nvJitLinkComplete_<major>_<minor>`,
+            // the same function under the name old libraries export) in libnvJitLink; that export
+            // is the function `nvJitLink.h` declares as `__nvJitLinkComplete_13_5`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvJitLinkHandle) -> nvJitLinkResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `__nvJitLinkComplete_13_5` from
+            // `nvJitLink.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -364,7 +376,7 @@ pub use self::nvJitLinkComplete as __nvJitLinkComplete_13_5;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `__nvJitLinkCreate_13_5` of `nvJitLink.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvJitLinkCreate(
     handle: *mut nvJitLinkHandle,
@@ -373,11 +385,12 @@ pub unsafe fn nvJitLinkCreate(
 ) -> nvJitLinkResult {
     match crate::loader::load(&SLOTS[3usize], &LIBRARY, 3usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvJitLinkHandle,
-                u32,
-                *const *const ::core::ffi::c_char,
-            ) -> nvJitLinkResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvJitLinkCreate` (or for a version-tagged `__nvJitLinkCreate_<major>_<minor>`, the
+            // same function under the name old libraries export) in libnvJitLink; that export is
+            // the function `nvJitLink.h` declares as `__nvJitLinkCreate_13_5`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -387,6 +400,9 @@ pub unsafe fn nvJitLinkCreate(
                     ) -> nvJitLinkResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `__nvJitLinkCreate_13_5` from `nvJitLink.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle, numOptions, options) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -402,19 +418,25 @@ pub use self::nvJitLinkCreate as __nvJitLinkCreate_13_5;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `__nvJitLinkDestroy_13_5` of `nvJitLink.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvJitLinkDestroy(handle: *mut nvJitLinkHandle) -> nvJitLinkResult {
     match crate::loader::load(&SLOTS[4usize], &LIBRARY, 4usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvJitLinkHandle,
-            ) -> nvJitLinkResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvJitLinkDestroy` (or for a version-tagged `__nvJitLinkDestroy_<major>_<minor>`, the
+            // same function under the name old libraries export) in libnvJitLink; that export is
+            // the function `nvJitLink.h` declares as `__nvJitLinkDestroy_13_5`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut nvJitLinkHandle) -> nvJitLinkResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `__nvJitLinkDestroy_13_5` from
+            // `nvJitLink.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -430,7 +452,7 @@ pub use self::nvJitLinkDestroy as __nvJitLinkDestroy_13_5;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `__nvJitLinkGetErrorLog_13_5` of `nvJitLink.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvJitLinkGetErrorLog(
     handle: nvJitLinkHandle,
@@ -438,10 +460,13 @@ pub unsafe fn nvJitLinkGetErrorLog(
 ) -> nvJitLinkResult {
     match crate::loader::load(&SLOTS[5usize], &LIBRARY, 5usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvJitLinkHandle,
-                *mut ::core::ffi::c_char,
-            ) -> nvJitLinkResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvJitLinkGetErrorLog` (or for a version-tagged
+            // `__nvJitLinkGetErrorLog_<major>_<minor>`, the same function under the name old
+            // libraries export) in libnvJitLink; that export is the function `nvJitLink.h` declares
+            // as `__nvJitLinkGetErrorLog_13_5`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -450,6 +475,9 @@ pub unsafe fn nvJitLinkGetErrorLog(
                     ) -> nvJitLinkResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `__nvJitLinkGetErrorLog_13_5` from
+            // `nvJitLink.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle, log) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -465,7 +493,7 @@ pub use self::nvJitLinkGetErrorLog as __nvJitLinkGetErrorLog_13_5;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `__nvJitLinkGetErrorLogSize_13_5` of `nvJitLink.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvJitLinkGetErrorLogSize(
     handle: nvJitLinkHandle,
@@ -473,15 +501,21 @@ pub unsafe fn nvJitLinkGetErrorLogSize(
 ) -> nvJitLinkResult {
     match crate::loader::load(&SLOTS[6usize], &LIBRARY, 6usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvJitLinkHandle,
-                *mut usize,
-            ) -> nvJitLinkResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvJitLinkGetErrorLogSize` (or for a version-tagged
+            // `__nvJitLinkGetErrorLogSize_<major>_<minor>`, the same function under the name old
+            // libraries export) in libnvJitLink; that export is the function `nvJitLink.h` declares
+            // as `__nvJitLinkGetErrorLogSize_13_5`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvJitLinkHandle, *mut usize) -> nvJitLinkResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `__nvJitLinkGetErrorLogSize_13_5` from
+            // `nvJitLink.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle, size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -497,7 +531,7 @@ pub use self::nvJitLinkGetErrorLogSize as __nvJitLinkGetErrorLogSize_13_5;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `__nvJitLinkGetInfoLog_13_5` of `nvJitLink.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvJitLinkGetInfoLog(
     handle: nvJitLinkHandle,
@@ -505,10 +539,13 @@ pub unsafe fn nvJitLinkGetInfoLog(
 ) -> nvJitLinkResult {
     match crate::loader::load(&SLOTS[7usize], &LIBRARY, 7usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvJitLinkHandle,
-                *mut ::core::ffi::c_char,
-            ) -> nvJitLinkResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvJitLinkGetInfoLog` (or for a version-tagged
+            // `__nvJitLinkGetInfoLog_<major>_<minor>`, the same function under the name old
+            // libraries export) in libnvJitLink; that export is the function `nvJitLink.h` declares
+            // as `__nvJitLinkGetInfoLog_13_5`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -517,6 +554,9 @@ pub unsafe fn nvJitLinkGetInfoLog(
                     ) -> nvJitLinkResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `__nvJitLinkGetInfoLog_13_5` from
+            // `nvJitLink.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle, log) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -532,7 +572,7 @@ pub use self::nvJitLinkGetInfoLog as __nvJitLinkGetInfoLog_13_5;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `__nvJitLinkGetInfoLogSize_13_5` of `nvJitLink.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvJitLinkGetInfoLogSize(
     handle: nvJitLinkHandle,
@@ -540,15 +580,21 @@ pub unsafe fn nvJitLinkGetInfoLogSize(
 ) -> nvJitLinkResult {
     match crate::loader::load(&SLOTS[8usize], &LIBRARY, 8usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvJitLinkHandle,
-                *mut usize,
-            ) -> nvJitLinkResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvJitLinkGetInfoLogSize` (or for a version-tagged
+            // `__nvJitLinkGetInfoLogSize_<major>_<minor>`, the same function under the name old
+            // libraries export) in libnvJitLink; that export is the function `nvJitLink.h` declares
+            // as `__nvJitLinkGetInfoLogSize_13_5`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvJitLinkHandle, *mut usize) -> nvJitLinkResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `__nvJitLinkGetInfoLogSize_13_5` from
+            // `nvJitLink.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle, size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -564,7 +610,7 @@ pub use self::nvJitLinkGetInfoLogSize as __nvJitLinkGetInfoLogSize_13_5;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `__nvJitLinkGetLinkedCubin_13_5` of `nvJitLink.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvJitLinkGetLinkedCubin(
     handle: nvJitLinkHandle,
@@ -572,10 +618,13 @@ pub unsafe fn nvJitLinkGetLinkedCubin(
 ) -> nvJitLinkResult {
     match crate::loader::load(&SLOTS[9usize], &LIBRARY, 9usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvJitLinkHandle,
-                *mut ::core::ffi::c_void,
-            ) -> nvJitLinkResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvJitLinkGetLinkedCubin` (or for a version-tagged
+            // `__nvJitLinkGetLinkedCubin_<major>_<minor>`, the same function under the name old
+            // libraries export) in libnvJitLink; that export is the function `nvJitLink.h` declares
+            // as `__nvJitLinkGetLinkedCubin_13_5`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -584,6 +633,9 @@ pub unsafe fn nvJitLinkGetLinkedCubin(
                     ) -> nvJitLinkResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `__nvJitLinkGetLinkedCubin_13_5` from
+            // `nvJitLink.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle, cubin) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -599,7 +651,7 @@ pub use self::nvJitLinkGetLinkedCubin as __nvJitLinkGetLinkedCubin_13_5;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `__nvJitLinkGetLinkedCubinSize_13_5` of `nvJitLink.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvJitLinkGetLinkedCubinSize(
     handle: nvJitLinkHandle,
@@ -607,15 +659,21 @@ pub unsafe fn nvJitLinkGetLinkedCubinSize(
 ) -> nvJitLinkResult {
     match crate::loader::load(&SLOTS[10usize], &LIBRARY, 10usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvJitLinkHandle,
-                *mut usize,
-            ) -> nvJitLinkResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvJitLinkGetLinkedCubinSize` (or for a version-tagged
+            // `__nvJitLinkGetLinkedCubinSize_<major>_<minor>`, the same function under the name old
+            // libraries export) in libnvJitLink; that export is the function `nvJitLink.h` declares
+            // as `__nvJitLinkGetLinkedCubinSize_13_5`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvJitLinkHandle, *mut usize) -> nvJitLinkResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `__nvJitLinkGetLinkedCubinSize_13_5` from
+            // `nvJitLink.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle, size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -631,7 +689,7 @@ pub use self::nvJitLinkGetLinkedCubinSize as __nvJitLinkGetLinkedCubinSize_13_5;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `__nvJitLinkGetLinkedLTOIR_13_5` of `nvJitLink.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvJitLinkGetLinkedLTOIR(
     handle: nvJitLinkHandle,
@@ -639,10 +697,13 @@ pub unsafe fn nvJitLinkGetLinkedLTOIR(
 ) -> nvJitLinkResult {
     match crate::loader::load(&SLOTS[11usize], &LIBRARY, 11usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvJitLinkHandle,
-                *mut ::core::ffi::c_void,
-            ) -> nvJitLinkResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvJitLinkGetLinkedLTOIR` (or for a version-tagged
+            // `__nvJitLinkGetLinkedLTOIR_<major>_<minor>`, the same function under the name old
+            // libraries export) in libnvJitLink; that export is the function `nvJitLink.h` declares
+            // as `__nvJitLinkGetLinkedLTOIR_13_5`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -651,6 +712,9 @@ pub unsafe fn nvJitLinkGetLinkedLTOIR(
                     ) -> nvJitLinkResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `__nvJitLinkGetLinkedLTOIR_13_5` from
+            // `nvJitLink.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle, ltoir) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -666,7 +730,7 @@ pub use self::nvJitLinkGetLinkedLTOIR as __nvJitLinkGetLinkedLTOIR_13_5;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `__nvJitLinkGetLinkedLTOIRSize_13_5` of `nvJitLink.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvJitLinkGetLinkedLTOIRSize(
     handle: nvJitLinkHandle,
@@ -674,15 +738,21 @@ pub unsafe fn nvJitLinkGetLinkedLTOIRSize(
 ) -> nvJitLinkResult {
     match crate::loader::load(&SLOTS[12usize], &LIBRARY, 12usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvJitLinkHandle,
-                *mut usize,
-            ) -> nvJitLinkResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvJitLinkGetLinkedLTOIRSize` (or for a version-tagged
+            // `__nvJitLinkGetLinkedLTOIRSize_<major>_<minor>`, the same function under the name old
+            // libraries export) in libnvJitLink; that export is the function `nvJitLink.h` declares
+            // as `__nvJitLinkGetLinkedLTOIRSize_13_5`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvJitLinkHandle, *mut usize) -> nvJitLinkResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `__nvJitLinkGetLinkedLTOIRSize_13_5` from
+            // `nvJitLink.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle, size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -698,7 +768,7 @@ pub use self::nvJitLinkGetLinkedLTOIRSize as __nvJitLinkGetLinkedLTOIRSize_13_5;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `__nvJitLinkGetLinkedPtx_13_5` of `nvJitLink.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvJitLinkGetLinkedPtx(
     handle: nvJitLinkHandle,
@@ -706,10 +776,13 @@ pub unsafe fn nvJitLinkGetLinkedPtx(
 ) -> nvJitLinkResult {
     match crate::loader::load(&SLOTS[13usize], &LIBRARY, 13usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvJitLinkHandle,
-                *mut ::core::ffi::c_char,
-            ) -> nvJitLinkResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvJitLinkGetLinkedPtx` (or for a version-tagged
+            // `__nvJitLinkGetLinkedPtx_<major>_<minor>`, the same function under the name old
+            // libraries export) in libnvJitLink; that export is the function `nvJitLink.h` declares
+            // as `__nvJitLinkGetLinkedPtx_13_5`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -718,6 +791,9 @@ pub unsafe fn nvJitLinkGetLinkedPtx(
                     ) -> nvJitLinkResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `__nvJitLinkGetLinkedPtx_13_5` from
+            // `nvJitLink.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle, ptx) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -733,7 +809,7 @@ pub use self::nvJitLinkGetLinkedPtx as __nvJitLinkGetLinkedPtx_13_5;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `__nvJitLinkGetLinkedPtxSize_13_5` of `nvJitLink.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvJitLinkGetLinkedPtxSize(
     handle: nvJitLinkHandle,
@@ -741,15 +817,21 @@ pub unsafe fn nvJitLinkGetLinkedPtxSize(
 ) -> nvJitLinkResult {
     match crate::loader::load(&SLOTS[14usize], &LIBRARY, 14usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvJitLinkHandle,
-                *mut usize,
-            ) -> nvJitLinkResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvJitLinkGetLinkedPtxSize` (or for a version-tagged
+            // `__nvJitLinkGetLinkedPtxSize_<major>_<minor>`, the same function under the name old
+            // libraries export) in libnvJitLink; that export is the function `nvJitLink.h` declares
+            // as `__nvJitLinkGetLinkedPtxSize_13_5`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvJitLinkHandle, *mut usize) -> nvJitLinkResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `__nvJitLinkGetLinkedPtxSize_13_5` from
+            // `nvJitLink.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle, size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -773,7 +855,7 @@ pub use self::nvJitLinkGetLinkedPtxSize as __nvJitLinkGetLinkedPtxSize_13_5;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvJitLinkVersion` of `nvJitLink.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvJitLinkVersion(
     major: *mut ::core::ffi::c_uint,
@@ -781,10 +863,11 @@ pub unsafe fn nvJitLinkVersion(
 ) -> nvJitLinkResult {
     match crate::loader::load(&SLOTS[15usize], &LIBRARY, 15usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvJitLinkResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvJitLinkVersion` in libnvJitLink; that export is the function `nvJitLink.h`
+            // declares as `nvJitLinkVersion`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -793,6 +876,9 @@ pub unsafe fn nvJitLinkVersion(
                     ) -> nvJitLinkResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvJitLinkVersion` from `nvJitLink.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(major, minor) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),

@@ -1000,6 +1000,10 @@ const _: () = {
 impl Default for nvmlSetMemoryLimits_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlSetMemoryLimits_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -1056,6 +1060,10 @@ const _: () = {
 impl Default for nvmlGetMemoryLimits_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGetMemoryLimits_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -1252,6 +1260,10 @@ const _: () = {
 impl Default for nvmlProcessDetailList_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlProcessDetailList_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -1578,6 +1590,10 @@ const _: () = {
 impl Default for nvmlNvLinkUtilizationControl_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlNvLinkUtilizationControl_st` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -1757,6 +1773,10 @@ const _: () = {
 impl Default for nvmlBridgeChipInfo_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlBridgeChipInfo_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -1793,6 +1813,10 @@ const _: () = {
 impl Default for nvmlBridgeChipHierarchy_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlBridgeChipHierarchy_st` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -1940,6 +1964,10 @@ const _: () = {
 impl Default for nvmlValue_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlValue_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -1971,6 +1999,10 @@ const _: () = {
 impl Default for nvmlSample_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlSample_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2189,6 +2221,11 @@ const _: () = {
 impl Default for nvmlGpuThermalSettings_t__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGpuThermalSettings_t__bindgen_ty_1` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2213,6 +2250,10 @@ const _: () = {
 impl Default for nvmlGpuThermalSettings_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGpuThermalSettings_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2306,6 +2347,10 @@ const _: () = {
 impl Default for nvmlCoolerInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlCoolerInfo_v1_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2350,6 +2395,10 @@ const _: () = {
 impl Default for nvmlUUIDValue_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlUUIDValue_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2384,6 +2433,10 @@ const _: () = {
 impl Default for nvmlUUID_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlUUID_v1_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2774,6 +2827,11 @@ const _: () = {
 impl Default for nvmlPerfMetricControllerSample_t__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlPerfMetricControllerSample_t__bindgen_ty_1` is plain C data: integers,
+        // floats, `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and
+        // unions of those (the generator checked), for all of which every byte zero is a valid
+        // value, as C's `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads
+        // an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2799,6 +2857,11 @@ const _: () = {
 impl Default for nvmlPerfMetricControllerSample_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlPerfMetricControllerSample_t` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2832,6 +2895,10 @@ const _: () = {
 impl Default for nvmlPerfMetricsSample_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlPerfMetricsSample_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2866,6 +2933,10 @@ const _: () = {
 impl Default for nvmlPerfMetricsSamples_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlPerfMetricsSamples_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2949,6 +3020,10 @@ const _: () = {
 impl Default for nvmlDramEncryptionInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlDramEncryptionInfo_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -3373,6 +3448,10 @@ const _: () = {
 impl Default for nvmlClockOffset_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlClockOffset_v1_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -3439,6 +3518,10 @@ const _: () = {
 impl Default for nvmlDevicePerfModes_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlDevicePerfModes_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -3474,6 +3557,11 @@ const _: () = {
 impl Default for nvmlDeviceCurrentClockFreqs_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlDeviceCurrentClockFreqs_v1_t` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -3856,6 +3944,11 @@ const _: () = {
 impl Default for nvmlProcessesUtilizationInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlProcessesUtilizationInfo_v1_t` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4086,6 +4179,10 @@ const _: () = {
 impl Default for nvmlHostname_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlHostname_v1_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4181,6 +4278,11 @@ const _: () = {
 impl Default for nvmlEccSramUniqueUncorrectedErrorCounts_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlEccSramUniqueUncorrectedErrorCounts_v1_t` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4415,6 +4517,10 @@ const _: () = {
 impl Default for nvmlAdaptiveTgpModeInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlAdaptiveTgpModeInfo_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4730,6 +4836,10 @@ const _: () = {
 impl Default for nvmlVgpuPlacementList_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuPlacementList_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4778,6 +4888,10 @@ const _: () = {
 impl Default for nvmlVgpuPlacementList_v2_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuPlacementList_v2_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4860,6 +4974,11 @@ const _: () = {
 impl Default for nvmlVgpuInstanceUtilizationSample_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuInstanceUtilizationSample_st` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4926,6 +5045,11 @@ const _: () = {
 impl Default for nvmlVgpuInstanceUtilizationInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuInstanceUtilizationInfo_v1_t` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4978,6 +5102,11 @@ const _: () = {
 impl Default for nvmlVgpuInstancesUtilizationInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuInstancesUtilizationInfo_v1_t` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5045,6 +5174,11 @@ const _: () = {
 impl Default for nvmlVgpuProcessUtilizationSample_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuProcessUtilizationSample_st` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5122,6 +5256,11 @@ const _: () = {
 impl Default for nvmlVgpuProcessUtilizationInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuProcessUtilizationInfo_v1_t` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5168,6 +5307,11 @@ const _: () = {
 impl Default for nvmlVgpuProcessesUtilizationInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuProcessesUtilizationInfo_v1_t` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5271,6 +5415,10 @@ const _: () = {
 impl Default for nvmlVgpuSchedulerParams_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuSchedulerParams_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5370,6 +5518,10 @@ const _: () = {
 impl Default for nvmlVgpuSchedulerLog_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuSchedulerLog_st` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5409,6 +5561,10 @@ const _: () = {
 impl Default for nvmlVgpuSchedulerGetState_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuSchedulerGetState_st` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5487,6 +5643,10 @@ const _: () = {
 impl Default for nvmlVgpuSchedulerSetParams_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuSchedulerSetParams_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5524,6 +5684,10 @@ const _: () = {
 impl Default for nvmlVgpuSchedulerSetState_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuSchedulerSetState_st` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5772,6 +5936,10 @@ const _: () = {
 impl Default for nvmlGridLicensableFeature_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGridLicensableFeature_st` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5815,6 +5983,10 @@ const _: () = {
 impl Default for nvmlGridLicensableFeatures_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGridLicensableFeatures_st` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5895,6 +6067,10 @@ const _: () = {
 impl Default for nvmlVgpuTypeIdInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuTypeIdInfo_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5966,6 +6142,10 @@ const _: () = {
 impl Default for nvmlActiveVgpuInstanceInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlActiveVgpuInstanceInfo_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6016,6 +6196,10 @@ const _: () = {
 impl Default for nvmlVgpuSchedulerState_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuSchedulerState_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6068,6 +6252,10 @@ const _: () = {
 impl Default for nvmlVgpuSchedulerStateInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuSchedulerStateInfo_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6128,6 +6316,10 @@ const _: () = {
 impl Default for nvmlVgpuSchedulerLogInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuSchedulerLogInfo_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6180,6 +6372,11 @@ const _: () = {
 impl Default for nvmlVgpuCreatablePlacementInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuCreatablePlacementInfo_v1_t` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6321,6 +6518,10 @@ const _: () = {
 impl Default for nvmlVgpuSchedulerLogInfo_v2_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuSchedulerLogInfo_v2_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6430,6 +6631,10 @@ const _: () = {
 impl Default for nvmlFieldValue_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlFieldValue_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6516,6 +6721,10 @@ const _: () = {
 impl Default for nvmlLedState_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlLedState_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6559,6 +6768,10 @@ const _: () = {
 impl Default for nvmlUnitInfo_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlUnitInfo_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6612,6 +6825,10 @@ const _: () = {
 impl Default for nvmlPSUInfo_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlPSUInfo_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6659,6 +6876,10 @@ const _: () = {
 impl Default for nvmlUnitFanInfo_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlUnitFanInfo_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6694,6 +6915,10 @@ const _: () = {
 impl Default for nvmlUnitFanSpeeds_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlUnitFanSpeeds_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6749,6 +6974,10 @@ const _: () = {
 impl Default for nvmlEventData_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlEventData_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6951,6 +7180,10 @@ const _: () = {
 impl Default for nvmlEventSetGetContextData_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlEventSetGetContextData_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7021,6 +7254,11 @@ const _: () = {
 impl Default for nvmlSystemEventSetCreateRequest_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlSystemEventSetCreateRequest_v1_t` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7056,6 +7294,11 @@ const _: () = {
 impl Default for nvmlSystemEventSetFreeRequest_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlSystemEventSetFreeRequest_v1_t` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7098,6 +7341,11 @@ const _: () = {
 impl Default for nvmlSystemRegisterEventRequest_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlSystemRegisterEventRequest_v1_t` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7178,6 +7426,11 @@ const _: () = {
 impl Default for nvmlSystemEventSetWaitRequest_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlSystemEventSetWaitRequest_v1_t` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7383,6 +7636,10 @@ const _: () = {
 impl Default for nvmlEncoderSessionInfo_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlEncoderSessionInfo_st` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7525,6 +7782,10 @@ const _: () = {
 impl Default for nvmlFBCSessionInfo_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlFBCSessionInfo_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7746,6 +8007,11 @@ const _: () = {
 impl Default for nvmlConfComputeGpuCertificate_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlConfComputeGpuCertificate_st` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7808,6 +8074,11 @@ const _: () = {
 impl Default for nvmlConfComputeGpuAttestationReport_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlConfComputeGpuAttestationReport_st` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7906,6 +8177,10 @@ const _: () = {
 impl Default for nvmlGpuFabricInfo_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGpuFabricInfo_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7967,6 +8242,10 @@ const _: () = {
 impl Default for nvmlGpuFabricInfo_v2_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGpuFabricInfo_v2_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8028,6 +8307,10 @@ const _: () = {
 impl Default for nvmlGpuFabricInfo_v3_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGpuFabricInfo_v3_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8120,6 +8403,10 @@ const _: () = {
 impl Default for nvmlGpuFabricInfo_v4_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGpuFabricInfo_v4_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8164,6 +8451,11 @@ const _: () = {
 impl Default for nvmlGpuOperationalEventConfig_v1_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGpuOperationalEventConfig_v1_st` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8330,6 +8622,10 @@ const _: () = {
 impl Default for nvmlEventSetWait_v3_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlEventSetWait_v3_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8387,6 +8683,10 @@ const _: () = {
 impl Default for nvmlCPERCursor_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlCPERCursor_v1_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8423,6 +8723,10 @@ const _: () = {
 impl Default for nvmlGetCPER_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGetCPER_v1_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8456,6 +8760,10 @@ const _: () = {
 impl Default for nvmlSystemDriverBranchInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlSystemDriverBranchInfo_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8494,6 +8802,10 @@ const _: () = {
 impl Default for nvmlTemperature_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlTemperature_v1_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8754,6 +9066,10 @@ const _: () = {
 impl Default for nvmlNvlinkFirmwareInfo_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlNvlinkFirmwareInfo_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8792,6 +9108,10 @@ const _: () = {
 impl Default for nvmlNvLinkInfo_v2_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlNvLinkInfo_v2_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8832,6 +9152,10 @@ const _: () = {
 impl Default for nvmlNvLinkInfo_v3_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlNvLinkInfo_v3_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8898,6 +9222,10 @@ const _: () = {
 impl Default for nvmlNvlinkTelemetrySample_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlNvlinkTelemetrySample_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8932,6 +9260,10 @@ const _: () = {
 impl Default for nvmlNvlinkTelemetrySamples_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlNvlinkTelemetrySamples_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8978,6 +9310,11 @@ const _: () = {
 impl Default for nvmlNvlinkGetRemapTableInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlNvlinkGetRemapTableInfo_v1_t` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9056,6 +9393,10 @@ const _: () = {
 impl Default for nvmlNvlinkNvlePrivateInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlNvlinkNvlePrivateInfo_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9110,6 +9451,11 @@ const _: () = {
 impl Default for nvmlNvlinkSetupNvleEncryptionKey_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlNvlinkSetupNvleEncryptionKey_v1_t` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9209,6 +9555,10 @@ const _: () = {
 impl Default for nvmlVgpuMetadata_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuMetadata_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9276,6 +9626,10 @@ const _: () = {
 impl Default for nvmlVgpuPgpuMetadata_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuPgpuMetadata_st` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9369,6 +9723,10 @@ const _: () = {
 impl Default for nvmlVgpuPgpuCompatibility_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlVgpuPgpuCompatibility_st` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9404,6 +9762,10 @@ const _: () = {
 impl Default for nvmlExcludedDeviceInfo_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlExcludedDeviceInfo_st` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9448,6 +9810,10 @@ const _: () = {
 impl Default for nvmlPRMTLV_v1_t__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlPRMTLV_v1_t__bindgen_ty_1` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9470,6 +9836,10 @@ const _: () = {
 impl Default for nvmlPRMTLV_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlPRMTLV_v1_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9623,6 +9993,10 @@ const _: () = {
 impl Default for nvmlPRMCounterValue_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlPRMCounterValue_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9661,6 +10035,10 @@ const _: () = {
 impl Default for nvmlPRMCounter_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlPRMCounter_v1_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9694,6 +10072,10 @@ const _: () = {
 impl Default for nvmlPRMCounterList_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlPRMCounterList_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9887,6 +10269,11 @@ const _: () = {
 impl Default for nvmlGpuInstanceProfileInfo_v2_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGpuInstanceProfileInfo_v2_st` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9989,6 +10376,11 @@ const _: () = {
 impl Default for nvmlGpuInstanceProfileInfo_v3_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGpuInstanceProfileInfo_v3_st` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -10036,6 +10428,10 @@ const _: () = {
 impl Default for nvmlGpuInstanceInfo_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGpuInstanceInfo_st` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -10221,6 +10617,11 @@ const _: () = {
 impl Default for nvmlComputeInstanceProfileInfo_v2_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlComputeInstanceProfileInfo_v2_st` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -10324,6 +10725,11 @@ const _: () = {
 impl Default for nvmlComputeInstanceProfileInfo_v3_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlComputeInstanceProfileInfo_v3_st` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -10376,6 +10782,10 @@ const _: () = {
 impl Default for nvmlComputeInstanceInfo_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlComputeInstanceInfo_st` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -11861,6 +12271,10 @@ const _: () = {
 impl Default for nvmlGpmMetric_t__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGpmMetric_t__bindgen_ty_1` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -11889,6 +12303,10 @@ const _: () = {
 impl Default for nvmlGpmMetric_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGpmMetric_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -11937,6 +12355,10 @@ const _: () = {
 impl Default for nvmlGpmMetricsGet_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlGpmMetricsGet_t` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -12181,6 +12603,11 @@ const _: () = {
 impl Default for nvmlWorkloadPowerProfileProfilesInfo_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlWorkloadPowerProfileProfilesInfo_v1_t` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -12292,6 +12719,11 @@ const _: () = {
 impl Default for nvmlWorkloadPowerProfileUpdateProfiles_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlWorkloadPowerProfileUpdateProfiles_v1_t` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -12361,6 +12793,10 @@ const _: () = {
 impl Default for nvmlPowerSmoothingState_v1_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `nvmlPowerSmoothingState_v1_t` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -16182,21 +16618,26 @@ pub static LIBRARY: crate::loader::Library = crate::loader::Library::new(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlComputeInstanceDestroy` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlComputeInstanceDestroy(
     computeInstance: nvmlComputeInstance_t,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[0usize], &LIBRARY, 0usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlComputeInstance_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlComputeInstanceDestroy` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlComputeInstanceDestroy`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlComputeInstance_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlComputeInstanceDestroy` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(computeInstance) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16223,7 +16664,7 @@ pub unsafe fn nvmlComputeInstanceDestroy(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlComputeInstanceGetInfo_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlComputeInstanceGetInfo(
     computeInstance: nvmlComputeInstance_t,
@@ -16231,10 +16672,11 @@ pub unsafe fn nvmlComputeInstanceGetInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[1usize], &LIBRARY, 1usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlComputeInstance_t,
-                *mut nvmlComputeInstanceInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlComputeInstanceGetInfo_v2` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlComputeInstanceGetInfo_v2`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16243,6 +16685,9 @@ pub unsafe fn nvmlComputeInstanceGetInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlComputeInstanceGetInfo_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(computeInstance, info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16275,17 +16720,24 @@ pub use self::nvmlComputeInstanceGetInfo as nvmlComputeInstanceGetInfo_v2;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceClearAccountingPids` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceClearAccountingPids(device: nvmlDevice_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[2usize], &LIBRARY, 2usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(nvmlDevice_t) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceClearAccountingPids` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceClearAccountingPids`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceClearAccountingPids` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16311,17 +16763,24 @@ pub unsafe fn nvmlDeviceClearAccountingPids(device: nvmlDevice_t) -> nvmlReturn_
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceClearCpuAffinity` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceClearCpuAffinity(device: nvmlDevice_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[3usize], &LIBRARY, 3usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(nvmlDevice_t) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceClearCpuAffinity` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceClearCpuAffinity`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceClearCpuAffinity` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16364,7 +16823,7 @@ pub unsafe fn nvmlDeviceClearCpuAffinity(device: nvmlDevice_t) -> nvmlReturn_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceClearEccErrorCounts` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceClearEccErrorCounts(
     device: nvmlDevice_t,
@@ -16372,10 +16831,11 @@ pub unsafe fn nvmlDeviceClearEccErrorCounts(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[4usize], &LIBRARY, 4usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlEccCounterType_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceClearEccErrorCounts` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceClearEccErrorCounts`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16384,6 +16844,9 @@ pub unsafe fn nvmlDeviceClearEccErrorCounts(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceClearEccErrorCounts` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, counterType) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16408,7 +16871,7 @@ pub unsafe fn nvmlDeviceClearEccErrorCounts(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceClearFieldValues` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceClearFieldValues(
     device: nvmlDevice_t,
@@ -16417,11 +16880,11 @@ pub unsafe fn nvmlDeviceClearFieldValues(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[5usize], &LIBRARY, 5usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_int,
-                *mut nvmlFieldValue_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceClearFieldValues` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceClearFieldValues`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16431,6 +16894,9 @@ pub unsafe fn nvmlDeviceClearFieldValues(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceClearFieldValues` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, valuesCount, values) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16463,7 +16929,7 @@ pub unsafe fn nvmlDeviceClearFieldValues(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceCreateGpuInstance` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceCreateGpuInstance(
     device: nvmlDevice_t,
@@ -16472,11 +16938,11 @@ pub unsafe fn nvmlDeviceCreateGpuInstance(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[6usize], &LIBRARY, 6usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut nvmlGpuInstance_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceCreateGpuInstance` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceCreateGpuInstance`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16486,6 +16952,9 @@ pub unsafe fn nvmlDeviceCreateGpuInstance(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceCreateGpuInstance` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, profileId, gpuInstance) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16520,7 +16989,7 @@ pub unsafe fn nvmlDeviceCreateGpuInstance(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceCreateGpuInstanceWithPlacement` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceCreateGpuInstanceWithPlacement(
     device: nvmlDevice_t,
@@ -16530,12 +16999,11 @@ pub unsafe fn nvmlDeviceCreateGpuInstanceWithPlacement(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[7usize], &LIBRARY, 7usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *const nvmlGpuInstancePlacement_t,
-                *mut nvmlGpuInstance_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceCreateGpuInstanceWithPlacement` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceCreateGpuInstanceWithPlacement`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16546,6 +17014,9 @@ pub unsafe fn nvmlDeviceCreateGpuInstanceWithPlacement(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceCreateGpuInstanceWithPlacement`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, profileId, placement, gpuInstance) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16583,19 +17054,24 @@ pub unsafe fn nvmlDeviceCreateGpuInstanceWithPlacement(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceDiscoverGpus` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceDiscoverGpus(pciInfo: *mut nvmlPciInfo_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[8usize], &LIBRARY, 8usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlPciInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceDiscoverGpus` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceDiscoverGpus`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut nvmlPciInfo_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceDiscoverGpus` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pciInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16627,7 +17103,7 @@ pub unsafe fn nvmlDeviceDiscoverGpus(pciInfo: *mut nvmlPciInfo_t) -> nvmlReturn_
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceFreezeNvLinkUtilizationCounter` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceFreezeNvLinkUtilizationCounter(
     device: nvmlDevice_t,
@@ -16637,12 +17113,11 @@ pub unsafe fn nvmlDeviceFreezeNvLinkUtilizationCounter(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[9usize], &LIBRARY, 9usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-                nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceFreezeNvLinkUtilizationCounter` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceFreezeNvLinkUtilizationCounter`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16653,6 +17128,9 @@ pub unsafe fn nvmlDeviceFreezeNvLinkUtilizationCounter(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceFreezeNvLinkUtilizationCounter`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, link, counter, freeze) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16687,7 +17165,7 @@ pub unsafe fn nvmlDeviceFreezeNvLinkUtilizationCounter(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetAPIRestriction` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetAPIRestriction(
     device: nvmlDevice_t,
@@ -16696,11 +17174,11 @@ pub unsafe fn nvmlDeviceGetAPIRestriction(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[10usize], &LIBRARY, 10usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlRestrictedAPI_t,
-                *mut nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetAPIRestriction` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetAPIRestriction`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16710,6 +17188,9 @@ pub unsafe fn nvmlDeviceGetAPIRestriction(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetAPIRestriction` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, apiType, isRestricted) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16742,7 +17223,7 @@ pub unsafe fn nvmlDeviceGetAPIRestriction(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetAccountingBufferSize` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetAccountingBufferSize(
     device: nvmlDevice_t,
@@ -16750,10 +17231,11 @@ pub unsafe fn nvmlDeviceGetAccountingBufferSize(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[11usize], &LIBRARY, 11usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetAccountingBufferSize` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetAccountingBufferSize`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16762,6 +17244,9 @@ pub unsafe fn nvmlDeviceGetAccountingBufferSize(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetAccountingBufferSize` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, bufferSize) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16775,7 +17260,7 @@ pub unsafe fn nvmlDeviceGetAccountingBufferSize(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetAccountingMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetAccountingMode(
     device: nvmlDevice_t,
@@ -16783,10 +17268,11 @@ pub unsafe fn nvmlDeviceGetAccountingMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[12usize], &LIBRARY, 12usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetAccountingMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetAccountingMode`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16795,6 +17281,9 @@ pub unsafe fn nvmlDeviceGetAccountingMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetAccountingMode` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, mode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16835,7 +17324,7 @@ pub unsafe fn nvmlDeviceGetAccountingMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetAccountingPids` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetAccountingPids(
     device: nvmlDevice_t,
@@ -16844,11 +17333,11 @@ pub unsafe fn nvmlDeviceGetAccountingPids(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[13usize], &LIBRARY, 13usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetAccountingPids` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetAccountingPids`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16858,6 +17347,9 @@ pub unsafe fn nvmlDeviceGetAccountingPids(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetAccountingPids` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, count, pids) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16905,7 +17397,7 @@ pub unsafe fn nvmlDeviceGetAccountingPids(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetAccountingStats` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetAccountingStats(
     device: nvmlDevice_t,
@@ -16914,11 +17406,11 @@ pub unsafe fn nvmlDeviceGetAccountingStats(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[14usize], &LIBRARY, 14usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut nvmlAccountingStats_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetAccountingStats` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetAccountingStats`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16928,6 +17420,9 @@ pub unsafe fn nvmlDeviceGetAccountingStats(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetAccountingStats` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pid, stats) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16974,7 +17469,7 @@ pub unsafe fn nvmlDeviceGetAccountingStats(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetAccountingStats_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetAccountingStats_v2(
     device: nvmlDevice_t,
@@ -16982,10 +17477,11 @@ pub unsafe fn nvmlDeviceGetAccountingStats_v2(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[15usize], &LIBRARY, 15usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlAccountingStats_v2_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetAccountingStats_v2` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetAccountingStats_v2`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16994,6 +17490,9 @@ pub unsafe fn nvmlDeviceGetAccountingStats_v2(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetAccountingStats_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, stats) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17031,7 +17530,7 @@ pub unsafe fn nvmlDeviceGetAccountingStats_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetActiveVgpus` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetActiveVgpus(
     device: nvmlDevice_t,
@@ -17040,11 +17539,11 @@ pub unsafe fn nvmlDeviceGetActiveVgpus(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[16usize], &LIBRARY, 16usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut nvmlVgpuInstance_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetActiveVgpus` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetActiveVgpus`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17054,6 +17553,9 @@ pub unsafe fn nvmlDeviceGetActiveVgpus(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetActiveVgpus` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, vgpuCount, vgpuInstances) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17079,7 +17581,7 @@ pub unsafe fn nvmlDeviceGetActiveVgpus(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetAdaptiveClockInfoStatus` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetAdaptiveClockInfoStatus(
     device: nvmlDevice_t,
@@ -17087,10 +17589,11 @@ pub unsafe fn nvmlDeviceGetAdaptiveClockInfoStatus(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[17usize], &LIBRARY, 17usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetAdaptiveClockInfoStatus` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetAdaptiveClockInfoStatus`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17099,6 +17602,9 @@ pub unsafe fn nvmlDeviceGetAdaptiveClockInfoStatus(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetAdaptiveClockInfoStatus` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, adaptiveClockStatus) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17132,7 +17638,7 @@ pub unsafe fn nvmlDeviceGetAdaptiveClockInfoStatus(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetAdaptiveTgpModeInfo_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetAdaptiveTgpModeInfo_v1(
     device: nvmlDevice_t,
@@ -17140,10 +17646,11 @@ pub unsafe fn nvmlDeviceGetAdaptiveTgpModeInfo_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[18usize], &LIBRARY, 18usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlAdaptiveTgpModeInfo_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetAdaptiveTgpModeInfo_v1` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetAdaptiveTgpModeInfo_v1`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17152,6 +17659,9 @@ pub unsafe fn nvmlDeviceGetAdaptiveTgpModeInfo_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetAdaptiveTgpModeInfo_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17183,7 +17693,7 @@ pub unsafe fn nvmlDeviceGetAdaptiveTgpModeInfo_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetAddressingMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetAddressingMode(
     device: nvmlDevice_t,
@@ -17191,10 +17701,11 @@ pub unsafe fn nvmlDeviceGetAddressingMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[19usize], &LIBRARY, 19usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlDeviceAddressingMode_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetAddressingMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetAddressingMode`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17203,6 +17714,9 @@ pub unsafe fn nvmlDeviceGetAddressingMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetAddressingMode` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, mode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17216,7 +17730,7 @@ pub unsafe fn nvmlDeviceGetAddressingMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetApplicationsClock` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetApplicationsClock(
     device: nvmlDevice_t,
@@ -17225,11 +17739,11 @@ pub unsafe fn nvmlDeviceGetApplicationsClock(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[20usize], &LIBRARY, 20usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlClockType_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetApplicationsClock` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetApplicationsClock`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17239,6 +17753,9 @@ pub unsafe fn nvmlDeviceGetApplicationsClock(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetApplicationsClock` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, clockType, clockMHz) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17261,7 +17778,7 @@ pub unsafe fn nvmlDeviceGetApplicationsClock(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetArchitecture` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetArchitecture(
     device: nvmlDevice_t,
@@ -17269,10 +17786,11 @@ pub unsafe fn nvmlDeviceGetArchitecture(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[21usize], &LIBRARY, 21usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlDeviceArchitecture_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetArchitecture` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetArchitecture`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17281,6 +17799,9 @@ pub unsafe fn nvmlDeviceGetArchitecture(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetArchitecture` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, arch) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17310,7 +17831,7 @@ pub unsafe fn nvmlDeviceGetArchitecture(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetAttributes_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetAttributes(
     device: nvmlDevice_t,
@@ -17318,10 +17839,11 @@ pub unsafe fn nvmlDeviceGetAttributes(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[22usize], &LIBRARY, 22usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlDeviceAttributes_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetAttributes_v2` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetAttributes_v2`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17330,6 +17852,9 @@ pub unsafe fn nvmlDeviceGetAttributes(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetAttributes_v2` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, attributes) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17367,7 +17892,7 @@ pub use self::nvmlDeviceGetAttributes as nvmlDeviceGetAttributes_v2;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetAutoBoostedClocksEnabled` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetAutoBoostedClocksEnabled(
     device: nvmlDevice_t,
@@ -17376,11 +17901,11 @@ pub unsafe fn nvmlDeviceGetAutoBoostedClocksEnabled(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[23usize], &LIBRARY, 23usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlEnableState_t,
-                *mut nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetAutoBoostedClocksEnabled` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetAutoBoostedClocksEnabled`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17390,6 +17915,9 @@ pub unsafe fn nvmlDeviceGetAutoBoostedClocksEnabled(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetAutoBoostedClocksEnabled` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, isEnabled, defaultIsEnabled) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17424,7 +17952,7 @@ pub unsafe fn nvmlDeviceGetAutoBoostedClocksEnabled(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetBAR1MemoryInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetBAR1MemoryInfo(
     device: nvmlDevice_t,
@@ -17432,10 +17960,11 @@ pub unsafe fn nvmlDeviceGetBAR1MemoryInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[24usize], &LIBRARY, 24usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlBAR1Memory_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetBAR1MemoryInfo` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetBAR1MemoryInfo`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17444,6 +17973,9 @@ pub unsafe fn nvmlDeviceGetBAR1MemoryInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetBAR1MemoryInfo` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, bar1Memory) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17469,7 +18001,7 @@ pub unsafe fn nvmlDeviceGetBAR1MemoryInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetBBXTimeData_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetBBXTimeData_v1(
     device: nvmlDevice_t,
@@ -17477,10 +18009,11 @@ pub unsafe fn nvmlDeviceGetBBXTimeData_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[25usize], &LIBRARY, 25usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlBBXTimeData_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetBBXTimeData_v1` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetBBXTimeData_v1`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17489,6 +18022,9 @@ pub unsafe fn nvmlDeviceGetBBXTimeData_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetBBXTimeData_v1` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, timeData) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17502,7 +18038,7 @@ pub unsafe fn nvmlDeviceGetBBXTimeData_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetBankRemapperStatus_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetBankRemapperStatus_v1(
     device: nvmlDevice_t,
@@ -17510,10 +18046,11 @@ pub unsafe fn nvmlDeviceGetBankRemapperStatus_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[26usize], &LIBRARY, 26usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlEccBankRemapperStatus_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetBankRemapperStatus_v1` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetBankRemapperStatus_v1`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17522,6 +18059,9 @@ pub unsafe fn nvmlDeviceGetBankRemapperStatus_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetBankRemapperStatus_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pBankRemapperStatus) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17555,7 +18095,7 @@ pub unsafe fn nvmlDeviceGetBankRemapperStatus_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetBoardId` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetBoardId(
     device: nvmlDevice_t,
@@ -17563,10 +18103,11 @@ pub unsafe fn nvmlDeviceGetBoardId(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[27usize], &LIBRARY, 27usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetBoardId` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlDeviceGetBoardId`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17575,6 +18116,9 @@ pub unsafe fn nvmlDeviceGetBoardId(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetBoardId` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, boardId) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17602,7 +18146,7 @@ pub unsafe fn nvmlDeviceGetBoardId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetBoardPartNumber` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetBoardPartNumber(
     device: nvmlDevice_t,
@@ -17611,11 +18155,11 @@ pub unsafe fn nvmlDeviceGetBoardPartNumber(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[28usize], &LIBRARY, 28usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetBoardPartNumber` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetBoardPartNumber`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17625,6 +18169,9 @@ pub unsafe fn nvmlDeviceGetBoardPartNumber(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetBoardPartNumber` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, partNumber, length) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17652,7 +18199,7 @@ pub unsafe fn nvmlDeviceGetBoardPartNumber(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetBrand` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetBrand(
     device: nvmlDevice_t,
@@ -17660,10 +18207,11 @@ pub unsafe fn nvmlDeviceGetBrand(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[29usize], &LIBRARY, 29usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlBrandType_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetBrand` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlDeviceGetBrand`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17672,6 +18220,9 @@ pub unsafe fn nvmlDeviceGetBrand(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetBrand` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, type_) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17699,7 +18250,7 @@ pub unsafe fn nvmlDeviceGetBrand(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetBridgeChipInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetBridgeChipInfo(
     device: nvmlDevice_t,
@@ -17707,10 +18258,11 @@ pub unsafe fn nvmlDeviceGetBridgeChipInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[30usize], &LIBRARY, 30usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlBridgeChipHierarchy_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetBridgeChipInfo` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetBridgeChipInfo`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17719,6 +18271,9 @@ pub unsafe fn nvmlDeviceGetBridgeChipInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetBridgeChipInfo` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, bridgeHierarchy) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17741,7 +18296,7 @@ pub unsafe fn nvmlDeviceGetBridgeChipInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetBusType` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetBusType(
     device: nvmlDevice_t,
@@ -17749,10 +18304,11 @@ pub unsafe fn nvmlDeviceGetBusType(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[31usize], &LIBRARY, 31usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlBusType_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetBusType` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlDeviceGetBusType`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17761,6 +18317,9 @@ pub unsafe fn nvmlDeviceGetBusType(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetBusType` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, type_) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17784,7 +18343,7 @@ pub unsafe fn nvmlDeviceGetBusType(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetC2cModeInfoV` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetC2cModeInfoV(
     device: nvmlDevice_t,
@@ -17792,10 +18351,11 @@ pub unsafe fn nvmlDeviceGetC2cModeInfoV(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[32usize], &LIBRARY, 32usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlC2cModeInfo_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetC2cModeInfoV` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetC2cModeInfoV`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17804,6 +18364,9 @@ pub unsafe fn nvmlDeviceGetC2cModeInfoV(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetC2cModeInfoV` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, c2cModeInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17831,7 +18394,7 @@ pub unsafe fn nvmlDeviceGetC2cModeInfoV(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetCapabilities` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetCapabilities(
     device: nvmlDevice_t,
@@ -17839,10 +18402,11 @@ pub unsafe fn nvmlDeviceGetCapabilities(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[33usize], &LIBRARY, 33usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlDeviceCapabilities_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetCapabilities` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetCapabilities`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17851,6 +18415,9 @@ pub unsafe fn nvmlDeviceGetCapabilities(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetCapabilities` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, caps) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17882,7 +18449,7 @@ pub unsafe fn nvmlDeviceGetCapabilities(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetClkMonStatus` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetClkMonStatus(
     device: nvmlDevice_t,
@@ -17890,10 +18457,11 @@ pub unsafe fn nvmlDeviceGetClkMonStatus(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[34usize], &LIBRARY, 34usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlClkMonStatus_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetClkMonStatus` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetClkMonStatus`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17902,6 +18470,9 @@ pub unsafe fn nvmlDeviceGetClkMonStatus(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetClkMonStatus` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, status) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17930,7 +18501,7 @@ pub unsafe fn nvmlDeviceGetClkMonStatus(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetClock` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetClock(
     device: nvmlDevice_t,
@@ -17940,12 +18511,11 @@ pub unsafe fn nvmlDeviceGetClock(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[35usize], &LIBRARY, 35usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlClockType_t,
-                nvmlClockId_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetClock` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlDeviceGetClock`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17956,6 +18526,9 @@ pub unsafe fn nvmlDeviceGetClock(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetClock` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, clockType, clockId, clockMHz) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17985,7 +18558,7 @@ pub unsafe fn nvmlDeviceGetClock(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetClockInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetClockInfo(
     device: nvmlDevice_t,
@@ -17994,11 +18567,11 @@ pub unsafe fn nvmlDeviceGetClockInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[36usize], &LIBRARY, 36usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlClockType_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetClockInfo` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetClockInfo`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18008,6 +18581,9 @@ pub unsafe fn nvmlDeviceGetClockInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetClockInfo` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, type_, clock) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18040,7 +18616,7 @@ pub unsafe fn nvmlDeviceGetClockInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetClockOffsets` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetClockOffsets(
     device: nvmlDevice_t,
@@ -18048,10 +18624,11 @@ pub unsafe fn nvmlDeviceGetClockOffsets(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[37usize], &LIBRARY, 37usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlClockOffset_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetClockOffsets` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetClockOffsets`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18060,6 +18637,9 @@ pub unsafe fn nvmlDeviceGetClockOffsets(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetClockOffsets` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18089,7 +18669,7 @@ pub unsafe fn nvmlDeviceGetClockOffsets(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetComputeInstanceId` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetComputeInstanceId(
     device: nvmlDevice_t,
@@ -18097,10 +18677,11 @@ pub unsafe fn nvmlDeviceGetComputeInstanceId(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[38usize], &LIBRARY, 38usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetComputeInstanceId` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetComputeInstanceId`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18109,6 +18690,9 @@ pub unsafe fn nvmlDeviceGetComputeInstanceId(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetComputeInstanceId` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, id) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18141,7 +18725,7 @@ pub unsafe fn nvmlDeviceGetComputeInstanceId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetComputeMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetComputeMode(
     device: nvmlDevice_t,
@@ -18149,10 +18733,11 @@ pub unsafe fn nvmlDeviceGetComputeMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[39usize], &LIBRARY, 39usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlComputeMode_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetComputeMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetComputeMode`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18161,6 +18746,9 @@ pub unsafe fn nvmlDeviceGetComputeMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetComputeMode` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, mode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18213,7 +18801,7 @@ pub unsafe fn nvmlDeviceGetComputeMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetComputeRunningProcesses_v3` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetComputeRunningProcesses(
     device: nvmlDevice_t,
@@ -18222,11 +18810,11 @@ pub unsafe fn nvmlDeviceGetComputeRunningProcesses(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[40usize], &LIBRARY, 40usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut nvmlProcessInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetComputeRunningProcesses_v3` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetComputeRunningProcesses_v3`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18236,6 +18824,9 @@ pub unsafe fn nvmlDeviceGetComputeRunningProcesses(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetComputeRunningProcesses_v3`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, infoCount, infos) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18264,7 +18855,7 @@ pub use self::nvmlDeviceGetComputeRunningProcesses as nvmlDeviceGetComputeRunnin
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetConfComputeGpuAttestationReport` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetConfComputeGpuAttestationReport(
     device: nvmlDevice_t,
@@ -18272,10 +18863,11 @@ pub unsafe fn nvmlDeviceGetConfComputeGpuAttestationReport(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[41usize], &LIBRARY, 41usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlConfComputeGpuAttestationReport_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetConfComputeGpuAttestationReport` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetConfComputeGpuAttestationReport`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18284,6 +18876,10 @@ pub unsafe fn nvmlDeviceGetConfComputeGpuAttestationReport(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlDeviceGetConfComputeGpuAttestationReport` from `nvml.h`, as this function's `#
+            // Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(device, gpuAtstReport) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18310,7 +18906,7 @@ pub unsafe fn nvmlDeviceGetConfComputeGpuAttestationReport(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetConfComputeGpuCertificate` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetConfComputeGpuCertificate(
     device: nvmlDevice_t,
@@ -18318,10 +18914,11 @@ pub unsafe fn nvmlDeviceGetConfComputeGpuCertificate(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[42usize], &LIBRARY, 42usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlConfComputeGpuCertificate_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetConfComputeGpuCertificate` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetConfComputeGpuCertificate`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18330,6 +18927,9 @@ pub unsafe fn nvmlDeviceGetConfComputeGpuCertificate(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetConfComputeGpuCertificate`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, gpuCert) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18355,7 +18955,7 @@ pub unsafe fn nvmlDeviceGetConfComputeGpuCertificate(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetConfComputeMemSizeInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetConfComputeMemSizeInfo(
     device: nvmlDevice_t,
@@ -18363,10 +18963,11 @@ pub unsafe fn nvmlDeviceGetConfComputeMemSizeInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[43usize], &LIBRARY, 43usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlConfComputeMemSizeInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetConfComputeMemSizeInfo` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetConfComputeMemSizeInfo`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18375,6 +18976,9 @@ pub unsafe fn nvmlDeviceGetConfComputeMemSizeInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetConfComputeMemSizeInfo` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, memInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18401,7 +19005,7 @@ pub unsafe fn nvmlDeviceGetConfComputeMemSizeInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetConfComputeProtectedMemoryUsage` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetConfComputeProtectedMemoryUsage(
     device: nvmlDevice_t,
@@ -18409,15 +19013,20 @@ pub unsafe fn nvmlDeviceGetConfComputeProtectedMemoryUsage(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[44usize], &LIBRARY, 44usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlMemory_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetConfComputeProtectedMemoryUsage` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetConfComputeProtectedMemoryUsage`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlDeviceGetConfComputeProtectedMemoryUsage` from `nvml.h`, as this function's `#
+            // Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(device, memory) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18450,7 +19059,7 @@ pub unsafe fn nvmlDeviceGetConfComputeProtectedMemoryUsage(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetCoolerInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetCoolerInfo(
     device: nvmlDevice_t,
@@ -18458,10 +19067,11 @@ pub unsafe fn nvmlDeviceGetCoolerInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[45usize], &LIBRARY, 45usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlCoolerInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetCoolerInfo` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetCoolerInfo`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18470,6 +19080,9 @@ pub unsafe fn nvmlDeviceGetCoolerInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetCoolerInfo` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, coolerInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18484,19 +19097,24 @@ pub unsafe fn nvmlDeviceGetCoolerInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetCount_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetCount(deviceCount: *mut ::core::ffi::c_uint) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[46usize], &LIBRARY, 46usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetCount_v2` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetCount_v2`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_uint) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetCount_v2` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(deviceCount) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18512,7 +19130,7 @@ pub use self::nvmlDeviceGetCount as nvmlDeviceGetCount_v2;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetCpuAffinity` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetCpuAffinity(
     device: nvmlDevice_t,
@@ -18521,11 +19139,11 @@ pub unsafe fn nvmlDeviceGetCpuAffinity(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[47usize], &LIBRARY, 47usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut ::core::ffi::c_ulong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetCpuAffinity` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetCpuAffinity`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18535,6 +19153,9 @@ pub unsafe fn nvmlDeviceGetCpuAffinity(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetCpuAffinity` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, cpuSetSize, cpuSet) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18572,7 +19193,7 @@ pub unsafe fn nvmlDeviceGetCpuAffinity(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetCpuAffinityWithinScope` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetCpuAffinityWithinScope(
     device: nvmlDevice_t,
@@ -18582,12 +19203,11 @@ pub unsafe fn nvmlDeviceGetCpuAffinityWithinScope(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[48usize], &LIBRARY, 48usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut ::core::ffi::c_ulong,
-                nvmlAffinityScope_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetCpuAffinityWithinScope` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetCpuAffinityWithinScope`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18598,6 +19218,9 @@ pub unsafe fn nvmlDeviceGetCpuAffinityWithinScope(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetCpuAffinityWithinScope` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, cpuSetSize, cpuSet, scope) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18635,7 +19258,7 @@ pub unsafe fn nvmlDeviceGetCpuAffinityWithinScope(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetCreatableVgpus` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetCreatableVgpus(
     device: nvmlDevice_t,
@@ -18644,11 +19267,11 @@ pub unsafe fn nvmlDeviceGetCreatableVgpus(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[49usize], &LIBRARY, 49usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut nvmlVgpuTypeId_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetCreatableVgpus` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetCreatableVgpus`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18658,6 +19281,9 @@ pub unsafe fn nvmlDeviceGetCreatableVgpus(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetCreatableVgpus` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, vgpuCount, vgpuTypeIds) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18671,7 +19297,7 @@ pub unsafe fn nvmlDeviceGetCreatableVgpus(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetCudaComputeCapability` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetCudaComputeCapability(
     device: nvmlDevice_t,
@@ -18680,11 +19306,11 @@ pub unsafe fn nvmlDeviceGetCudaComputeCapability(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[50usize], &LIBRARY, 50usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_int,
-                *mut ::core::ffi::c_int,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetCudaComputeCapability` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetCudaComputeCapability`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18694,6 +19320,9 @@ pub unsafe fn nvmlDeviceGetCudaComputeCapability(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetCudaComputeCapability` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, major, minor) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18720,7 +19349,7 @@ pub unsafe fn nvmlDeviceGetCudaComputeCapability(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetCurrPcieLinkGeneration` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetCurrPcieLinkGeneration(
     device: nvmlDevice_t,
@@ -18728,10 +19357,11 @@ pub unsafe fn nvmlDeviceGetCurrPcieLinkGeneration(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[51usize], &LIBRARY, 51usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetCurrPcieLinkGeneration` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetCurrPcieLinkGeneration`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18740,6 +19370,9 @@ pub unsafe fn nvmlDeviceGetCurrPcieLinkGeneration(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetCurrPcieLinkGeneration` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, currLinkGen) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18766,7 +19399,7 @@ pub unsafe fn nvmlDeviceGetCurrPcieLinkGeneration(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetCurrPcieLinkWidth` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetCurrPcieLinkWidth(
     device: nvmlDevice_t,
@@ -18774,10 +19407,11 @@ pub unsafe fn nvmlDeviceGetCurrPcieLinkWidth(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[52usize], &LIBRARY, 52usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetCurrPcieLinkWidth` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetCurrPcieLinkWidth`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18786,6 +19420,9 @@ pub unsafe fn nvmlDeviceGetCurrPcieLinkWidth(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetCurrPcieLinkWidth` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, currLinkWidth) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18843,7 +19480,7 @@ pub unsafe fn nvmlDeviceGetCurrPcieLinkWidth(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetCurrentClockFreqs` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetCurrentClockFreqs(
     device: nvmlDevice_t,
@@ -18851,10 +19488,11 @@ pub unsafe fn nvmlDeviceGetCurrentClockFreqs(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[53usize], &LIBRARY, 53usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlDeviceCurrentClockFreqs_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetCurrentClockFreqs` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetCurrentClockFreqs`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18863,6 +19501,9 @@ pub unsafe fn nvmlDeviceGetCurrentClockFreqs(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetCurrentClockFreqs` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, currentClockFreqs) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18895,7 +19536,7 @@ pub unsafe fn nvmlDeviceGetCurrentClockFreqs(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetCurrentClocksEventReasons` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetCurrentClocksEventReasons(
     device: nvmlDevice_t,
@@ -18903,10 +19544,11 @@ pub unsafe fn nvmlDeviceGetCurrentClocksEventReasons(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[54usize], &LIBRARY, 54usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetCurrentClocksEventReasons` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetCurrentClocksEventReasons`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18915,6 +19557,9 @@ pub unsafe fn nvmlDeviceGetCurrentClocksEventReasons(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetCurrentClocksEventReasons`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, clocksEventReasons) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18928,7 +19573,7 @@ pub unsafe fn nvmlDeviceGetCurrentClocksEventReasons(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetCurrentClocksThrottleReasons` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetCurrentClocksThrottleReasons(
     device: nvmlDevice_t,
@@ -18936,10 +19581,11 @@ pub unsafe fn nvmlDeviceGetCurrentClocksThrottleReasons(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[55usize], &LIBRARY, 55usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetCurrentClocksThrottleReasons` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetCurrentClocksThrottleReasons`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18948,6 +19594,9 @@ pub unsafe fn nvmlDeviceGetCurrentClocksThrottleReasons(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetCurrentClocksThrottleReasons`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, clocksThrottleReasons) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18977,7 +19626,7 @@ pub unsafe fn nvmlDeviceGetCurrentClocksThrottleReasons(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetDecoderUtilization` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetDecoderUtilization(
     device: nvmlDevice_t,
@@ -18986,11 +19635,11 @@ pub unsafe fn nvmlDeviceGetDecoderUtilization(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[56usize], &LIBRARY, 56usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetDecoderUtilization` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetDecoderUtilization`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19000,6 +19649,9 @@ pub unsafe fn nvmlDeviceGetDecoderUtilization(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetDecoderUtilization` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, utilization, samplingPeriodUs) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19013,7 +19665,7 @@ pub unsafe fn nvmlDeviceGetDecoderUtilization(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetDefaultApplicationsClock` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetDefaultApplicationsClock(
     device: nvmlDevice_t,
@@ -19022,11 +19674,11 @@ pub unsafe fn nvmlDeviceGetDefaultApplicationsClock(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[57usize], &LIBRARY, 57usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlClockType_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetDefaultApplicationsClock` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetDefaultApplicationsClock`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19036,6 +19688,9 @@ pub unsafe fn nvmlDeviceGetDefaultApplicationsClock(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetDefaultApplicationsClock` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, clockType, clockMHz) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19068,7 +19723,7 @@ pub unsafe fn nvmlDeviceGetDefaultApplicationsClock(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetDefaultEccMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetDefaultEccMode(
     device: nvmlDevice_t,
@@ -19076,10 +19731,11 @@ pub unsafe fn nvmlDeviceGetDefaultEccMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[58usize], &LIBRARY, 58usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetDefaultEccMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetDefaultEccMode`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19088,6 +19744,9 @@ pub unsafe fn nvmlDeviceGetDefaultEccMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetDefaultEccMode` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, defaultMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19134,7 +19793,7 @@ pub unsafe fn nvmlDeviceGetDefaultEccMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetDetailedEccErrors` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetDetailedEccErrors(
     device: nvmlDevice_t,
@@ -19144,12 +19803,11 @@ pub unsafe fn nvmlDeviceGetDetailedEccErrors(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[59usize], &LIBRARY, 59usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlMemoryErrorType_t,
-                nvmlEccCounterType_t,
-                *mut nvmlEccErrorCounts_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetDetailedEccErrors` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetDetailedEccErrors`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19160,6 +19818,9 @@ pub unsafe fn nvmlDeviceGetDetailedEccErrors(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetDetailedEccErrors` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, errorType, counterType, eccCounts) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19186,7 +19847,7 @@ pub unsafe fn nvmlDeviceGetDetailedEccErrors(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetDeviceHandleFromMigDeviceHandle` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
     migDevice: nvmlDevice_t,
@@ -19194,15 +19855,20 @@ pub unsafe fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[60usize], &LIBRARY, 60usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlDevice_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetDeviceHandleFromMigDeviceHandle` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetDeviceHandleFromMigDeviceHandle`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t, *mut nvmlDevice_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlDeviceGetDeviceHandleFromMigDeviceHandle` from `nvml.h`, as this function's `#
+            // Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(migDevice, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19236,7 +19902,7 @@ pub unsafe fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetDisplayActive` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetDisplayActive(
     device: nvmlDevice_t,
@@ -19244,10 +19910,11 @@ pub unsafe fn nvmlDeviceGetDisplayActive(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[61usize], &LIBRARY, 61usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetDisplayActive` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetDisplayActive`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19256,6 +19923,9 @@ pub unsafe fn nvmlDeviceGetDisplayActive(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetDisplayActive` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, isActive) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19287,7 +19957,7 @@ pub unsafe fn nvmlDeviceGetDisplayActive(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetDisplayMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetDisplayMode(
     device: nvmlDevice_t,
@@ -19295,10 +19965,11 @@ pub unsafe fn nvmlDeviceGetDisplayMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[62usize], &LIBRARY, 62usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetDisplayMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetDisplayMode`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19307,6 +19978,9 @@ pub unsafe fn nvmlDeviceGetDisplayMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetDisplayMode` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, display) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19344,7 +20018,7 @@ pub unsafe fn nvmlDeviceGetDisplayMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetDramEncryptionMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetDramEncryptionMode(
     device: nvmlDevice_t,
@@ -19353,11 +20027,11 @@ pub unsafe fn nvmlDeviceGetDramEncryptionMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[63usize], &LIBRARY, 63usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlDramEncryptionInfo_t,
-                *mut nvmlDramEncryptionInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetDramEncryptionMode` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetDramEncryptionMode`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19367,6 +20041,9 @@ pub unsafe fn nvmlDeviceGetDramEncryptionMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetDramEncryptionMode` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, current, pending) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19405,7 +20082,7 @@ pub unsafe fn nvmlDeviceGetDramEncryptionMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetDriverModel_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetDriverModel(
     device: nvmlDevice_t,
@@ -19414,11 +20091,11 @@ pub unsafe fn nvmlDeviceGetDriverModel(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[64usize], &LIBRARY, 64usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlDriverModel_t,
-                *mut nvmlDriverModel_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetDriverModel_v2` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetDriverModel_v2`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19428,6 +20105,9 @@ pub unsafe fn nvmlDeviceGetDriverModel(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetDriverModel_v2` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, current, pending) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19454,7 +20134,7 @@ pub use self::nvmlDeviceGetDriverModel as nvmlDeviceGetDriverModel_v2;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetDynamicPstatesInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetDynamicPstatesInfo(
     device: nvmlDevice_t,
@@ -19462,10 +20142,11 @@ pub unsafe fn nvmlDeviceGetDynamicPstatesInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[65usize], &LIBRARY, 65usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlGpuDynamicPstatesInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetDynamicPstatesInfo` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetDynamicPstatesInfo`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19474,6 +20155,9 @@ pub unsafe fn nvmlDeviceGetDynamicPstatesInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetDynamicPstatesInfo` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pDynamicPstatesInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19510,7 +20194,7 @@ pub unsafe fn nvmlDeviceGetDynamicPstatesInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetEccMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetEccMode(
     device: nvmlDevice_t,
@@ -19519,11 +20203,11 @@ pub unsafe fn nvmlDeviceGetEccMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[66usize], &LIBRARY, 66usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlEnableState_t,
-                *mut nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetEccMode` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlDeviceGetEccMode`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19533,6 +20217,9 @@ pub unsafe fn nvmlDeviceGetEccMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetEccMode` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, current, pending) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19561,7 +20248,7 @@ pub unsafe fn nvmlDeviceGetEccMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetEncoderCapacity` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetEncoderCapacity(
     device: nvmlDevice_t,
@@ -19570,11 +20257,11 @@ pub unsafe fn nvmlDeviceGetEncoderCapacity(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[67usize], &LIBRARY, 67usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlEncoderType_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetEncoderCapacity` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetEncoderCapacity`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19584,6 +20271,9 @@ pub unsafe fn nvmlDeviceGetEncoderCapacity(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetEncoderCapacity` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, encoderQueryType, encoderCapacity) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19621,7 +20311,7 @@ pub unsafe fn nvmlDeviceGetEncoderCapacity(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetEncoderSessions` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetEncoderSessions(
     device: nvmlDevice_t,
@@ -19630,11 +20320,11 @@ pub unsafe fn nvmlDeviceGetEncoderSessions(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[68usize], &LIBRARY, 68usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut nvmlEncoderSessionInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetEncoderSessions` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetEncoderSessions`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19644,6 +20334,9 @@ pub unsafe fn nvmlDeviceGetEncoderSessions(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetEncoderSessions` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, sessionCount, sessionInfos) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19672,7 +20365,7 @@ pub unsafe fn nvmlDeviceGetEncoderSessions(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetEncoderStats` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetEncoderStats(
     device: nvmlDevice_t,
@@ -19682,12 +20375,11 @@ pub unsafe fn nvmlDeviceGetEncoderStats(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[69usize], &LIBRARY, 69usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetEncoderStats` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetEncoderStats`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19698,6 +20390,9 @@ pub unsafe fn nvmlDeviceGetEncoderStats(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetEncoderStats` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, sessionCount, averageFps, averageLatency) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19727,7 +20422,7 @@ pub unsafe fn nvmlDeviceGetEncoderStats(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetEncoderUtilization` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetEncoderUtilization(
     device: nvmlDevice_t,
@@ -19736,11 +20431,11 @@ pub unsafe fn nvmlDeviceGetEncoderUtilization(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[70usize], &LIBRARY, 70usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetEncoderUtilization` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetEncoderUtilization`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19750,6 +20445,9 @@ pub unsafe fn nvmlDeviceGetEncoderUtilization(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetEncoderUtilization` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, utilization, samplingPeriodUs) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19779,7 +20477,7 @@ pub unsafe fn nvmlDeviceGetEncoderUtilization(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetEnforcedPowerLimit` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetEnforcedPowerLimit(
     device: nvmlDevice_t,
@@ -19787,10 +20485,11 @@ pub unsafe fn nvmlDeviceGetEnforcedPowerLimit(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[71usize], &LIBRARY, 71usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetEnforcedPowerLimit` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetEnforcedPowerLimit`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19799,6 +20498,9 @@ pub unsafe fn nvmlDeviceGetEnforcedPowerLimit(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetEnforcedPowerLimit` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, limit) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19838,7 +20540,7 @@ pub unsafe fn nvmlDeviceGetEnforcedPowerLimit(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetFBCSessions` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetFBCSessions(
     device: nvmlDevice_t,
@@ -19847,11 +20549,11 @@ pub unsafe fn nvmlDeviceGetFBCSessions(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[72usize], &LIBRARY, 72usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut nvmlFBCSessionInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetFBCSessions` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetFBCSessions`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19861,6 +20563,9 @@ pub unsafe fn nvmlDeviceGetFBCSessions(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetFBCSessions` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, sessionCount, sessionInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19886,7 +20591,7 @@ pub unsafe fn nvmlDeviceGetFBCSessions(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetFBCStats` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetFBCStats(
     device: nvmlDevice_t,
@@ -19894,10 +20599,11 @@ pub unsafe fn nvmlDeviceGetFBCStats(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[73usize], &LIBRARY, 73usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlFBCStats_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetFBCStats` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetFBCStats`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19906,6 +20612,9 @@ pub unsafe fn nvmlDeviceGetFBCStats(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetFBCStats` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, fbcStats) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19935,7 +20644,7 @@ pub unsafe fn nvmlDeviceGetFBCStats(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetFanControlPolicy_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetFanControlPolicy_v2(
     device: nvmlDevice_t,
@@ -19944,11 +20653,11 @@ pub unsafe fn nvmlDeviceGetFanControlPolicy_v2(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[74usize], &LIBRARY, 74usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut nvmlFanControlPolicy_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetFanControlPolicy_v2` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetFanControlPolicy_v2`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19958,6 +20667,9 @@ pub unsafe fn nvmlDeviceGetFanControlPolicy_v2(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetFanControlPolicy_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, fan, policy) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19990,7 +20702,7 @@ pub unsafe fn nvmlDeviceGetFanControlPolicy_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetFanSpeed` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetFanSpeed(
     device: nvmlDevice_t,
@@ -19998,10 +20710,11 @@ pub unsafe fn nvmlDeviceGetFanSpeed(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[75usize], &LIBRARY, 75usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetFanSpeed` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetFanSpeed`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20010,6 +20723,9 @@ pub unsafe fn nvmlDeviceGetFanSpeed(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetFanSpeed` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, speed) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20042,7 +20758,7 @@ pub unsafe fn nvmlDeviceGetFanSpeed(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetFanSpeedRPM` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetFanSpeedRPM(
     device: nvmlDevice_t,
@@ -20050,10 +20766,11 @@ pub unsafe fn nvmlDeviceGetFanSpeedRPM(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[76usize], &LIBRARY, 76usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlFanSpeedInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetFanSpeedRPM` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetFanSpeedRPM`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20062,6 +20779,9 @@ pub unsafe fn nvmlDeviceGetFanSpeedRPM(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetFanSpeedRPM` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, fanSpeed) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20095,7 +20815,7 @@ pub unsafe fn nvmlDeviceGetFanSpeedRPM(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetFanSpeed_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetFanSpeed_v2(
     device: nvmlDevice_t,
@@ -20104,11 +20824,11 @@ pub unsafe fn nvmlDeviceGetFanSpeed_v2(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[77usize], &LIBRARY, 77usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetFanSpeed_v2` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetFanSpeed_v2`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20118,6 +20838,9 @@ pub unsafe fn nvmlDeviceGetFanSpeed_v2(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetFanSpeed_v2` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, fan, speed) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20144,7 +20867,7 @@ pub unsafe fn nvmlDeviceGetFanSpeed_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetFieldValues` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetFieldValues(
     device: nvmlDevice_t,
@@ -20153,11 +20876,11 @@ pub unsafe fn nvmlDeviceGetFieldValues(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[78usize], &LIBRARY, 78usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_int,
-                *mut nvmlFieldValue_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetFieldValues` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetFieldValues`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20167,6 +20890,9 @@ pub unsafe fn nvmlDeviceGetFieldValues(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetFieldValues` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, valuesCount, values) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20190,7 +20916,7 @@ pub unsafe fn nvmlDeviceGetFieldValues(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGpcClkMinMaxVfOffset` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGpcClkMinMaxVfOffset(
     device: nvmlDevice_t,
@@ -20199,11 +20925,11 @@ pub unsafe fn nvmlDeviceGetGpcClkMinMaxVfOffset(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[79usize], &LIBRARY, 79usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_int,
-                *mut ::core::ffi::c_int,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGpcClkMinMaxVfOffset` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetGpcClkMinMaxVfOffset`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20213,6 +20939,9 @@ pub unsafe fn nvmlDeviceGetGpcClkMinMaxVfOffset(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGpcClkMinMaxVfOffset` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, minOffset, maxOffset) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20235,7 +20964,7 @@ pub unsafe fn nvmlDeviceGetGpcClkMinMaxVfOffset(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGpcClkVfOffset` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGpcClkVfOffset(
     device: nvmlDevice_t,
@@ -20243,10 +20972,11 @@ pub unsafe fn nvmlDeviceGetGpcClkVfOffset(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[80usize], &LIBRARY, 80usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_int,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGpcClkVfOffset` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetGpcClkVfOffset`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20255,6 +20985,9 @@ pub unsafe fn nvmlDeviceGetGpcClkVfOffset(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGpcClkVfOffset` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, offset) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20286,7 +21019,7 @@ pub unsafe fn nvmlDeviceGetGpcClkVfOffset(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGpuFabricInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGpuFabricInfo(
     device: nvmlDevice_t,
@@ -20294,10 +21027,11 @@ pub unsafe fn nvmlDeviceGetGpuFabricInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[81usize], &LIBRARY, 81usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlGpuFabricInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGpuFabricInfo` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetGpuFabricInfo`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20306,6 +21040,9 @@ pub unsafe fn nvmlDeviceGetGpuFabricInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGpuFabricInfo` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, gpuFabricInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20339,7 +21076,7 @@ pub unsafe fn nvmlDeviceGetGpuFabricInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGpuFabricInfoV` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGpuFabricInfoV(
     device: nvmlDevice_t,
@@ -20347,10 +21084,11 @@ pub unsafe fn nvmlDeviceGetGpuFabricInfoV(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[82usize], &LIBRARY, 82usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlGpuFabricInfoV_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGpuFabricInfoV` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetGpuFabricInfoV`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20359,6 +21097,9 @@ pub unsafe fn nvmlDeviceGetGpuFabricInfoV(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGpuFabricInfoV` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, gpuFabricInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20399,7 +21140,7 @@ pub unsafe fn nvmlDeviceGetGpuFabricInfoV(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGpuFabricInfo_v4` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGpuFabricInfo_v4(
     device: nvmlDevice_t,
@@ -20407,10 +21148,11 @@ pub unsafe fn nvmlDeviceGetGpuFabricInfo_v4(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[83usize], &LIBRARY, 83usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlGpuFabricInfo_v4_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGpuFabricInfo_v4` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetGpuFabricInfo_v4`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20419,6 +21161,9 @@ pub unsafe fn nvmlDeviceGetGpuFabricInfo_v4(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGpuFabricInfo_v4` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, gpuFabricInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20448,7 +21193,7 @@ pub unsafe fn nvmlDeviceGetGpuFabricInfo_v4(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGpuInstanceById` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGpuInstanceById(
     device: nvmlDevice_t,
@@ -20457,11 +21202,11 @@ pub unsafe fn nvmlDeviceGetGpuInstanceById(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[84usize], &LIBRARY, 84usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut nvmlGpuInstance_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGpuInstanceById` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetGpuInstanceById`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20471,6 +21216,9 @@ pub unsafe fn nvmlDeviceGetGpuInstanceById(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGpuInstanceById` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, id, gpuInstance) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20499,7 +21247,7 @@ pub unsafe fn nvmlDeviceGetGpuInstanceById(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGpuInstanceId` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGpuInstanceId(
     device: nvmlDevice_t,
@@ -20507,10 +21255,11 @@ pub unsafe fn nvmlDeviceGetGpuInstanceId(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[85usize], &LIBRARY, 85usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGpuInstanceId` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetGpuInstanceId`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20519,6 +21268,9 @@ pub unsafe fn nvmlDeviceGetGpuInstanceId(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGpuInstanceId` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, id) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20556,7 +21308,7 @@ pub unsafe fn nvmlDeviceGetGpuInstanceId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGpuInstancePossiblePlacements_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGpuInstancePossiblePlacements(
     device: nvmlDevice_t,
@@ -20566,12 +21318,11 @@ pub unsafe fn nvmlDeviceGetGpuInstancePossiblePlacements(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[86usize], &LIBRARY, 86usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut nvmlGpuInstancePlacement_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGpuInstancePossiblePlacements_v2` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetGpuInstancePossiblePlacements_v2`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20582,6 +21333,10 @@ pub unsafe fn nvmlDeviceGetGpuInstancePossiblePlacements(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlDeviceGetGpuInstancePossiblePlacements_v2` from `nvml.h`, as this function's `#
+            // Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(device, profileId, placements, count) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20616,7 +21371,7 @@ pub use self::nvmlDeviceGetGpuInstancePossiblePlacements as nvmlDeviceGetGpuInst
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGpuInstanceProfileInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfo(
     device: nvmlDevice_t,
@@ -20625,11 +21380,11 @@ pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[87usize], &LIBRARY, 87usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut nvmlGpuInstanceProfileInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGpuInstanceProfileInfo` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetGpuInstanceProfileInfo`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20639,6 +21394,9 @@ pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGpuInstanceProfileInfo` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, profile, info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20679,7 +21437,7 @@ pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGpuInstanceProfileInfoByIdV` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfoByIdV(
     device: nvmlDevice_t,
@@ -20688,11 +21446,11 @@ pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfoByIdV(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[88usize], &LIBRARY, 88usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut nvmlGpuInstanceProfileInfo_v2_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGpuInstanceProfileInfoByIdV` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetGpuInstanceProfileInfoByIdV`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20702,6 +21460,9 @@ pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfoByIdV(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGpuInstanceProfileInfoByIdV`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, profileId, info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20742,7 +21503,7 @@ pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfoByIdV(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGpuInstanceProfileInfoV` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfoV(
     device: nvmlDevice_t,
@@ -20751,11 +21512,11 @@ pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfoV(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[89usize], &LIBRARY, 89usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut nvmlGpuInstanceProfileInfo_v2_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGpuInstanceProfileInfoV` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetGpuInstanceProfileInfoV`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20765,6 +21526,9 @@ pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfoV(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGpuInstanceProfileInfoV` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, profile, info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20793,7 +21557,7 @@ pub unsafe fn nvmlDeviceGetGpuInstanceProfileInfoV(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGpuInstanceRemainingCapacity` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGpuInstanceRemainingCapacity(
     device: nvmlDevice_t,
@@ -20802,11 +21566,11 @@ pub unsafe fn nvmlDeviceGetGpuInstanceRemainingCapacity(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[90usize], &LIBRARY, 90usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGpuInstanceRemainingCapacity` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetGpuInstanceRemainingCapacity`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20816,6 +21580,9 @@ pub unsafe fn nvmlDeviceGetGpuInstanceRemainingCapacity(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGpuInstanceRemainingCapacity`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, profileId, count) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20847,7 +21614,7 @@ pub unsafe fn nvmlDeviceGetGpuInstanceRemainingCapacity(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGpuInstances` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGpuInstances(
     device: nvmlDevice_t,
@@ -20857,12 +21624,11 @@ pub unsafe fn nvmlDeviceGetGpuInstances(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[91usize], &LIBRARY, 91usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut nvmlGpuInstance_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGpuInstances` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetGpuInstances`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20873,6 +21639,9 @@ pub unsafe fn nvmlDeviceGetGpuInstances(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGpuInstances` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, profileId, gpuInstances, count) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20899,7 +21668,7 @@ pub unsafe fn nvmlDeviceGetGpuInstances(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGpuMaxPcieLinkGeneration` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGpuMaxPcieLinkGeneration(
     device: nvmlDevice_t,
@@ -20907,10 +21676,11 @@ pub unsafe fn nvmlDeviceGetGpuMaxPcieLinkGeneration(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[92usize], &LIBRARY, 92usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGpuMaxPcieLinkGeneration` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetGpuMaxPcieLinkGeneration`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20919,6 +21689,9 @@ pub unsafe fn nvmlDeviceGetGpuMaxPcieLinkGeneration(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGpuMaxPcieLinkGeneration` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, maxLinkGenDevice) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20951,7 +21724,7 @@ pub unsafe fn nvmlDeviceGetGpuMaxPcieLinkGeneration(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGpuOperationMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGpuOperationMode(
     device: nvmlDevice_t,
@@ -20960,11 +21733,11 @@ pub unsafe fn nvmlDeviceGetGpuOperationMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[93usize], &LIBRARY, 93usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlGpuOperationMode_t,
-                *mut nvmlGpuOperationMode_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGpuOperationMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetGpuOperationMode`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20974,6 +21747,9 @@ pub unsafe fn nvmlDeviceGetGpuOperationMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGpuOperationMode` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, current, pending) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21002,7 +21778,7 @@ pub unsafe fn nvmlDeviceGetGpuOperationMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGpuUptime_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGpuUptime_v1(
     device: nvmlDevice_t,
@@ -21010,10 +21786,11 @@ pub unsafe fn nvmlDeviceGetGpuUptime_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[94usize], &LIBRARY, 94usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlGpuUptime_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGpuUptime_v1` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetGpuUptime_v1`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21022,6 +21799,9 @@ pub unsafe fn nvmlDeviceGetGpuUptime_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGpuUptime_v1` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, uptime) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21074,7 +21854,7 @@ pub unsafe fn nvmlDeviceGetGpuUptime_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGraphicsRunningProcesses_v3` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGraphicsRunningProcesses(
     device: nvmlDevice_t,
@@ -21083,11 +21863,11 @@ pub unsafe fn nvmlDeviceGetGraphicsRunningProcesses(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[95usize], &LIBRARY, 95usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut nvmlProcessInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGraphicsRunningProcesses_v3` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetGraphicsRunningProcesses_v3`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21097,6 +21877,9 @@ pub unsafe fn nvmlDeviceGetGraphicsRunningProcesses(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGraphicsRunningProcesses_v3`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, infoCount, infos) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21124,7 +21907,7 @@ pub use self::nvmlDeviceGetGraphicsRunningProcesses as nvmlDeviceGetGraphicsRunn
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGridLicensableFeatures_v4` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGridLicensableFeatures(
     device: nvmlDevice_t,
@@ -21132,10 +21915,11 @@ pub unsafe fn nvmlDeviceGetGridLicensableFeatures(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[96usize], &LIBRARY, 96usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlGridLicensableFeatures_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGridLicensableFeatures_v4` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetGridLicensableFeatures_v4`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21144,6 +21928,9 @@ pub unsafe fn nvmlDeviceGetGridLicensableFeatures(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGridLicensableFeatures_v4`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pGridLicensableFeatures) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21172,7 +21959,7 @@ pub use self::nvmlDeviceGetGridLicensableFeatures as nvmlDeviceGetGridLicensable
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGspFirmwareMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGspFirmwareMode(
     device: nvmlDevice_t,
@@ -21181,11 +21968,11 @@ pub unsafe fn nvmlDeviceGetGspFirmwareMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[97usize], &LIBRARY, 97usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGspFirmwareMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetGspFirmwareMode`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21195,6 +21982,9 @@ pub unsafe fn nvmlDeviceGetGspFirmwareMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGspFirmwareMode` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, isEnabled, defaultMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21220,7 +22010,7 @@ pub unsafe fn nvmlDeviceGetGspFirmwareMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetGspFirmwareVersion` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetGspFirmwareVersion(
     device: nvmlDevice_t,
@@ -21228,10 +22018,11 @@ pub unsafe fn nvmlDeviceGetGspFirmwareVersion(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[98usize], &LIBRARY, 98usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_char,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetGspFirmwareVersion` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetGspFirmwareVersion`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21240,6 +22031,9 @@ pub unsafe fn nvmlDeviceGetGspFirmwareVersion(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetGspFirmwareVersion` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, version) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21254,7 +22048,7 @@ pub unsafe fn nvmlDeviceGetGspFirmwareVersion(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetHandleByIndex_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetHandleByIndex(
     index: ::core::ffi::c_uint,
@@ -21262,10 +22056,11 @@ pub unsafe fn nvmlDeviceGetHandleByIndex(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[99usize], &LIBRARY, 99usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_uint,
-                *mut nvmlDevice_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetHandleByIndex_v2` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetHandleByIndex_v2`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21274,6 +22069,9 @@ pub unsafe fn nvmlDeviceGetHandleByIndex(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetHandleByIndex_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(index, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21290,7 +22088,7 @@ pub use self::nvmlDeviceGetHandleByIndex as nvmlDeviceGetHandleByIndex_v2;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetHandleByPciBusId_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetHandleByPciBusId(
     pciBusId: *const ::core::ffi::c_char,
@@ -21298,10 +22096,11 @@ pub unsafe fn nvmlDeviceGetHandleByPciBusId(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[100usize], &LIBRARY, 100usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_char,
-                *mut nvmlDevice_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetHandleByPciBusId_v2` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetHandleByPciBusId_v2`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21310,6 +22109,9 @@ pub unsafe fn nvmlDeviceGetHandleByPciBusId(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetHandleByPciBusId_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pciBusId, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21354,7 +22156,7 @@ pub use self::nvmlDeviceGetHandleByPciBusId as nvmlDeviceGetHandleByPciBusId_v2;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetHandleBySerial` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetHandleBySerial(
     serial: *const ::core::ffi::c_char,
@@ -21362,10 +22164,11 @@ pub unsafe fn nvmlDeviceGetHandleBySerial(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[101usize], &LIBRARY, 101usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_char,
-                *mut nvmlDevice_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetHandleBySerial` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetHandleBySerial`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21374,6 +22177,9 @@ pub unsafe fn nvmlDeviceGetHandleBySerial(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetHandleBySerial` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(serial, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21387,7 +22193,7 @@ pub unsafe fn nvmlDeviceGetHandleBySerial(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetHandleByUUID` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetHandleByUUID(
     uuid: *const ::core::ffi::c_char,
@@ -21395,10 +22201,11 @@ pub unsafe fn nvmlDeviceGetHandleByUUID(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[102usize], &LIBRARY, 102usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_char,
-                *mut nvmlDevice_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetHandleByUUID` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetHandleByUUID`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21407,6 +22214,9 @@ pub unsafe fn nvmlDeviceGetHandleByUUID(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetHandleByUUID` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(uuid, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21420,7 +22230,7 @@ pub unsafe fn nvmlDeviceGetHandleByUUID(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetHandleByUUIDV` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetHandleByUUIDV(
     uuid: *const nvmlUUID_t,
@@ -21428,10 +22238,11 @@ pub unsafe fn nvmlDeviceGetHandleByUUIDV(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[103usize], &LIBRARY, 103usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const nvmlUUID_t,
-                *mut nvmlDevice_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetHandleByUUIDV` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetHandleByUUIDV`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21440,6 +22251,9 @@ pub unsafe fn nvmlDeviceGetHandleByUUIDV(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetHandleByUUIDV` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(uuid, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21466,7 +22280,7 @@ pub unsafe fn nvmlDeviceGetHandleByUUIDV(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetHostVgpuMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetHostVgpuMode(
     device: nvmlDevice_t,
@@ -21474,10 +22288,11 @@ pub unsafe fn nvmlDeviceGetHostVgpuMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[104usize], &LIBRARY, 104usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlHostVgpuMode_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetHostVgpuMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetHostVgpuMode`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21486,6 +22301,9 @@ pub unsafe fn nvmlDeviceGetHostVgpuMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetHostVgpuMode` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pHostVgpuMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21517,7 +22335,7 @@ pub unsafe fn nvmlDeviceGetHostVgpuMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetHostname_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetHostname_v1(
     device: nvmlDevice_t,
@@ -21525,10 +22343,11 @@ pub unsafe fn nvmlDeviceGetHostname_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[105usize], &LIBRARY, 105usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlHostname_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetHostname_v1` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetHostname_v1`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21537,6 +22356,9 @@ pub unsafe fn nvmlDeviceGetHostname_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetHostname_v1` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, hostname) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21550,7 +22372,7 @@ pub unsafe fn nvmlDeviceGetHostname_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetIndex` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetIndex(
     device: nvmlDevice_t,
@@ -21558,10 +22380,11 @@ pub unsafe fn nvmlDeviceGetIndex(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[106usize], &LIBRARY, 106usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetIndex` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlDeviceGetIndex`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21570,6 +22393,9 @@ pub unsafe fn nvmlDeviceGetIndex(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetIndex` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, index) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21601,7 +22427,7 @@ pub unsafe fn nvmlDeviceGetIndex(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetInforomConfigurationChecksum` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetInforomConfigurationChecksum(
     device: nvmlDevice_t,
@@ -21609,10 +22435,11 @@ pub unsafe fn nvmlDeviceGetInforomConfigurationChecksum(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[107usize], &LIBRARY, 107usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetInforomConfigurationChecksum` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetInforomConfigurationChecksum`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21621,6 +22448,9 @@ pub unsafe fn nvmlDeviceGetInforomConfigurationChecksum(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetInforomConfigurationChecksum`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, checksum) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21656,7 +22486,7 @@ pub unsafe fn nvmlDeviceGetInforomConfigurationChecksum(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetInforomImageVersion` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetInforomImageVersion(
     device: nvmlDevice_t,
@@ -21665,11 +22495,11 @@ pub unsafe fn nvmlDeviceGetInforomImageVersion(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[108usize], &LIBRARY, 108usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetInforomImageVersion` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetInforomImageVersion`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21679,6 +22509,9 @@ pub unsafe fn nvmlDeviceGetInforomImageVersion(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetInforomImageVersion` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, version, length) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21717,7 +22550,7 @@ pub unsafe fn nvmlDeviceGetInforomImageVersion(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetInforomVersion` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetInforomVersion(
     device: nvmlDevice_t,
@@ -21727,12 +22560,11 @@ pub unsafe fn nvmlDeviceGetInforomVersion(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[109usize], &LIBRARY, 109usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlInforomObject_t,
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetInforomVersion` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetInforomVersion`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21743,6 +22575,9 @@ pub unsafe fn nvmlDeviceGetInforomVersion(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetInforomVersion` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, object, version, length) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21766,7 +22601,7 @@ pub unsafe fn nvmlDeviceGetInforomVersion(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetIrqNum` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetIrqNum(
     device: nvmlDevice_t,
@@ -21774,10 +22609,11 @@ pub unsafe fn nvmlDeviceGetIrqNum(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[110usize], &LIBRARY, 110usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetIrqNum` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlDeviceGetIrqNum`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21786,6 +22622,9 @@ pub unsafe fn nvmlDeviceGetIrqNum(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetIrqNum` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, irqNum) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21815,7 +22654,7 @@ pub unsafe fn nvmlDeviceGetIrqNum(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetJpgUtilization` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetJpgUtilization(
     device: nvmlDevice_t,
@@ -21824,11 +22663,11 @@ pub unsafe fn nvmlDeviceGetJpgUtilization(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[111usize], &LIBRARY, 111usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetJpgUtilization` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetJpgUtilization`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21838,6 +22677,9 @@ pub unsafe fn nvmlDeviceGetJpgUtilization(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetJpgUtilization` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, utilization, samplingPeriodUs) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21866,7 +22708,7 @@ pub unsafe fn nvmlDeviceGetJpgUtilization(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetLastBBXFlushTime` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetLastBBXFlushTime(
     device: nvmlDevice_t,
@@ -21875,11 +22717,11 @@ pub unsafe fn nvmlDeviceGetLastBBXFlushTime(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[112usize], &LIBRARY, 112usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_ulonglong,
-                *mut ::core::ffi::c_ulong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetLastBBXFlushTime` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetLastBBXFlushTime`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21889,6 +22731,9 @@ pub unsafe fn nvmlDeviceGetLastBBXFlushTime(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetLastBBXFlushTime` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, timestamp, durationUs) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21941,7 +22786,7 @@ pub unsafe fn nvmlDeviceGetLastBBXFlushTime(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMPSComputeRunningProcesses_v3` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMPSComputeRunningProcesses(
     device: nvmlDevice_t,
@@ -21950,11 +22795,11 @@ pub unsafe fn nvmlDeviceGetMPSComputeRunningProcesses(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[113usize], &LIBRARY, 113usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut nvmlProcessInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMPSComputeRunningProcesses_v3` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetMPSComputeRunningProcesses_v3`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21964,6 +22809,9 @@ pub unsafe fn nvmlDeviceGetMPSComputeRunningProcesses(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMPSComputeRunningProcesses_v3`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, infoCount, infos) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21990,7 +22838,7 @@ pub use self::nvmlDeviceGetMPSComputeRunningProcesses as nvmlDeviceGetMPSCompute
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMarginTemperature` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMarginTemperature(
     device: nvmlDevice_t,
@@ -21998,10 +22846,11 @@ pub unsafe fn nvmlDeviceGetMarginTemperature(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[114usize], &LIBRARY, 114usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlMarginTemperature_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMarginTemperature` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetMarginTemperature`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22010,6 +22859,9 @@ pub unsafe fn nvmlDeviceGetMarginTemperature(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMarginTemperature` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, marginTempInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22042,7 +22894,7 @@ pub unsafe fn nvmlDeviceGetMarginTemperature(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMaxClockInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMaxClockInfo(
     device: nvmlDevice_t,
@@ -22051,11 +22903,11 @@ pub unsafe fn nvmlDeviceGetMaxClockInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[115usize], &LIBRARY, 115usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlClockType_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMaxClockInfo` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetMaxClockInfo`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22065,6 +22917,9 @@ pub unsafe fn nvmlDeviceGetMaxClockInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMaxClockInfo` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, type_, clock) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22092,7 +22947,7 @@ pub unsafe fn nvmlDeviceGetMaxClockInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMaxCustomerBoostClock` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMaxCustomerBoostClock(
     device: nvmlDevice_t,
@@ -22101,11 +22956,11 @@ pub unsafe fn nvmlDeviceGetMaxCustomerBoostClock(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[116usize], &LIBRARY, 116usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlClockType_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMaxCustomerBoostClock` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetMaxCustomerBoostClock`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22115,6 +22970,9 @@ pub unsafe fn nvmlDeviceGetMaxCustomerBoostClock(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMaxCustomerBoostClock` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, clockType, clockMHz) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22142,7 +23000,7 @@ pub unsafe fn nvmlDeviceGetMaxCustomerBoostClock(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMaxMigDeviceCount` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMaxMigDeviceCount(
     device: nvmlDevice_t,
@@ -22150,10 +23008,11 @@ pub unsafe fn nvmlDeviceGetMaxMigDeviceCount(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[117usize], &LIBRARY, 117usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMaxMigDeviceCount` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetMaxMigDeviceCount`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22162,6 +23021,9 @@ pub unsafe fn nvmlDeviceGetMaxMigDeviceCount(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMaxMigDeviceCount` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, count) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22191,7 +23053,7 @@ pub unsafe fn nvmlDeviceGetMaxMigDeviceCount(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMaxPcieLinkGeneration` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMaxPcieLinkGeneration(
     device: nvmlDevice_t,
@@ -22199,10 +23061,11 @@ pub unsafe fn nvmlDeviceGetMaxPcieLinkGeneration(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[118usize], &LIBRARY, 118usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMaxPcieLinkGeneration` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetMaxPcieLinkGeneration`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22211,6 +23074,9 @@ pub unsafe fn nvmlDeviceGetMaxPcieLinkGeneration(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMaxPcieLinkGeneration` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, maxLinkGen) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22240,7 +23106,7 @@ pub unsafe fn nvmlDeviceGetMaxPcieLinkGeneration(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMaxPcieLinkWidth` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMaxPcieLinkWidth(
     device: nvmlDevice_t,
@@ -22248,10 +23114,11 @@ pub unsafe fn nvmlDeviceGetMaxPcieLinkWidth(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[119usize], &LIBRARY, 119usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMaxPcieLinkWidth` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetMaxPcieLinkWidth`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22260,6 +23127,9 @@ pub unsafe fn nvmlDeviceGetMaxPcieLinkWidth(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMaxPcieLinkWidth` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, maxLinkWidth) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22283,7 +23153,7 @@ pub unsafe fn nvmlDeviceGetMaxPcieLinkWidth(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMemClkMinMaxVfOffset` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMemClkMinMaxVfOffset(
     device: nvmlDevice_t,
@@ -22292,11 +23162,11 @@ pub unsafe fn nvmlDeviceGetMemClkMinMaxVfOffset(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[120usize], &LIBRARY, 120usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_int,
-                *mut ::core::ffi::c_int,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMemClkMinMaxVfOffset` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetMemClkMinMaxVfOffset`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22306,6 +23176,9 @@ pub unsafe fn nvmlDeviceGetMemClkMinMaxVfOffset(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMemClkMinMaxVfOffset` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, minOffset, maxOffset) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22328,7 +23201,7 @@ pub unsafe fn nvmlDeviceGetMemClkMinMaxVfOffset(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMemClkVfOffset` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMemClkVfOffset(
     device: nvmlDevice_t,
@@ -22336,10 +23209,11 @@ pub unsafe fn nvmlDeviceGetMemClkVfOffset(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[121usize], &LIBRARY, 121usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_int,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMemClkVfOffset` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetMemClkVfOffset`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22348,6 +23222,9 @@ pub unsafe fn nvmlDeviceGetMemClkVfOffset(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMemClkVfOffset` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, offset) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22385,7 +23262,7 @@ pub unsafe fn nvmlDeviceGetMemClkVfOffset(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMemoryAffinity` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMemoryAffinity(
     device: nvmlDevice_t,
@@ -22395,12 +23272,11 @@ pub unsafe fn nvmlDeviceGetMemoryAffinity(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[122usize], &LIBRARY, 122usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut ::core::ffi::c_ulong,
-                nvmlAffinityScope_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMemoryAffinity` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetMemoryAffinity`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22411,6 +23287,9 @@ pub unsafe fn nvmlDeviceGetMemoryAffinity(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMemoryAffinity` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, nodeSetSize, nodeSet, scope) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22434,7 +23313,7 @@ pub unsafe fn nvmlDeviceGetMemoryAffinity(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMemoryBusWidth` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMemoryBusWidth(
     device: nvmlDevice_t,
@@ -22442,10 +23321,11 @@ pub unsafe fn nvmlDeviceGetMemoryBusWidth(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[123usize], &LIBRARY, 123usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMemoryBusWidth` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetMemoryBusWidth`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22454,6 +23334,9 @@ pub unsafe fn nvmlDeviceGetMemoryBusWidth(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMemoryBusWidth` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, busWidth) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22499,7 +23382,7 @@ pub unsafe fn nvmlDeviceGetMemoryBusWidth(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMemoryErrorCounter` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMemoryErrorCounter(
     device: nvmlDevice_t,
@@ -22510,13 +23393,11 @@ pub unsafe fn nvmlDeviceGetMemoryErrorCounter(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[124usize], &LIBRARY, 124usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlMemoryErrorType_t,
-                nvmlEccCounterType_t,
-                nvmlMemoryLocation_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMemoryErrorCounter` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetMemoryErrorCounter`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22528,6 +23409,9 @@ pub unsafe fn nvmlDeviceGetMemoryErrorCounter(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMemoryErrorCounter` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, errorType, counterType, locationType, count) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22541,7 +23425,7 @@ pub unsafe fn nvmlDeviceGetMemoryErrorCounter(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMemoryInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMemoryInfo(
     device: nvmlDevice_t,
@@ -22549,15 +23433,19 @@ pub unsafe fn nvmlDeviceGetMemoryInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[125usize], &LIBRARY, 125usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlMemory_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMemoryInfo` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetMemoryInfo`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMemoryInfo` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, memory) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22571,7 +23459,7 @@ pub unsafe fn nvmlDeviceGetMemoryInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMemoryInfo_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMemoryInfo_v2(
     device: nvmlDevice_t,
@@ -22579,10 +23467,11 @@ pub unsafe fn nvmlDeviceGetMemoryInfo_v2(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[126usize], &LIBRARY, 126usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlMemory_v2_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMemoryInfo_v2` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetMemoryInfo_v2`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22591,6 +23480,9 @@ pub unsafe fn nvmlDeviceGetMemoryInfo_v2(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMemoryInfo_v2` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, memory) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22624,7 +23516,7 @@ pub unsafe fn nvmlDeviceGetMemoryInfo_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMemoryLimits_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMemoryLimits_v1(
     device: nvmlDevice_t,
@@ -22632,10 +23524,11 @@ pub unsafe fn nvmlDeviceGetMemoryLimits_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[127usize], &LIBRARY, 127usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlGetMemoryLimits_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMemoryLimits_v1` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetMemoryLimits_v1`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22644,6 +23537,9 @@ pub unsafe fn nvmlDeviceGetMemoryLimits_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMemoryLimits_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, limits) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22678,7 +23574,7 @@ pub unsafe fn nvmlDeviceGetMemoryLimits_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMigDeviceHandleByIndex` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMigDeviceHandleByIndex(
     device: nvmlDevice_t,
@@ -22687,11 +23583,11 @@ pub unsafe fn nvmlDeviceGetMigDeviceHandleByIndex(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[128usize], &LIBRARY, 128usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut nvmlDevice_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMigDeviceHandleByIndex` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetMigDeviceHandleByIndex`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22701,6 +23597,9 @@ pub unsafe fn nvmlDeviceGetMigDeviceHandleByIndex(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMigDeviceHandleByIndex` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, index, migDevice) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22732,7 +23631,7 @@ pub unsafe fn nvmlDeviceGetMigDeviceHandleByIndex(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMigMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMigMode(
     device: nvmlDevice_t,
@@ -22741,11 +23640,11 @@ pub unsafe fn nvmlDeviceGetMigMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[129usize], &LIBRARY, 129usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMigMode` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlDeviceGetMigMode`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22755,6 +23654,9 @@ pub unsafe fn nvmlDeviceGetMigMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMigMode` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, currentMode, pendingMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22781,7 +23683,7 @@ pub unsafe fn nvmlDeviceGetMigMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMinMaxClockOfPState` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMinMaxClockOfPState(
     device: nvmlDevice_t,
@@ -22792,13 +23694,11 @@ pub unsafe fn nvmlDeviceGetMinMaxClockOfPState(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[130usize], &LIBRARY, 130usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlClockType_t,
-                nvmlPstates_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMinMaxClockOfPState` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetMinMaxClockOfPState`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22810,6 +23710,9 @@ pub unsafe fn nvmlDeviceGetMinMaxClockOfPState(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMinMaxClockOfPState` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, type_, pstate, minClockMHz, maxClockMHz) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22836,7 +23739,7 @@ pub unsafe fn nvmlDeviceGetMinMaxClockOfPState(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMinMaxFanSpeed` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMinMaxFanSpeed(
     device: nvmlDevice_t,
@@ -22845,11 +23748,11 @@ pub unsafe fn nvmlDeviceGetMinMaxFanSpeed(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[131usize], &LIBRARY, 131usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMinMaxFanSpeed` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetMinMaxFanSpeed`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22859,6 +23762,9 @@ pub unsafe fn nvmlDeviceGetMinMaxFanSpeed(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMinMaxFanSpeed` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, minSpeed, maxSpeed) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22886,7 +23792,7 @@ pub unsafe fn nvmlDeviceGetMinMaxFanSpeed(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMinorNumber` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMinorNumber(
     device: nvmlDevice_t,
@@ -22894,10 +23800,11 @@ pub unsafe fn nvmlDeviceGetMinorNumber(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[132usize], &LIBRARY, 132usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMinorNumber` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetMinorNumber`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22906,6 +23813,9 @@ pub unsafe fn nvmlDeviceGetMinorNumber(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMinorNumber` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, minorNumber) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22931,7 +23841,7 @@ pub unsafe fn nvmlDeviceGetMinorNumber(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetModuleId` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetModuleId(
     device: nvmlDevice_t,
@@ -22939,10 +23849,11 @@ pub unsafe fn nvmlDeviceGetModuleId(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[133usize], &LIBRARY, 133usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetModuleId` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetModuleId`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22951,6 +23862,9 @@ pub unsafe fn nvmlDeviceGetModuleId(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetModuleId` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, moduleId) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22979,7 +23893,7 @@ pub unsafe fn nvmlDeviceGetModuleId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetMultiGpuBoard` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetMultiGpuBoard(
     device: nvmlDevice_t,
@@ -22987,10 +23901,11 @@ pub unsafe fn nvmlDeviceGetMultiGpuBoard(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[134usize], &LIBRARY, 134usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetMultiGpuBoard` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetMultiGpuBoard`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22999,6 +23914,9 @@ pub unsafe fn nvmlDeviceGetMultiGpuBoard(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetMultiGpuBoard` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, multiGpuBool) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23012,7 +23930,7 @@ pub unsafe fn nvmlDeviceGetMultiGpuBoard(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetName` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetName(
     device: nvmlDevice_t,
@@ -23021,11 +23939,11 @@ pub unsafe fn nvmlDeviceGetName(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[135usize], &LIBRARY, 135usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetName` in libnvidia-ml; that export is the function `nvml.h` declares as
+            // `nvmlDeviceGetName`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23035,6 +23953,9 @@ pub unsafe fn nvmlDeviceGetName(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetName` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, name, length) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23061,7 +23982,7 @@ pub unsafe fn nvmlDeviceGetName(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNumFans` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNumFans(
     device: nvmlDevice_t,
@@ -23069,10 +23990,11 @@ pub unsafe fn nvmlDeviceGetNumFans(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[136usize], &LIBRARY, 136usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNumFans` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlDeviceGetNumFans`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23081,6 +24003,9 @@ pub unsafe fn nvmlDeviceGetNumFans(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNumFans` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, numFans) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23107,7 +24032,7 @@ pub unsafe fn nvmlDeviceGetNumFans(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNumGpuCores` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNumGpuCores(
     device: nvmlDevice_t,
@@ -23115,10 +24040,11 @@ pub unsafe fn nvmlDeviceGetNumGpuCores(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[137usize], &LIBRARY, 137usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNumGpuCores` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetNumGpuCores`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23127,6 +24053,9 @@ pub unsafe fn nvmlDeviceGetNumGpuCores(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNumGpuCores` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, numCores) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23140,7 +24069,7 @@ pub unsafe fn nvmlDeviceGetNumGpuCores(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNumaNodeId` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNumaNodeId(
     device: nvmlDevice_t,
@@ -23148,10 +24077,11 @@ pub unsafe fn nvmlDeviceGetNumaNodeId(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[138usize], &LIBRARY, 138usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNumaNodeId` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetNumaNodeId`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23160,6 +24090,9 @@ pub unsafe fn nvmlDeviceGetNumaNodeId(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNumaNodeId` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, node) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23189,7 +24122,7 @@ pub unsafe fn nvmlDeviceGetNumaNodeId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNvLinkCapability` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNvLinkCapability(
     device: nvmlDevice_t,
@@ -23199,12 +24132,11 @@ pub unsafe fn nvmlDeviceGetNvLinkCapability(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[139usize], &LIBRARY, 139usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                nvmlNvLinkCapability_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNvLinkCapability` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetNvLinkCapability`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23215,6 +24147,9 @@ pub unsafe fn nvmlDeviceGetNvLinkCapability(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNvLinkCapability` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, link, capability, capResult) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23243,7 +24178,7 @@ pub unsafe fn nvmlDeviceGetNvLinkCapability(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNvLinkErrorCounter` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNvLinkErrorCounter(
     device: nvmlDevice_t,
@@ -23253,12 +24188,11 @@ pub unsafe fn nvmlDeviceGetNvLinkErrorCounter(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[140usize], &LIBRARY, 140usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                nvmlNvLinkErrorCounter_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNvLinkErrorCounter` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetNvLinkErrorCounter`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23269,6 +24203,9 @@ pub unsafe fn nvmlDeviceGetNvLinkErrorCounter(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNvLinkErrorCounter` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, link, counter, counterValue) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23294,7 +24231,7 @@ pub unsafe fn nvmlDeviceGetNvLinkErrorCounter(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNvLinkInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNvLinkInfo(
     device: nvmlDevice_t,
@@ -23302,10 +24239,11 @@ pub unsafe fn nvmlDeviceGetNvLinkInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[141usize], &LIBRARY, 141usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlNvLinkInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNvLinkInfo` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetNvLinkInfo`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23314,6 +24252,9 @@ pub unsafe fn nvmlDeviceGetNvLinkInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNvLinkInfo` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23338,7 +24279,7 @@ pub unsafe fn nvmlDeviceGetNvLinkInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNvLinkInfo_v3` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNvLinkInfo_v3(
     device: nvmlDevice_t,
@@ -23346,10 +24287,11 @@ pub unsafe fn nvmlDeviceGetNvLinkInfo_v3(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[142usize], &LIBRARY, 142usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlNvLinkInfo_v3_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNvLinkInfo_v3` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetNvLinkInfo_v3`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23358,6 +24300,9 @@ pub unsafe fn nvmlDeviceGetNvLinkInfo_v3(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNvLinkInfo_v3` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23385,7 +24330,7 @@ pub unsafe fn nvmlDeviceGetNvLinkInfo_v3(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNvLinkRemoteDeviceType` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNvLinkRemoteDeviceType(
     device: nvmlDevice_t,
@@ -23394,11 +24339,11 @@ pub unsafe fn nvmlDeviceGetNvLinkRemoteDeviceType(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[143usize], &LIBRARY, 143usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut nvmlIntNvLinkDeviceType_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNvLinkRemoteDeviceType` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetNvLinkRemoteDeviceType`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23408,6 +24353,9 @@ pub unsafe fn nvmlDeviceGetNvLinkRemoteDeviceType(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNvLinkRemoteDeviceType` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, link, pNvLinkDeviceType) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23436,7 +24384,7 @@ pub unsafe fn nvmlDeviceGetNvLinkRemoteDeviceType(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNvLinkRemotePciInfo_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNvLinkRemotePciInfo(
     device: nvmlDevice_t,
@@ -23445,11 +24393,11 @@ pub unsafe fn nvmlDeviceGetNvLinkRemotePciInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[144usize], &LIBRARY, 144usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut nvmlPciInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNvLinkRemotePciInfo_v2` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetNvLinkRemotePciInfo_v2`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23459,6 +24407,9 @@ pub unsafe fn nvmlDeviceGetNvLinkRemotePciInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNvLinkRemotePciInfo_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, link, pci) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23489,7 +24440,7 @@ pub use self::nvmlDeviceGetNvLinkRemotePciInfo as nvmlDeviceGetNvLinkRemotePciIn
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNvLinkState` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNvLinkState(
     device: nvmlDevice_t,
@@ -23498,11 +24449,11 @@ pub unsafe fn nvmlDeviceGetNvLinkState(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[145usize], &LIBRARY, 145usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNvLinkState` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetNvLinkState`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23512,6 +24463,9 @@ pub unsafe fn nvmlDeviceGetNvLinkState(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNvLinkState` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, link, isActive) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23546,7 +24500,7 @@ pub unsafe fn nvmlDeviceGetNvLinkState(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNvLinkTelemetrySamples_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNvLinkTelemetrySamples_v1(
     device: nvmlDevice_t,
@@ -23554,10 +24508,11 @@ pub unsafe fn nvmlDeviceGetNvLinkTelemetrySamples_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[146usize], &LIBRARY, 146usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlNvlinkTelemetrySamples_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNvLinkTelemetrySamples_v1` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetNvLinkTelemetrySamples_v1`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23566,6 +24521,9 @@ pub unsafe fn nvmlDeviceGetNvLinkTelemetrySamples_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNvLinkTelemetrySamples_v1`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, samples) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23596,7 +24554,7 @@ pub unsafe fn nvmlDeviceGetNvLinkTelemetrySamples_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNvLinkUtilizationControl` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNvLinkUtilizationControl(
     device: nvmlDevice_t,
@@ -23606,12 +24564,11 @@ pub unsafe fn nvmlDeviceGetNvLinkUtilizationControl(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[147usize], &LIBRARY, 147usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-                *mut nvmlNvLinkUtilizationControl_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNvLinkUtilizationControl` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetNvLinkUtilizationControl`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23622,6 +24579,9 @@ pub unsafe fn nvmlDeviceGetNvLinkUtilizationControl(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNvLinkUtilizationControl` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, link, counter, control) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23654,7 +24614,7 @@ pub unsafe fn nvmlDeviceGetNvLinkUtilizationControl(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNvLinkUtilizationCounter` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNvLinkUtilizationCounter(
     device: nvmlDevice_t,
@@ -23665,13 +24625,11 @@ pub unsafe fn nvmlDeviceGetNvLinkUtilizationCounter(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[148usize], &LIBRARY, 148usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-                *mut ::core::ffi::c_ulonglong,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNvLinkUtilizationCounter` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetNvLinkUtilizationCounter`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23683,6 +24641,9 @@ pub unsafe fn nvmlDeviceGetNvLinkUtilizationCounter(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNvLinkUtilizationCounter` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, link, counter, rxcounter, txcounter) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23709,7 +24670,7 @@ pub unsafe fn nvmlDeviceGetNvLinkUtilizationCounter(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNvLinkVersion` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNvLinkVersion(
     device: nvmlDevice_t,
@@ -23718,11 +24679,11 @@ pub unsafe fn nvmlDeviceGetNvLinkVersion(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[149usize], &LIBRARY, 149usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNvLinkVersion` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetNvLinkVersion`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23732,6 +24693,9 @@ pub unsafe fn nvmlDeviceGetNvLinkVersion(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNvLinkVersion` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, link, version) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23756,7 +24720,7 @@ pub unsafe fn nvmlDeviceGetNvLinkVersion(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNvlinkBwMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNvlinkBwMode(
     device: nvmlDevice_t,
@@ -23764,10 +24728,11 @@ pub unsafe fn nvmlDeviceGetNvlinkBwMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[150usize], &LIBRARY, 150usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlNvlinkGetBwMode_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNvlinkBwMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetNvlinkBwMode`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23776,6 +24741,9 @@ pub unsafe fn nvmlDeviceGetNvlinkBwMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNvlinkBwMode` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, getBwMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23802,7 +24770,7 @@ pub unsafe fn nvmlDeviceGetNvlinkBwMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNvlinkNvlePrivateInfo_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNvlinkNvlePrivateInfo_v1(
     device: nvmlDevice_t,
@@ -23810,10 +24778,11 @@ pub unsafe fn nvmlDeviceGetNvlinkNvlePrivateInfo_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[151usize], &LIBRARY, 151usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlNvlinkNvlePrivateInfo_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNvlinkNvlePrivateInfo_v1` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetNvlinkNvlePrivateInfo_v1`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23822,6 +24791,9 @@ pub unsafe fn nvmlDeviceGetNvlinkNvlePrivateInfo_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNvlinkNvlePrivateInfo_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, privateInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23847,7 +24819,7 @@ pub unsafe fn nvmlDeviceGetNvlinkNvlePrivateInfo_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNvlinkRemapTableInfo_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNvlinkRemapTableInfo_v1(
     device: nvmlDevice_t,
@@ -23855,10 +24827,11 @@ pub unsafe fn nvmlDeviceGetNvlinkRemapTableInfo_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[152usize], &LIBRARY, 152usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlNvlinkGetRemapTableInfo_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNvlinkRemapTableInfo_v1` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetNvlinkRemapTableInfo_v1`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23867,6 +24840,9 @@ pub unsafe fn nvmlDeviceGetNvlinkRemapTableInfo_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNvlinkRemapTableInfo_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, remapTableInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23891,7 +24867,7 @@ pub unsafe fn nvmlDeviceGetNvlinkRemapTableInfo_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetNvlinkSupportedBwModes` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetNvlinkSupportedBwModes(
     device: nvmlDevice_t,
@@ -23899,10 +24875,11 @@ pub unsafe fn nvmlDeviceGetNvlinkSupportedBwModes(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[153usize], &LIBRARY, 153usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlNvlinkSupportedBwModes_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetNvlinkSupportedBwModes` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetNvlinkSupportedBwModes`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23911,6 +24888,9 @@ pub unsafe fn nvmlDeviceGetNvlinkSupportedBwModes(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetNvlinkSupportedBwModes` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, supportedBwMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23940,7 +24920,7 @@ pub unsafe fn nvmlDeviceGetNvlinkSupportedBwModes(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetOfaUtilization` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetOfaUtilization(
     device: nvmlDevice_t,
@@ -23949,11 +24929,11 @@ pub unsafe fn nvmlDeviceGetOfaUtilization(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[154usize], &LIBRARY, 154usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetOfaUtilization` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetOfaUtilization`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23963,6 +24943,9 @@ pub unsafe fn nvmlDeviceGetOfaUtilization(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetOfaUtilization` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, utilization, samplingPeriodUs) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23976,7 +24959,7 @@ pub unsafe fn nvmlDeviceGetOfaUtilization(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetP2PStatus` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetP2PStatus(
     device1: nvmlDevice_t,
@@ -23986,12 +24969,11 @@ pub unsafe fn nvmlDeviceGetP2PStatus(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[155usize], &LIBRARY, 155usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlDevice_t,
-                nvmlGpuP2PCapsIndex_t,
-                *mut nvmlGpuP2PStatus_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetP2PStatus` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetP2PStatus`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24002,6 +24984,9 @@ pub unsafe fn nvmlDeviceGetP2PStatus(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetP2PStatus` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device1, device2, p2pIndex, p2pStatus) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24016,7 +25001,7 @@ pub unsafe fn nvmlDeviceGetP2PStatus(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPciInfo_v3` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPciInfo(
     device: nvmlDevice_t,
@@ -24024,10 +25009,11 @@ pub unsafe fn nvmlDeviceGetPciInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[156usize], &LIBRARY, 156usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlPciInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPciInfo_v3` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetPciInfo_v3`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24036,6 +25022,9 @@ pub unsafe fn nvmlDeviceGetPciInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPciInfo_v3` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pci) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24065,7 +25054,7 @@ pub use self::nvmlDeviceGetPciInfo as nvmlDeviceGetPciInfo_v3;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPciInfoExt` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPciInfoExt(
     device: nvmlDevice_t,
@@ -24073,10 +25062,11 @@ pub unsafe fn nvmlDeviceGetPciInfoExt(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[157usize], &LIBRARY, 157usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlPciInfoExt_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPciInfoExt` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetPciInfoExt`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24085,6 +25075,9 @@ pub unsafe fn nvmlDeviceGetPciInfoExt(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPciInfoExt` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pci) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24108,7 +25101,7 @@ pub unsafe fn nvmlDeviceGetPciInfoExt(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPcieLinkMaxSpeed` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPcieLinkMaxSpeed(
     device: nvmlDevice_t,
@@ -24116,10 +25109,11 @@ pub unsafe fn nvmlDeviceGetPcieLinkMaxSpeed(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[158usize], &LIBRARY, 158usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPcieLinkMaxSpeed` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetPcieLinkMaxSpeed`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24128,6 +25122,9 @@ pub unsafe fn nvmlDeviceGetPcieLinkMaxSpeed(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPcieLinkMaxSpeed` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, maxSpeed) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24154,7 +25151,7 @@ pub unsafe fn nvmlDeviceGetPcieLinkMaxSpeed(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPcieReplayCounter` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPcieReplayCounter(
     device: nvmlDevice_t,
@@ -24162,10 +25159,11 @@ pub unsafe fn nvmlDeviceGetPcieReplayCounter(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[159usize], &LIBRARY, 159usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPcieReplayCounter` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetPcieReplayCounter`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24174,6 +25172,9 @@ pub unsafe fn nvmlDeviceGetPcieReplayCounter(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPcieReplayCounter` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, value) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24197,7 +25198,7 @@ pub unsafe fn nvmlDeviceGetPcieReplayCounter(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPcieSpeed` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPcieSpeed(
     device: nvmlDevice_t,
@@ -24205,10 +25206,11 @@ pub unsafe fn nvmlDeviceGetPcieSpeed(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[160usize], &LIBRARY, 160usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPcieSpeed` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetPcieSpeed`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24217,6 +25219,9 @@ pub unsafe fn nvmlDeviceGetPcieSpeed(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPcieSpeed` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pcieSpeed) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24248,7 +25253,7 @@ pub unsafe fn nvmlDeviceGetPcieSpeed(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPcieThroughput` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPcieThroughput(
     device: nvmlDevice_t,
@@ -24257,11 +25262,11 @@ pub unsafe fn nvmlDeviceGetPcieThroughput(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[161usize], &LIBRARY, 161usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlPcieUtilCounter_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPcieThroughput` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetPcieThroughput`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24271,6 +25276,9 @@ pub unsafe fn nvmlDeviceGetPcieThroughput(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPcieThroughput` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, counter, value) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24300,7 +25308,7 @@ pub unsafe fn nvmlDeviceGetPcieThroughput(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPdi` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPdi(
     device: nvmlDevice_t,
@@ -24308,15 +25316,19 @@ pub unsafe fn nvmlDeviceGetPdi(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[162usize], &LIBRARY, 162usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlPdi_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPdi` in libnvidia-ml; that export is the function `nvml.h` declares as
+            // `nvmlDeviceGetPdi`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t, *mut nvmlPdi_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPdi` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pdi) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24383,7 +25395,7 @@ pub unsafe fn nvmlDeviceGetPdi(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPerformanceModes` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPerformanceModes(
     device: nvmlDevice_t,
@@ -24391,10 +25403,11 @@ pub unsafe fn nvmlDeviceGetPerformanceModes(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[163usize], &LIBRARY, 163usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlDevicePerfModes_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPerformanceModes` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetPerformanceModes`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24403,6 +25416,9 @@ pub unsafe fn nvmlDeviceGetPerformanceModes(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPerformanceModes` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, perfModes) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24431,7 +25447,7 @@ pub unsafe fn nvmlDeviceGetPerformanceModes(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPerformanceState` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPerformanceState(
     device: nvmlDevice_t,
@@ -24439,10 +25455,11 @@ pub unsafe fn nvmlDeviceGetPerformanceState(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[164usize], &LIBRARY, 164usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlPstates_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPerformanceState` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetPerformanceState`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24451,6 +25468,9 @@ pub unsafe fn nvmlDeviceGetPerformanceState(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPerformanceState` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pState) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24485,7 +25505,7 @@ pub unsafe fn nvmlDeviceGetPerformanceState(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPersistenceMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPersistenceMode(
     device: nvmlDevice_t,
@@ -24493,10 +25513,11 @@ pub unsafe fn nvmlDeviceGetPersistenceMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[165usize], &LIBRARY, 165usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPersistenceMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetPersistenceMode`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24505,6 +25526,9 @@ pub unsafe fn nvmlDeviceGetPersistenceMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPersistenceMode` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, mode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24533,7 +25557,7 @@ pub unsafe fn nvmlDeviceGetPersistenceMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPgpuMetadataString` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPgpuMetadataString(
     device: nvmlDevice_t,
@@ -24542,11 +25566,11 @@ pub unsafe fn nvmlDeviceGetPgpuMetadataString(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[166usize], &LIBRARY, 166usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_char,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPgpuMetadataString` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetPgpuMetadataString`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24556,6 +25580,9 @@ pub unsafe fn nvmlDeviceGetPgpuMetadataString(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPgpuMetadataString` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pgpuMetadata, bufferSize) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24584,7 +25611,7 @@ pub unsafe fn nvmlDeviceGetPgpuMetadataString(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPlatformInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPlatformInfo(
     device: nvmlDevice_t,
@@ -24592,10 +25619,11 @@ pub unsafe fn nvmlDeviceGetPlatformInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[167usize], &LIBRARY, 167usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlPlatformInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPlatformInfo` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetPlatformInfo`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24604,6 +25632,9 @@ pub unsafe fn nvmlDeviceGetPlatformInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPlatformInfo` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, platformInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24631,7 +25662,7 @@ pub unsafe fn nvmlDeviceGetPlatformInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPowerManagementDefaultLimit` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPowerManagementDefaultLimit(
     device: nvmlDevice_t,
@@ -24639,10 +25670,11 @@ pub unsafe fn nvmlDeviceGetPowerManagementDefaultLimit(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[168usize], &LIBRARY, 168usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPowerManagementDefaultLimit` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetPowerManagementDefaultLimit`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24651,6 +25683,9 @@ pub unsafe fn nvmlDeviceGetPowerManagementDefaultLimit(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPowerManagementDefaultLimit`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, defaultLimit) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24683,7 +25718,7 @@ pub unsafe fn nvmlDeviceGetPowerManagementDefaultLimit(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPowerManagementLimit` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPowerManagementLimit(
     device: nvmlDevice_t,
@@ -24691,10 +25726,11 @@ pub unsafe fn nvmlDeviceGetPowerManagementLimit(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[169usize], &LIBRARY, 169usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPowerManagementLimit` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetPowerManagementLimit`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24703,6 +25739,9 @@ pub unsafe fn nvmlDeviceGetPowerManagementLimit(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPowerManagementLimit` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, limit) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24732,7 +25771,7 @@ pub unsafe fn nvmlDeviceGetPowerManagementLimit(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPowerManagementLimitConstraints` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPowerManagementLimitConstraints(
     device: nvmlDevice_t,
@@ -24741,11 +25780,11 @@ pub unsafe fn nvmlDeviceGetPowerManagementLimitConstraints(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[170usize], &LIBRARY, 170usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPowerManagementLimitConstraints` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetPowerManagementLimitConstraints`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24755,6 +25794,10 @@ pub unsafe fn nvmlDeviceGetPowerManagementLimitConstraints(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlDeviceGetPowerManagementLimitConstraints` from `nvml.h`, as this function's `#
+            // Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(device, minLimit, maxLimit) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24793,7 +25836,7 @@ pub unsafe fn nvmlDeviceGetPowerManagementLimitConstraints(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPowerManagementMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPowerManagementMode(
     device: nvmlDevice_t,
@@ -24801,10 +25844,11 @@ pub unsafe fn nvmlDeviceGetPowerManagementMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[171usize], &LIBRARY, 171usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPowerManagementMode` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetPowerManagementMode`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24813,6 +25857,9 @@ pub unsafe fn nvmlDeviceGetPowerManagementMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPowerManagementMode` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, mode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24841,7 +25888,7 @@ pub unsafe fn nvmlDeviceGetPowerManagementMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPowerMizerMode_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPowerMizerMode_v1(
     device: nvmlDevice_t,
@@ -24849,10 +25896,11 @@ pub unsafe fn nvmlDeviceGetPowerMizerMode_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[172usize], &LIBRARY, 172usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlDevicePowerMizerModes_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPowerMizerMode_v1` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetPowerMizerMode_v1`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24861,6 +25909,9 @@ pub unsafe fn nvmlDeviceGetPowerMizerMode_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPowerMizerMode_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, powerMizerMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24884,7 +25935,7 @@ pub unsafe fn nvmlDeviceGetPowerMizerMode_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPowerSource` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPowerSource(
     device: nvmlDevice_t,
@@ -24892,10 +25943,11 @@ pub unsafe fn nvmlDeviceGetPowerSource(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[173usize], &LIBRARY, 173usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlPowerSource_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPowerSource` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetPowerSource`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24904,6 +25956,9 @@ pub unsafe fn nvmlDeviceGetPowerSource(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPowerSource` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, powerSource) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24934,7 +25989,7 @@ pub unsafe fn nvmlDeviceGetPowerSource(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPowerState` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPowerState(
     device: nvmlDevice_t,
@@ -24942,10 +25997,11 @@ pub unsafe fn nvmlDeviceGetPowerState(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[174usize], &LIBRARY, 174usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlPstates_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPowerState` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetPowerState`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24954,6 +26010,9 @@ pub unsafe fn nvmlDeviceGetPowerState(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPowerState` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pState) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24989,7 +26048,7 @@ pub unsafe fn nvmlDeviceGetPowerState(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetPowerUsage` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetPowerUsage(
     device: nvmlDevice_t,
@@ -24997,10 +26056,11 @@ pub unsafe fn nvmlDeviceGetPowerUsage(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[175usize], &LIBRARY, 175usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetPowerUsage` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetPowerUsage`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25009,6 +26069,9 @@ pub unsafe fn nvmlDeviceGetPowerUsage(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetPowerUsage` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, power) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25060,7 +26123,7 @@ pub unsafe fn nvmlDeviceGetPowerUsage(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetProcessUtilization` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetProcessUtilization(
     device: nvmlDevice_t,
@@ -25070,12 +26133,11 @@ pub unsafe fn nvmlDeviceGetProcessUtilization(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[176usize], &LIBRARY, 176usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlProcessUtilizationSample_t,
-                *mut ::core::ffi::c_uint,
-                ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetProcessUtilization` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetProcessUtilization`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25086,6 +26148,9 @@ pub unsafe fn nvmlDeviceGetProcessUtilization(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetProcessUtilization` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     device,
@@ -25147,7 +26212,7 @@ pub unsafe fn nvmlDeviceGetProcessUtilization(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetProcessesUtilizationInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetProcessesUtilizationInfo(
     device: nvmlDevice_t,
@@ -25155,10 +26220,11 @@ pub unsafe fn nvmlDeviceGetProcessesUtilizationInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[177usize], &LIBRARY, 177usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlProcessesUtilizationInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetProcessesUtilizationInfo` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetProcessesUtilizationInfo`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25167,6 +26233,9 @@ pub unsafe fn nvmlDeviceGetProcessesUtilizationInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetProcessesUtilizationInfo` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, procesesUtilInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25202,7 +26271,7 @@ pub unsafe fn nvmlDeviceGetProcessesUtilizationInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetRemappedRows` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetRemappedRows(
     device: nvmlDevice_t,
@@ -25213,13 +26282,11 @@ pub unsafe fn nvmlDeviceGetRemappedRows(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[178usize], &LIBRARY, 178usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetRemappedRows` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetRemappedRows`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25231,6 +26298,9 @@ pub unsafe fn nvmlDeviceGetRemappedRows(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetRemappedRows` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(device, corrRows, uncRows, isPending, failureOccurred)
             }
@@ -25246,7 +26316,7 @@ pub unsafe fn nvmlDeviceGetRemappedRows(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetRemappedRows_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetRemappedRows_v2(
     device: nvmlDevice_t,
@@ -25254,10 +26324,11 @@ pub unsafe fn nvmlDeviceGetRemappedRows_v2(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[179usize], &LIBRARY, 179usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlRemappedRowsInfo_v2_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetRemappedRows_v2` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetRemappedRows_v2`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25266,6 +26337,9 @@ pub unsafe fn nvmlDeviceGetRemappedRows_v2(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetRemappedRows_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25292,7 +26366,7 @@ pub unsafe fn nvmlDeviceGetRemappedRows_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetRepairStatus` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetRepairStatus(
     device: nvmlDevice_t,
@@ -25300,10 +26374,11 @@ pub unsafe fn nvmlDeviceGetRepairStatus(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[180usize], &LIBRARY, 180usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlRepairStatus_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetRepairStatus` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetRepairStatus`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25312,6 +26387,9 @@ pub unsafe fn nvmlDeviceGetRepairStatus(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetRepairStatus` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, repairStatus) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25347,7 +26425,7 @@ pub unsafe fn nvmlDeviceGetRepairStatus(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetRetiredPages` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetRetiredPages(
     device: nvmlDevice_t,
@@ -25357,12 +26435,11 @@ pub unsafe fn nvmlDeviceGetRetiredPages(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[181usize], &LIBRARY, 181usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlPageRetirementCause_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetRetiredPages` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetRetiredPages`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25373,6 +26450,9 @@ pub unsafe fn nvmlDeviceGetRetiredPages(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetRetiredPages` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, cause, pageCount, addresses) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25399,7 +26479,7 @@ pub unsafe fn nvmlDeviceGetRetiredPages(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetRetiredPagesPendingStatus` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetRetiredPagesPendingStatus(
     device: nvmlDevice_t,
@@ -25407,10 +26487,11 @@ pub unsafe fn nvmlDeviceGetRetiredPagesPendingStatus(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[182usize], &LIBRARY, 182usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetRetiredPagesPendingStatus` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetRetiredPagesPendingStatus`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25419,6 +26500,9 @@ pub unsafe fn nvmlDeviceGetRetiredPagesPendingStatus(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetRetiredPagesPendingStatus`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, isPending) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25458,7 +26542,7 @@ pub unsafe fn nvmlDeviceGetRetiredPagesPendingStatus(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetRetiredPages_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetRetiredPages_v2(
     device: nvmlDevice_t,
@@ -25469,13 +26553,11 @@ pub unsafe fn nvmlDeviceGetRetiredPages_v2(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[183usize], &LIBRARY, 183usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlPageRetirementCause_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_ulonglong,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetRetiredPages_v2` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetRetiredPages_v2`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25487,6 +26569,9 @@ pub unsafe fn nvmlDeviceGetRetiredPages_v2(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetRetiredPages_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, cause, pageCount, addresses, timestamps) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25508,7 +26593,7 @@ pub unsafe fn nvmlDeviceGetRetiredPages_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetRowRemapperHistogram` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetRowRemapperHistogram(
     device: nvmlDevice_t,
@@ -25516,10 +26601,11 @@ pub unsafe fn nvmlDeviceGetRowRemapperHistogram(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[184usize], &LIBRARY, 184usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlRowRemapperHistogramValues_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetRowRemapperHistogram` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetRowRemapperHistogram`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25528,6 +26614,9 @@ pub unsafe fn nvmlDeviceGetRowRemapperHistogram(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetRowRemapperHistogram` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, values) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25586,7 +26675,7 @@ pub unsafe fn nvmlDeviceGetRowRemapperHistogram(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetRunningProcessDetailList` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetRunningProcessDetailList(
     device: nvmlDevice_t,
@@ -25594,10 +26683,11 @@ pub unsafe fn nvmlDeviceGetRunningProcessDetailList(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[185usize], &LIBRARY, 185usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlProcessDetailList_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetRunningProcessDetailList` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetRunningProcessDetailList`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25606,6 +26696,9 @@ pub unsafe fn nvmlDeviceGetRunningProcessDetailList(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetRunningProcessDetailList` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, plist) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25658,7 +26751,7 @@ pub unsafe fn nvmlDeviceGetRunningProcessDetailList(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetSamples` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetSamples(
     device: nvmlDevice_t,
@@ -25670,14 +26763,11 @@ pub unsafe fn nvmlDeviceGetSamples(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[186usize], &LIBRARY, 186usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlSamplingType_t,
-                ::core::ffi::c_ulonglong,
-                *mut nvmlValueType_t,
-                *mut ::core::ffi::c_uint,
-                *mut nvmlSample_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetSamples` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlDeviceGetSamples`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25690,6 +26780,9 @@ pub unsafe fn nvmlDeviceGetSamples(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetSamples` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     device,
@@ -25731,7 +26824,7 @@ pub unsafe fn nvmlDeviceGetSamples(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetSerial` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetSerial(
     device: nvmlDevice_t,
@@ -25740,11 +26833,11 @@ pub unsafe fn nvmlDeviceGetSerial(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[187usize], &LIBRARY, 187usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetSerial` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlDeviceGetSerial`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25754,6 +26847,9 @@ pub unsafe fn nvmlDeviceGetSerial(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetSerial` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, serial, length) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25784,7 +26880,7 @@ pub unsafe fn nvmlDeviceGetSerial(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetSramEccErrorStatus` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetSramEccErrorStatus(
     device: nvmlDevice_t,
@@ -25792,10 +26888,11 @@ pub unsafe fn nvmlDeviceGetSramEccErrorStatus(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[188usize], &LIBRARY, 188usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlEccSramErrorStatus_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetSramEccErrorStatus` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetSramEccErrorStatus`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25804,6 +26901,9 @@ pub unsafe fn nvmlDeviceGetSramEccErrorStatus(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetSramEccErrorStatus` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, status) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25817,7 +26917,7 @@ pub unsafe fn nvmlDeviceGetSramEccErrorStatus(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(
     device: nvmlDevice_t,
@@ -25825,10 +26925,11 @@ pub unsafe fn nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[189usize], &LIBRARY, 189usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlEccSramUniqueUncorrectedErrorCounts_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts` in libnvidia-ml; that export is
+            // the function `nvml.h` declares as `nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts`,
+            // with exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25837,6 +26938,10 @@ pub unsafe fn nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts` from `nvml.h`, as this function's
+            // `# Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(device, errorCounts) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25869,7 +26974,7 @@ pub unsafe fn nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetSupportedClocksEventReasons` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetSupportedClocksEventReasons(
     device: nvmlDevice_t,
@@ -25877,10 +26982,11 @@ pub unsafe fn nvmlDeviceGetSupportedClocksEventReasons(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[190usize], &LIBRARY, 190usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetSupportedClocksEventReasons` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetSupportedClocksEventReasons`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25889,6 +26995,9 @@ pub unsafe fn nvmlDeviceGetSupportedClocksEventReasons(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetSupportedClocksEventReasons`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, supportedClocksEventReasons) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25902,7 +27011,7 @@ pub unsafe fn nvmlDeviceGetSupportedClocksEventReasons(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetSupportedClocksThrottleReasons` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetSupportedClocksThrottleReasons(
     device: nvmlDevice_t,
@@ -25910,10 +27019,11 @@ pub unsafe fn nvmlDeviceGetSupportedClocksThrottleReasons(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[191usize], &LIBRARY, 191usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetSupportedClocksThrottleReasons` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetSupportedClocksThrottleReasons`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25922,6 +27032,10 @@ pub unsafe fn nvmlDeviceGetSupportedClocksThrottleReasons(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlDeviceGetSupportedClocksThrottleReasons` from `nvml.h`, as this function's `#
+            // Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(device, supportedClocksThrottleReasons) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25952,7 +27066,7 @@ pub unsafe fn nvmlDeviceGetSupportedClocksThrottleReasons(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetSupportedEventTypes` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetSupportedEventTypes(
     device: nvmlDevice_t,
@@ -25960,10 +27074,11 @@ pub unsafe fn nvmlDeviceGetSupportedEventTypes(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[192usize], &LIBRARY, 192usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetSupportedEventTypes` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetSupportedEventTypes`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25972,6 +27087,9 @@ pub unsafe fn nvmlDeviceGetSupportedEventTypes(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetSupportedEventTypes` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, eventTypes) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26005,7 +27123,7 @@ pub unsafe fn nvmlDeviceGetSupportedEventTypes(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetSupportedGraphicsClocks` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetSupportedGraphicsClocks(
     device: nvmlDevice_t,
@@ -26015,12 +27133,11 @@ pub unsafe fn nvmlDeviceGetSupportedGraphicsClocks(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[193usize], &LIBRARY, 193usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetSupportedGraphicsClocks` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetSupportedGraphicsClocks`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26031,6 +27148,9 @@ pub unsafe fn nvmlDeviceGetSupportedGraphicsClocks(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetSupportedGraphicsClocks` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, memoryClockMHz, count, clocksMHz) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26063,7 +27183,7 @@ pub unsafe fn nvmlDeviceGetSupportedGraphicsClocks(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetSupportedMemoryClocks` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetSupportedMemoryClocks(
     device: nvmlDevice_t,
@@ -26072,11 +27192,11 @@ pub unsafe fn nvmlDeviceGetSupportedMemoryClocks(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[194usize], &LIBRARY, 194usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetSupportedMemoryClocks` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetSupportedMemoryClocks`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26086,6 +27206,9 @@ pub unsafe fn nvmlDeviceGetSupportedMemoryClocks(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetSupportedMemoryClocks` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, count, clocksMHz) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26119,7 +27242,7 @@ pub unsafe fn nvmlDeviceGetSupportedMemoryClocks(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetSupportedPerformanceStates` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetSupportedPerformanceStates(
     device: nvmlDevice_t,
@@ -26128,11 +27251,11 @@ pub unsafe fn nvmlDeviceGetSupportedPerformanceStates(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[195usize], &LIBRARY, 195usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlPstates_t,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetSupportedPerformanceStates` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetSupportedPerformanceStates`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26142,6 +27265,9 @@ pub unsafe fn nvmlDeviceGetSupportedPerformanceStates(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetSupportedPerformanceStates`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pstates, size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26175,7 +27301,7 @@ pub unsafe fn nvmlDeviceGetSupportedPerformanceStates(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetSupportedVgpus` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetSupportedVgpus(
     device: nvmlDevice_t,
@@ -26184,11 +27310,11 @@ pub unsafe fn nvmlDeviceGetSupportedVgpus(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[196usize], &LIBRARY, 196usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-                *mut nvmlVgpuTypeId_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetSupportedVgpus` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetSupportedVgpus`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26198,6 +27324,9 @@ pub unsafe fn nvmlDeviceGetSupportedVgpus(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetSupportedVgpus` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, vgpuCount, vgpuTypeIds) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26234,7 +27363,7 @@ pub unsafe fn nvmlDeviceGetSupportedVgpus(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetTargetFanSpeed` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetTargetFanSpeed(
     device: nvmlDevice_t,
@@ -26243,11 +27372,11 @@ pub unsafe fn nvmlDeviceGetTargetFanSpeed(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[197usize], &LIBRARY, 197usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetTargetFanSpeed` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetTargetFanSpeed`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26257,6 +27386,9 @@ pub unsafe fn nvmlDeviceGetTargetFanSpeed(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetTargetFanSpeed` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, fan, targetSpeed) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26270,7 +27402,7 @@ pub unsafe fn nvmlDeviceGetTargetFanSpeed(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetTemperature` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetTemperature(
     device: nvmlDevice_t,
@@ -26279,11 +27411,11 @@ pub unsafe fn nvmlDeviceGetTemperature(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[198usize], &LIBRARY, 198usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlTemperatureSensors_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetTemperature` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetTemperature`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26293,6 +27425,9 @@ pub unsafe fn nvmlDeviceGetTemperature(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetTemperature` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, sensorType, temp) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26329,7 +27464,7 @@ pub unsafe fn nvmlDeviceGetTemperature(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetTemperatureThreshold` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetTemperatureThreshold(
     device: nvmlDevice_t,
@@ -26338,11 +27473,11 @@ pub unsafe fn nvmlDeviceGetTemperatureThreshold(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[199usize], &LIBRARY, 199usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlTemperatureThresholds_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetTemperatureThreshold` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetTemperatureThreshold`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26352,6 +27487,9 @@ pub unsafe fn nvmlDeviceGetTemperatureThreshold(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetTemperatureThreshold` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, thresholdType, temp) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26384,7 +27522,7 @@ pub unsafe fn nvmlDeviceGetTemperatureThreshold(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetTemperatureV` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetTemperatureV(
     device: nvmlDevice_t,
@@ -26392,10 +27530,11 @@ pub unsafe fn nvmlDeviceGetTemperatureV(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[200usize], &LIBRARY, 200usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlTemperature_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetTemperatureV` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetTemperatureV`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26404,6 +27543,9 @@ pub unsafe fn nvmlDeviceGetTemperatureV(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetTemperatureV` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, temperature) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26429,7 +27571,7 @@ pub unsafe fn nvmlDeviceGetTemperatureV(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetThermalSettings` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetThermalSettings(
     device: nvmlDevice_t,
@@ -26438,11 +27580,11 @@ pub unsafe fn nvmlDeviceGetThermalSettings(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[201usize], &LIBRARY, 201usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut nvmlGpuThermalSettings_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetThermalSettings` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetThermalSettings`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26452,6 +27594,9 @@ pub unsafe fn nvmlDeviceGetThermalSettings(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetThermalSettings` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, sensorIndex, pThermalSettings) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26465,7 +27610,7 @@ pub unsafe fn nvmlDeviceGetThermalSettings(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetTopologyCommonAncestor` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetTopologyCommonAncestor(
     device1: nvmlDevice_t,
@@ -26474,11 +27619,11 @@ pub unsafe fn nvmlDeviceGetTopologyCommonAncestor(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[202usize], &LIBRARY, 202usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlDevice_t,
-                *mut nvmlGpuTopologyLevel_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetTopologyCommonAncestor` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetTopologyCommonAncestor`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26488,6 +27633,9 @@ pub unsafe fn nvmlDeviceGetTopologyCommonAncestor(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetTopologyCommonAncestor` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device1, device2, pathInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26516,7 +27664,7 @@ pub unsafe fn nvmlDeviceGetTopologyCommonAncestor(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetTopologyNearestGpus` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetTopologyNearestGpus(
     device: nvmlDevice_t,
@@ -26526,12 +27674,11 @@ pub unsafe fn nvmlDeviceGetTopologyNearestGpus(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[203usize], &LIBRARY, 203usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlGpuTopologyLevel_t,
-                *mut ::core::ffi::c_uint,
-                *mut nvmlDevice_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetTopologyNearestGpus` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetTopologyNearestGpus`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26542,6 +27689,9 @@ pub unsafe fn nvmlDeviceGetTopologyNearestGpus(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetTopologyNearestGpus` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, level, count, deviceArray) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26581,7 +27731,7 @@ pub unsafe fn nvmlDeviceGetTopologyNearestGpus(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetTotalEccErrors` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetTotalEccErrors(
     device: nvmlDevice_t,
@@ -26591,12 +27741,11 @@ pub unsafe fn nvmlDeviceGetTotalEccErrors(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[204usize], &LIBRARY, 204usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlMemoryErrorType_t,
-                nvmlEccCounterType_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetTotalEccErrors` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetTotalEccErrors`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26607,6 +27756,9 @@ pub unsafe fn nvmlDeviceGetTotalEccErrors(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetTotalEccErrors` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, errorType, counterType, eccCounts) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26633,7 +27785,7 @@ pub unsafe fn nvmlDeviceGetTotalEccErrors(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetTotalEnergyConsumption` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetTotalEnergyConsumption(
     device: nvmlDevice_t,
@@ -26641,10 +27793,11 @@ pub unsafe fn nvmlDeviceGetTotalEnergyConsumption(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[205usize], &LIBRARY, 205usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetTotalEnergyConsumption` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetTotalEnergyConsumption`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26653,6 +27806,9 @@ pub unsafe fn nvmlDeviceGetTotalEnergyConsumption(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetTotalEnergyConsumption` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, energy) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26666,7 +27822,7 @@ pub unsafe fn nvmlDeviceGetTotalEnergyConsumption(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetUUID` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetUUID(
     device: nvmlDevice_t,
@@ -26675,11 +27831,11 @@ pub unsafe fn nvmlDeviceGetUUID(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[206usize], &LIBRARY, 206usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetUUID` in libnvidia-ml; that export is the function `nvml.h` declares as
+            // `nvmlDeviceGetUUID`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26689,6 +27845,9 @@ pub unsafe fn nvmlDeviceGetUUID(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetUUID` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, uuid, length) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26715,7 +27874,7 @@ pub unsafe fn nvmlDeviceGetUUID(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetUnrepairableMemoryFlag_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetUnrepairableMemoryFlag_v1(
     device: nvmlDevice_t,
@@ -26723,10 +27882,11 @@ pub unsafe fn nvmlDeviceGetUnrepairableMemoryFlag_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[207usize], &LIBRARY, 207usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlUnrepairableMemoryStatus_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetUnrepairableMemoryFlag_v1` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetUnrepairableMemoryFlag_v1`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26735,6 +27895,9 @@ pub unsafe fn nvmlDeviceGetUnrepairableMemoryFlag_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetUnrepairableMemoryFlag_v1`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, unrepairableMemoryStatus) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26768,7 +27931,7 @@ pub unsafe fn nvmlDeviceGetUnrepairableMemoryFlag_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetUtilizationRates` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetUtilizationRates(
     device: nvmlDevice_t,
@@ -26776,10 +27939,11 @@ pub unsafe fn nvmlDeviceGetUtilizationRates(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[208usize], &LIBRARY, 208usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlUtilization_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetUtilizationRates` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetUtilizationRates`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26788,6 +27952,9 @@ pub unsafe fn nvmlDeviceGetUtilizationRates(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetUtilizationRates` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, utilization) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26818,7 +27985,7 @@ pub unsafe fn nvmlDeviceGetUtilizationRates(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetVbiosVersion` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetVbiosVersion(
     device: nvmlDevice_t,
@@ -26827,11 +27994,11 @@ pub unsafe fn nvmlDeviceGetVbiosVersion(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[209usize], &LIBRARY, 209usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetVbiosVersion` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetVbiosVersion`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26841,6 +28008,9 @@ pub unsafe fn nvmlDeviceGetVbiosVersion(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetVbiosVersion` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, version, length) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26871,7 +28041,7 @@ pub unsafe fn nvmlDeviceGetVbiosVersion(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetVgpuCapabilities` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetVgpuCapabilities(
     device: nvmlDevice_t,
@@ -26880,11 +28050,11 @@ pub unsafe fn nvmlDeviceGetVgpuCapabilities(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[210usize], &LIBRARY, 210usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlDeviceVgpuCapability_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetVgpuCapabilities` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetVgpuCapabilities`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26894,6 +28064,9 @@ pub unsafe fn nvmlDeviceGetVgpuCapabilities(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetVgpuCapabilities` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, capability, capResult) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26925,7 +28098,7 @@ pub unsafe fn nvmlDeviceGetVgpuCapabilities(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetVgpuHeterogeneousMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetVgpuHeterogeneousMode(
     device: nvmlDevice_t,
@@ -26933,10 +28106,11 @@ pub unsafe fn nvmlDeviceGetVgpuHeterogeneousMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[211usize], &LIBRARY, 211usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlVgpuHeterogeneousMode_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetVgpuHeterogeneousMode` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetVgpuHeterogeneousMode`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26945,6 +28119,9 @@ pub unsafe fn nvmlDeviceGetVgpuHeterogeneousMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetVgpuHeterogeneousMode` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pHeterogeneousMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26998,7 +28175,7 @@ pub unsafe fn nvmlDeviceGetVgpuHeterogeneousMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetVgpuInstancesUtilizationInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetVgpuInstancesUtilizationInfo(
     device: nvmlDevice_t,
@@ -27006,10 +28183,11 @@ pub unsafe fn nvmlDeviceGetVgpuInstancesUtilizationInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[212usize], &LIBRARY, 212usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlVgpuInstancesUtilizationInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetVgpuInstancesUtilizationInfo` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetVgpuInstancesUtilizationInfo`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27018,6 +28196,9 @@ pub unsafe fn nvmlDeviceGetVgpuInstancesUtilizationInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetVgpuInstancesUtilizationInfo`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, vgpuUtilInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27048,7 +28229,7 @@ pub unsafe fn nvmlDeviceGetVgpuInstancesUtilizationInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetVgpuMetadata` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetVgpuMetadata(
     device: nvmlDevice_t,
@@ -27057,11 +28238,11 @@ pub unsafe fn nvmlDeviceGetVgpuMetadata(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[213usize], &LIBRARY, 213usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlVgpuPgpuMetadata_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetVgpuMetadata` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetVgpuMetadata`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27071,6 +28252,9 @@ pub unsafe fn nvmlDeviceGetVgpuMetadata(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetVgpuMetadata` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pgpuMetadata, bufferSize) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27124,7 +28308,7 @@ pub unsafe fn nvmlDeviceGetVgpuMetadata(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetVgpuProcessUtilization` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetVgpuProcessUtilization(
     device: nvmlDevice_t,
@@ -27134,12 +28318,11 @@ pub unsafe fn nvmlDeviceGetVgpuProcessUtilization(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[214usize], &LIBRARY, 214usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_ulonglong,
-                *mut ::core::ffi::c_uint,
-                *mut nvmlVgpuProcessUtilizationSample_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetVgpuProcessUtilization` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetVgpuProcessUtilization`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27150,6 +28333,9 @@ pub unsafe fn nvmlDeviceGetVgpuProcessUtilization(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetVgpuProcessUtilization` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     device,
@@ -27210,7 +28396,7 @@ pub unsafe fn nvmlDeviceGetVgpuProcessUtilization(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetVgpuProcessesUtilizationInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetVgpuProcessesUtilizationInfo(
     device: nvmlDevice_t,
@@ -27218,10 +28404,11 @@ pub unsafe fn nvmlDeviceGetVgpuProcessesUtilizationInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[215usize], &LIBRARY, 215usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlVgpuProcessesUtilizationInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetVgpuProcessesUtilizationInfo` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetVgpuProcessesUtilizationInfo`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27230,6 +28417,9 @@ pub unsafe fn nvmlDeviceGetVgpuProcessesUtilizationInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetVgpuProcessesUtilizationInfo`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, vgpuProcUtilInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27261,7 +28451,7 @@ pub unsafe fn nvmlDeviceGetVgpuProcessesUtilizationInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetVgpuSchedulerCapabilities` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetVgpuSchedulerCapabilities(
     device: nvmlDevice_t,
@@ -27269,10 +28459,11 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerCapabilities(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[216usize], &LIBRARY, 216usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlVgpuSchedulerCapabilities_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetVgpuSchedulerCapabilities` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetVgpuSchedulerCapabilities`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27281,6 +28472,9 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerCapabilities(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetVgpuSchedulerCapabilities`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pCapabilities) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27311,7 +28505,7 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerCapabilities(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetVgpuSchedulerLog` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetVgpuSchedulerLog(
     device: nvmlDevice_t,
@@ -27319,10 +28513,11 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerLog(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[217usize], &LIBRARY, 217usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlVgpuSchedulerLog_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetVgpuSchedulerLog` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetVgpuSchedulerLog`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27331,6 +28526,9 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerLog(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetVgpuSchedulerLog` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pSchedulerLog) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27359,7 +28557,7 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerLog(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetVgpuSchedulerLog_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetVgpuSchedulerLog_v2(
     device: nvmlDevice_t,
@@ -27367,10 +28565,11 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerLog_v2(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[218usize], &LIBRARY, 218usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlVgpuSchedulerLogInfo_v2_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetVgpuSchedulerLog_v2` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetVgpuSchedulerLog_v2`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27379,6 +28578,9 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerLog_v2(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetVgpuSchedulerLog_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pSchedulerLogInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27406,7 +28608,7 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerLog_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetVgpuSchedulerState` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetVgpuSchedulerState(
     device: nvmlDevice_t,
@@ -27414,10 +28616,11 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerState(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[219usize], &LIBRARY, 219usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlVgpuSchedulerGetState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetVgpuSchedulerState` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetVgpuSchedulerState`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27426,6 +28629,9 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerState(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetVgpuSchedulerState` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pSchedulerState) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27451,7 +28657,7 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerState(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetVgpuSchedulerState_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetVgpuSchedulerState_v2(
     device: nvmlDevice_t,
@@ -27459,10 +28665,11 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerState_v2(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[220usize], &LIBRARY, 220usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlVgpuSchedulerStateInfo_v2_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetVgpuSchedulerState_v2` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetVgpuSchedulerState_v2`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27471,6 +28678,9 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerState_v2(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetVgpuSchedulerState_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pSchedulerStateInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27507,7 +28717,7 @@ pub unsafe fn nvmlDeviceGetVgpuSchedulerState_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetVgpuTypeCreatablePlacements` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetVgpuTypeCreatablePlacements(
     device: nvmlDevice_t,
@@ -27516,11 +28726,11 @@ pub unsafe fn nvmlDeviceGetVgpuTypeCreatablePlacements(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[221usize], &LIBRARY, 221usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlVgpuTypeId_t,
-                *mut nvmlVgpuPlacementList_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetVgpuTypeCreatablePlacements` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetVgpuTypeCreatablePlacements`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27530,6 +28740,9 @@ pub unsafe fn nvmlDeviceGetVgpuTypeCreatablePlacements(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetVgpuTypeCreatablePlacements`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, vgpuTypeId, pPlacementList) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27568,7 +28781,7 @@ pub unsafe fn nvmlDeviceGetVgpuTypeCreatablePlacements(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetVgpuTypeSupportedPlacements` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetVgpuTypeSupportedPlacements(
     device: nvmlDevice_t,
@@ -27577,11 +28790,11 @@ pub unsafe fn nvmlDeviceGetVgpuTypeSupportedPlacements(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[222usize], &LIBRARY, 222usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlVgpuTypeId_t,
-                *mut nvmlVgpuPlacementList_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetVgpuTypeSupportedPlacements` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceGetVgpuTypeSupportedPlacements`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27591,6 +28804,9 @@ pub unsafe fn nvmlDeviceGetVgpuTypeSupportedPlacements(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetVgpuTypeSupportedPlacements`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, vgpuTypeId, pPlacementList) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27646,7 +28862,7 @@ pub unsafe fn nvmlDeviceGetVgpuTypeSupportedPlacements(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetVgpuUtilization` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetVgpuUtilization(
     device: nvmlDevice_t,
@@ -27657,13 +28873,11 @@ pub unsafe fn nvmlDeviceGetVgpuUtilization(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[223usize], &LIBRARY, 223usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_ulonglong,
-                *mut nvmlValueType_t,
-                *mut ::core::ffi::c_uint,
-                *mut nvmlVgpuInstanceUtilizationSample_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetVgpuUtilization` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetVgpuUtilization`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27675,6 +28889,9 @@ pub unsafe fn nvmlDeviceGetVgpuUtilization(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetVgpuUtilization` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     device,
@@ -27709,7 +28926,7 @@ pub unsafe fn nvmlDeviceGetVgpuUtilization(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetViolationStatus` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetViolationStatus(
     device: nvmlDevice_t,
@@ -27718,11 +28935,11 @@ pub unsafe fn nvmlDeviceGetViolationStatus(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[224usize], &LIBRARY, 224usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlPerfPolicyType_t,
-                *mut nvmlViolationTime_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetViolationStatus` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceGetViolationStatus`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27732,6 +28949,9 @@ pub unsafe fn nvmlDeviceGetViolationStatus(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetViolationStatus` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, perfPolicyType, violTime) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27757,7 +28977,7 @@ pub unsafe fn nvmlDeviceGetViolationStatus(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceGetVirtualizationMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceGetVirtualizationMode(
     device: nvmlDevice_t,
@@ -27765,10 +28985,11 @@ pub unsafe fn nvmlDeviceGetVirtualizationMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[225usize], &LIBRARY, 225usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlGpuVirtualizationMode_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceGetVirtualizationMode` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceGetVirtualizationMode`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27777,6 +28998,9 @@ pub unsafe fn nvmlDeviceGetVirtualizationMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceGetVirtualizationMode` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pVirtualMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27807,7 +29031,7 @@ pub unsafe fn nvmlDeviceGetVirtualizationMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceIsMigDeviceHandle` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceIsMigDeviceHandle(
     device: nvmlDevice_t,
@@ -27815,10 +29039,11 @@ pub unsafe fn nvmlDeviceIsMigDeviceHandle(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[226usize], &LIBRARY, 226usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceIsMigDeviceHandle` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceIsMigDeviceHandle`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27827,6 +29052,9 @@ pub unsafe fn nvmlDeviceIsMigDeviceHandle(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceIsMigDeviceHandle` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, isMigDevice) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27853,7 +29081,7 @@ pub unsafe fn nvmlDeviceIsMigDeviceHandle(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceLockNvlinkRemapTable_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceLockNvlinkRemapTable_v1(
     device: nvmlDevice_t,
@@ -27861,10 +29089,11 @@ pub unsafe fn nvmlDeviceLockNvlinkRemapTable_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[227usize], &LIBRARY, 227usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlNvlinkLockRemapTable_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceLockNvlinkRemapTable_v1` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceLockNvlinkRemapTable_v1`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27873,6 +29102,9 @@ pub unsafe fn nvmlDeviceLockNvlinkRemapTable_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceLockNvlinkRemapTable_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, remapTableLockInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27905,7 +29137,7 @@ pub unsafe fn nvmlDeviceLockNvlinkRemapTable_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceModifyDrainState` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceModifyDrainState(
     pciInfo: *mut nvmlPciInfo_t,
@@ -27913,10 +29145,11 @@ pub unsafe fn nvmlDeviceModifyDrainState(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[228usize], &LIBRARY, 228usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlPciInfo_t,
-                nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceModifyDrainState` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceModifyDrainState`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27925,6 +29158,9 @@ pub unsafe fn nvmlDeviceModifyDrainState(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceModifyDrainState` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pciInfo, newState) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27953,7 +29189,7 @@ pub unsafe fn nvmlDeviceModifyDrainState(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceOnSameBoard` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceOnSameBoard(
     device1: nvmlDevice_t,
@@ -27962,11 +29198,11 @@ pub unsafe fn nvmlDeviceOnSameBoard(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[229usize], &LIBRARY, 229usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlDevice_t,
-                *mut ::core::ffi::c_int,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceOnSameBoard` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceOnSameBoard`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27976,6 +29212,9 @@ pub unsafe fn nvmlDeviceOnSameBoard(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceOnSameBoard` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device1, device2, onSameBoard) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27998,7 +29237,7 @@ pub unsafe fn nvmlDeviceOnSameBoard(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDevicePerfMetricsGetSamples_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDevicePerfMetricsGetSamples_v1(
     device: nvmlDevice_t,
@@ -28006,10 +29245,11 @@ pub unsafe fn nvmlDevicePerfMetricsGetSamples_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[230usize], &LIBRARY, 230usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlPerfMetricsSamples_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDevicePerfMetricsGetSamples_v1` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDevicePerfMetricsGetSamples_v1`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28018,6 +29258,9 @@ pub unsafe fn nvmlDevicePerfMetricsGetSamples_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDevicePerfMetricsGetSamples_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, samples) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28047,7 +29290,7 @@ pub unsafe fn nvmlDevicePerfMetricsGetSamples_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDevicePowerSmoothingActivatePresetProfile` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDevicePowerSmoothingActivatePresetProfile(
     device: nvmlDevice_t,
@@ -28055,10 +29298,11 @@ pub unsafe fn nvmlDevicePowerSmoothingActivatePresetProfile(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[231usize], &LIBRARY, 231usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlPowerSmoothingProfile_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDevicePowerSmoothingActivatePresetProfile` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDevicePowerSmoothingActivatePresetProfile`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28067,6 +29311,10 @@ pub unsafe fn nvmlDevicePowerSmoothingActivatePresetProfile(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlDevicePowerSmoothingActivatePresetProfile` from `nvml.h`, as this function's `#
+            // Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(device, profile) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28094,7 +29342,7 @@ pub unsafe fn nvmlDevicePowerSmoothingActivatePresetProfile(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDevicePowerSmoothingSetState` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDevicePowerSmoothingSetState(
     device: nvmlDevice_t,
@@ -28102,10 +29350,11 @@ pub unsafe fn nvmlDevicePowerSmoothingSetState(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[232usize], &LIBRARY, 232usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlPowerSmoothingState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDevicePowerSmoothingSetState` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDevicePowerSmoothingSetState`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28114,6 +29363,9 @@ pub unsafe fn nvmlDevicePowerSmoothingSetState(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDevicePowerSmoothingSetState` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, state) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28148,7 +29400,7 @@ pub unsafe fn nvmlDevicePowerSmoothingSetState(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDevicePowerSmoothingUpdatePresetProfileParam` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDevicePowerSmoothingUpdatePresetProfileParam(
     device: nvmlDevice_t,
@@ -28156,10 +29408,11 @@ pub unsafe fn nvmlDevicePowerSmoothingUpdatePresetProfileParam(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[233usize], &LIBRARY, 233usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlPowerSmoothingProfile_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDevicePowerSmoothingUpdatePresetProfileParam` in libnvidia-ml; that export is
+            // the function `nvml.h` declares as `nvmlDevicePowerSmoothingUpdatePresetProfileParam`,
+            // with exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28168,6 +29421,10 @@ pub unsafe fn nvmlDevicePowerSmoothingUpdatePresetProfileParam(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlDevicePowerSmoothingUpdatePresetProfileParam` from `nvml.h`, as this function's
+            // `# Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(device, profile) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28196,7 +29453,7 @@ pub unsafe fn nvmlDevicePowerSmoothingUpdatePresetProfileParam(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceQueryDrainState` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceQueryDrainState(
     pciInfo: *mut nvmlPciInfo_t,
@@ -28204,10 +29461,11 @@ pub unsafe fn nvmlDeviceQueryDrainState(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[234usize], &LIBRARY, 234usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlPciInfo_t,
-                *mut nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceQueryDrainState` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceQueryDrainState`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28216,6 +29474,9 @@ pub unsafe fn nvmlDeviceQueryDrainState(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceQueryDrainState` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pciInfo, currentState) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28243,7 +29504,7 @@ pub unsafe fn nvmlDeviceQueryDrainState(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceReadPRMCounters_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceReadPRMCounters_v1(
     device: nvmlDevice_t,
@@ -28251,10 +29512,11 @@ pub unsafe fn nvmlDeviceReadPRMCounters_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[235usize], &LIBRARY, 235usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlPRMCounterList_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceReadPRMCounters_v1` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceReadPRMCounters_v1`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28263,6 +29525,9 @@ pub unsafe fn nvmlDeviceReadPRMCounters_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceReadPRMCounters_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, counterList) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28293,7 +29558,7 @@ pub unsafe fn nvmlDeviceReadPRMCounters_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceReadWritePRM_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceReadWritePRM_v1(
     device: nvmlDevice_t,
@@ -28301,10 +29566,11 @@ pub unsafe fn nvmlDeviceReadWritePRM_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[236usize], &LIBRARY, 236usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlPRMTLV_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceReadWritePRM_v1` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceReadWritePRM_v1`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28313,6 +29579,9 @@ pub unsafe fn nvmlDeviceReadWritePRM_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceReadWritePRM_v1` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, buffer) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28357,7 +29626,7 @@ pub unsafe fn nvmlDeviceReadWritePRM_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceRegisterEvents` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceRegisterEvents(
     device: nvmlDevice_t,
@@ -28366,11 +29635,11 @@ pub unsafe fn nvmlDeviceRegisterEvents(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[237usize], &LIBRARY, 237usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_ulonglong,
-                nvmlEventSet_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceRegisterEvents` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceRegisterEvents`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28380,6 +29649,9 @@ pub unsafe fn nvmlDeviceRegisterEvents(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceRegisterEvents` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, eventTypes, set) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28421,7 +29693,7 @@ pub unsafe fn nvmlDeviceRegisterEvents(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceRemoveGpu_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceRemoveGpu(
     pciInfo: *mut nvmlPciInfo_t,
@@ -28430,11 +29702,11 @@ pub unsafe fn nvmlDeviceRemoveGpu(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[238usize], &LIBRARY, 238usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlPciInfo_t,
-                nvmlDetachGpuState_t,
-                nvmlPcieLinkState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceRemoveGpu_v2` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceRemoveGpu_v2`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28444,6 +29716,9 @@ pub unsafe fn nvmlDeviceRemoveGpu(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceRemoveGpu_v2` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pciInfo, gpuState, linkState) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28462,17 +29737,24 @@ pub use self::nvmlDeviceRemoveGpu as nvmlDeviceRemoveGpu_v2;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceResetApplicationsClocks` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceResetApplicationsClocks(device: nvmlDevice_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[239usize], &LIBRARY, 239usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(nvmlDevice_t) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceResetApplicationsClocks` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceResetApplicationsClocks`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceResetApplicationsClocks` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28503,17 +29785,24 @@ pub unsafe fn nvmlDeviceResetApplicationsClocks(device: nvmlDevice_t) -> nvmlRet
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceResetGpuLockedClocks` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceResetGpuLockedClocks(device: nvmlDevice_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[240usize], &LIBRARY, 240usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(nvmlDevice_t) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceResetGpuLockedClocks` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceResetGpuLockedClocks`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceResetGpuLockedClocks` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28544,17 +29833,24 @@ pub unsafe fn nvmlDeviceResetGpuLockedClocks(device: nvmlDevice_t) -> nvmlReturn
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceResetMemoryLockedClocks` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceResetMemoryLockedClocks(device: nvmlDevice_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[241usize], &LIBRARY, 241usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(nvmlDevice_t) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceResetMemoryLockedClocks` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceResetMemoryLockedClocks`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceResetMemoryLockedClocks` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28581,7 +29877,7 @@ pub unsafe fn nvmlDeviceResetMemoryLockedClocks(device: nvmlDevice_t) -> nvmlRet
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceResetNvLinkErrorCounters` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceResetNvLinkErrorCounters(
     device: nvmlDevice_t,
@@ -28589,10 +29885,11 @@ pub unsafe fn nvmlDeviceResetNvLinkErrorCounters(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[242usize], &LIBRARY, 242usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceResetNvLinkErrorCounters` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceResetNvLinkErrorCounters`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28601,6 +29898,9 @@ pub unsafe fn nvmlDeviceResetNvLinkErrorCounters(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceResetNvLinkErrorCounters` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, link) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28630,7 +29930,7 @@ pub unsafe fn nvmlDeviceResetNvLinkErrorCounters(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceResetNvLinkUtilizationCounter` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceResetNvLinkUtilizationCounter(
     device: nvmlDevice_t,
@@ -28639,11 +29939,11 @@ pub unsafe fn nvmlDeviceResetNvLinkUtilizationCounter(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[243usize], &LIBRARY, 243usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceResetNvLinkUtilizationCounter` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceResetNvLinkUtilizationCounter`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28653,6 +29953,9 @@ pub unsafe fn nvmlDeviceResetNvLinkUtilizationCounter(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceResetNvLinkUtilizationCounter`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, link, counter) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28689,7 +29992,7 @@ pub unsafe fn nvmlDeviceResetNvLinkUtilizationCounter(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetAPIRestriction` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetAPIRestriction(
     device: nvmlDevice_t,
@@ -28698,11 +30001,11 @@ pub unsafe fn nvmlDeviceSetAPIRestriction(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[244usize], &LIBRARY, 244usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlRestrictedAPI_t,
-                nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetAPIRestriction` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetAPIRestriction`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28712,6 +30015,9 @@ pub unsafe fn nvmlDeviceSetAPIRestriction(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetAPIRestriction` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, apiType, isRestricted) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28752,7 +30058,7 @@ pub unsafe fn nvmlDeviceSetAPIRestriction(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetAccountingMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetAccountingMode(
     device: nvmlDevice_t,
@@ -28760,15 +30066,19 @@ pub unsafe fn nvmlDeviceSetAccountingMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[245usize], &LIBRARY, 245usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetAccountingMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetAccountingMode`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t, nvmlEnableState_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetAccountingMode` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, mode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28804,7 +30114,7 @@ pub unsafe fn nvmlDeviceSetAccountingMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetAdaptiveTgpMode_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetAdaptiveTgpMode_v1(
     device: nvmlDevice_t,
@@ -28812,15 +30122,19 @@ pub unsafe fn nvmlDeviceSetAdaptiveTgpMode_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[246usize], &LIBRARY, 246usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetAdaptiveTgpMode_v1` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetAdaptiveTgpMode_v1`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t, nvmlEnableState_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetAdaptiveTgpMode_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, mode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28837,7 +30151,7 @@ pub unsafe fn nvmlDeviceSetAdaptiveTgpMode_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetApplicationsClocks` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetApplicationsClocks(
     device: nvmlDevice_t,
@@ -28846,11 +30160,11 @@ pub unsafe fn nvmlDeviceSetApplicationsClocks(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[247usize], &LIBRARY, 247usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetApplicationsClocks` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetApplicationsClocks`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28860,6 +30174,9 @@ pub unsafe fn nvmlDeviceSetApplicationsClocks(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetApplicationsClocks` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, memClockMHz, graphicsClockMHz) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28898,7 +30215,7 @@ pub unsafe fn nvmlDeviceSetApplicationsClocks(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetAutoBoostedClocksEnabled` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetAutoBoostedClocksEnabled(
     device: nvmlDevice_t,
@@ -28906,15 +30223,19 @@ pub unsafe fn nvmlDeviceSetAutoBoostedClocksEnabled(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[248usize], &LIBRARY, 248usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetAutoBoostedClocksEnabled` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetAutoBoostedClocksEnabled`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t, nvmlEnableState_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetAutoBoostedClocksEnabled` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, enabled) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28945,7 +30266,7 @@ pub unsafe fn nvmlDeviceSetAutoBoostedClocksEnabled(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetClockOffsets` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetClockOffsets(
     device: nvmlDevice_t,
@@ -28953,10 +30274,11 @@ pub unsafe fn nvmlDeviceSetClockOffsets(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[249usize], &LIBRARY, 249usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlClockOffset_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetClockOffsets` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetClockOffsets`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28965,6 +30287,9 @@ pub unsafe fn nvmlDeviceSetClockOffsets(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetClockOffsets` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29007,7 +30332,7 @@ pub unsafe fn nvmlDeviceSetClockOffsets(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetComputeMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetComputeMode(
     device: nvmlDevice_t,
@@ -29015,15 +30340,19 @@ pub unsafe fn nvmlDeviceSetComputeMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[250usize], &LIBRARY, 250usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlComputeMode_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetComputeMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetComputeMode`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t, nvmlComputeMode_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetComputeMode` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, mode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29049,7 +30378,7 @@ pub unsafe fn nvmlDeviceSetComputeMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetConfComputeUnprotectedMemSize` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetConfComputeUnprotectedMemSize(
     device: nvmlDevice_t,
@@ -29057,10 +30386,11 @@ pub unsafe fn nvmlDeviceSetConfComputeUnprotectedMemSize(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[251usize], &LIBRARY, 251usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetConfComputeUnprotectedMemSize` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceSetConfComputeUnprotectedMemSize`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29069,6 +30399,9 @@ pub unsafe fn nvmlDeviceSetConfComputeUnprotectedMemSize(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetConfComputeUnprotectedMemSize`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, sizeKiB) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29098,17 +30431,24 @@ pub unsafe fn nvmlDeviceSetConfComputeUnprotectedMemSize(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetCpuAffinity` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetCpuAffinity(device: nvmlDevice_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[252usize], &LIBRARY, 252usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(nvmlDevice_t) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetCpuAffinity` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetCpuAffinity`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetCpuAffinity` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29147,7 +30487,7 @@ pub unsafe fn nvmlDeviceSetCpuAffinity(device: nvmlDevice_t) -> nvmlReturn_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetDefaultAutoBoostedClocksEnabled` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetDefaultAutoBoostedClocksEnabled(
     device: nvmlDevice_t,
@@ -29156,11 +30496,11 @@ pub unsafe fn nvmlDeviceSetDefaultAutoBoostedClocksEnabled(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[253usize], &LIBRARY, 253usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlEnableState_t,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetDefaultAutoBoostedClocksEnabled` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceSetDefaultAutoBoostedClocksEnabled`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29170,6 +30510,10 @@ pub unsafe fn nvmlDeviceSetDefaultAutoBoostedClocksEnabled(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlDeviceSetDefaultAutoBoostedClocksEnabled` from `nvml.h`, as this function's `#
+            // Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(device, enabled, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29195,7 +30539,7 @@ pub unsafe fn nvmlDeviceSetDefaultAutoBoostedClocksEnabled(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetDefaultFanSpeed_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetDefaultFanSpeed_v2(
     device: nvmlDevice_t,
@@ -29203,10 +30547,11 @@ pub unsafe fn nvmlDeviceSetDefaultFanSpeed_v2(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[254usize], &LIBRARY, 254usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetDefaultFanSpeed_v2` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetDefaultFanSpeed_v2`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29215,6 +30560,9 @@ pub unsafe fn nvmlDeviceSetDefaultFanSpeed_v2(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetDefaultFanSpeed_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, fan) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29254,7 +30602,7 @@ pub unsafe fn nvmlDeviceSetDefaultFanSpeed_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetDramEncryptionMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetDramEncryptionMode(
     device: nvmlDevice_t,
@@ -29262,10 +30610,11 @@ pub unsafe fn nvmlDeviceSetDramEncryptionMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[255usize], &LIBRARY, 255usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *const nvmlDramEncryptionInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetDramEncryptionMode` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetDramEncryptionMode`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29274,6 +30623,9 @@ pub unsafe fn nvmlDeviceSetDramEncryptionMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetDramEncryptionMode` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, dramEncryption) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29326,7 +30678,7 @@ pub unsafe fn nvmlDeviceSetDramEncryptionMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetDriverModel` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetDriverModel(
     device: nvmlDevice_t,
@@ -29335,11 +30687,11 @@ pub unsafe fn nvmlDeviceSetDriverModel(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[256usize], &LIBRARY, 256usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlDriverModel_t,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetDriverModel` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetDriverModel`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29349,6 +30701,9 @@ pub unsafe fn nvmlDeviceSetDriverModel(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetDriverModel` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, driverModel, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29387,7 +30742,7 @@ pub unsafe fn nvmlDeviceSetDriverModel(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetEccMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetEccMode(
     device: nvmlDevice_t,
@@ -29395,15 +30750,19 @@ pub unsafe fn nvmlDeviceSetEccMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[257usize], &LIBRARY, 257usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetEccMode` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlDeviceSetEccMode`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t, nvmlEnableState_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetEccMode` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, ecc) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29434,7 +30793,7 @@ pub unsafe fn nvmlDeviceSetEccMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetFanControlPolicy` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetFanControlPolicy(
     device: nvmlDevice_t,
@@ -29443,11 +30802,11 @@ pub unsafe fn nvmlDeviceSetFanControlPolicy(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[258usize], &LIBRARY, 258usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                nvmlFanControlPolicy_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetFanControlPolicy` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetFanControlPolicy`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29457,6 +30816,9 @@ pub unsafe fn nvmlDeviceSetFanControlPolicy(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetFanControlPolicy` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, fan, policy) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29489,7 +30851,7 @@ pub unsafe fn nvmlDeviceSetFanControlPolicy(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetFanSpeed_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetFanSpeed_v2(
     device: nvmlDevice_t,
@@ -29498,11 +30860,11 @@ pub unsafe fn nvmlDeviceSetFanSpeed_v2(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[259usize], &LIBRARY, 259usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetFanSpeed_v2` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetFanSpeed_v2`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29512,6 +30874,9 @@ pub unsafe fn nvmlDeviceSetFanSpeed_v2(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetFanSpeed_v2` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, fan, speed) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29538,7 +30903,7 @@ pub unsafe fn nvmlDeviceSetFanSpeed_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetGpcClkVfOffset` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetGpcClkVfOffset(
     device: nvmlDevice_t,
@@ -29546,10 +30911,11 @@ pub unsafe fn nvmlDeviceSetGpcClkVfOffset(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[260usize], &LIBRARY, 260usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_int,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetGpcClkVfOffset` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetGpcClkVfOffset`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29558,6 +30924,9 @@ pub unsafe fn nvmlDeviceSetGpcClkVfOffset(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetGpcClkVfOffset` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, offset) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29609,7 +30978,7 @@ pub unsafe fn nvmlDeviceSetGpcClkVfOffset(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetGpuLockedClocks` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetGpuLockedClocks(
     device: nvmlDevice_t,
@@ -29618,11 +30987,11 @@ pub unsafe fn nvmlDeviceSetGpuLockedClocks(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[261usize], &LIBRARY, 261usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetGpuLockedClocks` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetGpuLockedClocks`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29632,6 +31001,9 @@ pub unsafe fn nvmlDeviceSetGpuLockedClocks(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetGpuLockedClocks` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, minGpuClockMHz, maxGpuClockMHz) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29671,7 +31043,7 @@ pub unsafe fn nvmlDeviceSetGpuLockedClocks(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetGpuOperationMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetGpuOperationMode(
     device: nvmlDevice_t,
@@ -29679,10 +31051,11 @@ pub unsafe fn nvmlDeviceSetGpuOperationMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[262usize], &LIBRARY, 262usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlGpuOperationMode_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetGpuOperationMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetGpuOperationMode`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29691,6 +31064,9 @@ pub unsafe fn nvmlDeviceSetGpuOperationMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetGpuOperationMode` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, mode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29726,7 +31102,7 @@ pub unsafe fn nvmlDeviceSetGpuOperationMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetHostname_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetHostname_v1(
     device: nvmlDevice_t,
@@ -29734,10 +31110,11 @@ pub unsafe fn nvmlDeviceSetHostname_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[263usize], &LIBRARY, 263usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlHostname_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetHostname_v1` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetHostname_v1`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29746,6 +31123,9 @@ pub unsafe fn nvmlDeviceSetHostname_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetHostname_v1` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, hostname) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29772,7 +31152,7 @@ pub unsafe fn nvmlDeviceSetHostname_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetMemClkVfOffset` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetMemClkVfOffset(
     device: nvmlDevice_t,
@@ -29780,10 +31160,11 @@ pub unsafe fn nvmlDeviceSetMemClkVfOffset(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[264usize], &LIBRARY, 264usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_int,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetMemClkVfOffset` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetMemClkVfOffset`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29792,6 +31173,9 @@ pub unsafe fn nvmlDeviceSetMemClkVfOffset(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetMemClkVfOffset` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, offset) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29829,7 +31213,7 @@ pub unsafe fn nvmlDeviceSetMemClkVfOffset(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetMemoryLimits_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetMemoryLimits_v1(
     device: nvmlDevice_t,
@@ -29837,10 +31221,11 @@ pub unsafe fn nvmlDeviceSetMemoryLimits_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[265usize], &LIBRARY, 265usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlSetMemoryLimits_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetMemoryLimits_v1` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetMemoryLimits_v1`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29849,6 +31234,9 @@ pub unsafe fn nvmlDeviceSetMemoryLimits_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetMemoryLimits_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, limits) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29887,7 +31275,7 @@ pub unsafe fn nvmlDeviceSetMemoryLimits_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetMemoryLockedClocks` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetMemoryLockedClocks(
     device: nvmlDevice_t,
@@ -29896,11 +31284,11 @@ pub unsafe fn nvmlDeviceSetMemoryLockedClocks(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[266usize], &LIBRARY, 266usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetMemoryLockedClocks` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetMemoryLockedClocks`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29910,6 +31298,9 @@ pub unsafe fn nvmlDeviceSetMemoryLockedClocks(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetMemoryLockedClocks` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, minMemClockMHz, maxMemClockMHz) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29953,7 +31344,7 @@ pub unsafe fn nvmlDeviceSetMemoryLockedClocks(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetMigMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetMigMode(
     device: nvmlDevice_t,
@@ -29962,11 +31353,11 @@ pub unsafe fn nvmlDeviceSetMigMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[267usize], &LIBRARY, 267usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                *mut nvmlReturn_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetMigMode` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlDeviceSetMigMode`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29976,6 +31367,9 @@ pub unsafe fn nvmlDeviceSetMigMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetMigMode` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, mode, activationStatus) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30002,7 +31396,7 @@ pub unsafe fn nvmlDeviceSetMigMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetNvLinkDeviceLowPowerThreshold` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetNvLinkDeviceLowPowerThreshold(
     device: nvmlDevice_t,
@@ -30010,10 +31404,11 @@ pub unsafe fn nvmlDeviceSetNvLinkDeviceLowPowerThreshold(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[268usize], &LIBRARY, 268usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlNvLinkPowerThres_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetNvLinkDeviceLowPowerThreshold` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceSetNvLinkDeviceLowPowerThreshold`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30022,6 +31417,9 @@ pub unsafe fn nvmlDeviceSetNvLinkDeviceLowPowerThreshold(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetNvLinkDeviceLowPowerThreshold`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30054,7 +31452,7 @@ pub unsafe fn nvmlDeviceSetNvLinkDeviceLowPowerThreshold(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetNvLinkUtilizationControl` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetNvLinkUtilizationControl(
     device: nvmlDevice_t,
@@ -30065,13 +31463,11 @@ pub unsafe fn nvmlDeviceSetNvLinkUtilizationControl(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[269usize], &LIBRARY, 269usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-                *mut nvmlNvLinkUtilizationControl_t,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetNvLinkUtilizationControl` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetNvLinkUtilizationControl`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30083,6 +31479,9 @@ pub unsafe fn nvmlDeviceSetNvLinkUtilizationControl(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetNvLinkUtilizationControl` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, link, counter, control, reset) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30108,7 +31507,7 @@ pub unsafe fn nvmlDeviceSetNvLinkUtilizationControl(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetNvlinkBwMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetNvlinkBwMode(
     device: nvmlDevice_t,
@@ -30116,10 +31515,11 @@ pub unsafe fn nvmlDeviceSetNvlinkBwMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[270usize], &LIBRARY, 270usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlNvlinkSetBwMode_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetNvlinkBwMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetNvlinkBwMode`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30128,6 +31528,9 @@ pub unsafe fn nvmlDeviceSetNvlinkBwMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetNvlinkBwMode` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, setBwMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30155,7 +31558,7 @@ pub unsafe fn nvmlDeviceSetNvlinkBwMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetNvlinkBwModeAsync_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetNvlinkBwModeAsync_v1(
     device: nvmlDevice_t,
@@ -30163,10 +31566,11 @@ pub unsafe fn nvmlDeviceSetNvlinkBwModeAsync_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[271usize], &LIBRARY, 271usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlNvlinkSetBwModeAsync_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetNvlinkBwModeAsync_v1` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetNvlinkBwModeAsync_v1`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30175,6 +31579,9 @@ pub unsafe fn nvmlDeviceSetNvlinkBwModeAsync_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetNvlinkBwModeAsync_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, setBwModeAsync) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30200,7 +31607,7 @@ pub unsafe fn nvmlDeviceSetNvlinkBwModeAsync_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetNvlinkNvleReady_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetNvlinkNvleReady_v1(
     device: nvmlDevice_t,
@@ -30208,10 +31615,11 @@ pub unsafe fn nvmlDeviceSetNvlinkNvleReady_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[272usize], &LIBRARY, 272usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlNvlinkSetNvleReady_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetNvlinkNvleReady_v1` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetNvlinkNvleReady_v1`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30220,6 +31628,9 @@ pub unsafe fn nvmlDeviceSetNvlinkNvleReady_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetNvlinkNvleReady_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, setNvleReady) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30265,7 +31676,7 @@ pub unsafe fn nvmlDeviceSetNvlinkNvleReady_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetPersistenceMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetPersistenceMode(
     device: nvmlDevice_t,
@@ -30273,15 +31684,19 @@ pub unsafe fn nvmlDeviceSetPersistenceMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[273usize], &LIBRARY, 273usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetPersistenceMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetPersistenceMode`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t, nvmlEnableState_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetPersistenceMode` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, mode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30317,7 +31732,7 @@ pub unsafe fn nvmlDeviceSetPersistenceMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetPowerManagementLimit` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetPowerManagementLimit(
     device: nvmlDevice_t,
@@ -30325,10 +31740,11 @@ pub unsafe fn nvmlDeviceSetPowerManagementLimit(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[274usize], &LIBRARY, 274usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetPowerManagementLimit` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetPowerManagementLimit`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30337,6 +31753,9 @@ pub unsafe fn nvmlDeviceSetPowerManagementLimit(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetPowerManagementLimit` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, limit) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30379,7 +31798,7 @@ pub unsafe fn nvmlDeviceSetPowerManagementLimit(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetPowerManagementLimit_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetPowerManagementLimit_v2(
     device: nvmlDevice_t,
@@ -30387,10 +31806,11 @@ pub unsafe fn nvmlDeviceSetPowerManagementLimit_v2(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[275usize], &LIBRARY, 275usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlPowerValue_v2_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetPowerManagementLimit_v2` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetPowerManagementLimit_v2`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30399,6 +31819,9 @@ pub unsafe fn nvmlDeviceSetPowerManagementLimit_v2(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetPowerManagementLimit_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, powerValue) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30425,7 +31848,7 @@ pub unsafe fn nvmlDeviceSetPowerManagementLimit_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetPowerMizerMode_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetPowerMizerMode_v1(
     device: nvmlDevice_t,
@@ -30433,10 +31856,11 @@ pub unsafe fn nvmlDeviceSetPowerMizerMode_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[276usize], &LIBRARY, 276usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlDevicePowerMizerModes_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetPowerMizerMode_v1` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetPowerMizerMode_v1`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30445,6 +31869,9 @@ pub unsafe fn nvmlDeviceSetPowerMizerMode_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetPowerMizerMode_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, powerMizerMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30458,7 +31885,7 @@ pub unsafe fn nvmlDeviceSetPowerMizerMode_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetRusdSettings_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetRusdSettings_v1(
     device: nvmlDevice_t,
@@ -30466,10 +31893,11 @@ pub unsafe fn nvmlDeviceSetRusdSettings_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[277usize], &LIBRARY, 277usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlRusdSettings_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetRusdSettings_v1` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetRusdSettings_v1`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30478,6 +31906,9 @@ pub unsafe fn nvmlDeviceSetRusdSettings_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetRusdSettings_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, settings) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30506,7 +31937,7 @@ pub unsafe fn nvmlDeviceSetRusdSettings_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetTemperatureThreshold` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetTemperatureThreshold(
     device: nvmlDevice_t,
@@ -30515,11 +31946,11 @@ pub unsafe fn nvmlDeviceSetTemperatureThreshold(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[278usize], &LIBRARY, 278usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlTemperatureThresholds_t,
-                *mut ::core::ffi::c_int,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetTemperatureThreshold` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetTemperatureThreshold`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30529,6 +31960,9 @@ pub unsafe fn nvmlDeviceSetTemperatureThreshold(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetTemperatureThreshold` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, thresholdType, temp) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30556,7 +31990,7 @@ pub unsafe fn nvmlDeviceSetTemperatureThreshold(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetVgpuCapabilities` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetVgpuCapabilities(
     device: nvmlDevice_t,
@@ -30565,11 +31999,11 @@ pub unsafe fn nvmlDeviceSetVgpuCapabilities(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[279usize], &LIBRARY, 279usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlDeviceVgpuCapability_t,
-                nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetVgpuCapabilities` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceSetVgpuCapabilities`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30579,6 +32013,9 @@ pub unsafe fn nvmlDeviceSetVgpuCapabilities(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetVgpuCapabilities` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, capability, state) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30616,7 +32053,7 @@ pub unsafe fn nvmlDeviceSetVgpuCapabilities(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetVgpuHeterogeneousMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetVgpuHeterogeneousMode(
     device: nvmlDevice_t,
@@ -30624,10 +32061,11 @@ pub unsafe fn nvmlDeviceSetVgpuHeterogeneousMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[280usize], &LIBRARY, 280usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *const nvmlVgpuHeterogeneousMode_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetVgpuHeterogeneousMode` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetVgpuHeterogeneousMode`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30636,6 +32074,9 @@ pub unsafe fn nvmlDeviceSetVgpuHeterogeneousMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetVgpuHeterogeneousMode` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pHeterogeneousMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30671,7 +32112,7 @@ pub unsafe fn nvmlDeviceSetVgpuHeterogeneousMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetVgpuSchedulerState` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetVgpuSchedulerState(
     device: nvmlDevice_t,
@@ -30679,10 +32120,11 @@ pub unsafe fn nvmlDeviceSetVgpuSchedulerState(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[281usize], &LIBRARY, 281usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlVgpuSchedulerSetState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetVgpuSchedulerState` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetVgpuSchedulerState`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30691,6 +32133,9 @@ pub unsafe fn nvmlDeviceSetVgpuSchedulerState(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetVgpuSchedulerState` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pSchedulerState) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30721,7 +32166,7 @@ pub unsafe fn nvmlDeviceSetVgpuSchedulerState(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetVgpuSchedulerState_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetVgpuSchedulerState_v2(
     device: nvmlDevice_t,
@@ -30729,10 +32174,11 @@ pub unsafe fn nvmlDeviceSetVgpuSchedulerState_v2(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[282usize], &LIBRARY, 282usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlVgpuSchedulerState_v2_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetVgpuSchedulerState_v2` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetVgpuSchedulerState_v2`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30741,6 +32187,9 @@ pub unsafe fn nvmlDeviceSetVgpuSchedulerState_v2(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetVgpuSchedulerState_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pSchedulerState) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30767,7 +32216,7 @@ pub unsafe fn nvmlDeviceSetVgpuSchedulerState_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetVirtualizationMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetVirtualizationMode(
     device: nvmlDevice_t,
@@ -30775,10 +32224,11 @@ pub unsafe fn nvmlDeviceSetVirtualizationMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[283usize], &LIBRARY, 283usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlGpuVirtualizationMode_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetVirtualizationMode` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlDeviceSetVirtualizationMode`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30787,6 +32237,9 @@ pub unsafe fn nvmlDeviceSetVirtualizationMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetVirtualizationMode` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, virtualMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30812,7 +32265,7 @@ pub unsafe fn nvmlDeviceSetVirtualizationMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceSetupNvlinkNvleEncryptionKey_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceSetupNvlinkNvleEncryptionKey_v1(
     device: nvmlDevice_t,
@@ -30820,10 +32273,11 @@ pub unsafe fn nvmlDeviceSetupNvlinkNvleEncryptionKey_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[284usize], &LIBRARY, 284usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlNvlinkSetupNvleEncryptionKey_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceSetupNvlinkNvleEncryptionKey_v1` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceSetupNvlinkNvleEncryptionKey_v1`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30832,6 +32286,9 @@ pub unsafe fn nvmlDeviceSetupNvlinkNvleEncryptionKey_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceSetupNvlinkNvleEncryptionKey_v1`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, encryptionKey) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30857,17 +32314,24 @@ pub unsafe fn nvmlDeviceSetupNvlinkNvleEncryptionKey_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceValidateInforom` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceValidateInforom(device: nvmlDevice_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[285usize], &LIBRARY, 285usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(nvmlDevice_t) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceValidateInforom` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceValidateInforom`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceValidateInforom` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30900,17 +32364,24 @@ pub unsafe fn nvmlDeviceValidateInforom(device: nvmlDevice_t) -> nvmlReturn_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceVgpuForceGspUnload` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceVgpuForceGspUnload(device: nvmlDevice_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[286usize], &LIBRARY, 286usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(nvmlDevice_t) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceVgpuForceGspUnload` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlDeviceVgpuForceGspUnload`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlDeviceVgpuForceGspUnload` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30945,7 +32416,7 @@ pub unsafe fn nvmlDeviceVgpuForceGspUnload(device: nvmlDevice_t) -> nvmlReturn_t
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceWorkloadPowerProfileClearRequestedProfiles` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(
     device: nvmlDevice_t,
@@ -30953,10 +32424,12 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[287usize], &LIBRARY, 287usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlWorkloadPowerProfileRequestedProfiles_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceWorkloadPowerProfileClearRequestedProfiles` in libnvidia-ml; that export
+            // is the function `nvml.h` declares as
+            // `nvmlDeviceWorkloadPowerProfileClearRequestedProfiles`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30965,6 +32438,10 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlDeviceWorkloadPowerProfileClearRequestedProfiles` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, requestedProfiles) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30997,7 +32474,7 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceWorkloadPowerProfileGetCurrentProfiles` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(
     device: nvmlDevice_t,
@@ -31005,10 +32482,11 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[288usize], &LIBRARY, 288usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlWorkloadPowerProfileCurrentProfiles_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceWorkloadPowerProfileGetCurrentProfiles` in libnvidia-ml; that export is
+            // the function `nvml.h` declares as `nvmlDeviceWorkloadPowerProfileGetCurrentProfiles`,
+            // with exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31017,6 +32495,10 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlDeviceWorkloadPowerProfileGetCurrentProfiles` from `nvml.h`, as this function's
+            // `# Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(device, currentProfiles) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31052,7 +32534,7 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceWorkloadPowerProfileGetProfilesInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceWorkloadPowerProfileGetProfilesInfo(
     device: nvmlDevice_t,
@@ -31060,10 +32542,11 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileGetProfilesInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[289usize], &LIBRARY, 289usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlWorkloadPowerProfileProfilesInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceWorkloadPowerProfileGetProfilesInfo` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceWorkloadPowerProfileGetProfilesInfo`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31072,6 +32555,10 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileGetProfilesInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlDeviceWorkloadPowerProfileGetProfilesInfo` from `nvml.h`, as this function's `#
+            // Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(device, profilesInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31106,7 +32593,7 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileGetProfilesInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceWorkloadPowerProfileSetRequestedProfiles` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(
     device: nvmlDevice_t,
@@ -31114,10 +32601,12 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[290usize], &LIBRARY, 290usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlWorkloadPowerProfileRequestedProfiles_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceWorkloadPowerProfileSetRequestedProfiles` in libnvidia-ml; that export is
+            // the function `nvml.h` declares as
+            // `nvmlDeviceWorkloadPowerProfileSetRequestedProfiles`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31126,6 +32615,10 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlDeviceWorkloadPowerProfileSetRequestedProfiles` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, requestedProfiles) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31158,7 +32651,7 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlDeviceWorkloadPowerProfileUpdateProfiles_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlDeviceWorkloadPowerProfileUpdateProfiles_v1(
     device: nvmlDevice_t,
@@ -31166,10 +32659,11 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileUpdateProfiles_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[291usize], &LIBRARY, 291usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlWorkloadPowerProfileUpdateProfiles_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlDeviceWorkloadPowerProfileUpdateProfiles_v1` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlDeviceWorkloadPowerProfileUpdateProfiles_v1`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31178,6 +32672,10 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileUpdateProfiles_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlDeviceWorkloadPowerProfileUpdateProfiles_v1` from `nvml.h`, as this function's
+            // `# Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(device, updateProfiles) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31191,21 +32689,26 @@ pub unsafe fn nvmlDeviceWorkloadPowerProfileUpdateProfiles_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlErrorString` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlErrorString(
     result: nvmlReturn_t,
 ) -> ::core::result::Result<*const ::core::ffi::c_char, crate::LoadError> {
     let __cuda_sys_fn = crate::loader::load(&SLOTS[292usize], &LIBRARY, 292usize)?;
-    let __cuda_sys_fn: unsafe extern "C" fn(
-        nvmlReturn_t,
-    ) -> *const ::core::ffi::c_char = unsafe {
+    // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for `nvmlErrorString`
+    // in libnvidia-ml; that export is the function `nvml.h` declares as `nvmlErrorString`, with
+    // exactly this signature, so the address is a C function of this type.
+    let __cuda_sys_fn = unsafe {
         ::core::mem::transmute::<
             *mut ::core::ffi::c_void,
             unsafe extern "C" fn(nvmlReturn_t) -> *const ::core::ffi::c_char,
         >(__cuda_sys_fn)
     };
-    Ok(unsafe { __cuda_sys_fn(result) })
+    // SAFETY: the caller meets the contract of `nvmlErrorString` from `nvml.h`, as this function's
+    // `# Safety` requires, and the arguments go unchanged to a pointer of exactly that C signature
+    // (see above).
+    let __cuda_sys_ret = unsafe { __cuda_sys_fn(result) };
+    Ok(__cuda_sys_ret)
 }
 /** Create an empty set of events.
  Event set should be freed by \ref nvmlEventSetFree
@@ -31227,19 +32730,24 @@ pub unsafe fn nvmlErrorString(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlEventSetCreate` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[293usize], &LIBRARY, 293usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlEventSet_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlEventSetCreate` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlEventSetCreate`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut nvmlEventSet_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlEventSetCreate` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(set) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31264,17 +32772,24 @@ pub unsafe fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> nvmlReturn_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlEventSetFree` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlEventSetFree(set: nvmlEventSet_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[294usize], &LIBRARY, 294usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(nvmlEventSet_t) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlEventSetFree` in libnvidia-ml; that export is the function `nvml.h` declares as
+            // `nvmlEventSetFree`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlEventSet_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlEventSetFree` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(set) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31311,7 +32826,7 @@ pub unsafe fn nvmlEventSetFree(set: nvmlEventSet_t) -> nvmlReturn_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlEventSetGetContextCount_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlEventSetGetContextCount_v1(
     set: nvmlEventSet_t,
@@ -31319,10 +32834,11 @@ pub unsafe fn nvmlEventSetGetContextCount_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[295usize], &LIBRARY, 295usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlEventSet_t,
-                *mut nvmlEventSetGetContextCount_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlEventSetGetContextCount_v1` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlEventSetGetContextCount_v1`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31331,6 +32847,9 @@ pub unsafe fn nvmlEventSetGetContextCount_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlEventSetGetContextCount_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(set, params) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31370,7 +32889,7 @@ pub unsafe fn nvmlEventSetGetContextCount_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlEventSetGetContextData_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlEventSetGetContextData_v1(
     set: nvmlEventSet_t,
@@ -31378,10 +32897,11 @@ pub unsafe fn nvmlEventSetGetContextData_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[296usize], &LIBRARY, 296usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlEventSet_t,
-                *mut nvmlEventSetGetContextData_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlEventSetGetContextData_v1` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlEventSetGetContextData_v1`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31390,6 +32910,9 @@ pub unsafe fn nvmlEventSetGetContextData_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlEventSetGetContextData_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(set, params) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31430,7 +32953,7 @@ pub unsafe fn nvmlEventSetGetContextData_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlEventSetGetContextInfo_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlEventSetGetContextInfo_v1(
     set: nvmlEventSet_t,
@@ -31438,10 +32961,11 @@ pub unsafe fn nvmlEventSetGetContextInfo_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[297usize], &LIBRARY, 297usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlEventSet_t,
-                *mut nvmlEventSetGetContextInfo_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlEventSetGetContextInfo_v1` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlEventSetGetContextInfo_v1`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31450,6 +32974,9 @@ pub unsafe fn nvmlEventSetGetContextInfo_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlEventSetGetContextInfo_v1` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(set, params) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31487,7 +33014,7 @@ pub unsafe fn nvmlEventSetGetContextInfo_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1(
     set: nvmlEventSet_t,
@@ -31495,10 +33022,12 @@ pub unsafe fn nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[298usize], &LIBRARY, 298usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlEventSet_t,
-                *mut nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1` in libnvidia-ml; that export
+            // is the function `nvml.h` declares as
+            // `nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31507,6 +33036,10 @@ pub unsafe fn nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(set, params) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31556,7 +33089,7 @@ pub unsafe fn nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlEventSetRegisterGpuOperationalEvents_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlEventSetRegisterGpuOperationalEvents_v1(
     eventSet: nvmlEventSet_t,
@@ -31564,10 +33097,11 @@ pub unsafe fn nvmlEventSetRegisterGpuOperationalEvents_v1(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[299usize], &LIBRARY, 299usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlEventSet_t,
-                *const nvmlGpuOperationalEventConfig_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlEventSetRegisterGpuOperationalEvents_v1` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlEventSetRegisterGpuOperationalEvents_v1`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31576,6 +33110,10 @@ pub unsafe fn nvmlEventSetRegisterGpuOperationalEvents_v1(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlEventSetRegisterGpuOperationalEvents_v1` from `nvml.h`, as this function's `#
+            // Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(eventSet, config) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31624,7 +33162,7 @@ pub unsafe fn nvmlEventSetRegisterGpuOperationalEvents_v1(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlEventSetWait_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlEventSetWait(
     set: nvmlEventSet_t,
@@ -31633,11 +33171,11 @@ pub unsafe fn nvmlEventSetWait(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[300usize], &LIBRARY, 300usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlEventSet_t,
-                *mut nvmlEventData_t,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlEventSetWait_v2` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlEventSetWait_v2`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31647,6 +33185,9 @@ pub unsafe fn nvmlEventSetWait(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlEventSetWait_v2` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(set, data, timeoutms) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31706,7 +33247,7 @@ pub use self::nvmlEventSetWait as nvmlEventSetWait_v2;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlEventSetWait_v3` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlEventSetWait_v3(
     set: nvmlEventSet_t,
@@ -31714,10 +33255,11 @@ pub unsafe fn nvmlEventSetWait_v3(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[301usize], &LIBRARY, 301usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlEventSet_t,
-                *mut nvmlEventSetWait_v3_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlEventSetWait_v3` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlEventSetWait_v3`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31726,6 +33268,9 @@ pub unsafe fn nvmlEventSetWait_v3(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlEventSetWait_v3` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(set, params) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31748,21 +33293,26 @@ pub unsafe fn nvmlEventSetWait_v3(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGetExcludedDeviceCount` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGetBlacklistDeviceCount(
     deviceCount: *mut ::core::ffi::c_uint,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[302usize], &LIBRARY, 302usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGetExcludedDeviceCount` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlGetExcludedDeviceCount`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_uint) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGetExcludedDeviceCount` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(deviceCount) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31794,7 +33344,7 @@ pub use self::nvmlGetBlacklistDeviceCount as nvmlGetExcludedDeviceCount;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGetExcludedDeviceInfoByIndex` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGetBlacklistDeviceInfoByIndex(
     index: ::core::ffi::c_uint,
@@ -31802,10 +33352,11 @@ pub unsafe fn nvmlGetBlacklistDeviceInfoByIndex(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[303usize], &LIBRARY, 303usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_uint,
-                *mut nvmlExcludedDeviceInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGetExcludedDeviceInfoByIndex` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlGetExcludedDeviceInfoByIndex`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31814,6 +33365,9 @@ pub unsafe fn nvmlGetBlacklistDeviceInfoByIndex(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGetExcludedDeviceInfoByIndex` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(index, info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31848,7 +33402,7 @@ pub use self::nvmlGetBlacklistDeviceInfoByIndex as nvmlGetExcludedDeviceInfoByIn
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGetVgpuCompatibility` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGetVgpuCompatibility(
     vgpuMetadata: *mut nvmlVgpuMetadata_t,
@@ -31857,11 +33411,11 @@ pub unsafe fn nvmlGetVgpuCompatibility(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[304usize], &LIBRARY, 304usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlVgpuMetadata_t,
-                *mut nvmlVgpuPgpuMetadata_t,
-                *mut nvmlVgpuPgpuCompatibility_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGetVgpuCompatibility` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlGetVgpuCompatibility`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31871,6 +33425,9 @@ pub unsafe fn nvmlGetVgpuCompatibility(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGetVgpuCompatibility` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuMetadata, pgpuMetadata, compatibilityInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31900,7 +33457,7 @@ pub unsafe fn nvmlGetVgpuCompatibility(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGetVgpuDriverCapabilities` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGetVgpuDriverCapabilities(
     capability: nvmlVgpuDriverCapability_t,
@@ -31908,10 +33465,11 @@ pub unsafe fn nvmlGetVgpuDriverCapabilities(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[305usize], &LIBRARY, 305usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuDriverCapability_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGetVgpuDriverCapabilities` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlGetVgpuDriverCapabilities`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31920,6 +33478,9 @@ pub unsafe fn nvmlGetVgpuDriverCapabilities(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGetVgpuDriverCapabilities` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(capability, capResult) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31949,7 +33510,7 @@ pub unsafe fn nvmlGetVgpuDriverCapabilities(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGetVgpuVersion` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGetVgpuVersion(
     supported: *mut nvmlVgpuVersion_t,
@@ -31957,10 +33518,11 @@ pub unsafe fn nvmlGetVgpuVersion(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[306usize], &LIBRARY, 306usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlVgpuVersion_t,
-                *mut nvmlVgpuVersion_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGetVgpuVersion` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlGetVgpuVersion`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31969,6 +33531,9 @@ pub unsafe fn nvmlGetVgpuVersion(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGetVgpuVersion` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(supported, current) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32001,19 +33566,24 @@ pub unsafe fn nvmlGetVgpuVersion(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpmMetricsGet` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpmMetricsGet(metricsGet: *mut nvmlGpmMetricsGet_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[307usize], &LIBRARY, 307usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlGpmMetricsGet_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpmMetricsGet` in libnvidia-ml; that export is the function `nvml.h` declares as
+            // `nvmlGpmMetricsGet`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut nvmlGpmMetricsGet_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpmMetricsGet` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(metricsGet) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32043,7 +33613,7 @@ pub unsafe fn nvmlGpmMetricsGet(metricsGet: *mut nvmlGpmMetricsGet_t) -> nvmlRet
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpmMigSampleGet` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpmMigSampleGet(
     device: nvmlDevice_t,
@@ -32052,11 +33622,11 @@ pub unsafe fn nvmlGpmMigSampleGet(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[308usize], &LIBRARY, 308usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-                nvmlGpmSample_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpmMigSampleGet` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlGpmMigSampleGet`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32066,6 +33636,9 @@ pub unsafe fn nvmlGpmMigSampleGet(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpmMigSampleGet` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, gpuInstanceId, gpmSample) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32091,7 +33664,7 @@ pub unsafe fn nvmlGpmMigSampleGet(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpmQueryDeviceSupport` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpmQueryDeviceSupport(
     device: nvmlDevice_t,
@@ -32099,10 +33672,11 @@ pub unsafe fn nvmlGpmQueryDeviceSupport(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[309usize], &LIBRARY, 309usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut nvmlGpmSupport_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpmQueryDeviceSupport` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlGpmQueryDeviceSupport`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32111,6 +33685,9 @@ pub unsafe fn nvmlGpmQueryDeviceSupport(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpmQueryDeviceSupport` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, gpmSupport) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32137,7 +33714,7 @@ pub unsafe fn nvmlGpmQueryDeviceSupport(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpmQueryIfStreamingEnabled` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpmQueryIfStreamingEnabled(
     device: nvmlDevice_t,
@@ -32145,10 +33722,11 @@ pub unsafe fn nvmlGpmQueryIfStreamingEnabled(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[310usize], &LIBRARY, 310usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpmQueryIfStreamingEnabled` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlGpmQueryIfStreamingEnabled`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32157,6 +33735,9 @@ pub unsafe fn nvmlGpmQueryIfStreamingEnabled(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpmQueryIfStreamingEnabled` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, state) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32180,19 +33761,24 @@ pub unsafe fn nvmlGpmQueryIfStreamingEnabled(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpmSampleAlloc` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpmSampleAlloc(gpmSample: *mut nvmlGpmSample_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[311usize], &LIBRARY, 311usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlGpmSample_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpmSampleAlloc` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlGpmSampleAlloc`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut nvmlGpmSample_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpmSampleAlloc` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpmSample) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32214,17 +33800,24 @@ pub unsafe fn nvmlGpmSampleAlloc(gpmSample: *mut nvmlGpmSample_t) -> nvmlReturn_
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpmSampleFree` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpmSampleFree(gpmSample: nvmlGpmSample_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[312usize], &LIBRARY, 312usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(nvmlGpmSample_t) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpmSampleFree` in libnvidia-ml; that export is the function `nvml.h` declares as
+            // `nvmlGpmSampleFree`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlGpmSample_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpmSampleFree` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpmSample) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32253,7 +33846,7 @@ pub unsafe fn nvmlGpmSampleFree(gpmSample: nvmlGpmSample_t) -> nvmlReturn_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpmSampleGet` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpmSampleGet(
     device: nvmlDevice_t,
@@ -32261,15 +33854,19 @@ pub unsafe fn nvmlGpmSampleGet(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[313usize], &LIBRARY, 313usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlGpmSample_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpmSampleGet` in libnvidia-ml; that export is the function `nvml.h` declares as
+            // `nvmlGpmSampleGet`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlDevice_t, nvmlGpmSample_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpmSampleGet` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, gpmSample) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32296,7 +33893,7 @@ pub unsafe fn nvmlGpmSampleGet(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpmSetStreamingEnabled` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpmSetStreamingEnabled(
     device: nvmlDevice_t,
@@ -32304,10 +33901,11 @@ pub unsafe fn nvmlGpmSetStreamingEnabled(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[314usize], &LIBRARY, 314usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpmSetStreamingEnabled` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlGpmSetStreamingEnabled`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32316,6 +33914,9 @@ pub unsafe fn nvmlGpmSetStreamingEnabled(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpmSetStreamingEnabled` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, state) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32351,7 +33952,7 @@ pub unsafe fn nvmlGpmSetStreamingEnabled(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceCreateComputeInstance` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceCreateComputeInstance(
     gpuInstance: nvmlGpuInstance_t,
@@ -32360,11 +33961,11 @@ pub unsafe fn nvmlGpuInstanceCreateComputeInstance(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[315usize], &LIBRARY, 315usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                ::core::ffi::c_uint,
-                *mut nvmlComputeInstance_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceCreateComputeInstance` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlGpuInstanceCreateComputeInstance`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32374,6 +33975,9 @@ pub unsafe fn nvmlGpuInstanceCreateComputeInstance(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpuInstanceCreateComputeInstance` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, profileId, computeInstance) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32410,7 +34014,7 @@ pub unsafe fn nvmlGpuInstanceCreateComputeInstance(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceCreateComputeInstanceWithPlacement` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceCreateComputeInstanceWithPlacement(
     gpuInstance: nvmlGpuInstance_t,
@@ -32420,12 +34024,12 @@ pub unsafe fn nvmlGpuInstanceCreateComputeInstanceWithPlacement(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[316usize], &LIBRARY, 316usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                ::core::ffi::c_uint,
-                *const nvmlComputeInstancePlacement_t,
-                *mut nvmlComputeInstance_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceCreateComputeInstanceWithPlacement` in libnvidia-ml; that export is
+            // the function `nvml.h` declares as
+            // `nvmlGpuInstanceCreateComputeInstanceWithPlacement`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32436,6 +34040,10 @@ pub unsafe fn nvmlGpuInstanceCreateComputeInstanceWithPlacement(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlGpuInstanceCreateComputeInstanceWithPlacement` from `nvml.h`, as this function's
+            // `# Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, profileId, placement, computeInstance) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32465,17 +34073,24 @@ pub unsafe fn nvmlGpuInstanceCreateComputeInstanceWithPlacement(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceDestroy` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceDestroy(gpuInstance: nvmlGpuInstance_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[317usize], &LIBRARY, 317usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(nvmlGpuInstance_t) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceDestroy` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlGpuInstanceDestroy`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlGpuInstance_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpuInstanceDestroy` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32515,7 +34130,7 @@ pub unsafe fn nvmlGpuInstanceDestroy(gpuInstance: nvmlGpuInstance_t) -> nvmlRetu
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceGetActiveVgpus` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceGetActiveVgpus(
     gpuInstance: nvmlGpuInstance_t,
@@ -32523,10 +34138,11 @@ pub unsafe fn nvmlGpuInstanceGetActiveVgpus(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[318usize], &LIBRARY, 318usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                *mut nvmlActiveVgpuInstanceInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceGetActiveVgpus` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlGpuInstanceGetActiveVgpus`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32535,6 +34151,9 @@ pub unsafe fn nvmlGpuInstanceGetActiveVgpus(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpuInstanceGetActiveVgpus` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, pVgpuInstanceInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32564,7 +34183,7 @@ pub unsafe fn nvmlGpuInstanceGetActiveVgpus(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceGetComputeInstanceById` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceGetComputeInstanceById(
     gpuInstance: nvmlGpuInstance_t,
@@ -32573,11 +34192,11 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceById(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[319usize], &LIBRARY, 319usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                ::core::ffi::c_uint,
-                *mut nvmlComputeInstance_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceGetComputeInstanceById` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlGpuInstanceGetComputeInstanceById`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32587,6 +34206,9 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceById(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpuInstanceGetComputeInstanceById` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, id, computeInstance) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32623,7 +34245,7 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceById(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceGetComputeInstancePossiblePlacements` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceGetComputeInstancePossiblePlacements(
     gpuInstance: nvmlGpuInstance_t,
@@ -32633,12 +34255,12 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstancePossiblePlacements(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[320usize], &LIBRARY, 320usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                ::core::ffi::c_uint,
-                *mut nvmlComputeInstancePlacement_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceGetComputeInstancePossiblePlacements` in libnvidia-ml; that export is
+            // the function `nvml.h` declares as
+            // `nvmlGpuInstanceGetComputeInstancePossiblePlacements`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32649,6 +34271,10 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstancePossiblePlacements(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlGpuInstanceGetComputeInstancePossiblePlacements` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, profileId, placements, count) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32682,7 +34308,7 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstancePossiblePlacements(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceGetComputeInstanceProfileInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceGetComputeInstanceProfileInfo(
     gpuInstance: nvmlGpuInstance_t,
@@ -32692,12 +34318,11 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceProfileInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[321usize], &LIBRARY, 321usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-                *mut nvmlComputeInstanceProfileInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceGetComputeInstanceProfileInfo` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlGpuInstanceGetComputeInstanceProfileInfo`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32708,6 +34333,10 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceProfileInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlGpuInstanceGetComputeInstanceProfileInfo` from `nvml.h`, as this function's `#
+            // Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, profile, engProfile, info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32750,7 +34379,7 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceProfileInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceGetComputeInstanceProfileInfoV` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceGetComputeInstanceProfileInfoV(
     gpuInstance: nvmlGpuInstance_t,
@@ -32760,12 +34389,11 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceProfileInfoV(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[322usize], &LIBRARY, 322usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-                *mut nvmlComputeInstanceProfileInfo_v2_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceGetComputeInstanceProfileInfoV` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlGpuInstanceGetComputeInstanceProfileInfoV`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32776,6 +34404,10 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceProfileInfoV(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlGpuInstanceGetComputeInstanceProfileInfoV` from `nvml.h`, as this function's `#
+            // Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, profile, engProfile, info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32805,7 +34437,7 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceProfileInfoV(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceGetComputeInstanceRemainingCapacity` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
     gpuInstance: nvmlGpuInstance_t,
@@ -32814,11 +34446,12 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[323usize], &LIBRARY, 323usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceGetComputeInstanceRemainingCapacity` in libnvidia-ml; that export is
+            // the function `nvml.h` declares as
+            // `nvmlGpuInstanceGetComputeInstanceRemainingCapacity`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32828,6 +34461,10 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlGpuInstanceGetComputeInstanceRemainingCapacity` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, profileId, count) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32861,7 +34498,7 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceGetComputeInstances` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceGetComputeInstances(
     gpuInstance: nvmlGpuInstance_t,
@@ -32871,12 +34508,11 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstances(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[324usize], &LIBRARY, 324usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                ::core::ffi::c_uint,
-                *mut nvmlComputeInstance_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceGetComputeInstances` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlGpuInstanceGetComputeInstances`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32887,6 +34523,9 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstances(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpuInstanceGetComputeInstances` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, profileId, computeInstances, count) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32926,7 +34565,7 @@ pub unsafe fn nvmlGpuInstanceGetComputeInstances(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceGetCreatableVgpus` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceGetCreatableVgpus(
     gpuInstance: nvmlGpuInstance_t,
@@ -32934,10 +34573,11 @@ pub unsafe fn nvmlGpuInstanceGetCreatableVgpus(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[325usize], &LIBRARY, 325usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                *mut nvmlVgpuTypeIdInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceGetCreatableVgpus` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlGpuInstanceGetCreatableVgpus`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32946,6 +34586,9 @@ pub unsafe fn nvmlGpuInstanceGetCreatableVgpus(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpuInstanceGetCreatableVgpus` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, pVgpus) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32971,7 +34614,7 @@ pub unsafe fn nvmlGpuInstanceGetCreatableVgpus(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceGetInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceGetInfo(
     gpuInstance: nvmlGpuInstance_t,
@@ -32979,10 +34622,11 @@ pub unsafe fn nvmlGpuInstanceGetInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[326usize], &LIBRARY, 326usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                *mut nvmlGpuInstanceInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceGetInfo` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlGpuInstanceGetInfo`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32991,6 +34635,9 @@ pub unsafe fn nvmlGpuInstanceGetInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpuInstanceGetInfo` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33025,7 +34672,7 @@ pub unsafe fn nvmlGpuInstanceGetInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceGetVgpuHeterogeneousMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceGetVgpuHeterogeneousMode(
     gpuInstance: nvmlGpuInstance_t,
@@ -33033,10 +34680,11 @@ pub unsafe fn nvmlGpuInstanceGetVgpuHeterogeneousMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[327usize], &LIBRARY, 327usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                *mut nvmlVgpuHeterogeneousMode_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceGetVgpuHeterogeneousMode` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlGpuInstanceGetVgpuHeterogeneousMode`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33045,6 +34693,9 @@ pub unsafe fn nvmlGpuInstanceGetVgpuHeterogeneousMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpuInstanceGetVgpuHeterogeneousMode`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, pHeterogeneousMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33078,7 +34729,7 @@ pub unsafe fn nvmlGpuInstanceGetVgpuHeterogeneousMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceGetVgpuSchedulerLog` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerLog(
     gpuInstance: nvmlGpuInstance_t,
@@ -33086,10 +34737,11 @@ pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerLog(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[328usize], &LIBRARY, 328usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                *mut nvmlVgpuSchedulerLogInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceGetVgpuSchedulerLog` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlGpuInstanceGetVgpuSchedulerLog`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33098,6 +34750,9 @@ pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerLog(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpuInstanceGetVgpuSchedulerLog` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, pSchedulerLogInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33128,7 +34783,7 @@ pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerLog(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceGetVgpuSchedulerLog_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerLog_v2(
     gpuInstance: nvmlGpuInstance_t,
@@ -33136,10 +34791,11 @@ pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerLog_v2(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[329usize], &LIBRARY, 329usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                *mut nvmlVgpuSchedulerLogInfo_v2_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceGetVgpuSchedulerLog_v2` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlGpuInstanceGetVgpuSchedulerLog_v2`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33148,6 +34804,9 @@ pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerLog_v2(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpuInstanceGetVgpuSchedulerLog_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, pSchedulerLogInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33178,7 +34837,7 @@ pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerLog_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceGetVgpuSchedulerState` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerState(
     gpuInstance: nvmlGpuInstance_t,
@@ -33186,10 +34845,11 @@ pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerState(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[330usize], &LIBRARY, 330usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                *mut nvmlVgpuSchedulerStateInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceGetVgpuSchedulerState` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlGpuInstanceGetVgpuSchedulerState`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33198,6 +34858,9 @@ pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerState(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpuInstanceGetVgpuSchedulerState` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, pSchedulerStateInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33225,7 +34888,7 @@ pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerState(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceGetVgpuSchedulerState_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerState_v2(
     gpuInstance: nvmlGpuInstance_t,
@@ -33233,10 +34896,11 @@ pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerState_v2(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[331usize], &LIBRARY, 331usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                *mut nvmlVgpuSchedulerStateInfo_v2_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceGetVgpuSchedulerState_v2` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlGpuInstanceGetVgpuSchedulerState_v2`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33245,6 +34909,9 @@ pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerState_v2(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpuInstanceGetVgpuSchedulerState_v2`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, pSchedulerStateInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33283,7 +34950,7 @@ pub unsafe fn nvmlGpuInstanceGetVgpuSchedulerState_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceGetVgpuTypeCreatablePlacements` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceGetVgpuTypeCreatablePlacements(
     gpuInstance: nvmlGpuInstance_t,
@@ -33291,10 +34958,11 @@ pub unsafe fn nvmlGpuInstanceGetVgpuTypeCreatablePlacements(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[332usize], &LIBRARY, 332usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                *mut nvmlVgpuCreatablePlacementInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceGetVgpuTypeCreatablePlacements` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlGpuInstanceGetVgpuTypeCreatablePlacements`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33303,6 +34971,10 @@ pub unsafe fn nvmlGpuInstanceGetVgpuTypeCreatablePlacements(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlGpuInstanceGetVgpuTypeCreatablePlacements` from `nvml.h`, as this function's `#
+            // Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, pCreatablePlacementInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33339,7 +35011,7 @@ pub unsafe fn nvmlGpuInstanceGetVgpuTypeCreatablePlacements(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceSetVgpuHeterogeneousMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceSetVgpuHeterogeneousMode(
     gpuInstance: nvmlGpuInstance_t,
@@ -33347,10 +35019,11 @@ pub unsafe fn nvmlGpuInstanceSetVgpuHeterogeneousMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[333usize], &LIBRARY, 333usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                *const nvmlVgpuHeterogeneousMode_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceSetVgpuHeterogeneousMode` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlGpuInstanceSetVgpuHeterogeneousMode`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33359,6 +35032,9 @@ pub unsafe fn nvmlGpuInstanceSetVgpuHeterogeneousMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpuInstanceSetVgpuHeterogeneousMode`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, pHeterogeneousMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33394,7 +35070,7 @@ pub unsafe fn nvmlGpuInstanceSetVgpuHeterogeneousMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceSetVgpuSchedulerState` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceSetVgpuSchedulerState(
     gpuInstance: nvmlGpuInstance_t,
@@ -33402,10 +35078,11 @@ pub unsafe fn nvmlGpuInstanceSetVgpuSchedulerState(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[334usize], &LIBRARY, 334usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                *mut nvmlVgpuSchedulerState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceSetVgpuSchedulerState` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlGpuInstanceSetVgpuSchedulerState`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33414,6 +35091,9 @@ pub unsafe fn nvmlGpuInstanceSetVgpuSchedulerState(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpuInstanceSetVgpuSchedulerState` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, pScheduler) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33444,7 +35124,7 @@ pub unsafe fn nvmlGpuInstanceSetVgpuSchedulerState(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlGpuInstanceSetVgpuSchedulerState_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlGpuInstanceSetVgpuSchedulerState_v2(
     gpuInstance: nvmlGpuInstance_t,
@@ -33452,10 +35132,11 @@ pub unsafe fn nvmlGpuInstanceSetVgpuSchedulerState_v2(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[335usize], &LIBRARY, 335usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlGpuInstance_t,
-                *mut nvmlVgpuSchedulerState_v2_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlGpuInstanceSetVgpuSchedulerState_v2` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlGpuInstanceSetVgpuSchedulerState_v2`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33464,6 +35145,9 @@ pub unsafe fn nvmlGpuInstanceSetVgpuSchedulerState_v2(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlGpuInstanceSetVgpuSchedulerState_v2`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(gpuInstance, pSchedulerState) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33478,17 +35162,24 @@ pub unsafe fn nvmlGpuInstanceSetVgpuSchedulerState_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlInit_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlInit() -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[336usize], &LIBRARY, 336usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn() -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlInit_v2` in libnvidia-ml; that export is the function `nvml.h` declares as
+            // `nvmlInit_v2`, with exactly this signature, so the address is a C function of this
+            // type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn() -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlInit_v2` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn() }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33504,19 +35195,24 @@ pub use self::nvmlInit as nvmlInit_v2;
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlInitWithFlags` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlInitWithFlags(flags: ::core::ffi::c_uint) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[337usize], &LIBRARY, 337usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlInitWithFlags` in libnvidia-ml; that export is the function `nvml.h` declares as
+            // `nvmlInitWithFlags`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(::core::ffi::c_uint) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlInitWithFlags` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33552,19 +35248,24 @@ pub unsafe fn nvmlInitWithFlags(flags: ::core::ffi::c_uint) -> nvmlReturn_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSetVgpuVersion` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSetVgpuVersion(vgpuVersion: *mut nvmlVgpuVersion_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[338usize], &LIBRARY, 338usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlVgpuVersion_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSetVgpuVersion` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlSetVgpuVersion`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut nvmlVgpuVersion_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSetVgpuVersion` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuVersion) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33578,17 +35279,24 @@ pub unsafe fn nvmlSetVgpuVersion(vgpuVersion: *mut nvmlVgpuVersion_t) -> nvmlRet
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlShutdown` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlShutdown() -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[339usize], &LIBRARY, 339usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn() -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlShutdown` in libnvidia-ml; that export is the function `nvml.h` declares as
+            // `nvmlShutdown`, with exactly this signature, so the address is a C function of this
+            // type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn() -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlShutdown` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn() }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33615,16 +35323,18 @@ pub unsafe fn nvmlShutdown() -> nvmlReturn_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemEventSetCreate` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemEventSetCreate(
     request: *mut nvmlSystemEventSetCreateRequest_t,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[340usize], &LIBRARY, 340usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlSystemEventSetCreateRequest_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemEventSetCreate` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlSystemEventSetCreate`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33632,6 +35342,9 @@ pub unsafe fn nvmlSystemEventSetCreate(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemEventSetCreate` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(request) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33658,16 +35371,18 @@ pub unsafe fn nvmlSystemEventSetCreate(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemEventSetFree` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemEventSetFree(
     request: *mut nvmlSystemEventSetFreeRequest_t,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[341usize], &LIBRARY, 341usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlSystemEventSetFreeRequest_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemEventSetFree` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlSystemEventSetFree`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33675,6 +35390,9 @@ pub unsafe fn nvmlSystemEventSetFree(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemEventSetFree` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(request) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33711,16 +35429,18 @@ pub unsafe fn nvmlSystemEventSetFree(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemEventSetWait` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemEventSetWait(
     request: *mut nvmlSystemEventSetWaitRequest_t,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[342usize], &LIBRARY, 342usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlSystemEventSetWaitRequest_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemEventSetWait` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlSystemEventSetWait`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33728,6 +35448,9 @@ pub unsafe fn nvmlSystemEventSetWait(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemEventSetWait` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(request) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33768,19 +35491,24 @@ pub unsafe fn nvmlSystemEventSetWait(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemGetCPER_v1` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemGetCPER_v1(cper: *mut nvmlGetCPER_v1_t) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[343usize], &LIBRARY, 343usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlGetCPER_v1_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemGetCPER_v1` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlSystemGetCPER_v1`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut nvmlGetCPER_v1_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemGetCPER_v1` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(cper) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33805,16 +35533,18 @@ pub unsafe fn nvmlSystemGetCPER_v1(cper: *mut nvmlGetCPER_v1_t) -> nvmlReturn_t 
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemGetConfComputeCapabilities` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemGetConfComputeCapabilities(
     capabilities: *mut nvmlConfComputeSystemCaps_t,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[344usize], &LIBRARY, 344usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlConfComputeSystemCaps_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemGetConfComputeCapabilities` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlSystemGetConfComputeCapabilities`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33822,6 +35552,9 @@ pub unsafe fn nvmlSystemGetConfComputeCapabilities(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemGetConfComputeCapabilities` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(capabilities) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33848,21 +35581,26 @@ pub unsafe fn nvmlSystemGetConfComputeCapabilities(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemGetConfComputeGpusReadyState` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemGetConfComputeGpusReadyState(
     isAcceptingWork: *mut ::core::ffi::c_uint,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[345usize], &LIBRARY, 345usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemGetConfComputeGpusReadyState` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlSystemGetConfComputeGpusReadyState`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_uint) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemGetConfComputeGpusReadyState`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(isAcceptingWork) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33888,16 +35626,18 @@ pub unsafe fn nvmlSystemGetConfComputeGpusReadyState(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemGetConfComputeKeyRotationThresholdInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemGetConfComputeKeyRotationThresholdInfo(
     pKeyRotationThrInfo: *mut nvmlConfComputeGetKeyRotationThresholdInfo_t,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[346usize], &LIBRARY, 346usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlConfComputeGetKeyRotationThresholdInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemGetConfComputeKeyRotationThresholdInfo` in libnvidia-ml; that export is
+            // the function `nvml.h` declares as `nvmlSystemGetConfComputeKeyRotationThresholdInfo`,
+            // with exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33905,6 +35645,10 @@ pub unsafe fn nvmlSystemGetConfComputeKeyRotationThresholdInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlSystemGetConfComputeKeyRotationThresholdInfo` from `nvml.h`, as this function's
+            // `# Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(pKeyRotationThrInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33932,16 +35676,18 @@ pub unsafe fn nvmlSystemGetConfComputeKeyRotationThresholdInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemGetConfComputeSettings` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemGetConfComputeSettings(
     settings: *mut nvmlSystemConfComputeSettings_t,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[347usize], &LIBRARY, 347usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlSystemConfComputeSettings_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemGetConfComputeSettings` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlSystemGetConfComputeSettings`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33949,6 +35695,9 @@ pub unsafe fn nvmlSystemGetConfComputeSettings(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemGetConfComputeSettings` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(settings) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33983,16 +35732,18 @@ pub unsafe fn nvmlSystemGetConfComputeSettings(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemGetConfComputeSettings_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemGetConfComputeSettings_v2(
     settings: *mut nvmlSystemConfComputeSettings_v2_t,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[348usize], &LIBRARY, 348usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlSystemConfComputeSettings_v2_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemGetConfComputeSettings_v2` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlSystemGetConfComputeSettings_v2`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34000,6 +35751,9 @@ pub unsafe fn nvmlSystemGetConfComputeSettings_v2(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemGetConfComputeSettings_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(settings) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34024,16 +35778,18 @@ pub unsafe fn nvmlSystemGetConfComputeSettings_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemGetConfComputeState` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemGetConfComputeState(
     state: *mut nvmlConfComputeSystemState_t,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[349usize], &LIBRARY, 349usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlConfComputeSystemState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemGetConfComputeState` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlSystemGetConfComputeState`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34041,6 +35797,9 @@ pub unsafe fn nvmlSystemGetConfComputeState(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemGetConfComputeState` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(state) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34065,21 +35824,26 @@ pub unsafe fn nvmlSystemGetConfComputeState(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemGetCudaDriverVersion` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemGetCudaDriverVersion(
     cudaDriverVersion: *mut ::core::ffi::c_int,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[350usize], &LIBRARY, 350usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemGetCudaDriverVersion` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlSystemGetCudaDriverVersion`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_int) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemGetCudaDriverVersion` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(cudaDriverVersion) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34105,21 +35869,26 @@ pub unsafe fn nvmlSystemGetCudaDriverVersion(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemGetCudaDriverVersion_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemGetCudaDriverVersion_v2(
     cudaDriverVersion: *mut ::core::ffi::c_int,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[351usize], &LIBRARY, 351usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemGetCudaDriverVersion_v2` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlSystemGetCudaDriverVersion_v2`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_int) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemGetCudaDriverVersion_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(cudaDriverVersion) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34148,7 +35917,7 @@ pub unsafe fn nvmlSystemGetCudaDriverVersion_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemGetDriverBranch` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemGetDriverBranch(
     branchInfo: *mut nvmlSystemDriverBranchInfo_t,
@@ -34156,10 +35925,11 @@ pub unsafe fn nvmlSystemGetDriverBranch(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[352usize], &LIBRARY, 352usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlSystemDriverBranchInfo_t,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemGetDriverBranch` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlSystemGetDriverBranch`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34168,6 +35938,9 @@ pub unsafe fn nvmlSystemGetDriverBranch(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemGetDriverBranch` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(branchInfo, length) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34195,7 +35968,7 @@ pub unsafe fn nvmlSystemGetDriverBranch(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemGetDriverVersion` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemGetDriverVersion(
     version: *mut ::core::ffi::c_char,
@@ -34203,10 +35976,11 @@ pub unsafe fn nvmlSystemGetDriverVersion(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[353usize], &LIBRARY, 353usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemGetDriverVersion` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlSystemGetDriverVersion`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34215,6 +35989,9 @@ pub unsafe fn nvmlSystemGetDriverVersion(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemGetDriverVersion` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(version, length) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34242,7 +36019,7 @@ pub unsafe fn nvmlSystemGetDriverVersion(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemGetHicVersion` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemGetHicVersion(
     hwbcCount: *mut ::core::ffi::c_uint,
@@ -34250,10 +36027,11 @@ pub unsafe fn nvmlSystemGetHicVersion(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[354usize], &LIBRARY, 354usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_uint,
-                *mut nvmlHwbcEntry_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemGetHicVersion` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlSystemGetHicVersion`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34262,6 +36040,9 @@ pub unsafe fn nvmlSystemGetHicVersion(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemGetHicVersion` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hwbcCount, hwbcEntries) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34275,7 +36056,7 @@ pub unsafe fn nvmlSystemGetHicVersion(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemGetNVMLVersion` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemGetNVMLVersion(
     version: *mut ::core::ffi::c_char,
@@ -34283,10 +36064,11 @@ pub unsafe fn nvmlSystemGetNVMLVersion(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[355usize], &LIBRARY, 355usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemGetNVMLVersion` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlSystemGetNVMLVersion`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34295,6 +36077,9 @@ pub unsafe fn nvmlSystemGetNVMLVersion(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemGetNVMLVersion` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(version, length) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34315,21 +36100,26 @@ pub unsafe fn nvmlSystemGetNVMLVersion(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemGetNvlinkBwMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemGetNvlinkBwMode(
     nvlinkBwMode: *mut ::core::ffi::c_uint,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[356usize], &LIBRARY, 356usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemGetNvlinkBwMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlSystemGetNvlinkBwMode`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_uint) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemGetNvlinkBwMode` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(nvlinkBwMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34360,7 +36150,7 @@ pub unsafe fn nvmlSystemGetNvlinkBwMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemGetProcessName` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemGetProcessName(
     pid: ::core::ffi::c_uint,
@@ -34369,11 +36159,11 @@ pub unsafe fn nvmlSystemGetProcessName(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[357usize], &LIBRARY, 357usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_uint,
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemGetProcessName` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlSystemGetProcessName`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34383,6 +36173,9 @@ pub unsafe fn nvmlSystemGetProcessName(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemGetProcessName` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pid, name, length) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34410,7 +36203,7 @@ pub unsafe fn nvmlSystemGetProcessName(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemGetTopologyGpuSet` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemGetTopologyGpuSet(
     cpuNumber: ::core::ffi::c_uint,
@@ -34419,11 +36212,11 @@ pub unsafe fn nvmlSystemGetTopologyGpuSet(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[358usize], &LIBRARY, 358usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-                *mut nvmlDevice_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemGetTopologyGpuSet` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlSystemGetTopologyGpuSet`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34433,6 +36226,9 @@ pub unsafe fn nvmlSystemGetTopologyGpuSet(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemGetTopologyGpuSet` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(cpuNumber, count, deviceArray) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34469,16 +36265,18 @@ pub unsafe fn nvmlSystemGetTopologyGpuSet(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemRegisterEvents` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemRegisterEvents(
     request: *mut nvmlSystemRegisterEventRequest_t,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[359usize], &LIBRARY, 359usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlSystemRegisterEventRequest_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemRegisterEvents` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlSystemRegisterEvents`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34486,6 +36284,9 @@ pub unsafe fn nvmlSystemRegisterEvents(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemRegisterEvents` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(request) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34511,21 +36312,26 @@ pub unsafe fn nvmlSystemRegisterEvents(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemSetConfComputeGpusReadyState` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemSetConfComputeGpusReadyState(
     isAcceptingWork: ::core::ffi::c_uint,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[360usize], &LIBRARY, 360usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemSetConfComputeGpusReadyState` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlSystemSetConfComputeGpusReadyState`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(::core::ffi::c_uint) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemSetConfComputeGpusReadyState`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(isAcceptingWork) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34557,16 +36363,18 @@ pub unsafe fn nvmlSystemSetConfComputeGpusReadyState(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemSetConfComputeKeyRotationThresholdInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemSetConfComputeKeyRotationThresholdInfo(
     pKeyRotationThrInfo: *mut nvmlConfComputeSetKeyRotationThresholdInfo_t,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[361usize], &LIBRARY, 361usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlConfComputeSetKeyRotationThresholdInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemSetConfComputeKeyRotationThresholdInfo` in libnvidia-ml; that export is
+            // the function `nvml.h` declares as `nvmlSystemSetConfComputeKeyRotationThresholdInfo`,
+            // with exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34574,6 +36382,10 @@ pub unsafe fn nvmlSystemSetConfComputeKeyRotationThresholdInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `nvmlSystemSetConfComputeKeyRotationThresholdInfo` from `nvml.h`, as this function's
+            // `# Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+            // signature (see above).
             unsafe { __cuda_sys_fn(pKeyRotationThrInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34595,21 +36407,26 @@ pub unsafe fn nvmlSystemSetConfComputeKeyRotationThresholdInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlSystemSetNvlinkBwMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlSystemSetNvlinkBwMode(
     nvlinkBwMode: ::core::ffi::c_uint,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[362usize], &LIBRARY, 362usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlSystemSetNvlinkBwMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlSystemSetNvlinkBwMode`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(::core::ffi::c_uint) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlSystemSetNvlinkBwMode` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(nvlinkBwMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34633,19 +36450,24 @@ pub unsafe fn nvmlSystemSetNvlinkBwMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlUnitGetCount` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlUnitGetCount(unitCount: *mut ::core::ffi::c_uint) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[363usize], &LIBRARY, 363usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlUnitGetCount` in libnvidia-ml; that export is the function `nvml.h` declares as
+            // `nvmlUnitGetCount`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_uint) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlUnitGetCount` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(unitCount) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34675,7 +36497,7 @@ pub unsafe fn nvmlUnitGetCount(unitCount: *mut ::core::ffi::c_uint) -> nvmlRetur
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlUnitGetDevices` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlUnitGetDevices(
     unit: nvmlUnit_t,
@@ -34684,11 +36506,11 @@ pub unsafe fn nvmlUnitGetDevices(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[364usize], &LIBRARY, 364usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlUnit_t,
-                *mut ::core::ffi::c_uint,
-                *mut nvmlDevice_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlUnitGetDevices` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlUnitGetDevices`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34698,6 +36520,9 @@ pub unsafe fn nvmlUnitGetDevices(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlUnitGetDevices` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(unit, deviceCount, devices) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34725,7 +36550,7 @@ pub unsafe fn nvmlUnitGetDevices(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlUnitGetFanSpeedInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlUnitGetFanSpeedInfo(
     unit: nvmlUnit_t,
@@ -34733,10 +36558,11 @@ pub unsafe fn nvmlUnitGetFanSpeedInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[365usize], &LIBRARY, 365usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlUnit_t,
-                *mut nvmlUnitFanSpeeds_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlUnitGetFanSpeedInfo` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlUnitGetFanSpeedInfo`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34745,6 +36571,9 @@ pub unsafe fn nvmlUnitGetFanSpeedInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlUnitGetFanSpeedInfo` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(unit, fanSpeeds) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34774,7 +36603,7 @@ pub unsafe fn nvmlUnitGetFanSpeedInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlUnitGetHandleByIndex` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlUnitGetHandleByIndex(
     index: ::core::ffi::c_uint,
@@ -34782,10 +36611,11 @@ pub unsafe fn nvmlUnitGetHandleByIndex(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[366usize], &LIBRARY, 366usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_uint,
-                *mut nvmlUnit_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlUnitGetHandleByIndex` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlUnitGetHandleByIndex`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34794,6 +36624,9 @@ pub unsafe fn nvmlUnitGetHandleByIndex(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlUnitGetHandleByIndex` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(index, unit) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34823,7 +36656,7 @@ pub unsafe fn nvmlUnitGetHandleByIndex(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlUnitGetLedState` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlUnitGetLedState(
     unit: nvmlUnit_t,
@@ -34831,15 +36664,19 @@ pub unsafe fn nvmlUnitGetLedState(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[367usize], &LIBRARY, 367usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlUnit_t,
-                *mut nvmlLedState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlUnitGetLedState` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlUnitGetLedState`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlUnit_t, *mut nvmlLedState_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlUnitGetLedState` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(unit, state) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34867,7 +36704,7 @@ pub unsafe fn nvmlUnitGetLedState(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlUnitGetPsuInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlUnitGetPsuInfo(
     unit: nvmlUnit_t,
@@ -34875,15 +36712,19 @@ pub unsafe fn nvmlUnitGetPsuInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[368usize], &LIBRARY, 368usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlUnit_t,
-                *mut nvmlPSUInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlUnitGetPsuInfo` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlUnitGetPsuInfo`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlUnit_t, *mut nvmlPSUInfo_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlUnitGetPsuInfo` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(unit, psu) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34913,7 +36754,7 @@ pub unsafe fn nvmlUnitGetPsuInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlUnitGetTemperature` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlUnitGetTemperature(
     unit: nvmlUnit_t,
@@ -34922,11 +36763,11 @@ pub unsafe fn nvmlUnitGetTemperature(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[369usize], &LIBRARY, 369usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlUnit_t,
-                ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlUnitGetTemperature` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlUnitGetTemperature`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34936,6 +36777,9 @@ pub unsafe fn nvmlUnitGetTemperature(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlUnitGetTemperature` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(unit, type_, temp) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34961,7 +36805,7 @@ pub unsafe fn nvmlUnitGetTemperature(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlUnitGetUnitInfo` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlUnitGetUnitInfo(
     unit: nvmlUnit_t,
@@ -34969,15 +36813,19 @@ pub unsafe fn nvmlUnitGetUnitInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[370usize], &LIBRARY, 370usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlUnit_t,
-                *mut nvmlUnitInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlUnitGetUnitInfo` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlUnitGetUnitInfo`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlUnit_t, *mut nvmlUnitInfo_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlUnitGetUnitInfo` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(unit, info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35015,7 +36863,7 @@ pub unsafe fn nvmlUnitGetUnitInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlUnitSetLedState` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlUnitSetLedState(
     unit: nvmlUnit_t,
@@ -35023,15 +36871,19 @@ pub unsafe fn nvmlUnitSetLedState(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[371usize], &LIBRARY, 371usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlUnit_t,
-                nvmlLedColor_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlUnitSetLedState` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlUnitSetLedState`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlUnit_t, nvmlLedColor_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlUnitSetLedState` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(unit, color) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35062,21 +36914,26 @@ pub unsafe fn nvmlUnitSetLedState(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceClearAccountingPids` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceClearAccountingPids(
     vgpuInstance: nvmlVgpuInstance_t,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[372usize], &LIBRARY, 372usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceClearAccountingPids` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuInstanceClearAccountingPids`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvmlVgpuInstance_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceClearAccountingPids` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35104,7 +36961,7 @@ pub unsafe fn nvmlVgpuInstanceClearAccountingPids(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetAccountingMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetAccountingMode(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35112,10 +36969,11 @@ pub unsafe fn nvmlVgpuInstanceGetAccountingMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[373usize], &LIBRARY, 373usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetAccountingMode` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuInstanceGetAccountingMode`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35124,6 +36982,9 @@ pub unsafe fn nvmlVgpuInstanceGetAccountingMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetAccountingMode` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, mode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35163,7 +37024,7 @@ pub unsafe fn nvmlVgpuInstanceGetAccountingMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetAccountingPids` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetAccountingPids(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35172,11 +37033,11 @@ pub unsafe fn nvmlVgpuInstanceGetAccountingPids(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[374usize], &LIBRARY, 374usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetAccountingPids` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuInstanceGetAccountingPids`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35186,6 +37047,9 @@ pub unsafe fn nvmlVgpuInstanceGetAccountingPids(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetAccountingPids` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, count, pids) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35229,7 +37093,7 @@ pub unsafe fn nvmlVgpuInstanceGetAccountingPids(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetAccountingStats` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetAccountingStats(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35238,11 +37102,11 @@ pub unsafe fn nvmlVgpuInstanceGetAccountingStats(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[375usize], &LIBRARY, 375usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                ::core::ffi::c_uint,
-                *mut nvmlAccountingStats_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetAccountingStats` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuInstanceGetAccountingStats`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35252,6 +37116,9 @@ pub unsafe fn nvmlVgpuInstanceGetAccountingStats(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetAccountingStats` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, pid, stats) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35276,7 +37143,7 @@ pub unsafe fn nvmlVgpuInstanceGetAccountingStats(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetEccMode` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetEccMode(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35284,10 +37151,11 @@ pub unsafe fn nvmlVgpuInstanceGetEccMode(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[376usize], &LIBRARY, 376usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut nvmlEnableState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetEccMode` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuInstanceGetEccMode`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35296,6 +37164,9 @@ pub unsafe fn nvmlVgpuInstanceGetEccMode(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetEccMode` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, eccMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35321,7 +37192,7 @@ pub unsafe fn nvmlVgpuInstanceGetEccMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetEncoderCapacity` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetEncoderCapacity(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35329,10 +37200,11 @@ pub unsafe fn nvmlVgpuInstanceGetEncoderCapacity(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[377usize], &LIBRARY, 377usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetEncoderCapacity` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuInstanceGetEncoderCapacity`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35341,6 +37213,9 @@ pub unsafe fn nvmlVgpuInstanceGetEncoderCapacity(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetEncoderCapacity` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, encoderCapacity) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35380,7 +37255,7 @@ pub unsafe fn nvmlVgpuInstanceGetEncoderCapacity(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetEncoderSessions` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetEncoderSessions(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35389,11 +37264,11 @@ pub unsafe fn nvmlVgpuInstanceGetEncoderSessions(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[378usize], &LIBRARY, 378usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut ::core::ffi::c_uint,
-                *mut nvmlEncoderSessionInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetEncoderSessions` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuInstanceGetEncoderSessions`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35403,6 +37278,9 @@ pub unsafe fn nvmlVgpuInstanceGetEncoderSessions(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetEncoderSessions` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, sessionCount, sessionInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35431,7 +37309,7 @@ pub unsafe fn nvmlVgpuInstanceGetEncoderSessions(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetEncoderStats` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetEncoderStats(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35441,12 +37319,11 @@ pub unsafe fn nvmlVgpuInstanceGetEncoderStats(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[379usize], &LIBRARY, 379usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetEncoderStats` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuInstanceGetEncoderStats`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35457,6 +37334,9 @@ pub unsafe fn nvmlVgpuInstanceGetEncoderStats(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetEncoderStats` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(vgpuInstance, sessionCount, averageFps, averageLatency)
             }
@@ -35498,7 +37378,7 @@ pub unsafe fn nvmlVgpuInstanceGetEncoderStats(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetFBCSessions` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetFBCSessions(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35507,11 +37387,11 @@ pub unsafe fn nvmlVgpuInstanceGetFBCSessions(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[380usize], &LIBRARY, 380usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut ::core::ffi::c_uint,
-                *mut nvmlFBCSessionInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetFBCSessions` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuInstanceGetFBCSessions`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35521,6 +37401,9 @@ pub unsafe fn nvmlVgpuInstanceGetFBCSessions(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetFBCSessions` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, sessionCount, sessionInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35546,7 +37429,7 @@ pub unsafe fn nvmlVgpuInstanceGetFBCSessions(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetFBCStats` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetFBCStats(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35554,10 +37437,11 @@ pub unsafe fn nvmlVgpuInstanceGetFBCStats(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[381usize], &LIBRARY, 381usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut nvmlFBCStats_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetFBCStats` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuInstanceGetFBCStats`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35566,6 +37450,9 @@ pub unsafe fn nvmlVgpuInstanceGetFBCStats(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetFBCStats` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, fbcStats) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35593,7 +37480,7 @@ pub unsafe fn nvmlVgpuInstanceGetFBCStats(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetFbUsage` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetFbUsage(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35601,10 +37488,11 @@ pub unsafe fn nvmlVgpuInstanceGetFbUsage(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[382usize], &LIBRARY, 382usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetFbUsage` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuInstanceGetFbUsage`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35613,6 +37501,9 @@ pub unsafe fn nvmlVgpuInstanceGetFbUsage(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetFbUsage` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, fbUsage) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35641,7 +37532,7 @@ pub unsafe fn nvmlVgpuInstanceGetFbUsage(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetFrameRateLimit` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetFrameRateLimit(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35649,10 +37540,11 @@ pub unsafe fn nvmlVgpuInstanceGetFrameRateLimit(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[383usize], &LIBRARY, 383usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetFrameRateLimit` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuInstanceGetFrameRateLimit`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35661,6 +37553,9 @@ pub unsafe fn nvmlVgpuInstanceGetFrameRateLimit(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetFrameRateLimit` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, frameRateLimit) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35687,7 +37582,7 @@ pub unsafe fn nvmlVgpuInstanceGetFrameRateLimit(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetGpuInstanceId` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetGpuInstanceId(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35695,10 +37590,11 @@ pub unsafe fn nvmlVgpuInstanceGetGpuInstanceId(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[384usize], &LIBRARY, 384usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetGpuInstanceId` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuInstanceGetGpuInstanceId`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35707,6 +37603,9 @@ pub unsafe fn nvmlVgpuInstanceGetGpuInstanceId(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetGpuInstanceId` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, gpuInstanceId) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35735,7 +37634,7 @@ pub unsafe fn nvmlVgpuInstanceGetGpuInstanceId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetGpuPciId` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetGpuPciId(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35744,11 +37643,11 @@ pub unsafe fn nvmlVgpuInstanceGetGpuPciId(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[385usize], &LIBRARY, 385usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut ::core::ffi::c_char,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetGpuPciId` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuInstanceGetGpuPciId`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35758,6 +37657,9 @@ pub unsafe fn nvmlVgpuInstanceGetGpuPciId(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetGpuPciId` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, vgpuPciId, length) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35784,7 +37686,7 @@ pub unsafe fn nvmlVgpuInstanceGetGpuPciId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetLicenseInfo_v2` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetLicenseInfo(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35792,10 +37694,11 @@ pub unsafe fn nvmlVgpuInstanceGetLicenseInfo(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[386usize], &LIBRARY, 386usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut nvmlVgpuLicenseInfo_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetLicenseInfo_v2` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuInstanceGetLicenseInfo_v2`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35804,6 +37707,9 @@ pub unsafe fn nvmlVgpuInstanceGetLicenseInfo(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetLicenseInfo_v2` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, licenseInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35835,7 +37741,7 @@ pub use self::nvmlVgpuInstanceGetLicenseInfo as nvmlVgpuInstanceGetLicenseInfo_v
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetLicenseStatus` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetLicenseStatus(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35843,10 +37749,11 @@ pub unsafe fn nvmlVgpuInstanceGetLicenseStatus(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[387usize], &LIBRARY, 387usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetLicenseStatus` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuInstanceGetLicenseStatus`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35855,6 +37762,9 @@ pub unsafe fn nvmlVgpuInstanceGetLicenseStatus(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetLicenseStatus` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, licensed) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35888,7 +37798,7 @@ pub unsafe fn nvmlVgpuInstanceGetLicenseStatus(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetMdevUUID` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetMdevUUID(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35897,11 +37807,11 @@ pub unsafe fn nvmlVgpuInstanceGetMdevUUID(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[388usize], &LIBRARY, 388usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetMdevUUID` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuInstanceGetMdevUUID`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35911,6 +37821,9 @@ pub unsafe fn nvmlVgpuInstanceGetMdevUUID(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetMdevUUID` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, mdevUuid, size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35948,7 +37861,7 @@ pub unsafe fn nvmlVgpuInstanceGetMdevUUID(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetMetadata` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetMetadata(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -35957,11 +37870,11 @@ pub unsafe fn nvmlVgpuInstanceGetMetadata(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[389usize], &LIBRARY, 389usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut nvmlVgpuMetadata_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetMetadata` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuInstanceGetMetadata`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35971,6 +37884,9 @@ pub unsafe fn nvmlVgpuInstanceGetMetadata(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetMetadata` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, vgpuMetadata, bufferSize) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35999,7 +37915,7 @@ pub unsafe fn nvmlVgpuInstanceGetMetadata(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetPlacementId` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetPlacementId(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -36007,10 +37923,11 @@ pub unsafe fn nvmlVgpuInstanceGetPlacementId(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[390usize], &LIBRARY, 390usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut nvmlVgpuPlacementId_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetPlacementId` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuInstanceGetPlacementId`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36019,6 +37936,9 @@ pub unsafe fn nvmlVgpuInstanceGetPlacementId(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetPlacementId` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, pPlacement) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36048,7 +37968,7 @@ pub unsafe fn nvmlVgpuInstanceGetPlacementId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetRuntimeStateSize` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetRuntimeStateSize(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -36056,10 +37976,11 @@ pub unsafe fn nvmlVgpuInstanceGetRuntimeStateSize(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[391usize], &LIBRARY, 391usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut nvmlVgpuRuntimeState_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetRuntimeStateSize` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuInstanceGetRuntimeStateSize`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36068,6 +37989,9 @@ pub unsafe fn nvmlVgpuInstanceGetRuntimeStateSize(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetRuntimeStateSize` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, pState) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36095,7 +38019,7 @@ pub unsafe fn nvmlVgpuInstanceGetRuntimeStateSize(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetType` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetType(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -36103,10 +38027,11 @@ pub unsafe fn nvmlVgpuInstanceGetType(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[392usize], &LIBRARY, 392usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut nvmlVgpuTypeId_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetType` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuInstanceGetType`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36115,6 +38040,9 @@ pub unsafe fn nvmlVgpuInstanceGetType(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetType` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, vgpuTypeId) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36146,7 +38074,7 @@ pub unsafe fn nvmlVgpuInstanceGetType(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetUUID` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetUUID(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -36155,11 +38083,11 @@ pub unsafe fn nvmlVgpuInstanceGetUUID(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[393usize], &LIBRARY, 393usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetUUID` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuInstanceGetUUID`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36169,6 +38097,9 @@ pub unsafe fn nvmlVgpuInstanceGetUUID(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetUUID` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, uuid, size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36204,7 +38135,7 @@ pub unsafe fn nvmlVgpuInstanceGetUUID(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetVmDriverVersion` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetVmDriverVersion(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -36213,11 +38144,11 @@ pub unsafe fn nvmlVgpuInstanceGetVmDriverVersion(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[394usize], &LIBRARY, 394usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetVmDriverVersion` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuInstanceGetVmDriverVersion`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36227,6 +38158,9 @@ pub unsafe fn nvmlVgpuInstanceGetVmDriverVersion(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetVmDriverVersion` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, version, length) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36260,7 +38194,7 @@ pub unsafe fn nvmlVgpuInstanceGetVmDriverVersion(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceGetVmID` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceGetVmID(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -36270,12 +38204,11 @@ pub unsafe fn nvmlVgpuInstanceGetVmID(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[395usize], &LIBRARY, 395usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-                *mut nvmlVgpuVmIdType_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceGetVmID` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuInstanceGetVmID`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36286,6 +38219,9 @@ pub unsafe fn nvmlVgpuInstanceGetVmID(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceGetVmID` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, vmId, size, vmIdType) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36311,7 +38247,7 @@ pub unsafe fn nvmlVgpuInstanceGetVmID(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuInstanceSetEncoderCapacity` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuInstanceSetEncoderCapacity(
     vgpuInstance: nvmlVgpuInstance_t,
@@ -36319,10 +38255,11 @@ pub unsafe fn nvmlVgpuInstanceSetEncoderCapacity(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[396usize], &LIBRARY, 396usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuInstance_t,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuInstanceSetEncoderCapacity` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuInstanceSetEncoderCapacity`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36331,6 +38268,9 @@ pub unsafe fn nvmlVgpuInstanceSetEncoderCapacity(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuInstanceSetEncoderCapacity` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuInstance, encoderCapacity) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36355,7 +38295,7 @@ pub unsafe fn nvmlVgpuInstanceSetEncoderCapacity(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuTypeGetBAR1Info` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuTypeGetBAR1Info(
     vgpuTypeId: nvmlVgpuTypeId_t,
@@ -36363,10 +38303,11 @@ pub unsafe fn nvmlVgpuTypeGetBAR1Info(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[397usize], &LIBRARY, 397usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuTypeId_t,
-                *mut nvmlVgpuTypeBar1Info_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuTypeGetBAR1Info` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuTypeGetBAR1Info`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36375,6 +38316,9 @@ pub unsafe fn nvmlVgpuTypeGetBAR1Info(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuTypeGetBAR1Info` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuTypeId, bar1Info) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36402,7 +38346,7 @@ pub unsafe fn nvmlVgpuTypeGetBAR1Info(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuTypeGetCapabilities` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuTypeGetCapabilities(
     vgpuTypeId: nvmlVgpuTypeId_t,
@@ -36411,11 +38355,11 @@ pub unsafe fn nvmlVgpuTypeGetCapabilities(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[398usize], &LIBRARY, 398usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuTypeId_t,
-                nvmlVgpuCapability_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuTypeGetCapabilities` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuTypeGetCapabilities`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36425,6 +38369,9 @@ pub unsafe fn nvmlVgpuTypeGetCapabilities(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuTypeGetCapabilities` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuTypeId, capability, capResult) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36451,7 +38398,7 @@ pub unsafe fn nvmlVgpuTypeGetCapabilities(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuTypeGetClass` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuTypeGetClass(
     vgpuTypeId: nvmlVgpuTypeId_t,
@@ -36460,11 +38407,11 @@ pub unsafe fn nvmlVgpuTypeGetClass(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[399usize], &LIBRARY, 399usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuTypeId_t,
-                *mut ::core::ffi::c_char,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuTypeGetClass` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlVgpuTypeGetClass`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36474,6 +38421,9 @@ pub unsafe fn nvmlVgpuTypeGetClass(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuTypeGetClass` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuTypeId, vgpuTypeClass, size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36499,7 +38449,7 @@ pub unsafe fn nvmlVgpuTypeGetClass(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuTypeGetDeviceID` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuTypeGetDeviceID(
     vgpuTypeId: nvmlVgpuTypeId_t,
@@ -36508,11 +38458,11 @@ pub unsafe fn nvmlVgpuTypeGetDeviceID(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[400usize], &LIBRARY, 400usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuTypeId_t,
-                *mut ::core::ffi::c_ulonglong,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuTypeGetDeviceID` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuTypeGetDeviceID`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36522,6 +38472,9 @@ pub unsafe fn nvmlVgpuTypeGetDeviceID(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuTypeGetDeviceID` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuTypeId, deviceID, subsystemID) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36543,7 +38496,7 @@ pub unsafe fn nvmlVgpuTypeGetDeviceID(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuTypeGetFbReservation` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuTypeGetFbReservation(
     vgpuTypeId: nvmlVgpuTypeId_t,
@@ -36551,10 +38504,11 @@ pub unsafe fn nvmlVgpuTypeGetFbReservation(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[401usize], &LIBRARY, 401usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuTypeId_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuTypeGetFbReservation` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuTypeGetFbReservation`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36563,6 +38517,9 @@ pub unsafe fn nvmlVgpuTypeGetFbReservation(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuTypeGetFbReservation` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuTypeId, fbReservation) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36587,7 +38544,7 @@ pub unsafe fn nvmlVgpuTypeGetFbReservation(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuTypeGetFrameRateLimit` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuTypeGetFrameRateLimit(
     vgpuTypeId: nvmlVgpuTypeId_t,
@@ -36595,10 +38552,11 @@ pub unsafe fn nvmlVgpuTypeGetFrameRateLimit(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[402usize], &LIBRARY, 402usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuTypeId_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuTypeGetFrameRateLimit` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuTypeGetFrameRateLimit`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36607,6 +38565,9 @@ pub unsafe fn nvmlVgpuTypeGetFrameRateLimit(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuTypeGetFrameRateLimit` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuTypeId, frameRateLimit) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36631,7 +38592,7 @@ pub unsafe fn nvmlVgpuTypeGetFrameRateLimit(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuTypeGetFramebufferSize` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuTypeGetFramebufferSize(
     vgpuTypeId: nvmlVgpuTypeId_t,
@@ -36639,10 +38600,11 @@ pub unsafe fn nvmlVgpuTypeGetFramebufferSize(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[403usize], &LIBRARY, 403usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuTypeId_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuTypeGetFramebufferSize` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuTypeGetFramebufferSize`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36651,6 +38613,9 @@ pub unsafe fn nvmlVgpuTypeGetFramebufferSize(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuTypeGetFramebufferSize` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuTypeId, fbSize) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36677,7 +38642,7 @@ pub unsafe fn nvmlVgpuTypeGetFramebufferSize(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuTypeGetGpuInstanceProfileId` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuTypeGetGpuInstanceProfileId(
     vgpuTypeId: nvmlVgpuTypeId_t,
@@ -36685,10 +38650,11 @@ pub unsafe fn nvmlVgpuTypeGetGpuInstanceProfileId(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[404usize], &LIBRARY, 404usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuTypeId_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuTypeGetGpuInstanceProfileId` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuTypeGetGpuInstanceProfileId`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36697,6 +38663,9 @@ pub unsafe fn nvmlVgpuTypeGetGpuInstanceProfileId(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuTypeGetGpuInstanceProfileId` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuTypeId, gpuInstanceProfileId) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36718,7 +38687,7 @@ pub unsafe fn nvmlVgpuTypeGetGpuInstanceProfileId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuTypeGetGspHeapSize` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuTypeGetGspHeapSize(
     vgpuTypeId: nvmlVgpuTypeId_t,
@@ -36726,10 +38695,11 @@ pub unsafe fn nvmlVgpuTypeGetGspHeapSize(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[405usize], &LIBRARY, 405usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuTypeId_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuTypeGetGspHeapSize` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuTypeGetGspHeapSize`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36738,6 +38708,9 @@ pub unsafe fn nvmlVgpuTypeGetGspHeapSize(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuTypeGetGspHeapSize` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuTypeId, gspHeapSize) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36771,7 +38744,7 @@ pub unsafe fn nvmlVgpuTypeGetGspHeapSize(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuTypeGetLicense` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuTypeGetLicense(
     vgpuTypeId: nvmlVgpuTypeId_t,
@@ -36780,11 +38753,11 @@ pub unsafe fn nvmlVgpuTypeGetLicense(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[406usize], &LIBRARY, 406usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuTypeId_t,
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuTypeGetLicense` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuTypeGetLicense`, with exactly this signature, so the address is
+            // a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36794,6 +38767,9 @@ pub unsafe fn nvmlVgpuTypeGetLicense(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuTypeGetLicense` from `nvml.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuTypeId, vgpuTypeLicenseString, size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36820,7 +38796,7 @@ pub unsafe fn nvmlVgpuTypeGetLicense(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuTypeGetMaxInstances` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuTypeGetMaxInstances(
     device: nvmlDevice_t,
@@ -36829,11 +38805,11 @@ pub unsafe fn nvmlVgpuTypeGetMaxInstances(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[407usize], &LIBRARY, 407usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlDevice_t,
-                nvmlVgpuTypeId_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuTypeGetMaxInstances` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuTypeGetMaxInstances`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36843,6 +38819,9 @@ pub unsafe fn nvmlVgpuTypeGetMaxInstances(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuTypeGetMaxInstances` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, vgpuTypeId, vgpuInstanceCount) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36866,21 +38845,26 @@ pub unsafe fn nvmlVgpuTypeGetMaxInstances(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuTypeGetMaxInstancesPerGpuInstance` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuTypeGetMaxInstancesPerGpuInstance(
     pMaxInstance: *mut nvmlVgpuTypeMaxInstance_t,
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[408usize], &LIBRARY, 408usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvmlVgpuTypeMaxInstance_t,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuTypeGetMaxInstancesPerGpuInstance` in libnvidia-ml; that export is the
+            // function `nvml.h` declares as `nvmlVgpuTypeGetMaxInstancesPerGpuInstance`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut nvmlVgpuTypeMaxInstance_t) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuTypeGetMaxInstancesPerGpuInstance`
+            // from `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pMaxInstance) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36904,7 +38888,7 @@ pub unsafe fn nvmlVgpuTypeGetMaxInstancesPerGpuInstance(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuTypeGetMaxInstancesPerVm` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuTypeGetMaxInstancesPerVm(
     vgpuTypeId: nvmlVgpuTypeId_t,
@@ -36912,10 +38896,11 @@ pub unsafe fn nvmlVgpuTypeGetMaxInstancesPerVm(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[409usize], &LIBRARY, 409usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuTypeId_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuTypeGetMaxInstancesPerVm` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuTypeGetMaxInstancesPerVm`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36924,6 +38909,9 @@ pub unsafe fn nvmlVgpuTypeGetMaxInstancesPerVm(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuTypeGetMaxInstancesPerVm` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuTypeId, vgpuInstanceCountPerVm) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -36953,7 +38941,7 @@ pub unsafe fn nvmlVgpuTypeGetMaxInstancesPerVm(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuTypeGetName` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuTypeGetName(
     vgpuTypeId: nvmlVgpuTypeId_t,
@@ -36962,11 +38950,11 @@ pub unsafe fn nvmlVgpuTypeGetName(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[410usize], &LIBRARY, 410usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuTypeId_t,
-                *mut ::core::ffi::c_char,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuTypeGetName` in libnvidia-ml; that export is the function `nvml.h` declares
+            // as `nvmlVgpuTypeGetName`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -36976,6 +38964,9 @@ pub unsafe fn nvmlVgpuTypeGetName(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuTypeGetName` from `nvml.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuTypeId, vgpuTypeName, size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -37000,7 +38991,7 @@ pub unsafe fn nvmlVgpuTypeGetName(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuTypeGetNumDisplayHeads` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuTypeGetNumDisplayHeads(
     vgpuTypeId: nvmlVgpuTypeId_t,
@@ -37008,10 +38999,11 @@ pub unsafe fn nvmlVgpuTypeGetNumDisplayHeads(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[411usize], &LIBRARY, 411usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuTypeId_t,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuTypeGetNumDisplayHeads` in libnvidia-ml; that export is the function
+            // `nvml.h` declares as `nvmlVgpuTypeGetNumDisplayHeads`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -37020,6 +39012,9 @@ pub unsafe fn nvmlVgpuTypeGetNumDisplayHeads(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuTypeGetNumDisplayHeads` from
+            // `nvml.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
+            // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuTypeId, numDisplayHeads) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -37047,7 +39042,7 @@ pub unsafe fn nvmlVgpuTypeGetNumDisplayHeads(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvmlVgpuTypeGetResolution` of `nvml.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvmlVgpuTypeGetResolution(
     vgpuTypeId: nvmlVgpuTypeId_t,
@@ -37057,12 +39052,11 @@ pub unsafe fn nvmlVgpuTypeGetResolution(
 ) -> nvmlReturn_t {
     match crate::loader::load(&SLOTS[412usize], &LIBRARY, 412usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvmlVgpuTypeId_t,
-                ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_uint,
-            ) -> nvmlReturn_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvmlVgpuTypeGetResolution` in libnvidia-ml; that export is the function `nvml.h`
+            // declares as `nvmlVgpuTypeGetResolution`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -37073,6 +39067,9 @@ pub unsafe fn nvmlVgpuTypeGetResolution(
                     ) -> nvmlReturn_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvmlVgpuTypeGetResolution` from `nvml.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(vgpuTypeId, displayIndex, xdim, ydim) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),

@@ -391,7 +391,7 @@ pub static LIBRARY: crate::loader::Library = crate::loader::Library::new(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcAddNameExpression` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcAddNameExpression(
     prog: nvrtcProgram,
@@ -399,10 +399,11 @@ pub unsafe fn nvrtcAddNameExpression(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[0usize], &LIBRARY, 0usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                *const ::core::ffi::c_char,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcAddNameExpression` in libnvrtc; that export is the function `nvrtc.h` declares
+            // as `nvrtcAddNameExpression`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -411,6 +412,9 @@ pub unsafe fn nvrtcAddNameExpression(
                     ) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcAddNameExpression` from `nvrtc.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, name_expression) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -443,7 +447,7 @@ pub unsafe fn nvrtcAddNameExpression(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcCompileProgram` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcCompileProgram(
     prog: nvrtcProgram,
@@ -452,11 +456,11 @@ pub unsafe fn nvrtcCompileProgram(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[1usize], &LIBRARY, 1usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                ::core::ffi::c_int,
-                *const *const ::core::ffi::c_char,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcCompileProgram` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcCompileProgram`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -466,6 +470,9 @@ pub unsafe fn nvrtcCompileProgram(
                     ) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcCompileProgram` from `nvrtc.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, numOptions, options) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -506,7 +513,7 @@ pub unsafe fn nvrtcCompileProgram(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcCreateProgram` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcCreateProgram(
     prog: *mut nvrtcProgram,
@@ -518,14 +525,11 @@ pub unsafe fn nvrtcCreateProgram(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[2usize], &LIBRARY, 2usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvrtcProgram,
-                *const ::core::ffi::c_char,
-                *const ::core::ffi::c_char,
-                ::core::ffi::c_int,
-                *const *const ::core::ffi::c_char,
-                *const *const ::core::ffi::c_char,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcCreateProgram` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcCreateProgram`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -538,6 +542,9 @@ pub unsafe fn nvrtcCreateProgram(
                     ) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcCreateProgram` from `nvrtc.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, src, name, numHeaders, headers, includeNames) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -559,17 +566,24 @@ pub unsafe fn nvrtcCreateProgram(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcDestroyProgram` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcDestroyProgram(prog: *mut nvrtcProgram) -> nvrtcResult {
     match crate::loader::load(&SLOTS[3usize], &LIBRARY, 3usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(*mut nvrtcProgram) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcDestroyProgram` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcDestroyProgram`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut nvrtcProgram) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcDestroyProgram` from `nvrtc.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -600,7 +614,7 @@ pub unsafe fn nvrtcDestroyProgram(prog: *mut nvrtcProgram) -> nvrtcResult {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetBundledHeadersInfo` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetBundledHeadersInfo(
     info: *mut nvrtcBundledHeadersInfo,
@@ -608,10 +622,11 @@ pub unsafe fn nvrtcGetBundledHeadersInfo(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[4usize], &LIBRARY, 4usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut nvrtcBundledHeadersInfo,
-                *mut *const ::core::ffi::c_char,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetBundledHeadersInfo` in libnvrtc; that export is the function `nvrtc.h`
+            // declares as `nvrtcGetBundledHeadersInfo`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -620,6 +635,9 @@ pub unsafe fn nvrtcGetBundledHeadersInfo(
                     ) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetBundledHeadersInfo` from `nvrtc.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(info, errorLog) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -649,7 +667,7 @@ pub unsafe fn nvrtcGetBundledHeadersInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetCUBIN` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetCUBIN(
     prog: nvrtcProgram,
@@ -657,10 +675,11 @@ pub unsafe fn nvrtcGetCUBIN(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[5usize], &LIBRARY, 5usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                *mut ::core::ffi::c_char,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetCUBIN` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcGetCUBIN`, with exactly this signature, so the address is a C function of this
+            // type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -669,6 +688,9 @@ pub unsafe fn nvrtcGetCUBIN(
                     ) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetCUBIN` from `nvrtc.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, cubin) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -695,7 +717,7 @@ pub unsafe fn nvrtcGetCUBIN(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetCUBINSize` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetCUBINSize(
     prog: nvrtcProgram,
@@ -703,15 +725,19 @@ pub unsafe fn nvrtcGetCUBINSize(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[6usize], &LIBRARY, 6usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                *mut usize,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetCUBINSize` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcGetCUBINSize`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvrtcProgram, *mut usize) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetCUBINSize` from `nvrtc.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, cubinSizeRet) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -733,19 +759,27 @@ pub unsafe fn nvrtcGetCUBINSize(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetErrorString` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetErrorString(
     result: nvrtcResult,
 ) -> ::core::result::Result<*const ::core::ffi::c_char, crate::LoadError> {
     let __cuda_sys_fn = crate::loader::load(&SLOTS[7usize], &LIBRARY, 7usize)?;
-    let __cuda_sys_fn: unsafe extern "C" fn(nvrtcResult) -> *const ::core::ffi::c_char = unsafe {
+    // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+    // `nvrtcGetErrorString` in libnvrtc; that export is the function `nvrtc.h` declares as
+    // `nvrtcGetErrorString`, with exactly this signature, so the address is a C function of this
+    // type.
+    let __cuda_sys_fn = unsafe {
         ::core::mem::transmute::<
             *mut ::core::ffi::c_void,
             unsafe extern "C" fn(nvrtcResult) -> *const ::core::ffi::c_char,
         >(__cuda_sys_fn)
     };
-    Ok(unsafe { __cuda_sys_fn(result) })
+    // SAFETY: the caller meets the contract of `nvrtcGetErrorString` from `nvrtc.h`, as this
+    // function's `# Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+    // signature (see above).
+    let __cuda_sys_ret = unsafe { __cuda_sys_fn(result) };
+    Ok(__cuda_sys_ret)
 }
 /** \ingroup compilation
    nvrtcGetLTOIR stores the LTO IR generated by the previous compilation
@@ -767,7 +801,7 @@ pub unsafe fn nvrtcGetErrorString(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetLTOIR` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetLTOIR(
     prog: nvrtcProgram,
@@ -775,10 +809,11 @@ pub unsafe fn nvrtcGetLTOIR(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[8usize], &LIBRARY, 8usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                *mut ::core::ffi::c_char,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetLTOIR` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcGetLTOIR`, with exactly this signature, so the address is a C function of this
+            // type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -787,6 +822,9 @@ pub unsafe fn nvrtcGetLTOIR(
                     ) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetLTOIR` from `nvrtc.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, LTOIR) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -813,7 +851,7 @@ pub unsafe fn nvrtcGetLTOIR(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetLTOIRSize` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetLTOIRSize(
     prog: nvrtcProgram,
@@ -821,15 +859,19 @@ pub unsafe fn nvrtcGetLTOIRSize(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[9usize], &LIBRARY, 9usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                *mut usize,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetLTOIRSize` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcGetLTOIRSize`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvrtcProgram, *mut usize) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetLTOIRSize` from `nvrtc.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, LTOIRSizeRet) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -865,7 +907,7 @@ pub unsafe fn nvrtcGetLTOIRSize(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetLoweredName` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetLoweredName(
     prog: nvrtcProgram,
@@ -874,11 +916,11 @@ pub unsafe fn nvrtcGetLoweredName(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[10usize], &LIBRARY, 10usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                *const ::core::ffi::c_char,
-                *mut *const ::core::ffi::c_char,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetLoweredName` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcGetLoweredName`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -888,6 +930,9 @@ pub unsafe fn nvrtcGetLoweredName(
                     ) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetLoweredName` from `nvrtc.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, name_expression, lowered_name) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -912,21 +957,26 @@ pub unsafe fn nvrtcGetLoweredName(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetNumSupportedArchs` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetNumSupportedArchs(
     numArchs: *mut ::core::ffi::c_int,
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[11usize], &LIBRARY, 11usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetNumSupportedArchs` in libnvrtc; that export is the function `nvrtc.h`
+            // declares as `nvrtcGetNumSupportedArchs`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_int) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetNumSupportedArchs` from `nvrtc.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(numArchs) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -952,7 +1002,7 @@ pub unsafe fn nvrtcGetNumSupportedArchs(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetOptiXIR` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetOptiXIR(
     prog: nvrtcProgram,
@@ -960,10 +1010,11 @@ pub unsafe fn nvrtcGetOptiXIR(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[12usize], &LIBRARY, 12usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                *mut ::core::ffi::c_char,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetOptiXIR` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcGetOptiXIR`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -972,6 +1023,9 @@ pub unsafe fn nvrtcGetOptiXIR(
                     ) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetOptiXIR` from `nvrtc.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, optixir) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -998,7 +1052,7 @@ pub unsafe fn nvrtcGetOptiXIR(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetOptiXIRSize` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetOptiXIRSize(
     prog: nvrtcProgram,
@@ -1006,15 +1060,19 @@ pub unsafe fn nvrtcGetOptiXIRSize(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[13usize], &LIBRARY, 13usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                *mut usize,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetOptiXIRSize` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcGetOptiXIRSize`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvrtcProgram, *mut usize) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetOptiXIRSize` from `nvrtc.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, optixirSizeRet) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -1052,17 +1110,24 @@ pub unsafe fn nvrtcGetOptiXIRSize(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetPCHCreateStatus` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetPCHCreateStatus(prog: nvrtcProgram) -> nvrtcResult {
     match crate::loader::load(&SLOTS[14usize], &LIBRARY, 14usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(nvrtcProgram) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetPCHCreateStatus` in libnvrtc; that export is the function `nvrtc.h` declares
+            // as `nvrtcGetPCHCreateStatus`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvrtcProgram) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetPCHCreateStatus` from `nvrtc.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -1083,17 +1148,24 @@ pub unsafe fn nvrtcGetPCHCreateStatus(prog: nvrtcProgram) -> nvrtcResult {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetPCHHeapSize` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetPCHHeapSize(ret: *mut usize) -> nvrtcResult {
     match crate::loader::load(&SLOTS[15usize], &LIBRARY, 15usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(*mut usize) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetPCHHeapSize` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcGetPCHHeapSize`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut usize) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetPCHHeapSize` from `nvrtc.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(ret) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -1120,7 +1192,7 @@ pub unsafe fn nvrtcGetPCHHeapSize(ret: *mut usize) -> nvrtcResult {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetPCHHeapSizeRequired` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetPCHHeapSizeRequired(
     prog: nvrtcProgram,
@@ -1128,15 +1200,19 @@ pub unsafe fn nvrtcGetPCHHeapSizeRequired(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[16usize], &LIBRARY, 16usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                *mut usize,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetPCHHeapSizeRequired` in libnvrtc; that export is the function `nvrtc.h`
+            // declares as `nvrtcGetPCHHeapSizeRequired`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvrtcProgram, *mut usize) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetPCHHeapSizeRequired` from
+            // `nvrtc.h`, as this function's `# Safety` requires, and the arguments go unchanged to
+            // a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -1161,7 +1237,7 @@ pub unsafe fn nvrtcGetPCHHeapSizeRequired(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetPTX` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetPTX(
     prog: nvrtcProgram,
@@ -1169,10 +1245,11 @@ pub unsafe fn nvrtcGetPTX(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[17usize], &LIBRARY, 17usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                *mut ::core::ffi::c_char,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetPTX` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcGetPTX`, with exactly this signature, so the address is a C function of this
+            // type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -1181,6 +1258,9 @@ pub unsafe fn nvrtcGetPTX(
                     ) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetPTX` from `nvrtc.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, ptx) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -1207,7 +1287,7 @@ pub unsafe fn nvrtcGetPTX(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetPTXSize` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetPTXSize(
     prog: nvrtcProgram,
@@ -1215,15 +1295,19 @@ pub unsafe fn nvrtcGetPTXSize(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[18usize], &LIBRARY, 18usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                *mut usize,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetPTXSize` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcGetPTXSize`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvrtcProgram, *mut usize) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetPTXSize` from `nvrtc.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, ptxSizeRet) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -1248,7 +1332,7 @@ pub unsafe fn nvrtcGetPTXSize(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetProgramLog` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetProgramLog(
     prog: nvrtcProgram,
@@ -1256,10 +1340,11 @@ pub unsafe fn nvrtcGetProgramLog(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[19usize], &LIBRARY, 19usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                *mut ::core::ffi::c_char,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetProgramLog` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcGetProgramLog`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -1268,6 +1353,9 @@ pub unsafe fn nvrtcGetProgramLog(
                     ) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetProgramLog` from `nvrtc.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, log) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -1297,7 +1385,7 @@ pub unsafe fn nvrtcGetProgramLog(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetProgramLogSize` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetProgramLogSize(
     prog: nvrtcProgram,
@@ -1305,15 +1393,19 @@ pub unsafe fn nvrtcGetProgramLogSize(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[20usize], &LIBRARY, 20usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                *mut usize,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetProgramLogSize` in libnvrtc; that export is the function `nvrtc.h` declares
+            // as `nvrtcGetProgramLogSize`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvrtcProgram, *mut usize) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetProgramLogSize` from `nvrtc.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, logSizeRet) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -1338,21 +1430,26 @@ pub unsafe fn nvrtcGetProgramLogSize(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetSupportedArchs` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetSupportedArchs(
     supportedArchs: *mut ::core::ffi::c_int,
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[21usize], &LIBRARY, 21usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetSupportedArchs` in libnvrtc; that export is the function `nvrtc.h` declares
+            // as `nvrtcGetSupportedArchs`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_int) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetSupportedArchs` from `nvrtc.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(supportedArchs) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -1377,7 +1474,7 @@ pub unsafe fn nvrtcGetSupportedArchs(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetTileIR` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetTileIR(
     prog: nvrtcProgram,
@@ -1385,10 +1482,11 @@ pub unsafe fn nvrtcGetTileIR(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[22usize], &LIBRARY, 22usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                *mut ::core::ffi::c_char,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetTileIR` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcGetTileIR`, with exactly this signature, so the address is a C function of this
+            // type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -1397,6 +1495,9 @@ pub unsafe fn nvrtcGetTileIR(
                     ) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetTileIR` from `nvrtc.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, TileIR) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -1421,7 +1522,7 @@ pub unsafe fn nvrtcGetTileIR(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcGetTileIRSize` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcGetTileIRSize(
     prog: nvrtcProgram,
@@ -1429,15 +1530,19 @@ pub unsafe fn nvrtcGetTileIRSize(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[23usize], &LIBRARY, 23usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                *mut usize,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcGetTileIRSize` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcGetTileIRSize`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvrtcProgram, *mut usize) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcGetTileIRSize` from `nvrtc.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, TileIRSizeRet) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -1500,7 +1605,7 @@ pub unsafe fn nvrtcGetTileIRSize(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcInstallBundledHeaders` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcInstallBundledHeaders(
     installPath: *const ::core::ffi::c_char,
@@ -1509,11 +1614,11 @@ pub unsafe fn nvrtcInstallBundledHeaders(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[24usize], &LIBRARY, 24usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-                *mut *const ::core::ffi::c_char,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcInstallBundledHeaders` in libnvrtc; that export is the function `nvrtc.h`
+            // declares as `nvrtcInstallBundledHeaders`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -1523,6 +1628,9 @@ pub unsafe fn nvrtcInstallBundledHeaders(
                     ) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcInstallBundledHeaders` from `nvrtc.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(installPath, flags, errorLog) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -1557,7 +1665,7 @@ pub unsafe fn nvrtcInstallBundledHeaders(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcRemoveBundledHeaders` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcRemoveBundledHeaders(
     installPath: *const ::core::ffi::c_char,
@@ -1565,10 +1673,11 @@ pub unsafe fn nvrtcRemoveBundledHeaders(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[25usize], &LIBRARY, 25usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_char,
-                *mut *const ::core::ffi::c_char,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcRemoveBundledHeaders` in libnvrtc; that export is the function `nvrtc.h`
+            // declares as `nvrtcRemoveBundledHeaders`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -1577,6 +1686,9 @@ pub unsafe fn nvrtcRemoveBundledHeaders(
                     ) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcRemoveBundledHeaders` from `nvrtc.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(installPath, errorLog) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -1623,7 +1735,7 @@ pub unsafe fn nvrtcRemoveBundledHeaders(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcSetFlowCallback` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcSetFlowCallback(
     prog: nvrtcProgram,
@@ -1637,16 +1749,11 @@ pub unsafe fn nvrtcSetFlowCallback(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[26usize], &LIBRARY, 26usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvrtcProgram,
-                ::core::option::Option<
-                    unsafe extern "C" fn(
-                        arg1: *mut ::core::ffi::c_void,
-                        arg2: *mut ::core::ffi::c_void,
-                    ) -> ::core::ffi::c_int,
-                >,
-                *mut ::core::ffi::c_void,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcSetFlowCallback` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcSetFlowCallback`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -1661,6 +1768,9 @@ pub unsafe fn nvrtcSetFlowCallback(
                     ) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcSetFlowCallback` from `nvrtc.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, callback, payload) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -1684,17 +1794,24 @@ pub unsafe fn nvrtcSetFlowCallback(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcSetPCHHeapSize` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcSetPCHHeapSize(size: usize) -> nvrtcResult {
     match crate::loader::load(&SLOTS[27usize], &LIBRARY, 27usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(usize) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcSetPCHHeapSize` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcSetPCHHeapSize`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(usize) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcSetPCHHeapSize` from `nvrtc.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -1716,7 +1833,7 @@ pub unsafe fn nvrtcSetPCHHeapSize(size: usize) -> nvrtcResult {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvrtcVersion` of `nvrtc.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvrtcVersion(
     major: *mut ::core::ffi::c_int,
@@ -1724,10 +1841,11 @@ pub unsafe fn nvrtcVersion(
 ) -> nvrtcResult {
     match crate::loader::load(&SLOTS[28usize], &LIBRARY, 28usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-                *mut ::core::ffi::c_int,
-            ) -> nvrtcResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvrtcVersion` in libnvrtc; that export is the function `nvrtc.h` declares as
+            // `nvrtcVersion`, with exactly this signature, so the address is a C function of this
+            // type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -1736,6 +1854,9 @@ pub unsafe fn nvrtcVersion(
                     ) -> nvrtcResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvrtcVersion` from `nvrtc.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(major, minor) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),

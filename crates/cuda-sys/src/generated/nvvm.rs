@@ -194,7 +194,7 @@ pub static LIBRARY: crate::loader::Library = crate::loader::Library::new(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvvmAddModuleToProgram` of `nvvm.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvvmAddModuleToProgram(
     prog: nvvmProgram,
@@ -204,12 +204,11 @@ pub unsafe fn nvvmAddModuleToProgram(
 ) -> nvvmResult {
     match crate::loader::load(&SLOTS[0usize], &LIBRARY, 0usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvvmProgram,
-                *const ::core::ffi::c_char,
-                usize,
-                *const ::core::ffi::c_char,
-            ) -> nvvmResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvvmAddModuleToProgram` in libnvvm; that export is the function `nvvm.h` declares as
+            // `nvvmAddModuleToProgram`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -220,6 +219,9 @@ pub unsafe fn nvvmAddModuleToProgram(
                     ) -> nvvmResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvvmAddModuleToProgram` from `nvvm.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, buffer, size, name) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -319,7 +321,7 @@ pub unsafe fn nvvmAddModuleToProgram(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvvmCompileProgram` of `nvvm.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvvmCompileProgram(
     prog: nvvmProgram,
@@ -328,11 +330,11 @@ pub unsafe fn nvvmCompileProgram(
 ) -> nvvmResult {
     match crate::loader::load(&SLOTS[1usize], &LIBRARY, 1usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvvmProgram,
-                ::core::ffi::c_int,
-                *mut *const ::core::ffi::c_char,
-            ) -> nvvmResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvvmCompileProgram` in libnvvm; that export is the function `nvvm.h` declares as
+            // `nvvmCompileProgram`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -342,6 +344,9 @@ pub unsafe fn nvvmCompileProgram(
                     ) -> nvvmResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvvmCompileProgram` from `nvvm.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, numOptions, options) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -364,17 +369,24 @@ pub unsafe fn nvvmCompileProgram(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvvmCreateProgram` of `nvvm.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvvmCreateProgram(prog: *mut nvvmProgram) -> nvvmResult {
     match crate::loader::load(&SLOTS[2usize], &LIBRARY, 2usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(*mut nvvmProgram) -> nvvmResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvvmCreateProgram` in libnvvm; that export is the function `nvvm.h` declares as
+            // `nvvmCreateProgram`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut nvvmProgram) -> nvvmResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvvmCreateProgram` from `nvvm.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -396,17 +408,24 @@ pub unsafe fn nvvmCreateProgram(prog: *mut nvvmProgram) -> nvvmResult {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvvmDestroyProgram` of `nvvm.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvvmDestroyProgram(prog: *mut nvvmProgram) -> nvvmResult {
     match crate::loader::load(&SLOTS[3usize], &LIBRARY, 3usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(*mut nvvmProgram) -> nvvmResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvvmDestroyProgram` in libnvvm; that export is the function `nvvm.h` declares as
+            // `nvvmDestroyProgram`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut nvvmProgram) -> nvvmResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvvmDestroyProgram` from `nvvm.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -429,7 +448,7 @@ pub unsafe fn nvvmDestroyProgram(prog: *mut nvvmProgram) -> nvvmResult {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvvmGetCompiledResult` of `nvvm.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvvmGetCompiledResult(
     prog: nvvmProgram,
@@ -437,10 +456,11 @@ pub unsafe fn nvvmGetCompiledResult(
 ) -> nvvmResult {
     match crate::loader::load(&SLOTS[4usize], &LIBRARY, 4usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvvmProgram,
-                *mut ::core::ffi::c_char,
-            ) -> nvvmResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvvmGetCompiledResult` in libnvvm; that export is the function `nvvm.h` declares as
+            // `nvvmGetCompiledResult`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -449,6 +469,9 @@ pub unsafe fn nvvmGetCompiledResult(
                     ) -> nvvmResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvvmGetCompiledResult` from `nvvm.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, buffer) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -470,7 +493,7 @@ pub unsafe fn nvvmGetCompiledResult(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvvmGetCompiledResultSize` of `nvvm.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvvmGetCompiledResultSize(
     prog: nvvmProgram,
@@ -478,15 +501,19 @@ pub unsafe fn nvvmGetCompiledResultSize(
 ) -> nvvmResult {
     match crate::loader::load(&SLOTS[5usize], &LIBRARY, 5usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvvmProgram,
-                *mut usize,
-            ) -> nvvmResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvvmGetCompiledResultSize` in libnvvm; that export is the function `nvvm.h` declares
+            // as `nvvmGetCompiledResultSize`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvvmProgram, *mut usize) -> nvvmResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvvmGetCompiledResultSize` from `nvvm.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, bufferSizeRet) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -504,19 +531,27 @@ pub unsafe fn nvvmGetCompiledResultSize(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvvmGetErrorString` of `nvvm.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvvmGetErrorString(
     result: nvvmResult,
 ) -> ::core::result::Result<*const ::core::ffi::c_char, crate::LoadError> {
     let __cuda_sys_fn = crate::loader::load(&SLOTS[6usize], &LIBRARY, 6usize)?;
-    let __cuda_sys_fn: unsafe extern "C" fn(nvvmResult) -> *const ::core::ffi::c_char = unsafe {
+    // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+    // `nvvmGetErrorString` in libnvvm; that export is the function `nvvm.h` declares as
+    // `nvvmGetErrorString`, with exactly this signature, so the address is a C function of this
+    // type.
+    let __cuda_sys_fn = unsafe {
         ::core::mem::transmute::<
             *mut ::core::ffi::c_void,
             unsafe extern "C" fn(nvvmResult) -> *const ::core::ffi::c_char,
         >(__cuda_sys_fn)
     };
-    Ok(unsafe { __cuda_sys_fn(result) })
+    // SAFETY: the caller meets the contract of `nvvmGetErrorString` from `nvvm.h`, as this
+    // function's `# Safety` requires, and the arguments go unchanged to a pointer of exactly that C
+    // signature (see above).
+    let __cuda_sys_ret = unsafe { __cuda_sys_fn(result) };
+    Ok(__cuda_sys_ret)
 }
 /** \ingroup compilation
    Get the Compiler/Verifier Message.
@@ -536,7 +571,7 @@ pub unsafe fn nvvmGetErrorString(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvvmGetProgramLog` of `nvvm.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvvmGetProgramLog(
     prog: nvvmProgram,
@@ -544,10 +579,11 @@ pub unsafe fn nvvmGetProgramLog(
 ) -> nvvmResult {
     match crate::loader::load(&SLOTS[7usize], &LIBRARY, 7usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvvmProgram,
-                *mut ::core::ffi::c_char,
-            ) -> nvvmResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvvmGetProgramLog` in libnvvm; that export is the function `nvvm.h` declares as
+            // `nvvmGetProgramLog`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -556,6 +592,9 @@ pub unsafe fn nvvmGetProgramLog(
                     ) -> nvvmResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvvmGetProgramLog` from `nvvm.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, buffer) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -580,7 +619,7 @@ pub unsafe fn nvvmGetProgramLog(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvvmGetProgramLogSize` of `nvvm.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvvmGetProgramLogSize(
     prog: nvvmProgram,
@@ -588,15 +627,19 @@ pub unsafe fn nvvmGetProgramLogSize(
 ) -> nvvmResult {
     match crate::loader::load(&SLOTS[8usize], &LIBRARY, 8usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvvmProgram,
-                *mut usize,
-            ) -> nvvmResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvvmGetProgramLogSize` in libnvvm; that export is the function `nvvm.h` declares as
+            // `nvvmGetProgramLogSize`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(nvvmProgram, *mut usize) -> nvvmResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvvmGetProgramLogSize` from `nvvm.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, bufferSizeRet) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -618,7 +661,7 @@ pub unsafe fn nvvmGetProgramLogSize(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvvmIRVersion` of `nvvm.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvvmIRVersion(
     majorIR: *mut ::core::ffi::c_int,
@@ -628,12 +671,11 @@ pub unsafe fn nvvmIRVersion(
 ) -> nvvmResult {
     match crate::loader::load(&SLOTS[9usize], &LIBRARY, 9usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-                *mut ::core::ffi::c_int,
-                *mut ::core::ffi::c_int,
-                *mut ::core::ffi::c_int,
-            ) -> nvvmResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvvmIRVersion` in libnvvm; that export is the function `nvvm.h` declares as
+            // `nvvmIRVersion`, with exactly this signature, so the address is a C function of this
+            // type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -644,6 +686,9 @@ pub unsafe fn nvvmIRVersion(
                     ) -> nvvmResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvvmIRVersion` from `nvvm.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(majorIR, minorIR, majorDbg, minorDbg) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -666,7 +711,7 @@ pub unsafe fn nvvmIRVersion(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvvmLLVMVersion` of `nvvm.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvvmLLVMVersion(
     arch: *const ::core::ffi::c_char,
@@ -674,10 +719,11 @@ pub unsafe fn nvvmLLVMVersion(
 ) -> nvvmResult {
     match crate::loader::load(&SLOTS[10usize], &LIBRARY, 10usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_char,
-                *mut ::core::ffi::c_int,
-            ) -> nvvmResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvvmLLVMVersion` in libnvvm; that export is the function `nvvm.h` declares as
+            // `nvvmLLVMVersion`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -686,6 +732,9 @@ pub unsafe fn nvvmLLVMVersion(
                     ) -> nvvmResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvvmLLVMVersion` from `nvvm.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(arch, major) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -723,7 +772,7 @@ pub unsafe fn nvvmLLVMVersion(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvvmLazyAddModuleToProgram` of `nvvm.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvvmLazyAddModuleToProgram(
     prog: nvvmProgram,
@@ -733,12 +782,11 @@ pub unsafe fn nvvmLazyAddModuleToProgram(
 ) -> nvvmResult {
     match crate::loader::load(&SLOTS[11usize], &LIBRARY, 11usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvvmProgram,
-                *const ::core::ffi::c_char,
-                usize,
-                *const ::core::ffi::c_char,
-            ) -> nvvmResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvvmLazyAddModuleToProgram` in libnvvm; that export is the function `nvvm.h`
+            // declares as `nvvmLazyAddModuleToProgram`, with exactly this signature, so the address
+            // is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -749,6 +797,9 @@ pub unsafe fn nvvmLazyAddModuleToProgram(
                     ) -> nvvmResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvvmLazyAddModuleToProgram` from `nvvm.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, buffer, size, name) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -781,7 +832,7 @@ pub unsafe fn nvvmLazyAddModuleToProgram(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvvmVerifyProgram` of `nvvm.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvvmVerifyProgram(
     prog: nvvmProgram,
@@ -790,11 +841,11 @@ pub unsafe fn nvvmVerifyProgram(
 ) -> nvvmResult {
     match crate::loader::load(&SLOTS[12usize], &LIBRARY, 12usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                nvvmProgram,
-                ::core::ffi::c_int,
-                *mut *const ::core::ffi::c_char,
-            ) -> nvvmResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvvmVerifyProgram` in libnvvm; that export is the function `nvvm.h` declares as
+            // `nvvmVerifyProgram`, with exactly this signature, so the address is a C function of
+            // this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -804,6 +855,9 @@ pub unsafe fn nvvmVerifyProgram(
                     ) -> nvvmResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvvmVerifyProgram` from `nvvm.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prog, numOptions, options) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -823,7 +877,7 @@ pub unsafe fn nvvmVerifyProgram(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `nvvmVersion` of `nvvm.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn nvvmVersion(
     major: *mut ::core::ffi::c_int,
@@ -831,10 +885,11 @@ pub unsafe fn nvvmVersion(
 ) -> nvvmResult {
     match crate::loader::load(&SLOTS[13usize], &LIBRARY, 13usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-                *mut ::core::ffi::c_int,
-            ) -> nvvmResult = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `nvvmVersion` in libnvvm; that export is the function `nvvm.h` declares as
+            // `nvvmVersion`, with exactly this signature, so the address is a C function of this
+            // type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -843,6 +898,9 @@ pub unsafe fn nvvmVersion(
                     ) -> nvvmResult,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `nvvmVersion` from `nvvm.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(major, minor) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),

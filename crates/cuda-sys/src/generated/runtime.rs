@@ -1838,6 +1838,10 @@ const _: () = {
 impl Default for cudaChannelFormatDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaChannelFormatDesc` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2020,6 +2024,10 @@ const _: () = {
 impl Default for cudaPitchedPtr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaPitchedPtr` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2131,6 +2139,10 @@ const _: () = {
 impl Default for cudaMemcpy3DParms {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemcpy3DParms` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2174,6 +2186,10 @@ const _: () = {
 impl Default for cudaMemcpyNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemcpyNodeParams` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2242,6 +2258,10 @@ const _: () = {
 impl Default for cudaMemcpy3DPeerParms {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemcpy3DPeerParms` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2293,6 +2313,10 @@ const _: () = {
 impl Default for cudaMemsetParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemsetParams` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2351,6 +2375,10 @@ const _: () = {
 impl Default for cudaMemsetParamsV2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemsetParamsV2` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2419,6 +2447,10 @@ const _: () = {
 impl Default for cudaAccessPolicyWindow {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaAccessPolicyWindow` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2457,6 +2489,10 @@ const _: () = {
 impl Default for cudaHostNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaHostNodeParams` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2500,6 +2536,10 @@ const _: () = {
 impl Default for cudaHostNodeParamsV2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaHostNodeParamsV2` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2927,6 +2967,11 @@ const _: () = {
 impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaResourceDesc__bindgen_ty_1__bindgen_ty_1` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2955,6 +3000,11 @@ const _: () = {
 impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaResourceDesc__bindgen_ty_1__bindgen_ty_2` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -2995,6 +3045,11 @@ const _: () = {
 impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_3 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaResourceDesc__bindgen_ty_1__bindgen_ty_3` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -3047,6 +3102,11 @@ const _: () = {
 impl Default for cudaResourceDesc__bindgen_ty_1__bindgen_ty_4 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaResourceDesc__bindgen_ty_1__bindgen_ty_4` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -3098,6 +3158,10 @@ const _: () = {
 impl Default for cudaResourceDesc__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaResourceDesc__bindgen_ty_1` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -3123,6 +3187,10 @@ const _: () = {
 impl Default for cudaResourceDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaResourceDesc` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -3191,6 +3259,10 @@ const _: () = {
 impl Default for cudaResourceViewDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaResourceViewDesc` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -3280,6 +3352,11 @@ const _: () = {
 impl Default for cudaPointerAttributes__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaPointerAttributes__bindgen_ty_1` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -3313,6 +3390,10 @@ const _: () = {
 impl Default for cudaPointerAttributes {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaPointerAttributes` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -3488,6 +3569,10 @@ const _: () = {
 impl Default for cudaFuncAttributes {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaFuncAttributes` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4228,6 +4313,10 @@ const _: () = {
 impl Default for cudaMemLocation__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemLocation__bindgen_ty_1` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4247,6 +4336,10 @@ const _: () = {
 impl Default for cudaMemLocation {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemLocation` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4292,6 +4385,10 @@ const _: () = {
 impl Default for cudaMemAccessDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemAccessDesc` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4404,6 +4501,10 @@ const _: () = {
 impl Default for cudaMemPoolProps {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemPoolProps` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4431,6 +4532,10 @@ const _: () = {
 impl Default for cudaMemPoolPtrExportData {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemPoolPtrExportData` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4479,6 +4584,10 @@ const _: () = {
 impl Default for cudaMemAllocNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemAllocNodeParams` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4527,6 +4636,10 @@ const _: () = {
 impl Default for cudaMemAllocNodeParamsV2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemAllocNodeParamsV2` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4555,6 +4668,10 @@ const _: () = {
 impl Default for cudaMemFreeNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemFreeNodeParams` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4677,6 +4794,10 @@ const _: () = {
 impl Default for cudaMemcpyAttributes {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemcpyAttributes` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4778,6 +4899,11 @@ const _: () = {
 impl Default for cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_1` is plain C data: integers,
+        // floats, `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and
+        // unions of those (the generator checked), for all of which every byte zero is a valid
+        // value, as C's `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads
+        // an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4813,6 +4939,11 @@ const _: () = {
 impl Default for cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemcpy3DOperand__bindgen_ty_1__bindgen_ty_2` is plain C data: integers,
+        // floats, `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and
+        // unions of those (the generator checked), for all of which every byte zero is a valid
+        // value, as C's `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads
+        // an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4837,6 +4968,11 @@ const _: () = {
 impl Default for cudaMemcpy3DOperand__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemcpy3DOperand__bindgen_ty_1` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4861,6 +4997,10 @@ const _: () = {
 impl Default for cudaMemcpy3DOperand {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemcpy3DOperand` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -4908,6 +5048,10 @@ const _: () = {
 impl Default for cudaMemcpy3DBatchOp {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemcpy3DBatchOp` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5492,6 +5636,10 @@ const _: () = {
 impl Default for cudaDeviceProp {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaDeviceProp` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5519,6 +5667,10 @@ const _: () = {
 impl Default for cudaIpcEventHandle_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaIpcEventHandle_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5548,6 +5700,10 @@ const _: () = {
 impl Default for cudaIpcMemHandle_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaIpcMemHandle_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5576,6 +5732,10 @@ const _: () = {
 impl Default for cudaMemFabricHandle_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemFabricHandle_st` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5693,6 +5853,11 @@ const _: () = {
 impl Default for cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalMemoryHandleDesc__bindgen_ty_1__bindgen_ty_1` is plain C data:
+        // integers, floats, `bool`s, raw pointers, `Option`s of function pointers, and arrays,
+        // structs and unions of those (the generator checked), for all of which every byte zero is
+        // a valid value, as C's `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init`
+        // reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5722,6 +5887,11 @@ const _: () = {
 impl Default for cudaExternalMemoryHandleDesc__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalMemoryHandleDesc__bindgen_ty_1` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5755,6 +5925,10 @@ const _: () = {
 impl Default for cudaExternalMemoryHandleDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalMemoryHandleDesc` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5846,6 +6020,11 @@ const _: () = {
 impl Default for cudaExternalMemoryMipmappedArrayDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalMemoryMipmappedArrayDesc` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -5970,6 +6149,11 @@ const _: () = {
 impl Default for cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalSemaphoreHandleDesc__bindgen_ty_1__bindgen_ty_1` is plain C data:
+        // integers, floats, `bool`s, raw pointers, `Option`s of function pointers, and arrays,
+        // structs and unions of those (the generator checked), for all of which every byte zero is
+        // a valid value, as C's `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init`
+        // reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6001,6 +6185,11 @@ const _: () = {
 impl Default for cudaExternalSemaphoreHandleDesc__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalSemaphoreHandleDesc__bindgen_ty_1` is plain C data: integers,
+        // floats, `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and
+        // unions of those (the generator checked), for all of which every byte zero is a valid
+        // value, as C's `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads
+        // an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6031,6 +6220,10 @@ const _: () = {
 impl Default for cudaExternalSemaphoreHandleDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalSemaphoreHandleDesc` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6120,6 +6313,11 @@ const _: () = {
 impl Default for cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalSemaphoreSignalParams__bindgen_ty_1__bindgen_ty_2` is plain C data:
+        // integers, floats, `bool`s, raw pointers, `Option`s of function pointers, and arrays,
+        // structs and unions of those (the generator checked), for all of which every byte zero is
+        // a valid value, as C's `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init`
+        // reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6181,6 +6379,11 @@ const _: () = {
 impl Default for cudaExternalSemaphoreSignalParams__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalSemaphoreSignalParams__bindgen_ty_1` is plain C data: integers,
+        // floats, `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and
+        // unions of those (the generator checked), for all of which every byte zero is a valid
+        // value, as C's `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads
+        // an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6208,6 +6411,11 @@ const _: () = {
 impl Default for cudaExternalSemaphoreSignalParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalSemaphoreSignalParams` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6297,6 +6505,11 @@ const _: () = {
 impl Default for cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalSemaphoreWaitParams__bindgen_ty_1__bindgen_ty_2` is plain C data:
+        // integers, floats, `bool`s, raw pointers, `Option`s of function pointers, and arrays,
+        // structs and unions of those (the generator checked), for all of which every byte zero is
+        // a valid value, as C's `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init`
+        // reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6363,6 +6576,11 @@ const _: () = {
 impl Default for cudaExternalSemaphoreWaitParams__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalSemaphoreWaitParams__bindgen_ty_1` is plain C data: integers,
+        // floats, `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and
+        // unions of those (the generator checked), for all of which every byte zero is a valid
+        // value, as C's `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads
+        // an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6390,6 +6608,10 @@ const _: () = {
 impl Default for cudaExternalSemaphoreWaitParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalSemaphoreWaitParams` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6541,6 +6763,10 @@ const _: () = {
 impl Default for cudaDevWorkqueueConfigResource {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaDevWorkqueueConfigResource` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6569,6 +6795,10 @@ const _: () = {
 impl Default for cudaDevWorkqueueResource {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaDevWorkqueueResource` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6686,6 +6916,11 @@ const _: () = {
 impl Default for cudaDevResource_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaDevResource_st__bindgen_ty_1` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6713,6 +6948,10 @@ const _: () = {
 impl Default for cudaDevResource_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaDevResource_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -6972,6 +7211,11 @@ const _: () = {
 impl Default for cudalibraryHostUniversalFunctionAndDataTable {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudalibraryHostUniversalFunctionAndDataTable` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7073,6 +7317,10 @@ const _: () = {
 impl Default for cudaKernelNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaKernelNodeParams` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7152,6 +7400,11 @@ const _: () = {
 impl Default for cudaKernelNodeParamsV2__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaKernelNodeParamsV2__bindgen_ty_1` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7191,6 +7444,10 @@ const _: () = {
 impl Default for cudaKernelNodeParamsV2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaKernelNodeParamsV2` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7232,6 +7489,11 @@ const _: () = {
 impl Default for cudaExternalSemaphoreSignalNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalSemaphoreSignalNodeParams` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7278,6 +7540,11 @@ const _: () = {
 impl Default for cudaExternalSemaphoreSignalNodeParamsV2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalSemaphoreSignalNodeParamsV2` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7319,6 +7586,11 @@ const _: () = {
 impl Default for cudaExternalSemaphoreWaitNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalSemaphoreWaitNodeParams` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7365,6 +7637,11 @@ const _: () = {
 impl Default for cudaExternalSemaphoreWaitNodeParamsV2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaExternalSemaphoreWaitNodeParamsV2` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7460,6 +7737,10 @@ const _: () = {
 impl Default for cudaConditionalNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaConditionalNodeParams` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7533,6 +7814,10 @@ const _: () = {
 impl Default for cudaMemcpyBatchNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaMemcpyBatchNodeParams` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7658,6 +7943,10 @@ const _: () = {
 impl Default for cudaChildGraphNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaChildGraphNodeParams` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7691,6 +7980,10 @@ const _: () = {
 impl Default for cudaEventRecordNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaEventRecordNodeParams` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7719,6 +8012,10 @@ const _: () = {
 impl Default for cudaEventWaitNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaEventWaitNodeParams` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7823,6 +8120,11 @@ const _: () = {
 impl Default for cudaGraphNodeParams__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaGraphNodeParams__bindgen_ty_1` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -7850,6 +8152,10 @@ const _: () = {
 impl Default for cudaGraphNodeParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaGraphNodeParams` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8050,6 +8356,10 @@ const _: () = {
 impl Default for cudaGraphInstantiateParams_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaGraphInstantiateParams_st` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8093,6 +8403,11 @@ const _: () = {
 impl Default for cudaGraphExecUpdateResultInfo_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaGraphExecUpdateResultInfo_st` is plain C data: integers, floats, `bool`s,
+        // raw pointers, `Option`s of function pointers, and arrays, structs and unions of those
+        // (the generator checked), for all of which every byte zero is a valid value, as C's `=
+        // {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8190,6 +8505,11 @@ const _: () = {
 impl Default for cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaGraphKernelNodeUpdate__bindgen_ty_1__bindgen_ty_1` is plain C data:
+        // integers, floats, `bool`s, raw pointers, `Option`s of function pointers, and arrays,
+        // structs and unions of those (the generator checked), for all of which every byte zero is
+        // a valid value, as C's `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init`
+        // reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8219,6 +8539,11 @@ const _: () = {
 impl Default for cudaGraphKernelNodeUpdate__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaGraphKernelNodeUpdate__bindgen_ty_1` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8246,6 +8571,10 @@ const _: () = {
 impl Default for cudaGraphKernelNodeUpdate {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaGraphKernelNodeUpdate` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8796,6 +9125,11 @@ const _: () = {
 impl Default for cudaLaunchAttributeValue__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaLaunchAttributeValue__bindgen_ty_2` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8867,6 +9201,11 @@ const _: () = {
 impl Default for cudaLaunchAttributeValue__bindgen_ty_4 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaLaunchAttributeValue__bindgen_ty_4` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8902,6 +9241,11 @@ const _: () = {
 impl Default for cudaLaunchAttributeValue__bindgen_ty_5 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaLaunchAttributeValue__bindgen_ty_5` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -8981,6 +9325,10 @@ const _: () = {
 impl Default for cudaLaunchAttributeValue {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaLaunchAttributeValue` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9018,6 +9366,10 @@ const _: () = {
 impl Default for cudaLaunchAttribute_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaLaunchAttribute_st` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9073,6 +9425,10 @@ const _: () = {
 impl Default for cudaLaunchConfig_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaLaunchConfig_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9165,6 +9521,11 @@ const _: () = {
 impl Default for cudaAsyncNotificationInfo__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaAsyncNotificationInfo__bindgen_ty_1` is plain C data: integers, floats,
+        // `bool`s, raw pointers, `Option`s of function pointers, and arrays, structs and unions of
+        // those (the generator checked), for all of which every byte zero is a valid value, as C's
+        // `= {0}` makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised
+        // `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9189,6 +9550,10 @@ const _: () = {
 impl Default for cudaAsyncNotificationInfo {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaAsyncNotificationInfo` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9387,6 +9752,10 @@ const _: () = {
 impl Default for cudaTextureDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaTextureDesc` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -9451,6 +9820,10 @@ const _: () = {
 impl Default for cudaGraphRecaptureCallbackData {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `cudaGraphRecaptureCallbackData` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
         unsafe {
             ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
             s.assume_init()
@@ -12553,7 +12926,7 @@ pub static LIBRARY: crate::loader::Library = crate::loader::Library::new(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaArrayGetInfo` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaArrayGetInfo(
     desc: *mut cudaChannelFormatDesc,
@@ -12563,12 +12936,11 @@ pub unsafe fn cudaArrayGetInfo(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[0usize], &LIBRARY, 0usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaChannelFormatDesc,
-                *mut cudaExtent,
-                *mut ::core::ffi::c_uint,
-                cudaArray_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaArrayGetInfo` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaArrayGetInfo`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -12579,6 +12951,9 @@ pub unsafe fn cudaArrayGetInfo(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaArrayGetInfo` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(desc, extent, flags, array) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -12610,7 +12985,7 @@ pub unsafe fn cudaArrayGetInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaArrayGetMemoryRequirements` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaArrayGetMemoryRequirements(
     memoryRequirements: *mut cudaArrayMemoryRequirements,
@@ -12619,11 +12994,11 @@ pub unsafe fn cudaArrayGetMemoryRequirements(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[1usize], &LIBRARY, 1usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaArrayMemoryRequirements,
-                cudaArray_t,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaArrayGetMemoryRequirements` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaArrayGetMemoryRequirements`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -12633,6 +13008,9 @@ pub unsafe fn cudaArrayGetMemoryRequirements(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaArrayGetMemoryRequirements` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(memoryRequirements, array, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -12670,7 +13048,7 @@ pub unsafe fn cudaArrayGetMemoryRequirements(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaArrayGetPlane` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaArrayGetPlane(
     pPlaneArray: *mut cudaArray_t,
@@ -12679,11 +13057,11 @@ pub unsafe fn cudaArrayGetPlane(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[2usize], &LIBRARY, 2usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaArray_t,
-                cudaArray_t,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaArrayGetPlane` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaArrayGetPlane`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -12693,6 +13071,9 @@ pub unsafe fn cudaArrayGetPlane(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaArrayGetPlane` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pPlaneArray, hArray, planeIdx) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -12705,7 +13086,7 @@ pub unsafe fn cudaArrayGetPlane(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaArrayGetSparseProperties` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaArrayGetSparseProperties(
     sparseProperties: *mut cudaArraySparseProperties,
@@ -12713,10 +13094,11 @@ pub unsafe fn cudaArrayGetSparseProperties(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[3usize], &LIBRARY, 3usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaArraySparseProperties,
-                cudaArray_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaArrayGetSparseProperties` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaArrayGetSparseProperties`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -12725,6 +13107,9 @@ pub unsafe fn cudaArrayGetSparseProperties(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaArrayGetSparseProperties` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(sparseProperties, array) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -12755,7 +13140,7 @@ pub unsafe fn cudaArrayGetSparseProperties(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaChooseDevice` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaChooseDevice(
     device: *mut ::core::ffi::c_int,
@@ -12763,10 +13148,11 @@ pub unsafe fn cudaChooseDevice(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[4usize], &LIBRARY, 4usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-                *const cudaDeviceProp,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaChooseDevice` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaChooseDevice`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -12775,6 +13161,9 @@ pub unsafe fn cudaChooseDevice(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaChooseDevice` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, prop) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -12815,7 +13204,7 @@ pub unsafe fn cudaChooseDevice(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaCreateChannelDesc` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaCreateChannelDesc(
     x: ::core::ffi::c_int,
@@ -12825,13 +13214,11 @@ pub unsafe fn cudaCreateChannelDesc(
     f: cudaChannelFormatKind,
 ) -> ::core::result::Result<cudaChannelFormatDesc, crate::LoadError> {
     let __cuda_sys_fn = crate::loader::load(&SLOTS[5usize], &LIBRARY, 5usize)?;
-    let __cuda_sys_fn: unsafe extern "C" fn(
-        ::core::ffi::c_int,
-        ::core::ffi::c_int,
-        ::core::ffi::c_int,
-        ::core::ffi::c_int,
-        cudaChannelFormatKind,
-    ) -> cudaChannelFormatDesc = unsafe {
+    // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+    // `cudaCreateChannelDesc` in libcudart; that export is the function `cuda_runtime_api.h`
+    // declares as `cudaCreateChannelDesc`, with exactly this signature, so the address is a C
+    // function of this type.
+    let __cuda_sys_fn = unsafe {
         ::core::mem::transmute::<
             *mut ::core::ffi::c_void,
             unsafe extern "C" fn(
@@ -12843,7 +13230,11 @@ pub unsafe fn cudaCreateChannelDesc(
             ) -> cudaChannelFormatDesc,
         >(__cuda_sys_fn)
     };
-    Ok(unsafe { __cuda_sys_fn(x, y, z, w, f) })
+    // SAFETY: the caller meets the contract of `cudaCreateChannelDesc` from `cuda_runtime_api.h`,
+    // as this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+    // exactly that C signature (see above).
+    let __cuda_sys_ret = unsafe { __cuda_sys_fn(x, y, z, w, f) };
+    Ok(__cuda_sys_ret)
 }
 /** Creates a surface object
 
@@ -12877,7 +13268,7 @@ pub unsafe fn cudaCreateChannelDesc(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaCreateSurfaceObject` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaCreateSurfaceObject(
     pSurfObject: *mut cudaSurfaceObject_t,
@@ -12885,10 +13276,11 @@ pub unsafe fn cudaCreateSurfaceObject(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[6usize], &LIBRARY, 6usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaSurfaceObject_t,
-                *const cudaResourceDesc,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaCreateSurfaceObject` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaCreateSurfaceObject`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -12897,6 +13289,9 @@ pub unsafe fn cudaCreateSurfaceObject(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaCreateSurfaceObject` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pSurfObject, pResDesc) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -13143,7 +13538,7 @@ pub unsafe fn cudaCreateSurfaceObject(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaCreateTextureObject` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaCreateTextureObject(
     pTexObject: *mut cudaTextureObject_t,
@@ -13153,12 +13548,11 @@ pub unsafe fn cudaCreateTextureObject(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[7usize], &LIBRARY, 7usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaTextureObject_t,
-                *const cudaResourceDesc,
-                *const cudaTextureDesc,
-                *const cudaResourceViewDesc,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaCreateTextureObject` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaCreateTextureObject`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -13169,6 +13563,9 @@ pub unsafe fn cudaCreateTextureObject(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaCreateTextureObject` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pTexObject, pResDesc, pTexDesc, pResViewDesc) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -13192,17 +13589,24 @@ pub unsafe fn cudaCreateTextureObject(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaCtxResetPersistingL2Cache` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaCtxResetPersistingL2Cache() -> cudaError_t {
     match crate::loader::load(&SLOTS[8usize], &LIBRARY, 8usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn() -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaCtxResetPersistingL2Cache` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaCtxResetPersistingL2Cache`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn() -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaCtxResetPersistingL2Cache` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn() }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -13235,19 +13639,24 @@ pub unsafe fn cudaCtxResetPersistingL2Cache() -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDestroyExternalMemory` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDestroyExternalMemory(extMem: cudaExternalMemory_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[9usize], &LIBRARY, 9usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaExternalMemory_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDestroyExternalMemory` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDestroyExternalMemory`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaExternalMemory_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDestroyExternalMemory` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(extMem) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -13279,21 +13688,26 @@ pub unsafe fn cudaDestroyExternalMemory(extMem: cudaExternalMemory_t) -> cudaErr
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDestroyExternalSemaphore` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDestroyExternalSemaphore(
     extSem: cudaExternalSemaphore_t,
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[10usize], &LIBRARY, 10usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaExternalSemaphore_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDestroyExternalSemaphore` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDestroyExternalSemaphore`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaExternalSemaphore_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDestroyExternalSemaphore` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(extSem) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -13322,19 +13736,24 @@ pub unsafe fn cudaDestroyExternalSemaphore(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDestroySurfaceObject` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDestroySurfaceObject(surfObject: cudaSurfaceObject_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[11usize], &LIBRARY, 11usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaSurfaceObject_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDestroySurfaceObject` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDestroySurfaceObject`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaSurfaceObject_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDestroySurfaceObject` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(surfObject) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -13363,19 +13782,24 @@ pub unsafe fn cudaDestroySurfaceObject(surfObject: cudaSurfaceObject_t) -> cudaE
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDestroyTextureObject` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDestroyTextureObject(texObject: cudaTextureObject_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[12usize], &LIBRARY, 12usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaTextureObject_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDestroyTextureObject` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDestroyTextureObject`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaTextureObject_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDestroyTextureObject` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(texObject) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -13428,7 +13852,7 @@ pub unsafe fn cudaDestroyTextureObject(texObject: cudaTextureObject_t) -> cudaEr
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDevResourceGenerateDesc` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDevResourceGenerateDesc(
     phDesc: *mut cudaDevResourceDesc_t,
@@ -13437,11 +13861,11 @@ pub unsafe fn cudaDevResourceGenerateDesc(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[13usize], &LIBRARY, 13usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaDevResourceDesc_t,
-                *mut cudaDevResource,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDevResourceGenerateDesc` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDevResourceGenerateDesc`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -13451,6 +13875,9 @@ pub unsafe fn cudaDevResourceGenerateDesc(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDevResourceGenerateDesc` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(phDesc, resources, nbResources) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -13589,7 +14016,7 @@ pub unsafe fn cudaDevResourceGenerateDesc(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDevSmResourceSplit` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDevSmResourceSplit(
     result: *mut cudaDevResource,
@@ -13601,14 +14028,11 @@ pub unsafe fn cudaDevSmResourceSplit(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[14usize], &LIBRARY, 14usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaDevResource,
-                ::core::ffi::c_uint,
-                *const cudaDevResource,
-                *mut cudaDevResource,
-                ::core::ffi::c_uint,
-                *mut cudaDevSmResourceGroupParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDevSmResourceSplit` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDevSmResourceSplit`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -13621,6 +14045,9 @@ pub unsafe fn cudaDevSmResourceSplit(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDevSmResourceSplit` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(result, nbGroups, input, remainder, flags, groupParams)
             }
@@ -13709,7 +14136,7 @@ pub unsafe fn cudaDevSmResourceSplit(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDevSmResourceSplitByCount` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDevSmResourceSplitByCount(
     result: *mut cudaDevResource,
@@ -13721,14 +14148,11 @@ pub unsafe fn cudaDevSmResourceSplitByCount(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[15usize], &LIBRARY, 15usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaDevResource,
-                *mut ::core::ffi::c_uint,
-                *const cudaDevResource,
-                *mut cudaDevResource,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDevSmResourceSplitByCount` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDevSmResourceSplitByCount`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -13741,6 +14165,9 @@ pub unsafe fn cudaDevSmResourceSplitByCount(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDevSmResourceSplitByCount` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(result, nbGroups, input, remaining, flags, minCount) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -13776,7 +14203,7 @@ pub unsafe fn cudaDevSmResourceSplitByCount(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceCanAccessPeer` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceCanAccessPeer(
     canAccessPeer: *mut ::core::ffi::c_int,
@@ -13785,11 +14212,11 @@ pub unsafe fn cudaDeviceCanAccessPeer(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[16usize], &LIBRARY, 16usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-                ::core::ffi::c_int,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceCanAccessPeer` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceCanAccessPeer`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -13799,6 +14226,9 @@ pub unsafe fn cudaDeviceCanAccessPeer(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceCanAccessPeer` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(canAccessPeer, device, peerDevice) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -13829,19 +14259,26 @@ pub unsafe fn cudaDeviceCanAccessPeer(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceDisablePeerAccess` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceDisablePeerAccess(
     peerDevice: ::core::ffi::c_int,
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[17usize], &LIBRARY, 17usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(::core::ffi::c_int) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceDisablePeerAccess` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceDisablePeerAccess`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(::core::ffi::c_int) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceDisablePeerAccess` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(peerDevice) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -13892,7 +14329,7 @@ pub unsafe fn cudaDeviceDisablePeerAccess(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceEnablePeerAccess` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceEnablePeerAccess(
     peerDevice: ::core::ffi::c_int,
@@ -13900,10 +14337,11 @@ pub unsafe fn cudaDeviceEnablePeerAccess(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[18usize], &LIBRARY, 18usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_int,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceEnablePeerAccess` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceEnablePeerAccess`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -13912,6 +14350,9 @@ pub unsafe fn cudaDeviceEnablePeerAccess(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceEnablePeerAccess` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(peerDevice, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -13924,7 +14365,7 @@ pub unsafe fn cudaDeviceEnablePeerAccess(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceFlushGPUDirectRDMAWrites` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceFlushGPUDirectRDMAWrites(
     target: cudaFlushGPUDirectRDMAWritesTarget,
@@ -13932,10 +14373,11 @@ pub unsafe fn cudaDeviceFlushGPUDirectRDMAWrites(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[19usize], &LIBRARY, 19usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaFlushGPUDirectRDMAWritesTarget,
-                cudaFlushGPUDirectRDMAWritesScope,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceFlushGPUDirectRDMAWrites` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceFlushGPUDirectRDMAWrites`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -13944,6 +14386,9 @@ pub unsafe fn cudaDeviceFlushGPUDirectRDMAWrites(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceFlushGPUDirectRDMAWrites` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(target, scope) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -13977,7 +14422,7 @@ pub unsafe fn cudaDeviceFlushGPUDirectRDMAWrites(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetAttribute` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetAttribute(
     value: *mut ::core::ffi::c_int,
@@ -13986,11 +14431,11 @@ pub unsafe fn cudaDeviceGetAttribute(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[20usize], &LIBRARY, 20usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-                cudaDeviceAttr,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetAttribute` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceGetAttribute`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -14000,6 +14445,9 @@ pub unsafe fn cudaDeviceGetAttribute(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetAttribute` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(value, attr, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -14035,7 +14483,7 @@ pub unsafe fn cudaDeviceGetAttribute(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetByPCIBusId` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetByPCIBusId(
     device: *mut ::core::ffi::c_int,
@@ -14043,10 +14491,11 @@ pub unsafe fn cudaDeviceGetByPCIBusId(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[21usize], &LIBRARY, 21usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-                *const ::core::ffi::c_char,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetByPCIBusId` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceGetByPCIBusId`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -14055,6 +14504,9 @@ pub unsafe fn cudaDeviceGetByPCIBusId(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetByPCIBusId` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, pciBusId) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -14096,17 +14548,24 @@ pub unsafe fn cudaDeviceGetByPCIBusId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetCacheConfig` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetCacheConfig(pCacheConfig: *mut cudaFuncCache) -> cudaError_t {
     match crate::loader::load(&SLOTS[22usize], &LIBRARY, 22usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(*mut cudaFuncCache) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetCacheConfig` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceGetCacheConfig`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut cudaFuncCache) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetCacheConfig` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pCacheConfig) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -14133,7 +14592,7 @@ pub unsafe fn cudaDeviceGetCacheConfig(pCacheConfig: *mut cudaFuncCache) -> cuda
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetDefaultMemPool` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetDefaultMemPool(
     memPool: *mut cudaMemPool_t,
@@ -14141,10 +14600,11 @@ pub unsafe fn cudaDeviceGetDefaultMemPool(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[23usize], &LIBRARY, 23usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaMemPool_t,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetDefaultMemPool` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceGetDefaultMemPool`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -14153,6 +14613,9 @@ pub unsafe fn cudaDeviceGetDefaultMemPool(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetDefaultMemPool` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(memPool, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -14193,7 +14656,7 @@ pub unsafe fn cudaDeviceGetDefaultMemPool(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetDevResource` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetDevResource(
     device: ::core::ffi::c_int,
@@ -14202,11 +14665,11 @@ pub unsafe fn cudaDeviceGetDevResource(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[24usize], &LIBRARY, 24usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_int,
-                *mut cudaDevResource,
-                cudaDevResourceType,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetDevResource` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceGetDevResource`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -14216,6 +14679,9 @@ pub unsafe fn cudaDeviceGetDevResource(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetDevResource` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, resource, type_) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -14247,7 +14713,7 @@ pub unsafe fn cudaDeviceGetDevResource(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetExecutionCtx` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetExecutionCtx(
     ctx: *mut cudaExecutionContext_t,
@@ -14255,10 +14721,11 @@ pub unsafe fn cudaDeviceGetExecutionCtx(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[25usize], &LIBRARY, 25usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaExecutionContext_t,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetExecutionCtx` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceGetExecutionCtx`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -14267,6 +14734,9 @@ pub unsafe fn cudaDeviceGetExecutionCtx(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetExecutionCtx` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(ctx, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -14279,7 +14749,7 @@ pub unsafe fn cudaDeviceGetExecutionCtx(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetGraphMemAttribute` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetGraphMemAttribute(
     device: ::core::ffi::c_int,
@@ -14288,11 +14758,11 @@ pub unsafe fn cudaDeviceGetGraphMemAttribute(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[26usize], &LIBRARY, 26usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_int,
-                cudaGraphMemAttributeType,
-                *mut ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetGraphMemAttribute` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceGetGraphMemAttribute`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -14302,6 +14772,9 @@ pub unsafe fn cudaDeviceGetGraphMemAttribute(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetGraphMemAttribute` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, attr, value) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -14343,7 +14816,7 @@ pub unsafe fn cudaDeviceGetGraphMemAttribute(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetHostAtomicCapabilities` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetHostAtomicCapabilities(
     capabilities: *mut ::core::ffi::c_uint,
@@ -14353,12 +14826,11 @@ pub unsafe fn cudaDeviceGetHostAtomicCapabilities(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[27usize], &LIBRARY, 27usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_uint,
-                *const cudaAtomicOperation,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetHostAtomicCapabilities` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceGetHostAtomicCapabilities`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -14369,6 +14841,9 @@ pub unsafe fn cudaDeviceGetHostAtomicCapabilities(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetHostAtomicCapabilities` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(capabilities, operations, count, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -14413,20 +14888,24 @@ pub unsafe fn cudaDeviceGetHostAtomicCapabilities(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetLimit` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetLimit(pValue: *mut usize, limit: cudaLimit) -> cudaError_t {
     match crate::loader::load(&SLOTS[28usize], &LIBRARY, 28usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut usize,
-                cudaLimit,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetLimit` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaDeviceGetLimit`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut usize, cudaLimit) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetLimit` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pValue, limit) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -14455,7 +14934,7 @@ pub unsafe fn cudaDeviceGetLimit(pValue: *mut usize, limit: cudaLimit) -> cudaEr
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetMemPool` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetMemPool(
     memPool: *mut cudaMemPool_t,
@@ -14463,10 +14942,11 @@ pub unsafe fn cudaDeviceGetMemPool(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[29usize], &LIBRARY, 29usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaMemPool_t,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetMemPool` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaDeviceGetMemPool`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -14475,6 +14955,9 @@ pub unsafe fn cudaDeviceGetMemPool(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetMemPool` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(memPool, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -14545,7 +15028,7 @@ pub unsafe fn cudaDeviceGetMemPool(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetNvSciSyncAttributes` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetNvSciSyncAttributes(
     nvSciSyncAttrList: *mut ::core::ffi::c_void,
@@ -14554,11 +15037,11 @@ pub unsafe fn cudaDeviceGetNvSciSyncAttributes(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[30usize], &LIBRARY, 30usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                ::core::ffi::c_int,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetNvSciSyncAttributes` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceGetNvSciSyncAttributes`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -14568,6 +15051,9 @@ pub unsafe fn cudaDeviceGetNvSciSyncAttributes(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetNvSciSyncAttributes` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(nvSciSyncAttrList, device, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -14611,7 +15097,7 @@ pub unsafe fn cudaDeviceGetNvSciSyncAttributes(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetP2PAtomicCapabilities` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetP2PAtomicCapabilities(
     capabilities: *mut ::core::ffi::c_uint,
@@ -14622,13 +15108,11 @@ pub unsafe fn cudaDeviceGetP2PAtomicCapabilities(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[31usize], &LIBRARY, 31usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_uint,
-                *const cudaAtomicOperation,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_int,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetP2PAtomicCapabilities` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceGetP2PAtomicCapabilities`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -14640,6 +15124,9 @@ pub unsafe fn cudaDeviceGetP2PAtomicCapabilities(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetP2PAtomicCapabilities` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(capabilities, operations, count, srcDevice, dstDevice)
             }
@@ -14694,7 +15181,7 @@ pub unsafe fn cudaDeviceGetP2PAtomicCapabilities(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetP2PAttribute` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetP2PAttribute(
     value: *mut ::core::ffi::c_int,
@@ -14704,12 +15191,11 @@ pub unsafe fn cudaDeviceGetP2PAttribute(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[32usize], &LIBRARY, 32usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-                cudaDeviceP2PAttr,
-                ::core::ffi::c_int,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetP2PAttribute` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceGetP2PAttribute`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -14720,6 +15206,9 @@ pub unsafe fn cudaDeviceGetP2PAttribute(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetP2PAttribute` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(value, attr, srcDevice, dstDevice) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -14758,7 +15247,7 @@ pub unsafe fn cudaDeviceGetP2PAttribute(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetPCIBusId` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetPCIBusId(
     pciBusId: *mut ::core::ffi::c_char,
@@ -14767,11 +15256,11 @@ pub unsafe fn cudaDeviceGetPCIBusId(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[33usize], &LIBRARY, 33usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_char,
-                ::core::ffi::c_int,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetPCIBusId` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceGetPCIBusId`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -14781,6 +15270,9 @@ pub unsafe fn cudaDeviceGetPCIBusId(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetPCIBusId` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pciBusId, len, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -14822,21 +15314,26 @@ pub unsafe fn cudaDeviceGetPCIBusId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetSharedMemConfig` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetSharedMemConfig(
     pConfig: *mut cudaSharedMemConfig,
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[34usize], &LIBRARY, 34usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaSharedMemConfig,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetSharedMemConfig` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceGetSharedMemConfig`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut cudaSharedMemConfig) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetSharedMemConfig` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pConfig) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -14882,7 +15379,7 @@ pub unsafe fn cudaDeviceGetSharedMemConfig(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetStreamPriorityRange` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetStreamPriorityRange(
     leastPriority: *mut ::core::ffi::c_int,
@@ -14890,10 +15387,11 @@ pub unsafe fn cudaDeviceGetStreamPriorityRange(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[35usize], &LIBRARY, 35usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-                *mut ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetStreamPriorityRange` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceGetStreamPriorityRange`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -14902,6 +15400,9 @@ pub unsafe fn cudaDeviceGetStreamPriorityRange(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetStreamPriorityRange` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(leastPriority, greatestPriority) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -14914,7 +15415,7 @@ pub unsafe fn cudaDeviceGetStreamPriorityRange(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGetTexture1DLinearMaxWidth` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGetTexture1DLinearMaxWidth(
     maxWidthInElements: *mut usize,
@@ -14923,11 +15424,11 @@ pub unsafe fn cudaDeviceGetTexture1DLinearMaxWidth(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[36usize], &LIBRARY, 36usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut usize,
-                *const cudaChannelFormatDesc,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGetTexture1DLinearMaxWidth` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceGetTexture1DLinearMaxWidth`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -14937,6 +15438,9 @@ pub unsafe fn cudaDeviceGetTexture1DLinearMaxWidth(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGetTexture1DLinearMaxWidth` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(maxWidthInElements, fmtDesc, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -14949,17 +15453,24 @@ pub unsafe fn cudaDeviceGetTexture1DLinearMaxWidth(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceGraphMemTrim` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceGraphMemTrim(device: ::core::ffi::c_int) -> cudaError_t {
     match crate::loader::load(&SLOTS[37usize], &LIBRARY, 37usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(::core::ffi::c_int) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceGraphMemTrim` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceGraphMemTrim`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(::core::ffi::c_int) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceGraphMemTrim` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15005,7 +15516,7 @@ pub unsafe fn cudaDeviceGraphMemTrim(device: ::core::ffi::c_int) -> cudaError_t 
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceRegisterAsyncNotification` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceRegisterAsyncNotification(
     device: ::core::ffi::c_int,
@@ -15015,12 +15526,11 @@ pub unsafe fn cudaDeviceRegisterAsyncNotification(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[38usize], &LIBRARY, 38usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_int,
-                cudaAsyncCallback,
-                *mut ::core::ffi::c_void,
-                *mut cudaAsyncCallbackHandle_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceRegisterAsyncNotification` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceRegisterAsyncNotification`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -15031,6 +15541,9 @@ pub unsafe fn cudaDeviceRegisterAsyncNotification(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceRegisterAsyncNotification` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, callbackFunc, userData, callback) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15073,17 +15586,24 @@ pub unsafe fn cudaDeviceRegisterAsyncNotification(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceReset` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceReset() -> cudaError_t {
     match crate::loader::load(&SLOTS[39usize], &LIBRARY, 39usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn() -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceReset` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaDeviceReset`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn() -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceReset` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn() }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15136,17 +15656,24 @@ pub unsafe fn cudaDeviceReset() -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceSetCacheConfig` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceSetCacheConfig(cacheConfig: cudaFuncCache) -> cudaError_t {
     match crate::loader::load(&SLOTS[40usize], &LIBRARY, 40usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(cudaFuncCache) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceSetCacheConfig` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceSetCacheConfig`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaFuncCache) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceSetCacheConfig` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(cacheConfig) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15159,7 +15686,7 @@ pub unsafe fn cudaDeviceSetCacheConfig(cacheConfig: cudaFuncCache) -> cudaError_
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceSetGraphMemAttribute` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceSetGraphMemAttribute(
     device: ::core::ffi::c_int,
@@ -15168,11 +15695,11 @@ pub unsafe fn cudaDeviceSetGraphMemAttribute(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[41usize], &LIBRARY, 41usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_int,
-                cudaGraphMemAttributeType,
-                *mut ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceSetGraphMemAttribute` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceSetGraphMemAttribute`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -15182,6 +15709,9 @@ pub unsafe fn cudaDeviceSetGraphMemAttribute(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceSetGraphMemAttribute` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, attr, value) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15276,17 +15806,24 @@ pub unsafe fn cudaDeviceSetGraphMemAttribute(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceSetLimit` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceSetLimit(limit: cudaLimit, value: usize) -> cudaError_t {
     match crate::loader::load(&SLOTS[42usize], &LIBRARY, 42usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(cudaLimit, usize) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceSetLimit` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaDeviceSetLimit`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaLimit, usize) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceSetLimit` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(limit, value) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15318,7 +15855,7 @@ pub unsafe fn cudaDeviceSetLimit(limit: cudaLimit, value: usize) -> cudaError_t 
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceSetMemPool` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceSetMemPool(
     device: ::core::ffi::c_int,
@@ -15326,10 +15863,11 @@ pub unsafe fn cudaDeviceSetMemPool(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[43usize], &LIBRARY, 43usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_int,
-                cudaMemPool_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceSetMemPool` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaDeviceSetMemPool`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -15338,6 +15876,9 @@ pub unsafe fn cudaDeviceSetMemPool(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceSetMemPool` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, memPool) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15392,19 +15933,24 @@ pub unsafe fn cudaDeviceSetMemPool(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceSetSharedMemConfig` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceSetSharedMemConfig(config: cudaSharedMemConfig) -> cudaError_t {
     match crate::loader::load(&SLOTS[44usize], &LIBRARY, 44usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaSharedMemConfig,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceSetSharedMemConfig` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceSetSharedMemConfig`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaSharedMemConfig) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceSetSharedMemConfig` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(config) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15436,17 +15982,24 @@ pub unsafe fn cudaDeviceSetSharedMemConfig(config: cudaSharedMemConfig) -> cudaE
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceSynchronize` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceSynchronize() -> cudaError_t {
     match crate::loader::load(&SLOTS[45usize], &LIBRARY, 45usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn() -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceSynchronize` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceSynchronize`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn() -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceSynchronize` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn() }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15478,7 +16031,7 @@ pub unsafe fn cudaDeviceSynchronize() -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDeviceUnregisterAsyncNotification` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDeviceUnregisterAsyncNotification(
     device: ::core::ffi::c_int,
@@ -15486,10 +16039,11 @@ pub unsafe fn cudaDeviceUnregisterAsyncNotification(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[46usize], &LIBRARY, 46usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_int,
-                cudaAsyncCallbackHandle_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDeviceUnregisterAsyncNotification` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaDeviceUnregisterAsyncNotification`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -15498,6 +16052,9 @@ pub unsafe fn cudaDeviceUnregisterAsyncNotification(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDeviceUnregisterAsyncNotification` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, callback) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15532,21 +16089,26 @@ pub unsafe fn cudaDeviceUnregisterAsyncNotification(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaDriverGetVersion` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaDriverGetVersion(
     driverVersion: *mut ::core::ffi::c_int,
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[47usize], &LIBRARY, 47usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaDriverGetVersion` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaDriverGetVersion`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_int) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaDriverGetVersion` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(driverVersion) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15579,17 +16141,24 @@ pub unsafe fn cudaDriverGetVersion(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaEventCreate` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaEventCreate(event: *mut cudaEvent_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[48usize], &LIBRARY, 48usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(*mut cudaEvent_t) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaEventCreate` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaEventCreate`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut cudaEvent_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaEventCreate` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(event) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15635,7 +16204,7 @@ pub unsafe fn cudaEventCreate(event: *mut cudaEvent_t) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaEventCreateWithFlags` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaEventCreateWithFlags(
     event: *mut cudaEvent_t,
@@ -15643,10 +16212,11 @@ pub unsafe fn cudaEventCreateWithFlags(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[49usize], &LIBRARY, 49usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaEvent_t,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaEventCreateWithFlags` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaEventCreateWithFlags`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -15655,6 +16225,9 @@ pub unsafe fn cudaEventCreateWithFlags(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaEventCreateWithFlags` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(event, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15693,17 +16266,24 @@ pub unsafe fn cudaEventCreateWithFlags(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaEventDestroy` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaEventDestroy(event: cudaEvent_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[50usize], &LIBRARY, 50usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(cudaEvent_t) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaEventDestroy` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaEventDestroy`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaEvent_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaEventDestroy` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(event) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15760,7 +16340,7 @@ pub unsafe fn cudaEventDestroy(event: cudaEvent_t) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaEventElapsedTime` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaEventElapsedTime(
     ms: *mut f32,
@@ -15769,11 +16349,11 @@ pub unsafe fn cudaEventElapsedTime(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[51usize], &LIBRARY, 51usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut f32,
-                cudaEvent_t,
-                cudaEvent_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaEventElapsedTime` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaEventElapsedTime`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -15783,6 +16363,9 @@ pub unsafe fn cudaEventElapsedTime(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaEventElapsedTime` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(ms, start, end) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15823,17 +16406,24 @@ pub unsafe fn cudaEventElapsedTime(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaEventQuery` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaEventQuery(event: cudaEvent_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[52usize], &LIBRARY, 52usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(cudaEvent_t) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaEventQuery` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaEventQuery`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaEvent_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaEventQuery` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(event) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15883,20 +16473,25 @@ pub unsafe fn cudaEventQuery(event: cudaEvent_t) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaEventRecord` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaEventRecord(event: cudaEvent_t, stream: cudaStream_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[53usize], &LIBRARY, 53usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaEvent_t,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaEventRecord` (or for `cudaEventRecord_ptsz`, its per-thread-default-stream twin
+            // with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaEventRecord`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaEvent_t, cudaStream_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaEventRecord` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(event, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15909,7 +16504,7 @@ pub unsafe fn cudaEventRecord(event: cudaEvent_t, stream: cudaStream_t) -> cudaE
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaEventRecordWithFlags` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaEventRecordWithFlags(
     event: cudaEvent_t,
@@ -15918,11 +16513,12 @@ pub unsafe fn cudaEventRecordWithFlags(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[54usize], &LIBRARY, 54usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaEvent_t,
-                cudaStream_t,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaEventRecordWithFlags` (or for `cudaEventRecordWithFlags_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaEventRecordWithFlags`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -15932,6 +16528,9 @@ pub unsafe fn cudaEventRecordWithFlags(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaEventRecordWithFlags` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(event, stream, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -15971,17 +16570,24 @@ pub unsafe fn cudaEventRecordWithFlags(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaEventSynchronize` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaEventSynchronize(event: cudaEvent_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[55usize], &LIBRARY, 55usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(cudaEvent_t) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaEventSynchronize` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaEventSynchronize`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaEvent_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaEventSynchronize` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(event) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16027,19 +16633,24 @@ pub unsafe fn cudaEventSynchronize(event: cudaEvent_t) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaExecutionCtxDestroy` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaExecutionCtxDestroy(ctx: cudaExecutionContext_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[56usize], &LIBRARY, 56usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaExecutionContext_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaExecutionCtxDestroy` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaExecutionCtxDestroy`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaExecutionContext_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaExecutionCtxDestroy` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(ctx) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16078,7 +16689,7 @@ pub unsafe fn cudaExecutionCtxDestroy(ctx: cudaExecutionContext_t) -> cudaError_
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaExecutionCtxGetDevResource` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaExecutionCtxGetDevResource(
     ctx: cudaExecutionContext_t,
@@ -16087,11 +16698,11 @@ pub unsafe fn cudaExecutionCtxGetDevResource(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[57usize], &LIBRARY, 57usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaExecutionContext_t,
-                *mut cudaDevResource,
-                cudaDevResourceType,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaExecutionCtxGetDevResource` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaExecutionCtxGetDevResource`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16101,6 +16712,9 @@ pub unsafe fn cudaExecutionCtxGetDevResource(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaExecutionCtxGetDevResource` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(ctx, resource, type_) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16134,7 +16748,7 @@ pub unsafe fn cudaExecutionCtxGetDevResource(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaExecutionCtxGetDevice` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaExecutionCtxGetDevice(
     device: *mut ::core::ffi::c_int,
@@ -16142,10 +16756,11 @@ pub unsafe fn cudaExecutionCtxGetDevice(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[58usize], &LIBRARY, 58usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-                cudaExecutionContext_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaExecutionCtxGetDevice` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaExecutionCtxGetDevice`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16154,6 +16769,9 @@ pub unsafe fn cudaExecutionCtxGetDevice(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaExecutionCtxGetDevice` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, ctx) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16189,7 +16807,7 @@ pub unsafe fn cudaExecutionCtxGetDevice(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaExecutionCtxGetId` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaExecutionCtxGetId(
     ctx: cudaExecutionContext_t,
@@ -16197,10 +16815,11 @@ pub unsafe fn cudaExecutionCtxGetId(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[59usize], &LIBRARY, 59usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaExecutionContext_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaExecutionCtxGetId` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaExecutionCtxGetId`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16209,6 +16828,9 @@ pub unsafe fn cudaExecutionCtxGetId(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaExecutionCtxGetId` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(ctx, ctxId) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16255,7 +16877,7 @@ pub unsafe fn cudaExecutionCtxGetId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaExecutionCtxRecordEvent` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaExecutionCtxRecordEvent(
     ctx: cudaExecutionContext_t,
@@ -16263,10 +16885,11 @@ pub unsafe fn cudaExecutionCtxRecordEvent(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[60usize], &LIBRARY, 60usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaExecutionContext_t,
-                cudaEvent_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaExecutionCtxRecordEvent` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaExecutionCtxRecordEvent`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16275,6 +16898,9 @@ pub unsafe fn cudaExecutionCtxRecordEvent(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaExecutionCtxRecordEvent` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(ctx, event) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16342,7 +16968,7 @@ pub unsafe fn cudaExecutionCtxRecordEvent(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaExecutionCtxStreamCreate` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaExecutionCtxStreamCreate(
     phStream: *mut cudaStream_t,
@@ -16352,12 +16978,11 @@ pub unsafe fn cudaExecutionCtxStreamCreate(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[61usize], &LIBRARY, 61usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaStream_t,
-                cudaExecutionContext_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaExecutionCtxStreamCreate` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaExecutionCtxStreamCreate`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16368,6 +16993,9 @@ pub unsafe fn cudaExecutionCtxStreamCreate(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaExecutionCtxStreamCreate` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(phStream, ctx, flags, priority) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16404,19 +17032,24 @@ pub unsafe fn cudaExecutionCtxStreamCreate(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaExecutionCtxSynchronize` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaExecutionCtxSynchronize(ctx: cudaExecutionContext_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[62usize], &LIBRARY, 62usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaExecutionContext_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaExecutionCtxSynchronize` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaExecutionCtxSynchronize`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaExecutionContext_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaExecutionCtxSynchronize` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(ctx) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16463,7 +17096,7 @@ pub unsafe fn cudaExecutionCtxSynchronize(ctx: cudaExecutionContext_t) -> cudaEr
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaExecutionCtxWaitEvent` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaExecutionCtxWaitEvent(
     ctx: cudaExecutionContext_t,
@@ -16471,10 +17104,11 @@ pub unsafe fn cudaExecutionCtxWaitEvent(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[63usize], &LIBRARY, 63usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaExecutionContext_t,
-                cudaEvent_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaExecutionCtxWaitEvent` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaExecutionCtxWaitEvent`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16483,6 +17117,9 @@ pub unsafe fn cudaExecutionCtxWaitEvent(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaExecutionCtxWaitEvent` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(ctx, event) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16548,7 +17185,7 @@ pub unsafe fn cudaExecutionCtxWaitEvent(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaExternalMemoryGetMappedBuffer` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaExternalMemoryGetMappedBuffer(
     devPtr: *mut *mut ::core::ffi::c_void,
@@ -16557,11 +17194,11 @@ pub unsafe fn cudaExternalMemoryGetMappedBuffer(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[64usize], &LIBRARY, 64usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                cudaExternalMemory_t,
-                *const cudaExternalMemoryBufferDesc,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaExternalMemoryGetMappedBuffer` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaExternalMemoryGetMappedBuffer`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16571,6 +17208,9 @@ pub unsafe fn cudaExternalMemoryGetMappedBuffer(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaExternalMemoryGetMappedBuffer` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr, extMem, bufferDesc) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16641,7 +17281,7 @@ pub unsafe fn cudaExternalMemoryGetMappedBuffer(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaExternalMemoryGetMappedMipmappedArray` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaExternalMemoryGetMappedMipmappedArray(
     mipmap: *mut cudaMipmappedArray_t,
@@ -16650,11 +17290,11 @@ pub unsafe fn cudaExternalMemoryGetMappedMipmappedArray(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[65usize], &LIBRARY, 65usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaMipmappedArray_t,
-                cudaExternalMemory_t,
-                *const cudaExternalMemoryMipmappedArrayDesc,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaExternalMemoryGetMappedMipmappedArray` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaExternalMemoryGetMappedMipmappedArray`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16664,6 +17304,9 @@ pub unsafe fn cudaExternalMemoryGetMappedMipmappedArray(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaExternalMemoryGetMappedMipmappedArray`
+            // from `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments
+            // go unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(mipmap, extMem, mipmapDesc) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16711,19 +17354,23 @@ pub unsafe fn cudaExternalMemoryGetMappedMipmappedArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaFree` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaFree(devPtr: *mut ::core::ffi::c_void) -> cudaError_t {
     match crate::loader::load(&SLOTS[66usize], &LIBRARY, 66usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaFree` in libcudart; that export is the function `cuda_runtime_api.h` declares as
+            // `cudaFree`, with exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_void) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaFree` from `cuda_runtime_api.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16755,17 +17402,24 @@ pub unsafe fn cudaFree(devPtr: *mut ::core::ffi::c_void) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaFreeArray` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaFreeArray(array: cudaArray_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[67usize], &LIBRARY, 67usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(cudaArray_t) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaFreeArray` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaFreeArray`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaArray_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaFreeArray` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(array) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16800,7 +17454,7 @@ pub unsafe fn cudaFreeArray(array: cudaArray_t) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaFreeAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaFreeAsync(
     devPtr: *mut ::core::ffi::c_void,
@@ -16808,10 +17462,12 @@ pub unsafe fn cudaFreeAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[68usize], &LIBRARY, 68usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaFreeAsync` (or for `cudaFreeAsync_ptsz`, its per-thread-default-stream twin with
+            // the same signature) in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaFreeAsync`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16820,6 +17476,9 @@ pub unsafe fn cudaFreeAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaFreeAsync` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr, hStream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16851,19 +17510,24 @@ pub unsafe fn cudaFreeAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaFreeHost` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaFreeHost(ptr: *mut ::core::ffi::c_void) -> cudaError_t {
     match crate::loader::load(&SLOTS[69usize], &LIBRARY, 69usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaFreeHost` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaFreeHost`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_void) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaFreeHost` from `cuda_runtime_api.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(ptr) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16895,21 +17559,26 @@ pub unsafe fn cudaFreeHost(ptr: *mut ::core::ffi::c_void) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaFreeMipmappedArray` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaFreeMipmappedArray(
     mipmappedArray: cudaMipmappedArray_t,
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[70usize], &LIBRARY, 70usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaMipmappedArray_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaFreeMipmappedArray` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaFreeMipmappedArray`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaMipmappedArray_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaFreeMipmappedArray` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(mipmappedArray) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -16953,7 +17622,7 @@ pub unsafe fn cudaFreeMipmappedArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaFuncGetAttributes` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaFuncGetAttributes(
     attr: *mut cudaFuncAttributes,
@@ -16961,10 +17630,11 @@ pub unsafe fn cudaFuncGetAttributes(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[71usize], &LIBRARY, 71usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaFuncAttributes,
-                *const ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaFuncGetAttributes` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaFuncGetAttributes`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -16973,6 +17643,9 @@ pub unsafe fn cudaFuncGetAttributes(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaFuncGetAttributes` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(attr, func) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17007,7 +17680,7 @@ pub unsafe fn cudaFuncGetAttributes(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaFuncGetName` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaFuncGetName(
     name: *mut *const ::core::ffi::c_char,
@@ -17015,10 +17688,11 @@ pub unsafe fn cudaFuncGetName(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[72usize], &LIBRARY, 72usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *const ::core::ffi::c_char,
-                *const ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaFuncGetName` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaFuncGetName`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17027,6 +17701,9 @@ pub unsafe fn cudaFuncGetName(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaFuncGetName` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(name, func) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17051,7 +17728,7 @@ pub unsafe fn cudaFuncGetName(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaFuncGetParamCount` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaFuncGetParamCount(
     func: *const ::core::ffi::c_void,
@@ -17059,10 +17736,11 @@ pub unsafe fn cudaFuncGetParamCount(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[73usize], &LIBRARY, 73usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_void,
-                *mut usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaFuncGetParamCount` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaFuncGetParamCount`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17071,6 +17749,9 @@ pub unsafe fn cudaFuncGetParamCount(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaFuncGetParamCount` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(func, paramCount) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17102,7 +17783,7 @@ pub unsafe fn cudaFuncGetParamCount(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaFuncGetParamInfo` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaFuncGetParamInfo(
     func: *const ::core::ffi::c_void,
@@ -17112,12 +17793,11 @@ pub unsafe fn cudaFuncGetParamInfo(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[74usize], &LIBRARY, 74usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_void,
-                usize,
-                *mut usize,
-                *mut usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaFuncGetParamInfo` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaFuncGetParamInfo`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17128,6 +17808,9 @@ pub unsafe fn cudaFuncGetParamInfo(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaFuncGetParamInfo` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(func, paramIndex, paramOffset, paramSize) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17194,7 +17877,7 @@ pub unsafe fn cudaFuncGetParamInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaFuncSetAttribute` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaFuncSetAttribute(
     func: *const ::core::ffi::c_void,
@@ -17203,11 +17886,11 @@ pub unsafe fn cudaFuncSetAttribute(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[75usize], &LIBRARY, 75usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_void,
-                cudaFuncAttribute,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaFuncSetAttribute` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaFuncSetAttribute`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17217,6 +17900,9 @@ pub unsafe fn cudaFuncSetAttribute(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaFuncSetAttribute` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(func, attr, value) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17275,7 +17961,7 @@ pub unsafe fn cudaFuncSetAttribute(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaFuncSetCacheConfig` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaFuncSetCacheConfig(
     func: *const ::core::ffi::c_void,
@@ -17283,10 +17969,11 @@ pub unsafe fn cudaFuncSetCacheConfig(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[76usize], &LIBRARY, 76usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_void,
-                cudaFuncCache,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaFuncSetCacheConfig` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaFuncSetCacheConfig`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17295,6 +17982,9 @@ pub unsafe fn cudaFuncSetCacheConfig(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaFuncSetCacheConfig` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(func, cacheConfig) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17360,7 +18050,7 @@ pub unsafe fn cudaFuncSetCacheConfig(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaFuncSetSharedMemConfig` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaFuncSetSharedMemConfig(
     func: *const ::core::ffi::c_void,
@@ -17368,10 +18058,11 @@ pub unsafe fn cudaFuncSetSharedMemConfig(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[77usize], &LIBRARY, 77usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_void,
-                cudaSharedMemConfig,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaFuncSetSharedMemConfig` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaFuncSetSharedMemConfig`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17380,6 +18071,9 @@ pub unsafe fn cudaFuncSetSharedMemConfig(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaFuncSetSharedMemConfig` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(func, config) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17408,7 +18102,7 @@ pub unsafe fn cudaFuncSetSharedMemConfig(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetChannelDesc` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetChannelDesc(
     desc: *mut cudaChannelFormatDesc,
@@ -17416,10 +18110,11 @@ pub unsafe fn cudaGetChannelDesc(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[78usize], &LIBRARY, 78usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaChannelFormatDesc,
-                cudaArray_const_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetChannelDesc` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGetChannelDesc`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17428,6 +18123,9 @@ pub unsafe fn cudaGetChannelDesc(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetChannelDesc` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(desc, array) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17458,19 +18156,24 @@ pub unsafe fn cudaGetChannelDesc(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetDevice` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetDevice(device: *mut ::core::ffi::c_int) -> cudaError_t {
     match crate::loader::load(&SLOTS[79usize], &LIBRARY, 79usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetDevice` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGetDevice`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_int) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetDevice` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17501,19 +18204,24 @@ pub unsafe fn cudaGetDevice(device: *mut ::core::ffi::c_int) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetDeviceCount` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetDeviceCount(count: *mut ::core::ffi::c_int) -> cudaError_t {
     match crate::loader::load(&SLOTS[80usize], &LIBRARY, 80usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetDeviceCount` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGetDeviceCount`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_int) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetDeviceCount` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(count) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17567,19 +18275,24 @@ pub unsafe fn cudaGetDeviceCount(count: *mut ::core::ffi::c_int) -> cudaError_t 
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetDeviceFlags` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetDeviceFlags(flags: *mut ::core::ffi::c_uint) -> cudaError_t {
     match crate::loader::load(&SLOTS[81usize], &LIBRARY, 81usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetDeviceFlags` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGetDeviceFlags`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_uint) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetDeviceFlags` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17610,7 +18323,7 @@ pub unsafe fn cudaGetDeviceFlags(flags: *mut ::core::ffi::c_uint) -> cudaError_t
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetDeviceProperties` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetDeviceProperties(
     prop: *mut cudaDeviceProp,
@@ -17618,10 +18331,11 @@ pub unsafe fn cudaGetDeviceProperties(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[82usize], &LIBRARY, 82usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaDeviceProp,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetDeviceProperties` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGetDeviceProperties`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17630,6 +18344,9 @@ pub unsafe fn cudaGetDeviceProperties(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetDeviceProperties` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(prop, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17642,7 +18359,7 @@ pub unsafe fn cudaGetDeviceProperties(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetDriverEntryPoint` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetDriverEntryPoint(
     symbol: *const ::core::ffi::c_char,
@@ -17652,12 +18369,12 @@ pub unsafe fn cudaGetDriverEntryPoint(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[83usize], &LIBRARY, 83usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_char,
-                *mut *mut ::core::ffi::c_void,
-                ::core::ffi::c_ulonglong,
-                *mut cudaDriverEntryPointQueryResult,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetDriverEntryPoint` (or for `cudaGetDriverEntryPoint_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaGetDriverEntryPoint`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17668,6 +18385,9 @@ pub unsafe fn cudaGetDriverEntryPoint(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetDriverEntryPoint` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(symbol, funcPtr, flags, driverStatus) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17680,7 +18400,7 @@ pub unsafe fn cudaGetDriverEntryPoint(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetDriverEntryPointByVersion` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetDriverEntryPointByVersion(
     symbol: *const ::core::ffi::c_char,
@@ -17691,13 +18411,12 @@ pub unsafe fn cudaGetDriverEntryPointByVersion(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[84usize], &LIBRARY, 84usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_char,
-                *mut *mut ::core::ffi::c_void,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_ulonglong,
-                *mut cudaDriverEntryPointQueryResult,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetDriverEntryPointByVersion` (or for `cudaGetDriverEntryPointByVersion_ptsz`,
+            // its per-thread-default-stream twin with the same signature) in libcudart; that export
+            // is the function `cuda_runtime_api.h` declares as `cudaGetDriverEntryPointByVersion`,
+            // with exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17709,6 +18428,9 @@ pub unsafe fn cudaGetDriverEntryPointByVersion(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetDriverEntryPointByVersion` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(symbol, funcPtr, cudaVersion, flags, driverStatus) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17733,19 +18455,26 @@ pub unsafe fn cudaGetDriverEntryPointByVersion(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetErrorName` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetErrorName(
     error: cudaError_t,
 ) -> ::core::result::Result<*const ::core::ffi::c_char, crate::LoadError> {
     let __cuda_sys_fn = crate::loader::load(&SLOTS[85usize], &LIBRARY, 85usize)?;
-    let __cuda_sys_fn: unsafe extern "C" fn(cudaError_t) -> *const ::core::ffi::c_char = unsafe {
+    // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+    // `cudaGetErrorName` in libcudart; that export is the function `cuda_runtime_api.h` declares as
+    // `cudaGetErrorName`, with exactly this signature, so the address is a C function of this type.
+    let __cuda_sys_fn = unsafe {
         ::core::mem::transmute::<
             *mut ::core::ffi::c_void,
             unsafe extern "C" fn(cudaError_t) -> *const ::core::ffi::c_char,
         >(__cuda_sys_fn)
     };
-    Ok(unsafe { __cuda_sys_fn(error) })
+    // SAFETY: the caller meets the contract of `cudaGetErrorName` from `cuda_runtime_api.h`, as
+    // this function's `# Safety` requires, and the arguments go unchanged to a pointer of exactly
+    // that C signature (see above).
+    let __cuda_sys_ret = unsafe { __cuda_sys_fn(error) };
+    Ok(__cuda_sys_ret)
 }
 /** Returns the description string for an error code
 
@@ -17766,19 +18495,27 @@ pub unsafe fn cudaGetErrorName(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetErrorString` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetErrorString(
     error: cudaError_t,
 ) -> ::core::result::Result<*const ::core::ffi::c_char, crate::LoadError> {
     let __cuda_sys_fn = crate::loader::load(&SLOTS[86usize], &LIBRARY, 86usize)?;
-    let __cuda_sys_fn: unsafe extern "C" fn(cudaError_t) -> *const ::core::ffi::c_char = unsafe {
+    // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+    // `cudaGetErrorString` in libcudart; that export is the function `cuda_runtime_api.h` declares
+    // as `cudaGetErrorString`, with exactly this signature, so the address is a C function of this
+    // type.
+    let __cuda_sys_fn = unsafe {
         ::core::mem::transmute::<
             *mut ::core::ffi::c_void,
             unsafe extern "C" fn(cudaError_t) -> *const ::core::ffi::c_char,
         >(__cuda_sys_fn)
     };
-    Ok(unsafe { __cuda_sys_fn(error) })
+    // SAFETY: the caller meets the contract of `cudaGetErrorString` from `cuda_runtime_api.h`, as
+    // this function's `# Safety` requires, and the arguments go unchanged to a pointer of exactly
+    // that C signature (see above).
+    let __cuda_sys_ret = unsafe { __cuda_sys_fn(error) };
+    Ok(__cuda_sys_ret)
 }
 /// \cond impl_private
 ///
@@ -17788,7 +18525,7 @@ pub unsafe fn cudaGetErrorString(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetExportTable` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetExportTable(
     ppExportTable: *mut *const ::core::ffi::c_void,
@@ -17796,10 +18533,11 @@ pub unsafe fn cudaGetExportTable(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[87usize], &LIBRARY, 87usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *const ::core::ffi::c_void,
-                *const cudaUUID_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetExportTable` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGetExportTable`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17808,6 +18546,9 @@ pub unsafe fn cudaGetExportTable(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetExportTable` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(ppExportTable, pExportTableId) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17829,7 +18570,7 @@ pub unsafe fn cudaGetExportTable(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetFuncBySymbol` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetFuncBySymbol(
     functionPtr: *mut cudaFunction_t,
@@ -17837,10 +18578,11 @@ pub unsafe fn cudaGetFuncBySymbol(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[88usize], &LIBRARY, 88usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaFunction_t,
-                *const ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetFuncBySymbol` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGetFuncBySymbol`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17849,6 +18591,9 @@ pub unsafe fn cudaGetFuncBySymbol(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetFuncBySymbol` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(functionPtr, symbolPtr) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17881,7 +18626,7 @@ pub unsafe fn cudaGetFuncBySymbol(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetKernel` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetKernel(
     kernelPtr: *mut cudaKernel_t,
@@ -17889,10 +18634,11 @@ pub unsafe fn cudaGetKernel(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[89usize], &LIBRARY, 89usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaKernel_t,
-                *const ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetKernel` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGetKernel`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -17901,6 +18647,9 @@ pub unsafe fn cudaGetKernel(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetKernel` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(kernelPtr, entryFuncAddr) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -17960,17 +18709,24 @@ pub unsafe fn cudaGetKernel(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetLastError` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetLastError() -> cudaError_t {
     match crate::loader::load(&SLOTS[90usize], &LIBRARY, 90usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn() -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetLastError` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGetLastError`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn() -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetLastError` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn() }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18012,7 +18768,7 @@ pub unsafe fn cudaGetLastError() -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetMipmappedArrayLevel` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetMipmappedArrayLevel(
     levelArray: *mut cudaArray_t,
@@ -18021,11 +18777,11 @@ pub unsafe fn cudaGetMipmappedArrayLevel(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[91usize], &LIBRARY, 91usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaArray_t,
-                cudaMipmappedArray_const_t,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetMipmappedArrayLevel` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGetMipmappedArrayLevel`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18035,6 +18791,9 @@ pub unsafe fn cudaGetMipmappedArrayLevel(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetMipmappedArrayLevel` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(levelArray, mipmappedArray, level) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18062,7 +18821,7 @@ pub unsafe fn cudaGetMipmappedArrayLevel(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetSurfaceObjectResourceDesc` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetSurfaceObjectResourceDesc(
     pResDesc: *mut cudaResourceDesc,
@@ -18070,10 +18829,11 @@ pub unsafe fn cudaGetSurfaceObjectResourceDesc(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[92usize], &LIBRARY, 92usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaResourceDesc,
-                cudaSurfaceObject_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetSurfaceObjectResourceDesc` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGetSurfaceObjectResourceDesc`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18082,6 +18842,9 @@ pub unsafe fn cudaGetSurfaceObjectResourceDesc(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetSurfaceObjectResourceDesc` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pResDesc, surfObject) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18118,7 +18881,7 @@ pub unsafe fn cudaGetSurfaceObjectResourceDesc(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetSymbolAddress` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetSymbolAddress(
     devPtr: *mut *mut ::core::ffi::c_void,
@@ -18126,10 +18889,11 @@ pub unsafe fn cudaGetSymbolAddress(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[93usize], &LIBRARY, 93usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetSymbolAddress` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGetSymbolAddress`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18138,6 +18902,9 @@ pub unsafe fn cudaGetSymbolAddress(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetSymbolAddress` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr, symbol) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18173,7 +18940,7 @@ pub unsafe fn cudaGetSymbolAddress(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetSymbolSize` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetSymbolSize(
     size: *mut usize,
@@ -18181,10 +18948,11 @@ pub unsafe fn cudaGetSymbolSize(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[94usize], &LIBRARY, 94usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut usize,
-                *const ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetSymbolSize` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGetSymbolSize`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18193,6 +18961,9 @@ pub unsafe fn cudaGetSymbolSize(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetSymbolSize` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(size, symbol) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18221,7 +18992,7 @@ pub unsafe fn cudaGetSymbolSize(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetTextureObjectResourceDesc` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetTextureObjectResourceDesc(
     pResDesc: *mut cudaResourceDesc,
@@ -18229,10 +19000,11 @@ pub unsafe fn cudaGetTextureObjectResourceDesc(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[95usize], &LIBRARY, 95usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaResourceDesc,
-                cudaTextureObject_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetTextureObjectResourceDesc` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGetTextureObjectResourceDesc`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18241,6 +19013,9 @@ pub unsafe fn cudaGetTextureObjectResourceDesc(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetTextureObjectResourceDesc` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pResDesc, texObject) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18270,7 +19045,7 @@ pub unsafe fn cudaGetTextureObjectResourceDesc(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetTextureObjectResourceViewDesc` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetTextureObjectResourceViewDesc(
     pResViewDesc: *mut cudaResourceViewDesc,
@@ -18278,10 +19053,11 @@ pub unsafe fn cudaGetTextureObjectResourceViewDesc(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[96usize], &LIBRARY, 96usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaResourceViewDesc,
-                cudaTextureObject_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetTextureObjectResourceViewDesc` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGetTextureObjectResourceViewDesc`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18290,6 +19066,9 @@ pub unsafe fn cudaGetTextureObjectResourceViewDesc(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetTextureObjectResourceViewDesc` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pResViewDesc, texObject) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18318,7 +19097,7 @@ pub unsafe fn cudaGetTextureObjectResourceViewDesc(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGetTextureObjectTextureDesc` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGetTextureObjectTextureDesc(
     pTexDesc: *mut cudaTextureDesc,
@@ -18326,10 +19105,11 @@ pub unsafe fn cudaGetTextureObjectTextureDesc(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[97usize], &LIBRARY, 97usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaTextureDesc,
-                cudaTextureObject_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGetTextureObjectTextureDesc` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGetTextureObjectTextureDesc`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18338,6 +19118,9 @@ pub unsafe fn cudaGetTextureObjectTextureDesc(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGetTextureObjectTextureDesc` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pTexDesc, texObject) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18390,7 +19173,7 @@ pub unsafe fn cudaGetTextureObjectTextureDesc(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddChildGraphNode` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddChildGraphNode(
     pGraphNode: *mut cudaGraphNode_t,
@@ -18401,13 +19184,11 @@ pub unsafe fn cudaGraphAddChildGraphNode(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[98usize], &LIBRARY, 98usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-                cudaGraph_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddChildGraphNode` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphAddChildGraphNode`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18419,6 +19200,9 @@ pub unsafe fn cudaGraphAddChildGraphNode(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddChildGraphNode` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     pGraphNode,
@@ -18467,7 +19251,7 @@ pub unsafe fn cudaGraphAddChildGraphNode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddDependencies` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddDependencies(
     graph: cudaGraph_t,
@@ -18478,13 +19262,11 @@ pub unsafe fn cudaGraphAddDependencies(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[99usize], &LIBRARY, 99usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                *const cudaGraphNode_t,
-                *const cudaGraphEdgeData,
-                usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddDependencies` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphAddDependencies`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18496,6 +19278,9 @@ pub unsafe fn cudaGraphAddDependencies(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddDependencies` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(graph, from, to, edgeData, numDependencies) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18544,7 +19329,7 @@ pub unsafe fn cudaGraphAddDependencies(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddEmptyNode` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddEmptyNode(
     pGraphNode: *mut cudaGraphNode_t,
@@ -18554,12 +19339,11 @@ pub unsafe fn cudaGraphAddEmptyNode(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[100usize], &LIBRARY, 100usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddEmptyNode` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphAddEmptyNode`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18570,6 +19354,9 @@ pub unsafe fn cudaGraphAddEmptyNode(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddEmptyNode` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pGraphNode, graph, pDependencies, numDependencies) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -18582,7 +19369,7 @@ pub unsafe fn cudaGraphAddEmptyNode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddEventRecordNode` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddEventRecordNode(
     pGraphNode: *mut cudaGraphNode_t,
@@ -18593,13 +19380,11 @@ pub unsafe fn cudaGraphAddEventRecordNode(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[101usize], &LIBRARY, 101usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-                cudaEvent_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddEventRecordNode` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphAddEventRecordNode`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18611,6 +19396,9 @@ pub unsafe fn cudaGraphAddEventRecordNode(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddEventRecordNode` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(pGraphNode, graph, pDependencies, numDependencies, event)
             }
@@ -18625,7 +19413,7 @@ pub unsafe fn cudaGraphAddEventRecordNode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddEventWaitNode` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddEventWaitNode(
     pGraphNode: *mut cudaGraphNode_t,
@@ -18636,13 +19424,11 @@ pub unsafe fn cudaGraphAddEventWaitNode(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[102usize], &LIBRARY, 102usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-                cudaEvent_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddEventWaitNode` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphAddEventWaitNode`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18654,6 +19440,9 @@ pub unsafe fn cudaGraphAddEventWaitNode(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddEventWaitNode` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(pGraphNode, graph, pDependencies, numDependencies, event)
             }
@@ -18668,7 +19457,7 @@ pub unsafe fn cudaGraphAddEventWaitNode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddExternalSemaphoresSignalNode` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddExternalSemaphoresSignalNode(
     pGraphNode: *mut cudaGraphNode_t,
@@ -18679,13 +19468,11 @@ pub unsafe fn cudaGraphAddExternalSemaphoresSignalNode(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[103usize], &LIBRARY, 103usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-                *const cudaExternalSemaphoreSignalNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddExternalSemaphoresSignalNode` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphAddExternalSemaphoresSignalNode`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18697,6 +19484,9 @@ pub unsafe fn cudaGraphAddExternalSemaphoresSignalNode(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddExternalSemaphoresSignalNode`
+            // from `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments
+            // go unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     pGraphNode,
@@ -18717,7 +19507,7 @@ pub unsafe fn cudaGraphAddExternalSemaphoresSignalNode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddExternalSemaphoresWaitNode` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddExternalSemaphoresWaitNode(
     pGraphNode: *mut cudaGraphNode_t,
@@ -18728,13 +19518,11 @@ pub unsafe fn cudaGraphAddExternalSemaphoresWaitNode(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[104usize], &LIBRARY, 104usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-                *const cudaExternalSemaphoreWaitNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddExternalSemaphoresWaitNode` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphAddExternalSemaphoresWaitNode`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18746,6 +19534,9 @@ pub unsafe fn cudaGraphAddExternalSemaphoresWaitNode(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddExternalSemaphoresWaitNode`
+            // from `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments
+            // go unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     pGraphNode,
@@ -18806,7 +19597,7 @@ pub unsafe fn cudaGraphAddExternalSemaphoresWaitNode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddHostNode` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddHostNode(
     pGraphNode: *mut cudaGraphNode_t,
@@ -18817,13 +19608,11 @@ pub unsafe fn cudaGraphAddHostNode(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[105usize], &LIBRARY, 105usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-                *const cudaHostNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddHostNode` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGraphAddHostNode`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18835,6 +19624,9 @@ pub unsafe fn cudaGraphAddHostNode(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddHostNode` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     pGraphNode,
@@ -18954,7 +19746,7 @@ pub unsafe fn cudaGraphAddHostNode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddKernelNode` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddKernelNode(
     pGraphNode: *mut cudaGraphNode_t,
@@ -18965,13 +19757,11 @@ pub unsafe fn cudaGraphAddKernelNode(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[106usize], &LIBRARY, 106usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-                *const cudaKernelNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddKernelNode` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphAddKernelNode`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -18983,6 +19773,9 @@ pub unsafe fn cudaGraphAddKernelNode(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddKernelNode` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     pGraphNode,
@@ -19003,7 +19796,7 @@ pub unsafe fn cudaGraphAddKernelNode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddMemAllocNode` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddMemAllocNode(
     pGraphNode: *mut cudaGraphNode_t,
@@ -19014,13 +19807,11 @@ pub unsafe fn cudaGraphAddMemAllocNode(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[107usize], &LIBRARY, 107usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-                *mut cudaMemAllocNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddMemAllocNode` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphAddMemAllocNode`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19032,6 +19823,9 @@ pub unsafe fn cudaGraphAddMemAllocNode(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddMemAllocNode` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     pGraphNode,
@@ -19052,7 +19846,7 @@ pub unsafe fn cudaGraphAddMemAllocNode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddMemFreeNode` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddMemFreeNode(
     pGraphNode: *mut cudaGraphNode_t,
@@ -19063,13 +19857,11 @@ pub unsafe fn cudaGraphAddMemFreeNode(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[108usize], &LIBRARY, 108usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-                *mut ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddMemFreeNode` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphAddMemFreeNode`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19081,6 +19873,9 @@ pub unsafe fn cudaGraphAddMemFreeNode(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddMemFreeNode` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(pGraphNode, graph, pDependencies, numDependencies, dptr)
             }
@@ -19141,7 +19936,7 @@ pub unsafe fn cudaGraphAddMemFreeNode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddMemcpyNode` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddMemcpyNode(
     pGraphNode: *mut cudaGraphNode_t,
@@ -19152,13 +19947,11 @@ pub unsafe fn cudaGraphAddMemcpyNode(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[109usize], &LIBRARY, 109usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-                *const cudaMemcpy3DParms,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddMemcpyNode` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphAddMemcpyNode`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19170,6 +19963,9 @@ pub unsafe fn cudaGraphAddMemcpyNode(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddMemcpyNode` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     pGraphNode,
@@ -19190,7 +19986,7 @@ pub unsafe fn cudaGraphAddMemcpyNode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddMemcpyNode1D` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddMemcpyNode1D(
     pGraphNode: *mut cudaGraphNode_t,
@@ -19204,16 +20000,11 @@ pub unsafe fn cudaGraphAddMemcpyNode1D(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[110usize], &LIBRARY, 110usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-                *mut ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddMemcpyNode1D` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphAddMemcpyNode1D`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19228,6 +20019,9 @@ pub unsafe fn cudaGraphAddMemcpyNode1D(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddMemcpyNode1D` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     pGraphNode,
@@ -19251,7 +20045,7 @@ pub unsafe fn cudaGraphAddMemcpyNode1D(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddMemcpyNodeFromSymbol` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddMemcpyNodeFromSymbol(
     pGraphNode: *mut cudaGraphNode_t,
@@ -19266,17 +20060,11 @@ pub unsafe fn cudaGraphAddMemcpyNodeFromSymbol(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[111usize], &LIBRARY, 111usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-                *mut ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-                usize,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddMemcpyNodeFromSymbol` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphAddMemcpyNodeFromSymbol`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19292,6 +20080,9 @@ pub unsafe fn cudaGraphAddMemcpyNodeFromSymbol(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddMemcpyNodeFromSymbol` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     pGraphNode,
@@ -19316,7 +20107,7 @@ pub unsafe fn cudaGraphAddMemcpyNodeFromSymbol(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddMemcpyNodeToSymbol` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddMemcpyNodeToSymbol(
     pGraphNode: *mut cudaGraphNode_t,
@@ -19331,17 +20122,11 @@ pub unsafe fn cudaGraphAddMemcpyNodeToSymbol(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[112usize], &LIBRARY, 112usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-                *const ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-                usize,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddMemcpyNodeToSymbol` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphAddMemcpyNodeToSymbol`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19357,6 +20142,9 @@ pub unsafe fn cudaGraphAddMemcpyNodeToSymbol(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddMemcpyNodeToSymbol` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     pGraphNode,
@@ -19421,7 +20209,7 @@ pub unsafe fn cudaGraphAddMemcpyNodeToSymbol(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddMemsetNode` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddMemsetNode(
     pGraphNode: *mut cudaGraphNode_t,
@@ -19432,13 +20220,11 @@ pub unsafe fn cudaGraphAddMemsetNode(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[113usize], &LIBRARY, 113usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                usize,
-                *const cudaMemsetParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddMemsetNode` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphAddMemsetNode`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19450,6 +20236,9 @@ pub unsafe fn cudaGraphAddMemsetNode(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddMemsetNode` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     pGraphNode,
@@ -19510,7 +20299,7 @@ pub unsafe fn cudaGraphAddMemsetNode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphAddNode` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphAddNode(
     pGraphNode: *mut cudaGraphNode_t,
@@ -19522,14 +20311,11 @@ pub unsafe fn cudaGraphAddNode(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[114usize], &LIBRARY, 114usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                *const cudaGraphEdgeData,
-                usize,
-                *mut cudaGraphNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphAddNode` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGraphAddNode`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19542,6 +20328,9 @@ pub unsafe fn cudaGraphAddNode(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphAddNode` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     pGraphNode,
@@ -19588,7 +20377,7 @@ pub unsafe fn cudaGraphAddNode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphChildGraphNodeGetGraph` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphChildGraphNodeGetGraph(
     node: cudaGraphNode_t,
@@ -19596,10 +20385,11 @@ pub unsafe fn cudaGraphChildGraphNodeGetGraph(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[115usize], &LIBRARY, 115usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut cudaGraph_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphChildGraphNodeGetGraph` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphChildGraphNodeGetGraph`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19608,6 +20398,9 @@ pub unsafe fn cudaGraphChildGraphNodeGetGraph(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphChildGraphNodeGetGraph` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, pGraph) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19646,7 +20439,7 @@ pub unsafe fn cudaGraphChildGraphNodeGetGraph(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphClone` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphClone(
     pGraphClone: *mut cudaGraph_t,
@@ -19654,15 +20447,19 @@ pub unsafe fn cudaGraphClone(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[116usize], &LIBRARY, 116usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraph_t,
-                cudaGraph_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphClone` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGraphClone`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut cudaGraph_t, cudaGraph_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphClone` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pGraphClone, originalGraph) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19698,7 +20495,7 @@ pub unsafe fn cudaGraphClone(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphConditionalHandleCreate` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphConditionalHandleCreate(
     pHandle_out: *mut cudaGraphConditionalHandle,
@@ -19708,12 +20505,11 @@ pub unsafe fn cudaGraphConditionalHandleCreate(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[117usize], &LIBRARY, 117usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphConditionalHandle,
-                cudaGraph_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphConditionalHandleCreate` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphConditionalHandleCreate`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19724,6 +20520,9 @@ pub unsafe fn cudaGraphConditionalHandleCreate(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphConditionalHandleCreate` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pHandle_out, graph, defaultLaunchValue, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19760,7 +20559,7 @@ pub unsafe fn cudaGraphConditionalHandleCreate(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphConditionalHandleCreate_v2` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphConditionalHandleCreate_v2(
     pHandle_out: *mut cudaGraphConditionalHandle,
@@ -19771,13 +20570,11 @@ pub unsafe fn cudaGraphConditionalHandleCreate_v2(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[118usize], &LIBRARY, 118usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphConditionalHandle,
-                cudaGraph_t,
-                cudaExecutionContext_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphConditionalHandleCreate_v2` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphConditionalHandleCreate_v2`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19789,6 +20586,9 @@ pub unsafe fn cudaGraphConditionalHandleCreate_v2(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphConditionalHandleCreate_v2` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pHandle_out, graph, ctx, defaultLaunchValue, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19830,7 +20630,7 @@ pub unsafe fn cudaGraphConditionalHandleCreate_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphCreate` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphCreate(
     pGraph: *mut cudaGraph_t,
@@ -19838,10 +20638,11 @@ pub unsafe fn cudaGraphCreate(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[119usize], &LIBRARY, 119usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraph_t,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphCreate` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGraphCreate`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19850,6 +20651,9 @@ pub unsafe fn cudaGraphCreate(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphCreate` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pGraph, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19877,7 +20681,7 @@ pub unsafe fn cudaGraphCreate(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphDebugDotPrint` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphDebugDotPrint(
     graph: cudaGraph_t,
@@ -19886,11 +20690,11 @@ pub unsafe fn cudaGraphDebugDotPrint(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[120usize], &LIBRARY, 120usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraph_t,
-                *const ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphDebugDotPrint` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphDebugDotPrint`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -19900,6 +20704,9 @@ pub unsafe fn cudaGraphDebugDotPrint(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphDebugDotPrint` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(graph, path, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19929,17 +20736,24 @@ pub unsafe fn cudaGraphDebugDotPrint(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphDestroy` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphDestroy(graph: cudaGraph_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[121usize], &LIBRARY, 121usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(cudaGraph_t) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphDestroy` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGraphDestroy`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaGraph_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphDestroy` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(graph) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -19978,17 +20792,24 @@ pub unsafe fn cudaGraphDestroy(graph: cudaGraph_t) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphDestroyNode` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphDestroyNode(node: cudaGraphNode_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[122usize], &LIBRARY, 122usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(cudaGraphNode_t) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphDestroyNode` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGraphDestroyNode`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaGraphNode_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphDestroyNode` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20001,7 +20822,7 @@ pub unsafe fn cudaGraphDestroyNode(node: cudaGraphNode_t) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphEventRecordNodeGetEvent` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphEventRecordNodeGetEvent(
     node: cudaGraphNode_t,
@@ -20009,10 +20830,11 @@ pub unsafe fn cudaGraphEventRecordNodeGetEvent(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[123usize], &LIBRARY, 123usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut cudaEvent_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphEventRecordNodeGetEvent` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphEventRecordNodeGetEvent`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20021,6 +20843,9 @@ pub unsafe fn cudaGraphEventRecordNodeGetEvent(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphEventRecordNodeGetEvent` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, event_out) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20033,7 +20858,7 @@ pub unsafe fn cudaGraphEventRecordNodeGetEvent(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphEventRecordNodeSetEvent` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphEventRecordNodeSetEvent(
     node: cudaGraphNode_t,
@@ -20041,15 +20866,19 @@ pub unsafe fn cudaGraphEventRecordNodeSetEvent(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[124usize], &LIBRARY, 124usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                cudaEvent_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphEventRecordNodeSetEvent` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphEventRecordNodeSetEvent`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaGraphNode_t, cudaEvent_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphEventRecordNodeSetEvent` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, event) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20062,7 +20891,7 @@ pub unsafe fn cudaGraphEventRecordNodeSetEvent(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphEventWaitNodeGetEvent` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphEventWaitNodeGetEvent(
     node: cudaGraphNode_t,
@@ -20070,10 +20899,11 @@ pub unsafe fn cudaGraphEventWaitNodeGetEvent(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[125usize], &LIBRARY, 125usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut cudaEvent_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphEventWaitNodeGetEvent` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphEventWaitNodeGetEvent`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20082,6 +20912,9 @@ pub unsafe fn cudaGraphEventWaitNodeGetEvent(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphEventWaitNodeGetEvent` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, event_out) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20094,7 +20927,7 @@ pub unsafe fn cudaGraphEventWaitNodeGetEvent(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphEventWaitNodeSetEvent` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphEventWaitNodeSetEvent(
     node: cudaGraphNode_t,
@@ -20102,15 +20935,19 @@ pub unsafe fn cudaGraphEventWaitNodeSetEvent(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[126usize], &LIBRARY, 126usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                cudaEvent_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphEventWaitNodeSetEvent` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphEventWaitNodeSetEvent`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaGraphNode_t, cudaEvent_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphEventWaitNodeSetEvent` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, event) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20123,7 +20960,7 @@ pub unsafe fn cudaGraphEventWaitNodeSetEvent(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecChildGraphNodeSetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecChildGraphNodeSetParams(
     hGraphExec: cudaGraphExec_t,
@@ -20132,11 +20969,11 @@ pub unsafe fn cudaGraphExecChildGraphNodeSetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[127usize], &LIBRARY, 127usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaGraphNode_t,
-                cudaGraph_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecChildGraphNodeSetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphExecChildGraphNodeSetParams`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20146,6 +20983,9 @@ pub unsafe fn cudaGraphExecChildGraphNodeSetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphExecChildGraphNodeSetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, node, childGraph) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20177,17 +21017,24 @@ pub unsafe fn cudaGraphExecChildGraphNodeSetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecDestroy` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecDestroy(graphExec: cudaGraphExec_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[128usize], &LIBRARY, 128usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(cudaGraphExec_t) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecDestroy` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGraphExecDestroy`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaGraphExec_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphExecDestroy` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(graphExec) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20200,7 +21047,7 @@ pub unsafe fn cudaGraphExecDestroy(graphExec: cudaGraphExec_t) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecEventRecordNodeSetEvent` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecEventRecordNodeSetEvent(
     hGraphExec: cudaGraphExec_t,
@@ -20209,11 +21056,11 @@ pub unsafe fn cudaGraphExecEventRecordNodeSetEvent(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[129usize], &LIBRARY, 129usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaGraphNode_t,
-                cudaEvent_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecEventRecordNodeSetEvent` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphExecEventRecordNodeSetEvent`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20223,6 +21070,9 @@ pub unsafe fn cudaGraphExecEventRecordNodeSetEvent(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphExecEventRecordNodeSetEvent` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, hNode, event) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20235,7 +21085,7 @@ pub unsafe fn cudaGraphExecEventRecordNodeSetEvent(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecEventWaitNodeSetEvent` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecEventWaitNodeSetEvent(
     hGraphExec: cudaGraphExec_t,
@@ -20244,11 +21094,11 @@ pub unsafe fn cudaGraphExecEventWaitNodeSetEvent(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[130usize], &LIBRARY, 130usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaGraphNode_t,
-                cudaEvent_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecEventWaitNodeSetEvent` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphExecEventWaitNodeSetEvent`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20258,6 +21108,9 @@ pub unsafe fn cudaGraphExecEventWaitNodeSetEvent(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphExecEventWaitNodeSetEvent` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, hNode, event) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20270,7 +21123,7 @@ pub unsafe fn cudaGraphExecEventWaitNodeSetEvent(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecExternalSemaphoresSignalNodeSetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecExternalSemaphoresSignalNodeSetParams(
     hGraphExec: cudaGraphExec_t,
@@ -20279,11 +21132,12 @@ pub unsafe fn cudaGraphExecExternalSemaphoresSignalNodeSetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[131usize], &LIBRARY, 131usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaGraphNode_t,
-                *const cudaExternalSemaphoreSignalNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecExternalSemaphoresSignalNodeSetParams` in libcudart; that export is the
+            // function `cuda_runtime_api.h` declares as
+            // `cudaGraphExecExternalSemaphoresSignalNodeSetParams`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20293,6 +21147,10 @@ pub unsafe fn cudaGraphExecExternalSemaphoresSignalNodeSetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `cudaGraphExecExternalSemaphoresSignalNodeSetParams` from `cuda_runtime_api.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, hNode, nodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20305,7 +21163,7 @@ pub unsafe fn cudaGraphExecExternalSemaphoresSignalNodeSetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecExternalSemaphoresWaitNodeSetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecExternalSemaphoresWaitNodeSetParams(
     hGraphExec: cudaGraphExec_t,
@@ -20314,11 +21172,12 @@ pub unsafe fn cudaGraphExecExternalSemaphoresWaitNodeSetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[132usize], &LIBRARY, 132usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaGraphNode_t,
-                *const cudaExternalSemaphoreWaitNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecExternalSemaphoresWaitNodeSetParams` in libcudart; that export is the
+            // function `cuda_runtime_api.h` declares as
+            // `cudaGraphExecExternalSemaphoresWaitNodeSetParams`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20328,6 +21187,10 @@ pub unsafe fn cudaGraphExecExternalSemaphoresWaitNodeSetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `cudaGraphExecExternalSemaphoresWaitNodeSetParams` from `cuda_runtime_api.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, hNode, nodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20361,7 +21224,7 @@ pub unsafe fn cudaGraphExecExternalSemaphoresWaitNodeSetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecGetFlags` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecGetFlags(
     graphExec: cudaGraphExec_t,
@@ -20369,10 +21232,11 @@ pub unsafe fn cudaGraphExecGetFlags(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[133usize], &LIBRARY, 133usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecGetFlags` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphExecGetFlags`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20381,6 +21245,9 @@ pub unsafe fn cudaGraphExecGetFlags(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphExecGetFlags` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(graphExec, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20411,7 +21278,7 @@ pub unsafe fn cudaGraphExecGetFlags(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecGetId` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecGetId(
     hGraphExec: cudaGraphExec_t,
@@ -20419,10 +21286,11 @@ pub unsafe fn cudaGraphExecGetId(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[134usize], &LIBRARY, 134usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                *mut ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecGetId` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGraphExecGetId`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20431,6 +21299,9 @@ pub unsafe fn cudaGraphExecGetId(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphExecGetId` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, graphID) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20481,7 +21352,7 @@ pub unsafe fn cudaGraphExecGetId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecHostNodeSetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecHostNodeSetParams(
     hGraphExec: cudaGraphExec_t,
@@ -20490,11 +21361,11 @@ pub unsafe fn cudaGraphExecHostNodeSetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[135usize], &LIBRARY, 135usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaGraphNode_t,
-                *const cudaHostNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecHostNodeSetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphExecHostNodeSetParams`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20504,6 +21375,9 @@ pub unsafe fn cudaGraphExecHostNodeSetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphExecHostNodeSetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, node, pNodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20574,7 +21448,7 @@ pub unsafe fn cudaGraphExecHostNodeSetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecKernelNodeSetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecKernelNodeSetParams(
     hGraphExec: cudaGraphExec_t,
@@ -20583,11 +21457,11 @@ pub unsafe fn cudaGraphExecKernelNodeSetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[136usize], &LIBRARY, 136usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaGraphNode_t,
-                *const cudaKernelNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecKernelNodeSetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphExecKernelNodeSetParams`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20597,6 +21471,9 @@ pub unsafe fn cudaGraphExecKernelNodeSetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphExecKernelNodeSetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, node, pNodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20658,7 +21535,7 @@ pub unsafe fn cudaGraphExecKernelNodeSetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecMemcpyNodeSetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecMemcpyNodeSetParams(
     hGraphExec: cudaGraphExec_t,
@@ -20667,11 +21544,11 @@ pub unsafe fn cudaGraphExecMemcpyNodeSetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[137usize], &LIBRARY, 137usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaGraphNode_t,
-                *const cudaMemcpy3DParms,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecMemcpyNodeSetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphExecMemcpyNodeSetParams`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20681,6 +21558,9 @@ pub unsafe fn cudaGraphExecMemcpyNodeSetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphExecMemcpyNodeSetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, node, pNodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20693,7 +21573,7 @@ pub unsafe fn cudaGraphExecMemcpyNodeSetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecMemcpyNodeSetParams1D` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecMemcpyNodeSetParams1D(
     hGraphExec: cudaGraphExec_t,
@@ -20705,14 +21585,11 @@ pub unsafe fn cudaGraphExecMemcpyNodeSetParams1D(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[138usize], &LIBRARY, 138usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaGraphNode_t,
-                *mut ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecMemcpyNodeSetParams1D` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphExecMemcpyNodeSetParams1D`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20725,6 +21602,9 @@ pub unsafe fn cudaGraphExecMemcpyNodeSetParams1D(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphExecMemcpyNodeSetParams1D` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, node, dst, src, count, kind) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20737,7 +21617,7 @@ pub unsafe fn cudaGraphExecMemcpyNodeSetParams1D(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecMemcpyNodeSetParamsFromSymbol` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecMemcpyNodeSetParamsFromSymbol(
     hGraphExec: cudaGraphExec_t,
@@ -20750,15 +21630,12 @@ pub unsafe fn cudaGraphExecMemcpyNodeSetParamsFromSymbol(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[139usize], &LIBRARY, 139usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaGraphNode_t,
-                *mut ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-                usize,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecMemcpyNodeSetParamsFromSymbol` in libcudart; that export is the
+            // function `cuda_runtime_api.h` declares as
+            // `cudaGraphExecMemcpyNodeSetParamsFromSymbol`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20772,6 +21649,9 @@ pub unsafe fn cudaGraphExecMemcpyNodeSetParamsFromSymbol(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphExecMemcpyNodeSetParamsFromSymbol`
+            // from `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments
+            // go unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, node, dst, symbol, count, offset, kind) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20784,7 +21664,7 @@ pub unsafe fn cudaGraphExecMemcpyNodeSetParamsFromSymbol(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecMemcpyNodeSetParamsToSymbol` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecMemcpyNodeSetParamsToSymbol(
     hGraphExec: cudaGraphExec_t,
@@ -20797,15 +21677,11 @@ pub unsafe fn cudaGraphExecMemcpyNodeSetParamsToSymbol(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[140usize], &LIBRARY, 140usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaGraphNode_t,
-                *const ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-                usize,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecMemcpyNodeSetParamsToSymbol` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphExecMemcpyNodeSetParamsToSymbol`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20819,6 +21695,9 @@ pub unsafe fn cudaGraphExecMemcpyNodeSetParamsToSymbol(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphExecMemcpyNodeSetParamsToSymbol`
+            // from `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments
+            // go unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, node, symbol, src, count, offset, kind) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20881,7 +21760,7 @@ pub unsafe fn cudaGraphExecMemcpyNodeSetParamsToSymbol(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecMemsetNodeSetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecMemsetNodeSetParams(
     hGraphExec: cudaGraphExec_t,
@@ -20890,11 +21769,11 @@ pub unsafe fn cudaGraphExecMemsetNodeSetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[141usize], &LIBRARY, 141usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaGraphNode_t,
-                *const cudaMemsetParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecMemsetNodeSetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphExecMemsetNodeSetParams`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20904,6 +21783,9 @@ pub unsafe fn cudaGraphExecMemsetNodeSetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphExecMemsetNodeSetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, node, pNodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -20961,7 +21843,7 @@ pub unsafe fn cudaGraphExecMemsetNodeSetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecNodeSetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecNodeSetParams(
     graphExec: cudaGraphExec_t,
@@ -20970,11 +21852,11 @@ pub unsafe fn cudaGraphExecNodeSetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[142usize], &LIBRARY, 142usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaGraphNode_t,
-                *mut cudaGraphNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecNodeSetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphExecNodeSetParams`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -20984,6 +21866,9 @@ pub unsafe fn cudaGraphExecNodeSetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphExecNodeSetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(graphExec, node, nodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21085,7 +21970,7 @@ pub unsafe fn cudaGraphExecNodeSetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExecUpdate` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExecUpdate(
     hGraphExec: cudaGraphExec_t,
@@ -21094,11 +21979,11 @@ pub unsafe fn cudaGraphExecUpdate(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[143usize], &LIBRARY, 143usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaGraph_t,
-                *mut cudaGraphExecUpdateResultInfo,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExecUpdate` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGraphExecUpdate`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21108,6 +21993,9 @@ pub unsafe fn cudaGraphExecUpdate(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphExecUpdate` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, hGraph, resultInfo) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21120,7 +22008,7 @@ pub unsafe fn cudaGraphExecUpdate(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExternalSemaphoresSignalNodeGetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExternalSemaphoresSignalNodeGetParams(
     hNode: cudaGraphNode_t,
@@ -21128,10 +22016,12 @@ pub unsafe fn cudaGraphExternalSemaphoresSignalNodeGetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[144usize], &LIBRARY, 144usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut cudaExternalSemaphoreSignalNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExternalSemaphoresSignalNodeGetParams` in libcudart; that export is the
+            // function `cuda_runtime_api.h` declares as
+            // `cudaGraphExternalSemaphoresSignalNodeGetParams`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21140,6 +22030,10 @@ pub unsafe fn cudaGraphExternalSemaphoresSignalNodeGetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `cudaGraphExternalSemaphoresSignalNodeGetParams` from `cuda_runtime_api.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hNode, params_out) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21152,7 +22046,7 @@ pub unsafe fn cudaGraphExternalSemaphoresSignalNodeGetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExternalSemaphoresSignalNodeSetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExternalSemaphoresSignalNodeSetParams(
     hNode: cudaGraphNode_t,
@@ -21160,10 +22054,12 @@ pub unsafe fn cudaGraphExternalSemaphoresSignalNodeSetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[145usize], &LIBRARY, 145usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *const cudaExternalSemaphoreSignalNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExternalSemaphoresSignalNodeSetParams` in libcudart; that export is the
+            // function `cuda_runtime_api.h` declares as
+            // `cudaGraphExternalSemaphoresSignalNodeSetParams`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21172,6 +22068,10 @@ pub unsafe fn cudaGraphExternalSemaphoresSignalNodeSetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `cudaGraphExternalSemaphoresSignalNodeSetParams` from `cuda_runtime_api.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hNode, nodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21184,7 +22084,7 @@ pub unsafe fn cudaGraphExternalSemaphoresSignalNodeSetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExternalSemaphoresWaitNodeGetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExternalSemaphoresWaitNodeGetParams(
     hNode: cudaGraphNode_t,
@@ -21192,10 +22092,12 @@ pub unsafe fn cudaGraphExternalSemaphoresWaitNodeGetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[146usize], &LIBRARY, 146usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut cudaExternalSemaphoreWaitNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExternalSemaphoresWaitNodeGetParams` in libcudart; that export is the
+            // function `cuda_runtime_api.h` declares as
+            // `cudaGraphExternalSemaphoresWaitNodeGetParams`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21204,6 +22106,10 @@ pub unsafe fn cudaGraphExternalSemaphoresWaitNodeGetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `cudaGraphExternalSemaphoresWaitNodeGetParams` from `cuda_runtime_api.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hNode, params_out) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21216,7 +22122,7 @@ pub unsafe fn cudaGraphExternalSemaphoresWaitNodeGetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphExternalSemaphoresWaitNodeSetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphExternalSemaphoresWaitNodeSetParams(
     hNode: cudaGraphNode_t,
@@ -21224,10 +22130,12 @@ pub unsafe fn cudaGraphExternalSemaphoresWaitNodeSetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[147usize], &LIBRARY, 147usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *const cudaExternalSemaphoreWaitNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphExternalSemaphoresWaitNodeSetParams` in libcudart; that export is the
+            // function `cuda_runtime_api.h` declares as
+            // `cudaGraphExternalSemaphoresWaitNodeSetParams`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21236,6 +22144,10 @@ pub unsafe fn cudaGraphExternalSemaphoresWaitNodeSetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `cudaGraphExternalSemaphoresWaitNodeSetParams` from `cuda_runtime_api.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hNode, nodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21284,7 +22196,7 @@ pub unsafe fn cudaGraphExternalSemaphoresWaitNodeSetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphGetEdges` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphGetEdges(
     graph: cudaGraph_t,
@@ -21295,13 +22207,11 @@ pub unsafe fn cudaGraphGetEdges(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[148usize], &LIBRARY, 148usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraph_t,
-                *mut cudaGraphNode_t,
-                *mut cudaGraphNode_t,
-                *mut cudaGraphEdgeData,
-                *mut usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphGetEdges` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGraphGetEdges`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21313,6 +22223,9 @@ pub unsafe fn cudaGraphGetEdges(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphGetEdges` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(graph, from, to, edgeData, numEdges) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21343,7 +22256,7 @@ pub unsafe fn cudaGraphGetEdges(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphGetId` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphGetId(
     hGraph: cudaGraph_t,
@@ -21351,10 +22264,11 @@ pub unsafe fn cudaGraphGetId(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[149usize], &LIBRARY, 149usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraph_t,
-                *mut ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphGetId` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGraphGetId`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21363,6 +22277,9 @@ pub unsafe fn cudaGraphGetId(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphGetId` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraph, graphID) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21402,7 +22319,7 @@ pub unsafe fn cudaGraphGetId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphGetNodes` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphGetNodes(
     graph: cudaGraph_t,
@@ -21411,11 +22328,11 @@ pub unsafe fn cudaGraphGetNodes(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[150usize], &LIBRARY, 150usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraph_t,
-                *mut cudaGraphNode_t,
-                *mut usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphGetNodes` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGraphGetNodes`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21425,6 +22342,9 @@ pub unsafe fn cudaGraphGetNodes(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphGetNodes` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(graph, nodes, numNodes) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21464,7 +22384,7 @@ pub unsafe fn cudaGraphGetNodes(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphGetRootNodes` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphGetRootNodes(
     graph: cudaGraph_t,
@@ -21473,11 +22393,11 @@ pub unsafe fn cudaGraphGetRootNodes(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[151usize], &LIBRARY, 151usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraph_t,
-                *mut cudaGraphNode_t,
-                *mut usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphGetRootNodes` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphGetRootNodes`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21487,6 +22407,9 @@ pub unsafe fn cudaGraphGetRootNodes(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphGetRootNodes` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(graph, pRootNodes, pNumRootNodes) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21521,7 +22444,7 @@ pub unsafe fn cudaGraphGetRootNodes(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphHostNodeGetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphHostNodeGetParams(
     node: cudaGraphNode_t,
@@ -21529,10 +22452,11 @@ pub unsafe fn cudaGraphHostNodeGetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[152usize], &LIBRARY, 152usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut cudaHostNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphHostNodeGetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphHostNodeGetParams`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21541,6 +22465,9 @@ pub unsafe fn cudaGraphHostNodeGetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphHostNodeGetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, pNodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21575,7 +22502,7 @@ pub unsafe fn cudaGraphHostNodeGetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphHostNodeSetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphHostNodeSetParams(
     node: cudaGraphNode_t,
@@ -21583,10 +22510,11 @@ pub unsafe fn cudaGraphHostNodeSetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[153usize], &LIBRARY, 153usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *const cudaHostNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphHostNodeSetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphHostNodeSetParams`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21595,6 +22523,9 @@ pub unsafe fn cudaGraphHostNodeSetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphHostNodeSetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, pNodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21674,7 +22605,7 @@ pub unsafe fn cudaGraphHostNodeSetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphInstantiate` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphInstantiate(
     pGraphExec: *mut cudaGraphExec_t,
@@ -21683,11 +22614,11 @@ pub unsafe fn cudaGraphInstantiate(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[154usize], &LIBRARY, 154usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphExec_t,
-                cudaGraph_t,
-                ::core::ffi::c_ulonglong,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphInstantiate` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGraphInstantiate`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21697,6 +22628,9 @@ pub unsafe fn cudaGraphInstantiate(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphInstantiate` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pGraphExec, graph, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21709,7 +22643,7 @@ pub unsafe fn cudaGraphInstantiate(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphInstantiateWithFlags` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphInstantiateWithFlags(
     pGraphExec: *mut cudaGraphExec_t,
@@ -21718,11 +22652,11 @@ pub unsafe fn cudaGraphInstantiateWithFlags(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[155usize], &LIBRARY, 155usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphExec_t,
-                cudaGraph_t,
-                ::core::ffi::c_ulonglong,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphInstantiateWithFlags` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphInstantiateWithFlags`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21732,6 +22666,9 @@ pub unsafe fn cudaGraphInstantiateWithFlags(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphInstantiateWithFlags` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pGraphExec, graph, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21848,7 +22785,7 @@ pub unsafe fn cudaGraphInstantiateWithFlags(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphInstantiateWithParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphInstantiateWithParams(
     pGraphExec: *mut cudaGraphExec_t,
@@ -21857,11 +22794,12 @@ pub unsafe fn cudaGraphInstantiateWithParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[156usize], &LIBRARY, 156usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphExec_t,
-                cudaGraph_t,
-                *mut cudaGraphInstantiateParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphInstantiateWithParams` (or for `cudaGraphInstantiateWithParams_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaGraphInstantiateWithParams`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21871,6 +22809,9 @@ pub unsafe fn cudaGraphInstantiateWithParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphInstantiateWithParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pGraphExec, graph, instantiateParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21899,7 +22840,7 @@ pub unsafe fn cudaGraphInstantiateWithParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphKernelNodeCopyAttributes` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphKernelNodeCopyAttributes(
     hDst: cudaGraphNode_t,
@@ -21907,15 +22848,19 @@ pub unsafe fn cudaGraphKernelNodeCopyAttributes(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[157usize], &LIBRARY, 157usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                cudaGraphNode_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphKernelNodeCopyAttributes` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphKernelNodeCopyAttributes`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaGraphNode_t, cudaGraphNode_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphKernelNodeCopyAttributes` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hDst, hSrc) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -21945,7 +22890,7 @@ pub unsafe fn cudaGraphKernelNodeCopyAttributes(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphKernelNodeGetAttribute` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphKernelNodeGetAttribute(
     hNode: cudaGraphNode_t,
@@ -21954,11 +22899,11 @@ pub unsafe fn cudaGraphKernelNodeGetAttribute(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[158usize], &LIBRARY, 158usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                cudaLaunchAttributeID,
-                *mut cudaLaunchAttributeValue,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphKernelNodeGetAttribute` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphKernelNodeGetAttribute`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -21968,6 +22913,9 @@ pub unsafe fn cudaGraphKernelNodeGetAttribute(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphKernelNodeGetAttribute` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hNode, attr, value_out) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22012,7 +22960,7 @@ pub unsafe fn cudaGraphKernelNodeGetAttribute(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphKernelNodeGetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphKernelNodeGetParams(
     node: cudaGraphNode_t,
@@ -22020,10 +22968,11 @@ pub unsafe fn cudaGraphKernelNodeGetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[159usize], &LIBRARY, 159usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut cudaKernelNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphKernelNodeGetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphKernelNodeGetParams`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22032,6 +22981,9 @@ pub unsafe fn cudaGraphKernelNodeGetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphKernelNodeGetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, pNodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22061,7 +23013,7 @@ pub unsafe fn cudaGraphKernelNodeGetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphKernelNodeSetAttribute` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphKernelNodeSetAttribute(
     hNode: cudaGraphNode_t,
@@ -22070,11 +23022,11 @@ pub unsafe fn cudaGraphKernelNodeSetAttribute(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[160usize], &LIBRARY, 160usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                cudaLaunchAttributeID,
-                *const cudaLaunchAttributeValue,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphKernelNodeSetAttribute` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphKernelNodeSetAttribute`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22084,6 +23036,9 @@ pub unsafe fn cudaGraphKernelNodeSetAttribute(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphKernelNodeSetAttribute` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hNode, attr, value) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22121,7 +23076,7 @@ pub unsafe fn cudaGraphKernelNodeSetAttribute(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphKernelNodeSetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphKernelNodeSetParams(
     node: cudaGraphNode_t,
@@ -22129,10 +23084,11 @@ pub unsafe fn cudaGraphKernelNodeSetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[161usize], &LIBRARY, 161usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *const cudaKernelNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphKernelNodeSetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphKernelNodeSetParams`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22141,6 +23097,9 @@ pub unsafe fn cudaGraphKernelNodeSetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphKernelNodeSetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, pNodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22179,7 +23138,7 @@ pub unsafe fn cudaGraphKernelNodeSetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphLaunch` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphLaunch(
     graphExec: cudaGraphExec_t,
@@ -22187,15 +23146,20 @@ pub unsafe fn cudaGraphLaunch(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[162usize], &LIBRARY, 162usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphLaunch` (or for `cudaGraphLaunch_ptsz`, its per-thread-default-stream twin
+            // with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphLaunch`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaGraphExec_t, cudaStream_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphLaunch` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(graphExec, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22208,7 +23172,7 @@ pub unsafe fn cudaGraphLaunch(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphMemAllocNodeGetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphMemAllocNodeGetParams(
     node: cudaGraphNode_t,
@@ -22216,10 +23180,11 @@ pub unsafe fn cudaGraphMemAllocNodeGetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[163usize], &LIBRARY, 163usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut cudaMemAllocNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphMemAllocNodeGetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphMemAllocNodeGetParams`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22228,6 +23193,9 @@ pub unsafe fn cudaGraphMemAllocNodeGetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphMemAllocNodeGetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, params_out) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22240,7 +23208,7 @@ pub unsafe fn cudaGraphMemAllocNodeGetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphMemFreeNodeGetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphMemFreeNodeGetParams(
     node: cudaGraphNode_t,
@@ -22248,10 +23216,11 @@ pub unsafe fn cudaGraphMemFreeNodeGetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[164usize], &LIBRARY, 164usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphMemFreeNodeGetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphMemFreeNodeGetParams`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22260,6 +23229,9 @@ pub unsafe fn cudaGraphMemFreeNodeGetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphMemFreeNodeGetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, dptr_out) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22294,7 +23266,7 @@ pub unsafe fn cudaGraphMemFreeNodeGetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphMemcpyNodeGetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphMemcpyNodeGetParams(
     node: cudaGraphNode_t,
@@ -22302,10 +23274,11 @@ pub unsafe fn cudaGraphMemcpyNodeGetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[165usize], &LIBRARY, 165usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut cudaMemcpy3DParms,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphMemcpyNodeGetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphMemcpyNodeGetParams`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22314,6 +23287,9 @@ pub unsafe fn cudaGraphMemcpyNodeGetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphMemcpyNodeGetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, pNodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22351,7 +23327,7 @@ pub unsafe fn cudaGraphMemcpyNodeGetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphMemcpyNodeSetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphMemcpyNodeSetParams(
     node: cudaGraphNode_t,
@@ -22359,10 +23335,11 @@ pub unsafe fn cudaGraphMemcpyNodeSetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[166usize], &LIBRARY, 166usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *const cudaMemcpy3DParms,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphMemcpyNodeSetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphMemcpyNodeSetParams`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22371,6 +23348,9 @@ pub unsafe fn cudaGraphMemcpyNodeSetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphMemcpyNodeSetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, pNodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22383,7 +23363,7 @@ pub unsafe fn cudaGraphMemcpyNodeSetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphMemcpyNodeSetParams1D` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphMemcpyNodeSetParams1D(
     node: cudaGraphNode_t,
@@ -22394,13 +23374,11 @@ pub unsafe fn cudaGraphMemcpyNodeSetParams1D(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[167usize], &LIBRARY, 167usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphMemcpyNodeSetParams1D` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphMemcpyNodeSetParams1D`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22412,6 +23390,9 @@ pub unsafe fn cudaGraphMemcpyNodeSetParams1D(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphMemcpyNodeSetParams1D` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, dst, src, count, kind) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22424,7 +23405,7 @@ pub unsafe fn cudaGraphMemcpyNodeSetParams1D(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphMemcpyNodeSetParamsFromSymbol` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphMemcpyNodeSetParamsFromSymbol(
     node: cudaGraphNode_t,
@@ -22436,14 +23417,11 @@ pub unsafe fn cudaGraphMemcpyNodeSetParamsFromSymbol(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[168usize], &LIBRARY, 168usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-                usize,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphMemcpyNodeSetParamsFromSymbol` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphMemcpyNodeSetParamsFromSymbol`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22456,6 +23434,9 @@ pub unsafe fn cudaGraphMemcpyNodeSetParamsFromSymbol(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphMemcpyNodeSetParamsFromSymbol`
+            // from `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments
+            // go unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, dst, symbol, count, offset, kind) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22468,7 +23449,7 @@ pub unsafe fn cudaGraphMemcpyNodeSetParamsFromSymbol(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphMemcpyNodeSetParamsToSymbol` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphMemcpyNodeSetParamsToSymbol(
     node: cudaGraphNode_t,
@@ -22480,14 +23461,11 @@ pub unsafe fn cudaGraphMemcpyNodeSetParamsToSymbol(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[169usize], &LIBRARY, 169usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *const ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-                usize,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphMemcpyNodeSetParamsToSymbol` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphMemcpyNodeSetParamsToSymbol`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22500,6 +23478,9 @@ pub unsafe fn cudaGraphMemcpyNodeSetParamsToSymbol(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphMemcpyNodeSetParamsToSymbol` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, symbol, src, count, offset, kind) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22534,7 +23515,7 @@ pub unsafe fn cudaGraphMemcpyNodeSetParamsToSymbol(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphMemsetNodeGetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphMemsetNodeGetParams(
     node: cudaGraphNode_t,
@@ -22542,10 +23523,11 @@ pub unsafe fn cudaGraphMemsetNodeGetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[170usize], &LIBRARY, 170usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut cudaMemsetParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphMemsetNodeGetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphMemsetNodeGetParams`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22554,6 +23536,9 @@ pub unsafe fn cudaGraphMemsetNodeGetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphMemsetNodeGetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, pNodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22588,7 +23573,7 @@ pub unsafe fn cudaGraphMemsetNodeGetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphMemsetNodeSetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphMemsetNodeSetParams(
     node: cudaGraphNode_t,
@@ -22596,10 +23581,11 @@ pub unsafe fn cudaGraphMemsetNodeSetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[171usize], &LIBRARY, 171usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *const cudaMemsetParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphMemsetNodeSetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphMemsetNodeSetParams`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22608,6 +23594,9 @@ pub unsafe fn cudaGraphMemsetNodeSetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphMemsetNodeSetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, pNodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22644,7 +23633,7 @@ pub unsafe fn cudaGraphMemsetNodeSetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphNodeFindInClone` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphNodeFindInClone(
     pNode: *mut cudaGraphNode_t,
@@ -22653,11 +23642,11 @@ pub unsafe fn cudaGraphNodeFindInClone(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[172usize], &LIBRARY, 172usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaGraphNode_t,
-                cudaGraphNode_t,
-                cudaGraph_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphNodeFindInClone` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphNodeFindInClone`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22667,6 +23656,9 @@ pub unsafe fn cudaGraphNodeFindInClone(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphNodeFindInClone` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pNode, originalNode, clonedGraph) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22697,7 +23689,7 @@ pub unsafe fn cudaGraphNodeFindInClone(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphNodeGetContainingGraph` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphNodeGetContainingGraph(
     hNode: cudaGraphNode_t,
@@ -22705,10 +23697,11 @@ pub unsafe fn cudaGraphNodeGetContainingGraph(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[173usize], &LIBRARY, 173usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut cudaGraph_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphNodeGetContainingGraph` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphNodeGetContainingGraph`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22717,6 +23710,9 @@ pub unsafe fn cudaGraphNodeGetContainingGraph(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphNodeGetContainingGraph` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hNode, phGraph) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22762,7 +23758,7 @@ pub unsafe fn cudaGraphNodeGetContainingGraph(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphNodeGetDependencies` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphNodeGetDependencies(
     node: cudaGraphNode_t,
@@ -22772,12 +23768,11 @@ pub unsafe fn cudaGraphNodeGetDependencies(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[174usize], &LIBRARY, 174usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut cudaGraphNode_t,
-                *mut cudaGraphEdgeData,
-                *mut usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphNodeGetDependencies` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphNodeGetDependencies`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22788,6 +23783,9 @@ pub unsafe fn cudaGraphNodeGetDependencies(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphNodeGetDependencies` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, pDependencies, edgeData, pNumDependencies) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22834,7 +23832,7 @@ pub unsafe fn cudaGraphNodeGetDependencies(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphNodeGetDependentNodes` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphNodeGetDependentNodes(
     node: cudaGraphNode_t,
@@ -22844,12 +23842,11 @@ pub unsafe fn cudaGraphNodeGetDependentNodes(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[175usize], &LIBRARY, 175usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut cudaGraphNode_t,
-                *mut cudaGraphEdgeData,
-                *mut usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphNodeGetDependentNodes` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphNodeGetDependentNodes`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22860,6 +23857,9 @@ pub unsafe fn cudaGraphNodeGetDependentNodes(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphNodeGetDependentNodes` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, pDependentNodes, edgeData, pNumDependentNodes) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22872,7 +23872,7 @@ pub unsafe fn cudaGraphNodeGetDependentNodes(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphNodeGetEnabled` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphNodeGetEnabled(
     hGraphExec: cudaGraphExec_t,
@@ -22881,11 +23881,11 @@ pub unsafe fn cudaGraphNodeGetEnabled(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[176usize], &LIBRARY, 176usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaGraphNode_t,
-                *mut ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphNodeGetEnabled` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphNodeGetEnabled`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22895,6 +23895,9 @@ pub unsafe fn cudaGraphNodeGetEnabled(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphNodeGetEnabled` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, hNode, isEnabled) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22926,7 +23929,7 @@ pub unsafe fn cudaGraphNodeGetEnabled(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphNodeGetLocalId` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphNodeGetLocalId(
     hNode: cudaGraphNode_t,
@@ -22934,10 +23937,11 @@ pub unsafe fn cudaGraphNodeGetLocalId(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[177usize], &LIBRARY, 177usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphNodeGetLocalId` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphNodeGetLocalId`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -22946,6 +23950,9 @@ pub unsafe fn cudaGraphNodeGetLocalId(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphNodeGetLocalId` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hNode, nodeId) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -22990,7 +23997,7 @@ pub unsafe fn cudaGraphNodeGetLocalId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphNodeGetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphNodeGetParams(
     node: cudaGraphNode_t,
@@ -22998,10 +24005,11 @@ pub unsafe fn cudaGraphNodeGetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[178usize], &LIBRARY, 178usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut cudaGraphNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphNodeGetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphNodeGetParams`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23010,6 +24018,9 @@ pub unsafe fn cudaGraphNodeGetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphNodeGetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, nodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23037,7 +24048,7 @@ pub unsafe fn cudaGraphNodeGetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphNodeGetToolsId` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphNodeGetToolsId(
     hNode: cudaGraphNode_t,
@@ -23045,10 +24056,11 @@ pub unsafe fn cudaGraphNodeGetToolsId(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[179usize], &LIBRARY, 179usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphNodeGetToolsId` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphNodeGetToolsId`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23057,6 +24069,9 @@ pub unsafe fn cudaGraphNodeGetToolsId(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphNodeGetToolsId` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hNode, toolsNodeId) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23096,7 +24111,7 @@ pub unsafe fn cudaGraphNodeGetToolsId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphNodeGetType` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphNodeGetType(
     node: cudaGraphNode_t,
@@ -23104,10 +24119,11 @@ pub unsafe fn cudaGraphNodeGetType(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[180usize], &LIBRARY, 180usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut cudaGraphNodeType,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphNodeGetType` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGraphNodeGetType`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23116,6 +24132,9 @@ pub unsafe fn cudaGraphNodeGetType(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphNodeGetType` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, pType) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23128,7 +24147,7 @@ pub unsafe fn cudaGraphNodeGetType(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphNodeSetEnabled` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphNodeSetEnabled(
     hGraphExec: cudaGraphExec_t,
@@ -23137,11 +24156,11 @@ pub unsafe fn cudaGraphNodeSetEnabled(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[181usize], &LIBRARY, 181usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaGraphNode_t,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphNodeSetEnabled` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphNodeSetEnabled`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23151,6 +24170,9 @@ pub unsafe fn cudaGraphNodeSetEnabled(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphNodeSetEnabled` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, hNode, isEnabled) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23189,7 +24211,7 @@ pub unsafe fn cudaGraphNodeSetEnabled(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphNodeSetParams` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphNodeSetParams(
     node: cudaGraphNode_t,
@@ -23197,10 +24219,11 @@ pub unsafe fn cudaGraphNodeSetParams(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[182usize], &LIBRARY, 182usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphNode_t,
-                *mut cudaGraphNodeParams,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphNodeSetParams` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphNodeSetParams`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23209,6 +24232,9 @@ pub unsafe fn cudaGraphNodeSetParams(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphNodeSetParams` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(node, nodeParams) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23242,7 +24268,7 @@ pub unsafe fn cudaGraphNodeSetParams(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphReleaseUserObject` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphReleaseUserObject(
     graph: cudaGraph_t,
@@ -23251,11 +24277,11 @@ pub unsafe fn cudaGraphReleaseUserObject(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[183usize], &LIBRARY, 183usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraph_t,
-                cudaUserObject_t,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphReleaseUserObject` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphReleaseUserObject`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23265,6 +24291,9 @@ pub unsafe fn cudaGraphReleaseUserObject(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphReleaseUserObject` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(graph, object, count) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23308,7 +24337,7 @@ pub unsafe fn cudaGraphReleaseUserObject(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphRemoveDependencies` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphRemoveDependencies(
     graph: cudaGraph_t,
@@ -23319,13 +24348,11 @@ pub unsafe fn cudaGraphRemoveDependencies(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[184usize], &LIBRARY, 184usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                *const cudaGraphNode_t,
-                *const cudaGraphEdgeData,
-                usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphRemoveDependencies` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphRemoveDependencies`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23337,6 +24364,9 @@ pub unsafe fn cudaGraphRemoveDependencies(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphRemoveDependencies` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(graph, from, to, edgeData, numDependencies) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23373,7 +24403,7 @@ pub unsafe fn cudaGraphRemoveDependencies(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphRetainUserObject` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphRetainUserObject(
     graph: cudaGraph_t,
@@ -23383,12 +24413,11 @@ pub unsafe fn cudaGraphRetainUserObject(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[185usize], &LIBRARY, 185usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraph_t,
-                cudaUserObject_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphRetainUserObject` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphRetainUserObject`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23399,6 +24428,9 @@ pub unsafe fn cudaGraphRetainUserObject(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphRetainUserObject` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(graph, object, count, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23411,7 +24443,7 @@ pub unsafe fn cudaGraphRetainUserObject(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphUpload` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphUpload(
     graphExec: cudaGraphExec_t,
@@ -23419,15 +24451,20 @@ pub unsafe fn cudaGraphUpload(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[186usize], &LIBRARY, 186usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphExec_t,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphUpload` (or for `cudaGraphUpload_ptsz`, its per-thread-default-stream twin
+            // with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphUpload`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaGraphExec_t, cudaStream_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphUpload` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(graphExec, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23475,7 +24512,7 @@ pub unsafe fn cudaGraphUpload(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphicsMapResources` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphicsMapResources(
     count: ::core::ffi::c_int,
@@ -23484,11 +24521,11 @@ pub unsafe fn cudaGraphicsMapResources(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[187usize], &LIBRARY, 187usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_int,
-                *mut cudaGraphicsResource_t,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphicsMapResources` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphicsMapResources`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23498,6 +24535,9 @@ pub unsafe fn cudaGraphicsMapResources(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphicsMapResources` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(count, resources, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23535,7 +24575,7 @@ pub unsafe fn cudaGraphicsMapResources(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphicsResourceGetMappedMipmappedArray` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphicsResourceGetMappedMipmappedArray(
     mipmappedArray: *mut cudaMipmappedArray_t,
@@ -23543,10 +24583,12 @@ pub unsafe fn cudaGraphicsResourceGetMappedMipmappedArray(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[188usize], &LIBRARY, 188usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaMipmappedArray_t,
-                cudaGraphicsResource_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphicsResourceGetMappedMipmappedArray` in libcudart; that export is the
+            // function `cuda_runtime_api.h` declares as
+            // `cudaGraphicsResourceGetMappedMipmappedArray`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23555,6 +24597,10 @@ pub unsafe fn cudaGraphicsResourceGetMappedMipmappedArray(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `cudaGraphicsResourceGetMappedMipmappedArray` from `cuda_runtime_api.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(mipmappedArray, resource) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23595,7 +24641,7 @@ pub unsafe fn cudaGraphicsResourceGetMappedMipmappedArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphicsResourceGetMappedPointer` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphicsResourceGetMappedPointer(
     devPtr: *mut *mut ::core::ffi::c_void,
@@ -23604,11 +24650,11 @@ pub unsafe fn cudaGraphicsResourceGetMappedPointer(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[189usize], &LIBRARY, 189usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                *mut usize,
-                cudaGraphicsResource_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphicsResourceGetMappedPointer` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphicsResourceGetMappedPointer`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23618,6 +24664,9 @@ pub unsafe fn cudaGraphicsResourceGetMappedPointer(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphicsResourceGetMappedPointer` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr, size, resource) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23661,7 +24710,7 @@ pub unsafe fn cudaGraphicsResourceGetMappedPointer(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphicsResourceSetMapFlags` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphicsResourceSetMapFlags(
     resource: cudaGraphicsResource_t,
@@ -23669,10 +24718,11 @@ pub unsafe fn cudaGraphicsResourceSetMapFlags(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[190usize], &LIBRARY, 190usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphicsResource_t,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphicsResourceSetMapFlags` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphicsResourceSetMapFlags`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23681,6 +24731,9 @@ pub unsafe fn cudaGraphicsResourceSetMapFlags(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphicsResourceSetMapFlags` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(resource, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23727,7 +24780,7 @@ pub unsafe fn cudaGraphicsResourceSetMapFlags(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphicsSubResourceGetMappedArray` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphicsSubResourceGetMappedArray(
     array: *mut cudaArray_t,
@@ -23737,12 +24790,11 @@ pub unsafe fn cudaGraphicsSubResourceGetMappedArray(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[191usize], &LIBRARY, 191usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaArray_t,
-                cudaGraphicsResource_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphicsSubResourceGetMappedArray` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphicsSubResourceGetMappedArray`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23753,6 +24805,9 @@ pub unsafe fn cudaGraphicsSubResourceGetMappedArray(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphicsSubResourceGetMappedArray` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(array, resource, arrayIndex, mipLevel) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23796,7 +24851,7 @@ pub unsafe fn cudaGraphicsSubResourceGetMappedArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphicsUnmapResources` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphicsUnmapResources(
     count: ::core::ffi::c_int,
@@ -23805,11 +24860,11 @@ pub unsafe fn cudaGraphicsUnmapResources(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[192usize], &LIBRARY, 192usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_int,
-                *mut cudaGraphicsResource_t,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphicsUnmapResources` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphicsUnmapResources`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23819,6 +24874,9 @@ pub unsafe fn cudaGraphicsUnmapResources(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphicsUnmapResources` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(count, resources, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23857,21 +24915,26 @@ pub unsafe fn cudaGraphicsUnmapResources(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGraphicsUnregisterResource` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGraphicsUnregisterResource(
     resource: cudaGraphicsResource_t,
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[193usize], &LIBRARY, 193usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaGraphicsResource_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGraphicsUnregisterResource` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaGraphicsUnregisterResource`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaGraphicsResource_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGraphicsUnregisterResource` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(resource) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -23926,7 +24989,7 @@ pub unsafe fn cudaGraphicsUnregisterResource(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaGreenCtxCreate` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaGreenCtxCreate(
     phCtx: *mut cudaExecutionContext_t,
@@ -23936,12 +24999,11 @@ pub unsafe fn cudaGreenCtxCreate(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[194usize], &LIBRARY, 194usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaExecutionContext_t,
-                cudaDevResourceDesc_t,
-                ::core::ffi::c_int,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaGreenCtxCreate` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaGreenCtxCreate`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -23952,6 +25014,9 @@ pub unsafe fn cudaGreenCtxCreate(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaGreenCtxCreate` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(phCtx, desc, device, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24026,7 +25091,7 @@ pub unsafe fn cudaGreenCtxCreate(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaHostAlloc` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaHostAlloc(
     pHost: *mut *mut ::core::ffi::c_void,
@@ -24035,11 +25100,11 @@ pub unsafe fn cudaHostAlloc(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[195usize], &LIBRARY, 195usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                usize,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaHostAlloc` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaHostAlloc`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24049,6 +25114,9 @@ pub unsafe fn cudaHostAlloc(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaHostAlloc` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pHost, size, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24102,7 +25170,7 @@ pub unsafe fn cudaHostAlloc(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaHostGetDevicePointer` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaHostGetDevicePointer(
     pDevice: *mut *mut ::core::ffi::c_void,
@@ -24111,11 +25179,11 @@ pub unsafe fn cudaHostGetDevicePointer(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[196usize], &LIBRARY, 196usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                *mut ::core::ffi::c_void,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaHostGetDevicePointer` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaHostGetDevicePointer`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24125,6 +25193,9 @@ pub unsafe fn cudaHostGetDevicePointer(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaHostGetDevicePointer` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pDevice, pHost, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24155,7 +25226,7 @@ pub unsafe fn cudaHostGetDevicePointer(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaHostGetFlags` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaHostGetFlags(
     pFlags: *mut ::core::ffi::c_uint,
@@ -24163,10 +25234,11 @@ pub unsafe fn cudaHostGetFlags(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[197usize], &LIBRARY, 197usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_uint,
-                *mut ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaHostGetFlags` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaHostGetFlags`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24175,6 +25247,9 @@ pub unsafe fn cudaHostGetFlags(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaHostGetFlags` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pFlags, pHost) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24286,7 +25361,7 @@ pub unsafe fn cudaHostGetFlags(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaHostRegister` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaHostRegister(
     ptr: *mut ::core::ffi::c_void,
@@ -24295,11 +25370,11 @@ pub unsafe fn cudaHostRegister(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[198usize], &LIBRARY, 198usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                usize,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaHostRegister` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaHostRegister`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24309,6 +25384,9 @@ pub unsafe fn cudaHostRegister(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaHostRegister` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(ptr, size, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24340,19 +25418,24 @@ pub unsafe fn cudaHostRegister(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaHostUnregister` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaHostUnregister(ptr: *mut ::core::ffi::c_void) -> cudaError_t {
     match crate::loader::load(&SLOTS[199usize], &LIBRARY, 199usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaHostUnregister` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaHostUnregister`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_void) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaHostUnregister` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(ptr) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24532,7 +25615,7 @@ pub unsafe fn cudaHostUnregister(ptr: *mut ::core::ffi::c_void) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaImportExternalMemory` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaImportExternalMemory(
     extMem_out: *mut cudaExternalMemory_t,
@@ -24540,10 +25623,11 @@ pub unsafe fn cudaImportExternalMemory(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[200usize], &LIBRARY, 200usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaExternalMemory_t,
-                *const cudaExternalMemoryHandleDesc,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaImportExternalMemory` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaImportExternalMemory`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24552,6 +25636,9 @@ pub unsafe fn cudaImportExternalMemory(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaImportExternalMemory` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(extMem_out, memHandleDesc) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24718,7 +25805,7 @@ pub unsafe fn cudaImportExternalMemory(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaImportExternalSemaphore` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaImportExternalSemaphore(
     extSem_out: *mut cudaExternalSemaphore_t,
@@ -24726,10 +25813,11 @@ pub unsafe fn cudaImportExternalSemaphore(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[201usize], &LIBRARY, 201usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaExternalSemaphore_t,
-                *const cudaExternalSemaphoreHandleDesc,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaImportExternalSemaphore` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaImportExternalSemaphore`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24738,6 +25826,9 @@ pub unsafe fn cudaImportExternalSemaphore(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaImportExternalSemaphore` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(extSem_out, semHandleDesc) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24776,7 +25867,7 @@ pub unsafe fn cudaImportExternalSemaphore(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaInitDevice` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaInitDevice(
     device: ::core::ffi::c_int,
@@ -24785,11 +25876,11 @@ pub unsafe fn cudaInitDevice(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[202usize], &LIBRARY, 202usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_int,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaInitDevice` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaInitDevice`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24799,6 +25890,9 @@ pub unsafe fn cudaInitDevice(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaInitDevice` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device, deviceFlags, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24846,19 +25940,24 @@ pub unsafe fn cudaInitDevice(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaIpcCloseMemHandle` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaIpcCloseMemHandle(devPtr: *mut ::core::ffi::c_void) -> cudaError_t {
     match crate::loader::load(&SLOTS[203usize], &LIBRARY, 203usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaIpcCloseMemHandle` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaIpcCloseMemHandle`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_void) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaIpcCloseMemHandle` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24918,7 +26017,7 @@ pub unsafe fn cudaIpcCloseMemHandle(devPtr: *mut ::core::ffi::c_void) -> cudaErr
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaIpcGetEventHandle` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaIpcGetEventHandle(
     handle: *mut cudaIpcEventHandle_t,
@@ -24926,10 +26025,11 @@ pub unsafe fn cudaIpcGetEventHandle(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[204usize], &LIBRARY, 204usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaIpcEventHandle_t,
-                cudaEvent_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaIpcGetEventHandle` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaIpcGetEventHandle`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -24938,6 +26038,9 @@ pub unsafe fn cudaIpcGetEventHandle(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaIpcGetEventHandle` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle, event) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -24991,7 +26094,7 @@ pub unsafe fn cudaIpcGetEventHandle(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaIpcGetMemHandle` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaIpcGetMemHandle(
     handle: *mut cudaIpcMemHandle_t,
@@ -24999,10 +26102,11 @@ pub unsafe fn cudaIpcGetMemHandle(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[205usize], &LIBRARY, 205usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaIpcMemHandle_t,
-                *mut ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaIpcGetMemHandle` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaIpcGetMemHandle`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25011,6 +26115,9 @@ pub unsafe fn cudaIpcGetMemHandle(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaIpcGetMemHandle` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(handle, devPtr) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25063,7 +26170,7 @@ pub unsafe fn cudaIpcGetMemHandle(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaIpcOpenEventHandle` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaIpcOpenEventHandle(
     event: *mut cudaEvent_t,
@@ -25071,10 +26178,11 @@ pub unsafe fn cudaIpcOpenEventHandle(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[206usize], &LIBRARY, 206usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaEvent_t,
-                cudaIpcEventHandle_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaIpcOpenEventHandle` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaIpcOpenEventHandle`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25083,6 +26191,9 @@ pub unsafe fn cudaIpcOpenEventHandle(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaIpcOpenEventHandle` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(event, handle) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25158,7 +26269,7 @@ pub unsafe fn cudaIpcOpenEventHandle(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaIpcOpenMemHandle` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaIpcOpenMemHandle(
     devPtr: *mut *mut ::core::ffi::c_void,
@@ -25167,11 +26278,11 @@ pub unsafe fn cudaIpcOpenMemHandle(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[207usize], &LIBRARY, 207usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                cudaIpcMemHandle_t,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaIpcOpenMemHandle` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaIpcOpenMemHandle`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25181,6 +26292,9 @@ pub unsafe fn cudaIpcOpenMemHandle(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaIpcOpenMemHandle` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr, handle, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25258,7 +26372,7 @@ pub unsafe fn cudaIpcOpenMemHandle(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaKernelSetAttributeForDevice` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaKernelSetAttributeForDevice(
     kernel: cudaKernel_t,
@@ -25268,12 +26382,11 @@ pub unsafe fn cudaKernelSetAttributeForDevice(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[208usize], &LIBRARY, 208usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaKernel_t,
-                cudaFuncAttribute,
-                ::core::ffi::c_int,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaKernelSetAttributeForDevice` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaKernelSetAttributeForDevice`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25284,6 +26397,9 @@ pub unsafe fn cudaKernelSetAttributeForDevice(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaKernelSetAttributeForDevice` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(kernel, attr, value, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25349,7 +26465,7 @@ pub unsafe fn cudaKernelSetAttributeForDevice(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLaunchCooperativeKernel` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLaunchCooperativeKernel(
     func: *const ::core::ffi::c_void,
@@ -25361,14 +26477,12 @@ pub unsafe fn cudaLaunchCooperativeKernel(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[209usize], &LIBRARY, 209usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_void,
-                dim3,
-                dim3,
-                *mut *mut ::core::ffi::c_void,
-                usize,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLaunchCooperativeKernel` (or for `cudaLaunchCooperativeKernel_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaLaunchCooperativeKernel`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25381,6 +26495,9 @@ pub unsafe fn cudaLaunchCooperativeKernel(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLaunchCooperativeKernel` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(func, gridDim, blockDim, args, sharedMem, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25455,7 +26572,7 @@ pub unsafe fn cudaLaunchCooperativeKernel(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLaunchHostFunc` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLaunchHostFunc(
     stream: cudaStream_t,
@@ -25464,11 +26581,12 @@ pub unsafe fn cudaLaunchHostFunc(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[210usize], &LIBRARY, 210usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                cudaHostFn_t,
-                *mut ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLaunchHostFunc` (or for `cudaLaunchHostFunc_ptsz`, its per-thread-default-stream
+            // twin with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaLaunchHostFunc`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25478,6 +26596,9 @@ pub unsafe fn cudaLaunchHostFunc(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLaunchHostFunc` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stream, fn_, userData) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25553,7 +26674,7 @@ pub unsafe fn cudaLaunchHostFunc(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLaunchHostFunc_v2` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLaunchHostFunc_v2(
     stream: cudaStream_t,
@@ -25563,12 +26684,12 @@ pub unsafe fn cudaLaunchHostFunc_v2(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[211usize], &LIBRARY, 211usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                cudaHostFn_t,
-                *mut ::core::ffi::c_void,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLaunchHostFunc_v2` (or for `cudaLaunchHostFunc_v2_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaLaunchHostFunc_v2`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25579,6 +26700,9 @@ pub unsafe fn cudaLaunchHostFunc_v2(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLaunchHostFunc_v2` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stream, fn_, userData, syncMode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25638,7 +26762,7 @@ pub unsafe fn cudaLaunchHostFunc_v2(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLaunchKernel` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLaunchKernel(
     func: *const ::core::ffi::c_void,
@@ -25650,14 +26774,12 @@ pub unsafe fn cudaLaunchKernel(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[212usize], &LIBRARY, 212usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_void,
-                dim3,
-                dim3,
-                *mut *mut ::core::ffi::c_void,
-                usize,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLaunchKernel` (or for `cudaLaunchKernel_ptsz`, its per-thread-default-stream
+            // twin with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaLaunchKernel`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25670,6 +26792,9 @@ pub unsafe fn cudaLaunchKernel(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLaunchKernel` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(func, gridDim, blockDim, args, sharedMem, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25741,7 +26866,7 @@ pub unsafe fn cudaLaunchKernel(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLaunchKernelExC` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLaunchKernelExC(
     config: *const cudaLaunchConfig_t,
@@ -25750,11 +26875,12 @@ pub unsafe fn cudaLaunchKernelExC(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[213usize], &LIBRARY, 213usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const cudaLaunchConfig_t,
-                *const ::core::ffi::c_void,
-                *mut *mut ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLaunchKernelExC` (or for `cudaLaunchKernelExC_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaLaunchKernelExC`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25764,6 +26890,9 @@ pub unsafe fn cudaLaunchKernelExC(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLaunchKernelExC` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(config, func, args) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25794,7 +26923,7 @@ pub unsafe fn cudaLaunchKernelExC(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLibraryEnumerateKernels` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLibraryEnumerateKernels(
     kernels: *mut cudaKernel_t,
@@ -25803,11 +26932,11 @@ pub unsafe fn cudaLibraryEnumerateKernels(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[214usize], &LIBRARY, 214usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaKernel_t,
-                ::core::ffi::c_uint,
-                cudaLibrary_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLibraryEnumerateKernels` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaLibraryEnumerateKernels`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25817,6 +26946,9 @@ pub unsafe fn cudaLibraryEnumerateKernels(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLibraryEnumerateKernels` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(kernels, numKernels, lib) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25859,7 +26991,7 @@ pub unsafe fn cudaLibraryEnumerateKernels(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLibraryGetGlobal` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLibraryGetGlobal(
     dptr: *mut *mut ::core::ffi::c_void,
@@ -25869,12 +27001,11 @@ pub unsafe fn cudaLibraryGetGlobal(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[215usize], &LIBRARY, 215usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                *mut usize,
-                cudaLibrary_t,
-                *const ::core::ffi::c_char,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLibraryGetGlobal` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaLibraryGetGlobal`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25885,6 +27016,9 @@ pub unsafe fn cudaLibraryGetGlobal(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLibraryGetGlobal` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dptr, bytes, library, name) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25918,7 +27052,7 @@ pub unsafe fn cudaLibraryGetGlobal(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLibraryGetKernel` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLibraryGetKernel(
     pKernel: *mut cudaKernel_t,
@@ -25927,11 +27061,11 @@ pub unsafe fn cudaLibraryGetKernel(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[216usize], &LIBRARY, 216usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaKernel_t,
-                cudaLibrary_t,
-                *const ::core::ffi::c_char,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLibraryGetKernel` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaLibraryGetKernel`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25941,6 +27075,9 @@ pub unsafe fn cudaLibraryGetKernel(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLibraryGetKernel` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pKernel, library, name) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -25971,7 +27108,7 @@ pub unsafe fn cudaLibraryGetKernel(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLibraryGetKernelCount` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLibraryGetKernelCount(
     count: *mut ::core::ffi::c_uint,
@@ -25979,10 +27116,11 @@ pub unsafe fn cudaLibraryGetKernelCount(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[217usize], &LIBRARY, 217usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_uint,
-                cudaLibrary_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLibraryGetKernelCount` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaLibraryGetKernelCount`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -25991,6 +27129,9 @@ pub unsafe fn cudaLibraryGetKernelCount(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLibraryGetKernelCount` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(count, lib) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26032,7 +27173,7 @@ pub unsafe fn cudaLibraryGetKernelCount(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLibraryGetManaged` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLibraryGetManaged(
     dptr: *mut *mut ::core::ffi::c_void,
@@ -26042,12 +27183,11 @@ pub unsafe fn cudaLibraryGetManaged(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[218usize], &LIBRARY, 218usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                *mut usize,
-                cudaLibrary_t,
-                *const ::core::ffi::c_char,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLibraryGetManaged` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaLibraryGetManaged`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26058,6 +27198,9 @@ pub unsafe fn cudaLibraryGetManaged(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLibraryGetManaged` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dptr, bytes, library, name) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26093,7 +27236,7 @@ pub unsafe fn cudaLibraryGetManaged(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLibraryGetUnifiedFunction` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLibraryGetUnifiedFunction(
     fptr: *mut *mut ::core::ffi::c_void,
@@ -26102,11 +27245,11 @@ pub unsafe fn cudaLibraryGetUnifiedFunction(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[219usize], &LIBRARY, 219usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                cudaLibrary_t,
-                *const ::core::ffi::c_char,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLibraryGetUnifiedFunction` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaLibraryGetUnifiedFunction`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26116,6 +27259,9 @@ pub unsafe fn cudaLibraryGetUnifiedFunction(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLibraryGetUnifiedFunction` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(fptr, library, symbol) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26183,7 +27329,7 @@ pub unsafe fn cudaLibraryGetUnifiedFunction(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLibraryLoadData` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLibraryLoadData(
     library: *mut cudaLibrary_t,
@@ -26197,16 +27343,11 @@ pub unsafe fn cudaLibraryLoadData(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[220usize], &LIBRARY, 220usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaLibrary_t,
-                *const ::core::ffi::c_void,
-                *mut cudaJitOption,
-                *mut *mut ::core::ffi::c_void,
-                ::core::ffi::c_uint,
-                *mut cudaLibraryOption,
-                *mut *mut ::core::ffi::c_void,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLibraryLoadData` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaLibraryLoadData`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26221,6 +27362,9 @@ pub unsafe fn cudaLibraryLoadData(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLibraryLoadData` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     library,
@@ -26299,7 +27443,7 @@ pub unsafe fn cudaLibraryLoadData(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLibraryLoadFromFile` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLibraryLoadFromFile(
     library: *mut cudaLibrary_t,
@@ -26313,16 +27457,11 @@ pub unsafe fn cudaLibraryLoadFromFile(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[221usize], &LIBRARY, 221usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaLibrary_t,
-                *const ::core::ffi::c_char,
-                *mut cudaJitOption,
-                *mut *mut ::core::ffi::c_void,
-                ::core::ffi::c_uint,
-                *mut cudaLibraryOption,
-                *mut *mut ::core::ffi::c_void,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLibraryLoadFromFile` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaLibraryLoadFromFile`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26337,6 +27476,9 @@ pub unsafe fn cudaLibraryLoadFromFile(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLibraryLoadFromFile` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     library,
@@ -26375,17 +27517,24 @@ pub unsafe fn cudaLibraryLoadFromFile(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLibraryUnload` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLibraryUnload(library: cudaLibrary_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[222usize], &LIBRARY, 222usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(cudaLibrary_t) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLibraryUnload` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaLibraryUnload`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaLibrary_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLibraryUnload` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(library) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26406,7 +27555,7 @@ pub unsafe fn cudaLibraryUnload(library: cudaLibrary_t) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLogsCurrent` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLogsCurrent(
     iterator_out: *mut cudaLogIterator,
@@ -26414,10 +27563,11 @@ pub unsafe fn cudaLogsCurrent(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[223usize], &LIBRARY, 223usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaLogIterator,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLogsCurrent` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaLogsCurrent`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26426,6 +27576,9 @@ pub unsafe fn cudaLogsCurrent(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLogsCurrent` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(iterator_out, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26458,7 +27611,7 @@ pub unsafe fn cudaLogsCurrent(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLogsDumpToFile` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLogsDumpToFile(
     iterator: *mut cudaLogIterator,
@@ -26467,11 +27620,11 @@ pub unsafe fn cudaLogsDumpToFile(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[224usize], &LIBRARY, 224usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaLogIterator,
-                *const ::core::ffi::c_char,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLogsDumpToFile` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaLogsDumpToFile`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26481,6 +27634,9 @@ pub unsafe fn cudaLogsDumpToFile(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLogsDumpToFile` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(iterator, pathToFile, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26525,7 +27681,7 @@ pub unsafe fn cudaLogsDumpToFile(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLogsDumpToMemory` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLogsDumpToMemory(
     iterator: *mut cudaLogIterator,
@@ -26535,12 +27691,11 @@ pub unsafe fn cudaLogsDumpToMemory(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[225usize], &LIBRARY, 225usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaLogIterator,
-                *mut ::core::ffi::c_char,
-                *mut usize,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLogsDumpToMemory` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaLogsDumpToMemory`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26551,6 +27706,9 @@ pub unsafe fn cudaLogsDumpToMemory(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLogsDumpToMemory` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(iterator, buffer, size, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26572,7 +27730,7 @@ pub unsafe fn cudaLogsDumpToMemory(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLogsRegisterCallback` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLogsRegisterCallback(
     callbackFunc: cudaLogsCallback_t,
@@ -26581,11 +27739,11 @@ pub unsafe fn cudaLogsRegisterCallback(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[226usize], &LIBRARY, 226usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaLogsCallback_t,
-                *mut ::core::ffi::c_void,
-                *mut cudaLogsCallbackHandle,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLogsRegisterCallback` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaLogsRegisterCallback`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26595,6 +27753,9 @@ pub unsafe fn cudaLogsRegisterCallback(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLogsRegisterCallback` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(callbackFunc, userData, callback_out) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26614,21 +27775,26 @@ pub unsafe fn cudaLogsRegisterCallback(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaLogsUnregisterCallback` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaLogsUnregisterCallback(
     callback: cudaLogsCallbackHandle,
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[227usize], &LIBRARY, 227usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaLogsCallbackHandle,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaLogsUnregisterCallback` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaLogsUnregisterCallback`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaLogsCallbackHandle) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaLogsUnregisterCallback` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(callback) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26668,7 +27834,7 @@ pub unsafe fn cudaLogsUnregisterCallback(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMalloc` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMalloc(
     devPtr: *mut *mut ::core::ffi::c_void,
@@ -26676,10 +27842,11 @@ pub unsafe fn cudaMalloc(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[228usize], &LIBRARY, 228usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMalloc` in libcudart; that export is the function `cuda_runtime_api.h` declares
+            // as `cudaMalloc`, with exactly this signature, so the address is a C function of this
+            // type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26688,6 +27855,9 @@ pub unsafe fn cudaMalloc(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMalloc` from `cuda_runtime_api.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr, size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26735,7 +27905,7 @@ pub unsafe fn cudaMalloc(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMalloc3D` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMalloc3D(
     pitchedDevPtr: *mut cudaPitchedPtr,
@@ -26743,15 +27913,19 @@ pub unsafe fn cudaMalloc3D(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[229usize], &LIBRARY, 229usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaPitchedPtr,
-                cudaExtent,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMalloc3D` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMalloc3D`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut cudaPitchedPtr, cudaExtent) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMalloc3D` from `cuda_runtime_api.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pitchedDevPtr, extent) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26863,7 +28037,7 @@ pub unsafe fn cudaMalloc3D(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMalloc3DArray` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMalloc3DArray(
     array: *mut cudaArray_t,
@@ -26873,12 +28047,11 @@ pub unsafe fn cudaMalloc3DArray(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[230usize], &LIBRARY, 230usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaArray_t,
-                *const cudaChannelFormatDesc,
-                cudaExtent,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMalloc3DArray` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMalloc3DArray`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26889,6 +28062,9 @@ pub unsafe fn cudaMalloc3DArray(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMalloc3DArray` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(array, desc, extent, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -26951,7 +28127,7 @@ pub unsafe fn cudaMalloc3DArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMallocArray` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMallocArray(
     array: *mut cudaArray_t,
@@ -26962,13 +28138,11 @@ pub unsafe fn cudaMallocArray(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[231usize], &LIBRARY, 231usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaArray_t,
-                *const cudaChannelFormatDesc,
-                usize,
-                usize,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMallocArray` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMallocArray`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -26980,6 +28154,9 @@ pub unsafe fn cudaMallocArray(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMallocArray` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(array, desc, width, height, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27024,7 +28201,7 @@ pub unsafe fn cudaMallocArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMallocAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMallocAsync(
     devPtr: *mut *mut ::core::ffi::c_void,
@@ -27033,11 +28210,12 @@ pub unsafe fn cudaMallocAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[232usize], &LIBRARY, 232usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                usize,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMallocAsync` (or for `cudaMallocAsync_ptsz`, its per-thread-default-stream twin
+            // with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMallocAsync`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27047,6 +28225,9 @@ pub unsafe fn cudaMallocAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMallocAsync` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr, size, hStream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27091,7 +28272,7 @@ pub unsafe fn cudaMallocAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMallocFromPoolAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMallocFromPoolAsync(
     ptr: *mut *mut ::core::ffi::c_void,
@@ -27101,12 +28282,12 @@ pub unsafe fn cudaMallocFromPoolAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[233usize], &LIBRARY, 233usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                usize,
-                cudaMemPool_t,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMallocFromPoolAsync` (or for `cudaMallocFromPoolAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMallocFromPoolAsync`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27117,6 +28298,9 @@ pub unsafe fn cudaMallocFromPoolAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMallocFromPoolAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(ptr, size, memPool, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27163,7 +28347,7 @@ pub unsafe fn cudaMallocFromPoolAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMallocHost` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMallocHost(
     ptr: *mut *mut ::core::ffi::c_void,
@@ -27171,10 +28355,11 @@ pub unsafe fn cudaMallocHost(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[234usize], &LIBRARY, 234usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMallocHost` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMallocHost`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27183,6 +28368,9 @@ pub unsafe fn cudaMallocHost(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMallocHost` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(ptr, size) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27195,7 +28383,7 @@ pub unsafe fn cudaMallocHost(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMallocManaged` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMallocManaged(
     devPtr: *mut *mut ::core::ffi::c_void,
@@ -27204,11 +28392,11 @@ pub unsafe fn cudaMallocManaged(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[235usize], &LIBRARY, 235usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                usize,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMallocManaged` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMallocManaged`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27218,6 +28406,9 @@ pub unsafe fn cudaMallocManaged(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMallocManaged` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr, size, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27330,7 +28521,7 @@ pub unsafe fn cudaMallocManaged(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMallocMipmappedArray` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMallocMipmappedArray(
     mipmappedArray: *mut cudaMipmappedArray_t,
@@ -27341,13 +28532,11 @@ pub unsafe fn cudaMallocMipmappedArray(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[236usize], &LIBRARY, 236usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaMipmappedArray_t,
-                *const cudaChannelFormatDesc,
-                cudaExtent,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMallocMipmappedArray` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMallocMipmappedArray`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27359,6 +28548,9 @@ pub unsafe fn cudaMallocMipmappedArray(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMallocMipmappedArray` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(mipmappedArray, desc, extent, numLevels, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27412,7 +28604,7 @@ pub unsafe fn cudaMallocMipmappedArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMallocPitch` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMallocPitch(
     devPtr: *mut *mut ::core::ffi::c_void,
@@ -27422,12 +28614,11 @@ pub unsafe fn cudaMallocPitch(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[237usize], &LIBRARY, 237usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                *mut usize,
-                usize,
-                usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMallocPitch` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMallocPitch`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27438,6 +28629,9 @@ pub unsafe fn cudaMallocPitch(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMallocPitch` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr, pitch, width, height) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27570,7 +28764,7 @@ pub unsafe fn cudaMallocPitch(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemAdvise` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemAdvise(
     devPtr: *const ::core::ffi::c_void,
@@ -27580,12 +28774,11 @@ pub unsafe fn cudaMemAdvise(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[238usize], &LIBRARY, 238usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_void,
-                usize,
-                cudaMemoryAdvise,
-                cudaMemLocation,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemAdvise` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemAdvise`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27596,6 +28789,9 @@ pub unsafe fn cudaMemAdvise(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemAdvise` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr, count, advice, location) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27651,7 +28847,7 @@ pub unsafe fn cudaMemAdvise(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemDiscardAndPrefetchBatchAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemDiscardAndPrefetchBatchAsync(
     dptrs: *mut *mut ::core::ffi::c_void,
@@ -27665,16 +28861,13 @@ pub unsafe fn cudaMemDiscardAndPrefetchBatchAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[239usize], &LIBRARY, 239usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                *mut usize,
-                usize,
-                *mut cudaMemLocation,
-                *mut usize,
-                usize,
-                ::core::ffi::c_ulonglong,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemDiscardAndPrefetchBatchAsync` (or for
+            // `cudaMemDiscardAndPrefetchBatchAsync_ptsz`, its per-thread-default-stream twin with
+            // the same signature) in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemDiscardAndPrefetchBatchAsync`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27689,6 +28882,9 @@ pub unsafe fn cudaMemDiscardAndPrefetchBatchAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemDiscardAndPrefetchBatchAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     dptrs,
@@ -27738,7 +28934,7 @@ pub unsafe fn cudaMemDiscardAndPrefetchBatchAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemDiscardBatchAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemDiscardBatchAsync(
     dptrs: *mut *mut ::core::ffi::c_void,
@@ -27749,13 +28945,12 @@ pub unsafe fn cudaMemDiscardBatchAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[240usize], &LIBRARY, 240usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                *mut usize,
-                usize,
-                ::core::ffi::c_ulonglong,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemDiscardBatchAsync` (or for `cudaMemDiscardBatchAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemDiscardBatchAsync`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27767,6 +28962,9 @@ pub unsafe fn cudaMemDiscardBatchAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemDiscardBatchAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dptrs, sizes, count, flags, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27796,7 +28994,7 @@ pub unsafe fn cudaMemDiscardBatchAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemGetDefaultMemPool` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemGetDefaultMemPool(
     memPool: *mut cudaMemPool_t,
@@ -27805,11 +29003,11 @@ pub unsafe fn cudaMemGetDefaultMemPool(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[241usize], &LIBRARY, 241usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaMemPool_t,
-                *mut cudaMemLocation,
-                cudaMemAllocationType,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemGetDefaultMemPool` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemGetDefaultMemPool`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27819,6 +29017,9 @@ pub unsafe fn cudaMemGetDefaultMemPool(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemGetDefaultMemPool` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(memPool, location, type_) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27861,20 +29062,24 @@ pub unsafe fn cudaMemGetDefaultMemPool(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemGetInfo` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> cudaError_t {
     match crate::loader::load(&SLOTS[242usize], &LIBRARY, 242usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut usize,
-                *mut usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemGetInfo` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemGetInfo`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut usize, *mut usize) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemGetInfo` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(free, total) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -27930,7 +29135,7 @@ pub unsafe fn cudaMemGetInfo(free: *mut usize, total: *mut usize) -> cudaError_t
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemGetLocationInfo` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemGetLocationInfo(
     devPtr: *mut ::core::ffi::c_void,
@@ -27941,13 +29146,11 @@ pub unsafe fn cudaMemGetLocationInfo(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[243usize], &LIBRARY, 243usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                usize,
-                usize,
-                usize,
-                *mut cudaMemLocation,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemGetLocationInfo` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemGetLocationInfo`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -27959,6 +29162,9 @@ pub unsafe fn cudaMemGetLocationInfo(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemGetLocationInfo` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     devPtr,
@@ -28002,7 +29208,7 @@ pub unsafe fn cudaMemGetLocationInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemGetMemPool` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemGetMemPool(
     memPool: *mut cudaMemPool_t,
@@ -28011,11 +29217,11 @@ pub unsafe fn cudaMemGetMemPool(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[244usize], &LIBRARY, 244usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaMemPool_t,
-                *mut cudaMemLocation,
-                cudaMemAllocationType,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemGetMemPool` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemGetMemPool`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28025,6 +29231,9 @@ pub unsafe fn cudaMemGetMemPool(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemGetMemPool` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(memPool, location, type_) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28097,7 +29306,7 @@ pub unsafe fn cudaMemGetMemPool(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemPoolCreate` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemPoolCreate(
     memPool: *mut cudaMemPool_t,
@@ -28105,10 +29314,11 @@ pub unsafe fn cudaMemPoolCreate(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[245usize], &LIBRARY, 245usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaMemPool_t,
-                *const cudaMemPoolProps,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemPoolCreate` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemPoolCreate`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28117,6 +29327,9 @@ pub unsafe fn cudaMemPoolCreate(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemPoolCreate` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(memPool, poolProps) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28147,17 +29360,24 @@ pub unsafe fn cudaMemPoolCreate(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemPoolDestroy` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemPoolDestroy(memPool: cudaMemPool_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[246usize], &LIBRARY, 246usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(cudaMemPool_t) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemPoolDestroy` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemPoolDestroy`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaMemPool_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemPoolDestroy` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(memPool) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28185,7 +29405,7 @@ pub unsafe fn cudaMemPoolDestroy(memPool: cudaMemPool_t) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemPoolExportPointer` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemPoolExportPointer(
     exportData: *mut cudaMemPoolPtrExportData,
@@ -28193,10 +29413,11 @@ pub unsafe fn cudaMemPoolExportPointer(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[247usize], &LIBRARY, 247usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaMemPoolPtrExportData,
-                *mut ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemPoolExportPointer` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemPoolExportPointer`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28205,6 +29426,9 @@ pub unsafe fn cudaMemPoolExportPointer(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemPoolExportPointer` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(exportData, ptr) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28238,7 +29462,7 @@ pub unsafe fn cudaMemPoolExportPointer(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemPoolExportToShareableHandle` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemPoolExportToShareableHandle(
     shareableHandle: *mut ::core::ffi::c_void,
@@ -28248,12 +29472,11 @@ pub unsafe fn cudaMemPoolExportToShareableHandle(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[248usize], &LIBRARY, 248usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                cudaMemPool_t,
-                cudaMemAllocationHandleType,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemPoolExportToShareableHandle` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemPoolExportToShareableHandle`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28264,6 +29487,9 @@ pub unsafe fn cudaMemPoolExportToShareableHandle(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemPoolExportToShareableHandle` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(shareableHandle, memPool, handleType, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28285,7 +29511,7 @@ pub unsafe fn cudaMemPoolExportToShareableHandle(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemPoolGetAccess` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemPoolGetAccess(
     flags: *mut cudaMemAccessFlags,
@@ -28294,11 +29520,11 @@ pub unsafe fn cudaMemPoolGetAccess(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[249usize], &LIBRARY, 249usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaMemAccessFlags,
-                cudaMemPool_t,
-                *mut cudaMemLocation,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemPoolGetAccess` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemPoolGetAccess`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28308,6 +29534,9 @@ pub unsafe fn cudaMemPoolGetAccess(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemPoolGetAccess` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(flags, memPool, location) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28389,7 +29618,7 @@ pub unsafe fn cudaMemPoolGetAccess(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemPoolGetAttribute` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemPoolGetAttribute(
     memPool: cudaMemPool_t,
@@ -28398,11 +29627,11 @@ pub unsafe fn cudaMemPoolGetAttribute(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[250usize], &LIBRARY, 250usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaMemPool_t,
-                cudaMemPoolAttr,
-                *mut ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemPoolGetAttribute` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemPoolGetAttribute`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28412,6 +29641,9 @@ pub unsafe fn cudaMemPoolGetAttribute(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemPoolGetAttribute` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(memPool, attr, value) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28443,7 +29675,7 @@ pub unsafe fn cudaMemPoolGetAttribute(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemPoolImportFromShareableHandle` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemPoolImportFromShareableHandle(
     memPool: *mut cudaMemPool_t,
@@ -28453,12 +29685,11 @@ pub unsafe fn cudaMemPoolImportFromShareableHandle(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[251usize], &LIBRARY, 251usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaMemPool_t,
-                *mut ::core::ffi::c_void,
-                cudaMemAllocationHandleType,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemPoolImportFromShareableHandle` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemPoolImportFromShareableHandle`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28469,6 +29700,9 @@ pub unsafe fn cudaMemPoolImportFromShareableHandle(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemPoolImportFromShareableHandle` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(memPool, shareableHandle, handleType, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28506,7 +29740,7 @@ pub unsafe fn cudaMemPoolImportFromShareableHandle(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemPoolImportPointer` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemPoolImportPointer(
     ptr: *mut *mut ::core::ffi::c_void,
@@ -28515,11 +29749,11 @@ pub unsafe fn cudaMemPoolImportPointer(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[252usize], &LIBRARY, 252usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                cudaMemPool_t,
-                *mut cudaMemPoolPtrExportData,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemPoolImportPointer` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemPoolImportPointer`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28529,6 +29763,9 @@ pub unsafe fn cudaMemPoolImportPointer(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemPoolImportPointer` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(ptr, memPool, exportData) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28553,7 +29790,7 @@ pub unsafe fn cudaMemPoolImportPointer(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemPoolSetAccess` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemPoolSetAccess(
     memPool: cudaMemPool_t,
@@ -28562,11 +29799,11 @@ pub unsafe fn cudaMemPoolSetAccess(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[253usize], &LIBRARY, 253usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaMemPool_t,
-                *const cudaMemAccessDesc,
-                usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemPoolSetAccess` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemPoolSetAccess`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28576,6 +29813,9 @@ pub unsafe fn cudaMemPoolSetAccess(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemPoolSetAccess` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(memPool, descList, count) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28627,7 +29867,7 @@ pub unsafe fn cudaMemPoolSetAccess(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemPoolSetAttribute` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemPoolSetAttribute(
     memPool: cudaMemPool_t,
@@ -28636,11 +29876,11 @@ pub unsafe fn cudaMemPoolSetAttribute(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[254usize], &LIBRARY, 254usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaMemPool_t,
-                cudaMemPoolAttr,
-                *mut ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemPoolSetAttribute` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemPoolSetAttribute`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28650,6 +29890,9 @@ pub unsafe fn cudaMemPoolSetAttribute(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemPoolSetAttribute` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(memPool, attr, value) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28683,7 +29926,7 @@ pub unsafe fn cudaMemPoolSetAttribute(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemPoolTrimTo` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemPoolTrimTo(
     memPool: cudaMemPool_t,
@@ -28691,15 +29934,19 @@ pub unsafe fn cudaMemPoolTrimTo(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[255usize], &LIBRARY, 255usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaMemPool_t,
-                usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemPoolTrimTo` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemPoolTrimTo`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaMemPool_t, usize) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemPoolTrimTo` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(memPool, minBytesToKeep) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28791,7 +30038,7 @@ pub unsafe fn cudaMemPoolTrimTo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemPrefetchAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemPrefetchAsync(
     devPtr: *const ::core::ffi::c_void,
@@ -28802,13 +30049,12 @@ pub unsafe fn cudaMemPrefetchAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[256usize], &LIBRARY, 256usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_void,
-                usize,
-                cudaMemLocation,
-                ::core::ffi::c_uint,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemPrefetchAsync` (or for `cudaMemPrefetchAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemPrefetchAsync`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28820,6 +30066,9 @@ pub unsafe fn cudaMemPrefetchAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemPrefetchAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr, count, location, flags, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -28868,7 +30117,7 @@ pub unsafe fn cudaMemPrefetchAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemPrefetchBatchAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemPrefetchBatchAsync(
     dptrs: *mut *mut ::core::ffi::c_void,
@@ -28882,16 +30131,12 @@ pub unsafe fn cudaMemPrefetchBatchAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[257usize], &LIBRARY, 257usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                *mut usize,
-                usize,
-                *mut cudaMemLocation,
-                *mut usize,
-                usize,
-                ::core::ffi::c_ulonglong,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemPrefetchBatchAsync` (or for `cudaMemPrefetchBatchAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemPrefetchBatchAsync`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -28906,6 +30151,9 @@ pub unsafe fn cudaMemPrefetchBatchAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemPrefetchBatchAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     dptrs,
@@ -29007,7 +30255,7 @@ pub unsafe fn cudaMemPrefetchBatchAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemRangeGetAttribute` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemRangeGetAttribute(
     data: *mut ::core::ffi::c_void,
@@ -29018,13 +30266,11 @@ pub unsafe fn cudaMemRangeGetAttribute(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[258usize], &LIBRARY, 258usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                usize,
-                cudaMemRangeAttribute,
-                *const ::core::ffi::c_void,
-                usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemRangeGetAttribute` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemRangeGetAttribute`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29036,6 +30282,9 @@ pub unsafe fn cudaMemRangeGetAttribute(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemRangeGetAttribute` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(data, dataSize, attribute, devPtr, count) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29087,7 +30336,7 @@ pub unsafe fn cudaMemRangeGetAttribute(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemRangeGetAttributes` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemRangeGetAttributes(
     data: *mut *mut ::core::ffi::c_void,
@@ -29099,14 +30348,11 @@ pub unsafe fn cudaMemRangeGetAttributes(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[259usize], &LIBRARY, 259usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut *mut ::core::ffi::c_void,
-                *mut usize,
-                *mut cudaMemRangeAttribute,
-                usize,
-                *const ::core::ffi::c_void,
-                usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemRangeGetAttributes` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemRangeGetAttributes`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29119,6 +30365,9 @@ pub unsafe fn cudaMemRangeGetAttributes(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemRangeGetAttributes` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(data, dataSizes, attributes, numAttributes, devPtr, count)
             }
@@ -29161,7 +30410,7 @@ pub unsafe fn cudaMemRangeGetAttributes(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemSetMemPool` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemSetMemPool(
     location: *mut cudaMemLocation,
@@ -29170,11 +30419,11 @@ pub unsafe fn cudaMemSetMemPool(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[260usize], &LIBRARY, 260usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaMemLocation,
-                cudaMemAllocationType,
-                cudaMemPool_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemSetMemPool` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemSetMemPool`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29184,6 +30433,9 @@ pub unsafe fn cudaMemSetMemPool(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemSetMemPool` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(location, type_, memPool) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29236,7 +30488,7 @@ pub unsafe fn cudaMemSetMemPool(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpy` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpy(
     dst: *mut ::core::ffi::c_void,
@@ -29246,12 +30498,12 @@ pub unsafe fn cudaMemcpy(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[261usize], &LIBRARY, 261usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpy` (or for `cudaMemcpy_ptds`, its per-thread-default-stream twin with the
+            // same signature) in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemcpy`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29262,6 +30514,9 @@ pub unsafe fn cudaMemcpy(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpy` from `cuda_runtime_api.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dst, src, count, kind) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29319,7 +30574,7 @@ pub unsafe fn cudaMemcpy(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpy2D` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpy2D(
     dst: *mut ::core::ffi::c_void,
@@ -29332,15 +30587,12 @@ pub unsafe fn cudaMemcpy2D(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[262usize], &LIBRARY, 262usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                usize,
-                *const ::core::ffi::c_void,
-                usize,
-                usize,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpy2D` (or for `cudaMemcpy2D_ptds`, its per-thread-default-stream twin with
+            // the same signature) in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemcpy2D`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29354,6 +30606,9 @@ pub unsafe fn cudaMemcpy2D(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpy2D` from `cuda_runtime_api.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dst, dpitch, src, spitch, width, height, kind) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -29409,7 +30664,7 @@ pub unsafe fn cudaMemcpy2D(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpy2DArrayToArray` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpy2DArrayToArray(
     dst: cudaArray_t,
@@ -29424,17 +30679,12 @@ pub unsafe fn cudaMemcpy2DArrayToArray(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[263usize], &LIBRARY, 263usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaArray_t,
-                usize,
-                usize,
-                cudaArray_const_t,
-                usize,
-                usize,
-                usize,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpy2DArrayToArray` (or for `cudaMemcpy2DArrayToArray_ptds`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpy2DArrayToArray`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29450,6 +30700,9 @@ pub unsafe fn cudaMemcpy2DArrayToArray(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpy2DArrayToArray` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     dst,
@@ -29533,7 +30786,7 @@ pub unsafe fn cudaMemcpy2DArrayToArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpy2DAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpy2DAsync(
     dst: *mut ::core::ffi::c_void,
@@ -29547,16 +30800,12 @@ pub unsafe fn cudaMemcpy2DAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[264usize], &LIBRARY, 264usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                usize,
-                *const ::core::ffi::c_void,
-                usize,
-                usize,
-                usize,
-                cudaMemcpyKind,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpy2DAsync` (or for `cudaMemcpy2DAsync_ptsz`, its per-thread-default-stream
+            // twin with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemcpy2DAsync`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29571,6 +30820,9 @@ pub unsafe fn cudaMemcpy2DAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpy2DAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(dst, dpitch, src, spitch, width, height, kind, stream)
             }
@@ -29631,7 +30883,7 @@ pub unsafe fn cudaMemcpy2DAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpy2DFromArray` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpy2DFromArray(
     dst: *mut ::core::ffi::c_void,
@@ -29645,16 +30897,12 @@ pub unsafe fn cudaMemcpy2DFromArray(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[265usize], &LIBRARY, 265usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                usize,
-                cudaArray_const_t,
-                usize,
-                usize,
-                usize,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpy2DFromArray` (or for `cudaMemcpy2DFromArray_ptds`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpy2DFromArray`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29669,6 +30917,9 @@ pub unsafe fn cudaMemcpy2DFromArray(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpy2DFromArray` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(dst, dpitch, src, wOffset, hOffset, width, height, kind)
             }
@@ -29736,7 +30987,7 @@ pub unsafe fn cudaMemcpy2DFromArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpy2DFromArrayAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpy2DFromArrayAsync(
     dst: *mut ::core::ffi::c_void,
@@ -29751,17 +31002,12 @@ pub unsafe fn cudaMemcpy2DFromArrayAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[266usize], &LIBRARY, 266usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                usize,
-                cudaArray_const_t,
-                usize,
-                usize,
-                usize,
-                usize,
-                cudaMemcpyKind,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpy2DFromArrayAsync` (or for `cudaMemcpy2DFromArrayAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpy2DFromArrayAsync`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29777,6 +31023,9 @@ pub unsafe fn cudaMemcpy2DFromArrayAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpy2DFromArrayAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     dst,
@@ -29847,7 +31096,7 @@ pub unsafe fn cudaMemcpy2DFromArrayAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpy2DToArray` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpy2DToArray(
     dst: cudaArray_t,
@@ -29861,16 +31110,12 @@ pub unsafe fn cudaMemcpy2DToArray(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[267usize], &LIBRARY, 267usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaArray_t,
-                usize,
-                usize,
-                *const ::core::ffi::c_void,
-                usize,
-                usize,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpy2DToArray` (or for `cudaMemcpy2DToArray_ptds`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpy2DToArray`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29885,6 +31130,9 @@ pub unsafe fn cudaMemcpy2DToArray(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpy2DToArray` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(dst, wOffset, hOffset, src, spitch, width, height, kind)
             }
@@ -29953,7 +31201,7 @@ pub unsafe fn cudaMemcpy2DToArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpy2DToArrayAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpy2DToArrayAsync(
     dst: cudaArray_t,
@@ -29968,17 +31216,12 @@ pub unsafe fn cudaMemcpy2DToArrayAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[268usize], &LIBRARY, 268usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaArray_t,
-                usize,
-                usize,
-                *const ::core::ffi::c_void,
-                usize,
-                usize,
-                usize,
-                cudaMemcpyKind,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpy2DToArrayAsync` (or for `cudaMemcpy2DToArrayAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpy2DToArrayAsync`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -29994,6 +31237,9 @@ pub unsafe fn cudaMemcpy2DToArrayAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpy2DToArrayAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     dst,
@@ -30123,19 +31369,25 @@ pub unsafe fn cudaMemcpy2DToArrayAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpy3D` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpy3D(p: *const cudaMemcpy3DParms) -> cudaError_t {
     match crate::loader::load(&SLOTS[269usize], &LIBRARY, 269usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const cudaMemcpy3DParms,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpy3D` (or for `cudaMemcpy3D_ptds`, its per-thread-default-stream twin with
+            // the same signature) in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemcpy3D`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*const cudaMemcpy3DParms) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpy3D` from `cuda_runtime_api.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(p) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30266,7 +31518,7 @@ pub unsafe fn cudaMemcpy3D(p: *const cudaMemcpy3DParms) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpy3DAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpy3DAsync(
     p: *const cudaMemcpy3DParms,
@@ -30274,10 +31526,12 @@ pub unsafe fn cudaMemcpy3DAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[270usize], &LIBRARY, 270usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const cudaMemcpy3DParms,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpy3DAsync` (or for `cudaMemcpy3DAsync_ptsz`, its per-thread-default-stream
+            // twin with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemcpy3DAsync`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30286,6 +31540,9 @@ pub unsafe fn cudaMemcpy3DAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpy3DAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(p, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30358,7 +31615,7 @@ pub unsafe fn cudaMemcpy3DAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpy3DBatchAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpy3DBatchAsync(
     numOps: usize,
@@ -30368,12 +31625,12 @@ pub unsafe fn cudaMemcpy3DBatchAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[271usize], &LIBRARY, 271usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                usize,
-                *mut cudaMemcpy3DBatchOp,
-                ::core::ffi::c_ulonglong,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpy3DBatchAsync` (or for `cudaMemcpy3DBatchAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpy3DBatchAsync`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30384,6 +31641,9 @@ pub unsafe fn cudaMemcpy3DBatchAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpy3DBatchAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(numOps, opList, flags, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30424,19 +31684,25 @@ pub unsafe fn cudaMemcpy3DBatchAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpy3DPeer` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpy3DPeer(p: *const cudaMemcpy3DPeerParms) -> cudaError_t {
     match crate::loader::load(&SLOTS[272usize], &LIBRARY, 272usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const cudaMemcpy3DPeerParms,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpy3DPeer` (or for `cudaMemcpy3DPeer_ptds`, its per-thread-default-stream
+            // twin with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemcpy3DPeer`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*const cudaMemcpy3DPeerParms) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpy3DPeer` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(p) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30472,7 +31738,7 @@ pub unsafe fn cudaMemcpy3DPeer(p: *const cudaMemcpy3DPeerParms) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpy3DPeerAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpy3DPeerAsync(
     p: *const cudaMemcpy3DPeerParms,
@@ -30480,10 +31746,12 @@ pub unsafe fn cudaMemcpy3DPeerAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[273usize], &LIBRARY, 273usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const cudaMemcpy3DPeerParms,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpy3DPeerAsync` (or for `cudaMemcpy3DPeerAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpy3DPeerAsync`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30492,6 +31760,9 @@ pub unsafe fn cudaMemcpy3DPeerAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpy3DPeerAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(p, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30523,7 +31794,7 @@ pub unsafe fn cudaMemcpy3DPeerAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpy3DWithAttributesAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpy3DWithAttributesAsync(
     op: *mut cudaMemcpy3DBatchOp,
@@ -30532,11 +31803,12 @@ pub unsafe fn cudaMemcpy3DWithAttributesAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[274usize], &LIBRARY, 274usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaMemcpy3DBatchOp,
-                ::core::ffi::c_ulonglong,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpy3DWithAttributesAsync` (or for `cudaMemcpy3DWithAttributesAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpy3DWithAttributesAsync`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30546,6 +31818,9 @@ pub unsafe fn cudaMemcpy3DWithAttributesAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpy3DWithAttributesAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(op, flags, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30597,7 +31872,7 @@ pub unsafe fn cudaMemcpy3DWithAttributesAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpyArrayToArray` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpyArrayToArray(
     dst: cudaArray_t,
@@ -30611,16 +31886,12 @@ pub unsafe fn cudaMemcpyArrayToArray(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[275usize], &LIBRARY, 275usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaArray_t,
-                usize,
-                usize,
-                cudaArray_const_t,
-                usize,
-                usize,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpyArrayToArray` (or for `cudaMemcpyArrayToArray_ptds`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpyArrayToArray`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30635,6 +31906,9 @@ pub unsafe fn cudaMemcpyArrayToArray(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpyArrayToArray` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     dst,
@@ -30710,7 +31984,7 @@ pub unsafe fn cudaMemcpyArrayToArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpyAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpyAsync(
     dst: *mut ::core::ffi::c_void,
@@ -30721,13 +31995,12 @@ pub unsafe fn cudaMemcpyAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[276usize], &LIBRARY, 276usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-                usize,
-                cudaMemcpyKind,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpyAsync` (or for `cudaMemcpyAsync_ptsz`, its per-thread-default-stream twin
+            // with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemcpyAsync`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30739,6 +32012,9 @@ pub unsafe fn cudaMemcpyAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpyAsync` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dst, src, count, kind, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -30815,7 +32091,7 @@ pub unsafe fn cudaMemcpyAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpyBatchAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpyBatchAsync(
     dsts: *const *mut ::core::ffi::c_void,
@@ -30829,16 +32105,12 @@ pub unsafe fn cudaMemcpyBatchAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[277usize], &LIBRARY, 277usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const *mut ::core::ffi::c_void,
-                *const *const ::core::ffi::c_void,
-                *const usize,
-                usize,
-                *mut cudaMemcpyAttributes,
-                *mut usize,
-                usize,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpyBatchAsync` (or for `cudaMemcpyBatchAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpyBatchAsync`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30853,6 +32125,9 @@ pub unsafe fn cudaMemcpyBatchAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpyBatchAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     dsts,
@@ -30914,7 +32189,7 @@ pub unsafe fn cudaMemcpyBatchAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpyFromArray` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpyFromArray(
     dst: *mut ::core::ffi::c_void,
@@ -30926,14 +32201,12 @@ pub unsafe fn cudaMemcpyFromArray(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[278usize], &LIBRARY, 278usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                cudaArray_const_t,
-                usize,
-                usize,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpyFromArray` (or for `cudaMemcpyFromArray_ptds`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpyFromArray`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -30946,6 +32219,9 @@ pub unsafe fn cudaMemcpyFromArray(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpyFromArray` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dst, src, wOffset, hOffset, count, kind) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31004,7 +32280,7 @@ pub unsafe fn cudaMemcpyFromArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpyFromArrayAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpyFromArrayAsync(
     dst: *mut ::core::ffi::c_void,
@@ -31017,15 +32293,12 @@ pub unsafe fn cudaMemcpyFromArrayAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[279usize], &LIBRARY, 279usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                cudaArray_const_t,
-                usize,
-                usize,
-                usize,
-                cudaMemcpyKind,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpyFromArrayAsync` (or for `cudaMemcpyFromArrayAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpyFromArrayAsync`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31039,6 +32312,9 @@ pub unsafe fn cudaMemcpyFromArrayAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpyFromArrayAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dst, src, wOffset, hOffset, count, kind, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31090,7 +32366,7 @@ pub unsafe fn cudaMemcpyFromArrayAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpyFromSymbol` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpyFromSymbol(
     dst: *mut ::core::ffi::c_void,
@@ -31101,13 +32377,12 @@ pub unsafe fn cudaMemcpyFromSymbol(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[280usize], &LIBRARY, 280usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-                usize,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpyFromSymbol` (or for `cudaMemcpyFromSymbol_ptds`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpyFromSymbol`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31119,6 +32394,9 @@ pub unsafe fn cudaMemcpyFromSymbol(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpyFromSymbol` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dst, symbol, count, offset, kind) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31178,7 +32456,7 @@ pub unsafe fn cudaMemcpyFromSymbol(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpyFromSymbolAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpyFromSymbolAsync(
     dst: *mut ::core::ffi::c_void,
@@ -31190,14 +32468,12 @@ pub unsafe fn cudaMemcpyFromSymbolAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[281usize], &LIBRARY, 281usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-                usize,
-                usize,
-                cudaMemcpyKind,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpyFromSymbolAsync` (or for `cudaMemcpyFromSymbolAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpyFromSymbolAsync`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31210,6 +32486,9 @@ pub unsafe fn cudaMemcpyFromSymbolAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpyFromSymbolAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dst, symbol, count, offset, kind, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31253,7 +32532,7 @@ pub unsafe fn cudaMemcpyFromSymbolAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpyPeer` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpyPeer(
     dst: *mut ::core::ffi::c_void,
@@ -31264,13 +32543,11 @@ pub unsafe fn cudaMemcpyPeer(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[282usize], &LIBRARY, 282usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                ::core::ffi::c_int,
-                *const ::core::ffi::c_void,
-                ::core::ffi::c_int,
-                usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpyPeer` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemcpyPeer`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31282,6 +32559,9 @@ pub unsafe fn cudaMemcpyPeer(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpyPeer` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dst, dstDevice, src, srcDevice, count) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31325,7 +32605,7 @@ pub unsafe fn cudaMemcpyPeer(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpyPeerAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpyPeerAsync(
     dst: *mut ::core::ffi::c_void,
@@ -31337,14 +32617,11 @@ pub unsafe fn cudaMemcpyPeerAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[283usize], &LIBRARY, 283usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                ::core::ffi::c_int,
-                *const ::core::ffi::c_void,
-                ::core::ffi::c_int,
-                usize,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpyPeerAsync` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemcpyPeerAsync`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31357,6 +32634,9 @@ pub unsafe fn cudaMemcpyPeerAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpyPeerAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dst, dstDevice, src, srcDevice, count, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31408,7 +32688,7 @@ pub unsafe fn cudaMemcpyPeerAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpyToArray` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpyToArray(
     dst: cudaArray_t,
@@ -31420,14 +32700,12 @@ pub unsafe fn cudaMemcpyToArray(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[284usize], &LIBRARY, 284usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaArray_t,
-                usize,
-                usize,
-                *const ::core::ffi::c_void,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpyToArray` (or for `cudaMemcpyToArray_ptds`, its per-thread-default-stream
+            // twin with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemcpyToArray`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31440,6 +32718,9 @@ pub unsafe fn cudaMemcpyToArray(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpyToArray` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dst, wOffset, hOffset, src, count, kind) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31499,7 +32780,7 @@ pub unsafe fn cudaMemcpyToArray(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpyToArrayAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpyToArrayAsync(
     dst: cudaArray_t,
@@ -31512,15 +32793,12 @@ pub unsafe fn cudaMemcpyToArrayAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[285usize], &LIBRARY, 285usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaArray_t,
-                usize,
-                usize,
-                *const ::core::ffi::c_void,
-                usize,
-                cudaMemcpyKind,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpyToArrayAsync` (or for `cudaMemcpyToArrayAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpyToArrayAsync`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31534,6 +32812,9 @@ pub unsafe fn cudaMemcpyToArrayAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpyToArrayAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dst, wOffset, hOffset, src, count, kind, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31585,7 +32866,7 @@ pub unsafe fn cudaMemcpyToArrayAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpyToSymbol` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpyToSymbol(
     symbol: *const ::core::ffi::c_void,
@@ -31596,13 +32877,12 @@ pub unsafe fn cudaMemcpyToSymbol(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[286usize], &LIBRARY, 286usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-                usize,
-                usize,
-                cudaMemcpyKind,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpyToSymbol` (or for `cudaMemcpyToSymbol_ptds`, its per-thread-default-stream
+            // twin with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemcpyToSymbol`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31614,6 +32894,9 @@ pub unsafe fn cudaMemcpyToSymbol(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpyToSymbol` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(symbol, src, count, offset, kind) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31673,7 +32956,7 @@ pub unsafe fn cudaMemcpyToSymbol(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpyToSymbolAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpyToSymbolAsync(
     symbol: *const ::core::ffi::c_void,
@@ -31685,14 +32968,12 @@ pub unsafe fn cudaMemcpyToSymbolAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[287usize], &LIBRARY, 287usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-                usize,
-                usize,
-                cudaMemcpyKind,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpyToSymbolAsync` (or for `cudaMemcpyToSymbolAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpyToSymbolAsync`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31705,6 +32986,9 @@ pub unsafe fn cudaMemcpyToSymbolAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpyToSymbolAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(symbol, src, count, offset, kind, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31740,7 +33024,7 @@ pub unsafe fn cudaMemcpyToSymbolAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemcpyWithAttributesAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemcpyWithAttributesAsync(
     dst: *mut ::core::ffi::c_void,
@@ -31751,13 +33035,12 @@ pub unsafe fn cudaMemcpyWithAttributesAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[288usize], &LIBRARY, 288usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                *const ::core::ffi::c_void,
-                usize,
-                *mut cudaMemcpyAttributes,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemcpyWithAttributesAsync` (or for `cudaMemcpyWithAttributesAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaMemcpyWithAttributesAsync`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31769,6 +33052,9 @@ pub unsafe fn cudaMemcpyWithAttributesAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemcpyWithAttributesAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dst, src, size, attr, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31805,7 +33091,7 @@ pub unsafe fn cudaMemcpyWithAttributesAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemset` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemset(
     devPtr: *mut ::core::ffi::c_void,
@@ -31814,11 +33100,12 @@ pub unsafe fn cudaMemset(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[289usize], &LIBRARY, 289usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                ::core::ffi::c_int,
-                usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemset` (or for `cudaMemset_ptds`, its per-thread-default-stream twin with the
+            // same signature) in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemset`, with exactly this signature, so the address is a C function
+            // of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31828,6 +33115,9 @@ pub unsafe fn cudaMemset(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemset` from `cuda_runtime_api.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr, value, count) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31870,7 +33160,7 @@ pub unsafe fn cudaMemset(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemset2D` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemset2D(
     devPtr: *mut ::core::ffi::c_void,
@@ -31881,13 +33171,12 @@ pub unsafe fn cudaMemset2D(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[290usize], &LIBRARY, 290usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                usize,
-                ::core::ffi::c_int,
-                usize,
-                usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemset2D` (or for `cudaMemset2D_ptds`, its per-thread-default-stream twin with
+            // the same signature) in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemset2D`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31899,6 +33188,9 @@ pub unsafe fn cudaMemset2D(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemset2D` from `cuda_runtime_api.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr, pitch, value, width, height) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -31948,7 +33240,7 @@ pub unsafe fn cudaMemset2D(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemset2DAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemset2DAsync(
     devPtr: *mut ::core::ffi::c_void,
@@ -31960,14 +33252,12 @@ pub unsafe fn cudaMemset2DAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[291usize], &LIBRARY, 291usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                usize,
-                ::core::ffi::c_int,
-                usize,
-                usize,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemset2DAsync` (or for `cudaMemset2DAsync_ptsz`, its per-thread-default-stream
+            // twin with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemset2DAsync`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -31980,6 +33270,9 @@ pub unsafe fn cudaMemset2DAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemset2DAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr, pitch, value, width, height, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32034,7 +33327,7 @@ pub unsafe fn cudaMemset2DAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemset3D` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemset3D(
     pitchedDevPtr: cudaPitchedPtr,
@@ -32043,11 +33336,12 @@ pub unsafe fn cudaMemset3D(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[292usize], &LIBRARY, 292usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaPitchedPtr,
-                ::core::ffi::c_int,
-                cudaExtent,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemset3D` (or for `cudaMemset3D_ptds`, its per-thread-default-stream twin with
+            // the same signature) in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaMemset3D`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32057,6 +33351,9 @@ pub unsafe fn cudaMemset3D(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemset3D` from `cuda_runtime_api.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pitchedDevPtr, value, extent) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32118,7 +33415,7 @@ pub unsafe fn cudaMemset3D(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemset3DAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemset3DAsync(
     pitchedDevPtr: cudaPitchedPtr,
@@ -32128,12 +33425,12 @@ pub unsafe fn cudaMemset3DAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[293usize], &LIBRARY, 293usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaPitchedPtr,
-                ::core::ffi::c_int,
-                cudaExtent,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemset3DAsync` (or for `cudaMemset3DAsync_ptsz`, its per-thread-default-stream
+            // twin with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemset3DAsync`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32144,6 +33441,9 @@ pub unsafe fn cudaMemset3DAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemset3DAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pitchedDevPtr, value, extent, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32188,7 +33488,7 @@ pub unsafe fn cudaMemset3DAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMemsetAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMemsetAsync(
     devPtr: *mut ::core::ffi::c_void,
@@ -32198,12 +33498,12 @@ pub unsafe fn cudaMemsetAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[294usize], &LIBRARY, 294usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_void,
-                ::core::ffi::c_int,
-                usize,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMemsetAsync` (or for `cudaMemsetAsync_ptsz`, its per-thread-default-stream twin
+            // with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMemsetAsync`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32214,6 +33514,9 @@ pub unsafe fn cudaMemsetAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMemsetAsync` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(devPtr, value, count, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32246,7 +33549,7 @@ pub unsafe fn cudaMemsetAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMipmappedArrayGetMemoryRequirements` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMipmappedArrayGetMemoryRequirements(
     memoryRequirements: *mut cudaArrayMemoryRequirements,
@@ -32255,11 +33558,11 @@ pub unsafe fn cudaMipmappedArrayGetMemoryRequirements(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[295usize], &LIBRARY, 295usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaArrayMemoryRequirements,
-                cudaMipmappedArray_t,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMipmappedArrayGetMemoryRequirements` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMipmappedArrayGetMemoryRequirements`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32269,6 +33572,9 @@ pub unsafe fn cudaMipmappedArrayGetMemoryRequirements(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMipmappedArrayGetMemoryRequirements`
+            // from `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments
+            // go unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(memoryRequirements, mipmap, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32281,7 +33587,7 @@ pub unsafe fn cudaMipmappedArrayGetMemoryRequirements(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaMipmappedArrayGetSparseProperties` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaMipmappedArrayGetSparseProperties(
     sparseProperties: *mut cudaArraySparseProperties,
@@ -32289,10 +33595,11 @@ pub unsafe fn cudaMipmappedArrayGetSparseProperties(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[296usize], &LIBRARY, 296usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaArraySparseProperties,
-                cudaMipmappedArray_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaMipmappedArrayGetSparseProperties` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaMipmappedArrayGetSparseProperties`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32301,6 +33608,9 @@ pub unsafe fn cudaMipmappedArrayGetSparseProperties(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaMipmappedArrayGetSparseProperties` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(sparseProperties, mipmap) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32339,7 +33649,7 @@ pub unsafe fn cudaMipmappedArrayGetSparseProperties(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaOccupancyAvailableDynamicSMemPerBlock` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaOccupancyAvailableDynamicSMemPerBlock(
     dynamicSmemSize: *mut usize,
@@ -32349,12 +33659,11 @@ pub unsafe fn cudaOccupancyAvailableDynamicSMemPerBlock(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[297usize], &LIBRARY, 297usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut usize,
-                *const ::core::ffi::c_void,
-                ::core::ffi::c_int,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaOccupancyAvailableDynamicSMemPerBlock` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaOccupancyAvailableDynamicSMemPerBlock`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32365,6 +33674,9 @@ pub unsafe fn cudaOccupancyAvailableDynamicSMemPerBlock(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaOccupancyAvailableDynamicSMemPerBlock`
+            // from `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments
+            // go unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dynamicSmemSize, func, numBlocks, blockSize) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32405,7 +33717,7 @@ pub unsafe fn cudaOccupancyAvailableDynamicSMemPerBlock(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaOccupancyMaxActiveBlocksPerMultiprocessor` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessor(
     numBlocks: *mut ::core::ffi::c_int,
@@ -32415,12 +33727,12 @@ pub unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessor(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[298usize], &LIBRARY, 298usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-                *const ::core::ffi::c_void,
-                ::core::ffi::c_int,
-                usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaOccupancyMaxActiveBlocksPerMultiprocessor` in libcudart; that export is the
+            // function `cuda_runtime_api.h` declares as
+            // `cudaOccupancyMaxActiveBlocksPerMultiprocessor`, with exactly this signature, so the
+            // address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32431,6 +33743,10 @@ pub unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessor(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `cudaOccupancyMaxActiveBlocksPerMultiprocessor` from `cuda_runtime_api.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(numBlocks, func, blockSize, dynamicSMemSize) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32485,7 +33801,7 @@ pub unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessor(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     numBlocks: *mut ::core::ffi::c_int,
@@ -32496,13 +33812,12 @@ pub unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[299usize], &LIBRARY, 299usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-                *const ::core::ffi::c_void,
-                ::core::ffi::c_int,
-                usize,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags` in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as
+            // `cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32514,6 +33829,10 @@ pub unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of
+            // `cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(numBlocks, func, blockSize, dynamicSMemSize, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32561,7 +33880,7 @@ pub unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaOccupancyMaxActiveClusters` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaOccupancyMaxActiveClusters(
     numClusters: *mut ::core::ffi::c_int,
@@ -32570,11 +33889,11 @@ pub unsafe fn cudaOccupancyMaxActiveClusters(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[300usize], &LIBRARY, 300usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-                *const ::core::ffi::c_void,
-                *const cudaLaunchConfig_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaOccupancyMaxActiveClusters` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaOccupancyMaxActiveClusters`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32584,6 +33903,9 @@ pub unsafe fn cudaOccupancyMaxActiveClusters(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaOccupancyMaxActiveClusters` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(numClusters, func, launchConfig) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32628,7 +33950,7 @@ pub unsafe fn cudaOccupancyMaxActiveClusters(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaOccupancyMaxPotentialClusterSize` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaOccupancyMaxPotentialClusterSize(
     clusterSize: *mut ::core::ffi::c_int,
@@ -32637,11 +33959,11 @@ pub unsafe fn cudaOccupancyMaxPotentialClusterSize(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[301usize], &LIBRARY, 301usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-                *const ::core::ffi::c_void,
-                *const cudaLaunchConfig_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaOccupancyMaxPotentialClusterSize` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaOccupancyMaxPotentialClusterSize`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32651,6 +33973,9 @@ pub unsafe fn cudaOccupancyMaxPotentialClusterSize(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaOccupancyMaxPotentialClusterSize` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(clusterSize, func, launchConfig) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32710,17 +34035,24 @@ pub unsafe fn cudaOccupancyMaxPotentialClusterSize(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaPeekAtLastError` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaPeekAtLastError() -> cudaError_t {
     match crate::loader::load(&SLOTS[302usize], &LIBRARY, 302usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn() -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaPeekAtLastError` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaPeekAtLastError`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn() -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaPeekAtLastError` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn() }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32799,7 +34131,7 @@ pub unsafe fn cudaPeekAtLastError() -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaPointerGetAttributes` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaPointerGetAttributes(
     attributes: *mut cudaPointerAttributes,
@@ -32807,10 +34139,11 @@ pub unsafe fn cudaPointerGetAttributes(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[303usize], &LIBRARY, 303usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaPointerAttributes,
-                *const ::core::ffi::c_void,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaPointerGetAttributes` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaPointerGetAttributes`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -32819,6 +34152,9 @@ pub unsafe fn cudaPointerGetAttributes(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaPointerGetAttributes` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(attributes, ptr) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32861,21 +34197,26 @@ pub unsafe fn cudaPointerGetAttributes(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaRuntimeGetVersion` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaRuntimeGetVersion(
     runtimeVersion: *mut ::core::ffi::c_int,
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[304usize], &LIBRARY, 304usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaRuntimeGetVersion` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaRuntimeGetVersion`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut ::core::ffi::c_int) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaRuntimeGetVersion` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(runtimeVersion) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -32932,17 +34273,24 @@ pub unsafe fn cudaRuntimeGetVersion(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaSetDevice` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaSetDevice(device: ::core::ffi::c_int) -> cudaError_t {
     match crate::loader::load(&SLOTS[305usize], &LIBRARY, 305usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(::core::ffi::c_int) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaSetDevice` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaSetDevice`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(::core::ffi::c_int) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaSetDevice` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33021,19 +34369,24 @@ pub unsafe fn cudaSetDevice(device: ::core::ffi::c_int) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaSetDeviceFlags` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaSetDeviceFlags(flags: ::core::ffi::c_uint) -> cudaError_t {
     match crate::loader::load(&SLOTS[306usize], &LIBRARY, 306usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaSetDeviceFlags` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaSetDeviceFlags`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(::core::ffi::c_uint) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaSetDeviceFlags` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33073,7 +34426,7 @@ pub unsafe fn cudaSetDeviceFlags(flags: ::core::ffi::c_uint) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaSetValidDevices` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaSetValidDevices(
     device_arr: *mut ::core::ffi::c_int,
@@ -33081,10 +34434,11 @@ pub unsafe fn cudaSetValidDevices(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[307usize], &LIBRARY, 307usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut ::core::ffi::c_int,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaSetValidDevices` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaSetValidDevices`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33093,6 +34447,9 @@ pub unsafe fn cudaSetValidDevices(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaSetValidDevices` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(device_arr, len) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33197,7 +34554,7 @@ pub unsafe fn cudaSetValidDevices(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaSignalExternalSemaphoresAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaSignalExternalSemaphoresAsync(
     extSemArray: *const cudaExternalSemaphore_t,
@@ -33207,12 +34564,12 @@ pub unsafe fn cudaSignalExternalSemaphoresAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[308usize], &LIBRARY, 308usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const cudaExternalSemaphore_t,
-                *const cudaExternalSemaphoreSignalParams,
-                ::core::ffi::c_uint,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaSignalExternalSemaphoresAsync` (or for `cudaSignalExternalSemaphoresAsync_ptsz`,
+            // its per-thread-default-stream twin with the same signature) in libcudart; that export
+            // is the function `cuda_runtime_api.h` declares as `cudaSignalExternalSemaphoresAsync`,
+            // with exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33223,6 +34580,9 @@ pub unsafe fn cudaSignalExternalSemaphoresAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaSignalExternalSemaphoresAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(extSemArray, paramsArray, numExtSems, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33298,7 +34658,7 @@ pub unsafe fn cudaSignalExternalSemaphoresAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamAddCallback` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamAddCallback(
     stream: cudaStream_t,
@@ -33308,12 +34668,12 @@ pub unsafe fn cudaStreamAddCallback(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[309usize], &LIBRARY, 309usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                cudaStreamCallback_t,
-                *mut ::core::ffi::c_void,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamAddCallback` (or for `cudaStreamAddCallback_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaStreamAddCallback`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33324,6 +34684,9 @@ pub unsafe fn cudaStreamAddCallback(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamAddCallback` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stream, callback, userData, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33336,7 +34699,7 @@ pub unsafe fn cudaStreamAddCallback(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamAttachMemAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamAttachMemAsync(
     stream: cudaStream_t,
@@ -33346,12 +34709,12 @@ pub unsafe fn cudaStreamAttachMemAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[310usize], &LIBRARY, 310usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                *mut ::core::ffi::c_void,
-                usize,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamAttachMemAsync` (or for `cudaStreamAttachMemAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaStreamAttachMemAsync`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33362,6 +34725,9 @@ pub unsafe fn cudaStreamAttachMemAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamAttachMemAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stream, devPtr, length, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33406,7 +34772,7 @@ pub unsafe fn cudaStreamAttachMemAsync(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamBeginCapture` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamBeginCapture(
     stream: cudaStream_t,
@@ -33414,10 +34780,12 @@ pub unsafe fn cudaStreamBeginCapture(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[311usize], &LIBRARY, 311usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                cudaStreamCaptureMode,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamBeginCapture` (or for `cudaStreamBeginCapture_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaStreamBeginCapture`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33426,6 +34794,9 @@ pub unsafe fn cudaStreamBeginCapture(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamBeginCapture` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stream, mode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33475,7 +34846,7 @@ pub unsafe fn cudaStreamBeginCapture(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamBeginCaptureToGraph` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamBeginCaptureToGraph(
     stream: cudaStream_t,
@@ -33487,14 +34858,12 @@ pub unsafe fn cudaStreamBeginCaptureToGraph(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[312usize], &LIBRARY, 312usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                cudaGraph_t,
-                *const cudaGraphNode_t,
-                *const cudaGraphEdgeData,
-                usize,
-                cudaStreamCaptureMode,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamBeginCaptureToGraph` (or for `cudaStreamBeginCaptureToGraph_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaStreamBeginCaptureToGraph`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33507,6 +34876,9 @@ pub unsafe fn cudaStreamBeginCaptureToGraph(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamBeginCaptureToGraph` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     stream,
@@ -33564,7 +34936,7 @@ pub unsafe fn cudaStreamBeginCaptureToGraph(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamBeginRecaptureToGraph` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamBeginRecaptureToGraph(
     stream: cudaStream_t,
@@ -33574,12 +34946,12 @@ pub unsafe fn cudaStreamBeginRecaptureToGraph(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[313usize], &LIBRARY, 313usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                cudaStreamCaptureMode,
-                cudaGraph_t,
-                *mut cudaGraphRecaptureCallbackData,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamBeginRecaptureToGraph` (or for `cudaStreamBeginRecaptureToGraph_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaStreamBeginRecaptureToGraph`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33590,6 +34962,9 @@ pub unsafe fn cudaStreamBeginRecaptureToGraph(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamBeginRecaptureToGraph` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stream, mode, graph, callbackData) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33618,7 +34993,7 @@ pub unsafe fn cudaStreamBeginRecaptureToGraph(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamCopyAttributes` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamCopyAttributes(
     dst: cudaStream_t,
@@ -33626,15 +35001,20 @@ pub unsafe fn cudaStreamCopyAttributes(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[314usize], &LIBRARY, 314usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamCopyAttributes` (or for `cudaStreamCopyAttributes_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaStreamCopyAttributes`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaStream_t, cudaStream_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamCopyAttributes` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(dst, src) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33676,17 +35056,24 @@ pub unsafe fn cudaStreamCopyAttributes(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamCreate` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamCreate(pStream: *mut cudaStream_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[315usize], &LIBRARY, 315usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(*mut cudaStream_t) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamCreate` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaStreamCreate`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut cudaStream_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamCreate` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pStream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33733,7 +35120,7 @@ pub unsafe fn cudaStreamCreate(pStream: *mut cudaStream_t) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamCreateWithFlags` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamCreateWithFlags(
     pStream: *mut cudaStream_t,
@@ -33741,10 +35128,11 @@ pub unsafe fn cudaStreamCreateWithFlags(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[316usize], &LIBRARY, 316usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaStream_t,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamCreateWithFlags` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaStreamCreateWithFlags`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33753,6 +35141,9 @@ pub unsafe fn cudaStreamCreateWithFlags(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamCreateWithFlags` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pStream, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33814,7 +35205,7 @@ pub unsafe fn cudaStreamCreateWithFlags(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamCreateWithPriority` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamCreateWithPriority(
     pStream: *mut cudaStream_t,
@@ -33823,11 +35214,11 @@ pub unsafe fn cudaStreamCreateWithPriority(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[317usize], &LIBRARY, 317usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaStream_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamCreateWithPriority` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaStreamCreateWithPriority`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33837,6 +35228,9 @@ pub unsafe fn cudaStreamCreateWithPriority(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamCreateWithPriority` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(pStream, flags, priority) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33877,17 +35271,24 @@ pub unsafe fn cudaStreamCreateWithPriority(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamDestroy` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamDestroy(stream: cudaStream_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[318usize], &LIBRARY, 318usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(cudaStream_t) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamDestroy` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaStreamDestroy`, with exactly this signature, so the address is a C
+            // function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaStream_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamDestroy` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33925,7 +35326,7 @@ pub unsafe fn cudaStreamDestroy(stream: cudaStream_t) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamEndCapture` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamEndCapture(
     stream: cudaStream_t,
@@ -33933,15 +35334,20 @@ pub unsafe fn cudaStreamEndCapture(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[319usize], &LIBRARY, 319usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                *mut cudaGraph_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamEndCapture` (or for `cudaStreamEndCapture_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaStreamEndCapture`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaStream_t, *mut cudaGraph_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamEndCapture` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stream, pGraph) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -33971,7 +35377,7 @@ pub unsafe fn cudaStreamEndCapture(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamGetAttribute` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamGetAttribute(
     hStream: cudaStream_t,
@@ -33980,11 +35386,12 @@ pub unsafe fn cudaStreamGetAttribute(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[320usize], &LIBRARY, 320usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                cudaLaunchAttributeID,
-                *mut cudaLaunchAttributeValue,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamGetAttribute` (or for `cudaStreamGetAttribute_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaStreamGetAttribute`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -33994,6 +35401,9 @@ pub unsafe fn cudaStreamGetAttribute(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamGetAttribute` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hStream, attr, value_out) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34061,7 +35471,7 @@ pub unsafe fn cudaStreamGetAttribute(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamGetCaptureInfo` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamGetCaptureInfo(
     stream: cudaStream_t,
@@ -34074,15 +35484,12 @@ pub unsafe fn cudaStreamGetCaptureInfo(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[321usize], &LIBRARY, 321usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                *mut cudaStreamCaptureStatus,
-                *mut ::core::ffi::c_ulonglong,
-                *mut cudaGraph_t,
-                *mut *const cudaGraphNode_t,
-                *mut *const cudaGraphEdgeData,
-                *mut usize,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamGetCaptureInfo` (or for `cudaStreamGetCaptureInfo_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaStreamGetCaptureInfo`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34096,6 +35503,9 @@ pub unsafe fn cudaStreamGetCaptureInfo(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamGetCaptureInfo` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     stream,
@@ -34149,7 +35559,7 @@ pub unsafe fn cudaStreamGetCaptureInfo(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamGetDevResource` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamGetDevResource(
     hStream: cudaStream_t,
@@ -34158,11 +35568,12 @@ pub unsafe fn cudaStreamGetDevResource(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[322usize], &LIBRARY, 322usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                *mut cudaDevResource,
-                cudaDevResourceType,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamGetDevResource` (or for `cudaStreamGetDevResource_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaStreamGetDevResource`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34172,6 +35583,9 @@ pub unsafe fn cudaStreamGetDevResource(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamGetDevResource` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hStream, resource, type_) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34206,7 +35620,7 @@ pub unsafe fn cudaStreamGetDevResource(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamGetDevice` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamGetDevice(
     hStream: cudaStream_t,
@@ -34214,10 +35628,12 @@ pub unsafe fn cudaStreamGetDevice(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[323usize], &LIBRARY, 323usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                *mut ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamGetDevice` (or for `cudaStreamGetDevice_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaStreamGetDevice`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34226,6 +35642,9 @@ pub unsafe fn cudaStreamGetDevice(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamGetDevice` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hStream, device) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34260,7 +35679,7 @@ pub unsafe fn cudaStreamGetDevice(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamGetFlags` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamGetFlags(
     hStream: cudaStream_t,
@@ -34268,10 +35687,12 @@ pub unsafe fn cudaStreamGetFlags(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[324usize], &LIBRARY, 324usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                *mut ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamGetFlags` (or for `cudaStreamGetFlags_ptsz`, its per-thread-default-stream
+            // twin with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaStreamGetFlags`, with exactly this signature,
+            // so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34280,6 +35701,9 @@ pub unsafe fn cudaStreamGetFlags(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamGetFlags` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hStream, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34325,7 +35749,7 @@ pub unsafe fn cudaStreamGetFlags(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamGetId` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamGetId(
     hStream: cudaStream_t,
@@ -34333,10 +35757,12 @@ pub unsafe fn cudaStreamGetId(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[325usize], &LIBRARY, 325usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                *mut ::core::ffi::c_ulonglong,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamGetId` (or for `cudaStreamGetId_ptsz`, its per-thread-default-stream twin
+            // with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaStreamGetId`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34345,6 +35771,9 @@ pub unsafe fn cudaStreamGetId(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamGetId` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hStream, streamId) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34382,7 +35811,7 @@ pub unsafe fn cudaStreamGetId(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamGetPriority` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamGetPriority(
     hStream: cudaStream_t,
@@ -34390,10 +35819,12 @@ pub unsafe fn cudaStreamGetPriority(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[326usize], &LIBRARY, 326usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                *mut ::core::ffi::c_int,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamGetPriority` (or for `cudaStreamGetPriority_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaStreamGetPriority`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34402,6 +35833,9 @@ pub unsafe fn cudaStreamGetPriority(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamGetPriority` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hStream, priority) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34448,7 +35882,7 @@ pub unsafe fn cudaStreamGetPriority(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamIsCapturing` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamIsCapturing(
     stream: cudaStream_t,
@@ -34456,10 +35890,12 @@ pub unsafe fn cudaStreamIsCapturing(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[327usize], &LIBRARY, 327usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                *mut cudaStreamCaptureStatus,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamIsCapturing` (or for `cudaStreamIsCapturing_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaStreamIsCapturing`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34468,6 +35904,9 @@ pub unsafe fn cudaStreamIsCapturing(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamIsCapturing` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stream, pCaptureStatus) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34501,17 +35940,25 @@ pub unsafe fn cudaStreamIsCapturing(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamQuery` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamQuery(stream: cudaStream_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[328usize], &LIBRARY, 328usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(cudaStream_t) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamQuery` (or for `cudaStreamQuery_ptsz`, its per-thread-default-stream twin
+            // with the same signature) in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaStreamQuery`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaStream_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamQuery` from `cuda_runtime_api.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34542,7 +35989,7 @@ pub unsafe fn cudaStreamQuery(stream: cudaStream_t) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamSetAttribute` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamSetAttribute(
     hStream: cudaStream_t,
@@ -34551,11 +35998,12 @@ pub unsafe fn cudaStreamSetAttribute(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[329usize], &LIBRARY, 329usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                cudaLaunchAttributeID,
-                *const cudaLaunchAttributeValue,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamSetAttribute` (or for `cudaStreamSetAttribute_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaStreamSetAttribute`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34565,6 +36013,9 @@ pub unsafe fn cudaStreamSetAttribute(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamSetAttribute` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hStream, attr, value) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34596,17 +36047,25 @@ pub unsafe fn cudaStreamSetAttribute(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamSynchronize` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamSynchronize(stream: cudaStream_t) -> cudaError_t {
     match crate::loader::load(&SLOTS[330usize], &LIBRARY, 330usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(cudaStream_t) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamSynchronize` (or for `cudaStreamSynchronize_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaStreamSynchronize`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(cudaStream_t) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamSynchronize` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34650,7 +36109,7 @@ pub unsafe fn cudaStreamSynchronize(stream: cudaStream_t) -> cudaError_t {
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamUpdateCaptureDependencies` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamUpdateCaptureDependencies(
     stream: cudaStream_t,
@@ -34661,13 +36120,13 @@ pub unsafe fn cudaStreamUpdateCaptureDependencies(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[331usize], &LIBRARY, 331usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                *mut cudaGraphNode_t,
-                *const cudaGraphEdgeData,
-                usize,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamUpdateCaptureDependencies` (or for
+            // `cudaStreamUpdateCaptureDependencies_ptsz`, its per-thread-default-stream twin with
+            // the same signature) in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaStreamUpdateCaptureDependencies`, with exactly this signature, so
+            // the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34679,6 +36138,9 @@ pub unsafe fn cudaStreamUpdateCaptureDependencies(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamUpdateCaptureDependencies` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe {
                 __cuda_sys_fn(
                     stream,
@@ -34726,7 +36188,7 @@ pub unsafe fn cudaStreamUpdateCaptureDependencies(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaStreamWaitEvent` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaStreamWaitEvent(
     stream: cudaStream_t,
@@ -34735,11 +36197,12 @@ pub unsafe fn cudaStreamWaitEvent(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[332usize], &LIBRARY, 332usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaStream_t,
-                cudaEvent_t,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaStreamWaitEvent` (or for `cudaStreamWaitEvent_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaStreamWaitEvent`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34749,6 +36212,9 @@ pub unsafe fn cudaStreamWaitEvent(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaStreamWaitEvent` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(stream, event, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34810,21 +36276,26 @@ pub unsafe fn cudaStreamWaitEvent(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaThreadExchangeStreamCaptureMode` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaThreadExchangeStreamCaptureMode(
     mode: *mut cudaStreamCaptureMode,
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[333usize], &LIBRARY, 333usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaStreamCaptureMode,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaThreadExchangeStreamCaptureMode` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaThreadExchangeStreamCaptureMode`, with exactly
+            // this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(*mut cudaStreamCaptureMode) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaThreadExchangeStreamCaptureMode` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(mode) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34869,7 +36340,7 @@ pub unsafe fn cudaThreadExchangeStreamCaptureMode(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaUserObjectCreate` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaUserObjectCreate(
     object_out: *mut cudaUserObject_t,
@@ -34880,13 +36351,11 @@ pub unsafe fn cudaUserObjectCreate(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[334usize], &LIBRARY, 334usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *mut cudaUserObject_t,
-                *mut ::core::ffi::c_void,
-                cudaHostFn_t,
-                ::core::ffi::c_uint,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaUserObjectCreate` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaUserObjectCreate`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34898,6 +36367,9 @@ pub unsafe fn cudaUserObjectCreate(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaUserObjectCreate` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(object_out, ptr, destroy, initialRefcount, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34934,7 +36406,7 @@ pub unsafe fn cudaUserObjectCreate(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaUserObjectRelease` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaUserObjectRelease(
     object: cudaUserObject_t,
@@ -34942,10 +36414,11 @@ pub unsafe fn cudaUserObjectRelease(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[335usize], &LIBRARY, 335usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaUserObject_t,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaUserObjectRelease` in libcudart; that export is the function
+            // `cuda_runtime_api.h` declares as `cudaUserObjectRelease`, with exactly this
+            // signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -34954,6 +36427,9 @@ pub unsafe fn cudaUserObjectRelease(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaUserObjectRelease` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(object, count) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -34986,7 +36462,7 @@ pub unsafe fn cudaUserObjectRelease(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaUserObjectRetain` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaUserObjectRetain(
     object: cudaUserObject_t,
@@ -34994,10 +36470,11 @@ pub unsafe fn cudaUserObjectRetain(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[336usize], &LIBRARY, 336usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                cudaUserObject_t,
-                ::core::ffi::c_uint,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaUserObjectRetain` in libcudart; that export is the function `cuda_runtime_api.h`
+            // declares as `cudaUserObjectRetain`, with exactly this signature, so the address is a
+            // C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35006,6 +36483,9 @@ pub unsafe fn cudaUserObjectRetain(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaUserObjectRetain` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(object, count) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
@@ -35090,7 +36570,7 @@ pub unsafe fn cudaUserObjectRetain(
 */
 /** # Safety
 
- This is the raw C function: every pointer must be valid for the access the CUDA documentation describes, handles must be live, and the call must respect the library's threading rules.*/
+ This calls the C function `cudaWaitExternalSemaphoresAsync` of `cuda_runtime_api.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cudaWaitExternalSemaphoresAsync(
     extSemArray: *const cudaExternalSemaphore_t,
@@ -35100,12 +36580,12 @@ pub unsafe fn cudaWaitExternalSemaphoresAsync(
 ) -> cudaError_t {
     match crate::loader::load(&SLOTS[337usize], &LIBRARY, 337usize) {
         Ok(__cuda_sys_fn) => {
-            let __cuda_sys_fn: unsafe extern "C" fn(
-                *const cudaExternalSemaphore_t,
-                *const cudaExternalSemaphoreWaitParams,
-                ::core::ffi::c_uint,
-                cudaStream_t,
-            ) -> cudaError_t = unsafe {
+            // SAFETY: `load` returns `Ok` only with the non-null address `dlsym` gave for
+            // `cudaWaitExternalSemaphoresAsync` (or for `cudaWaitExternalSemaphoresAsync_ptsz`, its
+            // per-thread-default-stream twin with the same signature) in libcudart; that export is
+            // the function `cuda_runtime_api.h` declares as `cudaWaitExternalSemaphoresAsync`, with
+            // exactly this signature, so the address is a C function of this type.
+            let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
                     unsafe extern "C" fn(
@@ -35116,6 +36596,9 @@ pub unsafe fn cudaWaitExternalSemaphoresAsync(
                     ) -> cudaError_t,
                 >(__cuda_sys_fn)
             };
+            // SAFETY: the caller meets the contract of `cudaWaitExternalSemaphoresAsync` from
+            // `cuda_runtime_api.h`, as this function's `# Safety` requires, and the arguments go
+            // unchanged to a pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(extSemArray, paramsArray, numExtSems, stream) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
