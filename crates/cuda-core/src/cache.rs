@@ -133,12 +133,31 @@ impl ProgramCache for InMemoryProgramCache {
     }
 }
 
-/// A cache on disk, shared safely by several processes: entries are written to a temporary file
-/// and renamed into place, each carries a checksum (a damaged entry is removed and recompiled,
-/// never used), and the least recently used entries are evicted beyond `max_size_bytes`.
+/// A cache on disk, shared safely by several processes of one user: entries are written to a
+/// temporary file and renamed into place, each carries a checksum (a damaged entry is removed and
+/// recompiled, never used), and the least recently used entries are evicted beyond
+/// `max_size_bytes`.
 ///
 /// The default folder is `$XDG_CACHE_HOME/cuda-rs/program-cache` (else
-/// `~/.cache/cuda-rs/program-cache`); entries live at `entries/<2 hex>/<64 hex>`.
+/// `~/.cache/cuda-rs/program-cache`); entries live at `entries/<2 hex>/<64 hex>`, temporary files
+/// at `tmp/<name>` (see [`new`](Self::new) for the exact names).
+///
+/// # What protects the cache
+///
+/// The checksum detects damage (a torn write, a bad disk), **not tampering**: anyone who can write
+/// the folder can also write a valid checksum, and a keyed MAC would not help either, since its
+/// key would have to live where that person can read it. What protects the cache is the folder's
+/// ownership and permissions: the cache creates its folders with mode `0700` and refuses a folder
+/// (the root, `entries` or `tmp`) that is a symbolic link, is not a folder, is not owned by the
+/// current user, or is writable by its group or by others, since whoever can write there could
+/// plant entries (device code that `compile_cached` would return without compiling). The folders
+/// above the root are trusted: do not put the cache under a folder that others can rename or
+/// replace entries of.
+///
+/// The cache never follows a symbolic link inside its folder, and deletes (when clearing,
+/// evicting, sweeping or removing) only names it makes itself: shard folders of 2 lowercase hex
+/// digits, entry files of 64 lowercase hex digits in the shard of their first two, and temporary
+/// files of the pattern above. Anything else in the folder is left alone.
 #[derive(Debug)]
 pub struct FileStreamProgramCache {
     root: PathBuf,
@@ -158,8 +177,116 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Whether `name` is exactly `len` lowercase hex digits.
+fn is_lower_hex(name: &str, len: usize) -> bool {
+    name.len() == len && name.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Whether `name` is a shard folder the cache makes: 2 lowercase hex digits.
+fn is_shard_name(name: &str) -> bool {
+    is_lower_hex(name, 2)
+}
+
+/// Whether `name` is an entry file the cache makes in `shard`: 64 lowercase hex digits (the key),
+/// the first two of which are the shard's.
+fn is_entry_name(name: &str, shard: &str) -> bool {
+    is_lower_hex(name, 64) && name.starts_with(shard)
+}
+
+/// The name of a temporary file: `<k>-<p>-<c>-<t>`, where `<k>` is the key's first 8 bytes in 16
+/// lowercase hex digits, `<p>` the process id, `<c>` a per-process counter and `<t>` the time in
+/// nanoseconds since the Unix epoch, all three in decimal without leading zeros. Only names of
+/// exactly this pattern are swept ([`is_tmp_name`]).
+fn tmp_name(key: &[u8; 32], pid: u32, counter: u64, nanos: u128) -> String {
+    format!("{}-{pid}-{counter}-{nanos}", hex(&key[..8]))
+}
+
+/// Whether `name` is exactly of the pattern [`tmp_name`] makes.
+fn is_tmp_name(name: &str) -> bool {
+    // A decimal number of at most `max` digits, without sign or leading zeros.
+    let decimal = |s: &str, max: usize| {
+        !s.is_empty() && s.len() <= max && s.bytes().all(|c| c.is_ascii_digit()) && (s == "0" || !s.starts_with('0'))
+    };
+    let mut parts = name.split('-');
+    match (parts.next(), parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(key), Some(pid), Some(counter), Some(nanos), None) => {
+            is_lower_hex(key, 16) && decimal(pid, 10) && decimal(counter, 20) && decimal(nanos, 39)
+        }
+        _ => false,
+    }
+}
+
+/// The current user's id.
+fn current_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Checks, without following links, that `path` is a folder the cache can trust: a real folder
+/// (not a symbolic link), owned by the current user, not writable by its group or by others.
+fn check_private_dir(path: &Path, what: &str) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let shown = path.display();
+    let meta = std::fs::symlink_metadata(path).map_err(|e| io(&format!("cannot inspect the {what}"), path, e))?;
+    if meta.file_type().is_symlink() {
+        return Err(CudaError::Cache(format!(
+            "the {what} {shown} is a symbolic link; the cache does not follow links (whoever controls \
+             the link would choose what it reads and deletes): give the real folder's path"
+        )));
+    }
+    if !meta.is_dir() {
+        return Err(CudaError::Cache(format!(
+            "the {what} {shown} exists but is not a folder: remove it or choose another cache path"
+        )));
+    }
+    let uid = current_uid();
+    if meta.uid() != uid {
+        return Err(CudaError::Cache(format!(
+            "the {what} {shown} is owned by user {}, not by you (user {uid}): its owner could plant \
+             entries or make the cache delete files; use a folder of your own",
+            meta.uid()
+        )));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(CudaError::Cache(format!(
+            "the {what} {shown} is writable by its group or by others (mode {mode:o}): they could plant \
+             entries or make the cache delete files; run `chmod 700` on it or use a folder of your own"
+        )));
+    }
+    Ok(())
+}
+
+/// Creates the folder `path` with mode 0700 if it is missing (its parent must exist).
+fn create_dir_0700(path: &Path, what: &str) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(path) {
+        // Another process may have made it first; the caller checks what is there.
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            Err(io(&format!("cannot create the {what}"), path, e))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Creates the folder `path` with mode 0700 if it is missing, then checks it
+/// ([`check_private_dir`]).
+fn create_private_dir(path: &Path, what: &str) -> Result<()> {
+    create_dir_0700(path, what)?;
+    check_private_dir(path, what)
+}
+
 impl FileStreamProgramCache {
-    /// A cache in `path` (the default folder for `None`), created if needed.
+    /// A cache in `path` (the default folder for `None`), created if needed: missing parent
+    /// folders with the default permissions, the cache's own folders (`path`, `entries`, `tmp`)
+    /// with mode 0700. Errors if one of the cache's folders is a symbolic link, not a folder, not
+    /// owned by the current user, or writable by its group or others (see the type's
+    /// documentation).
+    ///
+    /// Temporary files are named `<k>-<p>-<c>-<t>`: `<k>` the key's first 8 bytes in 16 lowercase
+    /// hex digits, `<p>` the writer's process id, `<c>` a per-process counter, `<t>` nanoseconds
+    /// since the Unix epoch, the last three in decimal without leading zeros. Files of exactly this
+    /// pattern left in `tmp` for over an hour (by writers that died) are deleted here.
     pub fn new(path: Option<PathBuf>, max_size_bytes: Option<u64>) -> Result<FileStreamProgramCache> {
         let root = match path {
             Some(p) => p,
@@ -172,9 +299,12 @@ impl FileStreamProgramCache {
                 base.join("cuda-rs").join("program-cache")
             }
         };
-        for dir in [root.join("entries"), root.join("tmp")] {
-            std::fs::create_dir_all(&dir).map_err(|e| io("cannot create", &dir, e))?;
+        if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| io("cannot create", parent, e))?;
         }
+        create_private_dir(&root, "cache folder")?;
+        create_private_dir(&root.join("entries"), "cache's entries folder")?;
+        create_private_dir(&root.join("tmp"), "cache's tmp folder")?;
         let cache = FileStreamProgramCache { root, max_size_bytes };
         cache.sweep_stale_tmp();
         Ok(cache)
@@ -185,19 +315,50 @@ impl FileStreamProgramCache {
         &self.root
     }
 
-    fn entry_path(&self, key: &[u8; 32]) -> PathBuf {
-        let h = hex(key);
-        self.root.join("entries").join(&h[..2]).join(h)
+    fn shard_path(&self, key: &[u8; 32]) -> PathBuf {
+        self.root.join("entries").join(hex(&key[..1]))
     }
 
-    fn entries(&self) -> Vec<(PathBuf, std::fs::Metadata)> {
+    fn entry_path(&self, key: &[u8; 32]) -> PathBuf {
+        self.shard_path(key).join(hex(key))
+    }
+
+    /// The entry path of `key` if its shard is a real folder (not a link); `None` if the shard is
+    /// missing or anything else.
+    fn existing_entry_path(&self, key: &[u8; 32]) -> Result<Option<PathBuf>> {
+        let shard = self.shard_path(key);
+        match std::fs::symlink_metadata(&shard) {
+            Ok(meta) if meta.is_dir() => Ok(Some(shard.join(hex(key)))),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io("cannot inspect", &shard, e)),
+        }
+    }
+
+    /// Every entry file, with its metadata: regular files of entry names in shard folders, none of
+    /// them reached through a symbolic link.
+    fn entries(&self) -> Result<Vec<(PathBuf, std::fs::Metadata)>> {
+        let dir = self.root.join("entries");
+        check_private_dir(&dir, "cache's entries folder")?;
         let mut out = Vec::new();
-        for shard in std::fs::read_dir(self.root.join("entries"))
-            .into_iter()
-            .flatten()
+        for shard in std::fs::read_dir(&dir)
+            .map_err(|e| io("cannot list", &dir, e))?
             .flatten()
         {
+            // DirEntry::file_type does not follow links: a linked shard is not a folder here.
+            let is_dir = shard.file_type().is_ok_and(|t| t.is_dir());
+            let shard_name = shard.file_name();
+            let Some(shard_name) = shard_name.to_str().filter(|n| is_dir && is_shard_name(n)) else {
+                continue;
+            };
             for entry in std::fs::read_dir(shard.path()).into_iter().flatten().flatten() {
+                if !entry.file_type().is_ok_and(|t| t.is_file()) {
+                    continue;
+                }
+                if !entry.file_name().to_str().is_some_and(|n| is_entry_name(n, shard_name)) {
+                    continue;
+                }
+                // On Unix, DirEntry::metadata does not follow links either.
                 if let Ok(meta) = entry.metadata() {
                     if meta.is_file() {
                         out.push((entry.path(), meta));
@@ -205,12 +366,24 @@ impl FileStreamProgramCache {
                 }
             }
         }
-        out
+        Ok(out)
     }
 
+    /// Deletes the temporary files (of exactly the pattern `put` makes, regular files, not links)
+    /// older than [`STALE_TMP`].
     fn sweep_stale_tmp(&self) {
+        let dir = self.root.join("tmp");
+        if check_private_dir(&dir, "cache's tmp folder").is_err() {
+            return;
+        }
         let now = SystemTime::now();
-        for entry in std::fs::read_dir(self.root.join("tmp")).into_iter().flatten().flatten() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if !entry.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            if !entry.file_name().to_str().is_some_and(is_tmp_name) {
+                continue;
+            }
             let old = entry
                 .metadata()
                 .and_then(|m| m.modified())
@@ -223,7 +396,7 @@ impl FileStreamProgramCache {
 
     fn evict(&self) {
         let Some(max) = self.max_size_bytes else { return };
-        let mut entries = self.entries();
+        let Ok(mut entries) = self.entries() else { return };
         let mut total: u64 = entries.iter().map(|(_, m)| m.len()).sum();
         if total <= max {
             return;
@@ -298,22 +471,45 @@ fn decode(bytes: &[u8]) -> Option<CacheEntry> {
 
 impl ProgramCache for FileStreamProgramCache {
     fn get(&self, key: &[u8; 32]) -> Result<Option<CacheEntry>> {
-        let path = self.entry_path(key);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let Some(path) = self.existing_entry_path(key)? else {
+            return Ok(None);
+        };
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.is_file() => {}
+            // A link or anything else is not an entry of ours: a miss, left alone.
+            Ok(_) => return Ok(None),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io("cannot inspect", &path, e)),
+        }
+        // O_NOFOLLOW: should the file have become a link since, the open fails instead of
+        // following it; O_NONBLOCK: nor does it wait on a FIFO.
+        let opened = std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path);
+        let mut file = match opened {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
             Err(e) => return Err(io("cannot read", &path, e)),
         };
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Ok(None);
+        }
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(|e| io("cannot read", &path, e))?;
         match decode(&bytes) {
             Some(entry) => {
-                // Mark it used for eviction; losing this race to another process is harmless.
-                if let Ok(f) = std::fs::File::options().append(true).open(&path) {
-                    let _ = f.set_modified(SystemTime::now());
-                }
+                // Mark it used for eviction (allowed on a read-only handle: the file is ours);
+                // losing this race to another process is harmless.
+                let _ = file.set_modified(SystemTime::now());
                 Ok(Some(entry))
             }
             None => {
-                // Damaged (a torn disk, an edit): never trusted, removed so it is recompiled.
+                // Damaged (a torn disk, an edit): never trusted, removed so it is recompiled. The
+                // path is a regular file of our own name in a real shard folder (checked above).
                 let _ = std::fs::remove_file(&path);
                 Ok(None)
             }
@@ -322,31 +518,51 @@ impl ProgramCache for FileStreamProgramCache {
 
     fn put(&self, key: &[u8; 32], entry: &CacheEntry) -> Result<()> {
         use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let tmp_dir = self.root.join("tmp");
+        check_private_dir(&tmp_dir, "cache's tmp folder")?;
+        // The shard lies in the private `entries` folder, so only its kind matters: a real folder,
+        // never a link (a rename through a linked shard would write outside the cache).
+        let shard = self.shard_path(key);
+        create_dir_0700(&shard, "cache's shard folder")?;
+        if !std::fs::symlink_metadata(&shard).is_ok_and(|m| m.is_dir()) {
+            return Err(CudaError::Cache(format!(
+                "the cache's shard folder {} is not a folder (a symbolic link, or a file), which the cache \
+                 never writes through: remove it",
+                shard.display()
+            )));
+        }
         let path = self.entry_path(key);
-        let dir = path.parent().unwrap_or(&self.root);
-        std::fs::create_dir_all(dir).map_err(|e| io("cannot create", dir, e))?;
         static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let unique = format!(
-            "{}-{}-{}-{}",
-            hex(&key[..8]),
+        let name = tmp_name(
+            key,
             std::process::id(),
             COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default()
-                .as_nanos()
+                .as_nanos(),
         );
-        let tmp = self.root.join("tmp").join(unique);
+        let tmp = tmp_dir.join(name);
         let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
+            // create_new: a fresh file (O_EXCL never follows a link), readable by its owner only.
+            let mut f = std::fs::File::options()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)?;
             f.write_all(&encode(entry))?;
             f.sync_all()
         };
         if let Err(e) = write() {
-            let _ = std::fs::remove_file(&tmp);
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                let _ = std::fs::remove_file(&tmp);
+            }
             return Err(io("cannot write", &tmp, e));
         }
         // rename is atomic within a filesystem: readers see the old entry or the new one, whole.
+        // It replaces whatever has the entry's name (a link included, not what the link points to).
         std::fs::rename(&tmp, &path).map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
             io("cannot move into place", &path, e)
@@ -356,7 +572,16 @@ impl ProgramCache for FileStreamProgramCache {
     }
 
     fn remove(&self, key: &[u8; 32]) -> Result<bool> {
-        let path = self.entry_path(key);
+        let Some(path) = self.existing_entry_path(key)? else {
+            return Ok(false);
+        };
+        match std::fs::symlink_metadata(&path) {
+            // Only a regular file is an entry; a link (or anything else) is left alone.
+            Ok(meta) if meta.is_file() => {}
+            Ok(_) => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io("cannot inspect", &path, e)),
+        }
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -365,14 +590,19 @@ impl ProgramCache for FileStreamProgramCache {
     }
 
     fn clear(&self) -> Result<()> {
-        for (path, _) in self.entries() {
-            std::fs::remove_file(&path).map_err(|e| io("cannot remove", &path, e))?;
+        for (path, _) in self.entries()? {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                // Another process removed it first.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io("cannot remove", &path, e)),
+            }
         }
         Ok(())
     }
 
     fn len(&self) -> Result<usize> {
-        Ok(self.entries().len())
+        Ok(self.entries()?.len())
     }
 }
 
@@ -433,7 +663,7 @@ mod tests {
             // distinct modification times
             std::thread::sleep(Duration::from_millis(15));
         }
-        let total: u64 = c.entries().iter().map(|(_, m)| m.len()).sum();
+        let total: u64 = c.entries().unwrap().iter().map(|(_, m)| m.len()).sum();
         assert!(total <= 3 * 1100, "{total}");
         assert!(c.get(&[5; 32]).unwrap().is_some(), "the newest survives");
         assert!(c.get(&[0; 32]).unwrap().is_none(), "the oldest went first");
@@ -467,5 +697,228 @@ mod tests {
             0,
             "no temporary files left"
         );
+    }
+
+    fn two_hours_ago(path: &Path) {
+        let f = std::fs::File::options().append(true).open(path).unwrap();
+        f.set_modified(SystemTime::now() - Duration::from_secs(7200)).unwrap();
+    }
+
+    fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
+    }
+
+    fn private_dir(path: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir(path).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+
+    fn refused(path: &Path, needle: &str) {
+        let err = FileStreamProgramCache::new(Some(path.to_path_buf()), None).unwrap_err();
+        assert!(matches!(err, CudaError::Cache(_)), "{err}");
+        assert!(err.to_string().contains(needle), "{err} lacks {needle:?}");
+    }
+
+    #[test]
+    fn created_folders_are_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("a").join("b").join("cache");
+        let c = FileStreamProgramCache::new(Some(root.clone()), None).unwrap();
+        for p in [root.clone(), root.join("entries"), root.join("tmp")] {
+            assert_eq!(mode(&p), 0o700, "{}", p.display());
+        }
+        c.put(&[0xab; 32], &entry(b"x")).unwrap();
+        assert_eq!(mode(&root.join("entries").join("ab")), 0o700);
+        assert_eq!(mode(&c.entry_path(&[0xab; 32])), 0o600);
+        // Opening it again is fine.
+        FileStreamProgramCache::new(Some(root), None).unwrap();
+    }
+
+    #[test]
+    fn unsafe_folders_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        for m in [0o777, 0o770, 0o702] {
+            let open = dir.path().join(format!("open{m:o}"));
+            std::fs::create_dir(&open).unwrap();
+            std::fs::set_permissions(&open, std::fs::Permissions::from_mode(m)).unwrap();
+            refused(&open, "writable by its group or by others");
+            assert!(!open.join("entries").exists(), "nothing is made in a refused folder");
+        }
+        let real = dir.path().join("real");
+        private_dir(&real);
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        refused(&link, "symbolic link");
+        assert!(!real.join("entries").exists(), "nothing is made behind the link");
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+        refused(&dangling, "symbolic link");
+        assert!(!dir.path().join("nowhere").exists());
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        refused(&file, "not a folder");
+        // A private root whose entries folder is a link, or writable by others.
+        let root = dir.path().join("root");
+        private_dir(&root);
+        let outside = dir.path().join("outside");
+        private_dir(&outside);
+        std::os::unix::fs::symlink(&outside, root.join("entries")).unwrap();
+        refused(&root, "symbolic link");
+        std::fs::remove_file(root.join("entries")).unwrap();
+        std::fs::create_dir(root.join("entries")).unwrap();
+        std::fs::set_permissions(root.join("entries"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        refused(&root, "writable by its group or by others");
+    }
+
+    #[test]
+    fn a_linked_tmp_folder_is_refused_and_what_is_behind_it_survives() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("cache");
+        private_dir(&root);
+        private_dir(&root.join("entries"));
+        let outside = dir.path().join("outside");
+        private_dir(&outside);
+        let victims = [outside.join(tmp_name(&[1; 32], 1, 0, 1)), outside.join("precious.txt")];
+        for v in &victims {
+            std::fs::write(v, b"precious").unwrap();
+            two_hours_ago(v);
+        }
+        std::os::unix::fs::symlink(&outside, root.join("tmp")).unwrap();
+        refused(&root, "symbolic link");
+        for v in &victims {
+            assert_eq!(std::fs::read(v).unwrap(), b"precious", "{}", v.display());
+        }
+    }
+
+    #[test]
+    fn only_stale_temporary_files_of_the_cache_pattern_are_swept() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("cache");
+        FileStreamProgramCache::new(Some(root.clone()), None).unwrap();
+        let tmp = root.join("tmp");
+        let stale = tmp.join(tmp_name(&[1; 32], 42, 0, 1_700_000_000_000_000_000));
+        let fresh = tmp.join(tmp_name(&[2; 32], 42, 1, 1_700_000_000_000_000_001));
+        let foreign = [
+            tmp.join("notes.txt"),
+            tmp.join(format!("{}-42-01-5", hex(&[3; 8]))),
+            tmp.join(format!("{}-42-1-5", hex(&[0xab; 8]).to_uppercase())),
+            tmp.join(format!("{}-42-1-5-6", hex(&[3; 8]))),
+            tmp.join(format!("{}-+42-1-5", hex(&[3; 8]))),
+            tmp.join(format!("{}-42-1-5.bak", hex(&[3; 8]))),
+        ];
+        for f in foreign.iter().chain([&stale, &fresh]) {
+            std::fs::write(f, b"x").unwrap();
+        }
+        for f in foreign.iter().chain([&stale]) {
+            two_hours_ago(f);
+        }
+        // A link of the pattern to a stale file outside the cache.
+        let outside = dir.path().join("precious");
+        std::fs::write(&outside, b"precious").unwrap();
+        two_hours_ago(&outside);
+        let link = tmp.join(tmp_name(&[4; 32], 42, 2, 3));
+        std::os::unix::fs::symlink(&outside, &link).unwrap();
+        FileStreamProgramCache::new(Some(root), None).unwrap();
+        assert!(!stale.exists(), "a stale temporary file of the cache is swept");
+        assert!(fresh.exists(), "a fresh one is being written");
+        for f in &foreign {
+            assert!(f.exists(), "{} is not the cache's", f.display());
+        }
+        assert!(std::fs::symlink_metadata(&link).is_ok(), "links are left alone");
+        assert_eq!(std::fs::read(&outside).unwrap(), b"precious");
+    }
+
+    #[test]
+    fn temporary_names_match_their_pattern_exactly() {
+        let key = [0x5a; 32];
+        for (pid, counter, nanos) in [(0, 0, 0), (1, 2, 3), (u32::MAX, u64::MAX, u128::MAX)] {
+            let name = tmp_name(&key, pid, counter, nanos);
+            assert!(is_tmp_name(&name), "{name}");
+            assert!(
+                !is_tmp_name(&format!("{name}0x")) && !is_tmp_name(&format!("x{name}")),
+                "{name}"
+            );
+        }
+        for name in [
+            "",
+            "-1-2-3",
+            "5a5a5a5a5a5a5a5a-1-2",
+            "5a5a5a5a5a5a5a5a-1-2-",
+            "5a5a5a5a5a5a5a5a-01-2-3",
+        ] {
+            assert!(!is_tmp_name(name), "{name:?}");
+        }
+        assert!(is_entry_name(&hex(&key), "5a") && !is_entry_name(&hex(&key), "5b"));
+        assert!(!is_entry_name(&hex(&key).to_uppercase(), "5A") && !is_shard_name("5A"));
+    }
+
+    #[test]
+    fn links_and_foreign_files_in_the_entries_survive_clear_evict_and_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("cache");
+        let c = FileStreamProgramCache::new(Some(root.clone()), None).unwrap();
+        let entries = root.join("entries");
+        let outside = dir.path().join("outside");
+        private_dir(&outside);
+        // A linked shard holding a file of an entry's name.
+        let behind_shard = outside.join(hex(&[0xab; 32]));
+        std::os::unix::fs::symlink(&outside, entries.join("ab")).unwrap();
+        // A linked entry file in a real shard.
+        let behind_entry = outside.join("behind-entry");
+        private_dir(&entries.join("cd"));
+        let linked_entry = entries.join("cd").join(hex(&[0xcd; 32]));
+        std::os::unix::fs::symlink(&behind_entry, &linked_entry).unwrap();
+        // Files of other names, in a real shard and in a folder that is not a shard.
+        private_dir(&entries.join("backup"));
+        let foreign = [
+            entries.join("cd").join("notes.txt"),
+            entries.join("cd").join(hex(&[0xef; 32])),
+            entries.join("cd").join(hex(&[0xcd; 32]).to_uppercase()),
+            entries.join("cd").join(format!("{}.bak", hex(&[0xcd; 32]))),
+            entries.join("backup").join(hex(&[0xba; 32])),
+            entries.join("stray-file"),
+        ];
+        for f in foreign.iter().chain([&behind_shard, &behind_entry]) {
+            std::fs::write(f, b"precious").unwrap();
+            two_hours_ago(f);
+        }
+        let survived = || {
+            for f in foreign.iter().chain([&behind_shard, &behind_entry]) {
+                assert_eq!(std::fs::read(f).unwrap(), b"precious", "{}", f.display());
+            }
+        };
+        assert_eq!(c.len().unwrap(), 0, "links and foreign files are not entries");
+        for key in [[0xab; 32], [0xcd; 32]] {
+            assert_eq!(c.get(&key).unwrap(), None);
+            assert!(!c.remove(&key).unwrap());
+        }
+        assert!(
+            std::fs::symlink_metadata(&linked_entry).is_ok(),
+            "the link is left alone"
+        );
+        survived();
+        c.put(&[0x01; 32], &entry(b"ours")).unwrap();
+        assert_eq!(c.len().unwrap(), 1);
+        c.clear().unwrap();
+        assert_eq!(c.len().unwrap(), 0);
+        survived();
+        // Every bounded put evicts; a size of 1 evicts everything it may.
+        let bounded = FileStreamProgramCache::new(Some(root.clone()), Some(1)).unwrap();
+        bounded.put(&[0x02; 32], &entry(b"ours")).unwrap();
+        assert_eq!(bounded.len().unwrap(), 0);
+        survived();
+        // A put never writes through a linked shard; through a linked entry it replaces the link.
+        let err = c.put(&[0xab; 32], &entry(b"ours")).unwrap_err();
+        assert!(err.to_string().contains("not a folder"), "{err}");
+        c.put(&[0xcd; 32], &entry(b"ours")).unwrap();
+        assert_eq!(c.get(&[0xcd; 32]).unwrap(), Some(entry(b"ours")));
+        survived();
+        c.clear().unwrap();
+        survived();
+        FileStreamProgramCache::new(Some(root), None).unwrap();
+        survived();
     }
 }

@@ -2,6 +2,7 @@
 
 use crate::error::Check;
 use crate::object_code::{read_log, Code, CodeType, ObjectCode};
+use crate::program_options::{c_string, check_no_nul};
 use crate::{CudaError, Result};
 use cuda_sys::{driver, nvjitlink};
 use serde::{Deserialize, Serialize};
@@ -107,8 +108,22 @@ impl LinkerOptions {
         Ok(f)
     }
 
-    /// Rejects values no linker accepts.
+    /// Rejects values no linker accepts, and strings with a NUL byte (which no C string can hold).
     pub fn validate(&self) -> Result<()> {
+        for (what, value) in [("name", &self.name), ("arch", &self.arch)] {
+            if let Some(value) = value {
+                check_no_nul(value, &format!("LinkerOptions: {what}"))?;
+            }
+        }
+        for (what, values) in [
+            ("kernels_used entry", &self.kernels_used),
+            ("variables_used entry", &self.variables_used),
+            ("ptxas_options entry", &self.ptxas_options),
+        ] {
+            for value in values {
+                check_no_nul(value, &format!("LinkerOptions: {what}"))?;
+            }
+        }
         let bad = |m: String| Err(CudaError::InvalidArgument(format!("LinkerOptions: {m}")));
         if let Some(arch) = &self.arch {
             let digits = arch.strip_prefix("sm_").map(|d| d.trim_end_matches(['a', 'f']));
@@ -175,11 +190,90 @@ enum Handle {
     /// amount of log written back into `values`), so all of them live as long as the state.
     Driver {
         state: driver::CUlinkState,
-        info: Box<[u8]>,
-        error: Box<[u8]>,
-        _keys: Box<[driver::CUjit_option]>,
-        _values: Box<[*mut c_void]>,
+        buffers: DriverBuffers,
     },
+}
+
+/// The buffers `cuLinkCreate` is given pointers to: the info and error logs, which the driver
+/// writes during each `cuLinkAddData`/`cuLinkAddFile`/`cuLinkComplete`, and the option arrays
+/// (it writes the amount of log filled back into `values`). The driver holds on to these pointers
+/// for the life of the state, so the buffers are owned as raw pointers from [`Box::into_raw`]:
+/// never moved or reborrowed as `Box`es (which would assert uniqueness and invalidate the
+/// driver's pointers), read only between driver calls, and freed only after `cuLinkDestroy`.
+struct DriverBuffers {
+    info: *mut [u8],
+    error: *mut [u8],
+    keys: *mut [driver::CUjit_option],
+    values: *mut [*mut c_void],
+    /// Set when the state could not be destroyed: the driver may still hold the pointers, so the
+    /// buffers are leaked rather than freed.
+    leak: bool,
+}
+
+impl DriverBuffers {
+    /// Log buffers of [`LOG_SIZE`] bytes and the option arrays: the four log options first, then
+    /// `options`.
+    fn new(options: &[(driver::CUjit_option, *mut c_void)]) -> DriverBuffers {
+        let info = Box::into_raw(vec![0u8; LOG_SIZE].into_boxed_slice());
+        let error = Box::into_raw(vec![0u8; LOG_SIZE].into_boxed_slice());
+        let mut keys = vec![
+            driver::CUjit_option::CU_JIT_INFO_LOG_BUFFER,
+            driver::CUjit_option::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+            driver::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+            driver::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        ];
+        // The log pointers are derived from the raw pointers of the whole allocations.
+        let mut values: Vec<*mut c_void> = vec![
+            info.cast(),
+            std::ptr::without_provenance_mut(LOG_SIZE),
+            error.cast(),
+            std::ptr::without_provenance_mut(LOG_SIZE),
+        ];
+        for (key, value) in options {
+            keys.push(*key);
+            values.push(*value);
+        }
+        DriverBuffers {
+            info,
+            error,
+            keys: Box::into_raw(keys.into_boxed_slice()),
+            values: Box::into_raw(values.into_boxed_slice()),
+            leak: false,
+        }
+    }
+
+    /// The text in a log buffer, up to its first NUL.
+    ///
+    /// # Safety
+    ///
+    /// `log` is the `info` or `error` pointer of a live `DriverBuffers`, and no driver call on the
+    /// state given these buffers is running (the caller holds the `Linker` by `&mut`, and every
+    /// call on the state is made through `&mut Linker` and returns before the next one).
+    unsafe fn text(log: *mut [u8]) -> String {
+        // SAFETY: by the caller's contract the allocation is live (freed only in Drop) and nobody
+        // writes it while this shared slice exists; it ends before the next driver call.
+        let bytes: &[u8] = unsafe { &*std::ptr::slice_from_raw_parts(log.cast::<u8>().cast_const(), log.len()) };
+        let end = bytes.iter().position(|c| *c == 0).unwrap_or(bytes.len());
+        String::from_utf8_lossy(&bytes[..end]).into_owned()
+    }
+}
+
+impl Drop for DriverBuffers {
+    fn drop(&mut self) {
+        if self.leak {
+            return;
+        }
+        // SAFETY: each pointer came from Box::into_raw in `new` and is freed once, here. The
+        // state that used them was destroyed before (Linker::drop runs before its fields drop),
+        // or never made (cuLinkCreate failed, or was not called), so the driver no longer uses
+        // them.
+        unsafe {
+            drop(Box::from_raw(self.info));
+            drop(Box::from_raw(self.error));
+            drop(Box::from_raw(self.keys));
+            drop(Box::from_raw(self.values));
+        }
+    }
 }
 
 /// Links object codes (cubin, PTX, LTO-IR, fatbin, object, library) into a cubin or PTX.
@@ -194,8 +288,11 @@ pub struct Linker {
     error_log: String,
 }
 
-// SAFETY: the linker handles are used by one thread at a time (`&mut self` for every operation);
-// neither library ties them to the thread that made them.
+// SAFETY: the linker handles are used by one thread at a time (`&mut self` for every operation
+// that calls a library or reads the driver's log buffers); neither library ties them to the thread
+// that made them. The driver's buffers are heap allocations owned by the linker (not tied to a
+// thread either) and written by the driver only during calls made through `&mut self`. `Linker`
+// is deliberately not `Sync` (its raw pointers keep it so).
 unsafe impl Send for Linker {}
 
 const LOG_SIZE: usize = 1 << 22;
@@ -229,6 +326,10 @@ impl Linker {
             })?);
         }
         options.validate()?;
+        // Names and paths become C strings: check them all before any library call.
+        for input in inputs {
+            input_c_strings(input)?;
+        }
         let name = options.name.clone().unwrap_or_else(|| "<default linker>".into());
         if backend == LinkerBackend::NvJitLink && nvjitlink_version().is_none() {
             return Err(CudaError::InvalidArgument(
@@ -250,8 +351,8 @@ impl Linker {
                 let flags = options.nvjitlink_flags()?;
                 let c_flags: Vec<CString> = flags
                     .iter()
-                    .map(|f| CString::new(f.as_str()).unwrap_or_default())
-                    .collect();
+                    .map(|f| c_string(f.as_str(), "Linker: the nvJitLink option"))
+                    .collect::<Result<_>>()?;
                 let ptrs: Vec<*const std::ffi::c_char> = c_flags.iter().map(|c| c.as_ptr()).collect();
                 let mut h: nvjitlink::nvJitLinkHandle = std::ptr::null_mut();
                 // SAFETY: the option strings live until after the call; h is an out-pointer.
@@ -290,7 +391,7 @@ impl Linker {
     }
 
     fn add(&mut self, input: &ObjectCode) -> Result<()> {
-        let name = CString::new(input.name()).unwrap_or_default();
+        let (name, path) = input_c_strings(input)?;
         let status = match &mut self.handle {
             Handle::NvJitLink(h) => {
                 let kind = match input.code_type() {
@@ -307,10 +408,7 @@ impl Linker {
                         Code::Bytes(b) => {
                             nvjitlink::nvJitLinkAddData(*h, kind, b.as_ptr().cast(), b.len(), name.as_ptr())
                         }
-                        Code::File(p) => {
-                            let path = CString::new(p.as_os_str().as_encoded_bytes()).unwrap_or_default();
-                            nvjitlink::nvJitLinkAddFile(*h, kind, path.as_ptr())
-                        }
+                        Code::File(_) => nvjitlink::nvJitLinkAddFile(*h, kind, path.as_ptr()),
                     }
                 };
                 r.result().err().map(|e| e.to_string())
@@ -337,17 +435,14 @@ impl Linker {
                             std::ptr::null_mut(),
                             std::ptr::null_mut(),
                         ),
-                        Code::File(p) => {
-                            let path = CString::new(p.as_os_str().as_encoded_bytes()).unwrap_or_default();
-                            driver::cuLinkAddFile(
-                                *state,
-                                kind,
-                                path.as_ptr(),
-                                0,
-                                std::ptr::null_mut(),
-                                std::ptr::null_mut(),
-                            )
-                        }
+                        Code::File(_) => driver::cuLinkAddFile(
+                            *state,
+                            kind,
+                            path.as_ptr(),
+                            0,
+                            std::ptr::null_mut(),
+                            std::ptr::null_mut(),
+                        ),
                     }
                 };
                 r.result().err().map(|e| e.to_string())
@@ -466,12 +561,13 @@ impl Linker {
                     }
                 }
             }
-            Handle::Driver { info, error, .. } => {
-                let text = |b: &[u8]| {
-                    String::from_utf8_lossy(&b[..b.iter().position(|c| *c == 0).unwrap_or(b.len())]).into_owned()
-                };
-                self.info_log = text(info);
-                self.error_log = text(error);
+            Handle::Driver { buffers, .. } => {
+                // SAFETY: these are the state's log buffers, and `&mut self` means no driver call
+                // on the state is running (the calls are synchronous and made through `&mut self`).
+                unsafe {
+                    self.info_log = DriverBuffers::text(buffers.info);
+                    self.error_log = DriverBuffers::text(buffers.error);
+                }
             }
         }
     }
@@ -479,11 +575,17 @@ impl Linker {
 
 impl Drop for Linker {
     fn drop(&mut self) {
-        // SAFETY: each handle was created by this linker and is destroyed once, here.
+        // SAFETY: each handle was created by this linker and is destroyed once, here. The
+        // driver's buffers are fields, dropped (freed) after this body, once the state is gone.
         let result = unsafe {
             match &mut self.handle {
                 Handle::NvJitLink(h) => nvjitlink::nvJitLinkDestroy(h).check("nvJitLinkDestroy"),
-                Handle::Driver { state, .. } => driver::cuLinkDestroy(*state).check("cuLinkDestroy"),
+                Handle::Driver { state, buffers } => {
+                    let result = driver::cuLinkDestroy(*state).check("cuLinkDestroy");
+                    // A state not destroyed may still write through the buffers: keep them.
+                    buffers.leak = result.is_err();
+                    result
+                }
             }
         };
         if let Err(e) = result {
@@ -492,53 +594,65 @@ impl Drop for Linker {
     }
 }
 
+/// The name of `input` and its file path (empty for code in memory) as C strings, or
+/// [`CudaError::InvalidArgument`] if either contains a NUL byte.
+fn input_c_strings(input: &ObjectCode) -> Result<(CString, CString)> {
+    let name = c_string(input.name(), "Linker: the ObjectCode name")?;
+    let path = match input.code() {
+        Code::File(p) => c_string(p.as_os_str().as_encoded_bytes(), "Linker: the ObjectCode file path")?,
+        Code::Bytes(_) => CString::default(),
+    };
+    Ok((name, path))
+}
+
 fn driver_create(options: &LinkerOptions) -> Result<Handle> {
-    let mut info = vec![0u8; LOG_SIZE].into_boxed_slice();
-    let mut error = vec![0u8; LOG_SIZE].into_boxed_slice();
-    let mut keys = vec![
-        driver::CUjit_option::CU_JIT_INFO_LOG_BUFFER,
-        driver::CUjit_option::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
-        driver::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
-        driver::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-    ];
-    let mut values: Vec<*mut c_void> = vec![
-        info.as_mut_ptr().cast(),
-        LOG_SIZE as *mut c_void,
-        error.as_mut_ptr().cast(),
-        LOG_SIZE as *mut c_void,
-    ];
+    let mut extra: Vec<(driver::CUjit_option, *mut c_void)> = Vec::new();
     if let Some(arch) = &options.arch {
         let digits: usize = arch
             .trim_start_matches("sm_")
             .trim_end_matches(['a', 'f'])
             .parse()
             .unwrap_or(0);
-        keys.push(driver::CUjit_option::CU_JIT_TARGET);
-        values.push(digits as *mut c_void);
+        extra.push((
+            driver::CUjit_option::CU_JIT_TARGET,
+            std::ptr::without_provenance_mut(digits),
+        ));
     }
     if let Some(n) = options.max_register_count {
-        keys.push(driver::CUjit_option::CU_JIT_MAX_REGISTERS);
-        values.push(n as usize as *mut c_void);
+        extra.push((
+            driver::CUjit_option::CU_JIT_MAX_REGISTERS,
+            std::ptr::without_provenance_mut(n as usize),
+        ));
     }
     if options.verbose == Some(true) {
-        keys.push(driver::CUjit_option::CU_JIT_LOG_VERBOSE);
-        values.push(std::ptr::without_provenance_mut(1));
+        extra.push((
+            driver::CUjit_option::CU_JIT_LOG_VERBOSE,
+            std::ptr::without_provenance_mut(1),
+        ));
     }
     if let Some(o) = options.optimization_level {
-        keys.push(driver::CUjit_option::CU_JIT_OPTIMIZATION_LEVEL);
-        values.push(o as usize as *mut c_void);
+        extra.push((
+            driver::CUjit_option::CU_JIT_OPTIMIZATION_LEVEL,
+            std::ptr::without_provenance_mut(o as usize),
+        ));
     }
     if options.debug == Some(true) {
-        keys.push(driver::CUjit_option::CU_JIT_GENERATE_DEBUG_INFO);
-        values.push(std::ptr::without_provenance_mut(1));
+        extra.push((
+            driver::CUjit_option::CU_JIT_GENERATE_DEBUG_INFO,
+            std::ptr::without_provenance_mut(1),
+        ));
     }
     if options.lineinfo == Some(true) {
-        keys.push(driver::CUjit_option::CU_JIT_GENERATE_LINE_INFO);
-        values.push(std::ptr::without_provenance_mut(1));
+        extra.push((
+            driver::CUjit_option::CU_JIT_GENERATE_LINE_INFO,
+            std::ptr::without_provenance_mut(1),
+        ));
     }
     if options.no_cache == Some(true) {
-        keys.push(driver::CUjit_option::CU_JIT_CACHE_MODE);
-        values.push(driver::CUjit_cacheMode::CU_JIT_CACHE_OPTION_NONE.0 as usize as *mut c_void);
+        extra.push((
+            driver::CUjit_option::CU_JIT_CACHE_MODE,
+            std::ptr::without_provenance_mut(driver::CUjit_cacheMode::CU_JIT_CACHE_OPTION_NONE.0 as usize),
+        ));
     }
     let mut ctx: driver::CUcontext = std::ptr::null_mut();
     // SAFETY: out-pointer to a local.
@@ -548,21 +662,25 @@ fn driver_create(options: &LinkerOptions) -> Result<Handle> {
             "Linker: the driver's linker needs a current CUDA context; make a device current first".into(),
         ));
     }
+    // Dropped (freed) on the error path below; otherwise owned by the Handle until Linker::drop
+    // has destroyed the state.
+    let buffers = DriverBuffers::new(&extra);
     let mut state: driver::CUlinkState = std::ptr::null_mut();
-    let mut keys = keys.into_boxed_slice();
-    let mut values = values.into_boxed_slice();
-    // SAFETY: keys and values have the same length. The driver holds on to both arrays and to the
-    // log buffers until the state is destroyed: all four move into the Handle (boxed slices keep
-    // their address) and outlive the state, which Linker::drop destroys first.
-    unsafe { driver::cuLinkCreate(keys.len() as u32, keys.as_mut_ptr(), values.as_mut_ptr(), &mut state) }
-        .check("cuLinkCreate")?;
-    Ok(Handle::Driver {
-        state,
-        info,
-        error,
-        _keys: keys,
-        _values: values,
-    })
+    // SAFETY: `keys` and `values` are two live arrays of the same length (`values.len()` options);
+    // the pointers are the raw ones from Box::into_raw, which stay valid while the allocations
+    // live (moving `buffers` moves only the pointers). The driver holds on to both arrays and to
+    // the log buffers until the state is destroyed: `buffers` goes into the Handle and is freed
+    // only after Linker::drop has destroyed the state (or right here if no state was made).
+    unsafe {
+        driver::cuLinkCreate(
+            buffers.values.len() as u32,
+            buffers.keys.cast(),
+            buffers.values.cast(),
+            &mut state,
+        )
+    }
+    .check("cuLinkCreate")?;
+    Ok(Handle::Driver { state, buffers })
 }
 
 /// The major version of the nvJitLink that loads, if it has the unversioned API (12.3+).

@@ -4,7 +4,7 @@ use crate::cache::{CacheEntry, ProgramCache};
 use crate::error::Check;
 use crate::linker::{Linker, LinkerOptions};
 use crate::object_code::{read_log, CodeType, ObjectCode};
-use crate::program_options::ProgramOptions;
+use crate::program_options::{c_string, ProgramOptions};
 use crate::{CudaError, Result};
 use cuda_sys::{nvrtc, nvvm};
 use std::collections::HashMap;
@@ -149,8 +149,17 @@ impl Program {
         self.check_target(target, name_expressions)?;
         let key = self.cache_key(target, name_expressions)?;
         if let Some(entry) = cache.get(&key)? {
-            self.log.clear();
-            return ObjectCode::from_bytes(entry.code, target, &self.name(), entry.symbol_mapping);
+            // An entry whose image does not check out (damaged, or planted) is never loaded:
+            // it is dropped and the program compiled again.
+            match ObjectCode::from_bytes(entry.code, target, &self.name(), entry.symbol_mapping) {
+                Ok(code) => {
+                    self.log.clear();
+                    return Ok(code);
+                }
+                Err(_) => {
+                    cache.remove(&key)?;
+                }
+            }
         }
         let code = self.compile(target, name_expressions)?;
         let entry = CacheEntry {
@@ -268,24 +277,24 @@ impl Program {
         if target == CodeType::Ltoir {
             options.link_time_optimization = Some(true);
         }
+        // nvrtc_flags validates the options (NUL bytes included), so the checked conversions below
+        // cannot fail for the flags and the name; they stay checked rather than trusted.
         let flags = options.nvrtc_flags()?;
         let c_flags: Vec<CString> = flags
             .iter()
-            .map(|f| CString::new(f.as_str()).unwrap_or_default())
-            .collect();
+            .map(|f| c_string(f.as_str(), "Program: the NVRTC option"))
+            .collect::<Result<_>>()?;
         let flag_ptrs: Vec<*const c_char> = c_flags.iter().map(|c| c.as_ptr()).collect();
         let name = self.name();
-        let c_name = CString::new(name.as_str()).unwrap_or_default();
+        let c_name = c_string(name.as_str(), "ProgramOptions: name")?;
         let source = CString::new(self.source.clone())
             .map_err(|_| CudaError::InvalidArgument("Program: the source contains a NUL byte".into()))?;
         let c_exprs: Vec<CString> = name_expressions
             .iter()
-            .map(|e| {
-                CString::new(*e).map_err(|_| CudaError::InvalidArgument(format!("name expression {e:?} has a NUL")))
-            })
+            .map(|e| c_string(*e, "Program: the name expression"))
             .collect::<Result<_>>()?;
         let program = NvrtcProgram::create(&source, &c_name)?;
-        // SAFETY (whole block): program.0 is live until `program` drops; every pointer passed is a
+        // SAFETY: (whole block) program.0 is live until `program` drops; every pointer passed is a
         // live NUL-terminated string or a buffer of the size NVRTC reported.
         unsafe {
             for e in &c_exprs {
@@ -347,11 +356,12 @@ impl Program {
     }
 
     fn compile_nvvm(&mut self, target: CodeType) -> Result<ObjectCode> {
+        // nvvm_flags validates the options (NUL bytes in module names included).
         let flags = self.options.nvvm_flags(target.as_str())?;
         let c_flags: Vec<CString> = flags
             .iter()
-            .map(|f| CString::new(f.as_str()).unwrap_or_default())
-            .collect();
+            .map(|f| c_string(f.as_str(), "Program: the NVVM option"))
+            .collect::<Result<_>>()?;
         let mut flag_ptrs: Vec<*const c_char> = c_flags.iter().map(|c| c.as_ptr()).collect();
         let name = self.name();
         let libdevice = if self.options.use_libdevice == Some(true) {
@@ -368,7 +378,7 @@ impl Program {
         unsafe { nvvm::nvvmCreateProgram(&mut prog) }.check("nvvmCreateProgram")?;
         let program = NvvmProgram(prog);
         let add = |data: &[u8], module: &str, lazy: bool| -> Result<()> {
-            let c_module = CString::new(module).unwrap_or_default();
+            let c_module = c_string(module, "Program: the NVVM module name")?;
             // SAFETY: the program is live; NVVM copies the buffer during the call.
             let status = unsafe {
                 if lazy {
@@ -386,7 +396,7 @@ impl Program {
         if let Some(bc) = &libdevice {
             add(bc, "libdevice", true)?;
         }
-        // SAFETY (whole block): the program is live; buffers are as large as NVVM reported.
+        // SAFETY: (whole block) the program is live; buffers are as large as NVVM reported.
         unsafe {
             let mut status = nvvm::nvvmVerifyProgram(program.0, flag_ptrs.len() as i32, flag_ptrs.as_mut_ptr());
             if status == nvvm::nvvmResult::NVVM_SUCCESS {

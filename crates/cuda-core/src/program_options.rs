@@ -2,6 +2,35 @@
 
 use crate::{CudaError, Result};
 use serde::{Deserialize, Serialize};
+use std::ffi::CString;
+
+/// The error for `value` (described by `what`: which option, name or path) containing a NUL byte
+/// at byte `at`.
+fn nul_error(what: &str, value: &[u8], at: usize) -> CudaError {
+    CudaError::InvalidArgument(format!(
+        "{what} {:?} contains a NUL byte (at byte {at}), which a C string cannot hold",
+        String::from_utf8_lossy(value)
+    ))
+}
+
+/// `value` as a C string for a compiler or linker call, or [`CudaError::InvalidArgument`] naming
+/// `what` (which option, name or path) if it contains a NUL byte, rather than a silently
+/// truncated or emptied string.
+pub(crate) fn c_string(value: impl Into<Vec<u8>>, what: &str) -> Result<CString> {
+    CString::new(value).map_err(|e| {
+        let at = e.nul_position();
+        nul_error(what, &e.into_vec(), at)
+    })
+}
+
+/// [`CudaError::InvalidArgument`] naming `what` if `value` contains a NUL byte: the up-front form of
+/// [`c_string`], for validating options before any library call.
+pub(crate) fn check_no_nul(value: &str, what: &str) -> Result<()> {
+    match value.bytes().position(|c| c == 0) {
+        Some(at) => Err(nul_error(what, value.as_bytes(), at)),
+        None => Ok(()),
+    }
+}
 
 /// Options of a [`Program`](crate::Program), named as in `cuda.core`. Every field is optional;
 /// unset fields add no flag and leave the compiler's default.
@@ -286,8 +315,10 @@ impl ProgramOptions {
         Ok(f)
     }
 
-    /// Rejects values no backend accepts and combinations that contradict themselves.
+    /// Rejects values no backend accepts, strings with a NUL byte (which no C string can hold),
+    /// and combinations that contradict themselves.
     pub fn validate(&self) -> Result<()> {
+        self.check_no_nul()?;
         let bad = |m: String| Err(CudaError::InvalidArgument(format!("ProgramOptions: {m}")));
         if let Some(arch) = &self.arch {
             if !valid_arch(arch) {
@@ -325,10 +356,49 @@ impl ProgramOptions {
                 return bad(format!("define_macro name {name:?} must be a plain identifier"));
             }
         }
-        if let Some(name) = &self.name {
-            if name.contains('\0') {
-                return bad("name contains a NUL byte".into());
+        Ok(())
+    }
+
+    /// Errors for the first string option (flag value, macro, path, module name) that contains a
+    /// NUL byte, naming it.
+    fn check_no_nul(&self) -> Result<()> {
+        let singles = [
+            ("name", &self.name),
+            ("arch", &self.arch),
+            ("std", &self.std),
+            ("optimization_info", &self.optimization_info),
+            ("time", &self.time),
+            ("fdevice_time_trace", &self.fdevice_time_trace),
+            ("frandom_seed", &self.frandom_seed),
+            ("ofast_compile", &self.ofast_compile),
+            ("create_pch", &self.create_pch),
+            ("use_pch", &self.use_pch),
+            ("pch_dir", &self.pch_dir),
+        ];
+        for (what, value) in singles {
+            if let Some(value) = value {
+                check_no_nul(value, &format!("ProgramOptions: {what}"))?;
             }
+        }
+        let lists = [
+            ("ptxas_options entry", &self.ptxas_options),
+            ("undefine_macro entry", &self.undefine_macro),
+            ("include_path entry", &self.include_path),
+            ("pre_include entry", &self.pre_include),
+        ];
+        for (what, values) in lists {
+            for value in values {
+                check_no_nul(value, &format!("ProgramOptions: {what}"))?;
+            }
+        }
+        for (name, value) in &self.define_macro {
+            check_no_nul(name, "ProgramOptions: define_macro name")?;
+            if let Some(value) = value {
+                check_no_nul(value, &format!("ProgramOptions: the value of define_macro {name}"))?;
+            }
+        }
+        for (module, _) in &self.extra_sources {
+            check_no_nul(module, "ProgramOptions: extra_sources module name")?;
         }
         Ok(())
     }
@@ -520,5 +590,77 @@ mod tests {
             ..Default::default()
         };
         assert!(pch.validate().is_err());
+    }
+
+    #[test]
+    fn strings_with_a_nul_byte_are_rejected_naming_the_option() {
+        let check = |o: ProgramOptions, needle: &str| {
+            for err in [o.validate().unwrap_err(), o.nvrtc_flags().unwrap_err()] {
+                assert!(matches!(err, CudaError::InvalidArgument(_)), "{err}");
+                let text = err.to_string();
+                assert!(text.contains("NUL") && text.contains(needle), "{text} lacks {needle}");
+            }
+        };
+        check(
+            ProgramOptions {
+                include_path: vec!["/opt/inc\0lude".into()],
+                ..Default::default()
+            },
+            "include_path",
+        );
+        check(
+            ProgramOptions {
+                define_macro: vec![("N".into(), Some("1\0x".into()))],
+                ..Default::default()
+            },
+            "define_macro N",
+        );
+        check(
+            ProgramOptions {
+                define_macro: vec![("A\0B".into(), None)],
+                ..Default::default()
+            },
+            "define_macro name",
+        );
+        check(
+            ProgramOptions {
+                ptxas_options: vec!["-v\0".into()],
+                ..Default::default()
+            },
+            "ptxas_options",
+        );
+        check(
+            ProgramOptions {
+                name: Some("prog\0".into()),
+                ..Default::default()
+            },
+            "name",
+        );
+        check(
+            ProgramOptions {
+                pch_dir: Some("dir\0".into()),
+                ..Default::default()
+            },
+            "pch_dir",
+        );
+        let nvvm = ProgramOptions {
+            extra_sources: vec![("mod\0ule".into(), vec![0, 1, 2])],
+            ..Default::default()
+        };
+        let err = nvvm.nvvm_flags("ptx").unwrap_err();
+        assert!(err.to_string().contains("extra_sources module name"), "{err}");
+        // Binary module contents may hold NUL bytes; only names may not.
+        let fine = ProgramOptions {
+            extra_sources: vec![("module".into(), vec![0, 1, 2])],
+            ..Default::default()
+        };
+        fine.nvvm_flags("ptx").unwrap();
+        let err = c_string("a\0b", "the thing").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the thing \"a\\0b\" contains a NUL byte (at byte 1)"),
+            "{err}"
+        );
+        assert_eq!(c_string("ab", "the thing").unwrap().as_bytes(), b"ab");
     }
 }
