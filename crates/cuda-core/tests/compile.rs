@@ -330,15 +330,37 @@ fn a_cache_hit_returns_the_stored_bytes_without_compiling() {
     assert!(hot_time < cold_time);
     // What the cache holds is what comes back: the compiler is not asked again.
     let key = p.cache_key(CodeType::Cubin, &[]).unwrap();
+    // (A cubin for another architecture here: what is planted must still be a valid image.)
+    let planted_cubin = Program::new(SAXPY, SourceType::Cxx, opts("sm_80"))
+        .unwrap()
+        .compile(CodeType::Cubin, &[])
+        .unwrap()
+        .bytes()
+        .unwrap()
+        .into_owned();
     let planted = CacheEntry {
-        code: b"planted".to_vec(),
+        code: planted_cubin.clone(),
         symbol_mapping: Default::default(),
     };
     cache.put(&key, &planted).unwrap();
     assert_eq!(
         &*p.compile_cached(CodeType::Cubin, &[], &cache).unwrap().bytes().unwrap(),
-        b"planted"
+        &planted_cubin[..]
     );
+    // An entry that is no valid image never reaches the driver: it is a miss, compiled again
+    // and stored in its place.
+    let garbage = CacheEntry {
+        code: b"planted".to_vec(),
+        symbol_mapping: Default::default(),
+    };
+    cache.put(&key, &garbage).unwrap();
+    let recompiled = p.compile_cached(CodeType::Cubin, &[], &cache).unwrap();
+    assert_eq!(recompiled.bytes().unwrap(), cold.bytes().unwrap());
+    assert_eq!(cache.get(&key).unwrap().unwrap().code, &*cold.bytes().unwrap());
+    assert!(ObjectCode::from_cubin(b"planted".to_vec(), "planted")
+        .unwrap_err()
+        .to_string()
+        .contains("not an ELF image"));
     // Anything that changes the output changes the key.
     let other = |o: ProgramOptions| {
         Program::new(SAXPY, SourceType::Cxx, o)
@@ -428,6 +450,70 @@ fn object_code_from_files_and_errors_for_kernels_of_unloadable_kinds() {
     assert_eq!("fatbin".parse::<CodeType>().unwrap(), CodeType::Fatbin);
 }
 
+/// Real NVRTC output passes the checks `ObjectCode` makes before the driver reads an image (which
+/// it does without a length), and a cubin cut anywhere short of its end is refused.
+#[test]
+fn real_cubins_and_ptx_pass_the_image_checks_and_cut_cubins_do_not() {
+    if !toolchain() {
+        return;
+    }
+    let source = r#"
+        __device__ int counter;
+        __constant__ float table[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+        extern "C" __global__ void first(float* x, unsigned n) {
+            unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) x[i] = table[i % 4] * x[i];
+        }
+        extern "C" __global__ void second(float* x, unsigned n) {
+            __shared__ float tile[256];
+            unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+            tile[threadIdx.x] = i < n ? x[i] : 0.0f;
+            __syncthreads();
+            if (i < n) x[i] = tile[255 - threadIdx.x];
+            if (i == 0) atomicAdd(&counter, 1);
+        }"#;
+    // Relocatable code has CUDA sections that, like SHT_NOBITS, have a size but no bytes.
+    for (arch, rdc) in [
+        ("sm_75", false),
+        ("sm_80", true),
+        ("sm_90", false),
+        ("sm_90", true),
+        ("sm_100", false),
+    ] {
+        let options = ProgramOptions {
+            relocatable_device_code: Some(rdc),
+            ..opts(arch)
+        };
+        let mut p = Program::new(source, SourceType::Cxx, options).unwrap();
+        let cubin = p.compile(CodeType::Cubin, &[]).unwrap().bytes().unwrap().into_owned();
+        ObjectCode::from_cubin(cubin.clone(), "whole").unwrap();
+        // The driver goes by the bytes, so an ELF labelled fatbin is accepted too.
+        ObjectCode::from_fatbin(cubin.clone(), "whole").unwrap();
+        for n in 0..cubin.len() {
+            match ObjectCode::from_cubin(cubin[..n].to_vec(), "cut") {
+                Err(CudaError::InvalidArgument(_)) => {}
+                other => panic!("{arch}: the cubin cut to {n} of {} bytes gave {other:?}", cubin.len()),
+            }
+        }
+        let ptx = p.compile(CodeType::Ptx, &[]).unwrap().bytes().unwrap().into_owned();
+        ObjectCode::from_ptx(ptx.clone(), "ptx").unwrap();
+        let text: Vec<u8> = ptx.iter().copied().take_while(|&c| c != 0).collect();
+        assert_eq!(
+            ObjectCode::from_ptx(text.clone(), "ptx")
+                .unwrap()
+                .bytes()
+                .unwrap()
+                .last(),
+            Some(&0)
+        );
+        let err = ObjectCode::from_cubin(text, "ptx as cubin").unwrap_err();
+        assert!(
+            matches!(err, CudaError::InvalidArgument(_)) && err.to_string().contains("labelled cubin but not an ELF"),
+            "{err}"
+        );
+    }
+}
+
 /// Run by `nvrtc_12_compiles_through_the_same_api` in a child whose only NVRTC is CUDA 12.9's.
 #[test]
 #[ignore = "a helper: another test runs it in a child process"]
@@ -508,4 +594,61 @@ fn a_precompiled_header_reports_its_status() {
     assert!(pch.is_file());
     let err = p.cache_key(CodeType::Ptx, &[]).unwrap_err();
     assert!(err.to_string().contains("create_pch"), "{err}");
+}
+
+/// A string with a NUL byte is an error naming it, found before any library call (so no toolchain
+/// is needed), never a flag, name or path silently emptied.
+#[test]
+fn strings_with_a_nul_byte_are_rejected_before_any_library_call() {
+    let rejected = |err: CudaError, needle: &str| {
+        assert!(matches!(err, CudaError::InvalidArgument(_)), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("NUL byte") && text.contains(needle),
+            "{text} lacks {needle}"
+        );
+    };
+    let program = |options: ProgramOptions| Program::new(SAXPY, SourceType::Cxx, options).err().unwrap();
+    rejected(
+        program(ProgramOptions {
+            include_path: vec!["/opt/include".into(), "/opt/in\0clude".into()],
+            ..opts("sm_90")
+        }),
+        "include_path",
+    );
+    rejected(
+        program(ProgramOptions {
+            define_macro: vec![("N".into(), Some("4\0x".into()))],
+            ..opts("sm_90")
+        }),
+        "define_macro N",
+    );
+    rejected(
+        program(ProgramOptions {
+            ptxas_options: vec!["-v\0".into()],
+            ..opts("sm_90")
+        }),
+        "ptxas_options",
+    );
+    let ptx = ObjectCode::from_ptx(".version 8.0\n.target sm_90\n.address_size 64\n", "p").unwrap();
+    for backend in [cuda_core::LinkerBackend::NvJitLink, cuda_core::LinkerBackend::Driver] {
+        let options = LinkerOptions {
+            arch: Some("sm_90".into()),
+            ptxas_options: vec!["-O3".into(), "-v\0-O0".into()],
+            ..Default::default()
+        };
+        rejected(
+            Linker::with_backend(&[&ptx], options, backend).err().unwrap(),
+            "ptxas_options",
+        );
+        let named = ObjectCode::from_ptx(".version 8.0\n.target sm_90\n", "bad\0name").unwrap();
+        let options = LinkerOptions {
+            arch: Some("sm_90".into()),
+            ..Default::default()
+        };
+        rejected(
+            Linker::with_backend(&[&ptx, &named], options, backend).err().unwrap(),
+            "ObjectCode name",
+        );
+    }
 }
