@@ -295,7 +295,7 @@ fn a_foreign_stream_is_used_but_not_destroyed() {
         .unwrap();
     {
         // SAFETY: raw stays valid until destroyed below, after the wrapper is gone.
-        let stream = unsafe { Stream::from_handle(raw) };
+        let stream = unsafe { Stream::from_handle(raw) }.unwrap();
         let x = DeviceVec::from_slice(&[1.0; 256]);
         // SAFETY: x holds 256 floats; synchronised below.
         unsafe {

@@ -125,6 +125,7 @@ fn an_explicit_graph_runs_every_node_type() {
     // SAFETY: dptr is the graph allocation, live between the allocation and free nodes; c is
     // held by the graph (keep_alive).
     let fill = unsafe { alloc.memset_raw(dptr, 5u32, N, 1, 0) }.unwrap();
+    // SAFETY: as above: dptr between its allocation and free nodes, c held by the graph.
     let out = unsafe { fill.memcpy_raw(c.handle(), dptr, N * 4) }.unwrap();
     g.keep_alive(c.clone()).unwrap();
     let free = out.deallocate(&alloc).unwrap();
@@ -231,8 +232,8 @@ fn conditional_nodes_loop_and_branch_as_their_condition_says() {
         )
     }
     .unwrap();
-    assert_eq!(while_node.node.node_type().unwrap(), NodeType::Conditional);
-    match while_node.node.params().unwrap() {
+    assert_eq!(while_node.node().node_type().unwrap(), NodeType::Conditional);
+    match while_node.node().params().unwrap() {
         NodeParams::Conditional { kind, branches, .. } => {
             assert_eq!(kind, ConditionalType::While);
             assert_eq!(branches.len(), 1);
@@ -244,7 +245,12 @@ fn conditional_nodes_loop_and_branch_as_their_condition_says() {
     // if-else: a kernel sets the condition; then adds 1, else adds 100.
     let branch = g.create_condition(None).unwrap();
     // SAFETY: set_condition(handle, unsigned).
-    let set = unsafe { while_node.node.launch(&one_thread(), &k.set_condition, (branch, 1u32)) }.unwrap();
+    let set = unsafe {
+        while_node
+            .node()
+            .launch(&one_thread(), &k.set_condition, (branch, 1u32))
+    }
+    .unwrap();
     let if_else = set.if_else(&branch).unwrap();
     // SAFETY: add over x's N words, held by the graph.
     unsafe {
@@ -262,14 +268,14 @@ fn conditional_nodes_loop_and_branch_as_their_condition_says() {
     // switch: the condition is 2, so the third body runs.
     let which = g.create_condition(None).unwrap();
     // SAFETY: as above.
-    let set_which = unsafe { if_else.node.launch(&one_thread(), &k.set_condition, (which, 2u32)) }.unwrap();
+    let set_which = unsafe { if_else.node().launch(&one_thread(), &k.set_condition, (which, 2u32)) }.unwrap();
     let switch = set_which.switch(&which, 3).unwrap();
-    for (i, body) in switch.branches.iter().enumerate() {
+    for (i, body) in switch.branches().into_iter().enumerate() {
         body.memset(&picked, 10 + i as u32, 1).unwrap();
     }
     // if: a condition left at 0 skips its body.
     let skip = g.create_condition(Some(0)).unwrap();
-    let if_node = switch.node.if_then(&skip).unwrap();
+    let if_node = switch.node().if_then(&skip).unwrap();
     if_node.then().memset(&picked, 99u32, 1).unwrap();
 
     let mut exec = g.instantiate(&Default::default()).unwrap();
@@ -498,7 +504,7 @@ fn updates_change_results_and_errors_say_why() {
     assert!(node.then().instantiate(&Default::default()).is_err());
     // SAFETY: add over x, which outlives g.
     unsafe { node.then().launch(&all(), &k.add, (x.handle(), N as u32, 1u32)) }.unwrap();
-    node.node.clone().destroy().unwrap();
+    node.node().clone().destroy().unwrap();
     assert!(!node.then().is_valid(), "a destroyed conditional node's body is gone");
     assert!(node.then().num_nodes().is_err());
 }

@@ -214,7 +214,7 @@ fn foreign_memory_is_used_but_not_freed() {
     unsafe { cuda_sys::driver::cuMemAlloc(&mut raw, 256) }.result().unwrap();
     {
         // SAFETY: raw holds 256 bytes until freed below, after the wrapper is gone.
-        let b = unsafe { Buffer::from_handle(raw, 256, &s) };
+        let b = unsafe { Buffer::from_handle(raw, 256, &s) }.unwrap();
         assert!(b.memory_resource().is_none());
         b.fill_u8(9, &s).unwrap();
         assert!(b.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 9));
@@ -267,8 +267,15 @@ fn child_opens_a_shared_buffer() {
     let pool = DeviceMemoryResource::from_fd(&d, fd).unwrap();
     assert!(pool.is_imported());
     assert!(pool.allocate(64, &s).is_err(), "an imported pool cannot allocate");
+    // A descriptor claiming more than the allocation it opens is refused (finding 9).
+    let forged = cuda_core::IpcBufferDescriptor::new(*desc.data(), desc.size() * 2 + (1 << 20));
+    let err = Buffer::from_ipc_descriptor(&pool, &forged, &s).unwrap_err();
+    assert!(err.to_string().contains("refused"), "{err}");
     let buffer = Buffer::from_ipc_descriptor(&pool, &desc, &s).unwrap();
-    assert_eq!(buffer.size(), desc.size);
+    assert_eq!(buffer.size(), desc.size());
+    // A second owner of the same mapping is refused while the first lives.
+    let err = Buffer::from_ipc_descriptor(&pool, &desc, &s).unwrap_err();
+    assert!(err.to_string().contains("already imported"), "{err}");
     assert!(
         buffer.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 0x11),
         "the parent's bytes"

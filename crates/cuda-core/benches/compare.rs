@@ -165,6 +165,7 @@ fn main() {
             f();
         }
         let d = t.elapsed();
+        // SAFETY: the stream is live.
         check(unsafe { driver::cuStreamSynchronize(raw_stream) });
         us(d, BURST)
     };
@@ -189,7 +190,12 @@ fn main() {
     let f2 = k2.handle() as driver::CUfunction;
     let f8 = k8.handle() as driver::CUfunction;
     let (s, r) = alternate(
-        || burst(&mut || unsafe { launch(&stream, &config, &k2, (0u64, 1u32)).unwrap() }),
+        || {
+            burst(&mut || {
+                // SAFETY: k2(float*, unsigned) with a null pointer: the kernel touches no memory.
+                unsafe { launch(&stream, &config, &k2, (0u64, 1u32)).unwrap() }
+            })
+        },
         || {
             burst(&mut || {
                 let (mut x, mut n) = (0u64, 1u32);
@@ -206,7 +212,12 @@ fn main() {
         higher_is_better: false,
     });
     let (s, r) = alternate(
-        || burst(&mut || unsafe { t2.launch(&stream, &config, (0u64, 1u32)).unwrap() }),
+        || {
+            burst(&mut || {
+                // SAFETY: k2(float*, unsigned) with a null pointer: the kernel touches no memory.
+                unsafe { t2.launch(&stream, &config, (0u64, 1u32)).unwrap() }
+            })
+        },
         || {
             burst(&mut || {
                 let (mut x, mut n) = (0u64, 1u32);
@@ -224,7 +235,12 @@ fn main() {
     });
     let args8 = (0u64, 1u32, 2i32, 3i32, 4.0f32, 5.0f32, 6i64, 7.0f64);
     let (s, r) = alternate(
-        || burst(&mut || unsafe { t8.launch(&stream, &config, args8).unwrap() }),
+        || {
+            burst(&mut || {
+                // SAFETY: k8 with a null pointer and plain values: the kernel touches no memory.
+                unsafe { t8.launch(&stream, &config, args8).unwrap() }
+            })
+        },
         || {
             burst(&mut || {
                 let (mut a, mut b, mut c, mut d, mut e, mut f, mut g, mut h) = args8;
@@ -259,11 +275,17 @@ fn main() {
             f();
         }
         let d = t.elapsed();
+        // SAFETY: the stream is live.
         check(unsafe { driver::cuStreamSynchronize(raw_stream) });
         us(d, 20_000)
     };
     let (s, r) = alternate(
-        || sustained(&mut || unsafe { t2.launch(&stream, &config, (0u64, 1u32)).unwrap() }),
+        || {
+            sustained(&mut || {
+                // SAFETY: k2(float*, unsigned) with a null pointer: the kernel touches no memory.
+                unsafe { t2.launch(&stream, &config, (0u64, 1u32)).unwrap() }
+            })
+        },
         || {
             sustained(&mut || {
                 let (mut x, mut n) = (0u64, 1u32);
@@ -284,6 +306,7 @@ fn main() {
     let graph = stream
         .capture_graph(cuda_core::graph::CaptureMode::ThreadLocal, |s| {
             for _ in 0..10 {
+                // SAFETY: k2(float*, unsigned) with a null pointer: the kernel touches no memory.
                 unsafe { t2.launch(s, &config, (0u64, 1u32))? };
             }
             Ok(())
@@ -292,7 +315,12 @@ fn main() {
     let exec = graph.handle();
     let (s, r) = alternate(
         || burst(&mut || graph.launch(&stream).unwrap()),
-        || burst(&mut || check(unsafe { driver::cuGraphLaunch(exec, raw_stream) })),
+        || {
+            burst(&mut || {
+                // SAFETY: the executable graph and the stream are live.
+                check(unsafe { driver::cuGraphLaunch(exec, raw_stream) })
+            })
+        },
     );
     rows.push(Row {
         name: "graph launch, 10 kernels",
@@ -327,6 +355,7 @@ fn main() {
                 }
             }
             let d = t.elapsed();
+            // SAFETY: the stream is live.
             check(unsafe { driver::cuStreamSynchronize(raw_stream) });
             us(d, n)
         },
@@ -362,6 +391,7 @@ fn main() {
                 }
             }
             let d = t.elapsed();
+            // SAFETY: the stream is live.
             check(unsafe { driver::cuStreamSynchronize(raw_stream) });
             us(d, n)
         },
@@ -419,6 +449,7 @@ fn main() {
         || {
             let t = Instant::now();
             for _ in 0..n {
+                // SAFETY: the stream is live.
                 check(unsafe { driver::cuStreamSynchronize(raw_stream) });
             }
             us(t.elapsed(), n)

@@ -34,6 +34,7 @@ fn benches(c: &mut Criterion) {
     let mut settle = move || {
         launches += 1;
         if launches.is_multiple_of(128) {
+            // SAFETY: the stream is live.
             check(unsafe { driver::cuStreamSynchronize(raw_stream) });
         }
     };

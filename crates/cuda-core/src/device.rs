@@ -4,9 +4,10 @@ use crate::error::Check;
 use crate::stream::{Event, EventOptions, Stream, StreamOptions};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
+use std::cell::RefCell;
 use std::ffi::CStr;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 fn init() -> Result<()> {
     static INIT: OnceLock<std::result::Result<(), CudaError>> = OnceLock::new();
@@ -137,8 +138,7 @@ impl Device {
     /// and returns it.
     pub fn set_current(&self) -> Result<Context> {
         let ctx = self.primary_context()?;
-        // SAFETY: the primary context is retained for the life of the process.
-        unsafe { driver::cuCtxSetCurrent(ctx.handle()) }.check("cuCtxSetCurrent")?;
+        ctx.set_current()?;
         Ok(ctx)
     }
 
@@ -152,13 +152,7 @@ impl Device {
                 // SAFETY: out-pointer to a local; the reference is never released (the context
                 // lives as long as the process, as every object made in it may).
                 unsafe { driver::cuDevicePrimaryCtxRetain(&mut ctx, self.handle) }.check("cuDevicePrimaryCtxRetain")?;
-                Ok(Context {
-                    inner: Arc::new(ContextInner {
-                        handle: ctx,
-                        device: *self,
-                        owned: false,
-                    }),
-                })
+                Ok(Context::wrap(ctx, *self, false))
             })
             .clone()
     }
@@ -365,13 +359,24 @@ struct ContextInner {
     device: Device,
     /// Made by `Context::create` (destroyed on drop) rather than a retained primary context.
     owned: bool,
+    /// Timing-free events made in this context, lent out to order one stream after another
+    /// (see [`Context::fence`]).
+    fences: Mutex<Vec<driver::CUevent>>,
 }
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
+        let fences = std::mem::take(self.fences.get_mut().unwrap_or_else(|p| p.into_inner()));
+        for event in fences {
+            // SAFETY: made by cuEventCreate in this context, idle in the pool, destroyed once.
+            if let Err(e) = unsafe { driver::cuEventDestroy(event) }.check("cuEventDestroy") {
+                crate::error::record_drop_error(e);
+            }
+        }
         if self.owned {
-            // SAFETY: made by cuCtxCreate and destroyed once; objects made in it hold this Arc, so
-            // none outlives it.
+            // SAFETY: made by cuCtxCreate and destroyed once; objects made in it hold this Arc, and
+            // every thread it was made current on by this crate holds it too (see `CURRENT`), so
+            // neither outlives it.
             if let Err(e) = unsafe { driver::cuCtxDestroy(self.handle) }.check("cuCtxDestroy") {
                 crate::error::record_drop_error(e);
             }
@@ -402,18 +407,158 @@ bitflags::bitflags! {
     }
 }
 
-// SAFETY: a CUcontext is a process-wide handle the driver lets any thread use.
+// SAFETY: a CUcontext and CUevents are process-wide handles the driver lets any thread use; the
+// event pool is behind a mutex.
 unsafe impl Send for ContextInner {}
-// SAFETY: as above; only reads of the handle are exposed.
+// SAFETY: as above; shared access reads the handle or locks the pool.
 unsafe impl Sync for ContextInner {}
 
-/// A CUDA context (today: a device's primary context).
+/// A CUDA context: a device's primary context, or one made by [`Context::create`].
+///
+/// A context made current on a thread through this type ([`set_current`](Self::set_current),
+/// [`push`](Self::push), [`Device::set_current`]) is held by that thread until another replaces
+/// it there or the thread ends, so dropping every other clone cannot destroy a context some
+/// thread still uses.
 #[derive(Clone)]
 pub struct Context {
     inner: Arc<ContextInner>,
 }
 
+/// The contexts this crate made current on the calling thread, as the driver's stack holds them
+/// (the top is the current one). Holding them keeps a created context alive while current here.
+struct CurrentStack(RefCell<Vec<Context>>);
+
+impl Drop for CurrentStack {
+    fn drop(&mut self) {
+        // The thread is ending. Primary contexts are never destroyed: let go of them here. A
+        // created context may be destroyed by its last reference: that happens on the release
+        // thread (started when it was made current), not during the thread's teardown.
+        let created: Vec<Context> = std::mem::take(self.0.get_mut())
+            .into_iter()
+            .filter(|c| c.inner.owned)
+            .collect();
+        if !created.is_empty() {
+            crate::reaper::drop_later(Box::new(created));
+        }
+    }
+}
+
+thread_local! {
+    static CURRENT: CurrentStack = const { CurrentStack(RefCell::new(Vec::new())) };
+}
+
+/// An event of a context's fence pool, given back on drop.
+pub(crate) struct FenceEvent {
+    context: Context,
+    event: driver::CUevent,
+}
+
+// SAFETY: a CUevent may be used from any thread; the context holds the pool behind a mutex.
+unsafe impl Send for FenceEvent {}
+// SAFETY: as above; shared access reads the handle.
+unsafe impl Sync for FenceEvent {}
+
+impl FenceEvent {
+    pub(crate) fn handle(&self) -> driver::CUevent {
+        self.event
+    }
+}
+
+impl Drop for FenceEvent {
+    fn drop(&mut self) {
+        // A recorded event may be recorded again at once: waits already queued keep what it
+        // captured when they were queued.
+        self.context
+            .inner
+            .fences
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(self.event);
+    }
+}
+
 impl Context {
+    fn wrap(handle: driver::CUcontext, device: Device, owned: bool) -> Context {
+        Context {
+            inner: Arc::new(ContextInner {
+                handle,
+                device,
+                owned,
+                fences: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// A timing-free event of this context, for ordering one stream after another: record it on
+    /// one, make the other wait for it. It goes back to the context's pool when dropped.
+    pub(crate) fn fence(&self) -> Result<FenceEvent> {
+        let pooled = self.inner.fences.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let event = match pooled {
+            Some(e) => e,
+            None => self.with_current(|| {
+                let mut e: driver::CUevent = std::ptr::null_mut();
+                // SAFETY: the context is current; out-pointer to a local.
+                unsafe { driver::cuEventCreate(&mut e, driver::CUevent_flags::CU_EVENT_DISABLE_TIMING.0) }
+                    .check("cuEventCreate")?;
+                Ok(e)
+            })?,
+        };
+        Ok(FenceEvent {
+            context: self.clone(),
+            event,
+        })
+    }
+
+    /// The calling thread's current context, if any: the one this crate made current, a primary
+    /// context, or (made current by raw calls) a context this value does not keep alive.
+    pub fn current() -> Result<Option<Context>> {
+        let handle = Context::current_handle()?;
+        if handle.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: the handle is the calling thread's current context, so it is live.
+        unsafe { Context::from_raw(handle) }.map(Some)
+    }
+
+    /// The context `handle`: one a thread made current through this crate, a primary context,
+    /// or else a wrapper that does not keep it alive.
+    ///
+    /// # Safety
+    /// `handle` is a live context.
+    pub(crate) unsafe fn from_raw(handle: driver::CUcontext) -> Result<Context> {
+        let held = CURRENT
+            .try_with(|c| {
+                c.0.borrow()
+                    .iter()
+                    .rev()
+                    .find(|ctx| ctx.inner.handle == handle)
+                    .cloned()
+            })
+            .ok()
+            .flatten();
+        if let Some(ctx) = held {
+            return Ok(ctx);
+        }
+        let mut dev = 0;
+        // SAFETY: the caller vouches for the handle; it is current only for the query.
+        unsafe {
+            driver::cuCtxPushCurrent(handle).check("cuCtxPushCurrent")?;
+            let got = driver::cuCtxGetDevice(&mut dev).check("cuCtxGetDevice");
+            let mut popped: driver::CUcontext = std::ptr::null_mut();
+            driver::cuCtxPopCurrent(&mut popped).check("cuCtxPopCurrent")?;
+            got?;
+        }
+        let device = Device::all()?
+            .into_iter()
+            .find(|d| d.handle == dev)
+            .ok_or_else(|| CudaError::InvalidArgument("the context's device is not listed".into()))?;
+        let primary = device.primary_context()?;
+        if primary.inner.handle == handle {
+            return Ok(primary);
+        }
+        Ok(Context::wrap(handle, device, false))
+    }
+
     /// The `CUcontext`.
     pub fn handle(&self) -> driver::CUcontext {
         self.inner.handle
@@ -433,13 +578,7 @@ impl Context {
         // SAFETY: out-pointer to a local; no creation parameters (affinity, CIG) are passed.
         unsafe { driver::cuCtxCreate(&mut ctx, std::ptr::null_mut(), flags.bits(), device.handle()) }
             .check("cuCtxCreate")?;
-        let context = Context {
-            inner: Arc::new(ContextInner {
-                handle: ctx,
-                device: *device,
-                owned: true,
-            }),
-        };
+        let context = Context::wrap(ctx, *device, true);
         // cuCtxCreate pushed it: take it off again so the thread is as it was.
         let mut popped: driver::CUcontext = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; the context just pushed is on top.
@@ -456,15 +595,37 @@ impl Context {
     }
 
     /// Makes this context the calling thread's current one (replacing the top of its stack).
+    /// The thread holds it until it is replaced or popped there, or the thread ends.
     pub fn set_current(&self) -> Result<()> {
-        // SAFETY: the context is live while self is.
-        unsafe { driver::cuCtxSetCurrent(self.inner.handle) }.check("cuCtxSetCurrent")
+        if self.inner.owned {
+            crate::reaper::start();
+        }
+        // SAFETY: the context is live while self is; the thread holds it from here on.
+        unsafe { driver::cuCtxSetCurrent(self.inner.handle) }.check("cuCtxSetCurrent")?;
+        // (During the thread's teardown the stack is gone: nothing is held then.)
+        let replaced = CURRENT
+            .try_with(|c| {
+                let mut stack = c.0.borrow_mut();
+                let replaced = stack.pop();
+                stack.push(self.clone());
+                replaced
+            })
+            .ok()
+            .flatten();
+        drop(replaced);
+        Ok(())
     }
 
-    /// Pushes this context on the calling thread's context stack, making it current.
+    /// Pushes this context on the calling thread's context stack, making it current. The thread
+    /// holds it until it is popped there, or the thread ends.
     pub fn push(&self) -> Result<()> {
-        // SAFETY: the context is live while self is.
-        unsafe { driver::cuCtxPushCurrent(self.inner.handle) }.check("cuCtxPushCurrent")
+        if self.inner.owned {
+            crate::reaper::start();
+        }
+        // SAFETY: the context is live while self is; the thread holds it from here on.
+        unsafe { driver::cuCtxPushCurrent(self.inner.handle) }.check("cuCtxPushCurrent")?;
+        let _ = CURRENT.try_with(|c| c.0.borrow_mut().push(self.clone()));
+        Ok(())
     }
 
     /// Pops the calling thread's current context off its stack and returns its handle.
@@ -472,6 +633,17 @@ impl Context {
         let mut ctx: driver::CUcontext = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         unsafe { driver::cuCtxPopCurrent(&mut ctx) }.check("cuCtxPopCurrent")?;
+        let popped = CURRENT
+            .try_with(|c| {
+                let mut stack = c.0.borrow_mut();
+                match stack.last() {
+                    Some(top) if top.inner.handle == ctx => stack.pop(),
+                    _ => None,
+                }
+            })
+            .ok()
+            .flatten();
+        drop(popped);
         Ok(ctx)
     }
 
@@ -514,6 +686,7 @@ impl Context {
 
     /// Waits for all work in the context.
     pub fn synchronize(&self) -> Result<()> {
+        crate::stream::refuse_in_callback()?;
         self.with_current(|| {
             // SAFETY: the context is current for the call.
             unsafe { driver::cuCtxSynchronize() }.check("cuCtxSynchronize")
@@ -521,7 +694,7 @@ impl Context {
     }
 
     /// Runs `f` with this context current, restoring the previous one afterwards (also when `f`
-    /// fails).
+    /// fails). `f` should not change the current context itself.
     pub fn with_current<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
         let mut previous: driver::CUcontext = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
@@ -529,10 +702,25 @@ impl Context {
         if previous == self.inner.handle {
             return f();
         }
-        // SAFETY: the context is live (retained); the previous one is restored below.
+        // SAFETY: the context is live (self holds it); the previous one is restored below.
         unsafe { driver::cuCtxSetCurrent(self.inner.handle) }.check("cuCtxSetCurrent")?;
+        // While current here, the thread's stack names it, so that what `f` hands on keeps this
+        // context (see `Context::current`).
+        let _ = CURRENT.try_with(|c| c.0.borrow_mut().push(self.clone()));
         let result = f();
-        // SAFETY: restoring what was current before.
+        let lent = CURRENT
+            .try_with(|c| {
+                let mut stack = c.0.borrow_mut();
+                match stack.last() {
+                    Some(top) if Arc::ptr_eq(&top.inner, &self.inner) => stack.pop(),
+                    _ => None,
+                }
+            })
+            .ok()
+            .flatten();
+        drop(lent);
+        // SAFETY: restoring what was current before (live: it was current, and a context made
+        // current through this crate is held by the thread).
         let restored = unsafe { driver::cuCtxSetCurrent(previous) }.check("cuCtxSetCurrent");
         let value = result?;
         restored?;

@@ -112,6 +112,12 @@ impl Buffer {
         shape: &[i64],
         strides: Option<&[i64]>,
     ) -> Result<DlpackTensor> {
+        if self.is_graph_memory() {
+            return Err(dlpack_error(
+                "export",
+                "graph memory exists only within the capture that allocated it",
+            ));
+        }
         let strides = match strides {
             Some(s) if s.len() != shape.len() => {
                 return Err(dlpack_error(
@@ -203,7 +209,7 @@ impl Buffer {
             device,
             _tensor: tensor,
         });
-        Ok(Buffer::from_parts(ptr, size, Some(resource), stream))
+        Buffer::from_parts(ptr, size, Some(resource), stream)
     }
 }
 
@@ -214,7 +220,12 @@ struct DlpackMemory {
     _tensor: DlpackTensor,
 }
 
-impl MemoryResource for DlpackMemory {
+// SAFETY: the memory is the tensor's (which a producer could only make with `unsafe` code
+// vouching for it), covering every element the checked shape and strides reach; the tensor is
+// owned until the last buffer using it is freed, and its deleter runs only after the
+// deallocation stream's work (which the buffer orders after every other stream's) is done.
+// Device memory is not host-accessible; pinned and managed memory are.
+unsafe impl MemoryResource for DlpackMemory {
     fn allocate(&self, _size: usize, _stream: &Stream) -> Result<driver::CUdeviceptr> {
         Err(CudaError::InvalidArgument(
             "the memory of an imported DLPack tensor cannot allocate more".into(),

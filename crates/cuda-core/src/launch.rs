@@ -332,7 +332,8 @@ kernel_args!(16: A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m
 /// runs (until the stream has passed it), and that the kernel does not race with other work
 /// touching the same memory. On a stream being captured into a graph the kernel runs at every
 /// launch of that graph: the pointers must stay valid for all of them (hand the memory to the
-/// graph with [`crate::graph::GraphBuilder::keep_alive`]).
+/// graph with [`crate::graph::GraphBuilder::keep_alive`]); the graph keeps the kernel itself
+/// loaded.
 #[inline]
 pub unsafe fn launch<A: KernelArgs>(
     stream: &Stream,
@@ -345,6 +346,27 @@ pub unsafe fn launch<A: KernelArgs>(
         None => Device::current()?,
     };
     config.check(device.limits()?)?;
+    stream.enqueue(|capture| {
+        if let Some(capture) = capture {
+            // The graph runs the kernel at every launch: it keeps the kernel's code loaded.
+            capture.attach(kernel.clone())?;
+        }
+        // SAFETY: forwarded to the caller; the kernel is live (and held by a capturing graph).
+        unsafe { launch_now(stream, config, kernel, &mut args) }
+    })
+}
+
+/// The launch itself: one driver call.
+///
+/// # Safety
+/// As [`launch`].
+#[inline(always)]
+unsafe fn launch_now<A: KernelArgs>(
+    stream: &Stream,
+    config: &LaunchConfig,
+    kernel: &Kernel,
+    args: &mut A,
+) -> Result<()> {
     if !config.has_attributes() {
         // Without launch attributes the classic entry point does the same work, and is the one
         // raw code calls: same cost.
@@ -501,13 +523,16 @@ impl Kernel {
         block_size: u32,
         dynamic_shared: usize,
     ) -> Result<u32> {
+        let block_size = i32::try_from(block_size).map_err(|_| {
+            CudaError::InvalidArgument(format!(
+                "max_active_blocks_per_multiprocessor: a block of {block_size} threads is more than any device has"
+            ))
+        })?;
         let f = self.function_on(device)?;
         let mut blocks = 0;
         // SAFETY: f is valid in the device's context; out-pointer to a local.
-        unsafe {
-            driver::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut blocks, f, block_size as i32, dynamic_shared)
-        }
-        .check("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
+        unsafe { driver::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut blocks, f, block_size, dynamic_shared) }
+            .check("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
         Ok(blocks.max(0) as u32)
     }
 
@@ -539,18 +564,16 @@ impl Kernel {
         dynamic_shared: usize,
         block_size_limit: u32,
     ) -> Result<MaxPotentialBlockSize> {
+        let block_size_limit = i32::try_from(block_size_limit).map_err(|_| {
+            CudaError::InvalidArgument(format!(
+                "max_potential_block_size: a block size limit of {block_size_limit} is more than any device has (0 means no limit)"
+            ))
+        })?;
         let f = self.function_on(device)?;
         let (mut grid, mut block) = (0, 0);
         // SAFETY: f is valid in the device's context; no size callback; out-pointers to locals.
         unsafe {
-            driver::cuOccupancyMaxPotentialBlockSize(
-                &mut grid,
-                &mut block,
-                f,
-                None,
-                dynamic_shared,
-                block_size_limit as i32,
-            )
+            driver::cuOccupancyMaxPotentialBlockSize(&mut grid, &mut block, f, None, dynamic_shared, block_size_limit)
         }
         .check("cuOccupancyMaxPotentialBlockSize")?;
         Ok(MaxPotentialBlockSize {

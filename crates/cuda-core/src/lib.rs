@@ -36,9 +36,9 @@ mod memory;
 mod object_code;
 mod program;
 mod program_options;
+mod reaper;
 mod stream;
 pub mod system;
-mod vmm;
 
 pub use cache::{CacheEntry, FileStreamProgramCache, InMemoryProgramCache, ProgramCache};
 pub use cuda_core_derive::DeviceRepr;
@@ -49,10 +49,9 @@ pub use linker::{Linker, LinkerBackend, LinkerOptions};
 pub use memory::{
     Buffer, BufferView, DeviceMemoryResource, DeviceMemoryResourceOptions, GraphMemoryResource, HostAllocFlags,
     IpcBufferDescriptor, LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryLocation, MemoryResource,
-    PinnedMemoryResource, Pod, Region2D, Region3D,
+    PinnedMemoryResource, Pod, Region2D, Region3D, VirtualMemoryResource, VirtualMemoryResourceOptions,
 };
 pub use object_code::{Code, CodeType, Kernel, ObjectCode, ParamInfo};
 pub use program::{PchStatus, Program, SourceType};
 pub use program_options::ProgramOptions;
 pub use stream::{Event, EventOptions, IpcEventDescriptor, Stream, StreamOptions};
-pub use vmm::{VirtualMemoryResource, VirtualMemoryResourceOptions};

@@ -44,15 +44,17 @@ fn nvml_string(call: &'static str, f: unsafe fn(*mut c_char, u32) -> nvml::nvmlR
 
 /// The kernel-mode driver version, such as `"580.159.04"` (NVML).
 pub fn get_kernel_mode_driver_version() -> Result<String> {
-    nvml_string("nvmlSystemGetDriverVersion", |b, n| unsafe {
-        nvml::nvmlSystemGetDriverVersion(b, n)
+    nvml_string("nvmlSystemGetDriverVersion", |b, n| {
+        // SAFETY: `nvml_string` passes a buffer of n bytes.
+        unsafe { nvml::nvmlSystemGetDriverVersion(b, n) }
     })
 }
 
 /// The version of the NVML library, such as `"13.580.159.04"`.
 pub fn get_nvml_version() -> Result<String> {
-    nvml_string("nvmlSystemGetNVMLVersion", |b, n| unsafe {
-        nvml::nvmlSystemGetNVMLVersion(b, n)
+    nvml_string("nvmlSystemGetNVMLVersion", |b, n| {
+        // SAFETY: `nvml_string` passes a buffer of n bytes.
+        unsafe { nvml::nvmlSystemGetNVMLVersion(b, n) }
     })
 }
 

@@ -1,132 +1,287 @@
-//! What graphs keep alive: values handed to CUDA user objects, released by a reaper thread once
-//! the last graph (and launch) referring to them is gone.
+//! The state every graph of a hierarchy shares, what graphs keep alive, and the captures in
+//! progress.
+//!
+//! - [`GraphInner`] is one `CUgraph` (a root, or a body or child graph nested in one) and the
+//!   hierarchy's [`Registry`], whose mutex serialises every driver call this crate makes on any
+//!   graph of the hierarchy (the driver does not synchronise graph objects itself).
+//! - [`GraphInner::attach`] hands a value to the root graph through a CUDA user object: the value
+//!   lives until every graph, clone and executable graph holding the object is gone and their
+//!   launches are done; the driver then calls a destructor on one of its threads, which posts the
+//!   value to the release thread ([`crate::reaper`]) to be dropped there.
+//! - Captures started by this crate are registered by the graph they record into, so that an
+//!   operation on a capturing stream finds the [`GraphInner`] to attach to (and lock): see
+//!   [`with_capture`].
+//!
+//! This module sits below [`crate::stream`] and [`crate::memory`]: it uses devices, the error type
+//! and the release thread only.
 
-use crate::device::{Context, Device};
+use crate::device::Context;
 use crate::error::{record_drop_error, Check};
-use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::any::Any;
+use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-/// A value a graph holds, with the context to make current when it is dropped (freeing memory
-/// on the legacy default stream needs one).
+/// A node handle with the generation it was registered under: a node destroyed through this API
+/// leaves its generation behind, so stale handles are recognised even when the driver reuses the
+/// address for a new node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NodeRef {
+    pub(crate) handle: driver::CUgraphNode,
+    pub(crate) gen: u64,
+}
+
+/// What a conditional node was made with (the driver's query for it needs CUDA 13.2).
+#[derive(Clone)]
+pub(crate) struct ConditionalInfo {
+    pub(crate) condition: super::GraphCondition,
+    pub(crate) kind: super::ConditionalType,
+    pub(crate) bodies: Vec<driver::CUgraph>,
+}
+
+/// A graph allocation recorded by a capture (graph memory, see [`crate::Buffer`]), shared by
+/// its buffer and the hierarchy's registry, which frees what is still live when the capture
+/// ends.
+pub(crate) struct GraphAllocState {
+    pub(crate) ptr: driver::CUdeviceptr,
+    /// The graph whose capture recorded the allocation.
+    pub(crate) graph: driver::CUgraph,
+    /// Set by whoever records the allocation's free (once).
+    pub(crate) freed: AtomicBool,
+}
+
+// SAFETY: the handles are compared, or used to record the one free (guarded by `freed`) under
+// the graph's lock.
+unsafe impl Send for GraphAllocState {}
+// SAFETY: as above.
+unsafe impl Sync for GraphAllocState {}
+
+/// Node bookkeeping shared by a graph and every graph nested in it (bodies, child graphs). Its
+/// mutex also serialises every driver call on the hierarchy.
+#[derive(Default)]
+pub(crate) struct Registry {
+    pub(crate) live: HashMap<usize, u64>,
+    next: u64,
+    pub(crate) conditionals: HashMap<usize, ConditionalInfo>,
+    /// Graph memory allocated by captures into the hierarchy and not yet known to be freed.
+    pub(crate) graph_allocations: Vec<Arc<GraphAllocState>>,
+}
+
+impl Registry {
+    pub(crate) fn register(&mut self, handle: driver::CUgraphNode) -> NodeRef {
+        let key = handle as usize;
+        let gen = match self.live.get(&key) {
+            Some(g) => *g,
+            None => {
+                self.next += 1;
+                self.live.insert(key, self.next);
+                self.next
+            }
+        };
+        NodeRef { handle, gen }
+    }
+
+    pub(crate) fn is_live(&self, node: NodeRef) -> bool {
+        self.live.get(&(node.handle as usize)) == Some(&node.gen)
+    }
+}
+
+pub(crate) struct GraphInner {
+    pub(crate) handle: driver::CUgraph,
+    /// For graphs nested in another (conditional bodies, child graphs): that graph and the node
+    /// that owns this one. `None`: owned here, destroyed on drop.
+    pub(crate) owner: Option<(Arc<GraphInner>, NodeRef)>,
+    pub(crate) registry: Arc<Mutex<Registry>>,
+}
+
+// SAFETY: CUgraph handles may be used from any thread; every driver call this crate makes on the
+// hierarchy holds the registry lock (`lock`, and `Capture` for captured work), so no two threads
+// touch it at once.
+unsafe impl Send for GraphInner {}
+// SAFETY: as above.
+unsafe impl Sync for GraphInner {}
+
+impl Drop for GraphInner {
+    fn drop(&mut self) {
+        if self.owner.is_none() {
+            // SAFETY: owned and destroyed once. No capture records into it any more: a builder
+            // keeps its graph until the capture has really ended (see `GraphBuilder`), and the
+            // capture registry holds only weak references. Executable graphs and user objects
+            // are independent of the definition.
+            if let Err(e) = unsafe { driver::cuGraphDestroy(self.handle) }.check("cuGraphDestroy") {
+                record_drop_error(e);
+            }
+        }
+    }
+}
+
+impl GraphInner {
+    pub(crate) fn owned(handle: driver::CUgraph) -> Arc<GraphInner> {
+        Arc::new(GraphInner {
+            handle,
+            owner: None,
+            registry: Arc::default(),
+        })
+    }
+
+    pub(crate) fn nested(parent: &Arc<GraphInner>, node: NodeRef, handle: driver::CUgraph) -> Arc<GraphInner> {
+        Arc::new(GraphInner {
+            handle,
+            owner: Some((parent.clone(), node)),
+            registry: parent.registry.clone(),
+        })
+    }
+
+    /// The hierarchy's lock, held for every driver call on any of its graphs.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Fails when the node owning this graph (or one of its owners) was destroyed.
+    pub(crate) fn check_live(&self, reg: &Registry) -> Result<()> {
+        let mut at = self;
+        while let Some((parent, node)) = &at.owner {
+            if !reg.is_live(*node) {
+                return Err(CudaError::InvalidArgument(
+                    "the node owning this graph was destroyed: the graph is no longer valid".into(),
+                ));
+            }
+            at = parent;
+        }
+        Ok(())
+    }
+
+    /// The outermost graph: what instantiation starts from, and so where attachments go (an
+    /// executable graph holds the user objects of the graph it was instantiated from, not those
+    /// of bodies nested in it).
+    pub(crate) fn root(&self) -> driver::CUgraph {
+        let mut at = self;
+        while let Some((parent, _)) = &at.owner {
+            at = parent;
+        }
+        at.handle
+    }
+
+    /// Hands `value` to the root graph: it is dropped after the graph, every clone and executable
+    /// graph made from it, and every launch of those, are gone.
+    pub(crate) fn attach<T: Any + Send + Sync>(&self, value: T) -> Result<()> {
+        let mut reg = self.lock();
+        self.attach_locked(&mut reg, value)
+    }
+
+    /// [`attach`](Self::attach) for a caller already holding the hierarchy's lock (`_reg` proves
+    /// it).
+    pub(crate) fn attach_locked<T: Any + Send + Sync>(&self, _reg: &mut Registry, value: T) -> Result<()> {
+        crate::reaper::start();
+        let data = Box::into_raw(Box::new(Held {
+            value: Some(Box::new(value)),
+            context: Context::current().ok().flatten(),
+        }));
+        let mut object: driver::CUuserObject = std::ptr::null_mut();
+        // SAFETY: data is a leaked box that `release` reclaims once; NO_DESTRUCTOR_SYNC is
+        // required by the driver for user objects.
+        let created = unsafe {
+            driver::cuUserObjectCreate(
+                &mut object,
+                data.cast(),
+                Some(release),
+                1,
+                driver::CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC.0,
+            )
+        }
+        .check("cuUserObjectCreate");
+        if let Err(e) = created {
+            // SAFETY: the driver did not take data.
+            drop(unsafe { Box::from_raw(data) });
+            return Err(e);
+        }
+        // SAFETY: the root graph is live (self keeps it) and its lock is held; MOVE hands it the
+        // one reference made above.
+        let retained = unsafe {
+            driver::cuGraphRetainUserObject(
+                self.root(),
+                object,
+                1,
+                driver::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE.0,
+            )
+        }
+        .check("cuGraphRetainUserObject");
+        if let Err(e) = retained {
+            // SAFETY: the reference is still ours; releasing it runs `release` (which only posts).
+            let _ = unsafe { driver::cuUserObjectRelease(object, 1) };
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+/// A value a graph holds, and the context current when it was handed over (made current again to
+/// drop it: freeing some memory needs one).
 struct Held {
-    value: Box<dyn Any + Send + Sync>,
+    value: Option<Box<dyn Any + Send + Sync>>,
     context: Option<Context>,
 }
 
-static REAPER: OnceLock<Mutex<mpsc::Sender<Held>>> = OnceLock::new();
-
-/// The reaper: user-object destructors run on a driver thread, which must not call CUDA, so they
-/// only post what they release here, and this thread drops it. Started on first use.
-fn start_reaper() -> Result<()> {
-    static STARTING: Mutex<()> = Mutex::new(());
-    let _one_at_a_time = STARTING.lock().unwrap_or_else(|p| p.into_inner());
-    if REAPER.get().is_some() {
-        return Ok(());
-    }
-    let (tx, rx) = mpsc::channel::<Held>();
-    std::thread::Builder::new()
-        .name("cuda-core-graph-reaper".into())
-        .spawn(move || {
-            for held in rx {
-                if let Some(ctx) = &held.context {
-                    let _ = ctx.set_current();
-                }
-                let Held { value, .. } = held;
-                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(value))).is_err() {
-                    record_drop_error(CudaError::InvalidArgument(
-                        "a value released by a graph panicked in its destructor".into(),
-                    ));
-                }
+impl Drop for Held {
+    fn drop(&mut self) {
+        let value = self.value.take();
+        match &self.context {
+            Some(ctx) => {
+                let _ = ctx.with_current(|| {
+                    drop(value);
+                    Ok(())
+                });
             }
-        })
-        .map_err(|e| {
-            CudaError::InvalidArgument(format!("cannot start the thread that releases what graphs hold: {e}"))
-        })?;
-    let _ = REAPER.set(Mutex::new(tx));
-    Ok(())
+            None => drop(value),
+        }
+    }
 }
 
-/// Called by the driver once the user object's last reference is gone.
+/// Called by the driver, on a thread of its own, once the user object's last reference is gone:
+/// posts the value to the release thread (CUDA must not be called here).
 unsafe extern "C" fn release(data: *mut c_void) {
-    // SAFETY: data is the Box<Held> leaked in `attach`; the driver calls this exactly once.
+    // SAFETY: data is the Box<Held> leaked in `attach_locked`; the driver calls this exactly once.
     let held = unsafe { Box::from_raw(data as *mut Held) };
-    let sent = match REAPER.get() {
-        Some(tx) => match tx.lock() {
-            Ok(tx) => tx.send(*held).map_err(|e| e.0),
-            Err(_) => Err(*held),
-        },
-        None => Err(*held),
-    };
-    // Dropping here could call CUDA on the driver's thread: keep the value rather than risk it.
-    if let Err(held) = sent {
-        std::mem::forget(held);
-    }
-}
-
-/// The current device's primary context, if there is one: what values graphs hold are released
-/// in.
-pub(crate) fn current_primary_context() -> Option<Context> {
-    Device::current().and_then(|d| d.primary_context()).ok()
-}
-
-/// Hands `value` to `graph` (through a CUDA user object): it is dropped after the graph, every
-/// clone and executable graph made from it, and every launch of those, are gone.
-pub(crate) fn attach<T: Any + Send + Sync>(graph: driver::CUgraph, value: T) -> Result<()> {
-    start_reaper()?;
-    let data = Box::into_raw(Box::new(Held {
-        value: Box::new(value),
-        context: current_primary_context(),
-    }));
-    let mut object: driver::CUuserObject = std::ptr::null_mut();
-    // SAFETY: data is a leaked box that `release` reclaims once; NO_DESTRUCTOR_SYNC is required.
-    let created = unsafe {
-        driver::cuUserObjectCreate(
-            &mut object,
-            data.cast(),
-            Some(release),
-            1,
-            driver::CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC.0,
-        )
-    }
-    .check("cuUserObjectCreate");
-    if let Err(e) = created {
-        // SAFETY: the driver did not take data.
-        drop(unsafe { Box::from_raw(data) });
-        return Err(e);
-    }
-    // SAFETY: the graph is live; MOVE hands it the one reference made above.
-    let retained = unsafe {
-        driver::cuGraphRetainUserObject(
-            graph,
-            object,
-            1,
-            driver::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE.0,
-        )
-    }
-    .check("cuGraphRetainUserObject");
-    if let Err(e) = retained {
-        // SAFETY: the reference is still ours; releasing it runs `release` (on a driver thread).
-        let _ = unsafe { driver::cuUserObjectRelease(object, 1) };
-        return Err(e);
-    }
-    Ok(())
+    crate::reaper::drop_later(held);
 }
 
 /// How many captures started by this crate are running (in any thread). While none is, stream
-/// operations skip the capture query entirely.
+/// operations skip the capture query.
 static CAPTURES: AtomicUsize = AtomicUsize::new(0);
 
-pub(crate) fn capture_started() {
+/// The graphs captures started by this crate record into, by `CUgraph`.
+static ACTIVE: Mutex<Option<HashMap<usize, Weak<GraphInner>>>> = Mutex::new(None);
+
+fn active() -> MutexGuard<'static, Option<HashMap<usize, Weak<GraphInner>>>> {
+    ACTIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Registers a capture into `graph` about to begin (the caller holds the stream's capture lock
+/// for writing).
+pub(crate) fn capture_starting(graph: &Arc<GraphInner>) {
+    active()
+        .get_or_insert_with(HashMap::new)
+        .insert(graph.handle as usize, Arc::downgrade(graph));
     CAPTURES.fetch_add(1, Ordering::SeqCst);
 }
 
-pub(crate) fn capture_ended() {
+/// Unregisters a capture into `graph` that ended (or never began).
+pub(crate) fn capture_over(graph: driver::CUgraph) {
+    if let Some(map) = active().as_mut() {
+        map.remove(&(graph as usize));
+    }
     CAPTURES.fetch_sub(1, Ordering::SeqCst);
+    // Releases waiting for a capture to end may proceed.
+    crate::reaper::wake();
+}
+
+/// Whether any capture started by this crate is running.
+#[inline]
+pub(crate) fn captures_running() -> bool {
+    CAPTURES.load(Ordering::SeqCst) != 0
 }
 
 /// A stream's capture: the graph it records into and the nodes the next operation will depend on.
@@ -135,7 +290,7 @@ pub(crate) struct CaptureInfo {
     pub(crate) dependencies: Vec<driver::CUgraphNode>,
 }
 
-/// The capture in progress on `stream`, if any.
+/// The capture in progress on `stream`, if any; an error when it was invalidated.
 pub(crate) fn capture_info(stream: driver::CUstream) -> Result<Option<CaptureInfo>> {
     let mut status = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     let mut graph: driver::CUgraph = std::ptr::null_mut();
@@ -172,12 +327,62 @@ pub(crate) fn capture_info(stream: driver::CUstream) -> Result<Option<CaptureInf
     }
 }
 
-/// The graph `stream` is being captured into, when a capture this crate started is running
-/// (a single atomic load otherwise).
-#[inline]
-pub(crate) fn capture_target(stream: &Stream) -> Result<Option<driver::CUgraph>> {
-    if CAPTURES.load(Ordering::SeqCst) == 0 {
-        return Ok(None);
+/// An operation's view of the capture its stream is in: the graph recorded into, with the
+/// hierarchy's lock held for as long as the view lives.
+pub(crate) struct Capture<'a> {
+    /// The graph recorded into (a root, or a conditional body).
+    pub(crate) graph: &'a Arc<GraphInner>,
+    pub(crate) reg: &'a mut Registry,
+    /// What the next recorded node depends on.
+    pub(crate) dependencies: Vec<driver::CUgraphNode>,
+}
+
+impl Capture<'_> {
+    /// Hands `value` to the root of the graph recorded into.
+    pub(crate) fn attach<T: Any + Send + Sync>(&mut self, value: T) -> Result<()> {
+        self.graph.attach_locked(self.reg, value)
     }
-    Ok(capture_info(stream.handle())?.map(|c| c.graph))
+
+    /// The `CUgraph` recorded into.
+    pub(crate) fn handle(&self) -> driver::CUgraph {
+        self.graph.handle
+    }
+}
+
+/// Runs `op` with the capture `stream` is recorded into (its graph found and locked), or with
+/// `None` when it is not capturing. The caller holds the stream's capture lock (see
+/// [`crate::Stream`]), so no capture begins or ends on it meanwhile.
+#[inline]
+pub(crate) fn with_capture<T>(
+    stream: driver::CUstream,
+    op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>,
+) -> Result<T> {
+    if !captures_running() {
+        return op(None);
+    }
+    with_capture_slow(stream, op)
+}
+
+#[cold]
+fn with_capture_slow<T>(stream: driver::CUstream, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
+    let Some(info) = capture_info(stream)? else {
+        return op(None);
+    };
+    let graph = active()
+        .as_ref()
+        .and_then(|m| m.get(&(info.graph as usize)))
+        .and_then(Weak::upgrade)
+        .ok_or_else(|| {
+            CudaError::InvalidArgument(
+                "the stream is being captured into a graph this crate did not start (a raw capture): what the operation uses could not be held by the graph"
+                    .into(),
+            )
+        })?;
+    let mut reg = graph.lock();
+    let mut capture = Capture {
+        graph: &graph,
+        reg: &mut reg,
+        dependencies: info.dependencies,
+    };
+    op(Some(&mut capture))
 }

@@ -1,8 +1,8 @@
 //! Graphs by stream capture: [`GraphBuilder`].
 
-use super::attach::{attach, capture_ended, capture_info, capture_started};
+use super::attach::{capture_info, capture_over, capture_starting, Capture};
 use super::definition::{
-    add_conditional_node, host_params, ConditionalType, GraphCondition, GraphDefinition, GraphInner,
+    add_conditional_node, embedding, host_params, ConditionalType, GraphCondition, GraphDefinition, GraphInner,
 };
 use super::exec::{Graph, GraphCompleteOptions};
 use crate::device::{Context, Device};
@@ -10,6 +10,8 @@ use crate::error::{record_drop_error, Check};
 use crate::stream::{EventOptions, Stream, StreamOptions};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
+use std::marker::PhantomData;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// How a capture interacts with other threads' CUDA calls (`CUstreamCaptureMode`).
@@ -54,8 +56,19 @@ enum State {
 /// Builds a graph by recording the work queued on its stream (`cuda.core`'s `GraphBuilder`).
 ///
 /// Work queued on [`stream`](Self::stream) while building is recorded, not run. Buffers,
-/// events and callbacks the recorded operations use are held by the graph. Dropping a builder
-/// mid-capture ends the capture and discards what was recorded.
+/// events, kernels and callbacks the recorded operations use are held by the graph. Dropping a
+/// builder mid-capture ends the capture and discards what was recorded.
+///
+/// A builder stays on the thread that made it: the driver ends a capture only on the thread
+/// that began it (unless the mode is relaxed), so a builder moved elsewhere could not end its
+/// capture. Its stream can be shared (work queued on it from any thread is recorded).
+///
+/// ```compile_fail
+/// fn needs_send<T: Send>(_: T) {}
+/// fn builder(stream: &cuda_core::Stream) {
+///     needs_send(stream.create_graph_builder()); // a GraphBuilder is not Send
+/// }
+/// ```
 ///
 /// ```no_run
 /// # use cuda_core::{Device, graph::CaptureMode};
@@ -77,18 +90,16 @@ pub struct GraphBuilder {
     kind: Kind,
     state: State,
     graph: Option<Arc<GraphInner>>,
+    /// Not `Send`: see the type's documentation. (`Sync` is harmless: every method that ends a
+    /// capture takes `&mut self` or `self`.)
+    _thread_bound: PhantomData<std::sync::MutexGuard<'static, ()>>,
 }
 
 impl Stream {
     /// A graph builder recording the work queued on this stream (call
     /// [`begin_building`](GraphBuilder::begin_building)).
     pub fn create_graph_builder(&self) -> GraphBuilder {
-        GraphBuilder {
-            stream: self.clone(),
-            kind: Kind::Primary,
-            state: State::Idle,
-            graph: None,
-        }
+        GraphBuilder::on(self.clone(), Kind::Primary, State::Idle, None)
     }
 
     /// Starts recording the work queued on this stream into a graph: shorthand for
@@ -127,6 +138,16 @@ impl Device {
 }
 
 impl GraphBuilder {
+    fn on(stream: Stream, kind: Kind, state: State, graph: Option<Arc<GraphInner>>) -> GraphBuilder {
+        GraphBuilder {
+            stream,
+            kind,
+            state,
+            graph,
+            _thread_bound: PhantomData,
+        }
+    }
+
     /// The stream being captured: queue work on it to add it to the graph.
     pub fn stream(&self) -> &Stream {
         &self.stream
@@ -152,6 +173,7 @@ impl GraphBuilder {
             }
             _ => {}
         }
+        crate::stream::refuse_in_callback()?;
         let graph = match &self.graph {
             Some(g) => g.clone(),
             None => {
@@ -161,21 +183,26 @@ impl GraphBuilder {
                 GraphInner::owned(handle)
             }
         };
-        capture_started();
-        // SAFETY: the stream and graph are live; no dependencies.
-        let status = unsafe {
-            driver::cuStreamBeginCaptureToGraph(
-                self.stream.handle(),
-                graph.handle,
-                std::ptr::null(),
-                std::ptr::null(),
-                0,
-                mode.to_driver(),
-            )
-        }
-        .check("cuStreamBeginCaptureToGraph");
+        let status = {
+            // No operation is queued on the stream while the capture begins.
+            let _exclusive = self.stream.capture_exclusive();
+            capture_starting(&graph);
+            let _reg = graph.lock();
+            // SAFETY: the stream and graph are live (the graph's lock is held); no dependencies.
+            unsafe {
+                driver::cuStreamBeginCaptureToGraph(
+                    self.stream.handle(),
+                    graph.handle,
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    0,
+                    mode.to_driver(),
+                )
+            }
+            .check("cuStreamBeginCaptureToGraph")
+        };
         if let Err(e) = status {
-            capture_ended();
+            capture_over(graph.handle);
             return Err(e);
         }
         self.graph = Some(graph);
@@ -196,7 +223,9 @@ impl GraphBuilder {
         self.kind == Kind::Forked
     }
 
-    /// Stops recording. A builder made by `split` cannot end: join it back first.
+    /// Stops recording. A builder made by `split` cannot end: join it back first. Graph memory
+    /// allocated by the capture and not yet freed is freed at its end (a free node), so every
+    /// launch gives it back.
     pub fn end_building(&mut self) -> Result<&mut Self> {
         if self.state != State::Building {
             return Err(CudaError::InvalidArgument("the graph builder is not building".into()));
@@ -206,21 +235,79 @@ impl GraphBuilder {
                 "a builder made by split ends with its parent: join it (GraphBuilder::join) and end that".into(),
             ));
         }
-        self.state = State::Ended;
-        capture_ended();
-        let mut graph: driver::CUgraph = std::ptr::null_mut();
-        // SAFETY: the stream is capturing (begun by this builder); out-pointer to a local.
-        let ended = unsafe { driver::cuStreamEndCapture(self.stream.handle(), &mut graph) }.check("cuStreamEndCapture");
-        if ended.is_err() || graph.is_null() {
-            // An invalidated capture may have recorded part of an operation that then failed
-            // (a copy from a host slice since freed, say): the graph must never run.
-            self.graph = None;
-            ended?;
-            return Err(CudaError::InvalidArgument(
-                "the capture was invalidated: nothing usable was recorded".into(),
-            ));
+        crate::stream::refuse_in_callback()?;
+        match self.end_capture() {
+            Ok(()) => {
+                self.state = State::Ended;
+                Ok(self)
+            }
+            Err((e, still_capturing)) => {
+                if !still_capturing {
+                    // Ended but invalidated: an invalidated capture may have recorded part of an
+                    // operation that then failed (a copy from a host slice since freed, say): the
+                    // graph must never run.
+                    self.state = State::Ended;
+                    self.graph = None;
+                }
+                Err(e)
+            }
         }
-        Ok(self)
+    }
+
+    /// Ends the capture this builder began. On failure, whether the stream still captures (the
+    /// graph is then kept: the driver still records into it).
+    fn end_capture(&mut self) -> std::result::Result<(), (CudaError, bool)> {
+        let Some(graph) = self.graph.clone() else {
+            return Err((
+                CudaError::InvalidArgument("the graph builder has no graph".into()),
+                false,
+            ));
+        };
+        let _exclusive = self.stream.capture_exclusive();
+        let mut reg = graph.lock();
+        let freed = {
+            let mut capture = Capture {
+                graph: &graph,
+                reg: &mut reg,
+                dependencies: Vec::new(),
+            };
+            free_live_graph_memory(&mut capture, &self.stream)
+        };
+        let mut ended: driver::CUgraph = std::ptr::null_mut();
+        // SAFETY: the stream is capturing (begun by this builder, on this thread: builders are
+        // not Send) into `graph`, whose lock is held; out-pointer to a local.
+        let status =
+            unsafe { driver::cuStreamEndCapture(self.stream.handle(), &mut ended) }.check("cuStreamEndCapture");
+        drop(reg);
+        let still_capturing = |e: CudaError| {
+            let mut status = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+            // SAFETY: the stream is live; out-pointer to a local.
+            let query = unsafe { driver::cuStreamIsCapturing(self.stream.handle(), &mut status) };
+            let capturing =
+                query.result().is_err() || status != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+            if !capturing {
+                capture_over(graph.handle);
+            }
+            (e, capturing)
+        };
+        match status {
+            Err(e) => Err(still_capturing(e)),
+            Ok(()) if ended.is_null() => {
+                capture_over(graph.handle);
+                Err((
+                    CudaError::InvalidArgument("the capture was invalidated: nothing usable was recorded".into()),
+                    false,
+                ))
+            }
+            Ok(()) => {
+                capture_over(graph.handle);
+                match freed {
+                    Ok(()) => Ok(()),
+                    // The capture ended, but its graph memory could not all be freed in it.
+                    Err(e) => Err((e, false)),
+                }
+            }
+        }
     }
 
     /// The recorded graph, to inspect or extend with the explicit API (after `end_building`).
@@ -250,14 +337,19 @@ impl GraphBuilder {
         self.graph_definition()?.debug_dot_print(path, options)
     }
 
-    fn capture(&self, what: &str) -> Result<super::attach::CaptureInfo> {
+    /// Runs `op` with this builder's capture (its graph locked), under the stream's capture lock.
+    fn with_capture<T>(&self, what: &str, op: impl FnOnce(&mut Capture<'_>) -> Result<T>) -> Result<T> {
         if self.state != State::Building {
             return Err(CudaError::InvalidArgument(format!(
                 "{what}: the graph builder is not building"
             )));
         }
-        capture_info(self.stream.handle())?
-            .ok_or_else(|| CudaError::InvalidArgument(format!("{what}: the stream is not capturing")))
+        self.stream.enqueue(|capture| match capture {
+            Some(capture) => op(capture),
+            None => Err(CudaError::InvalidArgument(format!(
+                "{what}: the stream is not capturing"
+            ))),
+        })
     }
 
     /// Splits the capture into `count` parallel branches: the first is this builder, the others
@@ -268,7 +360,7 @@ impl GraphBuilder {
                 "invalid split count: expecting >= 2, got {count}"
             )));
         }
-        self.capture("split")?;
+        self.with_capture("split", |_| Ok(()))?;
         let context = self.stream.context_or_current()?;
         let event = context.create_event(EventOptions::default())?;
         self.stream.record(&event)?;
@@ -276,12 +368,12 @@ impl GraphBuilder {
         for _ in 1..count {
             let stream = capture_stream(&context)?;
             stream.wait_event(&event)?;
-            out.push(GraphBuilder {
+            out.push(GraphBuilder::on(
                 stream,
-                kind: Kind::Forked,
-                state: State::Building,
-                graph: self.graph.clone(),
-            });
+                Kind::Forked,
+                State::Building,
+                self.graph.clone(),
+            ));
         }
         out.insert(0, self);
         Ok(out)
@@ -307,38 +399,41 @@ impl GraphBuilder {
     /// A condition for conditional nodes of this capture; with `default_value` it is reset to
     /// that value at the start of every launch.
     pub fn create_condition(&self, default_value: Option<u32>) -> Result<GraphCondition> {
-        let info = self.capture("create_condition")?;
-        GraphCondition::create(info.graph, default_value)
+        self.with_capture("create_condition", |capture| {
+            GraphCondition::create(capture.handle(), default_value)
+        })
     }
 
     fn conditional(&self, condition: &GraphCondition, kind: ConditionalType, size: u32) -> Result<Vec<GraphBuilder>> {
-        let info = self.capture("conditional")?;
-        let graph = self
-            .graph
-            .as_ref()
-            .ok_or_else(|| CudaError::InvalidArgument("conditional: the graph builder is not building".into()))?;
-        let (node, bodies) = {
-            let mut reg = graph.lock();
-            let (node, bodies) =
-                add_conditional_node(&mut reg, info.graph, &info.dependencies, *condition, kind, size)?;
-            (reg.register(node), bodies)
-        };
-        self.continue_after(node.handle)?;
+        let (graph, node, bodies) = self.with_capture("conditional", |capture| {
+            let (node, bodies) = add_conditional_node(
+                capture.reg,
+                capture.handle(),
+                &capture.dependencies,
+                *condition,
+                kind,
+                size,
+            )?;
+            let node = capture.reg.register(node);
+            self.continue_after(node.handle)?;
+            Ok((capture.graph.clone(), node, bodies))
+        })?;
         let context = self.stream.context_or_current()?;
         bodies
             .into_iter()
             .map(|b| {
-                Ok(GraphBuilder {
-                    stream: capture_stream(&context)?,
-                    kind: Kind::Body,
-                    state: State::Idle,
-                    graph: Some(GraphInner::nested(graph, node, b)),
-                })
+                Ok(GraphBuilder::on(
+                    capture_stream(&context)?,
+                    Kind::Body,
+                    State::Idle,
+                    Some(GraphInner::nested(&graph, node, b)),
+                ))
             })
             .collect()
     }
 
     /// Makes `node` (just added to the capture graph) what the next captured work depends on.
+    /// The caller holds the stream's capture lock and the graph's.
     fn continue_after(&self, mut node: driver::CUgraphNode) -> Result<()> {
         // SAFETY: the stream is capturing; one node replaces the dependencies of what follows.
         unsafe {
@@ -356,19 +451,23 @@ impl GraphBuilder {
     /// Adds an if node at this point of the capture; record its body with the builder returned
     /// (`begin_building`, queue work, `end_building`).
     pub fn if_then(&self, condition: &GraphCondition) -> Result<GraphBuilder> {
-        Ok(self.conditional(condition, ConditionalType::If, 1)?.remove(0))
+        first(self.conditional(condition, ConditionalType::If, 1)?)
     }
 
     /// Adds an if-else node; returns the builders of the then and else bodies.
     pub fn if_else(&self, condition: &GraphCondition) -> Result<(GraphBuilder, GraphBuilder)> {
-        let mut b = self.conditional(condition, ConditionalType::If, 2)?;
-        let otherwise = b.remove(1);
-        Ok((b.remove(0), otherwise))
+        let mut b = self.conditional(condition, ConditionalType::If, 2)?.into_iter();
+        match (b.next(), b.next()) {
+            (Some(then), Some(otherwise)) => Ok((then, otherwise)),
+            _ => Err(CudaError::InvalidArgument(
+                "if_else: the driver made fewer than two bodies".into(),
+            )),
+        }
     }
 
     /// Adds a while node; returns the builder of its body.
     pub fn while_loop(&self, condition: &GraphCondition) -> Result<GraphBuilder> {
-        Ok(self.conditional(condition, ConditionalType::While, 1)?.remove(0))
+        first(self.conditional(condition, ConditionalType::While, 1)?)
     }
 
     /// Adds a switch node with `count` bodies; returns their builders.
@@ -381,55 +480,101 @@ impl GraphBuilder {
         let definition = child
             .graph_definition()
             .map_err(|_| CudaError::InvalidArgument("the child graph has not finished building".into()))?;
-        let info = self
-            .capture("embed")
-            .map_err(|_| CudaError::InvalidArgument("the parent graph is not being built".into()))?;
-        let mut node: driver::CUgraphNode = std::ptr::null_mut();
-        // SAFETY: both graphs are live; the dependencies come from the capture; the driver clones
-        // the child.
-        unsafe {
-            driver::cuGraphAddChildGraphNode(
-                &mut node,
-                info.graph,
-                info.dependencies.as_ptr(),
-                info.dependencies.len(),
-                definition.handle(),
-            )
+        if self.state != State::Building {
+            return Err(CudaError::InvalidArgument("the parent graph is not being built".into()));
         }
-        .check("cuGraphAddChildGraphNode")?;
-        self.continue_after(node)?;
-        attach(info.graph, definition)
+        if let Some(g) = &self.graph {
+            if Arc::ptr_eq(&g.registry, &definition.inner.registry) {
+                return Err(CudaError::InvalidArgument(
+                    "embed: a graph cannot embed itself or a graph nested in it".into(),
+                ));
+            }
+        }
+        // The child's lock is taken inside the parent's (see `embedding`).
+        let _one_at_a_time = embedding();
+        self.with_capture("embed", |capture| {
+            // The copy shares what the child holds: keep the child (and so that) alive.
+            capture.attach(definition.clone())?;
+            let child_reg = definition.inner.lock();
+            definition.inner.check_live(&child_reg)?;
+            let mut node: driver::CUgraphNode = std::ptr::null_mut();
+            // SAFETY: both graphs are live and locked; the dependencies come from the capture;
+            // the driver clones the child.
+            unsafe {
+                driver::cuGraphAddChildGraphNode(
+                    &mut node,
+                    capture.handle(),
+                    capture.dependencies.as_ptr(),
+                    capture.dependencies.len(),
+                    definition.handle(),
+                )
+            }
+            .check("cuGraphAddChildGraphNode")?;
+            drop(child_reg);
+            self.continue_after(node)
+        })
     }
 
     /// Records a host callback: `f` runs on a driver thread at every launch, in stream order.
-    /// `f` must not call CUDA; a panic is caught and recorded for [`crate::take_drop_errors`].
+    /// `f` must not call CUDA (this crate's operations called from it return an error); a panic
+    /// is caught and recorded for [`crate::take_drop_errors`].
     pub fn callback(&self, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
-        let info = self.capture("callback")?;
         let (boxed, p) = host_params(f);
-        // SAFETY: the stream is capturing; p points into `boxed`, which the graph holds below.
-        unsafe { driver::cuLaunchHostFunc(self.stream.handle(), p.fn_, p.userData) }.check("cuLaunchHostFunc")?;
-        attach(info.graph, boxed)
+        self.with_capture("callback", |capture| {
+            capture.attach(boxed)?;
+            // SAFETY: the stream is capturing (its lock is held); p points into the boxed
+            // closure, which the graph holds (handed over just before).
+            unsafe { driver::cuLaunchHostFunc(self.stream.handle(), p.fn_, p.userData) }.check("cuLaunchHostFunc")
+        })
     }
 
     /// Hands `value` to the graph being recorded (see [`GraphDefinition::keep_alive`]): use it for
     /// memory that captured kernels use.
     pub fn keep_alive<T: std::any::Any + Send + Sync>(&self, value: T) -> Result<()> {
-        let info = self.capture("keep_alive")?;
-        attach(info.graph, value)
+        self.with_capture("keep_alive", |capture| capture.attach(value))
     }
+}
+
+/// Records free nodes, at the end of the capture on `stream` into `capture`'s graph, for the
+/// graph memory it allocated that is still live (called as the capture ends).
+fn free_live_graph_memory(capture: &mut Capture<'_>, stream: &Stream) -> Result<()> {
+    let graph = capture.handle();
+    let mut i = 0;
+    while i < capture.reg.graph_allocations.len() {
+        let state = capture.reg.graph_allocations[i].clone();
+        if state.graph != graph {
+            i += 1;
+            continue;
+        }
+        capture.reg.graph_allocations.swap_remove(i);
+        if !state.freed.swap(true, Ordering::AcqRel) {
+            // SAFETY: the stream records into the graph that allocated ptr (its lock is held);
+            // this is the allocation's only free (`freed`).
+            unsafe { crate::memory::free_async(state.ptr, stream) }?;
+        }
+    }
+    Ok(())
+}
+
+fn first(builders: Vec<GraphBuilder>) -> Result<GraphBuilder> {
+    builders
+        .into_iter()
+        .next()
+        .ok_or_else(|| CudaError::InvalidArgument("the driver made no body".into()))
 }
 
 impl Drop for GraphBuilder {
     fn drop(&mut self) {
         if self.state == State::Building && self.kind != Kind::Forked {
-            capture_ended();
-            let mut graph: driver::CUgraph = std::ptr::null_mut();
-            // SAFETY: ends the capture this builder began; the graph stays ours (dropped with
-            // the builder, or owned by its conditional node).
-            if let Err(e) =
-                unsafe { driver::cuStreamEndCapture(self.stream.handle(), &mut graph) }.check("cuStreamEndCapture")
-            {
-                record_drop_error(e);
+            if let Err((e, still_capturing)) = self.end_capture() {
+                if still_capturing {
+                    // The driver still records into the graph: it must outlive the capture, so
+                    // it is kept (leaked) rather than destroyed under it.
+                    std::mem::forget(self.graph.take());
+                }
+                if !matches!(e, CudaError::InvalidArgument(_)) {
+                    record_drop_error(e);
+                }
             }
         }
     }

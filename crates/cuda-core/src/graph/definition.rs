@@ -1,134 +1,19 @@
 //! Explicit graphs: [`GraphDefinition`], its [`GraphNode`]s, conditions and node parameters.
 
-use super::attach::attach;
+use super::attach::ConditionalInfo;
+pub(crate) use super::attach::{GraphInner, NodeRef, Registry};
 use super::exec::{Graph, GraphCompleteOptions};
 use crate::device::{Context, Device};
-use crate::error::{record_drop_error, Check};
+use crate::error::Check;
 use crate::launch::{DeviceRepr, Dim3, KernelArgs, LaunchConfig};
 use crate::memory::{read_write_access, Buffer};
 use crate::object_code::Kernel;
 use crate::stream::Event;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
-
-/// A node handle with the generation it was registered under: a node destroyed through this API
-/// leaves its generation behind, so stale handles are recognised even when the driver reuses the
-/// address for a new node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct NodeRef {
-    pub(crate) handle: driver::CUgraphNode,
-    gen: u64,
-}
-
-/// What a conditional node was made with (the driver's query for it needs CUDA 13.2).
-#[derive(Clone)]
-struct ConditionalInfo {
-    condition: GraphCondition,
-    kind: ConditionalType,
-    bodies: Vec<driver::CUgraph>,
-}
-
-/// Node bookkeeping shared by a graph and every graph nested in it (bodies, child graphs). Its
-/// mutex also serialises every driver call that reads or changes the hierarchy.
-#[derive(Default)]
-pub(crate) struct Registry {
-    live: HashMap<usize, u64>,
-    next: u64,
-    conditionals: HashMap<usize, ConditionalInfo>,
-}
-
-impl Registry {
-    pub(crate) fn register(&mut self, handle: driver::CUgraphNode) -> NodeRef {
-        let key = handle as usize;
-        let gen = match self.live.get(&key) {
-            Some(g) => *g,
-            None => {
-                self.next += 1;
-                self.live.insert(key, self.next);
-                self.next
-            }
-        };
-        NodeRef { handle, gen }
-    }
-
-    fn is_live(&self, node: NodeRef) -> bool {
-        self.live.get(&(node.handle as usize)) == Some(&node.gen)
-    }
-}
-
-pub(crate) struct GraphInner {
-    pub(crate) handle: driver::CUgraph,
-    /// For graphs nested in another (conditional bodies, child graphs): that graph and the node
-    /// that owns this one. `None`: owned here, destroyed on drop.
-    owner: Option<(Arc<GraphInner>, NodeRef)>,
-    registry: Arc<Mutex<Registry>>,
-}
-
-// SAFETY: CUgraph handles may be used from any thread; every driver call on the hierarchy is made
-// holding the registry lock, so no two threads touch it at once.
-unsafe impl Send for GraphInner {}
-// SAFETY: as above.
-unsafe impl Sync for GraphInner {}
-
-impl Drop for GraphInner {
-    fn drop(&mut self) {
-        if self.owner.is_none() {
-            // SAFETY: owned, destroyed once; executable graphs and user objects are independent.
-            if let Err(e) = unsafe { driver::cuGraphDestroy(self.handle) }.check("cuGraphDestroy") {
-                record_drop_error(e);
-            }
-        }
-    }
-}
-
-impl GraphInner {
-    pub(crate) fn owned(handle: driver::CUgraph) -> Arc<GraphInner> {
-        Arc::new(GraphInner {
-            handle,
-            owner: None,
-            registry: Arc::default(),
-        })
-    }
-
-    pub(crate) fn nested(parent: &Arc<GraphInner>, node: NodeRef, handle: driver::CUgraph) -> Arc<GraphInner> {
-        Arc::new(GraphInner {
-            handle,
-            owner: Some((parent.clone(), node)),
-            registry: parent.registry.clone(),
-        })
-    }
-
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Registry> {
-        self.registry.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Fails when the node owning this graph (or one of its owners) was destroyed.
-    pub(crate) fn check_live(&self, reg: &Registry) -> Result<()> {
-        let mut at = self;
-        while let Some((parent, node)) = &at.owner {
-            if !reg.is_live(*node) {
-                return Err(CudaError::InvalidArgument(
-                    "the node owning this graph was destroyed: the graph is no longer valid".into(),
-                ));
-            }
-            at = parent;
-        }
-        Ok(())
-    }
-
-    /// The outermost graph: what instantiation starts from, and so where attachments go.
-    pub(crate) fn root(&self) -> driver::CUgraph {
-        let mut at = self;
-        while let Some((parent, _)) = &at.owner {
-            at = parent;
-        }
-        at.handle
-    }
-}
+use std::sync::Arc;
 
 /// A condition a kernel sets (`cudaGraphSetConditional(handle, value)` in device code) to steer
 /// a conditional node. Pass it to a kernel as an argument: it is the 64-bit
@@ -287,6 +172,9 @@ impl GraphNode {
 fn node_array(query: impl Fn(*mut driver::CUgraphNode, &mut usize) -> Result<()>) -> Result<Vec<driver::CUgraphNode>> {
     let mut n = 0;
     query(std::ptr::null_mut(), &mut n)?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
     let mut nodes = vec![std::ptr::null_mut(); n];
     query(nodes.as_mut_ptr(), &mut n)?;
     nodes.truncate(n);
@@ -468,22 +356,54 @@ impl PartialEq for GraphNode {
 /// A conditional node and its body graphs, to fill with nodes.
 #[derive(Debug, Clone)]
 pub struct ConditionalNode {
-    pub node: GraphNode,
-    pub branches: Vec<GraphDefinition>,
+    node: GraphNode,
+    /// At least one (the node adders refuse a count of 0).
+    first: GraphDefinition,
+    rest: Vec<GraphDefinition>,
 }
 
 impl ConditionalNode {
+    fn new(node: GraphNode, branches: Vec<GraphDefinition>) -> Result<ConditionalNode> {
+        let mut branches = branches.into_iter();
+        let first = branches
+            .next()
+            .ok_or_else(|| CudaError::InvalidArgument("a conditional node has at least one body".into()))?;
+        Ok(ConditionalNode {
+            node,
+            first,
+            rest: branches.collect(),
+        })
+    }
+
+    /// The conditional node itself.
+    pub fn node(&self) -> &GraphNode {
+        &self.node
+    }
+
+    /// Every body, in order (for if-else: then, else; for switch: body `n` at index `n`).
+    pub fn branches(&self) -> Vec<&GraphDefinition> {
+        std::iter::once(&self.first).chain(&self.rest).collect()
+    }
+
+    /// Body `n` (switch), if there is one.
+    pub fn branch(&self, n: usize) -> Option<&GraphDefinition> {
+        match n {
+            0 => Some(&self.first),
+            _ => self.rest.get(n - 1),
+        }
+    }
+
     /// The body run when the condition is non-zero (if, if-else).
     pub fn then(&self) -> &GraphDefinition {
-        &self.branches[0]
+        &self.first
     }
     /// The body run when the condition is zero (if-else only).
     pub fn else_(&self) -> Option<&GraphDefinition> {
-        self.branches.get(1)
+        self.rest.first()
     }
     /// The loop body (while).
     pub fn body(&self) -> &GraphDefinition {
-        &self.branches[0]
+        &self.first
     }
 }
 
@@ -494,10 +414,13 @@ struct Append<'a> {
 }
 
 impl Append<'_> {
-    /// Adds one node made by `f` (given the graph and the dependencies), all under the lock.
+    /// Adds one node made by `f` (given the graph and the dependencies), all under the lock;
+    /// `hold` first hands the graph what the node will use (a failed add leaves only an extra
+    /// hold, never a node using what is not held).
     fn add(
         &self,
         extra: &[&GraphNode],
+        hold: impl FnOnce(&mut Holder<'_>) -> Result<()>,
         f: impl FnOnce(&mut Registry, driver::CUgraph, &[driver::CUgraphNode]) -> Result<driver::CUgraphNode>,
     ) -> Result<GraphNode> {
         let mut reg = self.graph.lock();
@@ -516,13 +439,48 @@ impl Append<'_> {
             check_node(&reg, e.node)?;
             deps.push(e.node.handle);
         }
+        hold(&mut Holder {
+            graph: self.graph,
+            reg: &mut reg,
+        })?;
         let handle = f(&mut reg, self.graph.handle, &deps)?;
         Ok(GraphNode::new(self.graph, &mut reg, handle))
     }
+}
 
-    fn attach<T: std::any::Any + Send + Sync>(&self, value: T) -> Result<()> {
-        attach(self.graph.root(), value)
+/// Hands values to a graph whose lock is held.
+struct Holder<'a> {
+    graph: &'a Arc<GraphInner>,
+    reg: &'a mut Registry,
+}
+
+impl Holder<'_> {
+    fn hold<T: std::any::Any + Send + Sync>(&mut self, value: T) -> Result<()> {
+        self.graph.attach_locked(self.reg, value)
     }
+}
+
+/// Serialises embeds: an embed takes the child's lock inside the parent's, and two threads
+/// embedding two graphs in each other at once would take them in opposite orders. Taken before
+/// any stream or graph lock.
+pub(crate) fn embedding() -> std::sync::MutexGuard<'static, ()> {
+    static EMBEDDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    EMBEDDING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Nothing for the graph to hold.
+fn nothing(_: &mut Holder<'_>) -> Result<()> {
+    Ok(())
+}
+
+/// An error for graph memory given to an explicit graph (it exists only within its capture).
+fn refuse_graph_memory(buffer: &Buffer, what: &str) -> Result<()> {
+    if buffer.is_graph_memory() {
+        return Err(CudaError::InvalidArgument(format!(
+            "{what}: graph memory is usable only within the capture that allocated it"
+        )));
+    }
+    Ok(())
 }
 
 fn check_node(reg: &Registry, node: NodeRef) -> Result<()> {
@@ -569,9 +527,7 @@ type Callback = Box<dyn Fn() + Send + Sync + 'static>;
 unsafe extern "C" fn run_callback(data: *mut c_void) {
     // SAFETY: data points to a Callback the graph holds (attached) for as long as it can run.
     let f = unsafe { &*(data as *const Callback) };
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
-        record_drop_error(CudaError::InvalidArgument("a graph host callback panicked".into()));
-    }
+    crate::stream::run_as_callback("a graph host callback", f);
 }
 
 /// Boxes `f` for a host node: the returned params point into the box, which must be attached.
@@ -597,14 +553,28 @@ fn memcpy_params(dst: driver::CUdeviceptr, src: driver::CUdeviceptr, size: usize
     }
 }
 
-fn memset_extent(width: usize, height: usize, pitch: usize, element: u32) -> Result<usize> {
-    let row = width * element as usize;
+/// The bytes a memset of `height` rows of `width` elements of `element` bytes, `pitch` bytes
+/// apart, reaches from its start; an error for a row wider than the pitch, no rows, or figures
+/// that overflow.
+pub(crate) fn memset_extent(width: usize, height: usize, pitch: usize, element: u32) -> Result<usize> {
+    let overflow = || {
+        CudaError::InvalidArgument(format!(
+            "memset: {height} rows of {width} elements of {element} bytes, {pitch} bytes apart, overflow the address space"
+        ))
+    };
+    if height == 0 {
+        return Err(CudaError::InvalidArgument("memset: height must be at least 1".into()));
+    }
+    let row = width.checked_mul(element as usize).ok_or_else(overflow)?;
     if height > 1 && pitch < row {
         return Err(CudaError::InvalidArgument(format!(
             "memset: a pitch of {pitch} bytes is less than a row of {row}"
         )));
     }
-    Ok(if height == 0 { 0 } else { (height - 1) * pitch + row })
+    (height - 1)
+        .checked_mul(pitch)
+        .and_then(|b| b.checked_add(row))
+        .ok_or_else(overflow)
 }
 
 macro_rules! node_adders {
@@ -612,7 +582,7 @@ macro_rules! node_adders {
         impl $ty {
             /// An empty node depending on this point and on `others`: joins branches.
             pub fn join(&self, others: &[&GraphNode]) -> Result<GraphNode> {
-                self.append().add(others, |_, g, deps| {
+                self.append().add(others, nothing, |_, g, deps| {
                     let mut node = std::ptr::null_mut();
                     // SAFETY: graph and dependencies are live (checked under the lock).
                     unsafe { driver::cuGraphAddEmptyNode(&mut node, g, deps.as_ptr(), deps.len()) }
@@ -636,18 +606,23 @@ macro_rules! node_adders {
             ) -> Result<GraphNode> {
                 config.check(Device::current()?.limits()?)?;
                 let append = self.append();
-                append.add(&[], |_, g, deps| {
-                    args.with_params(|params| {
-                        let p = kernel_params(config, kernel, params.as_mut_ptr());
-                        let mut node = std::ptr::null_mut();
-                        // SAFETY: graph and dependencies are live; the arguments are copied by
-                        // the driver during the call (the caller vouches for what they point to).
-                        unsafe { driver::cuGraphAddKernelNode(&mut node, g, deps.as_ptr(), deps.len(), &p) }
-                            .check("cuGraphAddKernelNode")?;
-                        set_launch_attributes(node, config)?;
-                        Ok(node)
-                    })
-                })
+                // The node runs the kernel at every launch: the graph keeps its code loaded.
+                append.add(
+                    &[],
+                    |h| h.hold(kernel.clone()),
+                    |_, g, deps| {
+                        args.with_params(|params| {
+                            let p = kernel_params(config, kernel, params.as_mut_ptr());
+                            let mut node = std::ptr::null_mut();
+                            // SAFETY: graph and dependencies are live; the arguments are copied by
+                            // the driver during the call (the caller vouches for what they point to).
+                            unsafe { driver::cuGraphAddKernelNode(&mut node, g, deps.as_ptr(), deps.len(), &p) }
+                                .check("cuGraphAddKernelNode")?;
+                            set_launch_attributes(node, config)?;
+                            Ok(node)
+                        })
+                    },
+                )
             }
 
             /// An allocation node: `size` bytes of graph memory, valid from this node until a
@@ -659,7 +634,7 @@ macro_rules! node_adders {
                     None => Device::current()?,
                 };
                 let access: Vec<driver::CUmemAccessDesc> = options.peer_access.iter().map(read_write_access).collect();
-                self.append().add(&[], |_, g, deps| {
+                self.append().add(&[], nothing, |_, g, deps| {
                     let mut props = driver::CUmemPoolProps {
                         allocType: driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
                         location: match options.memory_type {
@@ -700,7 +675,7 @@ macro_rules! node_adders {
                         )))
                     }
                 };
-                self.append().add(&[], |_, g, deps| {
+                self.append().add(&[], nothing, |_, g, deps| {
                     let mut node = std::ptr::null_mut();
                     // SAFETY: graph and dependencies are live; dptr is a graph allocation.
                     unsafe { driver::cuGraphAddMemFreeNode(&mut node, g, deps.as_ptr(), deps.len(), dptr) }
@@ -725,12 +700,12 @@ macro_rules! node_adders {
                 pitch: usize,
             ) -> Result<GraphNode> {
                 let value = value.into();
+                refuse_graph_memory(dst, "memset")?;
                 let extent = memset_extent(width, height, pitch, value.parts().1)?;
                 dst.check_fits(extent, "memset")?;
-                // SAFETY: the region lies inside dst, whose memory the graph holds (below).
-                let node = unsafe { self.memset_raw(dst.handle(), value, width, height, pitch)? };
-                self.append().attach(dst.share())?;
-                Ok(node)
+                // SAFETY: the region lies inside dst (checked arithmetic above), whose memory the
+                // graph holds (handed over before the node is added).
+                unsafe { self.memset_node(dst.handle(), value, width, height, pitch, |h| h.hold(dst.share())) }
             }
 
             /// A memset node on raw device memory (such as a graph allocation).
@@ -745,16 +720,38 @@ macro_rules! node_adders {
                 height: usize,
                 pitch: usize,
             ) -> Result<GraphNode> {
-                let (value, element_size) = value.into().parts();
+                // SAFETY: forwarded to the caller.
+                unsafe { self.memset_node(dst, value.into(), width, height, pitch, nothing) }
+            }
+
+            /// A memset node, after `hold` hands the graph what it uses.
+            ///
+            /// # Safety
+            /// The region is valid device memory whenever the graph runs.
+            unsafe fn memset_node(
+                &self,
+                dst: driver::CUdeviceptr,
+                value: MemsetValue,
+                width: usize,
+                height: usize,
+                pitch: usize,
+                hold: impl FnOnce(&mut Holder<'_>) -> Result<()>,
+            ) -> Result<GraphNode> {
+                let (value, element_size) = value.parts();
+                if height == 0 {
+                    return Err(CudaError::InvalidArgument(
+                        "memset: height must be at least 1".into(),
+                    ));
+                }
                 let ctx = current_context("memset")?;
-                self.append().add(&[], |_, g, deps| {
+                self.append().add(&[], hold, |_, g, deps| {
                     let p = driver::CUDA_MEMSET_NODE_PARAMS {
                         dst,
                         pitch: if height > 1 { pitch } else { 0 },
                         value,
                         elementSize: element_size,
                         width,
-                        height: height.max(1),
+                        height,
                     };
                     let mut node = std::ptr::null_mut();
                     // SAFETY: graph, dependencies and context are live; the caller vouches for dst.
@@ -766,14 +763,18 @@ macro_rules! node_adders {
 
             /// A copy node: the first `size` bytes of `src` into `dst`. The graph holds both.
             pub fn memcpy(&self, dst: &Buffer, src: &Buffer, size: usize) -> Result<GraphNode> {
+                refuse_graph_memory(dst, "memcpy")?;
+                refuse_graph_memory(src, "memcpy")?;
                 dst.check_fits(size, "memcpy destination")?;
                 src.check_fits(size, "memcpy source")?;
-                // SAFETY: both ranges lie inside buffers whose memory the graph holds (below).
-                let node = unsafe { self.memcpy_raw(dst.handle(), src.handle(), size)? };
-                let append = self.append();
-                append.attach(dst.share())?;
-                append.attach(src.share())?;
-                Ok(node)
+                // SAFETY: both ranges lie inside buffers whose memory the graph holds (handed
+                // over before the node is added).
+                unsafe {
+                    self.memcpy_node(dst.handle(), src.handle(), size, |h| {
+                        h.hold(dst.share())?;
+                        h.hold(src.share())
+                    })
+                }
             }
 
             /// A copy node between raw addresses (such as graph allocations).
@@ -786,8 +787,23 @@ macro_rules! node_adders {
                 src: driver::CUdeviceptr,
                 size: usize,
             ) -> Result<GraphNode> {
+                // SAFETY: forwarded to the caller.
+                unsafe { self.memcpy_node(dst, src, size, nothing) }
+            }
+
+            /// A copy node, after `hold` hands the graph what it uses.
+            ///
+            /// # Safety
+            /// Both ranges are valid memory whenever the graph runs.
+            unsafe fn memcpy_node(
+                &self,
+                dst: driver::CUdeviceptr,
+                src: driver::CUdeviceptr,
+                size: usize,
+                hold: impl FnOnce(&mut Holder<'_>) -> Result<()>,
+            ) -> Result<GraphNode> {
                 let ctx = current_context("memcpy")?;
-                self.append().add(&[], |_, g, deps| {
+                self.append().add(&[], hold, |_, g, deps| {
                     let p = memcpy_params(dst, src, size);
                     let mut node = std::ptr::null_mut();
                     // SAFETY: graph, dependencies and context are live; the caller vouches for
@@ -806,52 +822,68 @@ macro_rules! node_adders {
                         "embed: a graph cannot embed itself or a graph nested in it".into(),
                     ));
                 }
-                let child_handle = {
-                    let reg = child.inner.lock();
-                    child.inner.check_live(&reg)?;
-                    child.inner.handle
-                };
                 let append = self.append();
-                let node = append.add(&[], |_, g, deps| {
-                    let mut node = std::ptr::null_mut();
-                    // SAFETY: both graphs are live; the driver clones the child.
-                    unsafe { driver::cuGraphAddChildGraphNode(&mut node, g, deps.as_ptr(), deps.len(), child_handle) }
-                        .check("cuGraphAddChildGraphNode")?;
-                    Ok(node)
-                })?;
+                // The child's lock is taken inside the parent's; two threads embedding two graphs
+                // in each other at once would take them in opposite orders, so only one embed runs
+                // at a time.
+                let _one_at_a_time = embedding();
                 // The copy shares what the child holds: keep the child (and so that) alive.
-                append.attach(child.clone())?;
-                Ok(node)
+                append.add(
+                    &[],
+                    |h| h.hold(child.clone()),
+                    |_, g, deps| {
+                        let child_reg = child.inner.lock();
+                        child.inner.check_live(&child_reg)?;
+                        let mut node = std::ptr::null_mut();
+                        // SAFETY: both graphs are live and both locks are held; the driver clones the
+                        // child.
+                        unsafe {
+                            driver::cuGraphAddChildGraphNode(
+                                &mut node,
+                                g,
+                                deps.as_ptr(),
+                                deps.len(),
+                                child.inner.handle,
+                            )
+                        }
+                        .check("cuGraphAddChildGraphNode")?;
+                        Ok(node)
+                    },
+                )
             }
 
             /// A node recording `event` (held by the graph).
             pub fn record(&self, event: &Event) -> Result<GraphNode> {
-                let append = self.append();
-                let node = append.add(&[], |_, g, deps| {
-                    let mut node = std::ptr::null_mut();
-                    // SAFETY: graph, dependencies and event are live.
-                    unsafe {
-                        driver::cuGraphAddEventRecordNode(&mut node, g, deps.as_ptr(), deps.len(), event.handle())
-                    }
-                    .check("cuGraphAddEventRecordNode")?;
-                    Ok(node)
-                })?;
-                append.attach(event.clone())?;
-                Ok(node)
+                self.append().add(
+                    &[],
+                    |h| h.hold(event.clone()),
+                    |_, g, deps| {
+                        let mut node = std::ptr::null_mut();
+                        // SAFETY: graph, dependencies and event are live (the graph holds the event).
+                        unsafe {
+                            driver::cuGraphAddEventRecordNode(&mut node, g, deps.as_ptr(), deps.len(), event.handle())
+                        }
+                        .check("cuGraphAddEventRecordNode")?;
+                        Ok(node)
+                    },
+                )
             }
 
             /// A node waiting for `event` (held by the graph).
             pub fn wait(&self, event: &Event) -> Result<GraphNode> {
-                let append = self.append();
-                let node = append.add(&[], |_, g, deps| {
-                    let mut node = std::ptr::null_mut();
-                    // SAFETY: graph, dependencies and event are live.
-                    unsafe { driver::cuGraphAddEventWaitNode(&mut node, g, deps.as_ptr(), deps.len(), event.handle()) }
+                self.append().add(
+                    &[],
+                    |h| h.hold(event.clone()),
+                    |_, g, deps| {
+                        let mut node = std::ptr::null_mut();
+                        // SAFETY: graph, dependencies and event are live (the graph holds the event).
+                        unsafe {
+                            driver::cuGraphAddEventWaitNode(&mut node, g, deps.as_ptr(), deps.len(), event.handle())
+                        }
                         .check("cuGraphAddEventWaitNode")?;
-                    Ok(node)
-                })?;
-                append.attach(event.clone())?;
-                Ok(node)
+                        Ok(node)
+                    },
+                )
             }
 
             /// A host node calling `f` on a driver thread at every launch (in graph order).
@@ -859,17 +891,18 @@ macro_rules! node_adders {
             /// [`crate::take_drop_errors`].
             pub fn callback(&self, f: impl Fn() + Send + Sync + 'static) -> Result<GraphNode> {
                 let (boxed, p) = host_params(f);
-                let append = self.append();
-                let node = append.add(&[], |_, g, deps| {
-                    let mut node = std::ptr::null_mut();
-                    // SAFETY: graph and dependencies are live; p points into `boxed`, which the
-                    // graph holds from below on.
-                    unsafe { driver::cuGraphAddHostNode(&mut node, g, deps.as_ptr(), deps.len(), &p) }
-                        .check("cuGraphAddHostNode")?;
-                    Ok(node)
-                })?;
-                append.attach(boxed)?;
-                Ok(node)
+                self.append().add(
+                    &[],
+                    |h| h.hold(boxed),
+                    |_, g, deps| {
+                        let mut node = std::ptr::null_mut();
+                        // SAFETY: graph and dependencies are live; p points into the boxed closure,
+                        // which the graph holds (handed over just before).
+                        unsafe { driver::cuGraphAddHostNode(&mut node, g, deps.as_ptr(), deps.len(), &p) }
+                            .check("cuGraphAddHostNode")?;
+                        Ok(node)
+                    },
+                )
             }
 
             /// An if node: its body runs when `condition` is non-zero.
@@ -902,7 +935,7 @@ macro_rules! node_adders {
             ) -> Result<ConditionalNode> {
                 let append = self.append();
                 let mut bodies = Vec::new();
-                let node = append.add(&[], |reg, g, deps| {
+                let node = append.add(&[], nothing, |reg, g, deps| {
                     let (node, b) = add_conditional_node(reg, g, deps, *condition, kind, size)?;
                     bodies = b;
                     Ok(node)
@@ -913,7 +946,7 @@ macro_rules! node_adders {
                         inner: GraphInner::nested(append.graph, node.node, b),
                     })
                     .collect();
-                Ok(ConditionalNode { node, branches })
+                ConditionalNode::new(node, branches)
             }
         }
     };
@@ -975,7 +1008,7 @@ impl GraphDefinition {
     /// Hands `value` to the graph: it is dropped once the graph, its clones and executable
     /// graphs, and all their launches, are gone. Use it for memory that kernel nodes use.
     pub fn keep_alive<T: std::any::Any + Send + Sync>(&self, value: T) -> Result<()> {
-        attach(self.inner.root(), value)
+        self.inner.attach(value)
     }
 
     /// An independent copy of the graph (`cuGraphClone`), holding what this one holds.
@@ -1228,13 +1261,14 @@ impl GraphNode {
         self.with_live(|reg, h| {
             use driver::CUgraphNodeType as T;
             let t = node_type(h)?;
-            // SAFETY (all arms): the node is live and of the type each query expects; out-values
-            // are locals.
+            // Every query below: the node is live (checked under the lock) and of the type the
+            // query expects (matched on); its out-values are locals.
             Ok(match t {
                 T::CU_GRAPH_NODE_TYPE_EMPTY => NodeParams::Empty,
                 T::CU_GRAPH_NODE_TYPE_HOST => NodeParams::Host,
                 T::CU_GRAPH_NODE_TYPE_KERNEL => {
                     let mut p = driver::CUDA_KERNEL_NODE_PARAMS::default();
+                    // SAFETY: as said above the match.
                     unsafe { driver::cuGraphKernelNodeGetParams(h, &mut p) }.check("cuGraphKernelNodeGetParams")?;
                     NodeParams::Kernel {
                         grid: Dim3 {
@@ -1252,6 +1286,7 @@ impl GraphNode {
                 }
                 T::CU_GRAPH_NODE_TYPE_MEMSET => {
                     let mut p = driver::CUDA_MEMSET_NODE_PARAMS::default();
+                    // SAFETY: as said above the match.
                     unsafe { driver::cuGraphMemsetNodeGetParams(h, &mut p) }.check("cuGraphMemsetNodeGetParams")?;
                     NodeParams::Memset {
                         dst: p.dst,
@@ -1264,6 +1299,7 @@ impl GraphNode {
                 }
                 T::CU_GRAPH_NODE_TYPE_MEMCPY => {
                     let mut p = driver::CUDA_MEMCPY3D::default();
+                    // SAFETY: as said above the match.
                     unsafe { driver::cuGraphMemcpyNodeGetParams(h, &mut p) }.check("cuGraphMemcpyNodeGetParams")?;
                     NodeParams::Memcpy {
                         dst: p.dstDevice,
@@ -1273,6 +1309,7 @@ impl GraphNode {
                 }
                 T::CU_GRAPH_NODE_TYPE_GRAPH => {
                     let mut g: driver::CUgraph = std::ptr::null_mut();
+                    // SAFETY: as said above the match.
                     unsafe { driver::cuGraphChildGraphNodeGetGraph(h, &mut g) }
                         .check("cuGraphChildGraphNodeGetGraph")?;
                     NodeParams::ChildGraph(GraphDefinition {
@@ -1281,18 +1318,21 @@ impl GraphNode {
                 }
                 T::CU_GRAPH_NODE_TYPE_EVENT_RECORD => {
                     let mut e: driver::CUevent = std::ptr::null_mut();
+                    // SAFETY: as said above the match.
                     unsafe { driver::cuGraphEventRecordNodeGetEvent(h, &mut e) }
                         .check("cuGraphEventRecordNodeGetEvent")?;
                     NodeParams::EventRecord(e)
                 }
                 T::CU_GRAPH_NODE_TYPE_WAIT_EVENT => {
                     let mut e: driver::CUevent = std::ptr::null_mut();
+                    // SAFETY: as said above the match.
                     unsafe { driver::cuGraphEventWaitNodeGetEvent(h, &mut e) }.check("cuGraphEventWaitNodeGetEvent")?;
                     NodeParams::EventWait(e)
                 }
                 T::CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
                     // SAFETY: plain data; the driver fills it in.
                     let mut p: driver::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
+                    // SAFETY: as said above the match.
                     unsafe { driver::cuGraphMemAllocNodeGetParams(h, &mut p) }.check("cuGraphMemAllocNodeGetParams")?;
                     NodeParams::MemAlloc {
                         dptr: p.dptr,
@@ -1301,6 +1341,7 @@ impl GraphNode {
                 }
                 T::CU_GRAPH_NODE_TYPE_MEM_FREE => {
                     let mut dptr = 0;
+                    // SAFETY: as said above the match.
                     unsafe { driver::cuGraphMemFreeNodeGetParams(h, &mut dptr) }
                         .check("cuGraphMemFreeNodeGetParams")?;
                     NodeParams::MemFree { dptr }
@@ -1340,8 +1381,10 @@ impl GraphNode {
 
     /// Points an event record or wait node at `event` (held by the graph).
     pub fn set_event(&self, event: &Event) -> Result<()> {
-        self.with_live(|_, h| {
-            // SAFETY: the node and event are live.
+        self.with_live(|reg, h| {
+            event_node(h)?;
+            self.graph.attach_locked(reg, event.clone())?;
+            // SAFETY: the node and event are live (the graph holds the event).
             unsafe {
                 match event_node(h)? {
                     EventNode::Record => driver::cuGraphEventRecordNodeSetEvent(h, event.handle())
@@ -1351,20 +1394,19 @@ impl GraphNode {
                     }
                 }
             }
-        })?;
-        attach(self.graph.root(), event.clone())
+        })
     }
 
     /// Replaces a host node's callback (the graph holds the new one).
     pub fn set_callback(&self, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
         let (boxed, p) = host_params(f);
-        self.with_live(|_, h| {
+        self.with_live(|reg, h| {
             check_host_node(h)?;
-            // SAFETY: the node is live; p points into `boxed`, attached below before any launch
-            // can use it (instantiation happens later, under the same lock).
+            self.graph.attach_locked(reg, boxed)?;
+            // SAFETY: the node is live; p points into the boxed closure, which the graph holds
+            // (handed over just before).
             unsafe { driver::cuGraphHostNodeSetParams(h, &p) }.check("cuGraphHostNodeSetParams")
-        })?;
-        attach(self.graph.root(), boxed)
+        })
     }
 
     /// Changes a memset node of a [`Buffer`] to write `value` (same width) over the same region.

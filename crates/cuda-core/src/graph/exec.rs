@@ -1,18 +1,18 @@
 //! Executable graphs: [`Graph`], its instantiation options and per-node updates.
 
-use super::attach::current_primary_context;
 use super::definition::{
     check_host_node, event_node, host_params, memset_params_with, node_type, with_kernel_args, EventNode,
     GraphDefinition, GraphNode, MemsetValue,
 };
-use crate::device::Context;
+use crate::device::{Context, FenceEvent};
 use crate::error::{record_drop_error, Check};
 use crate::launch::KernelArgs;
-use crate::stream::{Event, Stream};
+use crate::stream::{Event, Fence, Site, Stream};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::any::Any;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// How [`GraphDefinition::instantiate`] (and [`super::GraphBuilder::complete`]) build the
 /// executable graph (`CUDA_GRAPH_INSTANTIATE_FLAG_*`).
@@ -119,19 +119,139 @@ impl GraphDebugPrintOptions {
 }
 
 /// An executable graph (`CUgraphExec`): launch it as often as needed. It keeps the definition it
-/// came from (for per-node updates) and whatever its updates handed it.
+/// came from (for per-node updates).
+///
+/// **Lifetimes.** What the definition's nodes use is held by the executable through CUDA user
+/// objects (see [`crate::graph`]). Values given by per-node updates ([`set_callback`](Self::set_callback),
+/// [`set_event`](Self::set_event)) and the definition of a whole-graph [`update`](Self::update)
+/// are held by the `Graph`; a value replaced by a later update, and everything when the graph
+/// is dropped, is released on a background thread once the launches queued before that on
+/// every stream the graph was launched on are done.
 pub struct Graph {
     handle: driver::CUgraphExec,
     source: GraphDefinition,
-    /// Values per-node and whole-graph updates made the graph use; released after the work in
-    /// the context is done when the graph goes.
-    held: Vec<Box<dyn Any + Send + Sync>>,
-    context: Option<Context>,
+    /// Values per-node updates made the graph use, by node and kind.
+    held: HashMap<(usize, HeldKind), Box<dyn Any + Send + Sync>>,
+    /// The definition the last whole-graph update made the graph run.
+    updated_from: Option<GraphDefinition>,
+    /// Every stream the graph was launched on.
+    launches: Launches,
 }
 
-// SAFETY: a CUgraphExec may be launched from any thread; updates take &mut self.
+/// What a per-node update handed the graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum HeldKind {
+    Callback,
+    Event,
+}
+
+/// The streams a graph was launched on: launching again on the first costs one comparison.
+#[derive(Default)]
+struct Launches {
+    first: OnceLock<Site>,
+    more: Mutex<Vec<Site>>,
+}
+
+impl Launches {
+    #[inline]
+    fn note(&self, stream: &Stream) -> Result<()> {
+        if let Some(first) = self.first.get() {
+            if first.is_plainly(stream) {
+                return Ok(());
+            }
+        }
+        self.note_slow(stream)
+    }
+
+    #[cold]
+    fn note_slow(&self, stream: &Stream) -> Result<()> {
+        let site = Site::of(stream)?;
+        let first = self.first.get_or_init(|| site.clone());
+        if first.same(&site) {
+            return Ok(());
+        }
+        let mut more = self.more.lock().unwrap_or_else(|p| p.into_inner());
+        if !more.iter().any(|s| s.same(&site)) {
+            more.push(site);
+        }
+        Ok(())
+    }
+
+    fn sites(&self) -> Vec<Site> {
+        let mut out: Vec<Site> = self.first.get().cloned().into_iter().collect();
+        out.extend(self.more.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned());
+        out
+    }
+}
+
+/// Values released once the work queued so far on some streams is done: fences are recorded on
+/// the release thread (waiting out captures on those streams), then polled; the values are
+/// dropped there.
+struct Retired {
+    values: Vec<Box<dyn Any + Send + Sync>>,
+    waiting: Vec<Site>,
+    fences: Vec<FenceEvent>,
+}
+
+impl crate::reaper::Retry for Retired {
+    fn attempt(&mut self) -> bool {
+        let mut still = Vec::new();
+        for site in std::mem::take(&mut self.waiting) {
+            match site.fence() {
+                Ok(Fence::Event(e)) => self.fences.push(e),
+                Ok(Fence::Capturing) => still.push(site),
+                Ok(Fence::Unreachable) => {
+                    if site.synchronize().is_err() {
+                        still.push(site);
+                    }
+                }
+                Err(e) => {
+                    // The stream cannot be reached (its context is broken): the values may still
+                    // be in use, so they are kept.
+                    record_drop_error(e);
+                    std::mem::forget(std::mem::take(&mut self.values));
+                    return true;
+                }
+            }
+        }
+        self.waiting = still;
+        if !self.waiting.is_empty() {
+            return false;
+        }
+        for fence in &self.fences {
+            // SAFETY: a live event of the pool.
+            let status = unsafe { driver::cuEventQuery(fence.handle()) };
+            if status == driver::CUresult::CUDA_ERROR_NOT_READY {
+                return false;
+            }
+            if let Err(e) = status.check("cuEventQuery") {
+                record_drop_error(e);
+                std::mem::forget(std::mem::take(&mut self.values));
+                return true;
+            }
+        }
+        self.values.clear();
+        true
+    }
+}
+
+/// Releases `values` once the launches queued so far on `sites` are done.
+fn retire(values: Vec<Box<dyn Any + Send + Sync>>, sites: Vec<Site>) {
+    if values.is_empty() {
+        return;
+    }
+    crate::reaper::retry(Box::new(Retired {
+        values,
+        waiting: sites,
+        fences: Vec::new(),
+    }));
+}
+
+// SAFETY: a CUgraphExec may be launched from any thread; updates take &mut self; the held values
+// and launch sites are Send + Sync.
 unsafe impl Send for Graph {}
-// SAFETY: launches take &self and the driver orders them per stream.
+// SAFETY: launches take &self and the driver orders them per stream; the launch sites are
+// behind a OnceLock and a Mutex.
 unsafe impl Sync for Graph {}
 
 fn instantiate_error(result: driver::CUgraphInstantiateResult, cause: CudaError) -> CudaError {
@@ -185,8 +305,9 @@ impl Graph {
         Ok(Graph {
             handle: exec,
             source: definition.clone(),
-            held: Vec::new(),
-            context: current_primary_context(),
+            held: HashMap::new(),
+            updated_from: None,
+            launches: Launches::default(),
         })
     }
 
@@ -208,11 +329,29 @@ impl Graph {
     }
 
     /// Runs the graph on `stream` (one `cuGraphLaunch`). Everything the graph's nodes use is
-    /// held by the graph (kernel arguments are vouched for when their nodes are added).
+    /// held by the graph (kernel arguments are vouched for when their nodes are added). Not on a
+    /// stream being captured: embed the graph's definition instead.
     #[inline]
     pub fn launch(&self, stream: &Stream) -> Result<()> {
-        // SAFETY: both handles are live; the graph holds what its nodes use.
-        unsafe { driver::cuGraphLaunch(self.handle, stream.handle()) }.check("cuGraphLaunch")
+        self.launches.note(stream)?;
+        stream.enqueue(|capture| {
+            if capture.is_some() {
+                return Err(CudaError::InvalidArgument(
+                    "an executable graph cannot be launched on a stream being captured: embed its definition (GraphBuilder::embed, GraphDefinition::embed) instead".into(),
+                ));
+            }
+            // SAFETY: both handles are live; the graph holds what its nodes use, and what it
+            // holds goes only after the launches on every stream noted above are done.
+            unsafe { driver::cuGraphLaunch(self.handle, stream.handle()) }.check("cuGraphLaunch")
+        })
+    }
+
+    /// Holds `value` for `node` (replacing, and releasing once current launches are done, what
+    /// an earlier update held for it).
+    fn hold(&mut self, node: &GraphNode, kind: HeldKind, value: Box<dyn Any + Send + Sync>) {
+        if let Some(old) = self.held.insert((node.handle() as usize, kind), value) {
+            retire(vec![old], self.launches.sites());
+        }
     }
 
     /// Makes the executable graph do what `definition` describes, without instantiating again
@@ -236,8 +375,14 @@ impl Graph {
             )));
         }
         // The graph now runs what `definition` holds (its nodes keep their identity as nodes of
-        // the definition instantiated, which per-node updates still name).
-        self.held.push(Box::new(definition.clone()));
+        // the definition instantiated, which per-node updates still name). The driver moves the
+        // executable's user-object references to the new definition's; holding the definition
+        // too keeps that true whatever the driver does. What earlier updates held is replaced.
+        let mut old: Vec<Box<dyn Any + Send + Sync>> = self.held.drain().map(|(_, v)| v).collect();
+        if let Some(previous) = self.updated_from.replace(definition.clone()) {
+            old.push(Box::new(previous));
+        }
+        retire(old, self.launches.sites());
         Ok(())
     }
 
@@ -314,7 +459,7 @@ impl Graph {
                 }
             }
         })?;
-        self.held.push(Box::new(event.clone()));
+        self.hold(node, HeldKind::Event, Box::new(event.clone()));
         Ok(())
     }
 
@@ -323,11 +468,11 @@ impl Graph {
         let (boxed, p) = host_params(f);
         self.with_node(node, |exec, h| {
             check_host_node(h)?;
-            // SAFETY: exec and node are live; p points into `boxed`, held below for as long as
-            // the graph (and its launches) can call it.
+            // SAFETY: exec and node are live; p points into the boxed closure, held below for as
+            // long as the graph (and its launches) can call it.
             unsafe { driver::cuGraphExecHostNodeSetParams(exec, h, &p) }.check("cuGraphExecHostNodeSetParams")
         })?;
-        self.held.push(Box::new(boxed));
+        self.hold(node, HeldKind::Callback, Box::new(boxed));
         Ok(())
     }
 
@@ -345,19 +490,18 @@ impl Graph {
 
 impl Drop for Graph {
     fn drop(&mut self) {
-        // SAFETY: made by instantiation, destroyed once (launches in flight finish first).
+        // SAFETY: made by instantiation, destroyed once (launches in flight finish first, and
+        // the user objects the executable holds are released after them).
         if let Err(e) = unsafe { driver::cuGraphExecDestroy(self.handle) }.check("cuGraphExecDestroy") {
             record_drop_error(e);
         }
-        if !self.held.is_empty() {
-            // What updates handed the graph may be in use by launches still running: wait for
-            // them before letting go.
-            if let Some(ctx) = &self.context {
-                if let Err(e) = ctx.synchronize() {
-                    record_drop_error(e);
-                }
-            }
+        // What updates handed the graph may be in use by launches still running: released once
+        // they are done, on every stream the graph was launched on.
+        let mut values: Vec<Box<dyn Any + Send + Sync>> = self.held.drain().map(|(_, v)| v).collect();
+        if let Some(d) = self.updated_from.take() {
+            values.push(Box::new(d));
         }
+        retire(values, self.launches.sites());
     }
 }
 

@@ -19,12 +19,11 @@
 //! values: nodes that take them are `unsafe`, and [`GraphDefinition::keep_alive`] /
 //! [`GraphBuilder::keep_alive`] tie the memory they point to to the graph.
 
-mod attach;
+pub(crate) mod attach;
 mod builder;
 mod definition;
 mod exec;
 
-pub(crate) use attach::{attach, capture_target};
 pub use builder::{CaptureMode, GraphBuilder};
 pub use definition::{
     ConditionalNode, ConditionalType, GraphAllocOptions, GraphCondition, GraphDefinition, GraphMemoryType, GraphNode,

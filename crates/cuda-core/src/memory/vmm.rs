@@ -1,21 +1,14 @@
-//! `VirtualMemoryResource`: memory built from the driver's virtual memory management (reserve an
+//! [`VirtualMemoryResource`]: memory built from the driver's virtual memory management (reserve an
 //! address range, create physical chunks, map them, grant access), which can grow in place.
 
+use super::{device_location, read_write_access, Buffer, MemoryResource};
 use crate::device::Device;
 use crate::error::Check;
-use crate::memory::{location, read_write_access, Buffer, MemoryResource};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-fn device_location(device: &Device) -> driver::CUmemLocation {
-    location(
-        driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-        device.device_id() as i32,
-    )
-}
 
 /// Options of a [`VirtualMemoryResource`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -101,8 +94,15 @@ impl VirtualMemoryResource {
         prop
     }
 
-    fn round(&self, size: usize) -> usize {
-        size.max(1).div_ceil(self.granularity) * self.granularity
+    /// `size` rounded up to the granularity (at least one granule); an error when that
+    /// overflows.
+    fn round(&self, size: usize) -> Result<usize> {
+        size.max(1).checked_next_multiple_of(self.granularity).ok_or_else(|| {
+            CudaError::InvalidArgument(format!(
+                "{size} bytes cannot be rounded up to the granularity of {} bytes",
+                self.granularity
+            ))
+        })
     }
 
     fn create_chunk(&self, size: usize) -> Result<Chunk> {
@@ -164,7 +164,7 @@ impl VirtualMemoryResource {
                 "grow: a graph refers to this buffer's memory, which must not move; grow it before recording graph work on it".into(),
             ));
         }
-        let new_size = self.round(new_size);
+        let new_size = self.round(new_size)?;
         let old = buffer.handle();
         let mut allocations = self.allocations.lock().unwrap_or_else(|p| p.into_inner());
         let Some(mut allocation) = allocations.remove(&old) else {
@@ -177,7 +177,13 @@ impl VirtualMemoryResource {
             allocations.insert(old, allocation);
             return Ok(());
         }
+        // The memory may move: no stream may still have work on it (the buffer is borrowed
+        // mutably, so nothing queues more meanwhile).
         stream.sync()?;
+        if let Err(e) = buffer.synchronize_uses() {
+            allocations.insert(old, allocation);
+            return Err(e);
+        }
         let extra = match self.create_chunk(new_size - mapped) {
             Ok(c) => c,
             Err(e) => {
@@ -219,9 +225,12 @@ impl VirtualMemoryResource {
     }
 }
 
-impl MemoryResource for VirtualMemoryResource {
+// SAFETY: `allocate` reserves, maps and grants read-write access to at least `size` bytes of
+// device memory of `device` before returning; `deallocate` waits for the stream before unmapping.
+// Mappings are found by address, so a pointer of another resource is refused.
+unsafe impl MemoryResource for VirtualMemoryResource {
     fn allocate(&self, size: usize, _stream: &Stream) -> Result<driver::CUdeviceptr> {
-        let size = self.round(size);
+        let size = self.round(size)?;
         let chunk = self.create_chunk(size)?;
         let base = match self.reserve(size, 0) {
             Ok(b) => b,

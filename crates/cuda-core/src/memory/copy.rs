@@ -1,0 +1,368 @@
+//! Copies and fills of [`Buffer`]s: to and from host slices, between buffers (whole, 2D, 3D,
+//! batched, peer), and memsets. Every region is checked against its buffer with checked
+//! arithmetic before the driver sees it, and every operation goes through
+//! [`enqueue_using`], which keeps the buffers' memory alive until the work is done.
+
+use super::buffer::{enqueue_using, Buffer, Pod};
+use crate::device::Device;
+use crate::error::Check;
+use crate::stream::Stream;
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+
+/// `ptr + offset`, checked (an error naming `what` when it overflows).
+fn address(ptr: driver::CUdeviceptr, offset: usize, what: &str) -> Result<driver::CUdeviceptr> {
+    u64::try_from(offset)
+        .ok()
+        .and_then(|o| ptr.checked_add(o))
+        .ok_or_else(|| CudaError::InvalidArgument(format!("{what}: offset {offset} overflows the address")))
+}
+
+impl Buffer {
+    /// Copies `src` into the start of the buffer, ordered on `stream`, and waits for the copy
+    /// (so `src` may be reused at once). Not on a stream being captured (the graph would copy
+    /// from `src` at every launch, long after this call).
+    pub fn copy_from_host<T: Pod>(&self, src: &[T], stream: &Stream) -> Result<()> {
+        let bytes = std::mem::size_of_val(src);
+        self.check_fits(bytes, "copy_from_host")?;
+        enqueue_using(stream, &[self], |capture| {
+            if capture.is_some() {
+                return Err(CudaError::InvalidArgument(
+                    "copy_from_host waits for its copy, which a stream being captured never runs: copy before the capture, or from a buffer".into(),
+                ));
+            }
+            // SAFETY: src is live for the call and the copy is waited for before returning (the
+            // stream is not capturing: its lock is held). Host-accessible memory is copied with
+            // the direction inferred from the addresses (unified addressing).
+            unsafe {
+                if self.is_host_accessible() {
+                    driver::cuMemcpyAsync(
+                        self.handle(),
+                        src.as_ptr() as driver::CUdeviceptr,
+                        bytes,
+                        stream.handle(),
+                    )
+                    .check("cuMemcpyAsync")?;
+                } else {
+                    driver::cuMemcpyHtoDAsync(self.handle(), src.as_ptr().cast(), bytes, stream.handle())
+                        .check("cuMemcpyHtoDAsync")?;
+                }
+            }
+            stream.sync()
+        })
+    }
+
+    /// Copies the start of the buffer into `dst`, ordered on `stream`, and waits for the copy.
+    /// Not on a stream being captured.
+    pub fn copy_to_host<T: Pod>(&self, dst: &mut [T], stream: &Stream) -> Result<()> {
+        let bytes = std::mem::size_of_val(dst);
+        self.check_fits(bytes, "copy_to_host")?;
+        enqueue_using(stream, &[self], |capture| {
+            if capture.is_some() {
+                return Err(CudaError::InvalidArgument(
+                    "copy_to_host waits for its copy, which a stream being captured never runs: copy after the graph ran, into a host slice, from a stream that is not capturing".into(),
+                ));
+            }
+            // SAFETY: dst is live and exclusively borrowed for the call; the copy is waited for
+            // (the stream is not capturing: its lock is held).
+            unsafe {
+                if self.is_host_accessible() {
+                    driver::cuMemcpyAsync(
+                        dst.as_mut_ptr() as driver::CUdeviceptr,
+                        self.handle(),
+                        bytes,
+                        stream.handle(),
+                    )
+                    .check("cuMemcpyAsync")?;
+                } else {
+                    driver::cuMemcpyDtoHAsync(dst.as_mut_ptr().cast(), self.handle(), bytes, stream.handle())
+                        .check("cuMemcpyDtoHAsync")?;
+                }
+            }
+            stream.sync()
+        })
+    }
+
+    /// The buffer's contents as a vector of `T` (waits for the copy). An error, not an abort,
+    /// when the host cannot hold that much.
+    pub fn to_vec<T: Pod>(&self, stream: &Stream) -> Result<Vec<T>> {
+        let n = self.size() / std::mem::size_of::<T>().max(1);
+        let mut out = Vec::new();
+        out.try_reserve_exact(n).map_err(|e| {
+            CudaError::InvalidArgument(format!("to_vec: cannot hold {} bytes on the host: {e}", self.size()))
+        })?;
+        out.resize(n, T::zeroed());
+        self.copy_to_host(&mut out, stream)?;
+        Ok(out)
+    }
+
+    /// Copies this whole buffer into `dst`, ordered on `stream` (device to device, or any
+    /// direction the memory kinds allow).
+    pub fn copy_to(&self, dst: &Buffer, stream: &Stream) -> Result<()> {
+        dst.check_fits(self.size(), "copy_to")?;
+        enqueue_using(stream, &[self, dst], |_| {
+            // SAFETY: both ranges lie in their buffers, whose memory stays alive until the copy
+            // is done (`enqueue_using`).
+            unsafe { driver::cuMemcpyAsync(dst.handle(), self.handle(), self.size(), stream.handle()) }
+                .check("cuMemcpyAsync")
+        })
+    }
+
+    /// Copies `src` (whole) into this buffer, ordered on `stream`.
+    pub fn copy_from(&self, src: &Buffer, stream: &Stream) -> Result<()> {
+        src.copy_to(self, stream)
+    }
+
+    /// Fills every byte with `value`, ordered on `stream`.
+    pub fn fill_u8(&self, value: u8, stream: &Stream) -> Result<()> {
+        enqueue_using(stream, &[self], |_| {
+            // SAFETY: size bytes of the buffer, alive until the fill is done (`enqueue_using`).
+            unsafe { driver::cuMemsetD8Async(self.handle(), value, self.size(), stream.handle()) }
+                .check("cuMemsetD8Async")
+        })
+    }
+
+    /// Fills with a 2-byte pattern (the size must be a multiple of 2), ordered on `stream`.
+    pub fn fill_u16(&self, value: u16, stream: &Stream) -> Result<()> {
+        if !self.size().is_multiple_of(2) {
+            return Err(CudaError::InvalidArgument(format!(
+                "fill_u16: {} bytes is not a multiple of 2",
+                self.size()
+            )));
+        }
+        enqueue_using(stream, &[self], |_| {
+            // SAFETY: size / 2 elements of the buffer, alive until the fill is done.
+            unsafe { driver::cuMemsetD16Async(self.handle(), value, self.size() / 2, stream.handle()) }
+                .check("cuMemsetD16Async")
+        })
+    }
+
+    /// Fills with a 4-byte pattern (the size must be a multiple of 4), ordered on `stream`.
+    pub fn fill_u32(&self, value: u32, stream: &Stream) -> Result<()> {
+        if !self.size().is_multiple_of(4) {
+            return Err(CudaError::InvalidArgument(format!(
+                "fill_u32: {} bytes is not a multiple of 4",
+                self.size()
+            )));
+        }
+        enqueue_using(stream, &[self], |_| {
+            // SAFETY: size / 4 elements of the buffer, alive until the fill is done.
+            unsafe { driver::cuMemsetD32Async(self.handle(), value, self.size() / 4, stream.handle()) }
+                .check("cuMemsetD32Async")
+        })
+    }
+}
+
+/// One region of a 2D copy: a buffer, the byte offset of the first row, and the pitch (bytes
+/// from one row to the next).
+#[derive(Debug, Clone, Copy)]
+pub struct Region2D<'a> {
+    pub buffer: &'a Buffer,
+    pub offset: usize,
+    pub pitch: usize,
+}
+
+impl Region2D<'_> {
+    /// Checks that `height` rows of `width` bytes lie in the buffer (checked arithmetic: a wrap
+    /// is an error) and returns the address of the first byte.
+    pub(crate) fn check(&self, width: usize, height: usize, what: &str) -> Result<driver::CUdeviceptr> {
+        let bad = || {
+            CudaError::InvalidArgument(format!(
+                "copy_2d: the {what} region ({height} rows of {width} bytes, pitch {}, offset {}) does not fit its buffer of {} bytes",
+                self.pitch,
+                self.offset,
+                self.buffer.size()
+            ))
+        };
+        if width > self.pitch || self.offset > self.buffer.size() {
+            return Err(bad());
+        }
+        if width != 0 && height != 0 {
+            let end = (height - 1)
+                .checked_mul(self.pitch)
+                .and_then(|b| b.checked_add(self.offset))
+                .and_then(|b| b.checked_add(width))
+                .ok_or_else(bad)?;
+            if end > self.buffer.size() {
+                return Err(bad());
+            }
+        }
+        address(self.buffer.handle(), self.offset, "copy_2d")
+    }
+}
+
+/// One region of a 3D copy: a buffer, the byte offset of the first row of the first slice, the
+/// pitch (bytes from one row to the next) and the rows from one slice to the next.
+#[derive(Debug, Clone, Copy)]
+pub struct Region3D<'a> {
+    pub buffer: &'a Buffer,
+    pub offset: usize,
+    pub pitch: usize,
+    pub rows_per_slice: usize,
+}
+
+impl Region3D<'_> {
+    /// Checks that the box lies in the buffer (checked arithmetic) and returns the address of
+    /// its first byte.
+    pub(crate) fn check(&self, width: usize, height: usize, depth: usize, what: &str) -> Result<driver::CUdeviceptr> {
+        let bad = || {
+            CudaError::InvalidArgument(format!(
+                "copy_3d: the {what} region ({depth} slices of {height} rows of {width} bytes, pitch {}, {} rows per slice, offset {}) does not fit its buffer of {} bytes",
+                self.pitch,
+                self.rows_per_slice,
+                self.offset,
+                self.buffer.size()
+            ))
+        };
+        if width > self.pitch || height > self.rows_per_slice || self.offset > self.buffer.size() {
+            return Err(bad());
+        }
+        if width != 0 && height != 0 && depth != 0 {
+            let end = (depth - 1)
+                .checked_mul(self.rows_per_slice)
+                .and_then(|r| r.checked_add(height - 1))
+                .and_then(|r| r.checked_mul(self.pitch))
+                .and_then(|b| b.checked_add(self.offset))
+                .and_then(|b| b.checked_add(width))
+                .ok_or_else(bad)?;
+            if end > self.buffer.size() {
+                return Err(bad());
+            }
+        }
+        address(self.buffer.handle(), self.offset, "copy_3d")
+    }
+}
+
+impl Buffer {
+    /// Copies a box of `depth` slices of `height` rows of `width` bytes from `src` to `dst`
+    /// (each with its own pitch and slice height), ordered on `stream` (`cuMemcpy3DAsync`).
+    pub fn copy_3d(dst: Region3D<'_>, src: Region3D<'_>, extent: (usize, usize, usize), stream: &Stream) -> Result<()> {
+        let (width, height, depth) = extent;
+        let dst_ptr = dst.check(width, height, depth, "destination")?;
+        let src_ptr = src.check(width, height, depth, "source")?;
+        let copy = driver::CUDA_MEMCPY3D {
+            srcMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+            srcDevice: src_ptr,
+            srcPitch: src.pitch,
+            srcHeight: src.rows_per_slice,
+            dstMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+            dstDevice: dst_ptr,
+            dstPitch: dst.pitch,
+            dstHeight: dst.rows_per_slice,
+            WidthInBytes: width,
+            Height: height,
+            Depth: depth,
+            ..Default::default()
+        };
+        enqueue_using(stream, &[dst.buffer, src.buffer], |_| {
+            // SAFETY: both boxes were checked to lie within their buffers, alive until the copy
+            // is done (`enqueue_using`).
+            unsafe { driver::cuMemcpy3DAsync(&copy, stream.handle()) }.check("cuMemcpy3DAsync")
+        })
+    }
+
+    /// Copies `height` rows of `width` bytes from `src` to `dst` (each with its own pitch),
+    /// ordered on `stream`.
+    pub fn copy_2d(dst: Region2D<'_>, src: Region2D<'_>, width: usize, height: usize, stream: &Stream) -> Result<()> {
+        let dst_ptr = dst.check(width, height, "destination")?;
+        let src_ptr = src.check(width, height, "source")?;
+        let copy = driver::CUDA_MEMCPY2D {
+            srcMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+            srcDevice: src_ptr,
+            srcPitch: src.pitch,
+            dstMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+            dstDevice: dst_ptr,
+            dstPitch: dst.pitch,
+            WidthInBytes: width,
+            Height: height,
+            ..Default::default()
+        };
+        enqueue_using(stream, &[dst.buffer, src.buffer], |_| {
+            // SAFETY: both regions were checked to lie within their buffers, alive until the copy
+            // is done (`enqueue_using`).
+            unsafe { driver::cuMemcpy2DAsync(&copy, stream.handle()) }.check("cuMemcpy2DAsync")
+        })
+    }
+
+    /// Copies each `(src, dst)` pair (whole source into the start of the destination) in one
+    /// batched call, ordered on `stream` (`cuMemcpyBatchAsync`, CUDA 12.8+ drivers).
+    pub fn copy_batch(pairs: &[(&Buffer, &Buffer)], stream: &Stream) -> Result<()> {
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let mut dsts = Vec::with_capacity(pairs.len());
+        let mut srcs = Vec::with_capacity(pairs.len());
+        let mut sizes = Vec::with_capacity(pairs.len());
+        let mut buffers = Vec::with_capacity(2 * pairs.len());
+        for (src, dst) in pairs {
+            dst.check_fits(src.size(), "copy_batch")?;
+            dsts.push(dst.handle());
+            srcs.push(src.handle());
+            sizes.push(src.size());
+            buffers.push(*src);
+            buffers.push(*dst);
+        }
+        let mut attrs = driver::CUmemcpyAttributes {
+            srcAccessOrder: driver::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+            ..Default::default()
+        };
+        let mut attr_index = 0usize;
+        enqueue_using(stream, &buffers, |_| {
+            // SAFETY: the arrays have pairs.len() entries each and every range lies in a buffer
+            // alive until the copies are done; one attribute applies to all copies (index 0).
+            unsafe {
+                driver::cuMemcpyBatchAsync(
+                    dsts.as_mut_ptr(),
+                    srcs.as_mut_ptr(),
+                    sizes.as_mut_ptr(),
+                    pairs.len(),
+                    &mut attrs,
+                    &mut attr_index,
+                    1,
+                    stream.handle(),
+                )
+            }
+            .check("cuMemcpyBatchAsync")
+        })
+    }
+
+    /// Copies this buffer into `dst` on another device's memory (peer to peer), ordered on `stream`.
+    pub fn copy_to_peer(&self, dst: &Buffer, stream: &Stream) -> Result<()> {
+        dst.check_fits(self.size(), "copy_to_peer")?;
+        let context = |b: &Buffer| -> Result<driver::CUcontext> {
+            let device = b
+                .memory_resource()
+                .and_then(|r| r.device())
+                .map_or_else(Device::current, Ok)?;
+            Ok(device.primary_context()?.handle())
+        };
+        let (dst_ctx, src_ctx) = (context(dst)?, context(self)?);
+        enqueue_using(stream, &[self, dst], |_| {
+            // SAFETY: both buffers are alive until the copy is done; the contexts are retained
+            // primary contexts.
+            unsafe {
+                driver::cuMemcpyPeerAsync(
+                    dst.handle(),
+                    dst_ctx,
+                    self.handle(),
+                    src_ctx,
+                    self.size(),
+                    stream.handle(),
+                )
+            }
+            .check("cuMemcpyPeerAsync")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::address;
+
+    #[test]
+    fn addresses_do_not_wrap() {
+        assert_eq!(address(0x1000, 16, "t").unwrap(), 0x1010);
+        assert!(address(u64::MAX - 4, 16, "t").is_err());
+        assert!(address(1, usize::MAX, "t").is_err());
+    }
+}

@@ -1,0 +1,119 @@
+//! Memory: the [`MemoryResource`] trait and its resources, and [`Buffer`], a stream-ordered
+//! allocation that frees itself.
+//!
+//! - `buffer`: [`Buffer`], [`BufferView`], and what keeps a buffer's memory alive (the streams
+//!   that used it, graphs holding it) until its free;
+//! - `copy`: copies and fills (host, device, 2D, 3D, batched, peer), with checked regions;
+//! - `pool`: [`DeviceMemoryResource`] and [`PinnedMemoryResource`] (the driver's memory pools);
+//! - `legacy_pinned`, `managed`: [`LegacyPinnedMemoryResource`], [`ManagedMemoryResource`] and
+//!   managed-memory operations;
+//! - `graph_memory`: [`GraphMemoryResource`];
+//! - `vmm`: [`VirtualMemoryResource`];
+//! - `ipc`: [`IpcBufferDescriptor`] and buffers shared between processes.
+//!
+//! Memory uses devices, streams and the graph core; graphs build on it.
+
+mod buffer;
+mod copy;
+mod graph_memory;
+mod ipc;
+mod legacy_pinned;
+mod managed;
+mod pool;
+mod vmm;
+
+pub(crate) use buffer::enqueue_using;
+pub use buffer::{Buffer, BufferView, Pod};
+pub use copy::{Region2D, Region3D};
+pub use graph_memory::GraphMemoryResource;
+pub use ipc::IpcBufferDescriptor;
+pub use legacy_pinned::{HostAllocFlags, LegacyPinnedMemoryResource};
+pub use managed::{ManagedMemoryResource, MemoryLocation};
+pub use pool::{DeviceMemoryResource, DeviceMemoryResourceOptions, PinnedMemoryResource};
+pub use vmm::{VirtualMemoryResource, VirtualMemoryResourceOptions};
+
+use crate::device::Device;
+use crate::stream::Stream;
+use crate::Result;
+use cuda_sys::driver;
+
+/// Something that hands out memory, ordered on streams (`cuda.core`'s `MemoryResource`).
+///
+/// [`Buffer::allocate`] turns a resource into buffers that free themselves through
+/// [`deallocate`](MemoryResource::deallocate). Safe code copies, fills and hands to the driver
+/// as many bytes as a buffer says it has, on the host too when the resource says its memory is
+/// host-accessible: so implementing the trait is `unsafe`, and these are the promises made.
+///
+/// # Safety
+/// For a resource `r`:
+/// - A pointer `p` returned by `r.allocate(size, stream)` is the start of at least `size` bytes
+///   (at least one byte when `size` is 0) that belong to no other live allocation, usable by
+///   work queued on `stream` after the call returns until `r.deallocate(p, size, s)` is called
+///   and the work queued on `s` before that call is done. Kernels may use the memory when
+///   [`is_device_accessible`](Self::is_device_accessible) says so, and the host may read and
+///   write it through `p` when [`is_host_accessible`](Self::is_host_accessible) says so; it lies
+///   on [`device`](Self::device) when that names a device. These answers never change.
+/// - `deallocate` releases the memory no earlier than the work queued on its `stream` before the
+///   call is done (stream-ordered, or by waiting for the stream first).
+/// - When `stream` is being captured into a graph, `allocate` either returns memory that is
+///   valid at once, or records a stream-ordered allocation on `stream` itself (graph memory,
+///   which [`Buffer`] recognises and confines to that capture).
+/// - [`ipc_pool`](Self::ipc_pool) names the pool `allocate` takes memory from, if it names one.
+/// - `allocate` and `deallocate` are called while `stream`'s capture lock is held: they must not
+///   queue work on a stream through this crate's API (raw driver calls on the stream, and
+///   [`Stream::sync`], are fine).
+pub unsafe trait MemoryResource: Send + Sync + 'static {
+    /// `size` bytes, usable by work on `stream` after this call.
+    fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr>;
+    /// Frees `ptr` once the work queued on `stream` so far is done.
+    ///
+    /// # Safety
+    /// `ptr` came from [`allocate`](MemoryResource::allocate) of this resource with this `size`,
+    /// is freed once, and nothing uses it after the work already queued on `stream`.
+    unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, size: usize, stream: &Stream) -> Result<()>;
+    /// Whether kernels can read and write the memory.
+    fn is_device_accessible(&self) -> bool;
+    /// Whether the host can read and write the memory directly.
+    fn is_host_accessible(&self) -> bool;
+    /// The device the memory belongs to, if one.
+    fn device(&self) -> Option<Device>;
+    /// The pool, when the memory comes from one shareable with other processes.
+    fn ipc_pool(&self) -> Option<driver::CUmemoryPool> {
+        None
+    }
+}
+
+pub(crate) fn location(kind: driver::CUmemLocationType, id: i32) -> driver::CUmemLocation {
+    let mut loc = driver::CUmemLocation {
+        type_: kind,
+        ..Default::default()
+    };
+    loc.__bindgen_anon_1.id = id;
+    loc
+}
+
+/// The driver's location of `device`.
+pub(crate) fn device_location(device: &Device) -> driver::CUmemLocation {
+    location(
+        driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        device.device_id() as i32,
+    )
+}
+
+/// Read-write access for `device`, as pools and mappings grant it.
+pub(crate) fn read_write_access(device: &Device) -> driver::CUmemAccessDesc {
+    driver::CUmemAccessDesc {
+        location: device_location(device),
+        flags: driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    }
+}
+
+/// Frees stream-ordered memory (pool or graph allocations) after the work queued on `stream`.
+///
+/// # Safety
+/// `ptr` came from a stream-ordered allocation and nothing uses it after that work.
+pub(crate) unsafe fn free_async(ptr: driver::CUdeviceptr, stream: &Stream) -> Result<()> {
+    use crate::error::Check;
+    // SAFETY: forwarded to the caller.
+    unsafe { driver::cuMemFreeAsync(ptr, stream.handle()) }.check("cuMemFreeAsync")
+}

@@ -1,0 +1,157 @@
+//! The release thread: where values are dropped when the thread that lets go of them must not
+//! call CUDA, and where releases that must wait are retried.
+//!
+//! The driver calls host functions and user-object destructors on threads of its own, on which
+//! CUDA must not be called; values those callbacks let go of (a graph's buffers, a host
+//! function's captures) may call CUDA in their `Drop`. Such values are posted here and dropped on
+//! this thread. Releases that cannot be queued yet (the stream they must be ordered on is being
+//! captured into a graph) are [`Retry`] jobs, tried again whenever a capture ends and every few
+//! milliseconds while any is pending.
+//!
+//! This module uses only the error module and the raw bindings: every other module may use it.
+
+use crate::error::record_drop_error;
+use crate::CudaError;
+use cuda_sys::driver;
+use std::any::Any;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// A release to try again later.
+pub(crate) trait Retry: Send {
+    /// Tries once; `true` when done (the job is then dropped, on this thread).
+    fn attempt(&mut self) -> bool;
+}
+
+enum Job {
+    /// Drop the value here.
+    Drop(Box<dyn Any + Send>),
+    /// Try the job now, and again later until it is done.
+    Retry(Box<dyn Retry>),
+    /// A capture ended: pending retries may now succeed.
+    Wake,
+}
+
+static SENDER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+
+/// How often pending retries are tried when no capture ends.
+const RETRY_EVERY: Duration = Duration::from_millis(5);
+
+fn sender() -> Option<&'static Mutex<mpsc::Sender<Job>>> {
+    if let Some(s) = SENDER.get() {
+        return Some(s);
+    }
+    static STARTING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = STARTING.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = SENDER.get() {
+        return Some(s);
+    }
+    let (tx, rx) = mpsc::channel::<Job>();
+    let started = std::thread::Builder::new()
+        .name("cuda-core-release".into())
+        .spawn(move || run(rx));
+    match started {
+        Ok(_) => {
+            let _ = SENDER.set(Mutex::new(tx));
+            SENDER.get()
+        }
+        Err(e) => {
+            record_drop_error(CudaError::InvalidArgument(format!(
+                "cannot start the thread that releases CUDA objects off driver threads: {e}; they are kept instead"
+            )));
+            None
+        }
+    }
+}
+
+/// Starts the release thread now (so that later posts from driver threads never spawn one).
+pub(crate) fn start() {
+    let _ = sender();
+}
+
+fn post(job: Job) -> Result<(), Job> {
+    match sender() {
+        Some(tx) => match tx.lock() {
+            Ok(tx) => tx.send(job).map_err(|e| e.0),
+            Err(_) => Err(job),
+        },
+        None => Err(job),
+    }
+}
+
+/// Drops `value` on the release thread. Safe to call from a driver callback thread: it only
+/// posts. If the release thread cannot run, the value is kept (leaked) rather than dropped where
+/// CUDA must not be called. A value that needs a current context to drop makes it current itself.
+pub(crate) fn drop_later(value: Box<dyn Any + Send>) {
+    if let Err(job) = post(Job::Drop(value)) {
+        std::mem::forget(job);
+    }
+}
+
+/// Tries `job` on the release thread until it is done. If the release thread cannot run, the job
+/// is tried once here and kept (leaked) when not done.
+pub(crate) fn retry(job: Box<dyn Retry>) {
+    if let Err(Job::Retry(mut job)) = post(Job::Retry(job)) {
+        if !job.attempt() {
+            std::mem::forget(job);
+        }
+    }
+}
+
+/// Wakes the release thread: a capture ended, so pending releases may proceed.
+pub(crate) fn wake() {
+    if SENDER.get().is_some() {
+        let _ = post(Job::Wake);
+    }
+}
+
+fn run(rx: mpsc::Receiver<Job>) {
+    // Releases must not be refused because another thread captures in global mode: this thread
+    // only queues frees and waits, which never join a capture.
+    let mut mode = driver::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: cuInit takes flags; the mode is an in/out local.
+    unsafe {
+        let _ = driver::cuInit(0);
+        let _ = driver::cuThreadExchangeStreamCaptureMode(&mut mode);
+    }
+    let mut pending: Vec<Box<dyn Retry>> = Vec::new();
+    loop {
+        let job = if pending.is_empty() {
+            match rx.recv() {
+                Ok(job) => Some(job),
+                Err(_) => return,
+            }
+        } else {
+            match rx.recv_timeout(RETRY_EVERY) {
+                Ok(job) => Some(job),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        };
+        match job {
+            Some(Job::Drop(value)) => drop_here(value),
+            Some(Job::Retry(job)) => pending.push(job),
+            Some(Job::Wake) | None => {}
+        }
+        pending.retain_mut(
+            |job| match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.attempt())) {
+                Ok(done) => !done,
+                Err(_) => {
+                    record_drop_error(CudaError::InvalidArgument(
+                        "a deferred release panicked; what it held is kept".into(),
+                    ));
+                    false
+                }
+            },
+        );
+    }
+}
+
+fn drop_here(value: Box<dyn Any + Send>) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(value))).is_err() {
+        record_drop_error(CudaError::InvalidArgument(
+            "a value released on the release thread panicked in its destructor".into(),
+        ));
+    }
+}

@@ -1,0 +1,284 @@
+//! `Event`, `EventOptions` and `IpcEventDescriptor`.
+
+use crate::device::Context;
+use crate::error::{record_drop_error, Check};
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::fmt;
+use std::sync::Arc;
+
+/// Options of a new [`Event`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EventOptions {
+    /// Record timestamps, for [`Event::elapsed_time_since`] (off by default: cheaper).
+    pub enable_timing: bool,
+    /// Block the waiting thread instead of spinning in [`Event::sync`].
+    pub busy_waited_sync: bool,
+    /// Shareable with other processes (needs timing off).
+    pub ipc_enabled: bool,
+}
+
+struct EventInner {
+    handle: driver::CUevent,
+    _context: Context,
+    options: EventOptions,
+    /// Opened from another process's IPC descriptor: it can be waited for, not recorded.
+    imported: bool,
+}
+
+/// What another process needs to open an IPC event: 64 opaque bytes, serializable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct IpcEventDescriptor {
+    #[serde(with = "serde_bytes_64")]
+    pub bytes: [u8; 64],
+}
+
+mod serde_bytes_64 {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    pub fn serialize<S: Serializer>(b: &[u8; 64], s: S) -> Result<S::Ok, S::Error> {
+        b.as_slice().serialize(s)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 64], D::Error> {
+        let v = Vec::<u8>::deserialize(d)?;
+        v.try_into()
+            .map_err(|_| serde::de::Error::custom("an IPC event descriptor has 64 bytes"))
+    }
+}
+
+impl IpcEventDescriptor {
+    /// The descriptor as 128 hex digits, for an environment variable or a command line.
+    pub fn to_hex(&self) -> String {
+        self.bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Reads [`to_hex`](Self::to_hex)'s output: exactly 128 hex digits (either case), nothing
+    /// else (no signs, spaces or other characters); anything else is an error, never a panic.
+    pub fn from_hex(text: &str) -> Result<IpcEventDescriptor> {
+        let bad = || {
+            CudaError::InvalidArgument(format!(
+                "an IPC event descriptor is 128 hex digits (as IpcEventDescriptor::to_hex writes it); got {} bytes{}",
+                text.len(),
+                if text.bytes().all(|c| c.is_ascii_hexdigit()) {
+                    ""
+                } else {
+                    " with characters that are not hex digits"
+                }
+            ))
+        };
+        let digits = text.as_bytes();
+        if digits.len() != 128 || !digits.iter().all(u8::is_ascii_hexdigit) {
+            return Err(bad());
+        }
+        let value = |c: u8| match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            _ => c - b'A' + 10, // checked above: an upper-case hex letter
+        };
+        let mut bytes = [0u8; 64];
+        for (b, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+            *b = (value(pair[0]) << 4) | value(pair[1]);
+        }
+        Ok(IpcEventDescriptor { bytes })
+    }
+}
+
+// SAFETY: a CUevent may be used from any thread.
+unsafe impl Send for EventInner {}
+// SAFETY: as above.
+unsafe impl Sync for EventInner {}
+
+impl Drop for EventInner {
+    fn drop(&mut self) {
+        if self.handle.is_null() {
+            return; // closed explicitly
+        }
+        // SAFETY: made by cuEventCreate, destroyed once.
+        if let Err(e) = unsafe { driver::cuEventDestroy(self.handle) }.check("cuEventDestroy") {
+            record_drop_error(e);
+        }
+    }
+}
+
+/// A CUDA event: a point in a stream to wait for or time. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Event {
+    inner: Arc<EventInner>,
+}
+
+impl Event {
+    pub(crate) fn new(context: &Context, options: EventOptions) -> Result<Event> {
+        if options.ipc_enabled && options.enable_timing {
+            return Err(CudaError::InvalidArgument(
+                "EventOptions: an IPC event cannot record timing".into(),
+            ));
+        }
+        let mut flags = 0;
+        if !options.enable_timing {
+            flags |= driver::CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
+        }
+        if options.busy_waited_sync {
+            flags |= driver::CUevent_flags::CU_EVENT_BLOCKING_SYNC.0;
+        }
+        if options.ipc_enabled {
+            flags |= driver::CUevent_flags::CU_EVENT_INTERPROCESS.0;
+        }
+        let handle = context.with_current(|| {
+            let mut e: driver::CUevent = std::ptr::null_mut();
+            // SAFETY: the context is current; out-pointer to a local.
+            unsafe { driver::cuEventCreate(&mut e, flags) }.check("cuEventCreate")?;
+            Ok(e)
+        })?;
+        Ok(Event {
+            inner: Arc::new(EventInner {
+                handle,
+                _context: context.clone(),
+                options,
+                imported: false,
+            }),
+        })
+    }
+
+    /// The descriptor another process opens this event with (the event must be `ipc_enabled`).
+    pub fn ipc_descriptor(&self) -> Result<IpcEventDescriptor> {
+        if !self.inner.options.ipc_enabled {
+            return Err(CudaError::InvalidArgument(
+                "only events made with ipc_enabled can be shared".into(),
+            ));
+        }
+        let mut handle = driver::CUipcEventHandle::default();
+        // SAFETY: the event is live; out-pointer to a local.
+        unsafe { driver::cuIpcGetEventHandle(&mut handle, self.inner.handle) }.check("cuIpcGetEventHandle")?;
+        Ok(IpcEventDescriptor {
+            bytes: handle.reserved.map(|c| c as u8),
+        })
+    }
+
+    /// Opens an event another process shared, in `context`. It can be waited for and queried,
+    /// not recorded.
+    pub fn from_ipc_descriptor(context: &Context, descriptor: &IpcEventDescriptor) -> Result<Event> {
+        let handle = driver::CUipcEventHandle {
+            reserved: descriptor.bytes.map(|b| b as std::ffi::c_char),
+        };
+        let event = context.with_current(|| {
+            let mut e: driver::CUevent = std::ptr::null_mut();
+            // SAFETY: the context is current; out-pointer to a local.
+            unsafe { driver::cuIpcOpenEventHandle(&mut e, handle) }.check("cuIpcOpenEventHandle")?;
+            Ok(e)
+        })?;
+        let options = EventOptions {
+            ipc_enabled: true,
+            ..Default::default()
+        };
+        Ok(Event {
+            inner: Arc::new(EventInner {
+                handle: event,
+                _context: context.clone(),
+                options,
+                imported: true,
+            }),
+        })
+    }
+
+    /// Whether the event was opened from another process.
+    pub fn is_ipc_imported(&self) -> bool {
+        self.inner.imported
+    }
+
+    /// The `CUevent`.
+    #[inline]
+    pub fn handle(&self) -> driver::CUevent {
+        self.inner.handle
+    }
+
+    /// Destroys the event now and returns what the driver said; with other clones alive, only
+    /// this reference goes.
+    pub fn close(self) -> Result<()> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                let handle = std::mem::replace(&mut inner.handle, std::ptr::null_mut());
+                // SAFETY: made by cuEventCreate (or opened from IPC) and destroyed once: the
+                // nulled handle tells Drop there is nothing left to destroy.
+                unsafe { driver::cuEventDestroy(handle) }.check("cuEventDestroy")
+            }
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// The options it was made with.
+    pub fn options(&self) -> EventOptions {
+        self.inner.options
+    }
+
+    /// Waits until the work before the event's last record is done.
+    pub fn sync(&self) -> Result<()> {
+        super::refuse_in_callback()?;
+        // SAFETY: the event is live.
+        unsafe { driver::cuEventSynchronize(self.inner.handle) }.check("cuEventSynchronize")
+    }
+
+    /// Whether the work before the event's last record is done.
+    pub fn is_done(&self) -> Result<bool> {
+        // SAFETY: the event is live.
+        let status = unsafe { driver::cuEventQuery(self.inner.handle) };
+        if status == driver::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        status.check("cuEventQuery").map(|()| true)
+    }
+
+    /// Milliseconds from `start` to this event (both recorded with timing, both complete): what
+    /// `cuda.core` writes as `end - start`.
+    pub fn elapsed_time_since(&self, start: &Event) -> Result<f32> {
+        if !self.inner.options.enable_timing || !start.inner.options.enable_timing {
+            return Err(CudaError::InvalidArgument(
+                "elapsed time needs events made with enable_timing".into(),
+            ));
+        }
+        let mut ms = 0f32;
+        // SAFETY: both events are live; out-pointer to a local.
+        unsafe { driver::cuEventElapsedTime(&mut ms, start.inner.handle, self.inner.handle) }
+            .check("cuEventElapsedTime")?;
+        Ok(ms)
+    }
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Event({:p})", self.inner.handle)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipc_event_descriptors_round_trip_through_hex() {
+        let d = IpcEventDescriptor {
+            bytes: std::array::from_fn(|i| (i * 37 % 256) as u8),
+        };
+        let hex = d.to_hex();
+        assert_eq!(hex.len(), 128);
+        assert_eq!(IpcEventDescriptor::from_hex(&hex).unwrap(), d);
+        assert_eq!(IpcEventDescriptor::from_hex(&hex.to_uppercase()).unwrap(), d);
+    }
+
+    #[test]
+    fn malformed_hex_is_an_error_never_a_panic() {
+        // 128 bytes of text whose characters straddle the even offsets a byte-slicing parser cuts.
+        let multibyte = "é".repeat(64);
+        assert_eq!(multibyte.len(), 128);
+        let e = IpcEventDescriptor::from_hex(&multibyte).unwrap_err();
+        assert!(e.to_string().contains("not hex digits"), "{e}");
+        // Signs parse as numbers for from_str_radix, not here.
+        let signed = format!("+f{}", "0".repeat(126));
+        assert!(IpcEventDescriptor::from_hex(&signed).is_err());
+        assert!(IpcEventDescriptor::from_hex(&"0".repeat(127)).is_err());
+        assert!(IpcEventDescriptor::from_hex(&"0".repeat(130)).is_err());
+        assert!(IpcEventDescriptor::from_hex(&format!("{} {}", "0".repeat(63), "0".repeat(64))).is_err());
+        assert!(IpcEventDescriptor::from_hex("").is_err());
+        let mut mixed = "0".repeat(127);
+        mixed.push('ß'); // 129 bytes
+        assert!(IpcEventDescriptor::from_hex(&mixed).is_err());
+    }
+}

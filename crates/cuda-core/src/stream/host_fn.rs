@@ -1,0 +1,82 @@
+//! Host functions queued on a stream ([`Stream::launch_host_func`]), and the guard that keeps
+//! CUDA calls off the driver's callback threads.
+
+use super::Stream;
+use crate::error::{record_drop_error, Check};
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::cell::Cell;
+use std::ffi::c_void;
+
+thread_local! {
+    /// Set while this thread runs a host function or graph callback for the driver.
+    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// An error when the calling thread is running a host function or graph callback: CUDA must not
+/// be called there (the driver may deadlock or fail), so the operation is refused instead.
+#[inline]
+pub(crate) fn refuse_in_callback() -> Result<()> {
+    if IN_CALLBACK.try_with(Cell::get).unwrap_or(false) {
+        return Err(CudaError::InvalidArgument(
+            "CUDA must not be called from a host function or graph callback (it runs on a driver thread): \
+             queue the work from another thread"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Runs `f` as a callback of the driver: panics are caught (never unwind into the driver) and
+/// recorded as `what`, and this crate's operations refuse to run meanwhile.
+pub(crate) fn run_as_callback(what: &str, f: impl FnOnce()) {
+    let _ = IN_CALLBACK.try_with(|c| c.set(true));
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        record_drop_error(CudaError::InvalidArgument(format!("{what} panicked")));
+    }
+    let _ = IN_CALLBACK.try_with(|c| c.set(false));
+}
+
+type HostFn = Box<dyn FnMut() + Send + 'static>;
+
+/// Called by the driver once, on a thread of its own.
+unsafe extern "C" fn trampoline(data: *mut c_void) {
+    // SAFETY: data is the Box<HostFn> leaked by `launch_host_func`, which the driver hands to
+    // this function exactly once (a capturing stream is refused, so no graph calls it again).
+    let mut f = unsafe { Box::from_raw(data as *mut HostFn) };
+    run_as_callback("a stream host callback", &mut *f);
+    // Whatever the closure holds may call CUDA when dropped: not on this thread.
+    crate::reaper::drop_later(Box::new(f));
+}
+
+impl Stream {
+    /// Runs `f` once, on a driver thread, when the work queued on the stream so far is done; the
+    /// stream's later work waits for it to return (`cuLaunchHostFunc`).
+    ///
+    /// `f` must not call CUDA: this crate's operations called from it return an error. What `f`
+    /// holds is dropped afterwards on a thread of this crate, not the driver's, so it may hold
+    /// buffers, streams or anything else that calls CUDA when dropped (the natural way to keep
+    /// memory alive until the stream gets there). A panic in `f` is caught and recorded for
+    /// [`crate::take_drop_errors`]. On a stream being captured into a graph this is an error: a
+    /// graph runs its callbacks at every launch, so use [`crate::graph::GraphBuilder::callback`].
+    pub fn launch_host_func(&self, f: impl FnMut() + Send + 'static) -> Result<()> {
+        crate::reaper::start();
+        self.enqueue(|capture| {
+            if capture.is_some() {
+                return Err(CudaError::InvalidArgument(
+                    "launch_host_func runs its closure once, but a captured graph calls it at every launch: use GraphBuilder::callback".into(),
+                ));
+            }
+            let data = Box::into_raw(Box::new(Box::new(f) as HostFn));
+            // SAFETY: the stream is live and not capturing (its capture lock is held); the driver
+            // calls the trampoline once with data.
+            let status = unsafe { driver::cuLaunchHostFunc(self.handle(), Some(trampoline), data.cast()) };
+            if let Err(e) = status.check("cuLaunchHostFunc") {
+                // SAFETY: the driver did not take data: reclaim it.
+                drop(unsafe { Box::from_raw(data) });
+                return Err(e);
+            }
+            Ok(())
+        })
+    }
+}

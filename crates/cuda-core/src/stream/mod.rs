@@ -1,0 +1,329 @@
+//! Streams, events and host functions: `Stream`, `StreamOptions`, `Event`, `EventOptions`,
+//! `IpcEventDescriptor`, and [`Site`], a stream as an operation used it.
+//!
+//! **Captures and operations.** Every operation this crate queues on a stream runs under the
+//! stream's capture lock ([`Stream::enqueue`]): shared by operations, exclusive for what begins,
+//! ends or joins a capture. So whether the stream is being captured into a graph cannot change
+//! between an operation's check and its enqueue, and captured work always hands the graph what
+//! it uses. The default streams are process-wide values, so every `Stream` naming one shares its
+//! lock.
+//!
+//! This module uses devices, contexts and the graph core ([`crate::graph`]'s attachments and
+//! capture registry); memory and graphs build on it.
+
+mod event;
+mod host_fn;
+mod site;
+
+pub use event::{Event, EventOptions, IpcEventDescriptor};
+pub(crate) use host_fn::{refuse_in_callback, run_as_callback};
+pub(crate) use site::{Fence, Site};
+
+use crate::device::{Context, Device};
+use crate::error::{record_drop_error, Check};
+use crate::graph::attach::{with_capture, Capture};
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::fmt;
+use std::sync::{Arc, OnceLock, RwLock, RwLockWriteGuard};
+
+/// Options of a new [`Stream`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StreamOptions {
+    /// Do not synchronise with the legacy default stream (`CU_STREAM_NON_BLOCKING`); `true` by
+    /// default, as in `cuda.core`.
+    pub nonblocking: bool,
+    /// Priority within the context's range (numerically lower is more urgent); the least urgent
+    /// when `None`.
+    pub priority: Option<i32>,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        StreamOptions {
+            nonblocking: true,
+            priority: None,
+        }
+    }
+}
+
+struct StreamInner {
+    handle: driver::CUstream,
+    context: Option<Context>,
+    owned: bool,
+    /// Shared by every operation queued on the stream, exclusive for beginning, ending or joining
+    /// a capture (see the module documentation).
+    capture_lock: RwLock<()>,
+}
+
+// SAFETY: a CUstream may be used from any thread; the driver orders work on it, and the capture
+// lock is a std lock.
+unsafe impl Send for StreamInner {}
+// SAFETY: as above.
+unsafe impl Sync for StreamInner {}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: made by cuStreamCreateWithPriority and destroyed once; the driver lets work
+            // already queued finish.
+            if let Err(e) = unsafe { driver::cuStreamDestroy(self.handle) }.check("cuStreamDestroy") {
+                record_drop_error(e);
+            }
+        }
+    }
+}
+
+/// A CUDA stream: work on it runs in order. Cheap to clone (shared); it keeps its context.
+///
+/// The default streams ([`legacy_default`](Self::legacy_default),
+/// [`per_thread_default`](Self::per_thread_default)) name a different stream depending on the
+/// calling thread's current context (and, for the per-thread one, the thread): what they name is
+/// resolved where they are used.
+#[derive(Clone)]
+pub struct Stream {
+    inner: Arc<StreamInner>,
+}
+
+/// `CU_STREAM_LEGACY`.
+const LEGACY: usize = 0x1;
+/// `CU_STREAM_PER_THREAD`.
+const PER_THREAD: usize = 0x2;
+
+impl Stream {
+    pub(crate) fn new(context: &Context, options: StreamOptions) -> Result<Stream> {
+        let (least, greatest) = context.stream_priority_range()?;
+        let priority = options.priority.unwrap_or(least);
+        if priority < greatest || priority > least {
+            return Err(CudaError::InvalidArgument(format!(
+                "priority={priority} is out of range [{greatest}, {least}]"
+            )));
+        }
+        let flags = if options.nonblocking {
+            driver::CUstream_flags::CU_STREAM_NON_BLOCKING.0
+        } else {
+            0
+        };
+        let handle = context.with_current(|| {
+            let mut s: driver::CUstream = std::ptr::null_mut();
+            // SAFETY: the context is current; out-pointer to a local.
+            unsafe { driver::cuStreamCreateWithPriority(&mut s, flags, priority) }
+                .check("cuStreamCreateWithPriority")?;
+            Ok(s)
+        })?;
+        Ok(Stream::wrap(handle, Some(context.clone()), true))
+    }
+
+    fn wrap(handle: driver::CUstream, context: Option<Context>, owned: bool) -> Stream {
+        Stream {
+            inner: Arc::new(StreamInner {
+                handle,
+                context,
+                owned,
+                capture_lock: RwLock::new(()),
+            }),
+        }
+    }
+
+    /// The process-wide value of a default stream handle (NULL, legacy or per-thread).
+    fn default_stream(handle: usize) -> Stream {
+        static STREAMS: [OnceLock<Stream>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+        STREAMS[handle]
+            .get_or_init(|| Stream::wrap(handle as driver::CUstream, None, false))
+            .clone()
+    }
+
+    /// Wraps a stream made elsewhere, without taking ownership (it is never destroyed here). The
+    /// default stream handles (NULL, `CU_STREAM_LEGACY`, `CU_STREAM_PER_THREAD`) give the same
+    /// values as [`legacy_default`](Self::legacy_default) and
+    /// [`per_thread_default`](Self::per_thread_default).
+    ///
+    /// # Safety
+    /// `handle` must be a valid stream for as long as the returned `Stream`, its clones and
+    /// anything holding them (buffers freed on it, graphs launched on it) are used, and no
+    /// capture may be begun or ended on it other than through this crate.
+    pub unsafe fn from_handle(handle: driver::CUstream) -> Result<Stream> {
+        if handle as usize <= PER_THREAD {
+            return Ok(Stream::default_stream(handle as usize));
+        }
+        let mut ctx: driver::CUcontext = std::ptr::null_mut();
+        // SAFETY: the caller vouches for the stream; out-pointer to a local.
+        unsafe { driver::cuStreamGetCtx(handle, &mut ctx) }.check("cuStreamGetCtx")?;
+        // SAFETY: a live stream's context is live.
+        let context = unsafe { Context::from_raw(ctx) }?;
+        Ok(Stream::wrap(handle, Some(context), false))
+    }
+
+    /// The legacy default stream (`CU_STREAM_LEGACY`) of whatever context is current where it is
+    /// used.
+    pub fn legacy_default() -> Stream {
+        Stream::default_stream(LEGACY)
+    }
+
+    /// The per-thread default stream (`CU_STREAM_PER_THREAD`) of the thread using it, in its
+    /// current context.
+    pub fn per_thread_default() -> Stream {
+        Stream::default_stream(PER_THREAD)
+    }
+
+    /// The `CUstream`.
+    #[inline]
+    pub fn handle(&self) -> driver::CUstream {
+        self.inner.handle
+    }
+
+    /// Whether the handle is a default stream's, whose meaning depends on the thread and its
+    /// current context.
+    #[inline]
+    pub(crate) fn is_default(&self) -> bool {
+        self.inner.handle as usize <= PER_THREAD
+    }
+
+    /// Destroys the stream now and returns what the driver said (dropping it does the same and
+    /// records an error for [`crate::take_drop_errors`]). With other clones alive, only this
+    /// reference goes; the last one destroys the stream. Work already queued still runs. A closed
+    /// stream cannot be used again: `close` takes it by value.
+    pub fn close(self) -> Result<()> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) if inner.owned => {
+                inner.owned = false; // destroyed here, not again in Drop
+                                     // SAFETY: made by cuStreamCreateWithPriority, destroyed once.
+                unsafe { driver::cuStreamDestroy(inner.handle) }.check("cuStreamDestroy")
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The context the stream was made in (`None` for the default streams).
+    pub fn context(&self) -> Option<&Context> {
+        self.inner.context.as_ref()
+    }
+
+    /// The stream's context, or (for the default streams) the calling thread's current one, or
+    /// the current device's primary context when none is current.
+    pub(crate) fn context_or_current(&self) -> Result<Context> {
+        match self.context() {
+            Some(c) => Ok(c.clone()),
+            None => match Context::current()? {
+                Some(c) => Ok(c),
+                None => Device::current()?.primary_context(),
+            },
+        }
+    }
+
+    /// The device of the stream's context.
+    pub fn device(&self) -> Option<Device> {
+        self.inner.context.as_ref().map(Context::device)
+    }
+
+    /// Runs `op`, which queues work on this stream, with the stream's capture lock held shared:
+    /// no capture begins or ends on the stream meanwhile. `op` gets the capture the stream
+    /// records into (its graph locked), or `None`.
+    #[inline]
+    pub(crate) fn enqueue<T>(&self, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
+        refuse_in_callback()?;
+        let _shared = self.inner.capture_lock.read().unwrap_or_else(|p| p.into_inner());
+        with_capture(self.inner.handle, op)
+    }
+
+    /// [`enqueue`](Self::enqueue) for operations that may make the stream join a capture (waiting
+    /// for an event recorded in one): exclusive of every other operation on the stream.
+    pub(crate) fn enqueue_exclusive<T>(&self, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
+        refuse_in_callback()?;
+        let _exclusive = self.capture_exclusive();
+        with_capture(self.inner.handle, op)
+    }
+
+    /// The capture lock, exclusively: for beginning and ending captures.
+    pub(crate) fn capture_exclusive(&self) -> RwLockWriteGuard<'_, ()> {
+        self.inner.capture_lock.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until all work on the stream is done.
+    pub fn sync(&self) -> Result<()> {
+        refuse_in_callback()?;
+        // SAFETY: the stream is live.
+        unsafe { driver::cuStreamSynchronize(self.inner.handle) }.check("cuStreamSynchronize")
+    }
+
+    /// Whether all work on the stream is done.
+    pub fn is_done(&self) -> Result<bool> {
+        // SAFETY: the stream is live.
+        let status = unsafe { driver::cuStreamQuery(self.inner.handle) };
+        if status == driver::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        status.check("cuStreamQuery").map(|()| true)
+    }
+
+    /// The stream's priority.
+    pub fn priority(&self) -> Result<i32> {
+        let mut p = 0;
+        // SAFETY: the stream is live; out-pointer to a local.
+        unsafe { driver::cuStreamGetPriority(self.inner.handle, &mut p) }.check("cuStreamGetPriority")?;
+        Ok(p)
+    }
+
+    /// Whether the stream does not synchronise with the legacy default stream.
+    pub fn is_nonblocking(&self) -> Result<bool> {
+        let mut flags = 0;
+        // SAFETY: the stream is live; out-pointer to a local.
+        unsafe { driver::cuStreamGetFlags(self.inner.handle, &mut flags) }.check("cuStreamGetFlags")?;
+        Ok(flags & driver::CUstream_flags::CU_STREAM_NON_BLOCKING.0 != 0)
+    }
+
+    /// Records `event` on the stream (not an event imported from another process). On a stream
+    /// being captured the graph holds the event.
+    pub fn record(&self, event: &Event) -> Result<()> {
+        if event.is_ipc_imported() {
+            return Err(CudaError::InvalidArgument(
+                "an event opened from another process cannot be recorded".into(),
+            ));
+        }
+        self.enqueue(|capture| {
+            if let Some(capture) = capture {
+                capture.attach(event.clone())?;
+            }
+            // SAFETY: both handles are live.
+            unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")
+        })
+    }
+
+    /// Makes later work on this stream wait for `event` (waiting for an event recorded in a
+    /// capture makes the stream join that capture).
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        self.enqueue_exclusive(|capture| {
+            if let Some(capture) = capture {
+                capture.attach(event.clone())?;
+            }
+            // SAFETY: both handles are live.
+            unsafe { driver::cuStreamWaitEvent(self.inner.handle, event.handle(), 0) }.check("cuStreamWaitEvent")
+        })
+    }
+
+    /// Makes later work on this stream wait for the work queued on `other` so far (also across
+    /// devices): a timing-free event recorded on `other` (from its context's pool).
+    pub fn wait(&self, other: &Stream) -> Result<()> {
+        let fence = other.context_or_current()?.fence()?;
+        other.enqueue(|_| {
+            // SAFETY: both handles are live; the event belongs to the stream's context.
+            unsafe { driver::cuEventRecord(fence.handle(), other.handle()) }.check("cuEventRecord")
+        })?;
+        self.enqueue_exclusive(|_| {
+            // SAFETY: both handles are live; the wait keeps what the event captured when queued.
+            unsafe { driver::cuStreamWaitEvent(self.inner.handle, fence.handle(), 0) }.check("cuStreamWaitEvent")
+        })
+    }
+}
+
+impl fmt::Debug for Stream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Stream({:p})", self.inner.handle)
+    }
+}
+
+impl PartialEq for Stream {
+    fn eq(&self, other: &Stream) -> bool {
+        self.inner.handle == other.inner.handle
+    }
+}

@@ -1,0 +1,153 @@
+//! [`Site`]: a stream as an operation used it, and fences ordering one site after another.
+//!
+//! A default stream handle names a different stream on each thread (per-thread default stream)
+//! or in each context (legacy default stream). Whoever remembers where work was queued, to order
+//! something after it later (a buffer's free, the release of what a graph's launches use), keeps
+//! a `Site`: the stream with the context, and for the per-thread stream the thread, it meant.
+
+use super::Stream;
+use crate::device::{Context, FenceEvent};
+use crate::error::Check;
+use crate::graph::attach::Capture;
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::thread::ThreadId;
+
+/// A stream as used by an operation: what its handle meant where it was used.
+#[derive(Clone)]
+pub(crate) struct Site {
+    stream: Stream,
+    /// The context work is queued in: the stream's own, or for a default stream the one current
+    /// when it was used.
+    context: Context,
+    /// For the per-thread default stream (and the NULL handle, which names it in per-thread
+    /// mode): the thread that used it.
+    thread: Option<ThreadId>,
+}
+
+/// What [`Site::fence`] could do.
+pub(crate) enum Fence {
+    /// An event recorded after the work queued on the site so far.
+    Event(FenceEvent),
+    /// The site's stream is being captured into a graph: nothing recorded now would follow its
+    /// earlier work (it would join the capture instead). Try again once the capture is over.
+    Capturing,
+    /// Another thread's per-thread default stream: this thread cannot queue on it.
+    Unreachable,
+}
+
+impl Site {
+    /// `stream` as the calling thread uses it now.
+    pub(crate) fn of(stream: &Stream) -> Result<Site> {
+        if !stream.is_default() {
+            let context = stream.context_or_current()?;
+            return Ok(Site {
+                stream: stream.clone(),
+                context,
+                thread: None,
+            });
+        }
+        let context = Context::current()?.ok_or_else(|| {
+            CudaError::InvalidArgument(
+                "a default stream was used with no current context: make a device current first (Device::set_current)"
+                    .into(),
+            )
+        })?;
+        let thread = (stream.handle() as usize != super::LEGACY).then(|| std::thread::current().id());
+        Ok(Site {
+            stream: stream.clone(),
+            context,
+            thread,
+        })
+    }
+
+    /// The legacy default stream of `context` (reachable from every thread).
+    pub(crate) fn of_legacy(context: &Context) -> Site {
+        Site {
+            stream: Stream::legacy_default(),
+            context: context.clone(),
+            thread: None,
+        }
+    }
+
+    /// The stream.
+    pub(crate) fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// The context work on the site is queued in.
+    pub(crate) fn context(&self) -> &Context {
+        &self.context
+    }
+
+    /// Whether `stream`, used on the calling thread, is this site, without resolving anything:
+    /// `true` only for the same non-default stream (the cheap test of the common case).
+    #[inline]
+    pub(crate) fn is_plainly(&self, stream: &Stream) -> bool {
+        !stream.is_default() && stream.handle() == self.stream.handle()
+    }
+
+    /// Whether two sites name the same stream.
+    pub(crate) fn same(&self, other: &Site) -> bool {
+        self.stream.handle() == other.stream.handle()
+            && self.thread == other.thread
+            && (!self.stream.is_default() || self.context.handle() == other.context.handle())
+    }
+
+    /// Whether the calling thread can queue work on the site.
+    pub(crate) fn reachable(&self) -> bool {
+        self.thread.is_none_or(|t| t == std::thread::current().id())
+    }
+
+    /// Runs `op` on the site's stream under its capture lock (see [`Stream::enqueue`]), with the
+    /// site's context current (a default stream's meaning depends on it, and some frees need
+    /// one). The caller checks [`reachable`](Self::reachable).
+    pub(crate) fn enqueue<T>(&self, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
+        self.context.with_current(|| self.stream.enqueue(op))
+    }
+
+    /// Records a fence after the work queued on the site so far.
+    pub(crate) fn fence(&self) -> Result<Fence> {
+        if !self.reachable() {
+            return Ok(Fence::Unreachable);
+        }
+        let event = self.context.fence()?;
+        self.enqueue(|capture| {
+            if capture.is_some() {
+                return Ok(Fence::Capturing);
+            }
+            // SAFETY: the stream is live and not capturing (its capture lock is held); the event
+            // belongs to the site's context.
+            unsafe { driver::cuEventRecord(event.handle(), self.stream.handle()) }.check("cuEventRecord")?;
+            Ok(Fence::Event(event))
+        })
+    }
+
+    /// Makes the site's later work wait for `fence` (`false`, and nothing queued, while the
+    /// stream is being captured: the wait would isolate the capture).
+    pub(crate) fn wait(&self, fence: &FenceEvent) -> Result<bool> {
+        self.enqueue(|capture| {
+            if capture.is_some() {
+                return Ok(false);
+            }
+            // SAFETY: both handles are live; the stream is not capturing. The wait keeps what the
+            // event captured when it was queued, so the event may be recorded again afterwards.
+            unsafe { driver::cuStreamWaitEvent(self.stream.handle(), fence.handle(), 0) }.check("cuStreamWaitEvent")?;
+            Ok(true)
+        })
+    }
+
+    /// Blocks until the work queued on the site so far is done: the stream's, or for another
+    /// thread's per-thread default stream (which this thread cannot name) the whole context's.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        if self.reachable() {
+            if self.stream.is_default() {
+                self.context.with_current(|| self.stream.sync())
+            } else {
+                self.stream.sync()
+            }
+        } else {
+            self.context.synchronize()
+        }
+    }
+}
