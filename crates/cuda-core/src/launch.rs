@@ -230,6 +230,21 @@ impl LaunchConfig {
 /// struct HasAChar { a: char }
 /// ```
 ///
+/// A packed struct or one with raised alignment has another layout than the kernel's parameter
+/// type (which has natural alignment):
+///
+/// ```compile_fail
+/// #[derive(Clone, Copy, cuda_core::DeviceRepr)]
+/// #[repr(C, packed)]
+/// struct Packed { a: u8, b: u32 }
+/// ```
+///
+/// ```compile_fail
+/// #[derive(Clone, Copy, cuda_core::DeviceRepr)]
+/// #[repr(C, align(16))]
+/// struct Aligned { a: f32, b: f32, c: f32, d: f32 }
+/// ```
+///
 /// # Safety
 /// The type must have the exact size, alignment and bit layout the kernel parameter has, and no
 /// padding the kernel would read; every bit pattern the value can hold must be valid on the device.

@@ -55,3 +55,32 @@ pub use object_code::{Code, CodeType, Kernel, ObjectCode, ParamInfo};
 pub use program::{PchStatus, Program, SourceType};
 pub use program_options::ProgramOptions;
 pub use stream::{Event, EventOptions, IpcEventDescriptor, Stream, StreamOptions};
+
+#[cfg(test)]
+mod thread_safety {
+    //! Which types cross threads: the compile-time half of the soundness table in
+    //! `docs/architecture.md` (the types that must not are `compile_fail` doctests on them).
+
+    fn send_and_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+
+    #[test]
+    fn shared_handles_are_send_and_sync() {
+        send_and_sync::<crate::Device>();
+        send_and_sync::<crate::Context>();
+        send_and_sync::<crate::Stream>();
+        send_and_sync::<crate::Event>();
+        send_and_sync::<crate::Buffer>();
+        send_and_sync::<crate::DeviceMemoryResource>();
+        send_and_sync::<crate::PinnedMemoryResource>();
+        send_and_sync::<crate::ManagedMemoryResource>();
+        send_and_sync::<crate::VirtualMemoryResource>();
+        send_and_sync::<crate::GraphMemoryResource>();
+        send_and_sync::<crate::ObjectCode>();
+        send_and_sync::<crate::Kernel>();
+        send_and_sync::<crate::graph::GraphDefinition>();
+        send_and_sync::<crate::graph::GraphNode>();
+        send_and_sync::<crate::graph::Graph>();
+        send::<crate::Linker>();
+    }
+}

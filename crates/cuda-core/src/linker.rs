@@ -278,6 +278,14 @@ impl Drop for DriverBuffers {
 
 /// Links object codes (cubin, PTX, LTO-IR, fatbin, object, library) into a cubin or PTX.
 ///
+/// A linker may move to another thread, but is not shared between threads (the driver's link
+/// state is not synchronised; every method takes `&mut self`):
+///
+/// ```compile_fail
+/// fn needs_sync<T: Sync>() {}
+/// needs_sync::<cuda_core::Linker>();
+/// ```
+///
 /// nvJitLink is used when it can be loaded (12.3 or newer, same major version as the driver when
 /// there is one); otherwise the driver's linker, which needs a current context and cannot do LTO.
 pub struct Linker {

@@ -1488,3 +1488,46 @@ pub(crate) fn node_type(h: driver::CUgraphNode) -> Result<driver::CUgraphNodeTyp
     unsafe { driver::cuGraphNodeGetType(h, &mut t) }.check("cuGraphNodeGetType")?;
     Ok(t)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::memset_extent;
+    use proptest::prelude::*;
+
+    #[test]
+    fn the_audits_wrapping_memsets_are_refused() {
+        let d = 1usize << 20;
+        // A row of 2^62 + 16 four-byte elements wraps to 64 bytes.
+        assert!(memset_extent((1 << 62) + 16, 2, 64, 4).is_err());
+        // A pitch that is negative as unsigned would put row 1 before the buffer: the extent is
+        // then larger than any buffer (and `check_fits` refuses it), never wrapped to a small one.
+        assert!(memset_extent(16, 2, 0usize.wrapping_sub(d), 1).unwrap() > usize::MAX - d);
+        assert!(memset_extent(16, 0, 16, 1).is_err(), "no rows");
+        assert!(memset_extent(32, 2, 16, 1).is_err(), "a row wider than the pitch");
+        assert_eq!(memset_extent(16, 2, 32, 1).unwrap(), 48);
+        assert_eq!(memset_extent(4, 1, 0, 4).unwrap(), 16);
+    }
+
+    proptest! {
+        #[test]
+        fn memset_extents_are_exact_or_refused(
+            width in prop_oneof![0usize..1024, any::<usize>()],
+            height in prop_oneof![0usize..16, any::<usize>()],
+            pitch in prop_oneof![0usize..4096, any::<usize>()],
+            element in prop_oneof![Just(1u32), Just(2), Just(4)],
+        ) {
+            let row = width as u128 * element as u128;
+            let exact = (height as u128).checked_sub(1).map(|h| h * pitch as u128 + row);
+            match memset_extent(width, height, pitch, element) {
+                Ok(extent) => {
+                    prop_assert_eq!(Some(extent as u128), exact);
+                    prop_assert!(height <= 1 || pitch as u128 >= row);
+                }
+                Err(_) => prop_assert!(
+                    height == 0 || row > usize::MAX as u128 || (height > 1 && (pitch as u128) < row)
+                        || exact.is_some_and(|e| e > usize::MAX as u128)
+                ),
+            }
+        }
+    }
+}

@@ -153,6 +153,28 @@ impl Buffer {
     }
 }
 
+/// One past the last byte a box of `depth` slices of `height` rows of `width` bytes reaches,
+/// starting at `offset`, with rows `pitch` bytes and slices `rows_per_slice` rows apart: `offset`
+/// for an empty box, `None` when the figures overflow.
+pub(crate) fn region_end(
+    offset: usize,
+    pitch: usize,
+    rows_per_slice: usize,
+    width: usize,
+    height: usize,
+    depth: usize,
+) -> Option<usize> {
+    if width == 0 || height == 0 || depth == 0 {
+        return Some(offset);
+    }
+    (depth - 1)
+        .checked_mul(rows_per_slice)?
+        .checked_add(height - 1)?
+        .checked_mul(pitch)?
+        .checked_add(offset)?
+        .checked_add(width)
+}
+
 /// One region of a 2D copy: a buffer, the byte offset of the first row, and the pitch (bytes
 /// from one row to the next).
 #[derive(Debug, Clone, Copy)]
@@ -177,15 +199,8 @@ impl Region2D<'_> {
         if width > self.pitch || self.offset > self.buffer.size() {
             return Err(bad());
         }
-        if width != 0 && height != 0 {
-            let end = (height - 1)
-                .checked_mul(self.pitch)
-                .and_then(|b| b.checked_add(self.offset))
-                .and_then(|b| b.checked_add(width))
-                .ok_or_else(bad)?;
-            if end > self.buffer.size() {
-                return Err(bad());
-            }
+        if region_end(self.offset, self.pitch, 1, width, height, 1).ok_or_else(bad)? > self.buffer.size() {
+            return Err(bad());
         }
         address(self.buffer.handle(), self.offset, "copy_2d")
     }
@@ -217,17 +232,9 @@ impl Region3D<'_> {
         if width > self.pitch || height > self.rows_per_slice || self.offset > self.buffer.size() {
             return Err(bad());
         }
-        if width != 0 && height != 0 && depth != 0 {
-            let end = (depth - 1)
-                .checked_mul(self.rows_per_slice)
-                .and_then(|r| r.checked_add(height - 1))
-                .and_then(|r| r.checked_mul(self.pitch))
-                .and_then(|b| b.checked_add(self.offset))
-                .and_then(|b| b.checked_add(width))
-                .ok_or_else(bad)?;
-            if end > self.buffer.size() {
-                return Err(bad());
-            }
+        let end = region_end(self.offset, self.pitch, self.rows_per_slice, width, height, depth).ok_or_else(bad)?;
+        if end > self.buffer.size() {
+            return Err(bad());
         }
         address(self.buffer.handle(), self.offset, "copy_3d")
     }
@@ -357,12 +364,58 @@ impl Buffer {
 
 #[cfg(test)]
 mod tests {
-    use super::address;
+    use super::{address, region_end};
+    use proptest::prelude::*;
 
     #[test]
     fn addresses_do_not_wrap() {
         assert_eq!(address(0x1000, 16, "t").unwrap(), 0x1010);
         assert!(address(u64::MAX - 4, 16, "t").is_err());
         assert!(address(1, usize::MAX, "t").is_err());
+    }
+
+    #[test]
+    fn the_audits_wrapping_regions_do_not_fit() {
+        let d = 1usize << 20;
+        // A negative offset: offset + width wraps to 0.
+        assert_eq!(region_end(0usize.wrapping_sub(d), d, 1, d, 1, 1), None);
+        // (height - 1) * pitch wraps.
+        assert_eq!(region_end(0, usize::MAX / 2 + 1, 1, 16, 3, 1), None);
+        assert_eq!(region_end(0, 16, usize::MAX / 8, 16, 2, 2), None);
+        assert_eq!(region_end(16, 64, 1, 32, 4, 1), Some(16 + 3 * 64 + 32));
+        assert_eq!(region_end(7, 64, 1, 0, 4, 1), Some(7));
+    }
+
+    /// Sizes near the edges of `usize` as well as ordinary ones.
+    fn size() -> impl Strategy<Value = usize> {
+        prop_oneof![
+            0usize..4096,
+            Just(usize::MAX),
+            Just(usize::MAX / 2 + 1),
+            (0usize..64).prop_map(|d| usize::MAX - d),
+            (0usize..64).prop_map(|d| 0usize.wrapping_sub(d)),
+            (0u32..64).prop_map(|b| 1usize << b),
+            any::<usize>(),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn region_ends_are_exact_or_refused(
+            offset in size(), pitch in size(), rows in size(), width in size(), height in size(), depth in size()
+        ) {
+            let exact = if width == 0 || height == 0 || depth == 0 {
+                Some(offset as u128)
+            } else {
+                let end = ((depth as u128 - 1) * rows as u128 + height as u128 - 1)
+                    .checked_mul(pitch as u128)
+                    .and_then(|b| b.checked_add(offset as u128 + width as u128));
+                end
+            };
+            match region_end(offset, pitch, rows, width, height, depth) {
+                Some(end) => prop_assert_eq!(Some(end as u128), exact),
+                None => prop_assert!(exact.is_none_or(|e| e > usize::MAX as u128 || (depth as u128 - 1) * rows as u128 + height as u128 - 1 > usize::MAX as u128 || ((depth as u128 - 1) * rows as u128 + height as u128 - 1) * pitch as u128 > usize::MAX as u128)),
+            }
+        }
     }
 }

@@ -62,6 +62,21 @@ use cuda_sys::driver;
 /// - `allocate` and `deallocate` are called while `stream`'s capture lock is held: they must not
 ///   queue work on a stream through this crate's API (raw driver calls on the stream, and
 ///   [`Stream::sync`], are fine).
+///
+/// Implementing it without `unsafe` does not compile:
+///
+/// ```compile_fail,E0200
+/// use cuda_core::{Device, MemoryResource, Result, Stream};
+/// use cuda_sys::driver::CUdeviceptr;
+/// struct Liar;
+/// impl MemoryResource for Liar {
+///     fn allocate(&self, _: usize, _: &Stream) -> Result<CUdeviceptr> { Ok(0x1000) }
+///     unsafe fn deallocate(&self, _: CUdeviceptr, _: usize, _: &Stream) -> Result<()> { Ok(()) }
+///     fn is_device_accessible(&self) -> bool { true }
+///     fn is_host_accessible(&self) -> bool { true }
+///     fn device(&self) -> Option<Device> { None }
+/// }
+/// ```
 pub unsafe trait MemoryResource: Send + Sync + 'static {
     /// `size` bytes, usable by work on `stream` after this call.
     fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr>;
