@@ -25,37 +25,45 @@ struct Row {
     unit: &'static str,
     safe: f64,
     raw: Option<f64>,
+    /// The median of the per-round ratios safe / raw (see `alternate_n`).
+    ratio: Option<f64>,
     goal: &'static str,
     /// Higher is better (bandwidth) rather than lower (time).
     higher_is_better: bool,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }
 
 /// Alternates `safe` and `raw` for ROUNDS rounds; each returns its own measurement.
-fn alternate(safe: impl FnMut() -> f64, raw: impl FnMut() -> f64) -> (f64, f64) {
+fn alternate(safe: impl FnMut() -> f64, raw: impl FnMut() -> f64) -> (f64, f64, f64) {
     alternate_n(ROUNDS, safe, raw)
 }
 
 /// Alternates `safe` and `raw` for `rounds` rounds, swapping which goes first every round (so
-/// neither always runs on a warmer or colder machine), after one warm-up each.
-fn alternate_n(rounds: usize, mut safe: impl FnMut() -> f64, mut raw: impl FnMut() -> f64) -> (f64, f64) {
-    let (mut s, mut r) = (Vec::new(), Vec::new());
+/// neither always runs on a warmer or colder machine), after one warm-up each. Returns the median
+/// of each, and the median of the per-round ratios safe / raw: each round's pair ran back to back
+/// on the same machine state, so their ratio is steadier than the ratio of the medians on a
+/// shared, drifting machine.
+fn alternate_n(rounds: usize, mut safe: impl FnMut() -> f64, mut raw: impl FnMut() -> f64) -> (f64, f64, f64) {
+    let (mut s, mut r, mut q) = (Vec::new(), Vec::new(), Vec::new());
     safe();
     raw();
     for round in 0..rounds {
-        if round % 2 == 0 {
-            s.push(safe());
-            r.push(raw());
+        let (a, b) = if round % 2 == 0 {
+            let a = safe();
+            (a, raw())
         } else {
-            r.push(raw());
-            s.push(safe());
-        }
+            let b = raw();
+            (safe(), b)
+        };
+        s.push(a);
+        r.push(b);
+        q.push(a / b);
     }
-    (median(s), median(r))
+    (median(s), median(r), median(q))
 }
 
 fn us(d: Duration, n: usize) -> f64 {
@@ -189,7 +197,7 @@ fn main() {
     };
     let f2 = k2.handle() as driver::CUfunction;
     let f8 = k8.handle() as driver::CUfunction;
-    let (s, r) = alternate(
+    let (s, r, q) = alternate(
         || {
             burst(&mut || {
                 // SAFETY: k2(float*, unsigned) with a null pointer: the kernel touches no memory.
@@ -208,10 +216,11 @@ fn main() {
         unit: "us",
         safe: s,
         raw: Some(r),
+        ratio: Some(q),
         goal: "within 3%",
         higher_is_better: false,
     });
-    let (s, r) = alternate(
+    let (s, r, q) = alternate(
         || {
             burst(&mut || {
                 // SAFETY: k2(float*, unsigned) with a null pointer: the kernel touches no memory.
@@ -230,11 +239,12 @@ fn main() {
         unit: "us",
         safe: s,
         raw: Some(r),
+        ratio: Some(q),
         goal: "within 3%",
         higher_is_better: false,
     });
     let args8 = (0u64, 1u32, 2i32, 3i32, 4.0f32, 5.0f32, 6i64, 7.0f64);
-    let (s, r) = alternate(
+    let (s, r, q) = alternate(
         || {
             burst(&mut || {
                 // SAFETY: k8 with a null pointer and plain values: the kernel touches no memory.
@@ -265,6 +275,7 @@ fn main() {
         unit: "us",
         safe: s,
         raw: Some(r),
+        ratio: Some(q),
         goal: "within 3%",
         higher_is_better: false,
     });
@@ -279,7 +290,7 @@ fn main() {
         check(unsafe { driver::cuStreamSynchronize(raw_stream) });
         us(d, 20_000)
     };
-    let (s, r) = alternate(
+    let (s, r, q) = alternate(
         || {
             sustained(&mut || {
                 // SAFETY: k2(float*, unsigned) with a null pointer: the kernel touches no memory.
@@ -298,6 +309,7 @@ fn main() {
         unit: "us",
         safe: s,
         raw: Some(r),
+        ratio: Some(q),
         goal: "within 3%",
         higher_is_better: false,
     });
@@ -313,7 +325,7 @@ fn main() {
         })
         .unwrap();
     let exec = graph.handle();
-    let (s, r) = alternate(
+    let (s, r, q) = alternate(
         || burst(&mut || graph.launch(&stream).unwrap()),
         || {
             burst(&mut || {
@@ -327,6 +339,7 @@ fn main() {
         unit: "us",
         safe: s,
         raw: Some(r),
+        ratio: Some(q),
         goal: "within 2%",
         higher_is_better: false,
     });
@@ -334,7 +347,7 @@ fn main() {
     // Stream-ordered allocation and free of 1 MiB.
     let n = 1000;
     let pool = device.memory_resource().unwrap();
-    let (s, r) = alternate(
+    let (s, r, q) = alternate(
         || {
             let t = Instant::now();
             for _ in 0..n {
@@ -365,12 +378,13 @@ fn main() {
         unit: "us",
         safe: s,
         raw: Some(r),
+        ratio: Some(q),
         goal: "within 10%",
         higher_is_better: false,
     });
     let owned = cuda_core::DeviceMemoryResource::new(&device, Default::default()).unwrap();
     let raw_pool = owned.handle();
-    let (s, r) = alternate(
+    let (s, r, q) = alternate(
         || {
             let t = Instant::now();
             for _ in 0..n {
@@ -401,6 +415,7 @@ fn main() {
         unit: "us",
         safe: s,
         raw: Some(r),
+        ratio: Some(q),
         goal: "within 10%",
         higher_is_better: false,
     });
@@ -409,7 +424,7 @@ fn main() {
     let event = device.create_event(EventOptions::default()).unwrap();
     let raw_event = event.handle();
     let n = 2000;
-    let (s, r) = alternate(
+    let (s, r, q) = alternate(
         || {
             let t = Instant::now();
             for _ in 0..n {
@@ -435,10 +450,11 @@ fn main() {
         unit: "us",
         safe: s,
         raw: Some(r),
+        ratio: Some(q),
         goal: "within 5%",
         higher_is_better: false,
     });
-    let (s, r) = alternate(
+    let (s, r, q) = alternate(
         || {
             let t = Instant::now();
             for _ in 0..n {
@@ -460,6 +476,7 @@ fn main() {
         unit: "us",
         safe: s,
         raw: Some(r),
+        ratio: Some(q),
         goal: "within 5%",
         higher_is_better: false,
     });
@@ -474,7 +491,7 @@ fn main() {
     stream.sync().unwrap();
     let gbps = |d: Duration, bytes: usize| bytes as f64 / d.as_secs_f64() / 1e9;
     let host_ptr = host.handle();
-    let (s, r) = alternate(
+    let (s, r, q) = alternate(
         || {
             // SAFETY: nothing else touches the pinned buffer meanwhile.
             let slice = unsafe { host.as_host_slice::<u8>() }.unwrap();
@@ -502,10 +519,11 @@ fn main() {
         unit: "GB/s",
         safe: s,
         raw: Some(r),
+        ratio: Some(q),
         goal: "at least 97%",
         higher_is_better: true,
     });
-    let (s, r) = alternate(
+    let (s, r, q) = alternate(
         || {
             // SAFETY: nothing else touches the pinned buffer meanwhile.
             let slice = unsafe { host.as_host_slice_mut::<u8>() }.unwrap();
@@ -533,10 +551,11 @@ fn main() {
         unit: "GB/s",
         safe: s,
         raw: Some(r),
+        ratio: Some(q),
         goal: "at least 97%",
         higher_is_better: true,
     });
-    let (s, r) = alternate(
+    let (s, r, q) = alternate(
         || {
             let t = Instant::now();
             dev_a.copy_to(&dev_b, &stream).unwrap();
@@ -563,6 +582,7 @@ fn main() {
         unit: "TB/s",
         safe: s,
         raw: Some(r),
+        ratio: Some(q),
         goal: "at least 97%",
         higher_is_better: true,
     });
@@ -578,7 +598,7 @@ fn main() {
         variant.set(variant.get() + 1);
         variant.get()
     };
-    let (cold, raw_cold) = alternate_n(
+    let (cold, raw_cold, cold_ratio) = alternate_n(
         11,
         || {
             // Cold: a source NVRTC has not seen, compiled as raw code does (no cache).
@@ -636,6 +656,7 @@ fn main() {
         unit: "ms",
         safe: cold,
         raw: Some(raw_cold),
+        ratio: Some(cold_ratio),
         goal: "same as raw",
         higher_is_better: false,
     });
@@ -644,6 +665,7 @@ fn main() {
         unit: "ms",
         safe: median(stores),
         raw: None,
+        ratio: None,
         goal: "a cold compile plus the file write",
         higher_is_better: false,
     });
@@ -652,6 +674,7 @@ fn main() {
         unit: "ms",
         safe: median(hits),
         raw: None,
+        ratio: None,
         goal: "under 1 ms",
         higher_is_better: false,
     });
@@ -670,13 +693,14 @@ fn main() {
         assert!(status.success(), "the {mode} start-up child failed");
         t.elapsed().as_secs_f64() * 1e3
     };
-    let (s, r) = alternate_n(STARTUP_ROUNDS, || spawn("safe"), || spawn("raw"));
+    let (s, r, q) = alternate_n(STARTUP_ROUNDS, || spawn("safe"), || spawn("raw"));
     let _ = std::fs::remove_file(&cubin_path);
     rows.push(Row {
         name: "process start to first kernel finished",
         unit: "ms",
         safe: s,
         raw: Some(r),
+        ratio: Some(q),
         goal: "within 10%",
         higher_is_better: false,
     });
@@ -688,7 +712,9 @@ fn main() {
             .iter()
             .map(|r| {
                 let raw = r.raw.map_or("null".to_string(), |v| format!("{v:.4}"));
-                let ratio = r.raw.map_or("null".to_string(), |v| format!("{:.4}", r.safe / v));
+                let ratio = r
+                    .raw
+                    .map_or("null".to_string(), |v| format!("{:.4}", r.ratio.unwrap_or(r.safe / v)));
                 format!(
                     "  {{\"name\": \"{}\", \"unit\": \"{}\", \"safe\": {:.4}, \"raw\": {raw}, \"ratio\": {ratio}, \"goal\": \"{}\"}}",
                     r.name, r.unit, r.safe, r.goal
@@ -706,7 +732,7 @@ fn print_table(rows: &[Row]) {
     for r in rows {
         let (raw, ratio, verdict) = match r.raw {
             Some(raw) => {
-                let ratio = r.safe / raw;
+                let ratio = r.ratio.unwrap_or(r.safe / raw);
                 let limit = match r.goal {
                     "within 10%" | "same as raw" => 1.10,
                     "within 5%" => 1.05,

@@ -134,7 +134,7 @@ impl Allocation {
             &self.dealloc
         } else {
             self.dealloc.synchronize()?;
-            fallback = Site::of_legacy(self.dealloc.context());
+            fallback = Site::of_legacy(self.dealloc.context()?);
             &fallback
         };
         let freed = site.enqueue(|capture| {
@@ -197,7 +197,7 @@ impl Buffer {
     /// gives graph memory (see the [module documentation](self)).
     pub fn allocate(resource: Arc<dyn MemoryResource>, size: usize, stream: &Stream) -> Result<Buffer> {
         let dealloc = Site::of(stream)?;
-        stream.enqueue(|capture| {
+        stream.enqueue(move |capture| {
             let ptr = resource.allocate(size, stream)?;
             let graph = match capture {
                 Some(capture) => graph_allocation(capture, stream, ptr)?,
@@ -206,7 +206,7 @@ impl Buffer {
             Ok(Buffer {
                 ptr,
                 size,
-                resource: Some(resource.clone()),
+                resource: Some(resource),
                 dealloc,
                 uses: Mutex::new(Vec::new()),
                 shared: OnceLock::new(),
@@ -457,7 +457,8 @@ impl Buffer {
             if self.dealloc.is_plainly(stream) {
                 let ptr = self.ptr;
                 let size = self.size;
-                let done = self.dealloc.enqueue(|capture| {
+                // (A plain stream names its context: no context needs to be made current.)
+                let done = stream.enqueue(|capture| {
                     if capture.is_some() {
                         return Ok(false);
                     }

@@ -54,10 +54,13 @@ unsafe impl MemoryResource for LegacyPinnedMemoryResource {
         Ok(p as driver::CUdeviceptr)
     }
     unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
-        // Not stream-ordered: wait for the work that may still use it.
-        stream.sync()?;
-        // SAFETY: forwarded to the caller; the stream's work is done.
-        unsafe { driver::cuMemFreeHost(ptr as *mut c_void) }.check("cuMemFreeHost")
+        // Not stream-ordered: wait for the work that may still use it (in the stream's context,
+        // which cuMemFreeHost needs current).
+        stream.context_or_current()?.with_current(|| {
+            stream.sync()?;
+            // SAFETY: forwarded to the caller; the stream's work is done.
+            unsafe { driver::cuMemFreeHost(ptr as *mut c_void) }.check("cuMemFreeHost")
+        })
     }
     fn is_device_accessible(&self) -> bool {
         true

@@ -55,9 +55,12 @@ unsafe impl MemoryResource for ManagedMemoryResource {
         Ok(ptr)
     }
     unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
-        stream.sync()?;
-        // SAFETY: forwarded to the caller; the stream's work is done.
-        unsafe { driver::cuMemFree(ptr) }.check("cuMemFree")
+        // cuMemFree needs a current context: the stream's.
+        stream.context_or_current()?.with_current(|| {
+            stream.sync()?;
+            // SAFETY: forwarded to the caller; the stream's work is done.
+            unsafe { driver::cuMemFree(ptr) }.check("cuMemFree")
+        })
     }
     fn is_device_accessible(&self) -> bool {
         true

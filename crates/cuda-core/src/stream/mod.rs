@@ -273,30 +273,27 @@ impl Stream {
     }
 
     /// Records `event` on the stream (not an event imported from another process). On a stream
-    /// being captured the graph holds the event.
+    /// being captured this marks a point of the capture, which other streams can wait for to
+    /// join it (no node is recorded, and the graph does not use the event afterwards).
+    #[inline]
     pub fn record(&self, event: &Event) -> Result<()> {
         if event.is_ipc_imported() {
             return Err(CudaError::InvalidArgument(
                 "an event opened from another process cannot be recorded".into(),
             ));
         }
-        self.enqueue(|capture| {
-            if let Some(capture) = capture {
-                capture.attach(event.clone())?;
-            }
-            // SAFETY: both handles are live.
-            unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")
-        })
+        refuse_in_callback()?;
+        // SAFETY: both handles are live. Recording changes no capture state of this stream, and
+        // nothing the record uses must outlive it (so no capture lock is needed).
+        unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")
     }
 
     /// Makes later work on this stream wait for `event` (waiting for an event recorded in a
-    /// capture makes the stream join that capture).
+    /// capture makes the stream join that capture: so this excludes every other operation on the
+    /// stream meanwhile, see [`enqueue_exclusive`](Self::enqueue_exclusive)).
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        self.enqueue_exclusive(|capture| {
-            if let Some(capture) = capture {
-                capture.attach(event.clone())?;
-            }
-            // SAFETY: both handles are live.
+        self.enqueue_exclusive(|_| {
+            // SAFETY: both handles are live; a wait records no node using the event.
             unsafe { driver::cuStreamWaitEvent(self.inner.handle, event.handle(), 0) }.check("cuStreamWaitEvent")
         })
     }

@@ -17,9 +17,9 @@ use std::thread::ThreadId;
 #[derive(Clone)]
 pub(crate) struct Site {
     stream: Stream,
-    /// The context work is queued in: the stream's own, or for a default stream the one current
-    /// when it was used.
-    context: Context,
+    /// For a default stream, the context current when it was used (other streams carry their
+    /// own: not copied here, which keeps making a site of one cheap).
+    context: Option<Context>,
     /// For the per-thread default stream (and the NULL handle, which names it in per-thread
     /// mode): the thread that used it.
     thread: Option<ThreadId>,
@@ -40,10 +40,12 @@ impl Site {
     /// `stream` as the calling thread uses it now.
     pub(crate) fn of(stream: &Stream) -> Result<Site> {
         if !stream.is_default() {
-            let context = stream.context_or_current()?;
+            if stream.context().is_none() {
+                return Err(CudaError::InvalidArgument("the stream has no context".into()));
+            }
             return Ok(Site {
                 stream: stream.clone(),
-                context,
+                context: None,
                 thread: None,
             });
         }
@@ -56,7 +58,7 @@ impl Site {
         let thread = (stream.handle() as usize != super::LEGACY).then(|| std::thread::current().id());
         Ok(Site {
             stream: stream.clone(),
-            context,
+            context: Some(context),
             thread,
         })
     }
@@ -65,7 +67,7 @@ impl Site {
     pub(crate) fn of_legacy(context: &Context) -> Site {
         Site {
             stream: Stream::legacy_default(),
-            context: context.clone(),
+            context: Some(context.clone()),
             thread: None,
         }
     }
@@ -75,9 +77,12 @@ impl Site {
         &self.stream
     }
 
-    /// The context work on the site is queued in.
-    pub(crate) fn context(&self) -> &Context {
-        &self.context
+    /// The context work on the site is queued in (every site has one: `Site::of` checks).
+    pub(crate) fn context(&self) -> Result<&Context> {
+        self.context
+            .as_ref()
+            .or(self.stream.context())
+            .ok_or_else(|| CudaError::InvalidArgument("the stream has no context".into()))
     }
 
     /// Whether `stream`, used on the calling thread, is this site, without resolving anything:
@@ -91,7 +96,7 @@ impl Site {
     pub(crate) fn same(&self, other: &Site) -> bool {
         self.stream.handle() == other.stream.handle()
             && self.thread == other.thread
-            && (!self.stream.is_default() || self.context.handle() == other.context.handle())
+            && self.context.as_ref().map(Context::handle) == other.context.as_ref().map(Context::handle)
     }
 
     /// Whether the calling thread can queue work on the site.
@@ -103,7 +108,7 @@ impl Site {
     /// site's context current (a default stream's meaning depends on it, and some frees need
     /// one). The caller checks [`reachable`](Self::reachable).
     pub(crate) fn enqueue<T>(&self, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
-        self.context.with_current(|| self.stream.enqueue(op))
+        self.context()?.with_current(|| self.stream.enqueue(op))
     }
 
     /// Records a fence after the work queued on the site so far.
@@ -111,7 +116,7 @@ impl Site {
         if !self.reachable() {
             return Ok(Fence::Unreachable);
         }
-        let event = self.context.fence()?;
+        let event = self.context()?.fence()?;
         self.enqueue(|capture| {
             if capture.is_some() {
                 return Ok(Fence::Capturing);
@@ -142,12 +147,12 @@ impl Site {
     pub(crate) fn synchronize(&self) -> Result<()> {
         if self.reachable() {
             if self.stream.is_default() {
-                self.context.with_current(|| self.stream.sync())
+                self.context()?.with_current(|| self.stream.sync())
             } else {
                 self.stream.sync()
             }
         } else {
-            self.context.synchronize()
+            self.context()?.synchronize()
         }
     }
 }
