@@ -407,10 +407,9 @@ mod tests {
             let exact = if width == 0 || height == 0 || depth == 0 {
                 Some(offset as u128)
             } else {
-                let end = ((depth as u128 - 1) * rows as u128 + height as u128 - 1)
+                ((depth as u128 - 1) * rows as u128 + height as u128 - 1)
                     .checked_mul(pitch as u128)
-                    .and_then(|b| b.checked_add(offset as u128 + width as u128));
-                end
+                    .and_then(|b| b.checked_add(offset as u128 + width as u128))
             };
             match region_end(offset, pitch, rows, width, height, depth) {
                 Some(end) => prop_assert_eq!(Some(end as u128), exact),
