@@ -750,3 +750,166 @@ fn buffers_used_on_many_streams_are_freed_after_all_of_them() {
     let errors = cuda_core::take_drop_errors();
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+// Review of the fixes, H1: a graph launched on a stream that never saw a buffer's allocation
+// waits for it (the memory may still be in use by a freed buffer's work on its stream).
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn graph_launches_follow_the_allocation_of_what_they_use() {
+    let (d, s1) = setup();
+    let s3 = d.create_stream(Default::default()).unwrap();
+    let k = kernels();
+    let n = 64 << 20;
+    for explicit in [true, false] {
+        let previous = d.allocate(n, &s1).unwrap();
+        busy(&k, &s1, 100);
+        previous.fill_u8(0xEE, &s1).unwrap(); // after the spin
+        drop(previous);
+        let b = d.allocate(n, &s1).unwrap(); // may reuse previous's memory, in s1's order
+        let graph = if explicit {
+            let g = GraphDefinition::new().unwrap();
+            g.memset(&b, 0x11u8, n).unwrap();
+            g.instantiate(&Default::default()).unwrap()
+        } else {
+            let mut builder = d.create_graph_builder().unwrap();
+            builder.begin_building(CaptureMode::ThreadLocal).unwrap();
+            b.fill_u8(0x11, builder.stream()).unwrap();
+            builder.end_building().unwrap();
+            builder.complete(&Default::default()).unwrap()
+        };
+        graph.launch(&s3).unwrap(); // must not overtake the fill of the freed buffer
+        s3.sync().unwrap();
+        s1.sync().unwrap();
+        assert!(
+            all_equal(&b, &s1, 0x11),
+            "a freed buffer's late fill overwrote the graph's (explicit: {explicit})"
+        );
+    }
+}
+
+// Review, H2 and H3: what a capture records into, and what graph memory's order depends on,
+// cannot be changed through the explicit API.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn graphs_being_recorded_and_graph_memory_order_are_protected() {
+    let (d, s) = setup();
+    let x = filled(&d, &s, 256, 0);
+    let mut builder = d.create_graph_builder().unwrap();
+    builder.begin_building(CaptureMode::ThreadLocal).unwrap();
+    let condition = builder.create_condition(Some(0)).unwrap();
+    let mut body = builder.if_then(&condition).unwrap();
+    body.begin_building(CaptureMode::ThreadLocal).unwrap();
+    x.fill_u8(1, body.stream()).unwrap();
+    builder.end_building().unwrap();
+    let definition = builder.graph_definition().unwrap();
+    let conditional = definition
+        .nodes()
+        .unwrap()
+        .into_iter()
+        .find(|n| n.node_type().unwrap() == cuda_core::graph::NodeType::Conditional)
+        .unwrap();
+    let cuda_core::graph::NodeParams::Conditional { branches, .. } = conditional.params().unwrap() else {
+        panic!("a conditional node")
+    };
+    let err = branches[0].join(&[]).unwrap_err();
+    assert!(err.to_string().contains("being recorded"), "{err}");
+    let err = conditional.clone().destroy().unwrap_err();
+    assert!(err.to_string().contains("capture records into a body"), "{err}");
+    body.end_building().unwrap();
+    conditional.destroy().unwrap();
+    assert!(builder.if_then(&condition).is_err(), "the parent capture is over");
+
+    // Graph memory: its free follows its uses through edges that cannot be taken away.
+    let mut builder = d.create_graph_builder().unwrap();
+    builder.begin_building(CaptureMode::ThreadLocal).unwrap();
+    let temp = GraphMemoryResource::new(&d).allocate(256, builder.stream()).unwrap();
+    temp.fill_u8(3, builder.stream()).unwrap();
+    temp.copy_to(&x, builder.stream()).unwrap();
+    drop(temp);
+    builder.end_building().unwrap();
+    let definition = builder.graph_definition().unwrap();
+    let nodes = definition.nodes().unwrap();
+    let with_deps = nodes.iter().find(|n| !n.dependencies().unwrap().is_empty()).unwrap();
+    let dep = with_deps.dependencies().unwrap().remove(0);
+    let err = with_deps.remove_dependencies(&[&dep]).unwrap_err();
+    assert!(err.to_string().contains("graph memory"), "{err}");
+    assert!(nodes[0].clone().destroy().is_err());
+    let graph = builder.complete(&Default::default()).unwrap();
+    graph.launch(&s).unwrap();
+    s.sync().unwrap();
+    assert!(all_equal(&x, &s, 3));
+}
+
+// Review, M1: memory allocated in a created context, and graphs instantiated in one, keep it.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn created_contexts_live_as_long_as_what_was_made_in_them() {
+    let (d, _) = setup();
+    let (buffer, graph, stream) = {
+        let ctx = Context::create(&d, ContextFlags::default()).unwrap();
+        ctx.push().unwrap();
+        let stream = ctx.create_stream(Default::default()).unwrap();
+        let buffer = ManagedMemoryResource::new(None).allocate(4096, &stream).unwrap();
+        buffer.fill_u8(4, &stream).unwrap();
+        let g = GraphDefinition::new().unwrap();
+        g.memset(&buffer, 5u8, 4096).unwrap();
+        let graph = g.instantiate(&Default::default()).unwrap();
+        Context::pop_current().unwrap();
+        let other = d.create_stream(Default::default()).unwrap();
+        (buffer, graph, other)
+    }; // every Context clone the caller had is gone
+    graph.launch(&stream).unwrap();
+    stream.sync().unwrap();
+    assert!(all_equal(&buffer, buffer.deallocation_stream(), 5));
+    drop((graph, buffer));
+    let errors = cuda_core::take_drop_errors();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+// Review, M2: a host function that lets go of a buffer (or anything that calls CUDA when
+// dropped) inside its body: the free happens on the release thread.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn values_dropped_inside_a_host_function_are_released_off_the_driver_thread() {
+    let (d, s) = setup();
+    let pool = DeviceMemoryResource::new(&d, Default::default()).unwrap();
+    let buffer = pool.allocate(1 << 20, &s).unwrap();
+    let other = d.create_stream(Default::default()).unwrap();
+    let mut held = Some((buffer, other));
+    s.launch_host_func(move || drop(held.take())).unwrap();
+    s.sync().unwrap();
+    eventually("the buffer to be freed", || {
+        s.sync().unwrap();
+        pool.used_mem_current().unwrap() == 0
+    });
+    let errors = cuda_core::take_drop_errors();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+// Review, M3: one executable graph launched from many threads at once.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn one_graph_launched_from_many_threads() {
+    let (d, s) = setup();
+    let k = kernels();
+    let x = filled(&d, &s, 256, 0);
+    let g = GraphDefinition::new().unwrap();
+    // SAFETY: add_one(bytes, n) over x's 256 bytes; x outlives the graph.
+    unsafe { g.launch(&LaunchConfig::new(1, 256), &k.add_one, (x.handle(), 256usize)) }.unwrap();
+    let graph = g.instantiate(&Default::default()).unwrap();
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            let graph = &graph;
+            scope.spawn(move || {
+                d.set_current().unwrap();
+                let st = d.create_stream(Default::default()).unwrap();
+                for _ in 0..25 {
+                    graph.launch(&st).unwrap();
+                }
+                st.sync().unwrap();
+            });
+        }
+    });
+    // Launches of one executable graph are ordered by the driver: 100 increments, no races.
+    assert!(all_equal(&x, &s, 100));
+}

@@ -366,6 +366,18 @@ struct ContextInner {
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
+        if crate::reaper::in_callback() {
+            // On a driver thread: released on the release thread instead.
+            let later = ContextInner {
+                handle: self.handle,
+                device: self.device,
+                owned: self.owned,
+                fences: Mutex::new(std::mem::take(self.fences.get_mut().unwrap_or_else(|p| p.into_inner()))),
+            };
+            self.owned = false;
+            crate::reaper::drop_later(Box::new(later));
+            return;
+        }
         let fences = std::mem::take(self.fences.get_mut().unwrap_or_else(|p| p.into_inner()));
         for event in fences {
             // SAFETY: made by cuEventCreate in this context, idle in the pool, destroyed once.
@@ -702,6 +714,13 @@ impl Context {
         if previous == self.inner.handle {
             return f();
         }
+        // Kept alive until it is current again (`f` might let go of every other reference).
+        let _previous_held = if previous.is_null() {
+            None
+        } else {
+            // SAFETY: it is the calling thread's current context, so it is live.
+            unsafe { Context::from_raw(previous) }.ok()
+        };
         // SAFETY: the context is live (self holds it); the previous one is restored below.
         unsafe { driver::cuCtxSetCurrent(self.inner.handle) }.check("cuCtxSetCurrent")?;
         // While current here, the thread's stack names it, so that what `f` hands on keeps this
@@ -719,8 +738,8 @@ impl Context {
             .ok()
             .flatten();
         drop(lent);
-        // SAFETY: restoring what was current before (live: it was current, and a context made
-        // current through this crate is held by the thread).
+        // SAFETY: restoring what was current before (live: held above, or made current by raw
+        // calls whose caller keeps it alive).
         let restored = unsafe { driver::cuCtxSetCurrent(previous) }.check("cuCtxSetCurrent");
         let value = result?;
         restored?;

@@ -162,6 +162,13 @@ impl Buffer {
     /// covering every element it reaches. The buffer owns the tensor; `stream` becomes its
     /// deallocation stream: dropping the buffer waits for it, then calls the tensor's deleter.
     pub fn from_dlpack(tensor: DlpackTensor, stream: &Stream) -> Result<Buffer> {
+        if tensor.flags().contains(dlpark::DlpackFlags::READ_ONLY) {
+            // A buffer can be written: the producer's read-only memory must not be.
+            return Err(dlpack_error(
+                "import",
+                "the tensor is read-only, and a Buffer can be written: copy it, or export it writable",
+            ));
+        }
         let (ptr, size, device) = {
             let view = tensor.validate().map_err(|e| dlpack_error("import", e))?;
             let dev = view.device();
@@ -260,6 +267,25 @@ mod tests {
         assert_eq!(span_bytes(&[0, 3], &[3, 1], 4), Some(0));
         assert_eq!(span_bytes(&[2], &[-1], 4), None);
         assert_eq!(span_bytes(&[i64::MAX, 2], &[i64::MAX, 1], 8), None);
+    }
+
+    #[test]
+    fn a_read_only_tensor_is_not_made_a_writable_buffer() {
+        let data: Box<Vec<u8>> = Box::new(vec![1, 2, 3]);
+        let ptr = data.as_ptr().cast_mut().cast();
+        let mut initialized = Dynamic::compact(vec![3i64])
+            .prepare_as::<DLManagedTensorVersioned>()
+            .unwrap()
+            .initialize(data);
+        initialized.set_device(DLDevice::cuda(0));
+        initialized.set_data(ptr);
+        initialized.set_dtype(<u8 as dlpark::DlpackElement>::DTYPE);
+        initialized.set_flags(dlpark::DlpackFlags::READ_ONLY).unwrap();
+        // SAFETY: the data is the boxed vector the tensor owns; three u8 elements. (It is never
+        // read: the tensor is refused first.)
+        let tensor = unsafe { initialized.finish() };
+        let err = Buffer::from_dlpack(tensor, &Stream::legacy_default()).unwrap_err();
+        assert!(err.to_string().contains("read-only"), "{err}");
     }
 
     #[test]

@@ -18,9 +18,11 @@ pub struct Dim3 {
 }
 
 impl Dim3 {
-    /// x * y * z.
+    /// x * y * z (saturating at `u64::MAX`: three `u32`s can overflow it).
     pub fn volume(&self) -> u64 {
-        self.x as u64 * self.y as u64 * self.z as u64
+        (self.x as u64)
+            .saturating_mul(self.y as u64)
+            .saturating_mul(self.z as u64)
     }
 }
 
@@ -348,7 +350,8 @@ kernel_args!(16: A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m
 /// touching the same memory. On a stream being captured into a graph the kernel runs at every
 /// launch of that graph: the pointers must stay valid for all of them (hand the memory to the
 /// graph with [`crate::graph::GraphBuilder::keep_alive`]); the graph keeps the kernel itself
-/// loaded.
+/// loaded. Outside a capture, the kernel's code must stay loaded until the launch has run: keep
+/// the [`Kernel`] (or its [`crate::ObjectCode`]) until the stream has passed the launch.
 #[inline]
 pub unsafe fn launch<A: KernelArgs>(
     stream: &Stream,
@@ -686,6 +689,18 @@ mod tests {
             }
         });
         ().with_params(|p| assert!(p.is_empty()));
+    }
+
+    #[test]
+    fn volumes_saturate_instead_of_overflowing() {
+        let huge = Dim3 {
+            x: u32::MAX,
+            y: u32::MAX,
+            z: u32::MAX,
+        };
+        assert_eq!(huge.volume(), u64::MAX);
+        assert!(LaunchConfig::new(huge, 1).check(&h100()).is_err());
+        assert!(LaunchConfig::new(1, huge).check(&h100()).is_err());
     }
 
     #[test]

@@ -92,6 +92,15 @@ unsafe impl Send for LibraryHandle {}
 
 impl Drop for LibraryHandle {
     fn drop(&mut self) {
+        if crate::reaper::in_callback() {
+            // On a driver thread: unloaded on the release thread instead.
+            crate::reaper::drop_later(Box::new(LibraryHandle(self.0)));
+            self.0 = std::ptr::null_mut();
+            return;
+        }
+        if self.0.is_null() {
+            return;
+        }
         // SAFETY: the handle came from cuLibraryLoad* and is unloaded exactly once, here; kernels
         // keep the ObjectCode (and so this handle) alive while they exist.
         if let Err(e) = unsafe { driver::cuLibraryUnload(self.0) }.check("cuLibraryUnload") {

@@ -14,9 +14,55 @@ use crate::error::record_drop_error;
 use crate::CudaError;
 use cuda_sys::driver;
 use std::any::Any;
+use std::cell::Cell;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
+
+thread_local! {
+    /// Set while this thread runs a host function or graph callback for the driver.
+    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is running a host function or graph callback: CUDA must not be
+/// called here, so what would call it is refused or handed to the release thread.
+#[inline]
+pub(crate) fn in_callback() -> bool {
+    IN_CALLBACK.try_with(Cell::get).unwrap_or(false)
+}
+
+/// Runs `f` as a callback of the driver: panics are caught (never unwind into the driver) and
+/// recorded as `what`, and CUDA calls of this crate are refused or deferred meanwhile.
+pub(crate) fn run_as_callback(what: &str, f: impl FnOnce()) {
+    let _ = IN_CALLBACK.try_with(|c| c.set(true));
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        record_drop_error(CudaError::InvalidArgument(format!("{what} panicked")));
+    }
+    let _ = IN_CALLBACK.try_with(|c| c.set(false));
+}
+
+/// A `Drop` that calls CUDA, run on the release thread instead (for drops on a driver thread).
+struct Later<F: FnOnce() + Send>(Option<F>);
+
+impl<F: FnOnce() + Send> Drop for Later<F> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
+/// Runs `f` on the release thread (see [`drop_later`]).
+pub(crate) fn run_later(f: impl FnOnce() + Send + 'static) {
+    drop_later(Box::new(Later(Some(f))));
+}
+
+/// A driver handle moved to the release thread to be destroyed there.
+pub(crate) struct SendHandle<T>(pub(crate) T);
+
+// SAFETY: driver handles (contexts, streams, events, graphs, libraries, pools) may be used from
+// any thread; the one holding this is the only user left.
+unsafe impl<T> Send for SendHandle<T> {}
 
 /// A release to try again later.
 pub(crate) trait Retry: Send {
@@ -134,17 +180,21 @@ fn run(rx: mpsc::Receiver<Job>) {
             Some(Job::Retry(job)) => pending.push(job),
             Some(Job::Wake) | None => {}
         }
-        pending.retain_mut(
-            |job| match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.attempt())) {
-                Ok(done) => !done,
+        let mut still = Vec::with_capacity(pending.len());
+        for mut job in pending.drain(..) {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.attempt())) {
+                Ok(true) => drop(job),
+                Ok(false) => still.push(job),
                 Err(_) => {
                     record_drop_error(CudaError::InvalidArgument(
                         "a deferred release panicked; what it held is kept".into(),
                     ));
-                    false
+                    // What it holds may still be in use: kept, never dropped.
+                    std::mem::forget(job);
                 }
-            },
-        );
+            }
+        }
+        pending = still;
     }
 }
 

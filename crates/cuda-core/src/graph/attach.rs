@@ -15,7 +15,7 @@
 //! This module sits below [`crate::stream`] and [`crate::memory`]: it uses devices, the error type
 //! and the release thread only.
 
-use crate::device::Context;
+use crate::device::{Context, FenceEvent};
 use crate::error::{record_drop_error, Check};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
@@ -39,6 +39,8 @@ pub(crate) struct NodeRef {
 pub(crate) struct ConditionalInfo {
     pub(crate) condition: super::GraphCondition,
     pub(crate) kind: super::ConditionalType,
+    /// The graph the conditional node is in.
+    pub(crate) graph: driver::CUgraph,
     pub(crate) bodies: Vec<driver::CUgraph>,
 }
 
@@ -68,6 +70,16 @@ pub(crate) struct Registry {
     pub(crate) conditionals: HashMap<usize, ConditionalInfo>,
     /// Graph memory allocated by captures into the hierarchy and not yet known to be freed.
     pub(crate) graph_allocations: Vec<Arc<GraphAllocState>>,
+    /// Whether the hierarchy ever allocated graph memory: the order of its nodes then decides
+    /// where that memory exists, so edges and nodes cannot be removed.
+    pub(crate) has_graph_memory: bool,
+    /// The graphs of the hierarchy a capture records into now: they change only through it.
+    pub(crate) capturing: Vec<usize>,
+    /// Fences after the allocation of every buffer the hierarchy's nodes use: a launch waits for
+    /// them (once per stream) before it runs.
+    pub(crate) ready: Vec<Arc<FenceEvent>>,
+    /// The contexts the hierarchy's nodes run in (they name them by handle).
+    pub(crate) contexts: Vec<Context>,
 }
 
 impl Registry {
@@ -86,6 +98,53 @@ impl Registry {
 
     pub(crate) fn is_live(&self, node: NodeRef) -> bool {
         self.live.get(&(node.handle as usize)) == Some(&node.gen)
+    }
+
+    /// An error when `graph` is being captured into (only the capture changes it then).
+    pub(crate) fn refuse_while_capturing(&self, graph: driver::CUgraph) -> Result<()> {
+        if self.capturing.contains(&(graph as usize)) {
+            return Err(CudaError::InvalidArgument(
+                "the graph is being recorded by a capture: change it after the capture ends".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// An error when the hierarchy has graph memory (see `has_graph_memory`).
+    pub(crate) fn refuse_with_graph_memory(&self, what: &str) -> Result<()> {
+        if self.has_graph_memory {
+            return Err(CudaError::InvalidArgument(format!(
+                "{what}: the graph allocates graph memory, which exists between its allocation and free nodes as their edges order them: edges and nodes cannot be removed"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Notes that the hierarchy's nodes use memory allocated before `fence` (once per fence).
+    pub(crate) fn note_ready(&mut self, fence: &Arc<FenceEvent>) {
+        if !self.ready.iter().any(|f| Arc::ptr_eq(f, fence)) {
+            self.ready.push(fence.clone());
+        }
+    }
+
+    /// Notes that the hierarchy's nodes run in `context` (held as long as the hierarchy).
+    pub(crate) fn note_context(&mut self, context: Option<Context>) {
+        if let Some(c) = context {
+            if !self.contexts.iter().any(|k| k.handle() == c.handle()) {
+                self.contexts.push(c);
+            }
+        }
+    }
+
+    /// What another hierarchy brings along when its graph is copied into this one.
+    pub(crate) fn absorb(&mut self, other: &Registry) {
+        self.has_graph_memory |= other.has_graph_memory;
+        for f in &other.ready {
+            self.note_ready(f);
+        }
+        for c in &other.contexts {
+            self.note_context(Some(c.clone()));
+        }
     }
 }
 
@@ -106,6 +165,18 @@ unsafe impl Sync for GraphInner {}
 
 impl Drop for GraphInner {
     fn drop(&mut self) {
+        if self.owner.is_none() && crate::reaper::in_callback() {
+            // On a driver thread: destroyed on the release thread instead.
+            let handle = crate::reaper::SendHandle(self.handle);
+            crate::reaper::run_later(move || {
+                let handle = handle;
+                // SAFETY: owned and destroyed once, here (see below).
+                if let Err(e) = unsafe { driver::cuGraphDestroy(handle.0) }.check("cuGraphDestroy") {
+                    record_drop_error(e);
+                }
+            });
+            return;
+        }
         if self.owner.is_none() {
             // SAFETY: owned and destroyed once. No capture records into it any more: a builder
             // keeps its graph until the capture has really ended (see `GraphBuilder`), and the
@@ -194,8 +265,9 @@ impl GraphInner {
         }
         .check("cuUserObjectCreate");
         if let Err(e) = created {
-            // SAFETY: the driver did not take data.
-            drop(unsafe { Box::from_raw(data) });
+            // SAFETY: the driver did not take data. (Dropped on the release thread: this one
+            // holds locks the value's drop may need.)
+            crate::reaper::drop_later(unsafe { Box::from_raw(data) });
             return Err(e);
         }
         // SAFETY: the root graph is live (self keeps it) and its lock is held; MOVE hands it the
@@ -259,23 +331,45 @@ fn active() -> MutexGuard<'static, Option<HashMap<usize, Weak<GraphInner>>>> {
     ACTIVE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Registers a capture into `graph` about to begin (the caller holds the stream's capture lock
-/// for writing).
-pub(crate) fn capture_starting(graph: &Arc<GraphInner>) {
+/// Fences recorded on streams just before a capture began on them, by stream: what was queued
+/// there before the capture (such as a buffer's allocation) is done when the fence is.
+static BEFORE_CAPTURE: Mutex<Option<HashMap<usize, Arc<FenceEvent>>>> = Mutex::new(None);
+
+/// Registers a capture into `graph` about to begin on `stream`, after the work `before` follows
+/// (the caller holds the stream's capture lock for writing).
+pub(crate) fn capture_starting(graph: &Arc<GraphInner>, stream: driver::CUstream, before: Arc<FenceEvent>) {
     active()
         .get_or_insert_with(HashMap::new)
         .insert(graph.handle as usize, Arc::downgrade(graph));
+    BEFORE_CAPTURE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(stream as usize, before);
     CAPTURES.fetch_add(1, Ordering::SeqCst);
 }
 
-/// Unregisters a capture into `graph` that ended (or never began).
-pub(crate) fn capture_over(graph: driver::CUgraph) {
+/// Unregisters a capture into `graph` on `stream` that ended (or never began).
+pub(crate) fn capture_over(graph: driver::CUgraph, stream: driver::CUstream) {
     if let Some(map) = active().as_mut() {
         map.remove(&(graph as usize));
+    }
+    if let Some(map) = BEFORE_CAPTURE.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        map.remove(&(stream as usize));
     }
     CAPTURES.fetch_sub(1, Ordering::SeqCst);
     // Releases waiting for a capture to end may proceed.
     crate::reaper::wake();
+}
+
+/// The fence recorded on `stream` just before the capture it began (not for a stream that
+/// joined a capture).
+pub(crate) fn before_capture(stream: driver::CUstream) -> Option<Arc<FenceEvent>> {
+    BEFORE_CAPTURE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .and_then(|m| m.get(&(stream as usize)).cloned())
 }
 
 /// Whether any capture started by this crate is running.
@@ -365,24 +459,35 @@ pub(crate) fn with_capture<T>(
 
 #[cold]
 fn with_capture_slow<T>(stream: driver::CUstream, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
-    let Some(info) = capture_info(stream)? else {
-        return op(None);
-    };
-    let graph = active()
-        .as_ref()
-        .and_then(|m| m.get(&(info.graph as usize)))
-        .and_then(Weak::upgrade)
-        .ok_or_else(|| {
-            CudaError::InvalidArgument(
-                "the stream is being captured into a graph this crate did not start (a raw capture): what the operation uses could not be held by the graph"
-                    .into(),
-            )
-        })?;
-    let mut reg = graph.lock();
-    let mut capture = Capture {
-        graph: &graph,
-        reg: &mut reg,
-        dependencies: info.dependencies,
-    };
-    op(Some(&mut capture))
+    loop {
+        let Some(info) = capture_info(stream)? else {
+            return op(None);
+        };
+        let graph = active()
+            .as_ref()
+            .and_then(|m| m.get(&(info.graph as usize)))
+            .and_then(Weak::upgrade)
+            .ok_or_else(|| {
+                CudaError::InvalidArgument(
+                    "the stream is being captured into a graph this crate did not start (a raw capture): what the operation uses could not be held by the graph"
+                        .into(),
+                )
+            })?;
+        let mut reg = graph.lock();
+        // Asked again under the graph's lock, which ending a capture holds: a stream that joined
+        // the capture leaves it when the capture ends (under the origin stream's lock, not this
+        // one's), and other threads may have recorded work meanwhile (the dependencies moved).
+        match capture_info(stream)? {
+            Some(now) if now.graph == info.graph => {
+                graph.check_live(&reg)?;
+                let mut capture = Capture {
+                    graph: &graph,
+                    reg: &mut reg,
+                    dependencies: now.dependencies,
+                };
+                return op(Some(&mut capture));
+            }
+            _ => continue,
+        }
+    }
 }

@@ -183,13 +183,20 @@ impl GraphBuilder {
                 GraphInner::owned(handle)
             }
         };
-        let status = {
+        let context = self.stream.context_or_current()?;
+        let before = Arc::new(context.fence()?);
+        {
             // No operation is queued on the stream while the capture begins.
             let _exclusive = self.stream.capture_exclusive();
-            capture_starting(&graph);
-            let _reg = graph.lock();
+            // SAFETY: both handles are live; the stream is not capturing (its lock is held
+            // exclusively): the fence follows what was queued before the capture.
+            unsafe { driver::cuEventRecord(before.handle(), self.stream.handle()) }.check("cuEventRecord")?;
+            let mut reg = graph.lock();
+            // A body graph whose conditional node was destroyed is gone.
+            graph.check_live(&reg)?;
+            capture_starting(&graph, self.stream.handle(), before);
             // SAFETY: the stream and graph are live (the graph's lock is held); no dependencies.
-            unsafe {
+            let begun = unsafe {
                 driver::cuStreamBeginCaptureToGraph(
                     self.stream.handle(),
                     graph.handle,
@@ -199,11 +206,14 @@ impl GraphBuilder {
                     mode.to_driver(),
                 )
             }
-            .check("cuStreamBeginCaptureToGraph")
-        };
-        if let Err(e) = status {
-            capture_over(graph.handle);
-            return Err(e);
+            .check("cuStreamBeginCaptureToGraph");
+            if let Err(e) = begun {
+                capture_over(graph.handle, self.stream.handle());
+                return Err(e);
+            }
+            reg.capturing.push(graph.handle as usize);
+            // The recorded nodes run in the stream's context: the graph keeps it.
+            reg.note_context(Some(context));
         }
         self.graph = Some(graph);
         self.state = State::Building;
@@ -278,35 +288,26 @@ impl GraphBuilder {
         // not Send) into `graph`, whose lock is held; out-pointer to a local.
         let status =
             unsafe { driver::cuStreamEndCapture(self.stream.handle(), &mut ended) }.check("cuStreamEndCapture");
+        let mut now = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: the stream is live; out-pointer to a local.
+        let query = unsafe { driver::cuStreamIsCapturing(self.stream.handle(), &mut now) };
+        let capturing = query.result().is_err() || now != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        if !capturing {
+            reg.capturing.retain(|g| *g != graph.handle as usize);
+            capture_over(graph.handle, self.stream.handle());
+        }
         drop(reg);
-        let still_capturing = |e: CudaError| {
-            let mut status = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-            // SAFETY: the stream is live; out-pointer to a local.
-            let query = unsafe { driver::cuStreamIsCapturing(self.stream.handle(), &mut status) };
-            let capturing =
-                query.result().is_err() || status != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-            if !capturing {
-                capture_over(graph.handle);
-            }
-            (e, capturing)
-        };
         match status {
-            Err(e) => Err(still_capturing(e)),
-            Ok(()) if ended.is_null() => {
-                capture_over(graph.handle);
-                Err((
-                    CudaError::InvalidArgument("the capture was invalidated: nothing usable was recorded".into()),
-                    false,
-                ))
-            }
-            Ok(()) => {
-                capture_over(graph.handle);
-                match freed {
-                    Ok(()) => Ok(()),
-                    // The capture ended, but its graph memory could not all be freed in it.
-                    Err(e) => Err((e, false)),
-                }
-            }
+            Err(e) => Err((e, capturing)),
+            Ok(()) if ended.is_null() => Err((
+                CudaError::InvalidArgument("the capture was invalidated: nothing usable was recorded".into()),
+                false,
+            )),
+            Ok(()) => match freed {
+                Ok(()) => Ok(()),
+                // The capture ended, but its graph memory could not all be freed in it.
+                Err(e) => Err((e, false)),
+            },
         }
     }
 
@@ -520,18 +521,31 @@ impl GraphBuilder {
     /// is caught and recorded for [`crate::take_drop_errors`].
     pub fn callback(&self, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
         let (boxed, p) = host_params(f);
-        self.with_capture("callback", |capture| {
-            capture.attach(boxed)?;
+        // (Kept out here until handed over: dropped under the stream's lock, what it holds could
+        // need that lock.)
+        let mut boxed = Some(boxed);
+        let recorded = self.with_capture("callback", |capture| {
+            if let Some(b) = boxed.take() {
+                capture.attach(b)?;
+            }
             // SAFETY: the stream is capturing (its lock is held); p points into the boxed
             // closure, which the graph holds (handed over just before).
             unsafe { driver::cuLaunchHostFunc(self.stream.handle(), p.fn_, p.userData) }.check("cuLaunchHostFunc")
-        })
+        });
+        drop(boxed);
+        recorded
     }
 
     /// Hands `value` to the graph being recorded (see [`GraphDefinition::keep_alive`]): use it for
     /// memory that captured kernels use.
     pub fn keep_alive<T: std::any::Any + Send + Sync>(&self, value: T) -> Result<()> {
-        self.with_capture("keep_alive", |capture| capture.attach(value))
+        let mut value = Some(value);
+        let held = self.with_capture("keep_alive", |capture| match value.take() {
+            Some(v) => capture.attach(v),
+            None => Ok(()),
+        });
+        drop(value);
+        held
     }
 }
 

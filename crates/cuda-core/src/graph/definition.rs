@@ -3,7 +3,7 @@
 use super::attach::ConditionalInfo;
 pub(crate) use super::attach::{GraphInner, NodeRef, Registry};
 use super::exec::{Graph, GraphCompleteOptions};
-use crate::device::{Context, Device};
+use crate::device::{Context, Device, FenceEvent};
 use crate::error::Check;
 use crate::launch::{DeviceRepr, Dim3, KernelArgs, LaunchConfig};
 use crate::memory::{read_write_access, Buffer};
@@ -119,6 +119,7 @@ pub(crate) fn add_conditional_node(
         ConditionalInfo {
             condition,
             kind,
+            graph,
             bodies: bodies.clone(),
         },
     );
@@ -425,6 +426,10 @@ impl Append<'_> {
     ) -> Result<GraphNode> {
         let mut reg = self.graph.lock();
         self.graph.check_live(&reg)?;
+        reg.refuse_while_capturing(self.graph.handle)?;
+        // Nodes run in the context current when they are added (some name it): the graph keeps
+        // it.
+        reg.note_context(Context::current()?);
         let mut deps = Vec::with_capacity(extra.len() + 1);
         if let Some(n) = self.after {
             check_node(&reg, n)?;
@@ -458,6 +463,15 @@ impl Holder<'_> {
     fn hold<T: std::any::Any + Send + Sync>(&mut self, value: T) -> Result<()> {
         self.graph.attach_locked(self.reg, value)
     }
+
+    /// Holds `buffer`'s memory for the graph, and notes the fence launches wait for before they
+    /// touch it (`ready`, from `Buffer::graph_fence`, taken before the lock).
+    fn hold_buffer(&mut self, buffer: &Buffer, ready: &Option<Arc<FenceEvent>>) -> Result<()> {
+        if let Some(f) = ready {
+            self.reg.note_ready(f);
+        }
+        self.hold(buffer.share())
+    }
 }
 
 /// Serialises embeds: an embed takes the child's lock inside the parent's, and two threads
@@ -481,6 +495,25 @@ fn refuse_graph_memory(buffer: &Buffer, what: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Whether a capture records into a body of conditional node `node`, or of one nested in it.
+fn capturing_below(reg: &Registry, node: driver::CUgraphNode) -> bool {
+    let mut pending: Vec<driver::CUgraph> = match reg.conditionals.get(&(node as usize)) {
+        Some(info) => info.bodies.clone(),
+        None => return false,
+    };
+    while let Some(body) = pending.pop() {
+        if reg.capturing.contains(&(body as usize)) {
+            return true;
+        }
+        for info in reg.conditionals.values() {
+            if info.graph == body {
+                pending.extend(info.bodies.iter().copied());
+            }
+        }
+    }
+    false
 }
 
 fn check_node(reg: &Registry, node: NodeRef) -> Result<()> {
@@ -634,7 +667,8 @@ macro_rules! node_adders {
                     None => Device::current()?,
                 };
                 let access: Vec<driver::CUmemAccessDesc> = options.peer_access.iter().map(read_write_access).collect();
-                self.append().add(&[], nothing, |_, g, deps| {
+                self.append().add(&[], nothing, |reg, g, deps| {
+                    reg.has_graph_memory = true;
                     let mut props = driver::CUmemPoolProps {
                         allocType: driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
                         location: match options.memory_type {
@@ -703,9 +737,14 @@ macro_rules! node_adders {
                 refuse_graph_memory(dst, "memset")?;
                 let extent = memset_extent(width, height, pitch, value.parts().1)?;
                 dst.check_fits(extent, "memset")?;
+                let ready = dst.graph_fence()?;
                 // SAFETY: the region lies inside dst (checked arithmetic above), whose memory the
                 // graph holds (handed over before the node is added).
-                unsafe { self.memset_node(dst.handle(), value, width, height, pitch, |h| h.hold(dst.share())) }
+                unsafe {
+                    self.memset_node(dst.handle(), value, width, height, pitch, |h| {
+                        h.hold_buffer(dst, &ready)
+                    })
+                }
             }
 
             /// A memset node on raw device memory (such as a graph allocation).
@@ -767,12 +806,13 @@ macro_rules! node_adders {
                 refuse_graph_memory(src, "memcpy")?;
                 dst.check_fits(size, "memcpy destination")?;
                 src.check_fits(size, "memcpy source")?;
+                let (dst_ready, src_ready) = (dst.graph_fence()?, src.graph_fence()?);
                 // SAFETY: both ranges lie inside buffers whose memory the graph holds (handed
                 // over before the node is added).
                 unsafe {
                     self.memcpy_node(dst.handle(), src.handle(), size, |h| {
-                        h.hold(dst.share())?;
-                        h.hold(src.share())
+                        h.hold_buffer(dst, &dst_ready)?;
+                        h.hold_buffer(src, &src_ready)
                     })
                 }
             }
@@ -831,9 +871,12 @@ macro_rules! node_adders {
                 append.add(
                     &[],
                     |h| h.hold(child.clone()),
-                    |_, g, deps| {
+                    |reg, g, deps| {
                         let child_reg = child.inner.lock();
                         child.inner.check_live(&child_reg)?;
+                        // The copy runs what the child runs: after the same allocations, in the
+                        // same contexts, with the same graph memory.
+                        reg.absorb(&child_reg);
                         let mut node = std::ptr::null_mut();
                         // SAFETY: both graphs are live and both locks are held; the driver clones the
                         // child.
@@ -1018,10 +1061,12 @@ impl GraphDefinition {
         let mut handle: driver::CUgraph = std::ptr::null_mut();
         // SAFETY: the graph is live; out-pointer to a local.
         unsafe { driver::cuGraphClone(&mut handle, self.inner.handle) }.check("cuGraphClone")?;
-        drop(reg);
         let copy = GraphDefinition {
             inner: GraphInner::owned(handle),
         };
+        // (The copy's lock is new: nobody else can hold it.)
+        copy.inner.lock().absorb(&reg);
+        drop(reg);
         // Values attached to nested graphs hang off the root: keep the original's root too.
         if self.inner.owner.is_some() {
             copy.keep_alive(self.clone())?;
@@ -1103,7 +1148,7 @@ impl GraphDefinition {
             ));
         }
         let reg = self.inner.lock();
-        let exec = Graph::instantiate(self, options);
+        let exec = Graph::instantiate(self, &reg, options);
         drop(reg);
         exec
     }
@@ -1167,6 +1212,13 @@ impl GraphNode {
     /// methods return an error), as do the bodies of a destroyed conditional node.
     pub fn destroy(self) -> Result<()> {
         self.with_live(|reg, h| {
+            reg.refuse_while_capturing(self.graph.handle)?;
+            reg.refuse_with_graph_memory("destroy")?;
+            if capturing_below(reg, h) {
+                return Err(CudaError::InvalidArgument(
+                    "destroy: a capture records into a body of this node: end it first".into(),
+                ));
+            }
             // SAFETY: the node is live and belongs to this graph.
             unsafe { driver::cuGraphDestroyNode(h) }.check("cuGraphDestroyNode")?;
             reg.live.remove(&(h as usize));
@@ -1210,6 +1262,10 @@ impl GraphNode {
 
     fn edges_from(&self, on: &[&GraphNode], add: bool) -> Result<()> {
         self.with_live(|reg, h| {
+            reg.refuse_while_capturing(self.graph.handle)?;
+            if !add {
+                reg.refuse_with_graph_memory("remove_dependencies")?;
+            }
             let mut from = Vec::with_capacity(on.len());
             for o in on {
                 if !Arc::ptr_eq(&o.graph, &self.graph) {
@@ -1371,7 +1427,8 @@ impl GraphNode {
     /// # Safety
     /// As for [`GraphDefinition::launch`].
     pub unsafe fn set_kernel_args<A: KernelArgs>(&self, args: A) -> Result<()> {
-        self.with_live(|_, h| {
+        self.with_live(|reg, h| {
+            reg.refuse_while_capturing(self.graph.handle)?;
             with_kernel_args(h, args, |p| {
                 // SAFETY: the node is live; the arguments are copied during the call.
                 unsafe { driver::cuGraphKernelNodeSetParams(h, p) }.check("cuGraphKernelNodeSetParams")
@@ -1382,6 +1439,7 @@ impl GraphNode {
     /// Points an event record or wait node at `event` (held by the graph).
     pub fn set_event(&self, event: &Event) -> Result<()> {
         self.with_live(|reg, h| {
+            reg.refuse_while_capturing(self.graph.handle)?;
             event_node(h)?;
             self.graph.attach_locked(reg, event.clone())?;
             // SAFETY: the node and event are live (the graph holds the event).
@@ -1401,6 +1459,7 @@ impl GraphNode {
     pub fn set_callback(&self, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
         let (boxed, p) = host_params(f);
         self.with_live(|reg, h| {
+            reg.refuse_while_capturing(self.graph.handle)?;
             check_host_node(h)?;
             self.graph.attach_locked(reg, boxed)?;
             // SAFETY: the node is live; p points into the boxed closure, which the graph holds
@@ -1412,7 +1471,8 @@ impl GraphNode {
     /// Changes a memset node of a [`Buffer`] to write `value` (same width) over the same region.
     pub fn set_memset_value(&self, value: impl Into<MemsetValue>) -> Result<()> {
         let value = value.into();
-        self.with_live(|_, h| {
+        self.with_live(|reg, h| {
+            reg.refuse_while_capturing(self.graph.handle)?;
             let p = memset_params_with(h, value)?;
             // SAFETY: same region as before, which the graph already holds.
             unsafe { driver::cuGraphMemsetNodeSetParams(h, &p) }.check("cuGraphMemsetNodeSetParams")

@@ -1,5 +1,6 @@
 //! Executable graphs: [`Graph`], its instantiation options and per-node updates.
 
+use super::attach::Registry;
 use super::definition::{
     check_host_node, event_node, host_params, memset_params_with, node_type, with_kernel_args, EventNode,
     GraphDefinition, GraphNode, MemsetValue,
@@ -136,6 +137,13 @@ pub struct Graph {
     updated_from: Option<GraphDefinition>,
     /// Every stream the graph was launched on.
     launches: Launches,
+    /// Fences after the allocation of every buffer the graph's nodes use: each stream waits for
+    /// them before its first launch of the graph.
+    ready: Vec<Arc<FenceEvent>>,
+    /// The context the graph was instantiated in.
+    _context: Option<Context>,
+    /// Serialises the driver calls on the executable graph (the driver does not).
+    calls: Mutex<()>,
 }
 
 /// What a per-node update handed the graph.
@@ -153,26 +161,40 @@ struct Launches {
 }
 
 impl Launches {
+    /// Notes a launch on `stream`; a stream's first launch first waits for `ready`.
     #[inline]
-    fn note(&self, stream: &Stream) -> Result<()> {
+    fn note(&self, stream: &Stream, ready: &[Arc<FenceEvent>]) -> Result<()> {
         if let Some(first) = self.first.get() {
             if first.is_plainly(stream) {
                 return Ok(());
             }
         }
-        self.note_slow(stream)
+        self.note_slow(stream, ready)
     }
 
     #[cold]
-    fn note_slow(&self, stream: &Stream) -> Result<()> {
+    fn note_slow(&self, stream: &Stream, ready: &[Arc<FenceEvent>]) -> Result<()> {
         let site = Site::of(stream)?;
-        let first = self.first.get_or_init(|| site.clone());
-        if first.same(&site) {
+        let known = self.first.get().is_some_and(|f| f.same(&site))
+            || self
+                .more
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .any(|s| s.same(&site));
+        if known {
             return Ok(());
         }
-        let mut more = self.more.lock().unwrap_or_else(|p| p.into_inner());
-        if !more.iter().any(|s| s.same(&site)) {
-            more.push(site);
+        // A new stream: its launches follow the allocation of everything the graph uses.
+        for fence in ready {
+            site.wait(fence)?;
+        }
+        if self.first.set(site.clone()).is_err() {
+            let mut more = self.more.lock().unwrap_or_else(|p| p.into_inner());
+            let first = self.first.get().is_some_and(|f| f.same(&site));
+            if !first && !more.iter().any(|s| s.same(&site)) {
+                more.push(site);
+            }
         }
         Ok(())
     }
@@ -285,7 +307,13 @@ fn update_reason(result: driver::CUgraphExecUpdateResult) -> &'static str {
 }
 
 impl Graph {
-    pub(crate) fn instantiate(definition: &GraphDefinition, options: &GraphCompleteOptions) -> Result<Graph> {
+    /// Instantiates `definition`, whose lock `reg` is held.
+    pub(crate) fn instantiate(
+        definition: &GraphDefinition,
+        reg: &Registry,
+        options: &GraphCompleteOptions,
+    ) -> Result<Graph> {
+        reg.refuse_while_capturing(definition.handle())?;
         let mut params = driver::CUDA_GRAPH_INSTANTIATE_PARAMS {
             flags: options.flags(),
             hUploadStream: options
@@ -308,6 +336,9 @@ impl Graph {
             held: HashMap::new(),
             updated_from: None,
             launches: Launches::default(),
+            ready: reg.ready.clone(),
+            _context: Context::current().ok().flatten(),
+            calls: Mutex::new(()),
         })
     }
 
@@ -324,7 +355,9 @@ impl Graph {
 
     /// Uploads the graph to the device ahead of its first launch.
     pub fn upload(&self, stream: &Stream) -> Result<()> {
-        // SAFETY: both handles are live.
+        crate::stream::refuse_in_callback()?;
+        let _one_call = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: both handles are live; calls on the executable are serialised.
         unsafe { driver::cuGraphUpload(self.handle, stream.handle()) }.check("cuGraphUpload")
     }
 
@@ -333,15 +366,18 @@ impl Graph {
     /// stream being captured: embed the graph's definition instead.
     #[inline]
     pub fn launch(&self, stream: &Stream) -> Result<()> {
-        self.launches.note(stream)?;
+        self.launches.note(stream, &self.ready)?;
         stream.enqueue(|capture| {
             if capture.is_some() {
                 return Err(CudaError::InvalidArgument(
                     "an executable graph cannot be launched on a stream being captured: embed its definition (GraphBuilder::embed, GraphDefinition::embed) instead".into(),
                 ));
             }
-            // SAFETY: both handles are live; the graph holds what its nodes use, and what it
-            // holds goes only after the launches on every stream noted above are done.
+            let _one_call = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+            // SAFETY: both handles are live; calls on the executable are serialised. The graph
+            // holds what its nodes use, and what it holds goes only after the launches on every
+            // stream noted above are done; those streams waited for the allocation of every
+            // buffer the nodes use before their first launch.
             unsafe { driver::cuGraphLaunch(self.handle, stream.handle()) }.check("cuGraphLaunch")
         })
     }
@@ -363,10 +399,14 @@ impl Graph {
             errorNode: std::ptr::null_mut(),
             errorFromNode: std::ptr::null_mut(),
         };
-        let status = {
-            let _reg = definition.inner.lock();
-            // SAFETY: both graphs are live; out-value is a local.
-            unsafe { driver::cuGraphExecUpdate(self.handle, definition.handle(), &mut info) }.check("cuGraphExecUpdate")
+        let (status, ready) = {
+            let reg = definition.inner.lock();
+            reg.refuse_while_capturing(definition.handle())?;
+            // SAFETY: both graphs are live (the definition's lock is held, the executable is
+            // borrowed mutably); out-value is a local.
+            let status = unsafe { driver::cuGraphExecUpdate(self.handle, definition.handle(), &mut info) }
+                .check("cuGraphExecUpdate");
+            (status, reg.ready.clone())
         };
         if let Err(e) = status {
             return Err(CudaError::InvalidArgument(format!(
@@ -383,6 +423,16 @@ impl Graph {
             old.push(Box::new(previous));
         }
         retire(old, self.launches.sites());
+        // Buffers the new definition uses: every stream launched on follows their allocation.
+        let sites = self.launches.sites();
+        for fence in ready {
+            if !self.ready.iter().any(|f| Arc::ptr_eq(f, &fence)) {
+                for site in &sites {
+                    site.wait(&fence)?;
+                }
+                self.ready.push(fence);
+            }
+        }
         Ok(())
     }
 
@@ -398,7 +448,10 @@ impl Graph {
                 "the node is not a node of the definition this graph was instantiated from".into(),
             ));
         }
+        crate::stream::refuse_in_callback()?;
         let exec = self.handle;
+        // Calls on the executable are serialised (node handles under the definition's lock).
+        let _one_call = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         node.with_live(|_, h| f(exec, h))
     }
 
@@ -490,6 +543,24 @@ impl Graph {
 
 impl Drop for Graph {
     fn drop(&mut self) {
+        if self.handle.is_null() {
+            return; // moved to the release thread
+        }
+        if crate::reaper::in_callback() {
+            // On a driver thread: destroyed on the release thread instead.
+            let later = Graph {
+                handle: std::mem::replace(&mut self.handle, std::ptr::null_mut()),
+                source: self.source.clone(),
+                held: std::mem::take(&mut self.held),
+                updated_from: self.updated_from.take(),
+                launches: std::mem::take(&mut self.launches),
+                ready: std::mem::take(&mut self.ready),
+                _context: self._context.take(),
+                calls: Mutex::new(()),
+            };
+            crate::reaper::drop_later(Box::new(later));
+            return;
+        }
         // SAFETY: made by instantiation, destroyed once (launches in flight finish first, and
         // the user objects the executable holds are released after them).
         if let Err(e) = unsafe { driver::cuGraphExecDestroy(self.handle) }.check("cuGraphExecDestroy") {

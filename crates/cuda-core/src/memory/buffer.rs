@@ -21,8 +21,9 @@
 //! thread ([`crate::reaper`]) and done when the capture is over.
 
 use super::MemoryResource;
+use crate::device::FenceEvent;
 use crate::error::{record_drop_error, Check};
-use crate::graph::attach::{capture_info, Capture, GraphAllocState};
+use crate::graph::attach::{before_capture, capture_info, Capture, GraphAllocState};
 use crate::stream::{Fence, Site, Stream};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
@@ -49,6 +50,9 @@ pub struct Buffer {
     shared: OnceLock<Arc<SharedAllocation>>,
     /// For graph memory: the capture that allocated it.
     graph: Option<GraphAllocation>,
+    /// Set the first time a graph uses the buffer: a fence after its allocation, which launches
+    /// of such graphs wait for (`None`: the allocation was known to be done).
+    ready: OnceLock<Option<Arc<FenceEvent>>>,
 }
 
 /// What frees a buffer's memory: the resource, where to free it and what to wait for first.
@@ -183,6 +187,15 @@ impl crate::reaper::Retry for PendingFree {
 impl Drop for SharedAllocation {
     fn drop(&mut self) {
         let allocation = self.allocation.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        if crate::reaper::in_callback() {
+            if let Some(a) = allocation {
+                // On a driver thread: freed on the release thread.
+                crate::reaper::drop_later(Box::new(SharedAllocation {
+                    allocation: Mutex::new(Some(a)),
+                }));
+            }
+            return;
+        }
         if let Some(a) = allocation {
             if let Err(e) = a.release() {
                 record_drop_error(e);
@@ -211,6 +224,7 @@ impl Buffer {
                 uses: Mutex::new(Vec::new()),
                 shared: OnceLock::new(),
                 graph,
+                ready: OnceLock::new(),
             })
         })
     }
@@ -230,6 +244,7 @@ impl Buffer {
             uses: Mutex::new(Vec::new()),
             shared: OnceLock::new(),
             graph: None,
+            ready: OnceLock::new(),
         })
     }
 
@@ -347,6 +362,33 @@ impl Buffer {
         self.shared.get().is_some()
     }
 
+    /// A fence after the buffer's allocation, for graphs that use the buffer: their launches
+    /// wait for it, so their work follows the allocation (on a stream the graph does not order
+    /// itself after). Recorded once, on the deallocation stream, or taken from the fence
+    /// recorded just before that stream began the capture it is in. Call it holding no stream
+    /// or graph lock.
+    pub(crate) fn graph_fence(&self) -> Result<Option<Arc<FenceEvent>>> {
+        if let Some(f) = self.ready.get() {
+            return Ok(f.clone());
+        }
+        let fence = match self.dealloc.fence()? {
+            Fence::Event(e) => Some(Arc::new(e)),
+            Fence::Capturing => match before_capture(self.dealloc.stream().handle()) {
+                Some(f) => Some(f),
+                None => {
+                    return Err(CudaError::InvalidArgument(
+                        "the buffer's deallocation stream joined a capture: use the buffer in a graph after that capture ends".into(),
+                    ))
+                }
+            },
+            Fence::Unreachable => {
+                self.dealloc.synchronize()?;
+                None
+            }
+        };
+        Ok(self.ready.get_or_init(|| fence).clone())
+    }
+
     /// Whether work the calling thread queues on `stream` is already ordered for this buffer (it
     /// is the deallocation stream, or one the buffer remembers).
     #[inline]
@@ -400,8 +442,9 @@ impl Buffer {
     }
 
     /// Hands the memory to the graph `capture` records into, for an operation on `stream`;
-    /// graph memory is checked to belong to this capture instead.
-    fn hold_in(&self, capture: &mut Capture<'_>, stream: &Stream) -> Result<()> {
+    /// graph memory is checked to belong to this capture instead. `Ok(false)` when the buffer's
+    /// graph fence is not recorded yet (it must be, outside the locks: see `enqueue_using`).
+    fn hold_in(&self, capture: &mut Capture<'_>, stream: &Stream) -> Result<bool> {
         match &self.graph {
             Some(g) => {
                 if g.state.freed.load(Ordering::Acquire) {
@@ -415,9 +458,18 @@ impl Buffer {
                             .into(),
                     ));
                 }
-                Ok(())
+                Ok(true)
             }
-            None => capture.attach(self.share()),
+            None => {
+                let Some(ready) = self.ready.get() else {
+                    return Ok(false);
+                };
+                if let Some(f) = ready {
+                    capture.reg.note_ready(f);
+                }
+                capture.attach(self.share())?;
+                Ok(true)
+            }
         }
     }
 
@@ -562,6 +614,7 @@ fn graph_allocation(
         freed: AtomicBool::new(false),
     });
     capture.reg.graph_allocations.push(state.clone());
+    capture.reg.has_graph_memory = true;
     Ok(Some(GraphAllocation {
         graph: capture.handle(),
         state,
@@ -594,15 +647,23 @@ pub(crate) fn enqueue_using<T>(
     op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>,
 ) -> Result<T> {
     let mut op = Some(op);
+    let mut for_graphs = false;
     loop {
         for b in buffers {
             b.learn(stream)?;
+            if for_graphs && b.graph.is_none() {
+                b.graph_fence()?;
+            }
         }
         let outcome = stream.enqueue(|capture| {
             match capture {
                 Some(capture) => {
                     for b in buffers {
-                        b.hold_in(capture, stream)?;
+                        if !b.hold_in(capture, stream)? {
+                            // Recorded into a graph: first the fences graph launches wait for.
+                            for_graphs = true;
+                            return Ok(None);
+                        }
                     }
                     run_once(&mut op, Some(capture)).map(Some)
                 }
@@ -668,6 +729,21 @@ impl BufferView<'_> {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
+        if crate::reaper::in_callback() && (self.resource.is_some() || self.graph.is_some()) {
+            // On a driver thread (a host function let go of it): freed on the release thread.
+            let later = Buffer {
+                ptr: self.ptr,
+                size: self.size,
+                resource: self.resource.take(),
+                dealloc: self.dealloc.clone(),
+                uses: Mutex::new(std::mem::take(self.uses.get_mut().unwrap_or_else(|p| p.into_inner()))),
+                shared: std::mem::take(&mut self.shared),
+                graph: self.graph.take(),
+                ready: std::mem::take(&mut self.ready),
+            };
+            crate::reaper::drop_later(Box::new(later));
+            return;
+        }
         if let Err(e) = self.release() {
             record_drop_error(e);
         }

@@ -18,6 +18,25 @@ fn address(ptr: driver::CUdeviceptr, offset: usize, what: &str) -> Result<driver
         .ok_or_else(|| CudaError::InvalidArgument(format!("{what}: offset {offset} overflows the address")))
 }
 
+/// Waits for a copy from or to a host slice queued on `stream`, so that the slice may be used
+/// again. When the synchronisation fails, the stream is still drained (polled until it has no
+/// work or reports an error, which stops its work) before the error is returned: the copy never
+/// outlives the borrow of the slice.
+fn wait_for_host_copy(stream: &Stream) -> Result<()> {
+    let synced = stream.sync();
+    if synced.is_err() {
+        loop {
+            // SAFETY: the stream is live.
+            let status = unsafe { driver::cuStreamQuery(stream.handle()) };
+            if status != driver::CUresult::CUDA_ERROR_NOT_READY {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
+    synced
+}
+
 impl Buffer {
     /// Copies `src` into the start of the buffer, ordered on `stream`, and waits for the copy
     /// (so `src` may be reused at once). Not on a stream being captured (the graph would copy
@@ -48,7 +67,7 @@ impl Buffer {
                         .check("cuMemcpyHtoDAsync")?;
                 }
             }
-            stream.sync()
+            wait_for_host_copy(stream)
         })
     }
 
@@ -79,7 +98,7 @@ impl Buffer {
                         .check("cuMemcpyDtoHAsync")?;
                 }
             }
-            stream.sync()
+            wait_for_host_copy(stream)
         })
     }
 

@@ -42,16 +42,25 @@ impl LegacyPinnedMemoryResource {
     }
 }
 
-// SAFETY: cuMemHostAlloc returns at least `size` (at least one) bytes of page-locked host memory,
-// mapped for every context (PORTABLE | DEVICEMAP, always set) under unified addressing, so the
-// host pointer is the device pointer; it is freed only after the stream's work is done.
-unsafe impl MemoryResource for LegacyPinnedMemoryResource {
-    fn allocate(&self, size: usize, _stream: &Stream) -> Result<driver::CUdeviceptr> {
+impl LegacyPinnedMemoryResource {
+    /// The allocation itself, in the current context.
+    fn allocate_here(&self, size: usize) -> Result<driver::CUdeviceptr> {
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; the flags are valid cuMemHostAlloc flags.
         unsafe { driver::cuMemHostAlloc(&mut p, size.max(1), self.flags) }.check("cuMemHostAlloc")?;
         // With unified addressing the host pointer is the device pointer.
         Ok(p as driver::CUdeviceptr)
+    }
+}
+
+// SAFETY: cuMemHostAlloc returns at least `size` (at least one) bytes of page-locked host memory,
+// mapped for every context (PORTABLE | DEVICEMAP, always set) under unified addressing, so the
+// host pointer is the device pointer; it is freed only after the stream's work is done.
+unsafe impl MemoryResource for LegacyPinnedMemoryResource {
+    fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
+        // Made in the stream's context, which the buffer holds (through its stream) for as
+        // long as the memory lives: destroying a context frees what was allocated in it.
+        stream.context_or_current()?.with_current(|| self.allocate_here(size))
     }
     unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
         // Not stream-ordered: wait for the work that may still use it (in the stream's context,

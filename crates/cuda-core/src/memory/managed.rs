@@ -27,10 +27,9 @@ impl ManagedMemoryResource {
     }
 }
 
-// SAFETY: cuMemAllocManaged returns at least `size` (at least one) bytes of managed memory, which
-// the host and every device may use; it is freed only after the stream's work is done.
-unsafe impl MemoryResource for ManagedMemoryResource {
-    fn allocate(&self, size: usize, _stream: &Stream) -> Result<driver::CUdeviceptr> {
+impl ManagedMemoryResource {
+    /// The allocation itself, in the current context.
+    fn allocate_here(&self, size: usize) -> Result<driver::CUdeviceptr> {
         let mut ptr = 0;
         // SAFETY: out-pointer to a local.
         unsafe { driver::cuMemAllocManaged(&mut ptr, size.max(1), driver::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL.0) }
@@ -53,6 +52,16 @@ unsafe impl MemoryResource for ManagedMemoryResource {
             }
         }
         Ok(ptr)
+    }
+}
+
+// SAFETY: cuMemAllocManaged returns at least `size` (at least one) bytes of managed memory, which
+// the host and every device may use; it is freed only after the stream's work is done.
+unsafe impl MemoryResource for ManagedMemoryResource {
+    fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
+        // Made in the stream's context, which the buffer holds (through its stream) for as
+        // long as the memory lives: destroying a context frees what was allocated in it.
+        stream.context_or_current()?.with_current(|| self.allocate_here(size))
     }
     unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
         // cuMemFree needs a current context: the stream's.

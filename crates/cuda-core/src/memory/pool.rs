@@ -6,9 +6,9 @@ use crate::error::{record_drop_error, Check};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 /// A memory pool, the driver's stream-ordered allocator (`cuMemAllocFromPoolAsync`).
 struct Pool {
@@ -23,6 +23,15 @@ unsafe impl Sync for Pool {}
 
 impl Drop for Pool {
     fn drop(&mut self) {
+        if self.owned && crate::reaper::in_callback() {
+            // On a driver thread: destroyed on the release thread instead.
+            crate::reaper::drop_later(Box::new(Pool {
+                handle: self.handle,
+                owned: true,
+            }));
+            self.owned = false;
+            return;
+        }
         if self.owned {
             // SAFETY: made by cuMemPoolCreate, destroyed once; buffers from it hold the resource
             // (and so this pool) until they are freed.
@@ -175,14 +184,25 @@ impl DeviceMemoryResource {
             }
             .check("cuMemPoolImportFromShareableHandle")
         })?;
-        Ok(Arc::new(DeviceMemoryResource {
+        // Importing a pool again may give the handle already imported: one resource owns it (a
+        // second would destroy it twice, and its buffers would escape the first's import checks).
+        static IMPORTED: Mutex<Option<HashMap<usize, Weak<DeviceMemoryResource>>>> = Mutex::new(None);
+        let mut imported = IMPORTED.lock().unwrap_or_else(|p| p.into_inner());
+        let map = imported.get_or_insert_with(HashMap::new);
+        map.retain(|_, w| w.strong_count() > 0);
+        if let Some(existing) = map.get(&(handle as usize)).and_then(Weak::upgrade) {
+            return Ok(existing);
+        }
+        let resource = Arc::new(DeviceMemoryResource {
             pool: Pool { handle, owned: true },
             device: *device,
             ipc: true,
             imported: true,
             exported: false.into(),
             imports: Mutex::default(),
-        }))
+        });
+        map.insert(handle as usize, Arc::downgrade(&resource));
+        Ok(resource)
     }
 
     /// Whether the pool was opened from another process.

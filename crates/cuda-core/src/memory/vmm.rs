@@ -179,8 +179,7 @@ impl VirtualMemoryResource {
         }
         // The memory may move: no stream may still have work on it (the buffer is borrowed
         // mutably, so nothing queues more meanwhile).
-        stream.sync()?;
-        if let Err(e) = buffer.synchronize_uses() {
+        if let Err(e) = stream.sync().and_then(|()| buffer.synchronize_uses()) {
             allocations.insert(old, allocation);
             return Err(e);
         }
@@ -191,36 +190,71 @@ impl VirtualMemoryResource {
                 return Err(e);
             }
         };
+        let release_extra = |c: &Chunk| {
+            // SAFETY: made above, mapped nowhere (any mapping of it was undone), released once.
+            let _ = unsafe { driver::cuMemRelease(c.handle) };
+        };
         // In place: reserve the addresses right after the current range.
-        let end = old + allocation.reserved() as u64;
-        let tail = self.reserve(new_size - mapped, end).ok();
-        let base = match tail {
-            Some(t) if t == end && allocation.reserved() == mapped => {
-                self.map(t, std::slice::from_ref(&extra))?;
-                allocation.reservations.push((t, new_size - mapped));
-                old
-            }
-            other => {
-                if let Some(t) = other {
-                    // SAFETY: reserved just above and unused.
-                    unsafe { driver::cuMemAddressFree(t, new_size - mapped) }.check("cuMemAddressFree")?;
+        let end = old.checked_add(allocation.reserved() as u64);
+        let tail = end.and_then(|end| Some((end, self.reserve(new_size - mapped, end).ok()?)));
+        if let Some((end, t)) = tail {
+            if t == end && allocation.reserved() == mapped {
+                if let Err(e) = self.map(t, std::slice::from_ref(&extra)) {
+                    // SAFETY: undoing the steps above: the tail was reserved and (partly) mapped
+                    // here, and nothing uses it.
+                    unsafe {
+                        let _ = driver::cuMemUnmap(t, new_size - mapped);
+                        let _ = driver::cuMemAddressFree(t, new_size - mapped);
+                    }
+                    release_extra(&extra);
+                    allocations.insert(old, allocation);
+                    return Err(e);
                 }
-                // Elsewhere: a new range holding the old chunks, then the new one.
-                let base = self.reserve(new_size, 0)?;
-                let mut chunks = std::mem::take(&mut allocation.chunks);
-                chunks.push(extra);
-                self.map(base, &chunks)?;
-                self.unmap(old, &chunks[..chunks.len() - 1], &allocation.reservations)?;
-                allocation.chunks = chunks;
-                allocation.reservations = vec![(base, new_size)];
-                allocations.insert(base, allocation);
-                buffer.rebase(base, new_size);
+                allocation.reservations.push((t, new_size - mapped));
+                allocation.chunks.push(extra);
+                allocations.insert(old, allocation);
+                buffer.rebase(old, new_size);
                 return Ok(());
             }
+            // SAFETY: reserved just above and unused.
+            let _ = unsafe { driver::cuMemAddressFree(t, new_size - mapped) };
+        }
+        // Elsewhere: a new range holding the old chunks, then the new one. The buffer moves to
+        // it once it is whole; the old range goes last (if that fails, only addresses leak).
+        let base = match self.reserve(new_size, 0) {
+            Ok(b) => b,
+            Err(e) => {
+                release_extra(&extra);
+                allocations.insert(old, allocation);
+                return Err(e);
+            }
         };
-        allocation.chunks.push(extra);
-        allocations.insert(base, allocation);
+        let mut chunks = std::mem::take(&mut allocation.chunks);
+        chunks.push(extra);
+        if let Err(e) = self.map(base, &chunks) {
+            // SAFETY: undoing the steps above: the new range was reserved and (partly) mapped
+            // here, and nothing uses it; the old chunks stay mapped at the old range.
+            unsafe {
+                let _ = driver::cuMemUnmap(base, new_size);
+                let _ = driver::cuMemAddressFree(base, new_size);
+            }
+            if let Some(c) = chunks.pop() {
+                release_extra(&c);
+            }
+            allocation.chunks = chunks;
+            allocations.insert(old, allocation);
+            return Err(e);
+        }
+        let old_reservations = std::mem::replace(&mut allocation.reservations, vec![(base, new_size)]);
+        let old_chunks = chunks.len() - 1;
+        allocation.chunks = chunks;
         buffer.rebase(base, new_size);
+        let unmapped = self.unmap(old, &allocation.chunks[..old_chunks], &old_reservations);
+        allocations.insert(base, allocation);
+        if let Err(e) = unmapped {
+            // The buffer grew; only the old addresses could not all be given back.
+            crate::error::record_drop_error(e);
+        }
         Ok(())
     }
 }

@@ -92,6 +92,18 @@ impl Drop for EventInner {
         if self.handle.is_null() {
             return; // closed explicitly
         }
+        if crate::reaper::in_callback() {
+            // On a driver thread: destroyed on the release thread instead.
+            let handle = crate::reaper::SendHandle(std::mem::replace(&mut self.handle, std::ptr::null_mut()));
+            crate::reaper::run_later(move || {
+                let handle = handle;
+                // SAFETY: made by cuEventCreate (or opened from IPC), destroyed once, here.
+                if let Err(e) = unsafe { driver::cuEventDestroy(handle.0) }.check("cuEventDestroy") {
+                    record_drop_error(e);
+                }
+            });
+            return;
+        }
         // SAFETY: made by cuEventCreate, destroyed once.
         if let Err(e) = unsafe { driver::cuEventDestroy(self.handle) }.check("cuEventDestroy") {
             record_drop_error(e);

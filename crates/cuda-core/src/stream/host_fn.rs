@@ -2,22 +2,16 @@
 //! CUDA calls off the driver's callback threads.
 
 use super::Stream;
-use crate::error::{record_drop_error, Check};
+use crate::error::Check;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
-use std::cell::Cell;
 use std::ffi::c_void;
-
-thread_local! {
-    /// Set while this thread runs a host function or graph callback for the driver.
-    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
-}
 
 /// An error when the calling thread is running a host function or graph callback: CUDA must not
 /// be called there (the driver may deadlock or fail), so the operation is refused instead.
 #[inline]
 pub(crate) fn refuse_in_callback() -> Result<()> {
-    if IN_CALLBACK.try_with(Cell::get).unwrap_or(false) {
+    if crate::reaper::in_callback() {
         return Err(CudaError::InvalidArgument(
             "CUDA must not be called from a host function or graph callback (it runs on a driver thread): \
              queue the work from another thread"
@@ -27,15 +21,7 @@ pub(crate) fn refuse_in_callback() -> Result<()> {
     Ok(())
 }
 
-/// Runs `f` as a callback of the driver: panics are caught (never unwind into the driver) and
-/// recorded as `what`, and this crate's operations refuse to run meanwhile.
-pub(crate) fn run_as_callback(what: &str, f: impl FnOnce()) {
-    let _ = IN_CALLBACK.try_with(|c| c.set(true));
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
-        record_drop_error(CudaError::InvalidArgument(format!("{what} panicked")));
-    }
-    let _ = IN_CALLBACK.try_with(|c| c.set(false));
-}
+pub(crate) use crate::reaper::run_as_callback;
 
 type HostFn = Box<dyn FnMut() + Send + 'static>;
 
@@ -61,22 +47,29 @@ impl Stream {
     /// graph runs its callbacks at every launch, so use [`crate::graph::GraphBuilder::callback`].
     pub fn launch_host_func(&self, f: impl FnMut() + Send + 'static) -> Result<()> {
         crate::reaper::start();
-        self.enqueue(|capture| {
+        let mut f = Some(Box::new(f) as HostFn);
+        let queued = self.enqueue(|capture| {
             if capture.is_some() {
                 return Err(CudaError::InvalidArgument(
                     "launch_host_func runs its closure once, but a captured graph calls it at every launch: use GraphBuilder::callback".into(),
                 ));
             }
-            let data = Box::into_raw(Box::new(Box::new(f) as HostFn));
+            let Some(boxed) = f.take() else {
+                return Err(CudaError::InvalidArgument("internal: the host function was queued twice".into()));
+            };
+            let data = Box::into_raw(Box::new(boxed));
             // SAFETY: the stream is live and not capturing (its capture lock is held); the driver
             // calls the trampoline once with data.
             let status = unsafe { driver::cuLaunchHostFunc(self.handle(), Some(trampoline), data.cast()) };
             if let Err(e) = status.check("cuLaunchHostFunc") {
-                // SAFETY: the driver did not take data: reclaim it.
-                drop(unsafe { Box::from_raw(data) });
+                // SAFETY: the driver did not take data: reclaim it (dropped below, after the
+                // stream's lock: what it holds may queue work on this stream when dropped).
+                f = Some(*unsafe { Box::from_raw(data) });
                 return Err(e);
             }
             Ok(())
-        })
+        });
+        drop(f);
+        queued
     }
 }

@@ -64,6 +64,18 @@ unsafe impl Sync for StreamInner {}
 
 impl Drop for StreamInner {
     fn drop(&mut self) {
+        if self.owned && crate::reaper::in_callback() {
+            // On a driver thread: destroyed on the release thread instead.
+            let later = StreamInner {
+                handle: self.handle,
+                context: self.context.take(),
+                owned: true,
+                capture_lock: RwLock::new(()),
+            };
+            self.owned = false;
+            crate::reaper::drop_later(Box::new(later));
+            return;
+        }
         if self.owned {
             // SAFETY: made by cuStreamCreateWithPriority and destroyed once; the driver lets work
             // already queued finish.
