@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// order, and the table shows the medians. Host-side costs of a few microseconds move by several
 /// percent from one burst to the next on a shared machine, so many short rounds are needed for a
 /// 3% verdict.
-const ROUNDS: usize = 41;
+const ROUNDS: usize = 101;
 /// Rounds for the start-up row, where each sample is a new process.
 const STARTUP_ROUNDS: usize = 9;
 const BURST: usize = 128;

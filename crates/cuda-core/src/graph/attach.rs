@@ -320,9 +320,9 @@ unsafe extern "C" fn release(data: *mut c_void) {
     crate::reaper::drop_later(held);
 }
 
-/// How many captures started by this crate are running (in any thread). While none is, stream
-/// operations skip the capture query.
-static CAPTURES: AtomicUsize = AtomicUsize::new(0);
+/// How many captures started by this crate are running or beginning (in any thread). While none
+/// is, stream operations take the quiet path (no lock, no capture query: see `stream::gate`).
+pub(crate) static CAPTURES: AtomicUsize = AtomicUsize::new(0);
 
 /// The graphs captures started by this crate record into, by `CUgraph`.
 static ACTIVE: Mutex<Option<HashMap<usize, Weak<GraphInner>>>> = Mutex::new(None);
@@ -335,8 +335,29 @@ fn active() -> MutexGuard<'static, Option<HashMap<usize, Weak<GraphInner>>>> {
 /// there before the capture (such as a buffer's allocation) is done when the fence is.
 static BEFORE_CAPTURE: Mutex<Option<HashMap<usize, Arc<FenceEvent>>>> = Mutex::new(None);
 
+/// Counts a capture about to begin (operations take the locked path from now on) and waits until
+/// no operation that may have missed the count is still running. The caller holds no lock (an
+/// operation being waited for may need one). Undo with [`capture_not_begun`] until
+/// [`capture_starting`], with [`capture_over`] afterwards.
+pub(crate) fn capture_beginning() -> Result<()> {
+    CAPTURES.fetch_add(1, Ordering::SeqCst);
+    if !crate::stream::drain_quiet_operations() {
+        CAPTURES.fetch_sub(1, Ordering::SeqCst);
+        return Err(CudaError::InvalidArgument(
+            "a capture cannot begin: the process-wide memory barrier failed".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Undoes [`capture_beginning`] for a capture that did not reach [`capture_starting`].
+pub(crate) fn capture_not_begun() {
+    CAPTURES.fetch_sub(1, Ordering::SeqCst);
+}
+
 /// Registers a capture into `graph` about to begin on `stream`, after the work `before` follows
-/// (the caller holds the stream's capture lock for writing).
+/// (the caller holds the stream's capture lock for writing, and counted the capture with
+/// [`capture_beginning`]).
 pub(crate) fn capture_starting(graph: &Arc<GraphInner>, stream: driver::CUstream, before: Arc<FenceEvent>) {
     active()
         .get_or_insert_with(HashMap::new)
@@ -346,7 +367,6 @@ pub(crate) fn capture_starting(graph: &Arc<GraphInner>, stream: driver::CUstream
         .unwrap_or_else(|p| p.into_inner())
         .get_or_insert_with(HashMap::new)
         .insert(stream as usize, before);
-    CAPTURES.fetch_add(1, Ordering::SeqCst);
 }
 
 /// Unregisters a capture into `graph` on `stream` that ended (or never began).

@@ -1,6 +1,6 @@
 //! Graphs by stream capture: [`GraphBuilder`].
 
-use super::attach::{capture_info, capture_over, capture_starting, Capture};
+use super::attach::{capture_beginning, capture_info, capture_not_begun, capture_over, capture_starting, Capture};
 use super::definition::{
     add_conditional_node, embedding, host_params, ConditionalType, GraphCondition, GraphDefinition, GraphInner,
 };
@@ -185,15 +185,22 @@ impl GraphBuilder {
         };
         let context = self.stream.context_or_current()?;
         let before = Arc::new(context.fence()?);
+        // Operations on every stream take the locked path from now on (this waits, holding no
+        // lock, for those already on the quiet path).
+        capture_beginning()?;
         {
             // No operation is queued on the stream while the capture begins.
             let _exclusive = self.stream.capture_exclusive();
             // SAFETY: both handles are live; the stream is not capturing (its lock is held
             // exclusively): the fence follows what was queued before the capture.
-            unsafe { driver::cuEventRecord(before.handle(), self.stream.handle()) }.check("cuEventRecord")?;
+            let recorded =
+                unsafe { driver::cuEventRecord(before.handle(), self.stream.handle()) }.check("cuEventRecord");
             let mut reg = graph.lock();
             // A body graph whose conditional node was destroyed is gone.
-            graph.check_live(&reg)?;
+            if let Err(e) = recorded.and_then(|()| graph.check_live(&reg)) {
+                capture_not_begun();
+                return Err(e);
+            }
             capture_starting(&graph, self.stream.handle(), before);
             // SAFETY: the stream and graph are live (the graph's lock is held); no dependencies.
             let begun = unsafe {

@@ -208,6 +208,7 @@ impl Buffer {
     /// `size` bytes from `resource`, ordered on `stream`, which also becomes the deallocation
     /// stream. On a stream being captured, a resource that records a stream-ordered allocation
     /// gives graph memory (see the [module documentation](self)).
+    #[inline]
     pub fn allocate(resource: Arc<dyn MemoryResource>, size: usize, stream: &Stream) -> Result<Buffer> {
         let dealloc = Site::of(stream)?;
         stream.enqueue(move |capture| {
@@ -230,6 +231,7 @@ impl Buffer {
     }
 
     /// A buffer over `ptr` that `resource` frees (or, without one, nobody does).
+    #[inline]
     pub(crate) fn from_parts(
         ptr: driver::CUdeviceptr,
         size: usize,
@@ -270,6 +272,7 @@ impl Buffer {
     }
 
     /// The size in bytes.
+    #[inline]
     pub fn size(&self) -> usize {
         self.size
     }
@@ -483,6 +486,7 @@ impl Buffer {
         self.release()
     }
 
+    #[inline]
     fn release(&mut self) -> Result<()> {
         if let Some(g) = &self.graph {
             self.resource = None;

@@ -127,6 +127,7 @@ pub(crate) fn read_write_access(device: &Device) -> driver::CUmemAccessDesc {
 ///
 /// # Safety
 /// `ptr` came from a stream-ordered allocation and nothing uses it after that work.
+#[inline]
 pub(crate) unsafe fn free_async(ptr: driver::CUdeviceptr, stream: &Stream) -> Result<()> {
     use crate::error::Check;
     // SAFETY: forwarded to the caller.

@@ -43,6 +43,7 @@ impl Drop for Pool {
 }
 
 impl Pool {
+    #[inline]
     fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
         let mut ptr = 0;
         // SAFETY: the pool and stream are live; out-pointer to a local.
@@ -226,6 +227,7 @@ impl DeviceMemoryResource {
     }
 
     /// `size` bytes ordered on `stream`, freed on the same stream when the buffer goes.
+    #[inline]
     pub fn allocate(self: &Arc<Self>, size: usize, stream: &Stream) -> Result<Buffer> {
         Buffer::allocate(self.clone(), size, stream)
     }

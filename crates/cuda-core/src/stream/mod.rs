@@ -12,6 +12,7 @@
 //! capture registry); memory and graphs build on it.
 
 mod event;
+mod gate;
 mod host_fn;
 mod site;
 
@@ -19,9 +20,14 @@ pub use event::{Event, EventOptions, IpcEventDescriptor};
 pub(crate) use host_fn::{refuse_in_callback, run_as_callback};
 pub(crate) use site::{Fence, Site};
 
+/// See [`gate::drain`].
+pub(crate) fn drain_quiet_operations() -> bool {
+    gate::drain()
+}
+
 use crate::device::{Context, Device};
 use crate::error::{record_drop_error, Check};
-use crate::graph::attach::{with_capture, Capture};
+use crate::graph::attach::{with_capture, Capture, CAPTURES};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::fmt;
@@ -234,6 +240,10 @@ impl Stream {
     #[inline]
     pub(crate) fn enqueue<T>(&self, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
         refuse_in_callback()?;
+        // No capture runs anywhere: none can begin until this operation is done (see `gate`).
+        if let Some(_quiet) = gate::enter(&CAPTURES) {
+            return op(None);
+        }
         let _shared = self.inner.capture_lock.read().unwrap_or_else(|p| p.into_inner());
         with_capture(self.inner.handle, op)
     }
@@ -242,6 +252,10 @@ impl Stream {
     /// for an event recorded in one): exclusive of every other operation on the stream.
     pub(crate) fn enqueue_exclusive<T>(&self, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
         refuse_in_callback()?;
+        // No capture runs anywhere, and none begins before this is done: nothing can be joined.
+        if let Some(_quiet) = gate::enter(&CAPTURES) {
+            return op(None);
+        }
         let _exclusive = self.capture_exclusive();
         with_capture(self.inner.handle, op)
     }

@@ -38,6 +38,7 @@ pub(crate) enum Fence {
 
 impl Site {
     /// `stream` as the calling thread uses it now.
+    #[inline]
     pub(crate) fn of(stream: &Stream) -> Result<Site> {
         if !stream.is_default() {
             if stream.context().is_none() {
@@ -73,6 +74,7 @@ impl Site {
     }
 
     /// The stream.
+    #[inline]
     pub(crate) fn stream(&self) -> &Stream {
         &self.stream
     }

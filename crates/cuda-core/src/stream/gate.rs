@@ -1,0 +1,173 @@
+//! The quiet path: operations queued while no capture runs anywhere take no lock.
+//!
+//! An operation must not be split by a capture beginning on its stream (checked "not capturing",
+//! then recorded into a graph that does not hold what it uses). While captures run, every
+//! operation holds its stream's capture lock shared (see [`super::Stream::enqueue`]). While none
+//! runs, which is the common case, an operation only marks its thread as busy, checks that no
+//! capture runs, and unmarks it afterwards: plain stores and a load. Beginning a capture counts
+//! it first (so later operations take the locked path), then waits until every thread that
+//! might have missed the count has left its operation.
+//!
+//! That is a Dekker pattern: the operation stores its mark, then loads the count; the capture
+//! stores the count, then loads every mark. The operation's fence is a compiler fence when the
+//! kernel provides process-wide barriers (`membarrier`, issued by the capture, which is rare);
+//! otherwise both sides use full fences.
+
+use std::cell::Cell;
+use std::sync::atomic::{compiler_fence, fence, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// A thread's mark: how deep it is in operations on the quiet path.
+struct Slot {
+    depth: AtomicUsize,
+}
+
+/// Every thread's slot (slots of ended threads are reused, never freed).
+static SLOTS: Mutex<Vec<&'static Slot>> = Mutex::new(Vec::new());
+static FREE: Mutex<Vec<&'static Slot>> = Mutex::new(Vec::new());
+
+thread_local! {
+    static MINE: Cell<Option<&'static Slot>> = const { Cell::new(None) };
+    static RECYCLER: Recycler = const { Recycler };
+}
+
+/// Gives the thread's slot back when it ends.
+struct Recycler;
+
+impl Drop for Recycler {
+    fn drop(&mut self) {
+        let slot = MINE.try_with(|m| m.take()).ok().flatten();
+        if let Some(slot) = slot {
+            // depth is 0: a thread ends outside operations.
+            FREE.lock().unwrap_or_else(|p| p.into_inner()).push(slot);
+        }
+    }
+}
+
+#[inline]
+fn my_slot() -> Option<&'static Slot> {
+    match MINE.try_with(Cell::get) {
+        Ok(Some(slot)) => Some(slot),
+        Ok(None) => register(),
+        Err(_) => None, // the thread is ending: the locked path
+    }
+}
+
+#[cold]
+fn register() -> Option<&'static Slot> {
+    let reused = FREE.lock().unwrap_or_else(|p| p.into_inner()).pop();
+    let slot = match reused {
+        Some(s) => s,
+        None => {
+            let s: &'static Slot = Box::leak(Box::new(Slot {
+                depth: AtomicUsize::new(0),
+            }));
+            SLOTS.lock().unwrap_or_else(|p| p.into_inner()).push(s);
+            s
+        }
+    };
+    MINE.try_with(|m| m.set(Some(slot))).ok()?;
+    // Registers the destructor that recycles the slot (if the thread is already ending, the
+    // slot is simply not recycled).
+    let _ = RECYCLER.try_with(|_| ());
+    Some(slot)
+}
+
+/// Whether process-wide barriers are available (registered on first use).
+fn membarrier() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        #[cfg(target_os = "linux")]
+        {
+            const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+            // SAFETY: a syscall with plain integer arguments; registration affects only this
+            // process's later membarrier calls.
+            unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            false
+        }
+    })
+}
+
+/// The operation side's fence between storing its mark and loading the count.
+#[inline(always)]
+fn light_fence() {
+    if membarrier() {
+        compiler_fence(Ordering::SeqCst);
+    } else {
+        fence(Ordering::SeqCst);
+    }
+}
+
+/// The capture side's fence between storing the count and loading the marks: with membarrier,
+/// every thread of the process runs a full barrier before this returns. `false` if it failed.
+fn heavy_fence() -> bool {
+    if membarrier() {
+        #[cfg(target_os = "linux")]
+        {
+            const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+            // SAFETY: a syscall with plain integer arguments, after registration.
+            return unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0 };
+        }
+    }
+    fence(Ordering::SeqCst);
+    true
+}
+
+/// A thread inside an operation on the quiet path; unmarks it when dropped (also on a panic).
+pub(crate) struct Quiet {
+    slot: &'static Slot,
+    depth: usize,
+}
+
+impl Drop for Quiet {
+    #[inline]
+    fn drop(&mut self) {
+        self.slot.depth.store(self.depth, Ordering::Release);
+    }
+}
+
+/// Enters the quiet path if no capture runs (or is beginning) anywhere: `None` means take the
+/// locked path. `running` is the count of captures begun or beginning.
+#[inline]
+pub(crate) fn enter(running: &AtomicUsize) -> Option<Quiet> {
+    let slot = my_slot()?;
+    // Only this thread writes its slot: a load and a store, no read-modify-write.
+    let depth = slot.depth.load(Ordering::Relaxed);
+    slot.depth.store(depth + 1, Ordering::Relaxed);
+    light_fence();
+    let quiet = Quiet { slot, depth };
+    if running.load(Ordering::Relaxed) == 0 {
+        Some(quiet)
+    } else {
+        None
+    }
+}
+
+/// Called by a capture about to begin, after counting itself in `running`: waits until no
+/// other thread is in an operation that may have missed the count. `false` when the barrier
+/// failed (the capture must not begin then).
+pub(crate) fn drain() -> bool {
+    if !heavy_fence() {
+        return false;
+    }
+    let mine = MINE.try_with(Cell::get).ok().flatten();
+    let slots: Vec<&'static Slot> = SLOTS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for slot in slots {
+        if mine.is_some_and(|m| std::ptr::eq(m, slot)) {
+            continue;
+        }
+        let mut spins = 0u32;
+        while slot.depth.load(Ordering::Acquire) != 0 {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+    true
+}
