@@ -913,3 +913,61 @@ fn one_graph_launched_from_many_threads() {
     // Launches of one executable graph are ordered by the driver: 100 increments, no races.
     assert!(all_equal(&x, &s, 100));
 }
+
+// A capture begun inside an operation (here a memory resource's allocate) would let that
+// operation's driver calls slip into it unheld: it is refused, whichever stream it names.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_capture_cannot_begin_inside_a_stream_operation() {
+    struct Capturing {
+        inner: Arc<dyn MemoryResource>,
+        other: Stream,
+        outcome: Mutex<Option<String>>,
+    }
+    // SAFETY: every call is forwarded to a resource that keeps the contract.
+    unsafe impl MemoryResource for Capturing {
+        fn allocate(&self, size: usize, stream: &Stream) -> cuda_core::Result<cuda_sys::driver::CUdeviceptr> {
+            let begun = self.other.begin_capture(CaptureMode::Relaxed);
+            *self.outcome.lock().unwrap() = Some(match begun {
+                Ok(mut b) => {
+                    let _ = b.end_building();
+                    "began".into()
+                }
+                Err(e) => e.to_string(),
+            });
+            self.inner.allocate(size, stream)
+        }
+        unsafe fn deallocate(
+            &self,
+            ptr: cuda_sys::driver::CUdeviceptr,
+            size: usize,
+            stream: &Stream,
+        ) -> cuda_core::Result<()> {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.inner.deallocate(ptr, size, stream) }
+        }
+        fn is_device_accessible(&self) -> bool {
+            self.inner.is_device_accessible()
+        }
+        fn is_host_accessible(&self) -> bool {
+            self.inner.is_host_accessible()
+        }
+        fn device(&self) -> Option<Device> {
+            self.inner.device()
+        }
+    }
+    let (d, s) = setup();
+    let resource = Arc::new(Capturing {
+        inner: d.memory_resource().unwrap(),
+        other: d.create_stream(Default::default()).unwrap(),
+        outcome: Mutex::new(None),
+    });
+    let b = Buffer::allocate(resource.clone(), 256, &s).unwrap();
+    let outcome = resource.outcome.lock().unwrap().take().expect("allocate ran");
+    assert!(outcome.contains("inside an operation"), "{outcome}");
+    b.fill_u8(5, &s).unwrap();
+    assert!(all_equal(&b, &s, 5));
+    // Outside operations the same stream captures as usual.
+    let mut builder = resource.other.begin_capture(CaptureMode::Relaxed).unwrap();
+    builder.end_building().unwrap();
+}

@@ -335,30 +335,48 @@ fn active() -> MutexGuard<'static, Option<HashMap<usize, Weak<GraphInner>>>> {
 /// there before the capture (such as a buffer's allocation) is done when the fence is.
 static BEFORE_CAPTURE: Mutex<Option<HashMap<usize, Arc<FenceEvent>>>> = Mutex::new(None);
 
+/// A capture counted by [`capture_beginning`] that has not reached [`capture_starting`]: dropping
+/// it (on an error or a panic) takes the count back.
+pub(crate) struct Beginning(());
+
+impl Drop for Beginning {
+    fn drop(&mut self) {
+        CAPTURES.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Counts a capture about to begin (operations take the locked path from now on) and waits until
 /// no operation that may have missed the count is still running. The caller holds no lock (an
-/// operation being waited for may need one). Undo with [`capture_not_begun`] until
-/// [`capture_starting`], with [`capture_over`] afterwards.
-pub(crate) fn capture_beginning() -> Result<()> {
+/// operation being waited for may need one). The count is taken back when the returned value is
+/// dropped, or by [`capture_over`] once it was passed to [`capture_starting`].
+pub(crate) fn capture_beginning() -> Result<Beginning> {
+    if crate::stream::in_operation() {
+        // The operation already decided that no capture runs: it must end first.
+        return Err(CudaError::InvalidArgument(
+            "a capture cannot begin inside an operation on a stream (such as a memory resource's allocate or deallocate)".into(),
+        ));
+    }
     CAPTURES.fetch_add(1, Ordering::SeqCst);
+    let beginning = Beginning(());
     if !crate::stream::drain_quiet_operations() {
-        CAPTURES.fetch_sub(1, Ordering::SeqCst);
         return Err(CudaError::InvalidArgument(
             "a capture cannot begin: the process-wide memory barrier failed".into(),
         ));
     }
-    Ok(())
-}
-
-/// Undoes [`capture_beginning`] for a capture that did not reach [`capture_starting`].
-pub(crate) fn capture_not_begun() {
-    CAPTURES.fetch_sub(1, Ordering::SeqCst);
+    Ok(beginning)
 }
 
 /// Registers a capture into `graph` about to begin on `stream`, after the work `before` follows
 /// (the caller holds the stream's capture lock for writing, and counted the capture with
 /// [`capture_beginning`]).
-pub(crate) fn capture_starting(graph: &Arc<GraphInner>, stream: driver::CUstream, before: Arc<FenceEvent>) {
+pub(crate) fn capture_starting(
+    graph: &Arc<GraphInner>,
+    stream: driver::CUstream,
+    before: Arc<FenceEvent>,
+    beginning: Beginning,
+) {
+    // From here the count is taken back by `capture_over`.
+    std::mem::forget(beginning);
     active()
         .get_or_insert_with(HashMap::new)
         .insert(graph.handle as usize, Arc::downgrade(graph));

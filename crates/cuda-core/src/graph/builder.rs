@@ -1,6 +1,6 @@
 //! Graphs by stream capture: [`GraphBuilder`].
 
-use super::attach::{capture_beginning, capture_info, capture_not_begun, capture_over, capture_starting, Capture};
+use super::attach::{capture_beginning, capture_info, capture_over, capture_starting, Capture};
 use super::definition::{
     add_conditional_node, embedding, host_params, ConditionalType, GraphCondition, GraphDefinition, GraphInner,
 };
@@ -154,6 +154,11 @@ impl GraphBuilder {
     }
 
     /// Starts recording (`cuStreamBeginCaptureToGraph`).
+    ///
+    /// Beginning a capture waits until stream operations already running on other threads
+    /// have queued their work (usually microseconds; longer while one waits, such as a copy into
+    /// pageable host memory). An error inside an operation on a stream (from a
+    /// [`crate::MemoryResource`]'s `allocate`, say), and inside host functions.
     pub fn begin_building(&mut self, mode: CaptureMode) -> Result<&mut Self> {
         match (self.state, self.kind) {
             (State::Building, _) => {
@@ -187,7 +192,7 @@ impl GraphBuilder {
         let before = Arc::new(context.fence()?);
         // Operations on every stream take the locked path from now on (this waits, holding no
         // lock, for those already on the quiet path).
-        capture_beginning()?;
+        let beginning = capture_beginning()?;
         {
             // No operation is queued on the stream while the capture begins.
             let _exclusive = self.stream.capture_exclusive();
@@ -197,11 +202,8 @@ impl GraphBuilder {
                 unsafe { driver::cuEventRecord(before.handle(), self.stream.handle()) }.check("cuEventRecord");
             let mut reg = graph.lock();
             // A body graph whose conditional node was destroyed is gone.
-            if let Err(e) = recorded.and_then(|()| graph.check_live(&reg)) {
-                capture_not_begun();
-                return Err(e);
-            }
-            capture_starting(&graph, self.stream.handle(), before);
+            recorded.and_then(|()| graph.check_live(&reg))?;
+            capture_starting(&graph, self.stream.handle(), before, beginning);
             // SAFETY: the stream and graph are live (the graph's lock is held); no dependencies.
             let begun = unsafe {
                 driver::cuStreamBeginCaptureToGraph(

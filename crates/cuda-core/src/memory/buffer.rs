@@ -36,7 +36,14 @@ pub use bytemuck::Pod;
 
 /// Memory from a [`MemoryResource`], freed (stream-ordered, on its deallocation stream, after
 /// the work of every stream that used it) when dropped. It keeps its resource and its
-/// deallocation stream alive. See the [module documentation](self) for the rules.
+/// deallocation stream alive.
+///
+/// Any stream may use a buffer: the first time a stream other than the deallocation stream
+/// queues work on it, that stream waits for the allocation, and the free waits for every such
+/// stream. Work recorded into a graph is held by the graph: the memory is freed when the buffer
+/// and every graph holding it are gone. Graph memory (allocated by a capture) is usable only on
+/// its stream while that capture records, and the capture frees it. Frees that cannot be queued
+/// yet (their stream is being captured) are done on a thread of this crate when the capture ends.
 pub struct Buffer {
     ptr: driver::CUdeviceptr,
     size: usize,
@@ -146,7 +153,7 @@ impl Allocation {
                 return Ok(false);
             }
             for fence in &fences {
-                // SAFETY: both handles are live; the stream is not capturing (its lock is held).
+                // SAFETY: both handles are live; the stream is not capturing (inside its operation).
                 unsafe { driver::cuStreamWaitEvent(site.stream().handle(), fence.handle(), 0) }
                     .check("cuStreamWaitEvent")?;
             }
@@ -207,7 +214,7 @@ impl Drop for SharedAllocation {
 impl Buffer {
     /// `size` bytes from `resource`, ordered on `stream`, which also becomes the deallocation
     /// stream. On a stream being captured, a resource that records a stream-ordered allocation
-    /// gives graph memory (see the [module documentation](self)).
+    /// gives graph memory (see [`Buffer`]).
     #[inline]
     pub fn allocate(resource: Arc<dyn MemoryResource>, size: usize, stream: &Stream) -> Result<Buffer> {
         let dealloc = Site::of(stream)?;
@@ -520,7 +527,7 @@ impl Buffer {
                     }
                     // SAFETY: ptr came from this resource with this size and is freed once (the
                     // resource was taken); the only stream that used it is this one, not
-                    // capturing (its lock is held), so the free follows all that work.
+                    // capturing (inside its operation), so the free follows all that work.
                     unsafe { resource.deallocate(ptr, size, stream) }?;
                     Ok(true)
                 });

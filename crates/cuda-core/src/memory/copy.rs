@@ -6,7 +6,7 @@
 use super::buffer::{enqueue_using, Buffer, Pod};
 use crate::device::Device;
 use crate::error::Check;
-use crate::stream::Stream;
+use crate::stream::{relaxed_capture_mode, Stream};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 
@@ -18,57 +18,80 @@ fn address(ptr: driver::CUdeviceptr, offset: usize, what: &str) -> Result<driver
         .ok_or_else(|| CudaError::InvalidArgument(format!("{what}: offset {offset} overflows the address")))
 }
 
-/// Waits for a copy from or to a host slice queued on `stream`, so that the slice may be used
-/// again. When the synchronisation fails, the stream is still drained (polled until it has no
-/// work or reports an error, which stops its work) before the error is returned: the copy never
-/// outlives the borrow of the slice.
-fn wait_for_host_copy(stream: &Stream) -> Result<()> {
-    let synced = stream.sync();
-    if synced.is_err() {
-        loop {
-            // SAFETY: the stream is live.
-            let status = unsafe { driver::cuStreamQuery(stream.handle()) };
-            if status != driver::CUresult::CUDA_ERROR_NOT_READY {
-                break;
-            }
+/// Polls `done` until it reports anything but "not ready" (in relaxed capture mode, so that no
+/// capture elsewhere refuses it): a failed wait must still not return before the work is done
+/// or can no longer run (an error stops a context's work).
+fn poll_until_settled(done: impl Fn() -> driver::CUresult) {
+    relaxed_capture_mode(|| {
+        while done() == driver::CUresult::CUDA_ERROR_NOT_READY {
             std::thread::sleep(std::time::Duration::from_micros(50));
         }
-    }
-    synced
+    })
 }
 
 impl Buffer {
+    /// Queues `copy`, which reads or writes a host slice borrowed for the call, on `stream`, and
+    /// waits for it before returning, so that the slice may be used again at once. The copy is
+    /// refused on a stream being captured (`refusal` says why). The wait happens after the
+    /// operation (a capture beginning elsewhere does not wait for it), on a fence recorded after
+    /// the copy, in relaxed capture mode (a capture on another thread does not refuse it). When
+    /// a wait fails, the work is still polled until it is done or stopped by an error: the copy
+    /// never outlives the borrow of the slice.
+    fn copy_with_host(&self, stream: &Stream, refusal: &str, copy: impl FnOnce() -> Result<()>) -> Result<()> {
+        let fence = stream.context_or_current()?.fence()?;
+        enqueue_using(stream, &[self], |capture| {
+            if capture.is_some() {
+                return Err(CudaError::InvalidArgument(refusal.into()));
+            }
+            copy()?;
+            // SAFETY: both handles are live; the event belongs to the stream's context; the
+            // stream is not capturing (inside its operation).
+            let recorded = unsafe { driver::cuEventRecord(fence.handle(), stream.handle()) }.check("cuEventRecord");
+            if recorded.is_err() {
+                // SAFETY: the stream is live.
+                poll_until_settled(|| unsafe { driver::cuStreamQuery(stream.handle()) });
+            }
+            recorded
+        })?;
+        // SAFETY: the event is live and was recorded outside any capture.
+        let waited =
+            relaxed_capture_mode(|| unsafe { driver::cuEventSynchronize(fence.handle()) }).check("cuEventSynchronize");
+        if waited.is_err() {
+            // SAFETY: as above.
+            poll_until_settled(|| unsafe { driver::cuEventQuery(fence.handle()) });
+        }
+        waited
+    }
+
     /// Copies `src` into the start of the buffer, ordered on `stream`, and waits for the copy
     /// (so `src` may be reused at once). Not on a stream being captured (the graph would copy
     /// from `src` at every launch, long after this call).
     pub fn copy_from_host<T: Pod>(&self, src: &[T], stream: &Stream) -> Result<()> {
         let bytes = std::mem::size_of_val(src);
         self.check_fits(bytes, "copy_from_host")?;
-        enqueue_using(stream, &[self], |capture| {
-            if capture.is_some() {
-                return Err(CudaError::InvalidArgument(
-                    "copy_from_host waits for its copy, which a stream being captured never runs: copy before the capture, or from a buffer".into(),
-                ));
-            }
-            // SAFETY: src is live for the call and the copy is waited for before returning (the
-            // stream is not capturing: its lock is held). Host-accessible memory is copied with
-            // the direction inferred from the addresses (unified addressing).
-            unsafe {
-                if self.is_host_accessible() {
-                    driver::cuMemcpyAsync(
-                        self.handle(),
-                        src.as_ptr() as driver::CUdeviceptr,
-                        bytes,
-                        stream.handle(),
-                    )
-                    .check("cuMemcpyAsync")?;
-                } else {
-                    driver::cuMemcpyHtoDAsync(self.handle(), src.as_ptr().cast(), bytes, stream.handle())
-                        .check("cuMemcpyHtoDAsync")?;
+        self.copy_with_host(
+            stream,
+            "copy_from_host waits for its copy, which a stream being captured never runs: copy before the capture, or from a buffer",
+            || {
+                // SAFETY: src is live for the call and the copy is waited for before returning
+                // (`copy_with_host`). Host-accessible memory is copied with the direction
+                // inferred from the addresses (unified addressing).
+                unsafe {
+                    if self.is_host_accessible() {
+                        driver::cuMemcpyAsync(
+                            self.handle(),
+                            src.as_ptr() as driver::CUdeviceptr,
+                            bytes,
+                            stream.handle(),
+                        )
+                        .check("cuMemcpyAsync")
+                    } else {
+                        driver::cuMemcpyHtoDAsync(self.handle(), src.as_ptr().cast(), bytes, stream.handle())
+                            .check("cuMemcpyHtoDAsync")
+                    }
                 }
-            }
-            wait_for_host_copy(stream)
-        })
+            },
+        )
     }
 
     /// Copies the start of the buffer into `dst`, ordered on `stream`, and waits for the copy.
@@ -76,30 +99,24 @@ impl Buffer {
     pub fn copy_to_host<T: Pod>(&self, dst: &mut [T], stream: &Stream) -> Result<()> {
         let bytes = std::mem::size_of_val(dst);
         self.check_fits(bytes, "copy_to_host")?;
-        enqueue_using(stream, &[self], |capture| {
-            if capture.is_some() {
-                return Err(CudaError::InvalidArgument(
-                    "copy_to_host waits for its copy, which a stream being captured never runs: copy after the graph ran, into a host slice, from a stream that is not capturing".into(),
-                ));
-            }
-            // SAFETY: dst is live and exclusively borrowed for the call; the copy is waited for
-            // (the stream is not capturing: its lock is held).
-            unsafe {
-                if self.is_host_accessible() {
-                    driver::cuMemcpyAsync(
-                        dst.as_mut_ptr() as driver::CUdeviceptr,
-                        self.handle(),
-                        bytes,
-                        stream.handle(),
-                    )
-                    .check("cuMemcpyAsync")?;
-                } else {
-                    driver::cuMemcpyDtoHAsync(dst.as_mut_ptr().cast(), self.handle(), bytes, stream.handle())
-                        .check("cuMemcpyDtoHAsync")?;
+        let dst_ptr = dst.as_mut_ptr();
+        self.copy_with_host(
+            stream,
+            "copy_to_host waits for its copy, which a stream being captured never runs: copy after the graph ran, into a host slice, from a stream that is not capturing",
+            || {
+                // SAFETY: dst is live and exclusively borrowed for the call; the copy is waited
+                // for before returning (`copy_with_host`).
+                unsafe {
+                    if self.is_host_accessible() {
+                        driver::cuMemcpyAsync(dst_ptr as driver::CUdeviceptr, self.handle(), bytes, stream.handle())
+                            .check("cuMemcpyAsync")
+                    } else {
+                        driver::cuMemcpyDtoHAsync(dst_ptr.cast(), self.handle(), bytes, stream.handle())
+                            .check("cuMemcpyDtoHAsync")
+                    }
                 }
-            }
-            wait_for_host_copy(stream)
-        })
+            },
+        )
     }
 
     /// The buffer's contents as a vector of `T` (waits for the copy). An error, not an abort,

@@ -59,9 +59,11 @@ use cuda_sys::driver;
 ///   valid at once, or records a stream-ordered allocation on `stream` itself (graph memory,
 ///   which [`Buffer`] recognises and confines to that capture).
 /// - [`ipc_pool`](Self::ipc_pool) names the pool `allocate` takes memory from, if it names one.
-/// - `allocate` and `deallocate` are called while `stream`'s capture lock is held: they must not
-///   queue work on a stream through this crate's API (raw driver calls on the stream, and
-///   [`Stream::sync`], are fine).
+/// - `allocate` and `deallocate` are called inside an operation on `stream` (no capture begins or
+///   ends on it meanwhile, see [`Stream`]): they must not queue work on a stream, nor begin or
+///   end a capture, through this crate's API (raw driver calls on the stream, and
+///   [`Stream::sync`], are fine). They should not block for long: a capture beginning on any
+///   thread waits for them.
 ///
 /// Implementing it without `unsafe` does not compile:
 ///

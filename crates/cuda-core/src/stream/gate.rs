@@ -17,7 +17,9 @@ use std::cell::Cell;
 use std::sync::atomic::{compiler_fence, fence, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-/// A thread's mark: how deep it is in operations on the quiet path.
+/// A thread's mark: how deep it is in operations on the quiet path. One per cache line: every
+/// operation writes its thread's slot twice, which must not disturb other threads.
+#[repr(align(128))]
 struct Slot {
     depth: AtomicUsize,
 }
@@ -28,6 +30,11 @@ static FREE: Mutex<Vec<&'static Slot>> = Mutex::new(Vec::new());
 
 thread_local! {
     static MINE: Cell<Option<&'static Slot>> = const { Cell::new(None) };
+    /// Set when the thread's slot was given back: later operations (run by other thread-local
+    /// destructors) take the locked path instead of taking a slot that would never return.
+    static ENDED: Cell<bool> = const { Cell::new(false) };
+    /// How deep the thread is in operations on the locked path (only its own thread reads it).
+    static LOCKED: Cell<usize> = const { Cell::new(0) };
     static RECYCLER: Recycler = const { Recycler };
 }
 
@@ -36,6 +43,7 @@ struct Recycler;
 
 impl Drop for Recycler {
     fn drop(&mut self) {
+        let _ = ENDED.try_with(|e| e.set(true));
         let slot = MINE.try_with(|m| m.take()).ok().flatten();
         if let Some(slot) = slot {
             // depth is 0: a thread ends outside operations.
@@ -55,6 +63,9 @@ fn my_slot() -> Option<&'static Slot> {
 
 #[cold]
 fn register() -> Option<&'static Slot> {
+    if ENDED.try_with(Cell::get).unwrap_or(true) {
+        return None; // the thread is ending: the locked path
+    }
     let reused = FREE.lock().unwrap_or_else(|p| p.into_inner()).pop();
     let slot = match reused {
         Some(s) => s,
@@ -139,16 +150,43 @@ pub(crate) fn enter(running: &AtomicUsize) -> Option<Quiet> {
     slot.depth.store(depth + 1, Ordering::Relaxed);
     light_fence();
     let quiet = Quiet { slot, depth };
-    if running.load(Ordering::Relaxed) == 0 {
+    // Acquire: the driver calls of the operation follow the end of the last capture counted.
+    if running.load(Ordering::Acquire) == 0 {
         Some(quiet)
     } else {
         None
     }
 }
 
+/// A thread inside an operation on the locked path; unmarks it when dropped.
+pub(crate) struct Locked(());
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        let _ = LOCKED.try_with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
+/// Marks the calling thread as inside an operation on the locked path (for [`in_operation`]).
+pub(crate) fn enter_locked() -> Locked {
+    let _ = LOCKED.try_with(|d| d.set(d.get().saturating_add(1)));
+    Locked(())
+}
+
+/// Whether the calling thread is inside an operation (on either path).
+pub(crate) fn in_operation() -> bool {
+    let quiet = MINE
+        .try_with(Cell::get)
+        .ok()
+        .flatten()
+        .is_some_and(|slot| slot.depth.load(Ordering::Relaxed) != 0);
+    quiet || LOCKED.try_with(Cell::get).unwrap_or(0) != 0
+}
+
 /// Called by a capture about to begin, after counting itself in `running`: waits until no
 /// other thread is in an operation that may have missed the count. `false` when the barrier
-/// failed (the capture must not begin then).
+/// failed (the capture must not begin then). The caller is in no operation itself
+/// ([`in_operation`]) and holds no lock an operation may need.
 pub(crate) fn drain() -> bool {
     if !heavy_fence() {
         return false;
@@ -159,13 +197,17 @@ pub(crate) fn drain() -> bool {
         if mine.is_some_and(|m| std::ptr::eq(m, slot)) {
             continue;
         }
+        // Operations are short driver calls, but one may wait (a synchronous free): spin, then
+        // yield, then sleep.
         let mut spins = 0u32;
         while slot.depth.load(Ordering::Acquire) != 0 {
-            spins += 1;
+            spins = spins.saturating_add(1);
             if spins < 64 {
                 std::hint::spin_loop();
-            } else {
+            } else if spins < 1024 {
                 std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
             }
         }
     }

@@ -58,7 +58,7 @@ impl Stream {
                 return Err(CudaError::InvalidArgument("internal: the host function was queued twice".into()));
             };
             let data = Box::into_raw(Box::new(boxed));
-            // SAFETY: the stream is live and not capturing (its capture lock is held); the driver
+            // SAFETY: the stream is live and not capturing (inside its operation); the driver
             // calls the trampoline once with data.
             let status = unsafe { driver::cuLaunchHostFunc(self.handle(), Some(trampoline), data.cast()) };
             if let Err(e) = status.check("cuLaunchHostFunc") {

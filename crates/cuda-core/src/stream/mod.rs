@@ -1,12 +1,14 @@
 //! Streams, events and host functions: `Stream`, `StreamOptions`, `Event`, `EventOptions`,
 //! `IpcEventDescriptor`, and [`Site`], a stream as an operation used it.
 //!
-//! **Captures and operations.** Every operation this crate queues on a stream runs under the
-//! stream's capture lock ([`Stream::enqueue`]): shared by operations, exclusive for what begins,
-//! ends or joins a capture. So whether the stream is being captured into a graph cannot change
-//! between an operation's check and its enqueue, and captured work always hands the graph what
-//! it uses. The default streams are process-wide values, so every `Stream` naming one shares its
-//! lock.
+//! **Captures and operations.** Every operation this crate queues on a stream runs as one
+//! *operation* ([`Stream::enqueue`]): no capture begins, ends or is joined on the stream while it
+//! runs. While a capture runs anywhere, operations hold the stream's capture lock (shared by
+//! operations, exclusive for what begins, ends or joins a capture); while none runs they take the
+//! quiet path (`gate`), which a capture beginning waits for. So whether the stream is being
+//! captured into a graph cannot change between an operation's check and its enqueue, and captured
+//! work always hands the graph what it uses. The default streams are process-wide values, so
+//! every `Stream` naming one shares its lock.
 //!
 //! This module uses devices, contexts and the graph core ([`crate::graph`]'s attachments and
 //! capture registry); memory and graphs build on it.
@@ -23,6 +25,30 @@ pub(crate) use site::{Fence, Site};
 /// See [`gate::drain`].
 pub(crate) fn drain_quiet_operations() -> bool {
     gate::drain()
+}
+
+/// Runs `f` with the calling thread in relaxed capture mode: captures (global-mode ones on other
+/// threads, or this thread's own) do not refuse its waits. For waits on work recorded outside any
+/// capture only (such a wait never stalls a capture).
+pub(crate) fn relaxed_capture_mode<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(driver::CUstreamCaptureMode);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let mut mode = self.0;
+            // SAFETY: the mode is an in/out local; this only changes the calling thread's mode.
+            let _ = unsafe { driver::cuThreadExchangeStreamCaptureMode(&mut mode) };
+        }
+    }
+    let mut mode = driver::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: as above.
+    let exchanged = unsafe { driver::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    let _restore = (exchanged == driver::CUresult::CUDA_SUCCESS).then_some(Restore(mode));
+    f()
+}
+
+/// See [`gate::in_operation`].
+pub(crate) fn in_operation() -> bool {
+    gate::in_operation()
 }
 
 use crate::device::{Context, Device};
@@ -234,9 +260,11 @@ impl Stream {
         self.inner.context.as_ref().map(Context::device)
     }
 
-    /// Runs `op`, which queues work on this stream, with the stream's capture lock held shared:
-    /// no capture begins or ends on the stream meanwhile. `op` gets the capture the stream
-    /// records into (its graph locked), or `None`.
+    /// Runs `op`, which queues work on this stream, as one operation: no capture begins, ends or
+    /// is joined on the stream meanwhile (the stream's capture lock is held shared, or no capture
+    /// runs anywhere and none begins before `op` returns). `op` gets the capture the stream
+    /// records into (its graph locked), or `None`. `op` should not block: a capture beginning on
+    /// any thread waits for it.
     #[inline]
     pub(crate) fn enqueue<T>(&self, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
         refuse_in_callback()?;
@@ -245,6 +273,7 @@ impl Stream {
             return op(None);
         }
         let _shared = self.inner.capture_lock.read().unwrap_or_else(|p| p.into_inner());
+        let _mark = gate::enter_locked();
         with_capture(self.inner.handle, op)
     }
 
@@ -257,6 +286,7 @@ impl Stream {
             return op(None);
         }
         let _exclusive = self.capture_exclusive();
+        let _mark = gate::enter_locked();
         with_capture(self.inner.handle, op)
     }
 
@@ -316,7 +346,7 @@ impl Stream {
 
     /// Makes later work on this stream wait for `event` (waiting for an event recorded in a
     /// capture makes the stream join that capture: so this excludes every other operation on the
-    /// stream meanwhile, see [`enqueue_exclusive`](Self::enqueue_exclusive)).
+    /// stream meanwhile).
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         self.enqueue_exclusive(|_| {
             // SAFETY: both handles are live; a wait records no node using the event.

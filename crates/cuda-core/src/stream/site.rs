@@ -123,7 +123,7 @@ impl Site {
             if capture.is_some() {
                 return Ok(Fence::Capturing);
             }
-            // SAFETY: the stream is live and not capturing (its capture lock is held); the event
+            // SAFETY: the stream is live and not capturing (inside its operation); the event
             // belongs to the site's context.
             unsafe { driver::cuEventRecord(event.handle(), self.stream.handle()) }.check("cuEventRecord")?;
             Ok(Fence::Event(event))
