@@ -335,6 +335,20 @@ impl FileStreamProgramCache {
         }
     }
 
+    /// The entry file of `key`, if it is a regular file in a real shard folder: a link (or
+    /// anything else) is not an entry of ours, and is left alone.
+    fn existing_entry_file(&self, key: &[u8; 32]) -> Result<Option<PathBuf>> {
+        let Some(path) = self.existing_entry_path(key)? else {
+            return Ok(None);
+        };
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.is_file() => Ok(Some(path)),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io("cannot inspect", &path, e)),
+        }
+    }
+
     /// Every entry file, with its metadata: regular files of entry names in shard folders, none of
     /// them reached through a symbolic link.
     fn entries(&self) -> Result<Vec<(PathBuf, std::fs::Metadata)>> {
@@ -473,16 +487,10 @@ impl ProgramCache for FileStreamProgramCache {
     fn get(&self, key: &[u8; 32]) -> Result<Option<CacheEntry>> {
         use std::io::Read;
         use std::os::unix::fs::OpenOptionsExt;
-        let Some(path) = self.existing_entry_path(key)? else {
+        // A link or anything else is not an entry of ours: a miss, left alone.
+        let Some(path) = self.existing_entry_file(key)? else {
             return Ok(None);
         };
-        match std::fs::symlink_metadata(&path) {
-            Ok(meta) if meta.is_file() => {}
-            // A link or anything else is not an entry of ours: a miss, left alone.
-            Ok(_) => return Ok(None),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io("cannot inspect", &path, e)),
-        }
         // O_NOFOLLOW: should the file have become a link since, the open fails instead of
         // following it; O_NONBLOCK: nor does it wait on a FIFO.
         let opened = std::fs::File::options()
@@ -572,16 +580,10 @@ impl ProgramCache for FileStreamProgramCache {
     }
 
     fn remove(&self, key: &[u8; 32]) -> Result<bool> {
-        let Some(path) = self.existing_entry_path(key)? else {
+        // Only a regular file is an entry; a link (or anything else) is left alone.
+        let Some(path) = self.existing_entry_file(key)? else {
             return Ok(false);
         };
-        match std::fs::symlink_metadata(&path) {
-            // Only a regular file is an entry; a link (or anything else) is left alone.
-            Ok(meta) if meta.is_file() => {}
-            Ok(_) => return Ok(false),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(io("cannot inspect", &path, e)),
-        }
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),

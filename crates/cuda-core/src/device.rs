@@ -459,6 +459,22 @@ thread_local! {
     static CURRENT: CurrentStack = const { CurrentStack(RefCell::new(Vec::new())) };
 }
 
+/// Takes the top of the calling thread's stack of held contexts off when it is `top`; dropped
+/// after the stack is released (the drop may destroy a created context).
+fn unhold_top(is_top: impl Fn(&Context) -> bool) {
+    let popped = CURRENT
+        .try_with(|c| {
+            let mut stack = c.0.borrow_mut();
+            match stack.last() {
+                Some(top) if is_top(top) => stack.pop(),
+                _ => None,
+            }
+        })
+        .ok()
+        .flatten();
+    drop(popped);
+}
+
 /// An event of a context's fence pool, given back on drop.
 pub(crate) struct FenceEvent {
     context: Context,
@@ -645,17 +661,7 @@ impl Context {
         let mut ctx: driver::CUcontext = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         unsafe { driver::cuCtxPopCurrent(&mut ctx) }.check("cuCtxPopCurrent")?;
-        let popped = CURRENT
-            .try_with(|c| {
-                let mut stack = c.0.borrow_mut();
-                match stack.last() {
-                    Some(top) if top.inner.handle == ctx => stack.pop(),
-                    _ => None,
-                }
-            })
-            .ok()
-            .flatten();
-        drop(popped);
+        unhold_top(|top| top.inner.handle == ctx);
         Ok(ctx)
     }
 
@@ -727,17 +733,7 @@ impl Context {
         // context (see `Context::current`).
         let _ = CURRENT.try_with(|c| c.0.borrow_mut().push(self.clone()));
         let result = f();
-        let lent = CURRENT
-            .try_with(|c| {
-                let mut stack = c.0.borrow_mut();
-                match stack.last() {
-                    Some(top) if Arc::ptr_eq(&top.inner, &self.inner) => stack.pop(),
-                    _ => None,
-                }
-            })
-            .ok()
-            .flatten();
-        drop(lent);
+        unhold_top(|top| Arc::ptr_eq(&top.inner, &self.inner));
         // SAFETY: restoring what was current before (live: held above, or made current by raw
         // calls whose caller keeps it alive).
         let restored = unsafe { driver::cuCtxSetCurrent(previous) }.check("cuCtxSetCurrent");

@@ -2,7 +2,7 @@
 
 use crate::error::Check;
 use crate::object_code::{read_log, Code, CodeType, ObjectCode};
-use crate::program_options::{c_string, check_no_nul};
+use crate::program_options::{c_string, check_fields_no_nul};
 use crate::{CudaError, Result};
 use cuda_sys::{driver, nvjitlink};
 use serde::{Deserialize, Serialize};
@@ -110,20 +110,15 @@ impl LinkerOptions {
 
     /// Rejects values no linker accepts, and strings with a NUL byte (which no C string can hold).
     pub fn validate(&self) -> Result<()> {
-        for (what, value) in [("name", &self.name), ("arch", &self.arch)] {
-            if let Some(value) = value {
-                check_no_nul(value, &format!("LinkerOptions: {what}"))?;
-            }
-        }
-        for (what, values) in [
-            ("kernels_used entry", &self.kernels_used),
-            ("variables_used entry", &self.variables_used),
-            ("ptxas_options entry", &self.ptxas_options),
-        ] {
-            for value in values {
-                check_no_nul(value, &format!("LinkerOptions: {what}"))?;
-            }
-        }
+        check_fields_no_nul(
+            "LinkerOptions",
+            &[("name", &self.name), ("arch", &self.arch)],
+            &[
+                ("kernels_used entry", &self.kernels_used),
+                ("variables_used entry", &self.variables_used),
+                ("ptxas_options entry", &self.ptxas_options),
+            ],
+        )?;
         let bad = |m: String| Err(CudaError::InvalidArgument(format!("LinkerOptions: {m}")));
         if let Some(arch) = &self.arch {
             let digits = arch.strip_prefix("sm_").map(|d| d.trim_end_matches(['a', 'f']));
@@ -334,10 +329,8 @@ impl Linker {
             })?);
         }
         options.validate()?;
-        // Names and paths become C strings: check them all before any library call.
-        for input in inputs {
-            input_c_strings(input)?;
-        }
+        // Names and paths become C strings: made (and so checked) before any library call.
+        let c_strings: Vec<(CString, CString)> = inputs.iter().map(|i| input_c_strings(i)).collect::<Result<_>>()?;
         let name = options.name.clone().unwrap_or_else(|| "<default linker>".into());
         if backend == LinkerBackend::NvJitLink && nvjitlink_version().is_none() {
             return Err(CudaError::InvalidArgument(
@@ -384,8 +377,8 @@ impl Linker {
             info_log: String::new(),
             error_log: String::new(),
         };
-        for input in inputs {
-            linker.add(input)?;
+        for (input, (c_name, c_path)) in inputs.iter().zip(c_strings) {
+            linker.add(input, c_name, c_path)?;
         }
         Ok(linker)
     }
@@ -398,8 +391,8 @@ impl Linker {
         }
     }
 
-    fn add(&mut self, input: &ObjectCode) -> Result<()> {
-        let (name, path) = input_c_strings(input)?;
+    /// Adds `input`, whose name and file path (if any) are `name` and `path` as C strings.
+    fn add(&mut self, input: &ObjectCode, name: CString, path: CString) -> Result<()> {
         let status = match &mut self.handle {
             Handle::NvJitLink(h) => {
                 let kind = match input.code_type() {

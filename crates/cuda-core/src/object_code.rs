@@ -38,6 +38,11 @@ impl CodeType {
             CodeType::Library => "library",
         }
     }
+
+    /// Whether the driver's loader takes this kind (cubin, PTX, fatbin); the others are linked.
+    pub(crate) fn is_loadable(self) -> bool {
+        matches!(self, CodeType::Cubin | CodeType::Ptx | CodeType::Fatbin)
+    }
 }
 
 impl fmt::Display for CodeType {
@@ -95,10 +100,6 @@ impl Drop for LibraryHandle {
         if crate::reaper::in_callback() {
             // On a driver thread: unloaded on the release thread instead.
             crate::reaper::drop_later(Box::new(LibraryHandle(self.0)));
-            self.0 = std::ptr::null_mut();
-            return;
-        }
-        if self.0.is_null() {
             return;
         }
         // SAFETY: the handle came from cuLibraryLoad* and is unloaded exactly once, here; kernels
@@ -243,7 +244,7 @@ impl ObjectCode {
     /// code is loaded into the driver on the first call and kept loaded while this `ObjectCode`
     /// or any of its kernels lives.
     pub fn get_kernel(&self, name: &str) -> Result<Kernel> {
-        if !matches!(self.inner.code_type, CodeType::Cubin | CodeType::Ptx | CodeType::Fatbin) {
+        if !self.inner.code_type.is_loadable() {
             return Err(CudaError::InvalidArgument(format!(
                 "ObjectCode {:?}: kernels cannot be loaded from {} code; link it to a cubin first",
                 self.inner.name, self.inner.code_type
@@ -280,7 +281,7 @@ impl ObjectCode {
 
     fn library(&self) -> Result<driver::CUlibrary> {
         let code_type = self.inner.code_type;
-        if !matches!(code_type, CodeType::Cubin | CodeType::Ptx | CodeType::Fatbin) {
+        if !code_type.is_loadable() {
             return Err(CudaError::InvalidArgument(format!(
                 "ObjectCode {:?}: {code_type} code cannot be loaded into the driver; link it to a cubin first",
                 self.inner.name
@@ -296,10 +297,8 @@ impl ObjectCode {
         // check and the load (cuLibraryLoadFromFile would read the file again).
         let from_file;
         let image: &[u8] = match &self.inner.code {
-            Code::Bytes(bytes) => {
-                check_image(bytes, code_type, &self.inner.name)?;
-                bytes
-            }
+            // Checked by `prepare_image` when the ObjectCode was made (and immutable since).
+            Code::Bytes(bytes) => bytes,
             Code::File(path) => {
                 let bytes = std::fs::read(path).map_err(|e| {
                     CudaError::InvalidArgument(format!(
@@ -313,8 +312,8 @@ impl ObjectCode {
             }
         };
         let mut library: driver::CUlibrary = std::ptr::null_mut();
-        // SAFETY: cuInit takes flags only. `image` was checked by `check_image` (directly above,
-        // or inside `prepare_image`): every byte the driver reads to parse it (ELF headers and
+        // SAFETY: cuInit takes flags only. `image` was checked by `check_image` (inside
+        // `prepare_image`, at construction for bytes, above for a file): every byte the driver reads to parse it (ELF headers and
         // tables, sections, fatbin entries, PTX up to its NUL) lies inside the slice, which lives
         // across the call; the driver copies the image (CU_LIBRARY_BINARY_IS_PRESERVED is not
         // passed). No JIT or library options are passed.
@@ -472,7 +471,7 @@ fn prepare_image(mut bytes: Vec<u8>, code_type: CodeType, name: &str) -> Result<
     if code_type == CodeType::Ptx && bytes.last() != Some(&0) {
         bytes.push(0);
     }
-    if matches!(code_type, CodeType::Cubin | CodeType::Ptx | CodeType::Fatbin) {
+    if code_type.is_loadable() {
         check_image(&bytes, code_type, name)?;
     }
     Ok(bytes)

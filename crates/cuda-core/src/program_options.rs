@@ -32,6 +32,26 @@ pub(crate) fn check_no_nul(value: &str, what: &str) -> Result<()> {
     }
 }
 
+/// [`check_no_nul`] for the optional strings `singles` and every entry of the lists `lists`, each
+/// named as `{owner}: {name}`.
+pub(crate) fn check_fields_no_nul(
+    owner: &str,
+    singles: &[(&str, &Option<String>)],
+    lists: &[(&str, &Vec<String>)],
+) -> Result<()> {
+    for (what, value) in singles {
+        if let Some(value) = value {
+            check_no_nul(value, &format!("{owner}: {what}"))?;
+        }
+    }
+    for (what, values) in lists {
+        for value in values.iter() {
+            check_no_nul(value, &format!("{owner}: {what}"))?;
+        }
+    }
+    Ok(())
+}
+
 /// Options of a [`Program`](crate::Program), named as in `cuda.core`. Every field is optional;
 /// unset fields add no flag and leave the compiler's default.
 ///
@@ -362,35 +382,28 @@ impl ProgramOptions {
     /// Errors for the first string option (flag value, macro, path, module name) that contains a
     /// NUL byte, naming it.
     fn check_no_nul(&self) -> Result<()> {
-        let singles = [
-            ("name", &self.name),
-            ("arch", &self.arch),
-            ("std", &self.std),
-            ("optimization_info", &self.optimization_info),
-            ("time", &self.time),
-            ("fdevice_time_trace", &self.fdevice_time_trace),
-            ("frandom_seed", &self.frandom_seed),
-            ("ofast_compile", &self.ofast_compile),
-            ("create_pch", &self.create_pch),
-            ("use_pch", &self.use_pch),
-            ("pch_dir", &self.pch_dir),
-        ];
-        for (what, value) in singles {
-            if let Some(value) = value {
-                check_no_nul(value, &format!("ProgramOptions: {what}"))?;
-            }
-        }
-        let lists = [
-            ("ptxas_options entry", &self.ptxas_options),
-            ("undefine_macro entry", &self.undefine_macro),
-            ("include_path entry", &self.include_path),
-            ("pre_include entry", &self.pre_include),
-        ];
-        for (what, values) in lists {
-            for value in values {
-                check_no_nul(value, &format!("ProgramOptions: {what}"))?;
-            }
-        }
+        check_fields_no_nul(
+            "ProgramOptions",
+            &[
+                ("name", &self.name),
+                ("arch", &self.arch),
+                ("std", &self.std),
+                ("optimization_info", &self.optimization_info),
+                ("time", &self.time),
+                ("fdevice_time_trace", &self.fdevice_time_trace),
+                ("frandom_seed", &self.frandom_seed),
+                ("ofast_compile", &self.ofast_compile),
+                ("create_pch", &self.create_pch),
+                ("use_pch", &self.use_pch),
+                ("pch_dir", &self.pch_dir),
+            ],
+            &[
+                ("ptxas_options entry", &self.ptxas_options),
+                ("undefine_macro entry", &self.undefine_macro),
+                ("include_path entry", &self.include_path),
+                ("pre_include entry", &self.pre_include),
+            ],
+        )?;
         for (name, value) in &self.define_macro {
             check_no_nul(name, "ProgramOptions: define_macro name")?;
             if let Some(value) = value {

@@ -497,6 +497,32 @@ fn refuse_graph_memory(buffer: &Buffer, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Adds a node recording or waiting for `event`, which the graph holds.
+fn add_event_node(append: &Append<'_>, event: &Event, kind: EventNode) -> Result<GraphNode> {
+    append.add(
+        &[],
+        |h| h.hold(event.clone()),
+        |_, g, deps| {
+            let mut node = std::ptr::null_mut();
+            // SAFETY: graph, dependencies and event are live (the graph holds the event).
+            let (status, call) = unsafe {
+                match kind {
+                    EventNode::Record => (
+                        driver::cuGraphAddEventRecordNode(&mut node, g, deps.as_ptr(), deps.len(), event.handle()),
+                        "cuGraphAddEventRecordNode",
+                    ),
+                    EventNode::Wait => (
+                        driver::cuGraphAddEventWaitNode(&mut node, g, deps.as_ptr(), deps.len(), event.handle()),
+                        "cuGraphAddEventWaitNode",
+                    ),
+                }
+            };
+            status.check(call)?;
+            Ok(node)
+        },
+    )
+}
+
 /// Whether a capture records into a body of conditional node `node`, or of one nested in it.
 fn capturing_below(reg: &Registry, node: driver::CUgraphNode) -> bool {
     let mut pending: Vec<driver::CUgraph> = match reg.conditionals.get(&(node as usize)) {
@@ -672,10 +698,7 @@ macro_rules! node_adders {
                     let mut props = driver::CUmemPoolProps {
                         allocType: driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
                         location: match options.memory_type {
-                            GraphMemoryType::Device => crate::memory::location(
-                                driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                                device.device_id() as i32,
-                            ),
+                            GraphMemoryType::Device => crate::memory::device_location(&device),
                             GraphMemoryType::Host => {
                                 crate::memory::location(driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST, 0)
                             }
@@ -897,36 +920,12 @@ macro_rules! node_adders {
 
             /// A node recording `event` (held by the graph).
             pub fn record(&self, event: &Event) -> Result<GraphNode> {
-                self.append().add(
-                    &[],
-                    |h| h.hold(event.clone()),
-                    |_, g, deps| {
-                        let mut node = std::ptr::null_mut();
-                        // SAFETY: graph, dependencies and event are live (the graph holds the event).
-                        unsafe {
-                            driver::cuGraphAddEventRecordNode(&mut node, g, deps.as_ptr(), deps.len(), event.handle())
-                        }
-                        .check("cuGraphAddEventRecordNode")?;
-                        Ok(node)
-                    },
-                )
+                add_event_node(&self.append(), event, EventNode::Record)
             }
 
             /// A node waiting for `event` (held by the graph).
             pub fn wait(&self, event: &Event) -> Result<GraphNode> {
-                self.append().add(
-                    &[],
-                    |h| h.hold(event.clone()),
-                    |_, g, deps| {
-                        let mut node = std::ptr::null_mut();
-                        // SAFETY: graph, dependencies and event are live (the graph holds the event).
-                        unsafe {
-                            driver::cuGraphAddEventWaitNode(&mut node, g, deps.as_ptr(), deps.len(), event.handle())
-                        }
-                        .check("cuGraphAddEventWaitNode")?;
-                        Ok(node)
-                    },
-                )
+                add_event_node(&self.append(), event, EventNode::Wait)
             }
 
             /// A host node calling `f` on a driver thread at every launch (in graph order).

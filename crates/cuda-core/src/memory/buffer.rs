@@ -224,17 +224,29 @@ impl Buffer {
                 Some(capture) => graph_allocation(capture, stream, ptr)?,
                 None => None,
             };
-            Ok(Buffer {
-                ptr,
-                size,
-                resource: Some(resource),
-                dealloc,
-                uses: Mutex::new(Vec::new()),
-                shared: OnceLock::new(),
-                graph,
-                ready: OnceLock::new(),
-            })
+            Ok(Buffer::new(ptr, size, Some(resource), dealloc, graph))
         })
+    }
+
+    /// A buffer no stream other than `dealloc`'s and no graph has used yet.
+    #[inline]
+    fn new(
+        ptr: driver::CUdeviceptr,
+        size: usize,
+        resource: Option<Arc<dyn MemoryResource>>,
+        dealloc: Site,
+        graph: Option<GraphAllocation>,
+    ) -> Buffer {
+        Buffer {
+            ptr,
+            size,
+            resource,
+            dealloc,
+            uses: Mutex::new(Vec::new()),
+            shared: OnceLock::new(),
+            graph,
+            ready: OnceLock::new(),
+        }
     }
 
     /// A buffer over `ptr` that `resource` frees (or, without one, nobody does).
@@ -245,16 +257,7 @@ impl Buffer {
         resource: Option<Arc<dyn MemoryResource>>,
         stream: &Stream,
     ) -> Result<Buffer> {
-        Ok(Buffer {
-            ptr,
-            size,
-            resource,
-            dealloc: Site::of(stream)?,
-            uses: Mutex::new(Vec::new()),
-            shared: OnceLock::new(),
-            graph: None,
-            ready: OnceLock::new(),
-        })
+        Ok(Buffer::new(ptr, size, resource, Site::of(stream)?, None))
     }
 
     /// Wraps memory allocated elsewhere; it is never freed here.
@@ -355,13 +358,7 @@ impl Buffer {
         self.shared
             .get_or_init(|| {
                 Arc::new(SharedAllocation {
-                    allocation: Mutex::new(Some(Allocation {
-                        ptr: self.ptr,
-                        size: self.size,
-                        resource: self.resource.clone(),
-                        dealloc: self.dealloc.clone(),
-                        uses: Vec::new(),
-                    })),
+                    allocation: Mutex::new(Some(self.allocation(self.resource.clone(), Vec::new()))),
                 })
             })
             .clone()
@@ -538,14 +535,18 @@ impl Buffer {
                 }
             }
         }
+        self.allocation(Some(resource), uses).release()
+    }
+
+    /// What frees the memory through `resource`, on the deallocation stream after `uses`.
+    fn allocation(&self, resource: Option<Arc<dyn MemoryResource>>, uses: Vec<Site>) -> Allocation {
         Allocation {
             ptr: self.ptr,
             size: self.size,
-            resource: Some(resource),
+            resource,
             dealloc: self.dealloc.clone(),
             uses,
         }
-        .release()
     }
 
     pub(crate) fn check_fits(&self, bytes: usize, what: &str) -> Result<()> {

@@ -160,32 +160,32 @@ impl Buffer {
 
     /// Fills with a 2-byte pattern (the size must be a multiple of 2), ordered on `stream`.
     pub fn fill_u16(&self, value: u16, stream: &Stream) -> Result<()> {
-        if !self.size().is_multiple_of(2) {
-            return Err(CudaError::InvalidArgument(format!(
-                "fill_u16: {} bytes is not a multiple of 2",
-                self.size()
-            )));
-        }
+        let count = self.elements(2, "fill_u16")?;
         enqueue_using(stream, &[self], |_| {
-            // SAFETY: size / 2 elements of the buffer, alive until the fill is done.
-            unsafe { driver::cuMemsetD16Async(self.handle(), value, self.size() / 2, stream.handle()) }
-                .check("cuMemsetD16Async")
+            // SAFETY: count 2-byte elements of the buffer, alive until the fill is done.
+            unsafe { driver::cuMemsetD16Async(self.handle(), value, count, stream.handle()) }.check("cuMemsetD16Async")
         })
     }
 
     /// Fills with a 4-byte pattern (the size must be a multiple of 4), ordered on `stream`.
     pub fn fill_u32(&self, value: u32, stream: &Stream) -> Result<()> {
-        if !self.size().is_multiple_of(4) {
+        let count = self.elements(4, "fill_u32")?;
+        enqueue_using(stream, &[self], |_| {
+            // SAFETY: count 4-byte elements of the buffer, alive until the fill is done.
+            unsafe { driver::cuMemsetD32Async(self.handle(), value, count, stream.handle()) }.check("cuMemsetD32Async")
+        })
+    }
+
+    /// How many `element`-byte elements fill the buffer exactly; an error naming `what` when its
+    /// size is not a multiple of `element`.
+    fn elements(&self, element: usize, what: &str) -> Result<usize> {
+        if !self.size().is_multiple_of(element) {
             return Err(CudaError::InvalidArgument(format!(
-                "fill_u32: {} bytes is not a multiple of 4",
+                "{what}: {} bytes is not a multiple of {element}",
                 self.size()
             )));
         }
-        enqueue_using(stream, &[self], |_| {
-            // SAFETY: size / 4 elements of the buffer, alive until the fill is done.
-            unsafe { driver::cuMemsetD32Async(self.handle(), value, self.size() / 4, stream.handle()) }
-                .check("cuMemsetD32Async")
-        })
+        Ok(self.size() / element)
     }
 }
 

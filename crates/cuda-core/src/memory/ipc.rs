@@ -104,7 +104,7 @@ impl Buffer {
             .primary_context()?;
         context.with_current(|| {
             // SAFETY: the pool is live; the export data is opaque to us and checked by the driver.
-            unsafe { driver::cuMemPoolImportPointer(&mut ptr, pool.pool_handle(), &mut data) }
+            unsafe { driver::cuMemPoolImportPointer(&mut ptr, pool.handle(), &mut data) }
                 .check("cuMemPoolImportPointer")
         })?;
         if !pool.note_import(ptr) {

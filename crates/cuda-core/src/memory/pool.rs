@@ -1,6 +1,6 @@
 //! The driver's memory pools: [`DeviceMemoryResource`] and [`PinnedMemoryResource`].
 
-use super::{free_async, location, read_write_access, Buffer, MemoryResource};
+use super::{device_location, free_async, location, read_write_access, Buffer, MemoryResource};
 use crate::device::Device;
 use crate::error::{record_drop_error, Check};
 use crate::stream::Stream;
@@ -107,24 +107,30 @@ impl DeviceMemoryResource {
         // SAFETY: out-pointer to a local.
         unsafe { driver::cuDeviceGetDefaultMemPool(&mut handle, device.handle()) }
             .check("cuDeviceGetDefaultMemPool")?;
-        Ok(Arc::new(DeviceMemoryResource {
-            pool: Pool { handle, owned: false },
+        Ok(Arc::new(DeviceMemoryResource::wrap(
+            Pool { handle, owned: false },
+            device,
+            false,
+            false,
+        )))
+    }
+
+    fn wrap(pool: Pool, device: &Device, ipc: bool, imported: bool) -> DeviceMemoryResource {
+        DeviceMemoryResource {
+            pool,
             device: *device,
-            ipc: false,
-            imported: false,
+            ipc,
+            imported,
             exported: false.into(),
             imports: Mutex::default(),
-        }))
+        }
     }
 
     /// A new pool on `device`, destroyed when the resource and every buffer from it are gone.
     pub fn new(device: &Device, options: DeviceMemoryResourceOptions) -> Result<Arc<DeviceMemoryResource>> {
         let mut props = driver::CUmemPoolProps {
             allocType: driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
-            location: location(
-                driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                device.device_id() as i32,
-            ),
+            location: device_location(device),
             maxSize: options.max_size.unwrap_or(0),
             ..Default::default()
         };
@@ -134,14 +140,12 @@ impl DeviceMemoryResource {
         let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
         // SAFETY: props is fully initialised; out-pointer to a local.
         unsafe { driver::cuMemPoolCreate(&mut handle, &props) }.check("cuMemPoolCreate")?;
-        Ok(Arc::new(DeviceMemoryResource {
-            pool: Pool { handle, owned: true },
-            device: *device,
-            ipc: options.ipc_enabled,
-            imported: false,
-            exported: false.into(),
-            imports: Mutex::default(),
-        }))
+        Ok(Arc::new(DeviceMemoryResource::wrap(
+            Pool { handle, owned: true },
+            device,
+            options.ipc_enabled,
+            false,
+        )))
     }
 
     /// A file descriptor another process can open this pool with (the pool must be made with
@@ -194,14 +198,12 @@ impl DeviceMemoryResource {
         if let Some(existing) = map.get(&(handle as usize)).and_then(Weak::upgrade) {
             return Ok(existing);
         }
-        let resource = Arc::new(DeviceMemoryResource {
-            pool: Pool { handle, owned: true },
-            device: *device,
-            ipc: true,
-            imported: true,
-            exported: false.into(),
-            imports: Mutex::default(),
-        });
+        let resource = Arc::new(DeviceMemoryResource::wrap(
+            Pool { handle, owned: true },
+            device,
+            true,
+            true,
+        ));
         map.insert(handle as usize, Arc::downgrade(&resource));
         Ok(resource)
     }
@@ -220,10 +222,6 @@ impl DeviceMemoryResource {
     /// Forgets an import that did not become a buffer.
     pub(crate) fn forget_import(&self, ptr: driver::CUdeviceptr) {
         self.imports.lock().unwrap_or_else(|p| p.into_inner()).remove(&ptr);
-    }
-
-    pub(crate) fn pool_handle(&self) -> driver::CUmemoryPool {
-        self.pool.handle
     }
 
     /// `size` bytes ordered on `stream`, freed on the same stream when the buffer goes.
@@ -289,10 +287,7 @@ impl DeviceMemoryResource {
     /// Lets kernels on `peer` read and write this pool's memory.
     pub fn set_peer_access(&self, peer: &Device, enabled: bool) -> Result<()> {
         let desc = driver::CUmemAccessDesc {
-            location: location(
-                driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                peer.device_id() as i32,
-            ),
+            location: device_location(peer),
             flags: if enabled {
                 driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
             } else {

@@ -165,31 +165,37 @@ impl VirtualMemoryResource {
             ));
         }
         let new_size = self.round(new_size)?;
-        let old = buffer.handle();
         let mut allocations = self.allocations.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(mut allocation) = allocations.remove(&old) else {
+        let Some(mut allocation) = allocations.remove(&buffer.handle()) else {
             return Err(CudaError::InvalidArgument(
                 "grow: the buffer does not come from this resource".into(),
             ));
         };
+        let grown = self.grow_allocation(&mut allocation, buffer, new_size, stream);
+        // Whatever happened, the record goes back under the buffer's address (moved only when
+        // the buffer was).
+        allocations.insert(buffer.handle(), allocation);
+        grown
+    }
+
+    /// [`grow`](Self::grow) for `allocation`, taken out of the records: on an error it is left
+    /// as it was, and the buffer too.
+    fn grow_allocation(
+        &self,
+        allocation: &mut Allocation,
+        buffer: &mut Buffer,
+        new_size: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        let old = buffer.handle();
         let mapped: usize = allocation.chunks.iter().map(|c| c.size).sum();
         if new_size <= mapped {
-            allocations.insert(old, allocation);
             return Ok(());
         }
         // The memory may move: no stream may still have work on it (the buffer is borrowed
         // mutably, so nothing queues more meanwhile).
-        if let Err(e) = stream.sync().and_then(|()| buffer.synchronize_uses()) {
-            allocations.insert(old, allocation);
-            return Err(e);
-        }
-        let extra = match self.create_chunk(new_size - mapped) {
-            Ok(c) => c,
-            Err(e) => {
-                allocations.insert(old, allocation);
-                return Err(e);
-            }
-        };
+        stream.sync().and_then(|()| buffer.synchronize_uses())?;
+        let extra = self.create_chunk(new_size - mapped)?;
         let release_extra = |c: &Chunk| {
             // SAFETY: made above, mapped nowhere (any mapping of it was undone), released once.
             let _ = unsafe { driver::cuMemRelease(c.handle) };
@@ -200,19 +206,13 @@ impl VirtualMemoryResource {
         if let Some((end, t)) = tail {
             if t == end && allocation.reserved() == mapped {
                 if let Err(e) = self.map(t, std::slice::from_ref(&extra)) {
-                    // SAFETY: undoing the steps above: the tail was reserved and (partly) mapped
-                    // here, and nothing uses it.
-                    unsafe {
-                        let _ = driver::cuMemUnmap(t, new_size - mapped);
-                        let _ = driver::cuMemAddressFree(t, new_size - mapped);
-                    }
+                    // SAFETY: the tail was reserved and (partly) mapped here, and nothing uses it.
+                    unsafe { discard_range(t, new_size - mapped) };
                     release_extra(&extra);
-                    allocations.insert(old, allocation);
                     return Err(e);
                 }
                 allocation.reservations.push((t, new_size - mapped));
                 allocation.chunks.push(extra);
-                allocations.insert(old, allocation);
                 buffer.rebase(old, new_size);
                 return Ok(());
             }
@@ -225,37 +225,42 @@ impl VirtualMemoryResource {
             Ok(b) => b,
             Err(e) => {
                 release_extra(&extra);
-                allocations.insert(old, allocation);
                 return Err(e);
             }
         };
         let mut chunks = std::mem::take(&mut allocation.chunks);
         chunks.push(extra);
         if let Err(e) = self.map(base, &chunks) {
-            // SAFETY: undoing the steps above: the new range was reserved and (partly) mapped
-            // here, and nothing uses it; the old chunks stay mapped at the old range.
-            unsafe {
-                let _ = driver::cuMemUnmap(base, new_size);
-                let _ = driver::cuMemAddressFree(base, new_size);
-            }
+            // SAFETY: the new range was reserved and (partly) mapped here, and nothing uses it;
+            // the old chunks stay mapped at the old range.
+            unsafe { discard_range(base, new_size) };
             if let Some(c) = chunks.pop() {
                 release_extra(&c);
             }
             allocation.chunks = chunks;
-            allocations.insert(old, allocation);
             return Err(e);
         }
         let old_reservations = std::mem::replace(&mut allocation.reservations, vec![(base, new_size)]);
         let old_chunks = chunks.len() - 1;
         allocation.chunks = chunks;
         buffer.rebase(base, new_size);
-        let unmapped = self.unmap(old, &allocation.chunks[..old_chunks], &old_reservations);
-        allocations.insert(base, allocation);
-        if let Err(e) = unmapped {
+        if let Err(e) = self.unmap(old, &allocation.chunks[..old_chunks], &old_reservations) {
             // The buffer grew; only the old addresses could not all be given back.
             crate::error::record_drop_error(e);
         }
         Ok(())
+    }
+}
+
+/// Undoes a failed step: unmaps and frees `size` addresses at `base` (errors ignored).
+///
+/// # Safety
+/// The range was reserved by this resource, may be (partly) mapped, and nothing uses it.
+unsafe fn discard_range(base: driver::CUdeviceptr, size: usize) {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        let _ = driver::cuMemUnmap(base, size);
+        let _ = driver::cuMemAddressFree(base, size);
     }
 }
 
@@ -277,8 +282,7 @@ unsafe impl MemoryResource for VirtualMemoryResource {
         if let Err(e) = self.map(base, std::slice::from_ref(&chunk)) {
             // SAFETY: undoing the steps above; nothing else knows these handles.
             unsafe {
-                let _ = driver::cuMemUnmap(base, size);
-                let _ = driver::cuMemAddressFree(base, size);
+                discard_range(base, size);
                 let _ = driver::cuMemRelease(chunk.handle);
             }
             return Err(e);

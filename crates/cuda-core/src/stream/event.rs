@@ -87,6 +87,15 @@ unsafe impl Send for EventInner {}
 // SAFETY: as above.
 unsafe impl Sync for EventInner {}
 
+/// Destroys an event.
+///
+/// # Safety
+/// `handle` was made by cuEventCreate (or opened from IPC) and is destroyed once, here.
+unsafe fn destroy(handle: driver::CUevent) -> Result<()> {
+    // SAFETY: forwarded to the caller.
+    unsafe { driver::cuEventDestroy(handle) }.check("cuEventDestroy")
+}
+
 impl Drop for EventInner {
     fn drop(&mut self) {
         if self.handle.is_null() {
@@ -94,18 +103,18 @@ impl Drop for EventInner {
         }
         if crate::reaper::in_callback() {
             // On a driver thread: destroyed on the release thread instead.
-            let handle = crate::reaper::SendHandle(std::mem::replace(&mut self.handle, std::ptr::null_mut()));
+            let handle = crate::reaper::SendHandle(self.handle);
             crate::reaper::run_later(move || {
                 let handle = handle;
-                // SAFETY: made by cuEventCreate (or opened from IPC), destroyed once, here.
-                if let Err(e) = unsafe { driver::cuEventDestroy(handle.0) }.check("cuEventDestroy") {
+                // SAFETY: this inner's handle, handed over here and destroyed nowhere else.
+                if let Err(e) = unsafe { destroy(handle.0) } {
                     record_drop_error(e);
                 }
             });
             return;
         }
-        // SAFETY: made by cuEventCreate, destroyed once.
-        if let Err(e) = unsafe { driver::cuEventDestroy(self.handle) }.check("cuEventDestroy") {
+        // SAFETY: the inner's own handle, destroyed once.
+        if let Err(e) = unsafe { destroy(self.handle) } {
             record_drop_error(e);
         }
     }
@@ -208,9 +217,9 @@ impl Event {
         match Arc::try_unwrap(self.inner) {
             Ok(mut inner) => {
                 let handle = std::mem::replace(&mut inner.handle, std::ptr::null_mut());
-                // SAFETY: made by cuEventCreate (or opened from IPC) and destroyed once: the
-                // nulled handle tells Drop there is nothing left to destroy.
-                unsafe { driver::cuEventDestroy(handle) }.check("cuEventDestroy")
+                // SAFETY: destroyed once: the nulled handle tells Drop there is nothing left to
+                // destroy.
+                unsafe { destroy(handle) }
             }
             Err(_) => Ok(()),
         }

@@ -19,13 +19,17 @@ mod host_fn;
 mod site;
 
 pub use event::{Event, EventOptions, IpcEventDescriptor};
+pub(crate) use gate::{drain as drain_quiet_operations, in_operation};
 pub(crate) use host_fn::{refuse_in_callback, run_as_callback};
 pub(crate) use site::{Fence, Site};
 
-/// See [`gate::drain`].
-pub(crate) fn drain_quiet_operations() -> bool {
-    gate::drain()
-}
+use crate::device::{Context, Device};
+use crate::error::{record_drop_error, Check};
+use crate::graph::attach::{with_capture, Capture, CAPTURES};
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::fmt;
+use std::sync::{Arc, OnceLock, RwLock, RwLockWriteGuard};
 
 /// Runs `f` with the calling thread in relaxed capture mode: captures (global-mode ones on other
 /// threads, or this thread's own) do not refuse its waits. For waits on work recorded outside any
@@ -45,19 +49,6 @@ pub(crate) fn relaxed_capture_mode<T>(f: impl FnOnce() -> T) -> T {
     let _restore = (exchanged == driver::CUresult::CUDA_SUCCESS).then_some(Restore(mode));
     f()
 }
-
-/// See [`gate::in_operation`].
-pub(crate) fn in_operation() -> bool {
-    gate::in_operation()
-}
-
-use crate::device::{Context, Device};
-use crate::error::{record_drop_error, Check};
-use crate::graph::attach::{with_capture, Capture, CAPTURES};
-use crate::{CudaError, Result};
-use cuda_sys::driver;
-use std::fmt;
-use std::sync::{Arc, OnceLock, RwLock, RwLockWriteGuard};
 
 /// Options of a new [`Stream`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -230,8 +221,9 @@ impl Stream {
     pub fn close(self) -> Result<()> {
         match Arc::try_unwrap(self.inner) {
             Ok(mut inner) if inner.owned => {
-                inner.owned = false; // destroyed here, not again in Drop
-                                     // SAFETY: made by cuStreamCreateWithPriority, destroyed once.
+                // Destroyed here, not again in Drop.
+                inner.owned = false;
+                // SAFETY: made by cuStreamCreateWithPriority, destroyed once.
                 unsafe { driver::cuStreamDestroy(inner.handle) }.check("cuStreamDestroy")
             }
             _ => Ok(()),
@@ -267,25 +259,29 @@ impl Stream {
     /// any thread waits for it.
     #[inline]
     pub(crate) fn enqueue<T>(&self, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
-        refuse_in_callback()?;
-        // No capture runs anywhere: none can begin until this operation is done (see `gate`).
-        if let Some(_quiet) = gate::enter(&CAPTURES) {
-            return op(None);
-        }
-        let _shared = self.inner.capture_lock.read().unwrap_or_else(|p| p.into_inner());
-        let _mark = gate::enter_locked();
-        with_capture(self.inner.handle, op)
+        self.operation(false, op)
     }
 
     /// [`enqueue`](Self::enqueue) for operations that may make the stream join a capture (waiting
     /// for an event recorded in one): exclusive of every other operation on the stream.
     pub(crate) fn enqueue_exclusive<T>(&self, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
+        self.operation(true, op)
+    }
+
+    #[inline]
+    fn operation<T>(&self, exclusive: bool, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
         refuse_in_callback()?;
-        // No capture runs anywhere, and none begins before this is done: nothing can be joined.
+        // No capture runs anywhere, and none begins before this is done (see `gate`): nothing
+        // is recorded, and nothing can be joined.
         if let Some(_quiet) = gate::enter(&CAPTURES) {
             return op(None);
         }
-        let _exclusive = self.capture_exclusive();
+        let (_shared, _exclusive);
+        if exclusive {
+            _exclusive = self.capture_exclusive();
+        } else {
+            _shared = self.inner.capture_lock.read().unwrap_or_else(|p| p.into_inner());
+        }
         let _mark = gate::enter_locked();
         with_capture(self.inner.handle, op)
     }
