@@ -185,7 +185,7 @@ pub fn run(args: &[String]) -> Result {
     ));
     outputs.insert(out_dir.join("mod.rs"), mod_rs);
     outputs.insert(
-        util::root().join("crates/cuda-core/src/generated/device_properties.rs"),
+        util::root().join("crates/cuda-core/src/device/generated_properties.rs"),
         device_properties(&device_attributes)?,
     );
 

@@ -21,39 +21,31 @@
 // The derive names `::cuda_core`; make that path work inside this crate too.
 extern crate self as cuda_core;
 
-mod cache;
+mod compile;
 mod device;
-pub mod dlpack;
 mod error;
 pub mod graph;
-pub mod ipc;
-#[rustfmt::skip]
-#[path = "generated/device_properties.rs"]
-mod device_properties;
 mod launch;
-mod linker;
 mod memory;
-mod object_code;
-mod program;
-mod program_options;
 mod reaper;
 mod stream;
 pub mod system;
 
-pub use cache::{CacheEntry, FileStreamProgramCache, InMemoryProgramCache, ProgramCache};
+pub use compile::{
+    CacheEntry, Code, CodeType, FileStreamProgramCache, InMemoryProgramCache, Kernel, Linker, LinkerBackend,
+    LinkerOptions, ObjectCode, ParamInfo, PchStatus, Program, ProgramCache, ProgramOptions, SourceType,
+};
 pub use cuda_core_derive::DeviceRepr;
 pub use device::{device_count, ComputeCapability, Context, ContextFlags, Device, DeviceProperties};
 pub use error::{take_drop_errors, CudaError, Result};
 pub use launch::{launch, DeviceRepr, Dim3, KernelArgs, LaunchConfig, MaxPotentialBlockSize, TypedKernel};
-pub use linker::{Linker, LinkerBackend, LinkerOptions};
+pub use memory::dlpack;
+pub use memory::ipc::fd as ipc;
 pub use memory::{
     Buffer, BufferView, DeviceMemoryResource, DeviceMemoryResourceOptions, GraphMemoryResource, HostAllocFlags,
     IpcBufferDescriptor, LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryLocation, MemoryResource,
     PinnedMemoryResource, Pod, Region2D, Region3D, VirtualMemoryResource, VirtualMemoryResourceOptions,
 };
-pub use object_code::{Code, CodeType, Kernel, ObjectCode, ParamInfo};
-pub use program::{PchStatus, Program, SourceType};
-pub use program_options::ProgramOptions;
 pub use stream::{Event, EventOptions, IpcEventDescriptor, Stream, StreamOptions};
 
 #[cfg(test)]

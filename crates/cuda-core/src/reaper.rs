@@ -11,7 +11,7 @@
 //! This module uses only the error module and the raw bindings: every other module may use it.
 
 use crate::error::record_drop_error;
-use crate::CudaError;
+use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::any::Any;
 use std::cell::Cell;
@@ -29,6 +29,20 @@ thread_local! {
 #[inline]
 pub(crate) fn in_callback() -> bool {
     IN_CALLBACK.try_with(Cell::get).unwrap_or(false)
+}
+
+/// An error when the calling thread is running a host function or graph callback: CUDA must not
+/// be called there (the driver may deadlock or fail), so the operation is refused instead.
+#[inline]
+pub(crate) fn refuse_in_callback() -> Result<()> {
+    if in_callback() {
+        return Err(CudaError::InvalidArgument(
+            "CUDA must not be called from a host function or graph callback (it runs on a driver thread): \
+             queue the work from another thread"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Runs `f` as a callback of the driver: panics are caught (never unwind into the driver) and

@@ -1,12 +1,12 @@
 //! Graphs by stream capture: [`GraphBuilder`].
 
-use super::attach::{capture_beginning, capture_info, capture_over, capture_starting, Capture};
 use super::definition::{
     add_conditional_node, embedding, host_params, ConditionalType, GraphCondition, GraphDefinition, GraphInner,
 };
 use super::exec::{Graph, GraphCompleteOptions};
 use crate::device::{Context, Device};
 use crate::error::{record_drop_error, Check};
+use crate::stream::capture::{capture_beginning, capture_info, capture_over, capture_starting, Capture};
 use crate::stream::{EventOptions, Stream, StreamOptions};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
@@ -178,7 +178,7 @@ impl GraphBuilder {
             }
             _ => {}
         }
-        crate::stream::refuse_in_callback()?;
+        crate::reaper::refuse_in_callback()?;
         let graph = match &self.graph {
             Some(g) => g.clone(),
             None => {
@@ -254,7 +254,7 @@ impl GraphBuilder {
                 "a builder made by split ends with its parent: join it (GraphBuilder::join) and end that".into(),
             ));
         }
-        crate::stream::refuse_in_callback()?;
+        crate::reaper::refuse_in_callback()?;
         match self.end_capture() {
             Ok(()) => {
                 self.state = State::Ended;

@@ -1,6 +1,5 @@
 //! Executable graphs: [`Graph`], its instantiation options and per-node updates.
 
-use super::attach::Registry;
 use super::definition::{
     check_host_node, event_node, host_params, memset_params_with, node_type, with_kernel_args, EventNode,
     GraphDefinition, GraphNode, MemsetValue,
@@ -8,6 +7,7 @@ use super::definition::{
 use crate::device::{Context, FenceEvent};
 use crate::error::{record_drop_error, Check};
 use crate::launch::KernelArgs;
+use crate::stream::graph_core::Registry;
 use crate::stream::{Event, Fence, Site, Stream};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
@@ -355,7 +355,7 @@ impl Graph {
 
     /// Uploads the graph to the device ahead of its first launch.
     pub fn upload(&self, stream: &Stream) -> Result<()> {
-        crate::stream::refuse_in_callback()?;
+        crate::reaper::refuse_in_callback()?;
         let _one_call = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: both handles are live; calls on the executable are serialised.
         unsafe { driver::cuGraphUpload(self.handle, stream.handle()) }.check("cuGraphUpload")
@@ -448,7 +448,7 @@ impl Graph {
                 "the node is not a node of the definition this graph was instantiated from".into(),
             ));
         }
-        crate::stream::refuse_in_callback()?;
+        crate::reaper::refuse_in_callback()?;
         let exec = self.handle;
         // Calls on the executable are serialised (node handles under the definition's lock).
         let _one_call = self.calls.lock().unwrap_or_else(|p| p.into_inner());

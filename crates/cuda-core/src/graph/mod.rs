@@ -18,8 +18,13 @@
 //! thread releases it (the driver's own thread must not call CUDA). Kernel arguments are raw
 //! values: nodes that take them are `unsafe`, and [`GraphDefinition::keep_alive`] /
 //! [`GraphBuilder::keep_alive`] tie the memory they point to to the graph.
+//!
+//! **Layout.** `builder` ([`GraphBuilder`]: captures), `definition` ([`GraphDefinition`],
+//! [`GraphNode`]: explicit graphs, split by node kind), `exec` ([`Graph`]: instantiated graphs,
+//! launches, updates). Graphs are the top layer: they use devices, streams (and the graph core
+//! and capture registry of `crate::stream`), memory, launches and compiled kernels; nothing
+//! below imports them. `Device::create_graph_builder` and `Stream::capture_graph` are defined here.
 
-pub(crate) mod attach;
 mod builder;
 mod definition;
 mod exec;

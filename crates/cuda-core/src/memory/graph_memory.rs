@@ -82,7 +82,7 @@ impl GraphMemoryResource {
 // memory of `device`.
 unsafe impl MemoryResource for GraphMemoryResource {
     fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
-        if crate::graph::attach::capture_info(stream.handle())?.is_none() {
+        if crate::stream::capture::capture_info(stream.handle())?.is_none() {
             return Err(CudaError::InvalidArgument(
                 "GraphMemoryResource allocates only on a stream being captured into a graph (a GraphBuilder's stream)"
                     .into(),

@@ -9,14 +9,18 @@
 //!   managed-memory operations;
 //! - `graph_memory`: [`GraphMemoryResource`];
 //! - `vmm`: [`VirtualMemoryResource`];
-//! - `ipc`: [`IpcBufferDescriptor`] and buffers shared between processes.
+//! - `ipc`: [`IpcBufferDescriptor`] and buffers shared between processes; `ipc::fd` passes file
+//!   descriptors between processes (public as [`crate::ipc`]);
+//! - `dlpack`: DLPack export and import of buffers (public as [`crate::dlpack`]).
 //!
-//! Memory uses devices, streams and the graph core; graphs build on it.
+//! Memory uses devices and streams (with the capture registry and graph core of
+//! [`crate::stream`]); launches do not use it, and graphs build on it.
 
 mod buffer;
 mod copy;
+pub mod dlpack;
 mod graph_memory;
-mod ipc;
+pub(crate) mod ipc;
 mod legacy_pinned;
 mod managed;
 mod pool;

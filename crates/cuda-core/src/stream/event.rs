@@ -1,6 +1,6 @@
 //! `Event`, `EventOptions` and `IpcEventDescriptor`.
 
-use crate::device::Context;
+use crate::device::{Context, Device};
 use crate::error::{record_drop_error, Check};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
@@ -260,6 +260,20 @@ impl Event {
         unsafe { driver::cuEventElapsedTime(&mut ms, start.inner.handle, self.inner.handle) }
             .check("cuEventElapsedTime")?;
         Ok(ms)
+    }
+}
+
+impl Device {
+    /// A new event in the device's primary context.
+    pub fn create_event(&self, options: EventOptions) -> Result<Event> {
+        Event::new(&self.primary_context()?, options)
+    }
+}
+
+impl Context {
+    /// A new event in this context.
+    pub fn create_event(&self, options: EventOptions) -> Result<Event> {
+        Event::new(self, options)
     }
 }
 

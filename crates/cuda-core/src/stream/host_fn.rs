@@ -1,27 +1,11 @@
-//! Host functions queued on a stream ([`Stream::launch_host_func`]), and the guard that keeps
-//! CUDA calls off the driver's callback threads.
+//! Host functions queued on a stream ([`Stream::launch_host_func`]).
 
 use super::Stream;
 use crate::error::Check;
+use crate::reaper::run_as_callback;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::ffi::c_void;
-
-/// An error when the calling thread is running a host function or graph callback: CUDA must not
-/// be called there (the driver may deadlock or fail), so the operation is refused instead.
-#[inline]
-pub(crate) fn refuse_in_callback() -> Result<()> {
-    if crate::reaper::in_callback() {
-        return Err(CudaError::InvalidArgument(
-            "CUDA must not be called from a host function or graph callback (it runs on a driver thread): \
-             queue the work from another thread"
-                .into(),
-        ));
-    }
-    Ok(())
-}
-
-pub(crate) use crate::reaper::run_as_callback;
 
 type HostFn = Box<dyn FnMut() + Send + 'static>;
 

@@ -1,6 +1,14 @@
 //! Streams, events and host functions: `Stream`, `StreamOptions`, `Event`, `EventOptions`,
 //! `IpcEventDescriptor`, and [`Site`], a stream as an operation used it.
 //!
+//! - here: [`Stream`] and what every operation goes through ([`Stream::enqueue`]);
+//! - `event`: [`Event`], its options and IPC descriptors; `host_fn`: host functions;
+//! - `gate`: the quiet path operations take while no capture runs anywhere;
+//! - `capture`: the registry of captures in progress, and the view an operation gets of the one
+//!   its stream is in; `graph_core`: the part of a graph that captured work attaches values to
+//!   (the public graph types in [`crate::graph`] are built on it);
+//! - `site`: [`Site`] and [`Fence`], which order one stream after another across threads.
+//!
 //! **Captures and operations.** Every operation this crate queues on a stream runs as one
 //! *operation* ([`Stream::enqueue`]): no capture begins, ends or is joined on the stream while it
 //! runs. While a capture runs anywhere, operations hold the stream's capture lock (shared by
@@ -10,23 +18,24 @@
 //! work always hands the graph what it uses. The default streams are process-wide values, so
 //! every `Stream` naming one shares its lock.
 //!
-//! This module uses devices, contexts and the graph core ([`crate::graph`]'s attachments and
-//! capture registry); memory and graphs build on it.
+//! Streams use devices, contexts and the release thread only; memory, launches and graphs build
+//! on them. `Device::create_stream` and `Device::create_event` are defined here.
 
+pub(crate) mod capture;
 mod event;
 mod gate;
+pub(crate) mod graph_core;
 mod host_fn;
 mod site;
 
+use crate::reaper::refuse_in_callback;
 pub use event::{Event, EventOptions, IpcEventDescriptor};
-pub(crate) use gate::{drain as drain_quiet_operations, in_operation};
-pub(crate) use host_fn::{refuse_in_callback, run_as_callback};
 pub(crate) use site::{Fence, Site};
 
 use crate::device::{Context, Device};
 use crate::error::{record_drop_error, Check};
-use crate::graph::attach::{with_capture, Capture, CAPTURES};
 use crate::{CudaError, Result};
+use capture::{with_capture, Capture, CAPTURES};
 use cuda_sys::driver;
 use std::fmt;
 use std::sync::{Arc, OnceLock, RwLock, RwLockWriteGuard};
@@ -362,6 +371,20 @@ impl Stream {
             // SAFETY: both handles are live; the wait keeps what the event captured when queued.
             unsafe { driver::cuStreamWaitEvent(self.inner.handle, fence.handle(), 0) }.check("cuStreamWaitEvent")
         })
+    }
+}
+
+impl Device {
+    /// A new stream in the device's primary context.
+    pub fn create_stream(&self, options: StreamOptions) -> Result<Stream> {
+        Stream::new(&self.primary_context()?, options)
+    }
+}
+
+impl Context {
+    /// A new stream in this context.
+    pub fn create_stream(&self, options: StreamOptions) -> Result<Stream> {
+        Stream::new(self, options)
     }
 }
 

@@ -5,10 +5,10 @@
 //! something after it later (a buffer's free, the release of what a graph's launches use), keeps
 //! a `Site`: the stream with the context, and for the per-thread stream the thread, it meant.
 
+use super::capture::Capture;
 use super::Stream;
 use crate::device::{Context, FenceEvent};
 use crate::error::Check;
-use crate::graph::attach::Capture;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::thread::ThreadId;

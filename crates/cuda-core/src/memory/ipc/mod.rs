@@ -2,6 +2,8 @@
 //! [`Buffer::from_ipc_descriptor`]. What arrives from another process is checked against what
 //! the driver says it mapped before any bound check relies on it.
 
+pub mod fd;
+
 use super::{Buffer, DeviceMemoryResource, MemoryResource};
 use crate::error::Check;
 use crate::stream::Stream;

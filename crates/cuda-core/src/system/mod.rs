@@ -3,6 +3,9 @@
 //! The user-mode driver version comes from the CUDA driver (`cuDriverGetVersion`); the rest
 //! comes from NVML, which is initialised on first use and stays initialised for the process.
 //! None of these need a CUDA context.
+//!
+//! The system layer uses the error type only (driver and NVML bindings directly): every other
+//! folder may use it.
 
 use crate::error::Check;
 use crate::Result;

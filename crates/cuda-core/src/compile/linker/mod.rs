@@ -1,183 +1,19 @@
 //! `Linker` and `LinkerOptions`: nvJitLink, with the driver's `cuLink*` as the fallback.
 
+use crate::compile::ffi::read_log;
+use crate::compile::object_code::{Code, CodeType, ObjectCode};
 use crate::error::Check;
-use crate::object_code::{read_log, Code, CodeType, ObjectCode};
-use crate::program_options::{c_string, check_fields_no_nul};
+mod driver_linker;
+mod options;
+
+pub use options::{LinkerBackend, LinkerOptions};
+
+use crate::compile::ffi::c_string;
 use crate::{CudaError, Result};
 use cuda_sys::{driver, nvjitlink};
-use serde::{Deserialize, Serialize};
+use driver_linker::{driver_create, DriverBuffers};
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
-
-/// Options of a [`Linker`], named as in `cuda.core`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(default)]
-pub struct LinkerOptions {
-    /// The name of the linked code (`"<default linker>"` when unset).
-    pub name: Option<String>,
-    /// `sm_XY` (required: the current device's when unset and a GPU is present).
-    pub arch: Option<String>,
-    pub max_register_count: Option<u32>,
-    pub time: Option<bool>,
-    pub verbose: Option<bool>,
-    /// Link LTO-IR (nvJitLink only).
-    pub link_time_optimization: Option<bool>,
-    /// Produce PTX instead of a cubin (needs `link_time_optimization`; nvJitLink only).
-    pub ptx: Option<bool>,
-    /// 0 to 3.
-    pub optimization_level: Option<u32>,
-    pub debug: Option<bool>,
-    pub lineinfo: Option<bool>,
-    pub ftz: Option<bool>,
-    pub prec_div: Option<bool>,
-    pub prec_sqrt: Option<bool>,
-    pub fma: Option<bool>,
-    pub kernels_used: Vec<String>,
-    pub variables_used: Vec<String>,
-    pub optimize_unused_variables: Option<bool>,
-    pub ptxas_options: Vec<String>,
-    pub split_compile: Option<u32>,
-    pub split_compile_extended: Option<u32>,
-    pub no_cache: Option<bool>,
-}
-
-impl LinkerOptions {
-    /// The nvJitLink flags for these options.
-    pub fn nvjitlink_flags(&self) -> Result<Vec<String>> {
-        self.validate()?;
-        let mut f = Vec::new();
-        let tf = |v: bool| if v { "true" } else { "false" };
-        if let Some(arch) = &self.arch {
-            f.push(format!("-arch={arch}"));
-        }
-        if let Some(n) = self.max_register_count {
-            f.push(format!("-maxrregcount={n}"));
-        }
-        if self.time == Some(true) {
-            f.push("-time".into());
-        }
-        if self.verbose == Some(true) {
-            f.push("-verbose".into());
-        }
-        if self.link_time_optimization == Some(true) {
-            f.push("-lto".into());
-        }
-        if self.ptx == Some(true) {
-            f.push("-ptx".into());
-        }
-        if let Some(o) = self.optimization_level {
-            f.push(format!("-O{o}"));
-        }
-        if self.debug == Some(true) {
-            f.push("-g".into());
-        }
-        if self.lineinfo == Some(true) {
-            f.push("-lineinfo".into());
-        }
-        for (v, name) in [
-            (self.ftz, "-ftz"),
-            (self.prec_div, "-prec-div"),
-            (self.prec_sqrt, "-prec-sqrt"),
-            (self.fma, "-fma"),
-        ] {
-            if let Some(v) = v {
-                f.push(format!("{name}={}", tf(v)));
-            }
-        }
-        for k in &self.kernels_used {
-            f.push(format!("-kernels-used={k}"));
-        }
-        for v in &self.variables_used {
-            f.push(format!("-variables-used={v}"));
-        }
-        if self.optimize_unused_variables == Some(true) {
-            f.push("-optimize-unused-variables".into());
-        }
-        for o in &self.ptxas_options {
-            f.push(format!("-Xptxas={o}"));
-        }
-        if let Some(n) = self.split_compile {
-            f.push(format!("-split-compile={n}"));
-        }
-        if let Some(n) = self.split_compile_extended {
-            f.push(format!("-split-compile-extended={n}"));
-        }
-        if self.no_cache == Some(true) {
-            f.push("-no-cache".into());
-        }
-        Ok(f)
-    }
-
-    /// Rejects values no linker accepts, and strings with a NUL byte (which no C string can hold).
-    pub fn validate(&self) -> Result<()> {
-        check_fields_no_nul(
-            "LinkerOptions",
-            &[("name", &self.name), ("arch", &self.arch)],
-            &[
-                ("kernels_used entry", &self.kernels_used),
-                ("variables_used entry", &self.variables_used),
-                ("ptxas_options entry", &self.ptxas_options),
-            ],
-        )?;
-        let bad = |m: String| Err(CudaError::InvalidArgument(format!("LinkerOptions: {m}")));
-        if let Some(arch) = &self.arch {
-            let digits = arch.strip_prefix("sm_").map(|d| d.trim_end_matches(['a', 'f']));
-            if !digits.is_some_and(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit())) {
-                return bad(format!("arch {arch:?} is not of the form sm_XY (sm_90, sm_90a)"));
-            }
-        }
-        if self.optimization_level.is_some_and(|o| o > 3) {
-            return bad("optimization_level must be 0 to 3".into());
-        }
-        if self.ptx == Some(true) && self.link_time_optimization != Some(true) {
-            return bad("ptx output needs link_time_optimization".into());
-        }
-        if self.max_register_count == Some(0) {
-            return bad("max_register_count must be at least 1".into());
-        }
-        Ok(())
-    }
-
-    fn needs_nvjitlink(&self) -> Option<&'static str> {
-        if self.link_time_optimization == Some(true) {
-            Some("link_time_optimization")
-        } else if self.ptx == Some(true) {
-            Some("ptx")
-        } else if self.time == Some(true) {
-            Some("time")
-        } else if !self.ptxas_options.is_empty() {
-            Some("ptxas_options")
-        } else if self.split_compile.is_some() || self.split_compile_extended.is_some() {
-            Some("split_compile")
-        } else if self.ftz.is_some() || self.prec_div.is_some() || self.prec_sqrt.is_some() || self.fma.is_some() {
-            Some("ftz, prec_div, prec_sqrt and fma")
-        } else if !self.kernels_used.is_empty()
-            || !self.variables_used.is_empty()
-            || self.optimize_unused_variables.is_some()
-        {
-            Some("kernels_used, variables_used and optimize_unused_variables")
-        } else {
-            None
-        }
-    }
-}
-
-/// Which linker does the work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LinkerBackend {
-    NvJitLink,
-    Driver,
-}
-
-impl LinkerBackend {
-    /// `"nvJitLink"` or `"driver"`, as `cuda.core` reports it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LinkerBackend::NvJitLink => "nvJitLink",
-            LinkerBackend::Driver => "driver",
-        }
-    }
-}
 
 enum Handle {
     NvJitLink(nvjitlink::nvJitLinkHandle),
@@ -187,88 +23,6 @@ enum Handle {
         state: driver::CUlinkState,
         buffers: DriverBuffers,
     },
-}
-
-/// The buffers `cuLinkCreate` is given pointers to: the info and error logs, which the driver
-/// writes during each `cuLinkAddData`/`cuLinkAddFile`/`cuLinkComplete`, and the option arrays
-/// (it writes the amount of log filled back into `values`). The driver holds on to these pointers
-/// for the life of the state, so the buffers are owned as raw pointers from [`Box::into_raw`]:
-/// never moved or reborrowed as `Box`es (which would assert uniqueness and invalidate the
-/// driver's pointers), read only between driver calls, and freed only after `cuLinkDestroy`.
-struct DriverBuffers {
-    info: *mut [u8],
-    error: *mut [u8],
-    keys: *mut [driver::CUjit_option],
-    values: *mut [*mut c_void],
-    /// Set when the state could not be destroyed: the driver may still hold the pointers, so the
-    /// buffers are leaked rather than freed.
-    leak: bool,
-}
-
-impl DriverBuffers {
-    /// Log buffers of [`LOG_SIZE`] bytes and the option arrays: the four log options first, then
-    /// `options`.
-    fn new(options: &[(driver::CUjit_option, *mut c_void)]) -> DriverBuffers {
-        let info = Box::into_raw(vec![0u8; LOG_SIZE].into_boxed_slice());
-        let error = Box::into_raw(vec![0u8; LOG_SIZE].into_boxed_slice());
-        let mut keys = vec![
-            driver::CUjit_option::CU_JIT_INFO_LOG_BUFFER,
-            driver::CUjit_option::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
-            driver::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
-            driver::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-        ];
-        // The log pointers are derived from the raw pointers of the whole allocations.
-        let mut values: Vec<*mut c_void> = vec![
-            info.cast(),
-            std::ptr::without_provenance_mut(LOG_SIZE),
-            error.cast(),
-            std::ptr::without_provenance_mut(LOG_SIZE),
-        ];
-        for (key, value) in options {
-            keys.push(*key);
-            values.push(*value);
-        }
-        DriverBuffers {
-            info,
-            error,
-            keys: Box::into_raw(keys.into_boxed_slice()),
-            values: Box::into_raw(values.into_boxed_slice()),
-            leak: false,
-        }
-    }
-
-    /// The text in a log buffer, up to its first NUL.
-    ///
-    /// # Safety
-    ///
-    /// `log` is the `info` or `error` pointer of a live `DriverBuffers`, and no driver call on the
-    /// state given these buffers is running (the caller holds the `Linker` by `&mut`, and every
-    /// call on the state is made through `&mut Linker` and returns before the next one).
-    unsafe fn text(log: *mut [u8]) -> String {
-        // SAFETY: by the caller's contract the allocation is live (freed only in Drop) and nobody
-        // writes it while this shared slice exists; it ends before the next driver call.
-        let bytes: &[u8] = unsafe { &*std::ptr::slice_from_raw_parts(log.cast::<u8>().cast_const(), log.len()) };
-        let end = bytes.iter().position(|c| *c == 0).unwrap_or(bytes.len());
-        String::from_utf8_lossy(&bytes[..end]).into_owned()
-    }
-}
-
-impl Drop for DriverBuffers {
-    fn drop(&mut self) {
-        if self.leak {
-            return;
-        }
-        // SAFETY: each pointer came from Box::into_raw in `new` and is freed once, here. The
-        // state that used them was destroyed before (Linker::drop runs before its fields drop),
-        // or never made (cuLinkCreate failed, or was not called), so the driver no longer uses
-        // them.
-        unsafe {
-            drop(Box::from_raw(self.info));
-            drop(Box::from_raw(self.error));
-            drop(Box::from_raw(self.keys));
-            drop(Box::from_raw(self.values));
-        }
-    }
 }
 
 /// Links object codes (cubin, PTX, LTO-IR, fatbin, object, library) into a cubin or PTX.
@@ -324,7 +78,7 @@ impl Linker {
         }
         let mut options = options;
         if options.arch.is_none() {
-            options.arch = Some(crate::program::current_device_arch().ok_or_else(|| {
+            options.arch = Some(crate::compile::ffi::current_device_arch().ok_or_else(|| {
                 CudaError::InvalidArgument("LinkerOptions.arch is not set and there is no GPU to take it from".into())
             })?);
         }
@@ -604,84 +358,6 @@ fn input_c_strings(input: &ObjectCode) -> Result<(CString, CString)> {
         Code::Bytes(_) => CString::default(),
     };
     Ok((name, path))
-}
-
-fn driver_create(options: &LinkerOptions) -> Result<Handle> {
-    let mut extra: Vec<(driver::CUjit_option, *mut c_void)> = Vec::new();
-    if let Some(arch) = &options.arch {
-        let digits: usize = arch
-            .trim_start_matches("sm_")
-            .trim_end_matches(['a', 'f'])
-            .parse()
-            .unwrap_or(0);
-        extra.push((
-            driver::CUjit_option::CU_JIT_TARGET,
-            std::ptr::without_provenance_mut(digits),
-        ));
-    }
-    if let Some(n) = options.max_register_count {
-        extra.push((
-            driver::CUjit_option::CU_JIT_MAX_REGISTERS,
-            std::ptr::without_provenance_mut(n as usize),
-        ));
-    }
-    if options.verbose == Some(true) {
-        extra.push((
-            driver::CUjit_option::CU_JIT_LOG_VERBOSE,
-            std::ptr::without_provenance_mut(1),
-        ));
-    }
-    if let Some(o) = options.optimization_level {
-        extra.push((
-            driver::CUjit_option::CU_JIT_OPTIMIZATION_LEVEL,
-            std::ptr::without_provenance_mut(o as usize),
-        ));
-    }
-    if options.debug == Some(true) {
-        extra.push((
-            driver::CUjit_option::CU_JIT_GENERATE_DEBUG_INFO,
-            std::ptr::without_provenance_mut(1),
-        ));
-    }
-    if options.lineinfo == Some(true) {
-        extra.push((
-            driver::CUjit_option::CU_JIT_GENERATE_LINE_INFO,
-            std::ptr::without_provenance_mut(1),
-        ));
-    }
-    if options.no_cache == Some(true) {
-        extra.push((
-            driver::CUjit_option::CU_JIT_CACHE_MODE,
-            std::ptr::without_provenance_mut(driver::CUjit_cacheMode::CU_JIT_CACHE_OPTION_NONE.0 as usize),
-        ));
-    }
-    let mut ctx: driver::CUcontext = std::ptr::null_mut();
-    // SAFETY: out-pointer to a local.
-    unsafe { driver::cuCtxGetCurrent(&mut ctx) }.check("cuCtxGetCurrent")?;
-    if ctx.is_null() {
-        return Err(CudaError::InvalidArgument(
-            "Linker: the driver's linker needs a current CUDA context; make a device current first".into(),
-        ));
-    }
-    // Dropped (freed) on the error path below; otherwise owned by the Handle until Linker::drop
-    // has destroyed the state.
-    let buffers = DriverBuffers::new(&extra);
-    let mut state: driver::CUlinkState = std::ptr::null_mut();
-    // SAFETY: `keys` and `values` are two live arrays of the same length (`values.len()` options);
-    // the pointers are the raw ones from Box::into_raw, which stay valid while the allocations
-    // live (moving `buffers` moves only the pointers). The driver holds on to both arrays and to
-    // the log buffers until the state is destroyed: `buffers` goes into the Handle and is freed
-    // only after Linker::drop has destroyed the state (or right here if no state was made).
-    unsafe {
-        driver::cuLinkCreate(
-            buffers.values.len() as u32,
-            buffers.keys.cast(),
-            buffers.values.cast(),
-            &mut state,
-        )
-    }
-    .check("cuLinkCreate")?;
-    Ok(Handle::Driver { state, buffers })
 }
 
 /// The major version of the nvJitLink that loads, if it has the unversioned API (12.3+).

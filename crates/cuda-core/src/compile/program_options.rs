@@ -1,56 +1,8 @@
 //! `ProgramOptions`: every NVRTC option `cuda.core` offers, its flag, and the NVVM subset.
 
+use crate::compile::ffi::{check_fields_no_nul, check_no_nul};
 use crate::{CudaError, Result};
 use serde::{Deserialize, Serialize};
-use std::ffi::CString;
-
-/// The error for `value` (described by `what`: which option, name or path) containing a NUL byte
-/// at byte `at`.
-fn nul_error(what: &str, value: &[u8], at: usize) -> CudaError {
-    CudaError::InvalidArgument(format!(
-        "{what} {:?} contains a NUL byte (at byte {at}), which a C string cannot hold",
-        String::from_utf8_lossy(value)
-    ))
-}
-
-/// `value` as a C string for a compiler or linker call, or [`CudaError::InvalidArgument`] naming
-/// `what` (which option, name or path) if it contains a NUL byte, rather than a silently
-/// truncated or emptied string.
-pub(crate) fn c_string(value: impl Into<Vec<u8>>, what: &str) -> Result<CString> {
-    CString::new(value).map_err(|e| {
-        let at = e.nul_position();
-        nul_error(what, &e.into_vec(), at)
-    })
-}
-
-/// [`CudaError::InvalidArgument`] naming `what` if `value` contains a NUL byte: the up-front form of
-/// [`c_string`], for validating options before any library call.
-pub(crate) fn check_no_nul(value: &str, what: &str) -> Result<()> {
-    match value.bytes().position(|c| c == 0) {
-        Some(at) => Err(nul_error(what, value.as_bytes(), at)),
-        None => Ok(()),
-    }
-}
-
-/// [`check_no_nul`] for the optional strings `singles` and every entry of the lists `lists`, each
-/// named as `{owner}: {name}`.
-pub(crate) fn check_fields_no_nul(
-    owner: &str,
-    singles: &[(&str, &Option<String>)],
-    lists: &[(&str, &Vec<String>)],
-) -> Result<()> {
-    for (what, value) in singles {
-        if let Some(value) = value {
-            check_no_nul(value, &format!("{owner}: {what}"))?;
-        }
-    }
-    for (what, values) in lists {
-        for value in values.iter() {
-            check_no_nul(value, &format!("{owner}: {what}"))?;
-        }
-    }
-    Ok(())
-}
 
 /// Options of a [`Program`](crate::Program), named as in `cuda.core`. Every field is optional;
 /// unset fields add no flag and leave the compiler's default.
@@ -668,12 +620,5 @@ mod tests {
             ..Default::default()
         };
         fine.nvvm_flags("ptx").unwrap();
-        let err = c_string("a\0b", "the thing").unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("the thing \"a\\0b\" contains a NUL byte (at byte 1)"),
-            "{err}"
-        );
-        assert_eq!(c_string("ab", "the thing").unwrap().as_bytes(), b"ab");
     }
 }

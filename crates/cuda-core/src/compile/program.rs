@@ -1,10 +1,12 @@
 //! `Program`: CUDA C++ (NVRTC), PTX (through the linker) and NVVM IR (libNVVM) to object code.
 
-use crate::cache::{CacheEntry, ProgramCache};
+use crate::compile::cache::{CacheEntry, ProgramCache};
+use crate::compile::ffi::read_log;
+use crate::compile::ffi::{c_string, current_device_arch};
+use crate::compile::linker::{Linker, LinkerOptions};
+use crate::compile::object_code::{CodeType, ObjectCode};
+use crate::compile::program_options::ProgramOptions;
 use crate::error::Check;
-use crate::linker::{Linker, LinkerOptions};
-use crate::object_code::{read_log, CodeType, ObjectCode};
-use crate::program_options::{c_string, ProgramOptions};
 use crate::{CudaError, Result};
 use cuda_sys::{nvrtc, nvvm};
 use std::collections::HashMap;
@@ -495,10 +497,4 @@ impl Drop for NvvmProgram {
             crate::error::record_drop_error(e);
         }
     }
-}
-
-/// `sm_XY` of the current context's device, or of device 0; `None` without a GPU.
-pub(crate) fn current_device_arch() -> Option<String> {
-    let arch = crate::Device::current().ok()?.arch().ok()?;
-    Some(format!("sm_{arch}"))
 }

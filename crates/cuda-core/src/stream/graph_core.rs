@@ -1,5 +1,5 @@
-//! The state every graph of a hierarchy shares, what graphs keep alive, and the captures in
-//! progress.
+//! The core of a CUDA graph, as far as stream operations need it: a captured stream records into
+//! a graph, and whatever the recorded work uses must be handed to that graph.
 //!
 //! - [`GraphInner`] is one `CUgraph` (a root, or a body or child graph nested in one) and the
 //!   hierarchy's [`Registry`], whose mutex serialises every driver call this crate makes on any
@@ -8,12 +8,9 @@
 //!   lives until every graph, clone and executable graph holding the object is gone and their
 //!   launches are done; the driver then calls a destructor on one of its threads, which posts the
 //!   value to the release thread ([`crate::reaper`]) to be dropped there.
-//! - Captures started by this crate are registered by the graph they record into, so that an
-//!   operation on a capturing stream finds the [`GraphInner`] to attach to (and lock): see
-//!   [`with_capture`].
 //!
-//! This module sits below [`crate::stream`] and [`crate::memory`]: it uses devices, the error type
-//! and the release thread only.
+//! The public graph types ([`crate::graph`]) are built on `GraphInner`; captures find it through
+//! the registry in [`super::capture`].
 
 use crate::device::{Context, FenceEvent};
 use crate::error::{record_drop_error, Check};
@@ -22,8 +19,8 @@ use cuda_sys::driver;
 use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A node handle with the generation it was registered under: a node destroyed through this API
 /// leaves its generation behind, so stale handles are recognised even when the driver reuses the
@@ -37,8 +34,8 @@ pub(crate) struct NodeRef {
 /// What a conditional node was made with (the driver's query for it needs CUDA 13.2).
 #[derive(Clone)]
 pub(crate) struct ConditionalInfo {
-    pub(crate) condition: super::GraphCondition,
-    pub(crate) kind: super::ConditionalType,
+    pub(crate) condition: driver::CUgraphConditionalHandle,
+    pub(crate) kind: driver::CUgraphConditionalNodeType,
     /// The graph the conditional node is in.
     pub(crate) graph: driver::CUgraph,
     pub(crate) bodies: Vec<driver::CUgraph>,
@@ -318,214 +315,4 @@ unsafe extern "C" fn release(data: *mut c_void) {
     // SAFETY: data is the Box<Held> leaked in `attach_locked`; the driver calls this exactly once.
     let held = unsafe { Box::from_raw(data as *mut Held) };
     crate::reaper::drop_later(held);
-}
-
-/// How many captures started by this crate are running or beginning (in any thread). While none
-/// is, stream operations take the quiet path (no lock, no capture query: see `stream::gate`).
-pub(crate) static CAPTURES: AtomicUsize = AtomicUsize::new(0);
-
-/// The graphs captures started by this crate record into, by `CUgraph`.
-static ACTIVE: Mutex<Option<HashMap<usize, Weak<GraphInner>>>> = Mutex::new(None);
-
-fn active() -> MutexGuard<'static, Option<HashMap<usize, Weak<GraphInner>>>> {
-    ACTIVE.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Fences recorded on streams just before a capture began on them, by stream: what was queued
-/// there before the capture (such as a buffer's allocation) is done when the fence is.
-static BEFORE_CAPTURE: Mutex<Option<HashMap<usize, Arc<FenceEvent>>>> = Mutex::new(None);
-
-/// A capture counted by [`capture_beginning`] that has not reached [`capture_starting`]: dropping
-/// it (on an error or a panic) takes the count back.
-pub(crate) struct Beginning(());
-
-impl Drop for Beginning {
-    fn drop(&mut self) {
-        CAPTURES.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Counts a capture about to begin (operations take the locked path from now on) and waits until
-/// no operation that may have missed the count is still running. The caller holds no lock (an
-/// operation being waited for may need one). The count is taken back when the returned value is
-/// dropped, or by [`capture_over`] once it was passed to [`capture_starting`].
-pub(crate) fn capture_beginning() -> Result<Beginning> {
-    if crate::stream::in_operation() {
-        // The operation already decided that no capture runs: it must end first.
-        return Err(CudaError::InvalidArgument(
-            "a capture cannot begin inside an operation on a stream (such as a memory resource's allocate or deallocate)".into(),
-        ));
-    }
-    CAPTURES.fetch_add(1, Ordering::SeqCst);
-    let beginning = Beginning(());
-    if !crate::stream::drain_quiet_operations() {
-        return Err(CudaError::InvalidArgument(
-            "a capture cannot begin: the process-wide memory barrier failed".into(),
-        ));
-    }
-    Ok(beginning)
-}
-
-/// Registers a capture into `graph` about to begin on `stream`, after the work `before` follows
-/// (the caller holds the stream's capture lock for writing, and counted the capture with
-/// [`capture_beginning`]).
-pub(crate) fn capture_starting(
-    graph: &Arc<GraphInner>,
-    stream: driver::CUstream,
-    before: Arc<FenceEvent>,
-    beginning: Beginning,
-) {
-    // From here the count is taken back by `capture_over`.
-    std::mem::forget(beginning);
-    active()
-        .get_or_insert_with(HashMap::new)
-        .insert(graph.handle as usize, Arc::downgrade(graph));
-    BEFORE_CAPTURE
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .insert(stream as usize, before);
-}
-
-/// Unregisters a capture into `graph` on `stream` that ended (or never began).
-pub(crate) fn capture_over(graph: driver::CUgraph, stream: driver::CUstream) {
-    if let Some(map) = active().as_mut() {
-        map.remove(&(graph as usize));
-    }
-    if let Some(map) = BEFORE_CAPTURE.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-        map.remove(&(stream as usize));
-    }
-    CAPTURES.fetch_sub(1, Ordering::SeqCst);
-    // Releases waiting for a capture to end may proceed.
-    crate::reaper::wake();
-}
-
-/// The fence recorded on `stream` just before the capture it began (not for a stream that
-/// joined a capture).
-pub(crate) fn before_capture(stream: driver::CUstream) -> Option<Arc<FenceEvent>> {
-    BEFORE_CAPTURE
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-        .and_then(|m| m.get(&(stream as usize)).cloned())
-}
-
-/// Whether any capture started by this crate is running.
-#[inline]
-pub(crate) fn captures_running() -> bool {
-    CAPTURES.load(Ordering::SeqCst) != 0
-}
-
-/// A stream's capture: the graph it records into and the nodes the next operation will depend on.
-pub(crate) struct CaptureInfo {
-    pub(crate) graph: driver::CUgraph,
-    pub(crate) dependencies: Vec<driver::CUgraphNode>,
-}
-
-/// The capture in progress on `stream`, if any; an error when it was invalidated.
-pub(crate) fn capture_info(stream: driver::CUstream) -> Result<Option<CaptureInfo>> {
-    let mut status = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut graph: driver::CUgraph = std::ptr::null_mut();
-    let mut deps: *const driver::CUgraphNode = std::ptr::null();
-    let mut n = 0usize;
-    // SAFETY: out-pointers to locals; the dependency array is copied before any other call on
-    // the stream.
-    unsafe {
-        driver::cuStreamGetCaptureInfo(
-            stream,
-            &mut status,
-            std::ptr::null_mut(),
-            &mut graph,
-            &mut deps,
-            std::ptr::null_mut(),
-            &mut n,
-        )
-    }
-    .check("cuStreamGetCaptureInfo")?;
-    match status {
-        driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => {
-            let dependencies = if n == 0 || deps.is_null() {
-                Vec::new()
-            } else {
-                // SAFETY: the driver returned n valid entries.
-                unsafe { std::slice::from_raw_parts(deps, n) }.to_vec()
-            };
-            Ok(Some(CaptureInfo { graph, dependencies }))
-        }
-        driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => Err(CudaError::InvalidArgument(
-            "the stream's capture was invalidated by an earlier error: end it (end_building) and start again".into(),
-        )),
-        _ => Ok(None),
-    }
-}
-
-/// An operation's view of the capture its stream is in: the graph recorded into, with the
-/// hierarchy's lock held for as long as the view lives.
-pub(crate) struct Capture<'a> {
-    /// The graph recorded into (a root, or a conditional body).
-    pub(crate) graph: &'a Arc<GraphInner>,
-    pub(crate) reg: &'a mut Registry,
-    /// What the next recorded node depends on.
-    pub(crate) dependencies: Vec<driver::CUgraphNode>,
-}
-
-impl Capture<'_> {
-    /// Hands `value` to the root of the graph recorded into.
-    pub(crate) fn attach<T: Any + Send + Sync>(&mut self, value: T) -> Result<()> {
-        self.graph.attach_locked(self.reg, value)
-    }
-
-    /// The `CUgraph` recorded into.
-    pub(crate) fn handle(&self) -> driver::CUgraph {
-        self.graph.handle
-    }
-}
-
-/// Runs `op` with the capture `stream` is recorded into (its graph found and locked), or with
-/// `None` when it is not capturing. The caller holds the stream's capture lock (see
-/// [`crate::Stream`]), so no capture begins or ends on it meanwhile.
-#[inline]
-pub(crate) fn with_capture<T>(
-    stream: driver::CUstream,
-    op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>,
-) -> Result<T> {
-    if !captures_running() {
-        return op(None);
-    }
-    with_capture_slow(stream, op)
-}
-
-#[cold]
-fn with_capture_slow<T>(stream: driver::CUstream, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
-    loop {
-        let Some(info) = capture_info(stream)? else {
-            return op(None);
-        };
-        let graph = active()
-            .as_ref()
-            .and_then(|m| m.get(&(info.graph as usize)))
-            .and_then(Weak::upgrade)
-            .ok_or_else(|| {
-                CudaError::InvalidArgument(
-                    "the stream is being captured into a graph this crate did not start (a raw capture): what the operation uses could not be held by the graph"
-                        .into(),
-                )
-            })?;
-        let mut reg = graph.lock();
-        // Asked again under the graph's lock, which ending a capture holds: a stream that joined
-        // the capture leaves it when the capture ends (under the origin stream's lock, not this
-        // one's), and other threads may have recorded work meanwhile (the dependencies moved).
-        match capture_info(stream)? {
-            Some(now) if now.graph == info.graph => {
-                graph.check_live(&reg)?;
-                let mut capture = Capture {
-                    graph: &graph,
-                    reg: &mut reg,
-                    dependencies: now.dependencies,
-                };
-                return op(Some(&mut capture));
-            }
-            _ => continue,
-        }
-    }
 }

@@ -1,0 +1,175 @@
+//! [`LinkerOptions`] and [`LinkerBackend`]: what a link is asked for, as nvJitLink flags.
+
+use crate::compile::ffi::check_fields_no_nul;
+use crate::{CudaError, Result};
+use serde::{Deserialize, Serialize};
+
+/// Options of a [`Linker`](super::Linker), named as in `cuda.core`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LinkerOptions {
+    /// The name of the linked code (`"<default linker>"` when unset).
+    pub name: Option<String>,
+    /// `sm_XY` (required: the current device's when unset and a GPU is present).
+    pub arch: Option<String>,
+    pub max_register_count: Option<u32>,
+    pub time: Option<bool>,
+    pub verbose: Option<bool>,
+    /// Link LTO-IR (nvJitLink only).
+    pub link_time_optimization: Option<bool>,
+    /// Produce PTX instead of a cubin (needs `link_time_optimization`; nvJitLink only).
+    pub ptx: Option<bool>,
+    /// 0 to 3.
+    pub optimization_level: Option<u32>,
+    pub debug: Option<bool>,
+    pub lineinfo: Option<bool>,
+    pub ftz: Option<bool>,
+    pub prec_div: Option<bool>,
+    pub prec_sqrt: Option<bool>,
+    pub fma: Option<bool>,
+    pub kernels_used: Vec<String>,
+    pub variables_used: Vec<String>,
+    pub optimize_unused_variables: Option<bool>,
+    pub ptxas_options: Vec<String>,
+    pub split_compile: Option<u32>,
+    pub split_compile_extended: Option<u32>,
+    pub no_cache: Option<bool>,
+}
+
+impl LinkerOptions {
+    /// The nvJitLink flags for these options.
+    pub fn nvjitlink_flags(&self) -> Result<Vec<String>> {
+        self.validate()?;
+        let mut f = Vec::new();
+        let tf = |v: bool| if v { "true" } else { "false" };
+        if let Some(arch) = &self.arch {
+            f.push(format!("-arch={arch}"));
+        }
+        if let Some(n) = self.max_register_count {
+            f.push(format!("-maxrregcount={n}"));
+        }
+        if self.time == Some(true) {
+            f.push("-time".into());
+        }
+        if self.verbose == Some(true) {
+            f.push("-verbose".into());
+        }
+        if self.link_time_optimization == Some(true) {
+            f.push("-lto".into());
+        }
+        if self.ptx == Some(true) {
+            f.push("-ptx".into());
+        }
+        if let Some(o) = self.optimization_level {
+            f.push(format!("-O{o}"));
+        }
+        if self.debug == Some(true) {
+            f.push("-g".into());
+        }
+        if self.lineinfo == Some(true) {
+            f.push("-lineinfo".into());
+        }
+        for (v, name) in [
+            (self.ftz, "-ftz"),
+            (self.prec_div, "-prec-div"),
+            (self.prec_sqrt, "-prec-sqrt"),
+            (self.fma, "-fma"),
+        ] {
+            if let Some(v) = v {
+                f.push(format!("{name}={}", tf(v)));
+            }
+        }
+        for k in &self.kernels_used {
+            f.push(format!("-kernels-used={k}"));
+        }
+        for v in &self.variables_used {
+            f.push(format!("-variables-used={v}"));
+        }
+        if self.optimize_unused_variables == Some(true) {
+            f.push("-optimize-unused-variables".into());
+        }
+        for o in &self.ptxas_options {
+            f.push(format!("-Xptxas={o}"));
+        }
+        if let Some(n) = self.split_compile {
+            f.push(format!("-split-compile={n}"));
+        }
+        if let Some(n) = self.split_compile_extended {
+            f.push(format!("-split-compile-extended={n}"));
+        }
+        if self.no_cache == Some(true) {
+            f.push("-no-cache".into());
+        }
+        Ok(f)
+    }
+
+    /// Rejects values no linker accepts, and strings with a NUL byte (which no C string can hold).
+    pub fn validate(&self) -> Result<()> {
+        check_fields_no_nul(
+            "LinkerOptions",
+            &[("name", &self.name), ("arch", &self.arch)],
+            &[
+                ("kernels_used entry", &self.kernels_used),
+                ("variables_used entry", &self.variables_used),
+                ("ptxas_options entry", &self.ptxas_options),
+            ],
+        )?;
+        let bad = |m: String| Err(CudaError::InvalidArgument(format!("LinkerOptions: {m}")));
+        if let Some(arch) = &self.arch {
+            let digits = arch.strip_prefix("sm_").map(|d| d.trim_end_matches(['a', 'f']));
+            if !digits.is_some_and(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit())) {
+                return bad(format!("arch {arch:?} is not of the form sm_XY (sm_90, sm_90a)"));
+            }
+        }
+        if self.optimization_level.is_some_and(|o| o > 3) {
+            return bad("optimization_level must be 0 to 3".into());
+        }
+        if self.ptx == Some(true) && self.link_time_optimization != Some(true) {
+            return bad("ptx output needs link_time_optimization".into());
+        }
+        if self.max_register_count == Some(0) {
+            return bad("max_register_count must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    pub(super) fn needs_nvjitlink(&self) -> Option<&'static str> {
+        if self.link_time_optimization == Some(true) {
+            Some("link_time_optimization")
+        } else if self.ptx == Some(true) {
+            Some("ptx")
+        } else if self.time == Some(true) {
+            Some("time")
+        } else if !self.ptxas_options.is_empty() {
+            Some("ptxas_options")
+        } else if self.split_compile.is_some() || self.split_compile_extended.is_some() {
+            Some("split_compile")
+        } else if self.ftz.is_some() || self.prec_div.is_some() || self.prec_sqrt.is_some() || self.fma.is_some() {
+            Some("ftz, prec_div, prec_sqrt and fma")
+        } else if !self.kernels_used.is_empty()
+            || !self.variables_used.is_empty()
+            || self.optimize_unused_variables.is_some()
+        {
+            Some("kernels_used, variables_used and optimize_unused_variables")
+        } else {
+            None
+        }
+    }
+}
+
+/// Which linker does the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkerBackend {
+    NvJitLink,
+    Driver,
+}
+
+impl LinkerBackend {
+    /// `"nvJitLink"` or `"driver"`, as `cuda.core` reports it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkerBackend::NvJitLink => "nvJitLink",
+            LinkerBackend::Driver => "driver",
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! Devices and contexts: [`Device`] (and its generated [`DeviceProperties`]), [`Context`] with the
+//! thread's stack of current contexts, and the per-context pool of fence events that order one
+//! stream after another.
+//!
+//! The lowest layer above the error type and the release thread ([`crate::reaper`]): it uses
+//! nothing else of the crate. Streams, events and memory add their constructors to `Device` and
+//! `Context` in their own folders (`Device::create_stream` lives in [`crate::stream`]).
+
+mod context;
+#[rustfmt::skip]
+mod generated_properties;
+mod properties;
+
+pub(crate) use context::FenceEvent;
+pub use context::{Context, ContextFlags};
+pub use properties::DeviceProperties;
+
+use crate::error::Check;
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::ffi::CStr;
+use std::fmt;
+use std::sync::OnceLock;
+
+fn init() -> Result<()> {
+    static INIT: OnceLock<std::result::Result<(), CudaError>> = OnceLock::new();
+    // SAFETY: cuInit takes flags only and may be called from any thread.
+    INIT.get_or_init(|| unsafe { driver::cuInit(0) }.check("cuInit"))
+        .clone()
+}
+
+/// The number of CUDA devices (`cuDeviceGetCount`).
+pub fn device_count() -> Result<usize> {
+    init()?;
+    let mut n = 0;
+    // SAFETY: out-pointer to a local.
+    unsafe { driver::cuDeviceGetCount(&mut n) }.check("cuDeviceGetCount")?;
+    Ok(n.max(0) as usize)
+}
+
+/// A compute capability, comparable as a `(major, minor)` pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ComputeCapability {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl fmt::Display for ComputeCapability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// A CUDA device. Cheap to copy, `Send + Sync`.
+///
+/// ```no_run
+/// let device = cuda_core::Device::new(0)?;
+/// device.set_current()?;
+/// println!("{} ({})", device.name()?, device.compute_capability()?);
+/// # Ok::<(), cuda_core::CudaError>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Device {
+    ordinal: i32,
+    handle: driver::CUdevice,
+}
+
+/// The limits a launch is checked against, read once per device.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub max_threads_per_block: u32,
+    pub max_block: [u32; 3],
+    pub max_grid: [u32; 3],
+    pub max_shared_optin: u32,
+    pub cooperative: bool,
+    pub clusters: bool,
+}
+
+struct DeviceState {
+    primary: OnceLock<Result<Context>>,
+    limits: OnceLock<Result<Limits>>,
+}
+
+fn states() -> Result<&'static [DeviceState]> {
+    static STATES: OnceLock<std::result::Result<Vec<DeviceState>, CudaError>> = OnceLock::new();
+    STATES
+        .get_or_init(|| {
+            let n = device_count()?;
+            Ok((0..n)
+                .map(|_| DeviceState {
+                    primary: OnceLock::new(),
+                    limits: OnceLock::new(),
+                })
+                .collect())
+        })
+        .as_deref()
+        .map_err(Clone::clone)
+}
+
+impl Device {
+    /// Device `ordinal`; an error when there is no such device.
+    pub fn new(ordinal: usize) -> Result<Device> {
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(CudaError::InvalidArgument(format!(
+                "device_id must be within [0, {count}), got {ordinal}"
+            )));
+        }
+        let mut handle = 0;
+        // SAFETY: out-pointer to a local; the ordinal is in range.
+        unsafe { driver::cuDeviceGet(&mut handle, ordinal as i32) }.check("cuDeviceGet")?;
+        Ok(Device {
+            ordinal: ordinal as i32,
+            handle,
+        })
+    }
+
+    /// The device of the current context, or device 0 when no context is current.
+    pub fn current() -> Result<Device> {
+        init()?;
+        let mut dev = 0;
+        // SAFETY: out-pointer to a local.
+        if unsafe { driver::cuCtxGetDevice(&mut dev) }.result().is_ok() {
+            let count = device_count()?;
+            for i in 0..count {
+                let d = Device::new(i)?;
+                if d.handle == dev {
+                    return Ok(d);
+                }
+            }
+        }
+        Device::new(0)
+    }
+
+    /// Every device.
+    pub fn all() -> Result<Vec<Device>> {
+        (0..device_count()?).map(Device::new).collect()
+    }
+
+    /// The ordinal.
+    pub fn device_id(&self) -> usize {
+        self.ordinal as usize
+    }
+
+    /// The `CUdevice`.
+    pub fn handle(&self) -> driver::CUdevice {
+        self.handle
+    }
+
+    /// Makes the device's primary context current on this thread (retaining it once per process)
+    /// and returns it.
+    pub fn set_current(&self) -> Result<Context> {
+        let ctx = self.primary_context()?;
+        ctx.set_current()?;
+        Ok(ctx)
+    }
+
+    /// The device's primary context, retained for the life of the process.
+    pub fn primary_context(&self) -> Result<Context> {
+        let state = &states()?[self.ordinal as usize];
+        state
+            .primary
+            .get_or_init(|| {
+                let mut ctx: driver::CUcontext = std::ptr::null_mut();
+                // SAFETY: out-pointer to a local; the reference is never released (the context
+                // lives as long as the process, as every object made in it may).
+                unsafe { driver::cuDevicePrimaryCtxRetain(&mut ctx, self.handle) }.check("cuDevicePrimaryCtxRetain")?;
+                Ok(Context::wrap(ctx, *self, false))
+            })
+            .clone()
+    }
+
+    pub(crate) fn limits(&self) -> Result<&'static Limits> {
+        let state = &states()?[self.ordinal as usize];
+        state
+            .limits
+            .get_or_init(|| {
+                use driver::CUdevice_attribute as A;
+                let a = |attr| self.attribute(attr).map(|v| v.max(0) as u32);
+                Ok(Limits {
+                    max_threads_per_block: a(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+                    max_block: [
+                        a(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
+                        a(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
+                        a(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
+                    ],
+                    max_grid: [
+                        a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+                        a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+                        a(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+                    ],
+                    max_shared_optin: a(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+                    cooperative: a(A::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)? != 0,
+                    clusters: a(A::CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH)? != 0,
+                })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Any device attribute (`cuDeviceGetAttribute`).
+    pub fn attribute(&self, attribute: driver::CUdevice_attribute) -> Result<i32> {
+        let mut v = 0;
+        // SAFETY: out-pointer to a local.
+        unsafe { driver::cuDeviceGetAttribute(&mut v, attribute, self.handle) }.check("cuDeviceGetAttribute")?;
+        Ok(v)
+    }
+
+    /// The marketing name (`"NVIDIA H200"`).
+    pub fn name(&self) -> Result<String> {
+        let mut buf = [0u8; 256];
+        // SAFETY: the buffer's length is passed.
+        unsafe { driver::cuDeviceGetName(buf.as_mut_ptr().cast(), buf.len() as i32, self.handle) }
+            .check("cuDeviceGetName")?;
+        Ok(CStr::from_bytes_until_nul(&buf)
+            .map(|c| c.to_string_lossy().into_owned())
+            .unwrap_or_default())
+    }
+
+    /// The UUID, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+    pub fn uuid(&self) -> Result<String> {
+        let mut uuid = driver::CUuuid::default();
+        // SAFETY: out-pointer to a local.
+        unsafe { driver::cuDeviceGetUuid(&mut uuid, self.handle) }.check("cuDeviceGetUuid")?;
+        let b: Vec<String> = uuid.bytes.iter().map(|c| format!("{:02x}", *c as u8)).collect();
+        Ok(format!(
+            "{}-{}-{}-{}-{}",
+            b[..4].concat(),
+            b[4..6].concat(),
+            b[6..8].concat(),
+            b[8..10].concat(),
+            b[10..].concat()
+        ))
+    }
+
+    /// The PCI bus id, `0000:01:00.0`.
+    pub fn pci_bus_id(&self) -> Result<String> {
+        let mut buf = [0u8; 32];
+        // SAFETY: the buffer's length is passed.
+        unsafe { driver::cuDeviceGetPCIBusId(buf.as_mut_ptr().cast(), buf.len() as i32, self.handle) }
+            .check("cuDeviceGetPCIBusId")?;
+        Ok(CStr::from_bytes_until_nul(&buf)
+            .map(|c| c.to_string_lossy().into_owned())
+            .unwrap_or_default())
+    }
+
+    /// The compute capability.
+    pub fn compute_capability(&self) -> Result<ComputeCapability> {
+        use driver::CUdevice_attribute as A;
+        Ok(ComputeCapability {
+            major: self.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32,
+            minor: self.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32,
+        })
+    }
+
+    /// The architecture as `cuda.core` writes it: `"90"` for compute capability 9.0.
+    pub fn arch(&self) -> Result<String> {
+        let cc = self.compute_capability()?;
+        Ok(format!("{}{}", cc.major, cc.minor))
+    }
+
+    /// Total memory in bytes.
+    pub fn total_memory(&self) -> Result<usize> {
+        let mut bytes = 0;
+        // SAFETY: out-pointer to a local.
+        unsafe { driver::cuDeviceTotalMem(&mut bytes, self.handle) }.check("cuDeviceTotalMem")?;
+        Ok(bytes)
+    }
+
+    /// Free memory in bytes (`cuMemGetInfo` in the device's primary context).
+    pub fn free_memory(&self) -> Result<usize> {
+        let ctx = self.primary_context()?;
+        ctx.with_current(|| {
+            let (mut free, mut total) = (0, 0);
+            // SAFETY: out-pointers to locals; the device's context is current.
+            unsafe { driver::cuMemGetInfo(&mut free, &mut total) }.check("cuMemGetInfo")?;
+            Ok(free)
+        })
+    }
+
+    /// The number of streaming multiprocessors.
+    pub fn multiprocessor_count(&self) -> Result<u32> {
+        self.attribute(driver::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map(|v| v as u32)
+    }
+
+    /// Whether this device can access `peer`'s memory.
+    pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
+        if peer == self {
+            return Ok(true);
+        }
+        let mut can = 0;
+        // SAFETY: out-pointer to a local.
+        unsafe { driver::cuDeviceCanAccessPeer(&mut can, self.handle, peer.handle) }.check("cuDeviceCanAccessPeer")?;
+        Ok(can != 0)
+    }
+
+    /// Lets this device's primary context access `peer`'s memory (`cuCtxEnablePeerAccess`).
+    /// Enabling it twice is not an error.
+    pub fn enable_peer_access(&self, peer: &Device) -> Result<()> {
+        if peer == self {
+            return Err(CudaError::InvalidArgument(
+                "a device always accesses its own memory".into(),
+            ));
+        }
+        let peer_ctx = peer.primary_context()?;
+        self.primary_context()?.with_current(|| {
+            // SAFETY: both contexts are retained; flags must be 0.
+            let status = unsafe { driver::cuCtxEnablePeerAccess(peer_ctx.handle(), 0) };
+            if status == driver::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+                return Ok(());
+            }
+            status.check("cuCtxEnablePeerAccess")
+        })
+    }
+
+    /// Waits for all work on the device's primary context.
+    pub fn sync(&self) -> Result<()> {
+        self.primary_context()?.synchronize()
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Device({})", self.ordinal)
+    }
+}

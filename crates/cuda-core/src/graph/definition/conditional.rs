@@ -1,0 +1,231 @@
+//! Conditions ([`GraphCondition`]), conditional nodes (if, if-else, while, switch) and their body
+//! graphs.
+
+use super::*;
+
+/// A condition a kernel sets (`cudaGraphSetConditional(handle, value)` in device code) to steer
+/// a conditional node. Pass it to a kernel as an argument: it is the 64-bit
+/// `cudaGraphConditionalHandle`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct GraphCondition {
+    pub(super) handle: driver::CUgraphConditionalHandle,
+}
+
+// SAFETY: a transparent u64, the layout of cudaGraphConditionalHandle.
+unsafe impl DeviceRepr for GraphCondition {}
+
+impl GraphCondition {
+    /// The `CUgraphConditionalHandle`.
+    pub fn handle(&self) -> driver::CUgraphConditionalHandle {
+        self.handle
+    }
+
+    pub(crate) fn create(graph: driver::CUgraph, default_value: Option<u32>) -> Result<GraphCondition> {
+        let context = current_context("create_condition")?;
+        let mut handle = 0;
+        let flags = if default_value.is_some() {
+            driver::CU_GRAPH_COND_ASSIGN_DEFAULT
+        } else {
+            0
+        };
+        // SAFETY: graph and context are live; out-pointer to a local.
+        unsafe {
+            driver::cuGraphConditionalHandleCreate(&mut handle, graph, context, default_value.unwrap_or(0), flags)
+        }
+        .check("cuGraphConditionalHandleCreate")?;
+        Ok(GraphCondition { handle })
+    }
+}
+
+/// The kinds of conditional node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionalType {
+    /// Runs its first body when the condition is non-zero (and its second, if any, otherwise).
+    If,
+    /// Runs its body as long as the condition is non-zero (checked before each iteration).
+    While,
+    /// Runs body `n` when the condition is `n`; nothing when it is out of range.
+    Switch,
+}
+
+impl ConditionalType {
+    fn to_driver(self) -> driver::CUgraphConditionalNodeType {
+        match self {
+            ConditionalType::If => driver::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF,
+            ConditionalType::While => driver::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE,
+            ConditionalType::Switch => driver::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_SWITCH,
+        }
+    }
+
+    /// The kind of a conditional node this crate made (so one of the three).
+    pub(super) fn from_driver(kind: driver::CUgraphConditionalNodeType) -> ConditionalType {
+        match kind {
+            driver::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE => ConditionalType::While,
+            driver::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_SWITCH => ConditionalType::Switch,
+            _ => ConditionalType::If,
+        }
+    }
+}
+
+/// A conditional node and its body graphs, to fill with nodes.
+#[derive(Debug, Clone)]
+pub struct ConditionalNode {
+    node: GraphNode,
+    /// At least one (the node adders refuse a count of 0).
+    first: GraphDefinition,
+    rest: Vec<GraphDefinition>,
+}
+
+impl ConditionalNode {
+    fn new(node: GraphNode, branches: Vec<GraphDefinition>) -> Result<ConditionalNode> {
+        let mut branches = branches.into_iter();
+        let first = branches
+            .next()
+            .ok_or_else(|| CudaError::InvalidArgument("a conditional node has at least one body".into()))?;
+        Ok(ConditionalNode {
+            node,
+            first,
+            rest: branches.collect(),
+        })
+    }
+
+    /// The conditional node itself.
+    pub fn node(&self) -> &GraphNode {
+        &self.node
+    }
+
+    /// Every body, in order (for if-else: then, else; for switch: body `n` at index `n`).
+    pub fn branches(&self) -> Vec<&GraphDefinition> {
+        std::iter::once(&self.first).chain(&self.rest).collect()
+    }
+
+    /// Body `n` (switch), if there is one.
+    pub fn branch(&self, n: usize) -> Option<&GraphDefinition> {
+        match n {
+            0 => Some(&self.first),
+            _ => self.rest.get(n - 1),
+        }
+    }
+
+    /// The body run when the condition is non-zero (if, if-else).
+    pub fn then(&self) -> &GraphDefinition {
+        &self.first
+    }
+    /// The body run when the condition is zero (if-else only).
+    pub fn else_(&self) -> Option<&GraphDefinition> {
+        self.rest.first()
+    }
+    /// The loop body (while).
+    pub fn body(&self) -> &GraphDefinition {
+        &self.first
+    }
+}
+
+/// Adds a conditional node after `deps` to `graph`, records what it was made with in `reg`, and
+/// returns its handle and body graphs.
+pub(crate) fn add_conditional_node(
+    reg: &mut Registry,
+    graph: driver::CUgraph,
+    deps: &[driver::CUgraphNode],
+    condition: GraphCondition,
+    kind: ConditionalType,
+    size: u32,
+) -> Result<(driver::CUgraphNode, Vec<driver::CUgraph>)> {
+    if size == 0 {
+        return Err(CudaError::InvalidArgument("switch: count must be at least 1".into()));
+    }
+    let context = current_context("conditional node")?;
+    // SAFETY: an all-zero CUgraphNodeParams is the documented starting point; the conditional
+    // member is filled in below.
+    let mut params: driver::CUgraphNodeParams = unsafe { std::mem::zeroed() };
+    params.type_ = driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    params.__bindgen_anon_1.conditional = driver::CUDA_CONDITIONAL_NODE_PARAMS {
+        handle: condition.handle,
+        type_: kind.to_driver(),
+        size,
+        phGraph_out: std::ptr::null_mut(),
+        ctx: context,
+    };
+    let mut node: driver::CUgraphNode = std::ptr::null_mut();
+    // SAFETY: graph and dependencies are live; params is initialised for a conditional node.
+    unsafe {
+        driver::cuGraphAddNode(
+            &mut node,
+            graph,
+            deps.as_ptr(),
+            std::ptr::null(),
+            deps.len(),
+            &mut params,
+        )
+    }
+    .check("cuGraphAddNode")?;
+    // SAFETY: the driver filled phGraph_out with `size` body graphs owned by the node.
+    let bodies = unsafe {
+        let out = params.__bindgen_anon_1.conditional.phGraph_out;
+        std::slice::from_raw_parts(out, size as usize).to_vec()
+    };
+    reg.conditionals.insert(
+        node as usize,
+        ConditionalInfo {
+            condition: condition.handle,
+            kind: kind.to_driver(),
+            graph,
+            bodies: bodies.clone(),
+        },
+    );
+    Ok((node, bodies))
+}
+
+macro_rules! conditional_adders {
+    ($ty:ty) => {
+        impl $ty {
+            /// An if node: its body runs when `condition` is non-zero.
+            pub fn if_then(&self, condition: &GraphCondition) -> Result<ConditionalNode> {
+                self.conditional(condition, ConditionalType::If, 1)
+            }
+
+            /// An if-else node: the first body runs when `condition` is non-zero, the second
+            /// when it is zero (CUDA 12.8+ drivers).
+            pub fn if_else(&self, condition: &GraphCondition) -> Result<ConditionalNode> {
+                self.conditional(condition, ConditionalType::If, 2)
+            }
+
+            /// A while node: its body runs as long as `condition` is non-zero (checked first).
+            pub fn while_loop(&self, condition: &GraphCondition) -> Result<ConditionalNode> {
+                self.conditional(condition, ConditionalType::While, 1)
+            }
+
+            /// A switch node with `count` bodies: body `n` runs when `condition` is `n`
+            /// (CUDA 12.8+ drivers).
+            pub fn switch(&self, condition: &GraphCondition, count: u32) -> Result<ConditionalNode> {
+                self.conditional(condition, ConditionalType::Switch, count)
+            }
+
+            fn conditional(
+                &self,
+                condition: &GraphCondition,
+                kind: ConditionalType,
+                size: u32,
+            ) -> Result<ConditionalNode> {
+                let append = self.append();
+                let mut bodies = Vec::new();
+                let node = append.add(&[], nothing, |reg, g, deps| {
+                    let (node, b) = add_conditional_node(reg, g, deps, *condition, kind, size)?;
+                    bodies = b;
+                    Ok(node)
+                })?;
+                let branches = bodies
+                    .into_iter()
+                    .map(|b| GraphDefinition {
+                        inner: GraphInner::nested(append.graph, node.node, b),
+                    })
+                    .collect();
+                ConditionalNode::new(node, branches)
+            }
+        }
+    };
+}
+
+conditional_adders!(GraphDefinition);
+conditional_adders!(GraphNode);

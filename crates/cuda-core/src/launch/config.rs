@@ -1,0 +1,292 @@
+//! [`LaunchConfig`] and [`Dim3`]: a launch's shape and attributes, checked against the device
+//! before the driver sees them.
+
+use crate::device::{Device, Limits};
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+
+/// Grid, block or cluster dimensions. `5.into()`, `(8, 8).into()` and `(4, 4, 4).into()` work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Dim3 {
+    pub x: u32,
+    pub y: u32,
+    pub z: u32,
+}
+
+impl Dim3 {
+    /// x * y * z (saturating at `u64::MAX`: three `u32`s can overflow it).
+    pub fn volume(&self) -> u64 {
+        (self.x as u64)
+            .saturating_mul(self.y as u64)
+            .saturating_mul(self.z as u64)
+    }
+}
+
+impl Default for Dim3 {
+    fn default() -> Self {
+        Dim3 { x: 1, y: 1, z: 1 }
+    }
+}
+
+impl From<u32> for Dim3 {
+    fn from(x: u32) -> Dim3 {
+        Dim3 { x, y: 1, z: 1 }
+    }
+}
+
+impl From<(u32, u32)> for Dim3 {
+    fn from((x, y): (u32, u32)) -> Dim3 {
+        Dim3 { x, y, z: 1 }
+    }
+}
+
+impl From<(u32, u32, u32)> for Dim3 {
+    fn from((x, y, z): (u32, u32, u32)) -> Dim3 {
+        Dim3 { x, y, z }
+    }
+}
+
+/// How a kernel is launched. Checked against the device before the driver sees it.
+///
+/// ```
+/// use cuda_core::LaunchConfig;
+/// let config = LaunchConfig { shmem_size: 1024, ..LaunchConfig::new(256, (128, 2)) };
+/// assert_eq!(config.grid.x, 256);
+/// assert_eq!(config.block.volume(), 256);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LaunchConfig {
+    /// Blocks in the grid (with clusters: still blocks, a multiple of the cluster shape).
+    pub grid: Dim3,
+    /// Threads in a block.
+    pub block: Dim3,
+    /// Thread block cluster shape (compute capability 9.0+).
+    pub cluster: Option<Dim3>,
+    /// Dynamic shared memory per block, in bytes.
+    pub shmem_size: u32,
+    /// A cooperative launch (grid-wide synchronisation).
+    pub cooperative_launch: bool,
+    /// Launch priority (`CU_LAUNCH_ATTRIBUTE_PRIORITY`).
+    pub priority: Option<i32>,
+    /// Programmatic dependent launch: let this kernel start before the previous one on the stream
+    /// has finished (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`).
+    pub programmatic_stream_serialization: bool,
+}
+
+/// The largest portable cluster, in blocks.
+const MAX_PORTABLE_CLUSTER: u64 = 8;
+
+impl LaunchConfig {
+    /// A grid of `grid` blocks of `block` threads.
+    pub fn new(grid: impl Into<Dim3>, block: impl Into<Dim3>) -> LaunchConfig {
+        LaunchConfig {
+            grid: grid.into(),
+            block: block.into(),
+            ..Default::default()
+        }
+    }
+
+    /// The driver's `CUlaunchConfig` for `stream`, with the launch attributes written into
+    /// `attrs` (which must outlive its use).
+    /// Whether the launch needs `cuLaunchKernelEx` attributes (clusters, cooperative, priority,
+    /// programmatic serialization).
+    #[inline]
+    pub(crate) fn has_attributes(&self) -> bool {
+        self.cluster.is_some()
+            || self.cooperative_launch
+            || self.priority.is_some()
+            || self.programmatic_stream_serialization
+    }
+
+    pub(crate) fn driver_config(
+        &self,
+        stream: driver::CUstream,
+        attrs: &mut [driver::CUlaunchAttribute; 4],
+    ) -> driver::CUlaunchConfig {
+        let mut n = 0;
+        if let Some(c) = self.cluster {
+            attrs[n].id = driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[n].value.clusterDim = driver::CUlaunchAttributeValue_union__bindgen_ty_1 { x: c.x, y: c.y, z: c.z };
+            n += 1;
+        }
+        if self.cooperative_launch {
+            attrs[n].id = driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+            attrs[n].value.cooperative = 1;
+            n += 1;
+        }
+        if let Some(p) = self.priority {
+            attrs[n].id = driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PRIORITY;
+            attrs[n].value.priority = p;
+            n += 1;
+        }
+        if self.programmatic_stream_serialization {
+            attrs[n].id = driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[n].value.programmaticStreamSerializationAllowed = 1;
+            n += 1;
+        }
+        driver::CUlaunchConfig {
+            gridDimX: self.grid.x,
+            gridDimY: self.grid.y,
+            gridDimZ: self.grid.z,
+            blockDimX: self.block.x,
+            blockDimY: self.block.y,
+            blockDimZ: self.block.z,
+            sharedMemBytes: self.shmem_size,
+            hStream: stream,
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: n as u32,
+        }
+    }
+
+    /// Checks the configuration against `device`'s limits.
+    pub fn validate(&self, device: &Device) -> Result<()> {
+        self.check(device.limits()?)
+    }
+
+    pub(crate) fn check(&self, l: &Limits) -> Result<()> {
+        let bad = |m: String| Err(CudaError::InvalidArgument(format!("LaunchConfig: {m}")));
+        let (g, b) = (self.grid, self.block);
+        if g.volume() == 0 || b.volume() == 0 {
+            return bad(format!("grid {g:?} and block {b:?} must have no zero dimension"));
+        }
+        if b.volume() > l.max_threads_per_block as u64 {
+            return bad(format!(
+                "a block of {} threads exceeds the device's {}",
+                b.volume(),
+                l.max_threads_per_block
+            ));
+        }
+        for (i, (v, max)) in [b.x, b.y, b.z].iter().zip(l.max_block).enumerate() {
+            if *v > max {
+                return bad(format!(
+                    "block dimension {} is {v}, more than the device's {max}",
+                    ["x", "y", "z"][i]
+                ));
+            }
+        }
+        for (i, (v, max)) in [g.x, g.y, g.z].iter().zip(l.max_grid).enumerate() {
+            if *v > max {
+                return bad(format!(
+                    "grid dimension {} is {v}, more than the device's {max}",
+                    ["x", "y", "z"][i]
+                ));
+            }
+        }
+        if self.shmem_size > l.max_shared_optin {
+            return bad(format!(
+                "{} bytes of dynamic shared memory exceed the device's {} per block",
+                self.shmem_size, l.max_shared_optin
+            ));
+        }
+        if self.cooperative_launch && !l.cooperative {
+            return bad("the device does not support cooperative launches".into());
+        }
+        if let Some(c) = self.cluster {
+            if !l.clusters {
+                return bad("the device does not support thread block clusters (compute capability 9.0+)".into());
+            }
+            if c.volume() == 0 || c.volume() > MAX_PORTABLE_CLUSTER {
+                return bad(format!(
+                    "a cluster of {} blocks is outside 1..={MAX_PORTABLE_CLUSTER}",
+                    c.volume()
+                ));
+            }
+            if g.x % c.x != 0 || g.y % c.y != 0 || g.z % c.z != 0 {
+                return bad(format!("the grid {g:?} is not a whole number of clusters {c:?}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h100() -> Limits {
+        Limits {
+            max_threads_per_block: 1024,
+            max_block: [1024, 1024, 64],
+            max_grid: [i32::MAX as u32, 65535, 65535],
+            max_shared_optin: 232448,
+            cooperative: true,
+            clusters: true,
+        }
+    }
+
+    #[test]
+    fn configurations_are_checked_against_the_device() {
+        let l = h100();
+        assert!(LaunchConfig::new(1000, 256).check(&l).is_ok());
+        let err = LaunchConfig::new(1, (64, 32)).check(&l).unwrap_err();
+        assert!(
+            err.to_string().contains("2048 threads exceeds the device's 1024"),
+            "{err}"
+        );
+        assert!(LaunchConfig::new(1, (1, 1, 128))
+            .check(&l)
+            .unwrap_err()
+            .to_string()
+            .contains("block dimension z"));
+        assert!(LaunchConfig::new((1, 70000), 1)
+            .check(&l)
+            .unwrap_err()
+            .to_string()
+            .contains("grid dimension y"));
+        assert!(LaunchConfig::new(0, 1).check(&l).is_err());
+        let big = LaunchConfig {
+            shmem_size: 300_000,
+            ..LaunchConfig::new(1, 1)
+        };
+        assert!(big.check(&l).unwrap_err().to_string().contains("dynamic shared memory"));
+        let cluster = LaunchConfig {
+            cluster: Some((2, 1, 1).into()),
+            ..LaunchConfig::new(8, 128)
+        };
+        assert!(cluster.check(&l).is_ok());
+        let odd = LaunchConfig {
+            cluster: Some(3.into()),
+            ..LaunchConfig::new(8, 128)
+        };
+        assert!(odd
+            .check(&l)
+            .unwrap_err()
+            .to_string()
+            .contains("whole number of clusters"));
+        let huge = LaunchConfig {
+            cluster: Some(16.into()),
+            ..LaunchConfig::new(32, 128)
+        };
+        assert!(huge.check(&l).unwrap_err().to_string().contains("outside 1..=8"));
+        let old = Limits {
+            clusters: false,
+            cooperative: false,
+            ..l
+        };
+        assert!(cluster.check(&old).unwrap_err().to_string().contains("clusters"));
+        let coop = LaunchConfig {
+            cooperative_launch: true,
+            ..LaunchConfig::new(1, 1)
+        };
+        assert!(coop.check(&old).unwrap_err().to_string().contains("cooperative"));
+    }
+
+    #[test]
+    fn volumes_saturate_instead_of_overflowing() {
+        let huge = Dim3 {
+            x: u32::MAX,
+            y: u32::MAX,
+            z: u32::MAX,
+        };
+        assert_eq!(huge.volume(), u64::MAX);
+        assert!(LaunchConfig::new(huge, 1).check(&h100()).is_err());
+        assert!(LaunchConfig::new(1, huge).check(&h100()).is_err());
+    }
+
+    #[test]
+    fn dims_from_ints_and_tuples() {
+        assert_eq!(Dim3::from(5), Dim3 { x: 5, y: 1, z: 1 });
+        assert_eq!(Dim3::from((2, 3)).volume(), 6);
+        assert_eq!(Dim3::from((2, 3, 4)).volume(), 24);
+    }
+}

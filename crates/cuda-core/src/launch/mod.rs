@@ -1,0 +1,112 @@
+//! Kernel launches: [`LaunchConfig`] and [`Dim3`] (`config`), kernel arguments ([`DeviceRepr`],
+//! [`KernelArgs`]: `args`), [`launch`] itself (here), [`TypedKernel`] (`typed`), and a kernel's
+//! attributes and occupancy on a device (`occupancy`).
+//!
+//! Launch uses devices, streams (a launch is a stream operation: captured, it hands the kernel to
+//! the graph) and compiled kernels ([`crate::compile`]); graphs build on it.
+
+mod args;
+mod config;
+mod occupancy;
+mod typed;
+
+pub use args::{DeviceRepr, KernelArgs};
+pub use config::{Dim3, LaunchConfig};
+pub use occupancy::MaxPotentialBlockSize;
+pub use typed::TypedKernel;
+
+use crate::compile::Kernel;
+use crate::device::Device;
+use crate::error::Check;
+use crate::stream::Stream;
+use crate::Result;
+use cuda_sys::driver;
+
+/// Launches `kernel` on `stream` with `args`: one `cuLaunchKernel` (`cuLaunchKernelEx` when the
+/// configuration has launch attributes), no heap allocation.
+///
+/// # Safety
+/// The kernel can do anything its code does. The caller guarantees that `args` match the kernel's
+/// parameters in number, order and type ([`TypedKernel`] checks number and sizes once), that
+/// every pointer argument is valid for the accesses the kernel makes for as long as the kernel
+/// runs (until the stream has passed it), and that the kernel does not race with other work
+/// touching the same memory. On a stream being captured into a graph the kernel runs at every
+/// launch of that graph: the pointers must stay valid for all of them (hand the memory to the
+/// graph with [`crate::graph::GraphBuilder::keep_alive`]); the graph keeps the kernel itself
+/// loaded. Outside a capture, the kernel's code must stay loaded until the launch has run: keep
+/// the [`Kernel`] (or its [`crate::ObjectCode`]) until the stream has passed the launch.
+#[inline]
+pub unsafe fn launch<A: KernelArgs>(
+    stream: &Stream,
+    config: &LaunchConfig,
+    kernel: &Kernel,
+    mut args: A,
+) -> Result<()> {
+    let device = match stream.device() {
+        Some(d) => d,
+        None => Device::current()?,
+    };
+    config.check(device.limits()?)?;
+    stream.enqueue(|capture| {
+        if let Some(capture) = capture {
+            // The graph runs the kernel at every launch: it keeps the kernel's code loaded.
+            capture.attach(kernel.clone())?;
+        }
+        // SAFETY: forwarded to the caller; the kernel is live (and held by a capturing graph).
+        unsafe { launch_now(stream, config, kernel, &mut args) }
+    })
+}
+
+/// The launch itself: one driver call.
+///
+/// # Safety
+/// As [`launch`].
+#[inline(always)]
+unsafe fn launch_now<A: KernelArgs>(
+    stream: &Stream,
+    config: &LaunchConfig,
+    kernel: &Kernel,
+    args: &mut A,
+) -> Result<()> {
+    if !config.has_attributes() {
+        // Without launch attributes the classic entry point does the same work, and is the one
+        // raw code calls: same cost.
+        return args.with_params(|params| {
+            // SAFETY: params point to the arguments, which the caller vouches for; a CUkernel is
+            // accepted where a CUfunction is expected.
+            unsafe {
+                driver::cuLaunchKernel(
+                    kernel.handle() as driver::CUfunction,
+                    config.grid.x,
+                    config.grid.y,
+                    config.grid.z,
+                    config.block.x,
+                    config.block.y,
+                    config.block.z,
+                    config.shmem_size,
+                    stream.handle(),
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            }
+            .check("cuLaunchKernel")
+        });
+    }
+    // SAFETY: an all-zero CUlaunchAttribute is a valid (ignored) value; only those filled in are
+    // passed to the driver.
+    let mut attrs: [driver::CUlaunchAttribute; 4] = unsafe { std::mem::zeroed() };
+    let cfg = config.driver_config(stream.handle(), &mut attrs);
+    args.with_params(|params| {
+        // SAFETY: cfg and its attributes live across the call; params point to the arguments,
+        // which the caller vouches for; a CUkernel is accepted where a CUfunction is expected.
+        unsafe {
+            driver::cuLaunchKernelEx(
+                &cfg,
+                kernel.handle() as driver::CUfunction,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .check("cuLaunchKernelEx")
+    })
+}

@@ -1,0 +1,233 @@
+//! How a buffer's memory is freed: an [`Allocation`] names the resource, the stream to free on
+//! and the streams to wait for; a [`SharedAllocation`] is the memory as graphs hold it; frees
+//! that must wait for a capture to end go to the release thread; graph memory is freed by the
+//! capture that allocated it.
+
+use super::Buffer;
+use crate::error::{record_drop_error, Check};
+use crate::memory::MemoryResource;
+use crate::stream::capture::{capture_info, Capture};
+use crate::stream::graph_core::GraphAllocState;
+use crate::stream::{Fence, Site, Stream};
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What frees a buffer's memory: the resource, where to free it and what to wait for first.
+pub(crate) struct Allocation {
+    ptr: driver::CUdeviceptr,
+    size: usize,
+    resource: Option<Arc<dyn MemoryResource>>,
+    pub(super) dealloc: Site,
+    pub(super) uses: Vec<Site>,
+}
+
+/// The memory of a [`Buffer`] that graphs refer to: freed (stream-ordered, on the buffer's
+/// deallocation stream at the time, after every stream that used it) when the buffer and every
+/// graph holding it are gone.
+pub(crate) struct SharedAllocation {
+    pub(super) allocation: Mutex<Option<Allocation>>,
+}
+
+/// Graph memory: the graph whose capture recorded the allocation, and whether it was freed.
+pub(super) struct GraphAllocation {
+    pub(super) graph: driver::CUgraph,
+    pub(super) state: Arc<GraphAllocState>,
+}
+
+// SAFETY: the CUgraph is only compared, never used to call the driver.
+unsafe impl Send for GraphAllocation {}
+// SAFETY: as above.
+unsafe impl Sync for GraphAllocation {}
+
+pub(super) fn capture_refusal(e: &CudaError) -> bool {
+    use driver::CUresult as R;
+    matches!(
+        e.driver_status(),
+        Some(
+            R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+                | R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                | R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+        )
+    ) || matches!(e, CudaError::InvalidArgument(m) if m.contains("capture was invalidated"))
+}
+
+impl Allocation {
+    /// Frees the memory, or hands the free to the release thread when it must wait for a
+    /// capture to end.
+    pub(super) fn release(self) -> Result<()> {
+        let mut this = self;
+        match this.try_free() {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                crate::reaper::retry(Box::new(PendingFree(Some(this))));
+                Ok(())
+            }
+            Err(e) if capture_refusal(&e) => {
+                crate::reaper::retry(Box::new(PendingFree(Some(this))));
+                Ok(())
+            }
+            Err(e) => {
+                // The memory may still be in use: keep it rather than free it.
+                std::mem::forget(this);
+                Err(e)
+            }
+        }
+    }
+
+    /// One attempt at the free: `Ok(false)` when a stream involved is being captured.
+    fn try_free(&mut self) -> Result<bool> {
+        let Some(resource) = self.resource.clone() else {
+            return Ok(true);
+        };
+        // Every stream that used the memory: a fence after its work so far.
+        let mut fences = Vec::with_capacity(self.uses.len());
+        for site in &self.uses {
+            match site.fence()? {
+                Fence::Event(e) => fences.push(e),
+                Fence::Capturing => return Ok(false),
+                Fence::Unreachable => site.synchronize()?,
+            }
+        }
+        // Another thread's per-thread default stream cannot be named here: wait for its context,
+        // then free on that context's legacy default stream.
+        let fallback;
+        let site = if self.dealloc.reachable() {
+            &self.dealloc
+        } else {
+            self.dealloc.synchronize()?;
+            fallback = Site::of_legacy(self.dealloc.context()?);
+            &fallback
+        };
+        let freed = site.enqueue(|capture| {
+            if capture.is_some() {
+                return Ok(false);
+            }
+            for fence in &fences {
+                // SAFETY: both handles are live; the stream is not capturing (inside its operation).
+                unsafe { driver::cuStreamWaitEvent(site.stream().handle(), fence.handle(), 0) }
+                    .check("cuStreamWaitEvent")?;
+            }
+            // SAFETY: ptr came from this resource with this size and is freed once (the resource
+            // is taken below); the free is ordered after the work of every stream that used the
+            // memory (the waits above), and no graph holds it any more.
+            unsafe { resource.deallocate(self.ptr, self.size, site.stream()) }?;
+            Ok(true)
+        })?;
+        if freed {
+            self.resource = None;
+        }
+        Ok(freed)
+    }
+}
+
+/// A free waiting on the release thread for a capture to end.
+struct PendingFree(Option<Allocation>);
+
+impl crate::reaper::Retry for PendingFree {
+    fn attempt(&mut self) -> bool {
+        let Some(allocation) = self.0.as_mut() else {
+            return true;
+        };
+        match allocation.try_free() {
+            Ok(done) => done,
+            Err(e) if capture_refusal(&e) => false,
+            Err(e) => {
+                record_drop_error(e);
+                // Keep the memory: it may still be in use.
+                std::mem::forget(self.0.take());
+                true
+            }
+        }
+    }
+}
+
+impl Drop for SharedAllocation {
+    fn drop(&mut self) {
+        let allocation = self.allocation.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        if crate::reaper::in_callback() {
+            if let Some(a) = allocation {
+                // On a driver thread: freed on the release thread.
+                crate::reaper::drop_later(Box::new(SharedAllocation {
+                    allocation: Mutex::new(Some(a)),
+                }));
+            }
+            return;
+        }
+        if let Some(a) = allocation {
+            if let Err(e) = a.release() {
+                record_drop_error(e);
+            }
+        }
+    }
+}
+
+impl Buffer {
+    /// What frees the memory through `resource`, on the deallocation stream after `uses`.
+    pub(super) fn allocation(&self, resource: Option<Arc<dyn MemoryResource>>, uses: Vec<Site>) -> Allocation {
+        Allocation {
+            ptr: self.ptr,
+            size: self.size,
+            resource,
+            dealloc: self.dealloc.clone(),
+            uses,
+        }
+    }
+}
+
+/// Recognises graph memory: after `resource.allocate` on a capturing stream, the capture's new
+/// dependency is an allocation node whose address is `ptr` when the allocation was recorded.
+pub(super) fn graph_allocation(
+    capture: &mut Capture<'_>,
+    stream: &Stream,
+    ptr: driver::CUdeviceptr,
+) -> Result<Option<GraphAllocation>> {
+    let Some(info) = capture_info(stream.handle())? else {
+        return Ok(None);
+    };
+    let [node] = info.dependencies[..] else {
+        return Ok(None);
+    };
+    let mut kind = driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+    // SAFETY: a node of the capture's graph, whose lock is held; out-value is a local.
+    unsafe { driver::cuGraphNodeGetType(node, &mut kind) }.check("cuGraphNodeGetType")?;
+    if kind != driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC {
+        return Ok(None);
+    }
+    // SAFETY: plain data; the driver fills it in.
+    let mut params: driver::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
+    // SAFETY: an allocation node of the locked graph; out-value is a local.
+    unsafe { driver::cuGraphMemAllocNodeGetParams(node, &mut params) }.check("cuGraphMemAllocNodeGetParams")?;
+    if params.dptr != ptr {
+        return Ok(None);
+    }
+    let state = Arc::new(GraphAllocState {
+        ptr,
+        graph: capture.handle(),
+        freed: AtomicBool::new(false),
+    });
+    capture.reg.graph_allocations.push(state.clone());
+    capture.reg.has_graph_memory = true;
+    Ok(Some(GraphAllocation {
+        graph: capture.handle(),
+        state,
+    }))
+}
+
+/// Frees graph memory in the capture that allocated it (a free node), if it still records on
+/// `stream` and the memory is live; otherwise the capture freed it when it ended (or it was
+/// discarded with its graph).
+pub(super) fn free_graph_memory(g: &GraphAllocation, stream: &Stream) -> Result<()> {
+    stream.enqueue(|capture| {
+        let Some(capture) = capture else {
+            return Ok(());
+        };
+        if capture.handle() != g.graph || g.state.freed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        // SAFETY: the stream is capturing into the graph that allocated ptr (its lock is held),
+        // and this is the allocation's only free (`freed`).
+        unsafe { crate::memory::free_async(g.state.ptr, stream) }
+    })
+}

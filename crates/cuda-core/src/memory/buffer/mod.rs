@@ -1,0 +1,377 @@
+//! [`Buffer`]: memory from a [`MemoryResource`], and what keeps it alive until its free.
+//!
+//! **Who keeps the memory alive.** A buffer frees its memory when dropped (or
+//! [`close`](Buffer::close)d), stream-ordered on its deallocation stream. Work queued on other
+//! streams is covered too: the first time a stream other than the deallocation stream queues
+//! work on a buffer, that stream waits for the deallocation stream (so the work follows the
+//! allocation) and the buffer remembers it; the free then waits for every stream it remembers.
+//! Work on the deallocation stream itself costs one comparison. A stream is remembered as a
+//! [`Site`]: for the default streams, with the context and thread that give the handle its
+//! meaning.
+//!
+//! **Graphs.** Work recorded into a graph is not run by the stream it was queued on but by every
+//! launch of the graph: the graph holds the memory (a [`SharedAllocation`] handed to it as a CUDA
+//! user object), and the memory is freed when the buffer and every graph holding it are gone.
+//! Memory a graph allocates (graph memory: an allocation node recorded by a capture) exists only
+//! while the graph runs: such a buffer is usable only on its stream while it captures into that
+//! graph, and the capture frees it (a free node) when the buffer is dropped or the capture ends.
+//!
+//! **Frees that must wait.** A free cannot be queued on a stream being captured (it would be
+//! recorded into the graph instead), nor ordered after one; such frees are handed to the release
+//! thread ([`crate::reaper`]) and done when the capture is over.
+
+mod free;
+mod uses;
+
+pub(crate) use free::SharedAllocation;
+pub(crate) use uses::enqueue_using;
+
+use super::MemoryResource;
+use crate::device::FenceEvent;
+use crate::error::record_drop_error;
+use crate::stream::{Fence, Site, Stream};
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use free::{capture_refusal, free_graph_memory, graph_allocation, GraphAllocation};
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Plain-data element types buffers copy to and from host slices.
+pub use bytemuck::Pod;
+
+/// Memory from a [`MemoryResource`], freed (stream-ordered, on its deallocation stream, after
+/// the work of every stream that used it) when dropped. It keeps its resource and its
+/// deallocation stream alive.
+///
+/// Any stream may use a buffer: the first time a stream other than the deallocation stream
+/// queues work on it, that stream waits for the allocation, and the free waits for every such
+/// stream. Work recorded into a graph is held by the graph: the memory is freed when the buffer
+/// and every graph holding it are gone. Graph memory (allocated by a capture) is usable only on
+/// its stream while that capture records, and the capture frees it. Frees that cannot be queued
+/// yet (their stream is being captured) are done on a thread of this crate when the capture ends.
+pub struct Buffer {
+    ptr: driver::CUdeviceptr,
+    size: usize,
+    resource: Option<Arc<dyn MemoryResource>>,
+    /// Where the buffer is freed; its first uses elsewhere are ordered after it.
+    dealloc: Site,
+    /// Other streams that queued work on the buffer: its free waits for them.
+    uses: Mutex<Vec<Site>>,
+    /// Set once a graph records work on the buffer: from then on the memory is freed when the
+    /// last of the buffer and those graphs goes.
+    shared: OnceLock<Arc<SharedAllocation>>,
+    /// For graph memory: the capture that allocated it.
+    graph: Option<GraphAllocation>,
+    /// Set the first time a graph uses the buffer: a fence after its allocation, which launches
+    /// of such graphs wait for (`None`: the allocation was known to be done).
+    ready: OnceLock<Option<Arc<FenceEvent>>>,
+}
+
+impl Buffer {
+    /// `size` bytes from `resource`, ordered on `stream`, which also becomes the deallocation
+    /// stream. On a stream being captured, a resource that records a stream-ordered allocation
+    /// gives graph memory (see [`Buffer`]).
+    #[inline]
+    pub fn allocate(resource: Arc<dyn MemoryResource>, size: usize, stream: &Stream) -> Result<Buffer> {
+        let dealloc = Site::of(stream)?;
+        stream.enqueue(move |capture| {
+            let ptr = resource.allocate(size, stream)?;
+            let graph = match capture {
+                Some(capture) => graph_allocation(capture, stream, ptr)?,
+                None => None,
+            };
+            Ok(Buffer::new(ptr, size, Some(resource), dealloc, graph))
+        })
+    }
+
+    /// A buffer no stream other than `dealloc`'s and no graph has used yet.
+    #[inline]
+    fn new(
+        ptr: driver::CUdeviceptr,
+        size: usize,
+        resource: Option<Arc<dyn MemoryResource>>,
+        dealloc: Site,
+        graph: Option<GraphAllocation>,
+    ) -> Buffer {
+        Buffer {
+            ptr,
+            size,
+            resource,
+            dealloc,
+            uses: Mutex::new(Vec::new()),
+            shared: OnceLock::new(),
+            graph,
+            ready: OnceLock::new(),
+        }
+    }
+
+    /// A buffer over `ptr` that `resource` frees (or, without one, nobody does).
+    #[inline]
+    pub(crate) fn from_parts(
+        ptr: driver::CUdeviceptr,
+        size: usize,
+        resource: Option<Arc<dyn MemoryResource>>,
+        stream: &Stream,
+    ) -> Result<Buffer> {
+        Ok(Buffer::new(ptr, size, resource, Site::of(stream)?, None))
+    }
+
+    /// Wraps memory allocated elsewhere; it is never freed here.
+    ///
+    /// # Safety
+    /// `ptr` must point to `size` bytes of memory usable by the device (or host, as it is used)
+    /// for as long as the buffer, and every graph that records work on it, live.
+    pub unsafe fn from_handle(ptr: driver::CUdeviceptr, size: usize, stream: &Stream) -> Result<Buffer> {
+        Buffer::from_parts(ptr, size, None, stream)
+    }
+
+    /// The device address.
+    #[inline]
+    pub fn handle(&self) -> driver::CUdeviceptr {
+        self.ptr
+    }
+
+    /// After a resource moved or grew the memory (virtual memory management).
+    pub(crate) fn rebase(&mut self, ptr: driver::CUdeviceptr, size: usize) {
+        self.ptr = ptr;
+        self.size = size;
+    }
+
+    /// The size in bytes.
+    #[inline]
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The resource it came from (`None` for foreign memory).
+    pub fn memory_resource(&self) -> Option<&Arc<dyn MemoryResource>> {
+        self.resource.as_ref()
+    }
+
+    /// Whether kernels can read and write the memory.
+    pub fn is_device_accessible(&self) -> bool {
+        self.resource.as_ref().is_none_or(|r| r.is_device_accessible())
+    }
+
+    /// Whether the host can read and write the memory directly.
+    pub fn is_host_accessible(&self) -> bool {
+        self.resource.as_ref().is_some_and(|r| r.is_host_accessible())
+    }
+
+    /// Whether the buffer is graph memory: allocated by the capture of a graph, and usable only
+    /// on its stream while that capture records.
+    pub fn is_graph_memory(&self) -> bool {
+        self.graph.is_some()
+    }
+
+    /// The stream the buffer is freed on.
+    pub fn deallocation_stream(&self) -> &Stream {
+        self.dealloc.stream()
+    }
+
+    /// Frees the buffer on `stream` from now on (after the work queued there, and on every
+    /// stream that used the buffer). `stream` is first ordered after the current deallocation
+    /// stream. Graph memory is freed by its capture: its deallocation stream cannot change.
+    pub fn set_deallocation_stream(&mut self, stream: &Stream) -> Result<()> {
+        let site = Site::of(stream)?;
+        if site.same(&self.dealloc) {
+            return Ok(());
+        }
+        if self.graph.is_some() {
+            return Err(CudaError::InvalidArgument(
+                "graph memory is freed by the capture that allocated it, on its stream: its deallocation stream cannot change".into(),
+            ));
+        }
+        match self.dealloc.fence()? {
+            Fence::Event(e) => {
+                if !site.wait(&e)? {
+                    return Err(CudaError::InvalidArgument(
+                        "set_deallocation_stream: the stream is being captured into a graph; free on a stream that is not".into(),
+                    ));
+                }
+            }
+            Fence::Capturing => {
+                return Err(CudaError::InvalidArgument(
+                    "set_deallocation_stream: the current deallocation stream is being captured into a graph; change it after the capture ends".into(),
+                ))
+            }
+            Fence::Unreachable => self.dealloc.synchronize()?,
+        }
+        let uses = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
+        uses.retain(|u| !u.same(&site));
+        let old = std::mem::replace(&mut self.dealloc, site);
+        // The free waits for the old stream too (unless it is another thread's per-thread
+        // stream, synchronised above: this thread cannot name it).
+        if old.reachable() {
+            uses.push(old);
+        }
+        Ok(())
+    }
+
+    /// Whether a graph holds the memory (see [`crate::graph`]): it then cannot move.
+    pub fn is_used_by_graph(&self) -> bool {
+        self.shared.get().is_some()
+    }
+
+    /// Frees the buffer now (stream-ordered on `stream`, or its deallocation stream, after every
+    /// stream that used it) and returns what the driver said.
+    pub fn close(mut self, stream: Option<&Stream>) -> Result<()> {
+        if let Some(s) = stream {
+            self.set_deallocation_stream(s)?;
+        }
+        // Drop then finds nothing left to free.
+        self.release()
+    }
+
+    #[inline]
+    fn release(&mut self) -> Result<()> {
+        if let Some(g) = &self.graph {
+            self.resource = None;
+            return free_graph_memory(g, self.dealloc.stream());
+        }
+        let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(|p| p.into_inner()));
+        if let Some(shared) = self.shared.get() {
+            // Graphs hold the memory: the shared allocation frees it, after this buffer's uses,
+            // when the last of them goes.
+            let mut slot = shared.allocation.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(a) = slot.as_mut() {
+                a.dealloc = self.dealloc.clone();
+                a.uses = uses;
+            }
+            self.resource = None;
+            return Ok(());
+        }
+        let Some(resource) = self.resource.take() else {
+            return Ok(());
+        };
+        if uses.is_empty() {
+            // The common case: freed where it was used.
+            let stream = self.dealloc.stream();
+            if self.dealloc.is_plainly(stream) {
+                let ptr = self.ptr;
+                let size = self.size;
+                // (A plain stream names its context: no context needs to be made current.)
+                let done = stream.enqueue(|capture| {
+                    if capture.is_some() {
+                        return Ok(false);
+                    }
+                    // SAFETY: ptr came from this resource with this size and is freed once (the
+                    // resource was taken); the only stream that used it is this one, not
+                    // capturing (inside its operation), so the free follows all that work.
+                    unsafe { resource.deallocate(ptr, size, stream) }?;
+                    Ok(true)
+                });
+                match done {
+                    Ok(true) => return Ok(()),
+                    Err(e) if !capture_refusal(&e) => return Err(e),
+                    _ => {} // must wait for a capture: the general path hands it on
+                }
+            }
+        }
+        self.allocation(Some(resource), uses).release()
+    }
+
+    pub(crate) fn check_fits(&self, bytes: usize, what: &str) -> Result<()> {
+        if bytes > self.size {
+            return Err(CudaError::InvalidArgument(format!(
+                "{what}: {bytes} bytes do not fit in a buffer of {}",
+                self.size
+            )));
+        }
+        Ok(())
+    }
+
+    /// A view of `len` bytes at `offset`, borrowing the buffer (it cannot be freed meanwhile).
+    pub fn view(&self, offset: usize, len: usize) -> Result<BufferView<'_>> {
+        let outside = || {
+            CudaError::InvalidArgument(format!(
+                "view of {len} bytes at {offset} is outside a buffer of {}",
+                self.size
+            ))
+        };
+        if offset.checked_add(len).is_none_or(|end| end > self.size) {
+            return Err(outside());
+        }
+        let ptr = u64::try_from(offset)
+            .ok()
+            .and_then(|o| self.ptr.checked_add(o))
+            .ok_or_else(outside)?;
+        Ok(BufferView {
+            ptr,
+            len,
+            _buffer: std::marker::PhantomData,
+        })
+    }
+
+    /// Waits until no stream has work queued on the buffer (before memory moves: see
+    /// [`super::VirtualMemoryResource::grow`]); afterwards only the deallocation stream is
+    /// remembered.
+    pub(crate) fn synchronize_uses(&mut self) -> Result<()> {
+        for site in self.uses.get_mut().unwrap_or_else(|p| p.into_inner()).iter() {
+            site.synchronize()?;
+        }
+        self.dealloc.synchronize()?;
+        self.uses.get_mut().unwrap_or_else(|p| p.into_inner()).clear();
+        Ok(())
+    }
+}
+
+/// Part of a [`Buffer`], alive no longer than it.
+#[derive(Debug, Clone, Copy)]
+pub struct BufferView<'a> {
+    ptr: driver::CUdeviceptr,
+    len: usize,
+    _buffer: std::marker::PhantomData<&'a Buffer>,
+}
+
+impl BufferView<'_> {
+    /// The device address of the view's first byte.
+    pub fn handle(&self) -> driver::CUdeviceptr {
+        self.ptr
+    }
+
+    /// The view's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the view has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if crate::reaper::in_callback() && (self.resource.is_some() || self.graph.is_some()) {
+            // On a driver thread (a host function let go of it): freed on the release thread.
+            let later = Buffer {
+                ptr: self.ptr,
+                size: self.size,
+                resource: self.resource.take(),
+                dealloc: self.dealloc.clone(),
+                uses: Mutex::new(std::mem::take(self.uses.get_mut().unwrap_or_else(|p| p.into_inner()))),
+                shared: std::mem::take(&mut self.shared),
+                graph: self.graph.take(),
+                ready: std::mem::take(&mut self.ready),
+            };
+            crate::reaper::drop_later(Box::new(later));
+            return;
+        }
+        if let Err(e) = self.release() {
+            record_drop_error(e);
+        }
+    }
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Buffer({:#x}, {} bytes)", self.ptr, self.size)
+    }
+}
+
+// SAFETY: device addresses are process-wide; the resource, sites and locks are Send + Sync (the
+// graph handle is only compared).
+unsafe impl Send for Buffer {}
+// SAFETY: shared access reads the address and size, locks `uses`, or queues driver work.
+unsafe impl Sync for Buffer {}

@@ -1,0 +1,202 @@
+//! Which streams and graphs use a buffer: a stream other than the deallocation stream is ordered
+//! after the allocation the first time it uses the buffer and remembered, so the free waits for
+//! it; a graph recording work on the buffer is handed the memory ([`SharedAllocation`]) and its
+//! launches wait for the allocation. Every operation on buffers goes through [`enqueue_using`].
+
+use super::free::SharedAllocation;
+use super::Buffer;
+use crate::device::FenceEvent;
+use crate::stream::capture::{before_capture, Capture};
+use crate::stream::{Fence, Site, Stream};
+use crate::{CudaError, Result};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+impl Buffer {
+    /// The memory as graphs hold it: from the first call on, the buffer no longer frees it
+    /// alone; the last of the buffer and the graphs holding the returned value does.
+    pub(crate) fn share(&self) -> Arc<SharedAllocation> {
+        self.shared
+            .get_or_init(|| {
+                Arc::new(SharedAllocation {
+                    allocation: Mutex::new(Some(self.allocation(self.resource.clone(), Vec::new()))),
+                })
+            })
+            .clone()
+    }
+
+    /// A fence after the buffer's allocation, for graphs that use the buffer: their launches
+    /// wait for it, so their work follows the allocation (on a stream the graph does not order
+    /// itself after). Recorded once, on the deallocation stream, or taken from the fence
+    /// recorded just before that stream began the capture it is in. Call it holding no stream
+    /// or graph lock.
+    pub(crate) fn graph_fence(&self) -> Result<Option<Arc<FenceEvent>>> {
+        if let Some(f) = self.ready.get() {
+            return Ok(f.clone());
+        }
+        let fence = match self.dealloc.fence()? {
+            Fence::Event(e) => Some(Arc::new(e)),
+            Fence::Capturing => match before_capture(self.dealloc.stream().handle()) {
+                Some(f) => Some(f),
+                None => {
+                    return Err(CudaError::InvalidArgument(
+                        "the buffer's deallocation stream joined a capture: use the buffer in a graph after that capture ends".into(),
+                    ))
+                }
+            },
+            Fence::Unreachable => {
+                self.dealloc.synchronize()?;
+                None
+            }
+        };
+        Ok(self.ready.get_or_init(|| fence).clone())
+    }
+
+    /// Whether work the calling thread queues on `stream` is already ordered for this buffer (it
+    /// is the deallocation stream, or one the buffer remembers).
+    #[inline]
+    fn knows(&self, stream: &Stream) -> Result<bool> {
+        if self.dealloc.is_plainly(stream) {
+            return Ok(true);
+        }
+        self.knows_slow(stream)
+    }
+
+    #[cold]
+    fn knows_slow(&self, stream: &Stream) -> Result<bool> {
+        let site = Site::of(stream)?;
+        if site.same(&self.dealloc) {
+            return Ok(true);
+        }
+        Ok(self
+            .uses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|u| u.same(&site)))
+    }
+
+    /// Makes `stream` known: ordered after the buffer's deallocation stream (and so after the
+    /// allocation), and remembered so that the free waits for it. Nothing is done while
+    /// `stream` is being captured (captured work is held by the graph instead).
+    fn learn(&self, stream: &Stream) -> Result<()> {
+        if self.graph.is_some() || self.knows(stream)? {
+            return Ok(());
+        }
+        let site = Site::of(stream)?;
+        match self.dealloc.fence()? {
+            Fence::Event(e) => {
+                if !site.wait(&e)? {
+                    return Ok(()); // capturing: the operation will be recorded and held
+                }
+            }
+            Fence::Capturing => {
+                return Err(CudaError::InvalidArgument(
+                    "the buffer's deallocation stream is being captured into a graph: until the capture ends, use the buffer on that stream only".into(),
+                ))
+            }
+            Fence::Unreachable => self.dealloc.synchronize()?,
+        }
+        let mut uses = self.uses.lock().unwrap_or_else(|p| p.into_inner());
+        if !uses.iter().any(|u| u.same(&site)) {
+            uses.push(site);
+        }
+        Ok(())
+    }
+
+    /// Hands the memory to the graph `capture` records into, for an operation on `stream`;
+    /// graph memory is checked to belong to this capture instead. `Ok(false)` when the buffer's
+    /// graph fence is not recorded yet (it must be, outside the locks: see `enqueue_using`).
+    fn hold_in(&self, capture: &mut Capture<'_>, stream: &Stream) -> Result<bool> {
+        match &self.graph {
+            Some(g) => {
+                if g.state.freed.load(Ordering::Acquire) {
+                    return Err(CudaError::InvalidArgument(
+                        "the graph memory was freed by its capture".into(),
+                    ));
+                }
+                if g.graph != capture.handle() || !self.dealloc.is_plainly(stream) {
+                    return Err(CudaError::InvalidArgument(
+                        "graph memory is usable only on the stream whose capture allocated it, while that capture records"
+                            .into(),
+                    ));
+                }
+                Ok(true)
+            }
+            None => {
+                let Some(ready) = self.ready.get() else {
+                    return Ok(false);
+                };
+                if let Some(f) = ready {
+                    capture.reg.note_ready(f);
+                }
+                capture.attach(self.share())?;
+                Ok(true)
+            }
+        }
+    }
+}
+
+/// Queues `op` on `stream`, which uses `buffers`: each buffer's memory stays alive until the work
+/// is done (the stream is remembered by the buffer, or the graph being captured holds the
+/// buffer), and graph memory is refused outside its capture. `op` gets the capture, if any.
+pub(crate) fn enqueue_using<T>(
+    stream: &Stream,
+    buffers: &[&Buffer],
+    op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>,
+) -> Result<T> {
+    let mut op = Some(op);
+    let mut for_graphs = false;
+    loop {
+        for b in buffers {
+            b.learn(stream)?;
+            if for_graphs && b.graph.is_none() {
+                b.graph_fence()?;
+            }
+        }
+        let outcome = stream.enqueue(|capture| {
+            match capture {
+                Some(capture) => {
+                    for b in buffers {
+                        if !b.hold_in(capture, stream)? {
+                            // Recorded into a graph: first the fences graph launches wait for.
+                            for_graphs = true;
+                            return Ok(None);
+                        }
+                    }
+                    run_once(&mut op, Some(capture)).map(Some)
+                }
+                None => {
+                    for b in buffers {
+                        if b.graph.is_some() {
+                            return Err(CudaError::InvalidArgument(
+                                "graph memory is usable only on the stream whose capture allocated it, while that capture records"
+                                    .into(),
+                            ));
+                        }
+                        if !b.knows(stream)? {
+                            // A capture ended since `learn` skipped the stream: learn it now.
+                            return Ok(None);
+                        }
+                    }
+                    run_once(&mut op, None).map(Some)
+                }
+            }
+        })?;
+        if let Some(value) = outcome {
+            return Ok(value);
+        }
+    }
+}
+
+fn run_once<T, F: FnOnce(Option<&mut Capture<'_>>) -> Result<T>>(
+    op: &mut Option<F>,
+    capture: Option<&mut Capture<'_>>,
+) -> Result<T> {
+    match op.take() {
+        Some(f) => f(capture),
+        None => Err(CudaError::InvalidArgument(
+            "internal: an operation was queued twice".into(),
+        )),
+    }
+}
