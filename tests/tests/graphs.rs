@@ -78,7 +78,8 @@ fn all() -> LaunchConfig {
 fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
-        Device::current().unwrap().sync().unwrap();
+        // Refused (an error) while another test captures in the context: then just poll.
+        let _ = Device::current().unwrap().sync();
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "timed out waiting for {what}"

@@ -7,7 +7,7 @@ use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::cell::RefCell;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 struct ContextInner {
     handle: driver::CUcontext,
@@ -17,6 +17,10 @@ struct ContextInner {
     /// Timing-free events made in this context, lent out to order one stream after another
     /// (see [`Context::fence`]).
     fences: Mutex<Vec<driver::CUevent>>,
+    /// How many captures begun through this crate run on streams of this context. Read-locked
+    /// across a context-wide synchronisation, which would invalidate them (see
+    /// [`Context::synchronize`]); write-locked to count one.
+    captures: RwLock<usize>,
 }
 
 impl Drop for ContextInner {
@@ -28,6 +32,7 @@ impl Drop for ContextInner {
                 device: self.device,
                 owned: self.owned,
                 fences: Mutex::new(std::mem::take(self.fences.get_mut().unwrap_or_else(|p| p.into_inner()))),
+                captures: RwLock::new(0),
             };
             self.owned = false;
             crate::reaper::drop_later(Box::new(later));
@@ -145,6 +150,11 @@ impl FenceEvent {
     pub(crate) fn handle(&self) -> driver::CUevent {
         self.event
     }
+
+    /// The context the event belongs to.
+    pub(crate) fn context(&self) -> &Context {
+        &self.context
+    }
 }
 
 impl Drop for FenceEvent {
@@ -168,6 +178,7 @@ impl Context {
                 device,
                 owned,
                 fences: Mutex::new(Vec::new()),
+                captures: RwLock::new(0),
             }),
         }
     }
@@ -348,12 +359,47 @@ impl Context {
     }
 
     /// Waits for all work in the context.
+    ///
+    /// While a stream of the context is being captured into a graph (a capture begun through
+    /// this crate, on any thread), this is an error rather than a wait: the driver would
+    /// invalidate that capture. Synchronise the streams you use ([`crate::Stream::sync`])
+    /// instead, or after the capture ends. A capture waits to begin until a synchronisation in
+    /// progress is done.
     pub fn synchronize(&self) -> Result<()> {
+        if self.try_synchronize()? {
+            return Ok(());
+        }
+        Err(CudaError::InvalidArgument(
+            "synchronize: a stream of this context is being captured into a graph, which a context-wide synchronisation would invalidate: synchronize the streams you use (Stream::sync), or synchronize after the capture ends".into(),
+        ))
+    }
+
+    /// [`synchronize`](Self::synchronize), or `Ok(false)` without waiting when a stream of the
+    /// context is being captured.
+    pub(crate) fn try_synchronize(&self) -> Result<bool> {
         crate::reaper::refuse_in_callback()?;
+        // Held across the wait: no capture begins in the context meanwhile.
+        let captures = self.inner.captures.read().unwrap_or_else(|p| p.into_inner());
+        if *captures != 0 {
+            return Ok(false);
+        }
         self.with_current(|| {
             // SAFETY: the context is current for the call.
             unsafe { driver::cuCtxSynchronize() }.check("cuCtxSynchronize")
-        })
+        })?;
+        Ok(true)
+    }
+
+    /// Counts a capture beginning on a stream of this context (after any context-wide
+    /// synchronisation in progress); [`capture_ended`](Self::capture_ended) takes it back.
+    pub(crate) fn capture_started(&self) {
+        *self.inner.captures.write().unwrap_or_else(|p| p.into_inner()) += 1;
+    }
+
+    /// Takes back a count of [`capture_started`](Self::capture_started).
+    pub(crate) fn capture_ended(&self) {
+        let mut n = self.inner.captures.write().unwrap_or_else(|p| p.into_inner());
+        *n = n.saturating_sub(1);
     }
 
     /// Runs `f` with this context current, restoring the previous one afterwards (also when `f`

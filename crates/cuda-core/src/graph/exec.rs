@@ -223,7 +223,8 @@ impl crate::reaper::Retry for Retired {
                 Ok(Fence::Event(e)) => self.fences.push(e),
                 Ok(Fence::Capturing) => still.push(site),
                 Ok(Fence::Unreachable) => {
-                    if site.synchronize().is_err() {
+                    // Not while a capture runs in its context (or when it fails): tried again.
+                    if !matches!(site.try_synchronize(), Ok(true)) {
                         still.push(site);
                     }
                 }

@@ -70,6 +70,9 @@ pub(crate) fn capture_starting(
 ) {
     // From here the count is taken back by `capture_over`.
     std::mem::forget(beginning);
+    // Context-wide synchronisations would invalidate the capture: they are refused until it is
+    // over (the fence belongs to the stream's context).
+    before.context().capture_started();
     active()
         .get_or_insert_with(HashMap::new)
         .insert(graph.handle as usize, Arc::downgrade(graph));
@@ -85,8 +88,13 @@ pub(crate) fn capture_over(graph: driver::CUgraph, stream: driver::CUstream) {
     if let Some(map) = active().as_mut() {
         map.remove(&(graph as usize));
     }
-    if let Some(map) = BEFORE_CAPTURE.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-        map.remove(&(stream as usize));
+    let before = BEFORE_CAPTURE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_mut()
+        .and_then(|map| map.remove(&(stream as usize)));
+    if let Some(fence) = before {
+        fence.context().capture_ended();
     }
     CAPTURES.fetch_sub(1, Ordering::SeqCst);
     // Releases waiting for a capture to end may proceed.

@@ -147,14 +147,24 @@ impl Site {
     /// Blocks until the work queued on the site so far is done: the stream's, or for another
     /// thread's per-thread default stream (which this thread cannot name) the whole context's.
     pub(crate) fn synchronize(&self) -> Result<()> {
+        if self.try_synchronize()? {
+            return Ok(());
+        }
+        self.context()?.synchronize()
+    }
+
+    /// [`synchronize`](Self::synchronize), or `Ok(false)` without waiting when that would take a
+    /// context-wide synchronisation while a stream of the context is being captured (which it
+    /// would invalidate: see [`Context::synchronize`](crate::Context::synchronize)).
+    pub(crate) fn try_synchronize(&self) -> Result<bool> {
         if self.reachable() {
             if self.stream.is_default() {
-                self.context()?.with_current(|| self.stream.sync())
+                self.context()?.with_current(|| self.stream.sync())?;
             } else {
-                self.stream.sync()
+                self.stream.sync()?;
             }
-        } else {
-            self.context()?.synchronize()
+            return Ok(true);
         }
+        self.context()?.try_synchronize()
     }
 }

@@ -87,7 +87,11 @@ impl Allocation {
             match site.fence()? {
                 Fence::Event(e) => fences.push(e),
                 Fence::Capturing => return Ok(false),
-                Fence::Unreachable => site.synchronize()?,
+                Fence::Unreachable => {
+                    if !site.try_synchronize()? {
+                        return Ok(false); // after the captures in its context
+                    }
+                }
             }
         }
         // Another thread's per-thread default stream cannot be named here: wait for its context,
@@ -96,7 +100,9 @@ impl Allocation {
         let site = if self.dealloc.reachable() {
             &self.dealloc
         } else {
-            self.dealloc.synchronize()?;
+            if !self.dealloc.try_synchronize()? {
+                return Ok(false); // after the captures in its context
+            }
             fallback = Site::of_legacy(self.dealloc.context()?);
             &fallback
         };
