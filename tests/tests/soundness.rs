@@ -1024,3 +1024,50 @@ fn a_context_synchronize_never_invalidates_another_threads_capture() {
     let errors = cuda_core::take_drop_errors();
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+// Review of the above: the count of captures in a context survives a refused second begin on a
+// capturing stream, per-thread default streams of two threads capturing at once, and a
+// per-thread stream's capture ended while another context is current (it is ended in its own).
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn capture_counts_survive_refused_begins_per_thread_streams_and_context_switches() {
+    let (d, _) = setup();
+    let ctx = Context::create(&d, ContextFlags::default()).unwrap();
+    ctx.set_current().unwrap();
+    let stream = ctx.create_stream(Default::default()).unwrap();
+    let mut first = stream.create_graph_builder();
+    first.begin_building(CaptureMode::ThreadLocal).unwrap();
+    let mut second = stream.create_graph_builder();
+    assert!(second.begin_building(CaptureMode::ThreadLocal).is_err());
+    drop(second);
+    assert!(first.is_building().unwrap());
+    first.end_building().unwrap();
+    ctx.synchronize().unwrap();
+
+    let barrier = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                ctx.set_current().unwrap();
+                let pt = Stream::per_thread_default();
+                let mut b = pt.create_graph_builder();
+                b.begin_building(CaptureMode::ThreadLocal).unwrap();
+                barrier.wait(); // both capture
+                b.end_building().unwrap();
+                barrier.wait(); // both ended
+            });
+        }
+    });
+    ctx.synchronize().unwrap();
+
+    let pt = Stream::per_thread_default();
+    let mut b = pt.create_graph_builder();
+    b.begin_building(CaptureMode::ThreadLocal).unwrap();
+    d.set_current().unwrap(); // another context's per-thread stream is not capturing
+    assert!(b.is_building().unwrap(), "asked in the capture's own context");
+    b.end_building().unwrap();
+    ctx.synchronize().unwrap();
+    drop(b);
+    let errors = cuda_core::take_drop_errors();
+    assert!(errors.is_empty(), "{errors:?}");
+}

@@ -6,6 +6,7 @@ use crate::error::Check;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -17,10 +18,6 @@ struct ContextInner {
     /// Timing-free events made in this context, lent out to order one stream after another
     /// (see [`Context::fence`]).
     fences: Mutex<Vec<driver::CUevent>>,
-    /// How many captures begun through this crate run on streams of this context. Read-locked
-    /// across a context-wide synchronisation, which would invalidate them (see
-    /// [`Context::synchronize`]); write-locked to count one.
-    captures: RwLock<usize>,
 }
 
 impl Drop for ContextInner {
@@ -32,7 +29,6 @@ impl Drop for ContextInner {
                 device: self.device,
                 owned: self.owned,
                 fences: Mutex::new(std::mem::take(self.fences.get_mut().unwrap_or_else(|p| p.into_inner()))),
-                captures: RwLock::new(0),
             };
             self.owned = false;
             crate::reaper::drop_later(Box::new(later));
@@ -150,11 +146,6 @@ impl FenceEvent {
     pub(crate) fn handle(&self) -> driver::CUevent {
         self.event
     }
-
-    /// The context the event belongs to.
-    pub(crate) fn context(&self) -> &Context {
-        &self.context
-    }
 }
 
 impl Drop for FenceEvent {
@@ -170,6 +161,31 @@ impl Drop for FenceEvent {
     }
 }
 
+/// How many captures begun through this crate run on streams of the context `handle` (by handle,
+/// so that every `Context` value naming it shares the count). Read-locked across a context-wide
+/// synchronisation, which would invalidate them; write-locked to count one.
+fn capture_count(handle: driver::CUcontext) -> Arc<RwLock<usize>> {
+    static COUNTS: Mutex<Option<HashMap<usize, Arc<RwLock<usize>>>>> = Mutex::new(None);
+    COUNTS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .entry(handle as usize)
+        .or_default()
+        .clone()
+}
+
+/// A capture counted in its context by [`Context::count_capture`]; dropping it takes the count
+/// back.
+pub(crate) struct CaptureCount(Arc<RwLock<usize>>);
+
+impl Drop for CaptureCount {
+    fn drop(&mut self) {
+        let mut n = self.0.write().unwrap_or_else(|p| p.into_inner());
+        *n = n.saturating_sub(1);
+    }
+}
+
 impl Context {
     pub(super) fn wrap(handle: driver::CUcontext, device: Device, owned: bool) -> Context {
         Context {
@@ -178,7 +194,6 @@ impl Context {
                 device,
                 owned,
                 fences: Mutex::new(Vec::new()),
-                captures: RwLock::new(0),
             }),
         }
     }
@@ -378,8 +393,9 @@ impl Context {
     /// context is being captured.
     pub(crate) fn try_synchronize(&self) -> Result<bool> {
         crate::reaper::refuse_in_callback()?;
+        let count = capture_count(self.inner.handle);
         // Held across the wait: no capture begins in the context meanwhile.
-        let captures = self.inner.captures.read().unwrap_or_else(|p| p.into_inner());
+        let captures = count.read().unwrap_or_else(|p| p.into_inner());
         if *captures != 0 {
             return Ok(false);
         }
@@ -390,16 +406,13 @@ impl Context {
         Ok(true)
     }
 
-    /// Counts a capture beginning on a stream of this context (after any context-wide
-    /// synchronisation in progress); [`capture_ended`](Self::capture_ended) takes it back.
-    pub(crate) fn capture_started(&self) {
-        *self.inner.captures.write().unwrap_or_else(|p| p.into_inner()) += 1;
-    }
-
-    /// Takes back a count of [`capture_started`](Self::capture_started).
-    pub(crate) fn capture_ended(&self) {
-        let mut n = self.inner.captures.write().unwrap_or_else(|p| p.into_inner());
-        *n = n.saturating_sub(1);
+    /// Counts a capture about to begin on a stream of this context, until the returned value is
+    /// dropped: meanwhile [`synchronize`](Self::synchronize) is refused. Waits for a
+    /// synchronisation of the context in progress; call it holding no lock.
+    pub(crate) fn count_capture(&self) -> CaptureCount {
+        let count = capture_count(self.inner.handle);
+        *count.write().unwrap_or_else(|p| p.into_inner()) += 1;
+        CaptureCount(count)
     }
 
     /// Runs `f` with this context current, restoring the previous one afterwards (also when `f`

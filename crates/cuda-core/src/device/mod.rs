@@ -11,7 +11,7 @@ mod context;
 mod generated_properties;
 mod properties;
 
-pub(crate) use context::FenceEvent;
+pub(crate) use context::{CaptureCount, FenceEvent};
 pub use context::{Context, ContextFlags};
 pub use properties::DeviceProperties;
 
@@ -314,7 +314,8 @@ impl Device {
         })
     }
 
-    /// Waits for all work on the device's primary context.
+    /// Waits for all work on the device's primary context (an error while a stream of it is
+    /// being captured into a graph: see [`Context::synchronize`]).
     pub fn sync(&self) -> Result<()> {
         self.primary_context()?.synchronize()
     }

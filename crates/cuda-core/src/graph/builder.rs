@@ -4,10 +4,10 @@ use super::definition::{
     add_conditional_node, embedding, host_params, ConditionalType, GraphCondition, GraphDefinition, GraphInner,
 };
 use super::exec::{Graph, GraphCompleteOptions};
-use crate::device::{Context, Device};
+use crate::device::{CaptureCount, Context, Device};
 use crate::error::{record_drop_error, Check};
-use crate::stream::capture::{capture_beginning, capture_info, capture_over, capture_starting, Capture};
-use crate::stream::{EventOptions, Stream, StreamOptions};
+use crate::stream::capture::{capture_beginning, capture_info, capture_over, capture_started, Capture};
+use crate::stream::{EventOptions, Site, Stream, StreamOptions};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::marker::PhantomData;
@@ -90,9 +90,32 @@ pub struct GraphBuilder {
     kind: Kind,
     state: State,
     graph: Option<Arc<GraphInner>>,
+    /// The capture this builder began, while it runs.
+    running: Option<Running>,
     /// Not `Send`: see the type's documentation. (`Sync` is harmless: every method that ends a
     /// capture takes `&mut self` or `self`.)
     _thread_bound: PhantomData<std::sync::MutexGuard<'static, ()>>,
+}
+
+/// A capture a builder began: the stream as it was captured (a default stream names the stream
+/// of the context current then), that context, and the capture's count in it (context-wide
+/// synchronisations are refused while it is held).
+struct Running {
+    site: Site,
+    context: Context,
+    _count: CaptureCount,
+}
+
+impl Running {
+    /// Runs `f` with the capture's context current when the stream is a default stream (whose
+    /// handle names the stream of the current context).
+    fn in_context<T>(&self, stream: &Stream, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if stream.is_default() {
+            self.context.with_current(f)
+        } else {
+            f()
+        }
+    }
 }
 
 impl Stream {
@@ -144,6 +167,7 @@ impl GraphBuilder {
             kind,
             state,
             graph,
+            running: None,
             _thread_bound: PhantomData,
         }
     }
@@ -157,8 +181,10 @@ impl GraphBuilder {
     ///
     /// Beginning a capture waits until stream operations already running on other threads
     /// have queued their work (usually microseconds; longer while one waits, such as a copy into
-    /// pageable host memory). An error inside an operation on a stream (from a
-    /// [`crate::MemoryResource`]'s `allocate`, say), and inside host functions.
+    /// pageable host memory), and for a synchronisation of the stream's context in progress
+    /// ([`Context::synchronize`], which is refused while the capture runs: it would invalidate
+    /// it). An error inside an operation on a stream (from a [`crate::MemoryResource`]'s
+    /// `allocate`, say), and inside host functions.
     pub fn begin_building(&mut self, mode: CaptureMode) -> Result<&mut Self> {
         match (self.state, self.kind) {
             (State::Building, _) => {
@@ -189,10 +215,14 @@ impl GraphBuilder {
             }
         };
         let context = self.stream.context_or_current()?;
+        let site = Site::of(&self.stream)?;
         let before = Arc::new(context.fence()?);
         // Operations on every stream take the locked path from now on (this waits, holding no
         // lock, for those already on the quiet path).
         let beginning = capture_beginning()?;
+        // Context-wide synchronisations would invalidate the capture: refused from now on (this
+        // waits, holding no lock, for one in progress). Taken back when `count` is dropped.
+        let count = context.count_capture();
         {
             // No operation is queued on the stream while the capture begins.
             let _exclusive = self.stream.capture_exclusive();
@@ -203,9 +233,8 @@ impl GraphBuilder {
             let mut reg = graph.lock();
             // A body graph whose conditional node was destroyed is gone.
             recorded.and_then(|()| graph.check_live(&reg))?;
-            capture_starting(&graph, self.stream.handle(), before, beginning);
             // SAFETY: the stream and graph are live (the graph's lock is held); no dependencies.
-            let begun = unsafe {
+            unsafe {
                 driver::cuStreamBeginCaptureToGraph(
                     self.stream.handle(),
                     graph.handle,
@@ -215,15 +244,18 @@ impl GraphBuilder {
                     mode.to_driver(),
                 )
             }
-            .check("cuStreamBeginCaptureToGraph");
-            if let Err(e) = begun {
-                capture_over(graph.handle, self.stream.handle());
-                return Err(e);
-            }
+            .check("cuStreamBeginCaptureToGraph")?;
+            // Registered once it runs (nothing can see it before: both locks are held).
+            capture_started(&graph, &site, before, beginning);
             reg.capturing.push(graph.handle as usize);
             // The recorded nodes run in the stream's context: the graph keeps it.
-            reg.note_context(Some(context));
+            reg.note_context(Some(context.clone()));
         }
+        self.running = Some(Running {
+            site,
+            context,
+            _count: count,
+        });
         self.graph = Some(graph);
         self.state = State::Building;
         Ok(self)
@@ -234,7 +266,10 @@ impl GraphBuilder {
         if self.state != State::Building {
             return Ok(false);
         }
-        Ok(capture_info(self.stream.handle())?.is_some())
+        match &self.running {
+            Some(running) => running.in_context(&self.stream, || Ok(capture_info(self.stream.handle())?.is_some())),
+            None => Ok(capture_info(self.stream.handle())?.is_some()),
+        }
     }
 
     /// Whether this builder came from [`split`](Self::split) and waits to be joined.
@@ -282,11 +317,37 @@ impl GraphBuilder {
                 false,
             ));
         };
+        let Some(running) = self.running.take() else {
+            return Err((
+                CudaError::InvalidArgument("the graph builder began no capture".into()),
+                false,
+            ));
+        };
+        // A default stream is ended in the context it was captured in (its handle names that
+        // context's stream only there).
+        let outcome = running.in_context(&self.stream, || Ok(self.end_capture_here(&graph, &running.site)));
+        let (result, capturing) = match outcome {
+            Ok((result, capturing)) => (result, capturing),
+            // The capture's context could not be made current: it still runs.
+            Err(e) => (Err(e), true),
+        };
+        if capturing {
+            // Still recording: the capture (and its count) stays with the builder.
+            self.running = Some(running);
+        }
+        // Otherwise `running` is dropped here, outside every lock: the capture's count in its
+        // context is taken back.
+        result.map_err(|e| (e, capturing))
+    }
+
+    /// [`end_capture`](Self::end_capture) in the capture's context: the result, and whether the
+    /// stream still captures.
+    fn end_capture_here(&self, graph: &Arc<GraphInner>, site: &Site) -> (Result<()>, bool) {
         let _exclusive = self.stream.capture_exclusive();
         let mut reg = graph.lock();
         let freed = {
             let mut capture = Capture {
-                graph: &graph,
+                graph,
                 reg: &mut reg,
                 dependencies: Vec::new(),
             };
@@ -294,7 +355,8 @@ impl GraphBuilder {
         };
         let mut ended: driver::CUgraph = std::ptr::null_mut();
         // SAFETY: the stream is capturing (begun by this builder, on this thread: builders are
-        // not Send) into `graph`, whose lock is held; out-pointer to a local.
+        // not Send; a default stream in the capture's context, current now) into `graph`, whose
+        // lock is held; out-pointer to a local.
         let status =
             unsafe { driver::cuStreamEndCapture(self.stream.handle(), &mut ended) }.check("cuStreamEndCapture");
         let mut now = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
@@ -303,21 +365,18 @@ impl GraphBuilder {
         let capturing = query.result().is_err() || now != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         if !capturing {
             reg.capturing.retain(|g| *g != graph.handle as usize);
-            capture_over(graph.handle, self.stream.handle());
+            capture_over(graph.handle, site);
         }
         drop(reg);
-        match status {
-            Err(e) => Err((e, capturing)),
-            Ok(()) if ended.is_null() => Err((
-                CudaError::InvalidArgument("the capture was invalidated: nothing usable was recorded".into()),
-                false,
+        let result = match status {
+            Err(e) => Err(e),
+            Ok(()) if ended.is_null() => Err(CudaError::InvalidArgument(
+                "the capture was invalidated: nothing usable was recorded".into(),
             )),
-            Ok(()) => match freed {
-                Ok(()) => Ok(()),
-                // The capture ended, but its graph memory could not all be freed in it.
-                Err(e) => Err((e, false)),
-            },
-        }
+            // The capture ended, but its graph memory may not all have been freed in it.
+            Ok(()) => freed,
+        };
+        (result, capturing)
     }
 
     /// The recorded graph, to inspect or extend with the explicit API (after `end_building`).

@@ -4,6 +4,7 @@
 //! ([`super::gate`]).
 
 use super::graph_core::{GraphInner, Registry};
+use super::{Site, SiteKey};
 use crate::device::FenceEvent;
 use crate::error::Check;
 use crate::{CudaError, Result};
@@ -24,9 +25,12 @@ fn active() -> MutexGuard<'static, Option<HashMap<usize, Weak<GraphInner>>>> {
     ACTIVE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Fences recorded on streams just before a capture began on them, by stream: what was queued
-/// there before the capture (such as a buffer's allocation) is done when the fence is.
-static BEFORE_CAPTURE: Mutex<Option<HashMap<usize, Arc<FenceEvent>>>> = Mutex::new(None);
+/// Fences recorded on streams just before a capture began on them, by stream (as a [`Site`]
+/// names it: a default stream's handle means a different stream per context and thread), with
+/// the graph of that capture: what was queued there before the capture (such as a buffer's
+/// allocation) is done when the fence is.
+#[allow(clippy::type_complexity)]
+static BEFORE_CAPTURE: Mutex<Option<HashMap<SiteKey, (usize, Arc<FenceEvent>)>>> = Mutex::new(None);
 
 /// A capture counted by [`capture_beginning`] that has not reached [`capture_starting`]: dropping
 /// it (on an error or a panic) takes the count back.
@@ -59,20 +63,12 @@ pub(crate) fn capture_beginning() -> Result<Beginning> {
     Ok(beginning)
 }
 
-/// Registers a capture into `graph` about to begin on `stream`, after the work `before` follows
-/// (the caller holds the stream's capture lock for writing, and counted the capture with
-/// [`capture_beginning`]).
-pub(crate) fn capture_starting(
-    graph: &Arc<GraphInner>,
-    stream: driver::CUstream,
-    before: Arc<FenceEvent>,
-    beginning: Beginning,
-) {
+/// Registers a capture into `graph` that began on `site`, after the work `before` follows (the
+/// caller holds the stream's capture lock for writing, and counted the capture with
+/// [`capture_beginning`]). [`capture_over`] undoes it.
+pub(crate) fn capture_started(graph: &Arc<GraphInner>, site: &Site, before: Arc<FenceEvent>, beginning: Beginning) {
     // From here the count is taken back by `capture_over`.
     std::mem::forget(beginning);
-    // Context-wide synchronisations would invalidate the capture: they are refused until it is
-    // over (the fence belongs to the stream's context).
-    before.context().capture_started();
     active()
         .get_or_insert_with(HashMap::new)
         .insert(graph.handle as usize, Arc::downgrade(graph));
@@ -80,35 +76,37 @@ pub(crate) fn capture_starting(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .get_or_insert_with(HashMap::new)
-        .insert(stream as usize, before);
+        .insert(site.key(), (graph.handle as usize, before));
 }
 
-/// Unregisters a capture into `graph` on `stream` that ended (or never began).
-pub(crate) fn capture_over(graph: driver::CUgraph, stream: driver::CUstream) {
+/// Unregisters the capture into `graph` on `site`, which ended.
+pub(crate) fn capture_over(graph: driver::CUgraph, site: &Site) {
     if let Some(map) = active().as_mut() {
         map.remove(&(graph as usize));
     }
-    let before = BEFORE_CAPTURE
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_mut()
-        .and_then(|map| map.remove(&(stream as usize)));
-    if let Some(fence) = before {
-        fence.context().capture_ended();
-    }
+    let before = {
+        let mut map = BEFORE_CAPTURE.lock().unwrap_or_else(|p| p.into_inner());
+        let key = site.key();
+        match map.as_mut() {
+            Some(m) if m.get(&key).is_some_and(|(g, _)| *g == graph as usize) => m.remove(&key),
+            _ => None,
+        }
+    };
+    // (The fence goes back to its pool outside the registry's lock.)
+    drop(before);
     CAPTURES.fetch_sub(1, Ordering::SeqCst);
     // Releases waiting for a capture to end may proceed.
     crate::reaper::wake();
 }
 
-/// The fence recorded on `stream` just before the capture it began (not for a stream that
-/// joined a capture).
-pub(crate) fn before_capture(stream: driver::CUstream) -> Option<Arc<FenceEvent>> {
+/// The fence recorded on `site` just before the capture it began (not for a stream that joined
+/// a capture).
+pub(crate) fn before_capture(site: &Site) -> Option<Arc<FenceEvent>> {
     BEFORE_CAPTURE
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .as_ref()
-        .and_then(|m| m.get(&(stream as usize)).cloned())
+        .and_then(|m| m.get(&site.key()).map(|(_, f)| f.clone()))
 }
 
 /// Whether any capture started by this crate is running.

@@ -30,7 +30,7 @@ mod site;
 
 use crate::reaper::refuse_in_callback;
 pub use event::{Event, EventOptions, IpcEventDescriptor};
-pub(crate) use site::{Fence, Site};
+pub(crate) use site::{Fence, Site, SiteKey};
 
 use crate::device::{Context, Device};
 use crate::error::{record_drop_error, Check};

@@ -25,6 +25,14 @@ pub(crate) struct Site {
     thread: Option<ThreadId>,
 }
 
+/// What identifies a [`Site`]: equal keys name the same stream (see [`Site::same`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct SiteKey {
+    stream: usize,
+    context: usize,
+    thread: Option<ThreadId>,
+}
+
 /// What [`Site::fence`] could do.
 pub(crate) enum Fence {
     /// An event recorded after the work queued on the site so far.
@@ -94,6 +102,15 @@ impl Site {
         !stream.is_default() && stream.handle() == self.stream.handle()
     }
 
+    /// The site's identity, to key maps by.
+    pub(crate) fn key(&self) -> SiteKey {
+        SiteKey {
+            stream: self.stream.handle() as usize,
+            context: self.context.as_ref().map_or(0, |c| c.handle() as usize),
+            thread: self.thread,
+        }
+    }
+
     /// Whether two sites name the same stream.
     pub(crate) fn same(&self, other: &Site) -> bool {
         self.stream.handle() == other.stream.handle()
@@ -150,7 +167,9 @@ impl Site {
         if self.try_synchronize()? {
             return Ok(());
         }
-        self.context()?.synchronize()
+        Err(CudaError::InvalidArgument(
+            "the memory was last used on another thread's per-thread default stream, which only a synchronisation of its context can wait for, and a stream of that context is being captured into a graph (such a synchronisation would invalidate the capture): retry after the capture ends, or use the memory on streams you created".into(),
+        ))
     }
 
     /// [`synchronize`](Self::synchronize), or `Ok(false)` without waiting when that would take a

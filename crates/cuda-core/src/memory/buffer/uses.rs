@@ -36,7 +36,7 @@ impl Buffer {
         }
         let fence = match self.dealloc.fence()? {
             Fence::Event(e) => Some(Arc::new(e)),
-            Fence::Capturing => match before_capture(self.dealloc.stream().handle()) {
+            Fence::Capturing => match before_capture(&self.dealloc) {
                 Some(f) => Some(f),
                 None => {
                     return Err(CudaError::InvalidArgument(
