@@ -1,0 +1,217 @@
+//! What a capture records besides the work queued on its stream: parallel branches
+//! ([`GraphBuilder::split`], [`GraphBuilder::join`]), conditional bodies, embedded graphs, host
+//! callbacks, and values the graph holds.
+
+use super::{capture_stream, GraphBuilder, Kind, State};
+use crate::error::Check;
+use crate::graph::definition::{
+    add_conditional_node, embedding, host_params, ConditionalType, GraphCondition, GraphInner,
+};
+use crate::stream::EventOptions;
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::sync::Arc;
+
+impl GraphBuilder {
+    /// Splits the capture into `count` parallel branches: the first is this builder, the others
+    /// record on new streams that start where this one is. Join them with [`join`](Self::join).
+    pub fn split(self, count: usize) -> Result<Vec<GraphBuilder>> {
+        if count < 2 {
+            return Err(CudaError::InvalidArgument(format!(
+                "invalid split count: expecting >= 2, got {count}"
+            )));
+        }
+        self.with_capture("split", |_| Ok(()))?;
+        let context = self.stream.context_or_current()?;
+        let event = context.create_event(EventOptions::default())?;
+        self.stream.record(&event)?;
+        let mut out = Vec::with_capacity(count);
+        for _ in 1..count {
+            let stream = capture_stream(&context)?;
+            stream.wait_event(&event)?;
+            out.push(GraphBuilder::on(
+                stream,
+                Kind::Forked,
+                State::Building,
+                self.graph.clone(),
+            ));
+        }
+        out.insert(0, self);
+        Ok(out)
+    }
+
+    /// Joins branches made by [`split`](Self::split) back into one builder: the first that is
+    /// not a branch (or the first), which then waits for all the others.
+    pub fn join(builders: Vec<GraphBuilder>) -> Result<GraphBuilder> {
+        if builders.len() < 2 {
+            return Err(CudaError::InvalidArgument(
+                "must join with at least two graph builders".into(),
+            ));
+        }
+        let mut builders = builders;
+        let root_index = builders.iter().position(|b| !b.is_join_required()).unwrap_or(0);
+        let root = builders.remove(root_index);
+        for other in &builders {
+            root.stream.wait(&other.stream)?;
+        }
+        Ok(root)
+    }
+
+    /// A condition for conditional nodes of this capture; with `default_value` it is reset to
+    /// that value at the start of every launch.
+    pub fn create_condition(&self, default_value: Option<u32>) -> Result<GraphCondition> {
+        self.with_capture("create_condition", |capture| {
+            GraphCondition::create(capture.handle(), default_value)
+        })
+    }
+
+    fn conditional(&self, condition: &GraphCondition, kind: ConditionalType, size: u32) -> Result<Vec<GraphBuilder>> {
+        let (graph, node, bodies) = self.with_capture("conditional", |capture| {
+            let (node, bodies) = add_conditional_node(
+                capture.reg,
+                capture.handle(),
+                &capture.dependencies,
+                *condition,
+                kind,
+                size,
+            )?;
+            let node = capture.reg.register(node);
+            self.continue_after(node.handle)?;
+            Ok((capture.graph.clone(), node, bodies))
+        })?;
+        let context = self.stream.context_or_current()?;
+        bodies
+            .into_iter()
+            .map(|b| {
+                Ok(GraphBuilder::on(
+                    capture_stream(&context)?,
+                    Kind::Body,
+                    State::Idle,
+                    Some(GraphInner::nested(&graph, node, b)),
+                ))
+            })
+            .collect()
+    }
+
+    /// Makes `node` (just added to the capture graph) what the next captured work depends on.
+    /// The caller holds the stream's capture lock and the graph's.
+    fn continue_after(&self, mut node: driver::CUgraphNode) -> Result<()> {
+        // SAFETY: the stream is capturing; one node replaces the dependencies of what follows.
+        unsafe {
+            driver::cuStreamUpdateCaptureDependencies(
+                self.stream.handle(),
+                &mut node,
+                std::ptr::null(),
+                1,
+                driver::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES.0,
+            )
+        }
+        .check("cuStreamUpdateCaptureDependencies")
+    }
+
+    /// Adds an if node at this point of the capture; record its body with the builder returned
+    /// (`begin_building`, queue work, `end_building`).
+    pub fn if_then(&self, condition: &GraphCondition) -> Result<GraphBuilder> {
+        first(self.conditional(condition, ConditionalType::If, 1)?)
+    }
+
+    /// Adds an if-else node; returns the builders of the then and else bodies.
+    pub fn if_else(&self, condition: &GraphCondition) -> Result<(GraphBuilder, GraphBuilder)> {
+        let mut b = self.conditional(condition, ConditionalType::If, 2)?.into_iter();
+        match (b.next(), b.next()) {
+            (Some(then), Some(otherwise)) => Ok((then, otherwise)),
+            _ => Err(CudaError::InvalidArgument(
+                "if_else: the driver made fewer than two bodies".into(),
+            )),
+        }
+    }
+
+    /// Adds a while node; returns the builder of its body.
+    pub fn while_loop(&self, condition: &GraphCondition) -> Result<GraphBuilder> {
+        first(self.conditional(condition, ConditionalType::While, 1)?)
+    }
+
+    /// Adds a switch node with `count` bodies; returns their builders.
+    pub fn switch(&self, condition: &GraphCondition, count: u32) -> Result<Vec<GraphBuilder>> {
+        self.conditional(condition, ConditionalType::Switch, count)
+    }
+
+    /// Adds `child` (a finished builder's graph) as a child-graph node at this point.
+    pub fn embed(&self, child: &GraphBuilder) -> Result<()> {
+        let definition = child
+            .graph_definition()
+            .map_err(|_| CudaError::InvalidArgument("the child graph has not finished building".into()))?;
+        if self.state != State::Building {
+            return Err(CudaError::InvalidArgument("the parent graph is not being built".into()));
+        }
+        if let Some(g) = &self.graph {
+            if Arc::ptr_eq(&g.registry, &definition.inner.registry) {
+                return Err(CudaError::InvalidArgument(
+                    "embed: a graph cannot embed itself or a graph nested in it".into(),
+                ));
+            }
+        }
+        // The child's lock is taken inside the parent's (see `embedding`).
+        let _one_at_a_time = embedding();
+        self.with_capture("embed", |capture| {
+            // The copy shares what the child holds: keep the child (and so that) alive.
+            capture.attach(definition.clone())?;
+            let child_reg = definition.inner.lock();
+            definition.inner.check_live(&child_reg)?;
+            let mut node: driver::CUgraphNode = std::ptr::null_mut();
+            // SAFETY: both graphs are live and locked; the dependencies come from the capture;
+            // the driver clones the child.
+            unsafe {
+                driver::cuGraphAddChildGraphNode(
+                    &mut node,
+                    capture.handle(),
+                    capture.dependencies.as_ptr(),
+                    capture.dependencies.len(),
+                    definition.handle(),
+                )
+            }
+            .check("cuGraphAddChildGraphNode")?;
+            drop(child_reg);
+            self.continue_after(node)
+        })
+    }
+
+    /// Records a host callback: `f` runs on a driver thread at every launch, in stream order.
+    /// `f` must not call CUDA (this crate's operations called from it return an error); a panic
+    /// is caught and recorded for [`crate::take_drop_errors`].
+    pub fn callback(&self, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
+        let (boxed, p) = host_params(f);
+        // (Kept out here until handed over: dropped under the stream's lock, what it holds could
+        // need that lock.)
+        let mut boxed = Some(boxed);
+        let recorded = self.with_capture("callback", |capture| {
+            if let Some(b) = boxed.take() {
+                capture.attach(b)?;
+            }
+            // SAFETY: the stream is capturing (its lock is held); p points into the boxed
+            // closure, which the graph holds (handed over just before).
+            unsafe { driver::cuLaunchHostFunc(self.stream.handle(), p.fn_, p.userData) }.check("cuLaunchHostFunc")
+        });
+        drop(boxed);
+        recorded
+    }
+
+    /// Hands `value` to the graph being recorded (see [`GraphDefinition::keep_alive`]): use it for
+    /// memory that captured kernels use.
+    pub fn keep_alive<T: std::any::Any + Send + Sync>(&self, value: T) -> Result<()> {
+        let mut value = Some(value);
+        let held = self.with_capture("keep_alive", |capture| match value.take() {
+            Some(v) => capture.attach(v),
+            None => Ok(()),
+        });
+        drop(value);
+        held
+    }
+}
+
+fn first(builders: Vec<GraphBuilder>) -> Result<GraphBuilder> {
+    builders
+        .into_iter()
+        .next()
+        .ok_or_else(|| CudaError::InvalidArgument("the driver made no body".into()))
+}
