@@ -1041,6 +1041,7 @@ fn capture_counts_survive_refused_begins_per_thread_streams_and_context_switches
     assert!(second.begin_building(CaptureMode::ThreadLocal).is_err());
     drop(second);
     assert!(first.is_building().unwrap());
+    assert!(ctx.synchronize().is_err(), "refused while the first capture runs");
     first.end_building().unwrap();
     ctx.synchronize().unwrap();
 
@@ -1053,6 +1054,8 @@ fn capture_counts_survive_refused_begins_per_thread_streams_and_context_switches
                 let mut b = pt.create_graph_builder();
                 b.begin_building(CaptureMode::ThreadLocal).unwrap();
                 barrier.wait(); // both capture
+                assert!(ctx.synchronize().is_err(), "refused while captures run");
+                barrier.wait();
                 b.end_building().unwrap();
                 barrier.wait(); // both ended
             });
@@ -1065,6 +1068,7 @@ fn capture_counts_survive_refused_begins_per_thread_streams_and_context_switches
     b.begin_building(CaptureMode::ThreadLocal).unwrap();
     d.set_current().unwrap(); // another context's per-thread stream is not capturing
     assert!(b.is_building().unwrap(), "asked in the capture's own context");
+    assert!(ctx.synchronize().is_err(), "refused while the capture runs");
     b.end_building().unwrap();
     ctx.synchronize().unwrap();
     drop(b);

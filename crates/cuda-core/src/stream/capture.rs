@@ -32,7 +32,7 @@ fn active() -> MutexGuard<'static, Option<HashMap<usize, Weak<GraphInner>>>> {
 #[allow(clippy::type_complexity)]
 static BEFORE_CAPTURE: Mutex<Option<HashMap<SiteKey, (usize, Arc<FenceEvent>)>>> = Mutex::new(None);
 
-/// A capture counted by [`capture_beginning`] that has not reached [`capture_starting`]: dropping
+/// A capture counted by [`capture_beginning`] that has not reached [`capture_started`]: dropping
 /// it (on an error or a panic) takes the count back.
 pub(crate) struct Beginning(());
 
@@ -45,7 +45,7 @@ impl Drop for Beginning {
 /// Counts a capture about to begin (operations take the locked path from now on) and waits until
 /// no operation that may have missed the count is still running. The caller holds no lock (an
 /// operation being waited for may need one). The count is taken back when the returned value is
-/// dropped, or by [`capture_over`] once it was passed to [`capture_starting`].
+/// dropped, or by [`capture_over`] once it was passed to [`capture_started`].
 pub(crate) fn capture_beginning() -> Result<Beginning> {
     if super::gate::in_operation() {
         // The operation already decided that no capture runs: it must end first.

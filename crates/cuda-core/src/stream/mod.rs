@@ -185,7 +185,9 @@ impl Stream {
     /// # Safety
     /// `handle` must be a valid stream for as long as the returned `Stream`, its clones and
     /// anything holding them (buffers freed on it, graphs launched on it) are used, and no
-    /// capture may be begun or ended on it other than through this crate.
+    /// capture may be begun or ended on it other than through this crate. It must not be a
+    /// stream this crate made (clone that `Stream` instead): two wrappers of one stream would not
+    /// share its capture lock.
     pub unsafe fn from_handle(handle: driver::CUstream) -> Result<Stream> {
         if handle as usize <= PER_THREAD {
             return Ok(Stream::default_stream(handle as usize));

@@ -319,26 +319,35 @@ impl GraphBuilder {
                 false,
             ));
         };
-        let Some(running) = self.running.take() else {
+        let Some(running) = self.running.as_ref() else {
+            // Not known to have ended: the graph is kept rather than destroyed under a capture.
             return Err((
                 CudaError::InvalidArgument("the graph builder began no capture".into()),
-                false,
+                true,
             ));
         };
         // A default stream is ended in the context it was captured in (its handle names that
         // context's stream only there).
-        let outcome = running.in_context(&self.stream, || Ok(self.end_capture_here(&graph, &running.site)));
-        let (result, capturing) = match outcome {
-            Ok((result, capturing)) => (result, capturing),
+        let mut ended = None;
+        let switched = running.in_context(&self.stream, || {
+            ended = Some(self.end_capture_here(&graph, &running.site));
+            Ok(())
+        });
+        let (result, capturing) = match ended {
+            // Whatever restoring the previous context said, the end was attempted.
+            Some((result, capturing)) => (result.and(switched), capturing),
             // The capture's context could not be made current: it still runs.
-            Err(e) => (Err(e), true),
+            None => (
+                switched.and(Err(CudaError::InvalidArgument(
+                    "the capture's context could not be made current to end it".into(),
+                ))),
+                true,
+            ),
         };
-        if capturing {
-            // Still recording: the capture (and its count) stays with the builder.
-            self.running = Some(running);
+        if !capturing {
+            // Dropped outside every lock: the capture's count in its context is taken back.
+            self.running = None;
         }
-        // Otherwise `running` is dropped here, outside every lock: the capture's count in its
-        // context is taken back.
         result.map_err(|e| (e, capturing))
     }
 
@@ -451,7 +460,9 @@ impl Drop for GraphBuilder {
             if let Err((e, still_capturing)) = self.end_capture() {
                 if still_capturing {
                     // The driver still records into the graph: it must outlive the capture, so
-                    // it is kept (leaked) rather than destroyed under it.
+                    // it is kept (leaked) rather than destroyed under it. (The capture's count in
+                    // its context goes back with the builder: a later context synchronisation
+                    // may invalidate this orphaned capture, whose graph never runs.)
                     std::mem::forget(self.graph.take());
                 }
                 if !matches!(e, CudaError::InvalidArgument(_)) {
