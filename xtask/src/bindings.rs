@@ -292,10 +292,35 @@ fn bindgen_builder(include: &Path, wrapper: &str, allow_files: &[&str]) -> bindg
 }
 
 fn run_bindgen(builder: bindgen::Builder, what: &str) -> Result<syn::File> {
-    let bindings = builder
-        .generate()
-        .map_err(|e| format!("bindgen failed on {what}: {e} (is libclang installed? apt-get install libclang-dev)"))?;
+    // bindgen loads libclang at run time and panics when it cannot find it: that becomes an
+    // error that says what to install (the panic's own message is kept, not printed).
+    let previous_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let generated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder.generate()));
+    std::panic::set_hook(previous_hook);
+    let bindings = match generated {
+        Ok(Ok(bindings)) => bindings,
+        Ok(Err(e)) => return Err(format!("bindgen failed on {what}: {e}")),
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| payload.downcast_ref::<&str>().copied())
+                .unwrap_or("bindgen panicked");
+            return Err(libclang_missing(what, message));
+        }
+    };
     syn::parse_file(&bindings.to_string()).map_err(|e| format!("bindgen output for {what} does not parse: {e}"))
+}
+
+/// The error for bindgen failing to load libclang (or panicking otherwise) on `what`.
+fn libclang_missing(what: &str, message: &str) -> String {
+    format!(
+        "bindgen could not run on {what}: {message}\n\
+         bindgen needs libclang, the shared library libclang.so (libclang-cpp alone does not do).\n\
+         Install it (Debian/Ubuntu: apt-get install libclang-dev; Fedora: dnf install clang-libs) or set \
+         LIBCLANG_PATH to the folder that holds libclang.so. .ci/run installs it when it is missing."
+    )
 }
 
 /// One function to bind.
