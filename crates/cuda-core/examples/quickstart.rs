@@ -3,13 +3,13 @@
 //! replay a graph.
 //!
 //! Run it with `cargo xtask quickstart` (it provides NVRTC from NVIDIA's wheels when no toolkit is
-//! installed). Device memory still goes through the raw `cuda-sys` calls until `Buffer` lands.
+//! installed). Memory is `Buffer`s from the device's default pool; the only `unsafe` is the
+//! launches themselves (the kernel is trusted to stay inside the buffers it is given).
 
 use cuda_core::{
     launch, system, CodeType, Device, EventOptions, FileStreamProgramCache, LaunchConfig, Program, ProgramOptions,
     SourceType, StreamOptions,
 };
-use cuda_sys::driver;
 use std::error::Error;
 
 const SOURCE: &str = r#"
@@ -23,38 +23,6 @@ fn main() {
     if let Err(e) = run() {
         eprintln!("error: {e}");
         std::process::exit(1);
-    }
-}
-
-/// Device memory for the example (the safe `Buffer` type replaces this).
-struct DeviceFloats(driver::CUdeviceptr, usize);
-
-impl DeviceFloats {
-    fn from_host(data: &[f32]) -> Result<DeviceFloats, Box<dyn Error>> {
-        let mut ptr = 0;
-        // SAFETY: a context is current; the copy reads exactly the slice.
-        unsafe {
-            driver::cuMemAlloc(&mut ptr, data.len() * 4).result()?;
-            driver::cuMemcpyHtoD(ptr, data.as_ptr().cast(), data.len() * 4).result()?;
-            // A pageable copy can return before its DMA lands; the kernels run on non-blocking
-            // streams, which do not wait for the default stream, so wait here.
-            driver::cuStreamSynchronize(std::ptr::null_mut()).result()?;
-        }
-        Ok(DeviceFloats(ptr, data.len()))
-    }
-
-    fn to_host(&self) -> Result<Vec<f32>, Box<dyn Error>> {
-        let mut out = vec![0f32; self.1];
-        // SAFETY: the allocation holds len floats; callers synchronise first.
-        unsafe { driver::cuMemcpyDtoH(out.as_mut_ptr().cast(), self.0, self.1 * 4).result()? };
-        Ok(out)
-    }
-}
-
-impl Drop for DeviceFloats {
-    fn drop(&mut self) {
-        // SAFETY: allocated by cuMemAlloc, freed once, after the work using it was synchronised.
-        let _ = unsafe { driver::cuMemFree(self.0) };
     }
 }
 
@@ -100,15 +68,17 @@ fn run() -> Result<(), Box<dyn Error>> {
 
     const N: usize = 1 << 24;
     let x: Vec<f32> = (0..N).map(|i| (i % 1000) as f32).collect();
-    let dx = DeviceFloats::from_host(&x)?;
-    let dy = DeviceFloats::from_host(&vec![1.0; N])?;
+    let dx = device.allocate(N * 4, &stream)?;
+    dx.copy_from_host(&x, &stream)?;
+    let dy = device.allocate(N * 4, &stream)?;
+    dy.copy_from_host(&vec![1.0f32; N], &stream)?;
     let config = LaunchConfig::new((N as u32).div_ceil(256), 256);
 
     // One launch, verified.
-    // SAFETY: dx and dy hold N floats and live until after the stream is synchronised.
-    unsafe { kernel.launch(&stream, &config, (2.0, dx.0, dy.0, N as u32))? };
+    // SAFETY: dx and dy hold N floats; both are freed (stream-ordered) only after this work.
+    unsafe { kernel.launch(&stream, &config, (2.0, dx.handle(), dy.handle(), N as u32))? };
     stream.sync()?;
-    let y = dy.to_host()?;
+    let y = dy.to_vec::<f32>(&stream)?;
     let wrong = (0..N).filter(|&i| y[i] != 1.0 + 2.0 * x[i]).count();
     println!(
         "saxpy over {N} floats: {}",
@@ -121,14 +91,14 @@ fn run() -> Result<(), Box<dyn Error>> {
 
     // 100 launches, timed with events.
     let timing = EventOptions {
-        enable_timing: true,
+        timing_enabled: true,
         ..Default::default()
     };
     let (start, end) = (device.create_event(timing)?, device.create_event(timing)?);
     stream.record(&start)?;
     for _ in 0..100 {
         // SAFETY: as above.
-        unsafe { kernel.launch(&stream, &config, (2.0, dx.0, dy.0, N as u32))? };
+        unsafe { kernel.launch(&stream, &config, (2.0, dx.handle(), dy.handle(), N as u32))? };
     }
     stream.record(&end)?;
     end.sync()?;
@@ -142,12 +112,19 @@ fn run() -> Result<(), Box<dyn Error>> {
     // Two streams: the second waits for the first.
     let other = device.create_stream(StreamOptions::default())?;
     // SAFETY: as above.
-    unsafe { launch(&stream, &config, kernel.kernel(), (1.0f32, dx.0, dy.0, N as u32))? };
+    unsafe {
+        launch(
+            &stream,
+            &config,
+            kernel.kernel(),
+            (1.0f32, dx.handle(), dy.handle(), N as u32),
+        )?
+    };
     other.wait(&stream)?;
     // SAFETY: as above; ordered after the launch on `stream` by the wait.
-    unsafe { kernel.launch(&other, &config, (-1.0, dx.0, dy.0, N as u32))? };
+    unsafe { kernel.launch(&other, &config, (-1.0, dx.handle(), dy.handle(), N as u32))? };
     other.sync()?;
-    let y = dy.to_host()?;
+    let y = dy.to_vec::<f32>(&stream)?;
     // The same sequence of fused multiply-adds on the host: 1, then 101 times a = 2, then 1, then -1.
     let expected = |i: usize| {
         let mut v = 1.0f32;
@@ -166,14 +143,14 @@ fn run() -> Result<(), Box<dyn Error>> {
         for _ in 0..10 {
             // SAFETY: as above; the buffers outlive the graph (dropped at the end of this
             // function, after the sync).
-            unsafe { kernel.launch(s, &config, (1.0, dx.0, dy.0, N as u32))? };
+            unsafe { kernel.launch(s, &config, (1.0, dx.handle(), dy.handle(), N as u32))? };
         }
         Ok(())
     })?;
-    let before = dy.to_host()?;
+    let before = dy.to_vec::<f32>(&stream)?;
     graph.launch(&stream)?;
     stream.sync()?;
-    let after = dy.to_host()?;
+    let after = dy.to_vec::<f32>(&stream)?;
     let replayed = (0..N).all(|i| {
         let mut v = before[i];
         for _ in 0..10 {
