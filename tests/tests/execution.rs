@@ -106,7 +106,7 @@ fn streams_events_and_timed_launches() {
     let typed = saxpy.typed::<(f32, u64, u64, u32)>().unwrap();
     let config = LaunchConfig::new((N as u32).div_ceil(256), 256);
     let timing = EventOptions {
-        enable_timing: true,
+        timing_enabled: true,
         ..Default::default()
     };
     let (start, end) = (d.create_event(timing).unwrap(), d.create_event(timing).unwrap());
@@ -192,12 +192,12 @@ fn launches_are_checked_before_the_driver_sees_them() {
     let err = unsafe { launch(&stream, &too_big, &saxpy, (1.0f32, x.ptr, x.ptr, 16u32)) }.unwrap_err();
     assert!(err.to_string().contains("2048 threads exceeds"), "{err}");
     let bad_cluster = LaunchConfig {
-        cluster: Some(3.into()),
-        ..LaunchConfig::new(4, 32)
+        cluster: Some(9.into()),
+        ..LaunchConfig::new(1, 32)
     };
     // SAFETY: as above.
     let err = unsafe { launch(&stream, &bad_cluster, &saxpy, (1.0f32, x.ptr, x.ptr, 16u32)) }.unwrap_err();
-    assert!(err.to_string().contains("whole number of clusters"), "{err}");
+    assert!(err.to_string().contains("a cluster of 9 blocks"), "{err}");
     let err = saxpy.typed::<(f32, u64, u64)>().err().unwrap();
     assert!(err.to_string().contains("sizes [4, 8, 8, 4]"), "{err}");
 }
@@ -213,9 +213,10 @@ fn clusters_cooperative_and_priority_launches() {
     let y = DeviceVec::from_slice(&vec![0.0; N]);
     let base = LaunchConfig::new((N as u32) / 128, 128);
     let configs = [
+        // The grid counts clusters: half as many clusters of 2 cover the same blocks.
         LaunchConfig {
             cluster: Some(2.into()),
-            ..base
+            ..LaunchConfig::new((N as u32) / 256, 128)
         },
         LaunchConfig {
             cooperative_launch: true,
@@ -521,7 +522,7 @@ fn an_ipc_event_is_waited_for_in_another_process() {
     assert!(d
         .create_event(EventOptions {
             ipc_enabled: true,
-            enable_timing: true,
+            timing_enabled: true,
             ..Default::default()
         })
         .is_err());

@@ -34,9 +34,10 @@ fn main() {
         let kernel = code.get_kernel("neighbours")?.typed::<(u64,)>()?;
         let blocks = 16u32;
         let out = DeviceArray::<i32>::zeroed(blocks as usize)?;
+        // With a cluster shape the grid counts clusters, as in cuda.core: 4 clusters of 4 blocks.
         let config = LaunchConfig {
             cluster: Some(4.into()),
-            ..LaunchConfig::new(blocks, 32)
+            ..LaunchConfig::new(blocks / 4, 32)
         };
         let stream = device.create_stream(Default::default())?;
         // SAFETY: out holds one int per block; synchronised below.

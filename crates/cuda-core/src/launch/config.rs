@@ -56,7 +56,8 @@ impl From<(u32, u32, u32)> for Dim3 {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LaunchConfig {
-    /// Blocks in the grid (with clusters: still blocks, a multiple of the cluster shape).
+    /// The grid: in blocks, or with a [`cluster`](Self::cluster) shape, in clusters (as in
+    /// `cuda.core`: `grid: (4, 4, 1)` with `cluster: (2, 2, 1)` launches 8 x 8 blocks).
     pub grid: Dim3,
     /// Threads in a block.
     pub block: Dim3,
@@ -103,6 +104,7 @@ impl LaunchConfig {
         stream: driver::CUstream,
         attrs: &mut [driver::CUlaunchAttribute; 4],
     ) -> driver::CUlaunchConfig {
+        let blocks = self.grid_in_blocks();
         let mut n = 0;
         if let Some(c) = self.cluster {
             attrs[n].id = driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
@@ -125,9 +127,9 @@ impl LaunchConfig {
             n += 1;
         }
         driver::CUlaunchConfig {
-            gridDimX: self.grid.x,
-            gridDimY: self.grid.y,
-            gridDimZ: self.grid.z,
+            gridDimX: blocks.x,
+            gridDimY: blocks.y,
+            gridDimZ: blocks.z,
             blockDimX: self.block.x,
             blockDimY: self.block.y,
             blockDimZ: self.block.z,
@@ -135,6 +137,20 @@ impl LaunchConfig {
             hStream: stream,
             attrs: attrs.as_mut_ptr(),
             numAttrs: n as u32,
+        }
+    }
+
+    /// The grid in blocks: [`grid`](Self::grid) times the cluster shape, if any (saturating: an
+    /// overflowing product is refused by [`validate`](Self::validate)).
+    #[inline]
+    pub fn grid_in_blocks(&self) -> Dim3 {
+        match self.cluster {
+            None => self.grid,
+            Some(c) => Dim3 {
+                x: self.grid.x.saturating_mul(c.x),
+                y: self.grid.y.saturating_mul(c.y),
+                z: self.grid.z.saturating_mul(c.z),
+            },
         }
     }
 
@@ -164,10 +180,21 @@ impl LaunchConfig {
                 ));
             }
         }
-        for (i, (v, max)) in [g.x, g.y, g.z].iter().zip(l.max_grid).enumerate() {
+        if let Some(c) = self.cluster {
+            let fits = [(g.x, c.x), (g.y, c.y), (g.z, c.z)]
+                .iter()
+                .all(|(g, c)| g.checked_mul(*c).is_some());
+            if !fits {
+                return bad(format!(
+                    "a grid of {g:?} clusters of {c:?} blocks has more blocks than a dimension can count"
+                ));
+            }
+        }
+        let blocks = self.grid_in_blocks();
+        for (i, (v, max)) in [blocks.x, blocks.y, blocks.z].iter().zip(l.max_grid).enumerate() {
             if *v > max {
                 return bad(format!(
-                    "grid dimension {} is {v}, more than the device's {max}",
+                    "grid dimension {} is {v} blocks, more than the device's {max}",
                     ["x", "y", "z"][i]
                 ));
             }
@@ -190,9 +217,6 @@ impl LaunchConfig {
                     "a cluster of {} blocks is outside 1..={MAX_PORTABLE_CLUSTER}",
                     c.volume()
                 ));
-            }
-            if g.x % c.x != 0 || g.y % c.y != 0 || g.z % c.z != 0 {
-                return bad(format!("the grid {g:?} is not a whole number of clusters {c:?}"));
             }
         }
         Ok(())
@@ -244,15 +268,13 @@ mod tests {
             ..LaunchConfig::new(8, 128)
         };
         assert!(cluster.check(&l).is_ok());
+        // The grid counts clusters: 8 clusters of 3 blocks are 24 blocks, always whole.
         let odd = LaunchConfig {
             cluster: Some(3.into()),
             ..LaunchConfig::new(8, 128)
         };
-        assert!(odd
-            .check(&l)
-            .unwrap_err()
-            .to_string()
-            .contains("whole number of clusters"));
+        assert!(odd.check(&l).is_ok());
+        assert_eq!(odd.grid_in_blocks().x, 24);
         let huge = LaunchConfig {
             cluster: Some(16.into()),
             ..LaunchConfig::new(32, 128)
@@ -288,5 +310,36 @@ mod tests {
         assert_eq!(Dim3::from(5), Dim3 { x: 5, y: 1, z: 1 });
         assert_eq!(Dim3::from((2, 3)).volume(), 6);
         assert_eq!(Dim3::from((2, 3, 4)).volume(), 24);
+    }
+
+    #[test]
+    fn with_a_cluster_the_grid_counts_clusters() {
+        // cuda.core's example: a 4 x 4 grid of 2 x 2 clusters is 64 blocks.
+        let config = LaunchConfig {
+            cluster: Some((2, 2, 1).into()),
+            ..LaunchConfig::new((4, 4, 1), 128)
+        };
+        assert_eq!(config.grid_in_blocks(), Dim3 { x: 8, y: 8, z: 1 });
+        config.check(&h100()).unwrap();
+        // SAFETY: an all-zero CUlaunchAttribute is a valid (ignored) value.
+        let mut attrs: [driver::CUlaunchAttribute; 4] = unsafe { std::mem::zeroed() };
+        let cfg = config.driver_config(std::ptr::null_mut(), &mut attrs);
+        assert_eq!((cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ), (8, 8, 1));
+        assert_eq!(LaunchConfig::new(4, 1).grid_in_blocks().volume(), 4);
+        let overflow = LaunchConfig {
+            cluster: Some(2.into()),
+            ..LaunchConfig::new(u32::MAX, 32)
+        };
+        let err = overflow.check(&h100()).unwrap_err();
+        assert!(
+            err.to_string().contains("more blocks than a dimension can count"),
+            "{err}"
+        );
+        let too_many = LaunchConfig {
+            cluster: Some((1, 2, 1).into()),
+            ..LaunchConfig::new((1, 40000, 1), 32)
+        };
+        let err = too_many.check(&h100()).unwrap_err();
+        assert!(err.to_string().contains("grid dimension y is 80000 blocks"), "{err}");
     }
 }

@@ -19,7 +19,7 @@ use crate::compile::Kernel;
 use crate::device::Device;
 use crate::error::Check;
 use crate::stream::Stream;
-use crate::Result;
+use crate::{CudaError, Result};
 use cuda_sys::driver;
 
 /// Launches `kernel` on `stream` with `args`: one `cuLaunchKernel` (`cuLaunchKernelEx` when the
@@ -47,6 +47,9 @@ pub unsafe fn launch<A: KernelArgs>(
         None => Device::current()?,
     };
     config.check(device.limits()?)?;
+    if config.cooperative_launch {
+        check_cooperative_grid(config, kernel, &device)?;
+    }
     stream.enqueue(|capture| {
         if let Some(capture) = capture {
             // The graph runs the kernel at every launch: it keeps the kernel's code loaded.
@@ -55,6 +58,25 @@ pub unsafe fn launch<A: KernelArgs>(
         // SAFETY: forwarded to the caller; the kernel is live (and held by a capturing graph).
         unsafe { launch_now(stream, config, kernel, &mut args) }
     })
+}
+
+/// A cooperative launch's grid must fit on the device at once (as `cuda.core` checks): at most
+/// the blocks per multiprocessor the kernel's occupancy allows, times the multiprocessors. (Two
+/// occupancy queries, for cooperative launches only.)
+#[cold]
+fn check_cooperative_grid(config: &LaunchConfig, kernel: &Kernel, device: &Device) -> Result<()> {
+    // Checked by `LaunchConfig::check`: a block fits in u32.
+    let block = u32::try_from(config.block.volume()).unwrap_or(u32::MAX);
+    let per_sm = kernel.max_active_blocks_per_multiprocessor(device, block, config.shmem_size as usize)?;
+    let limit = u64::from(per_sm) * u64::from(device.multiprocessor_count()?);
+    let g = config.grid_in_blocks();
+    if g.volume() > limit {
+        return Err(CudaError::InvalidArgument(format!(
+            "The specified grid size ({} * {} * {}) exceeds the limit ({limit})",
+            g.x, g.y, g.z
+        )));
+    }
+    Ok(())
 }
 
 /// The launch itself: one driver call.

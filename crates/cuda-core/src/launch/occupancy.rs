@@ -87,11 +87,6 @@ impl Kernel {
     pub fn max_active_clusters(&self, device: &Device, config: &LaunchConfig) -> Result<u32> {
         config.check(device.limits()?)?;
         let f = self.function_on(device)?;
-        if config.cluster.is_none() {
-            return Err(CudaError::InvalidArgument(
-                "max_active_clusters: the LaunchConfig has no cluster shape".into(),
-            ));
-        }
         // SAFETY: zeroed attributes are valid (ignored) values; only those filled in are passed.
         let mut attrs: [driver::CUlaunchAttribute; 4] = unsafe { std::mem::zeroed() };
         let cfg = config.driver_config(std::ptr::null_mut(), &mut attrs);

@@ -133,9 +133,16 @@ impl Buffer {
     }
 
     /// Copies this whole buffer into `dst`, ordered on `stream` (device to device, or any
-    /// direction the memory kinds allow).
+    /// direction the memory kinds allow). The two must have the same size, as in `cuda.core`
+    /// (copy part of a buffer with [`Buffer::copy_2d`] or [`Buffer::copy_3d`]).
     pub fn copy_to(&self, dst: &Buffer, stream: &Stream) -> Result<()> {
-        dst.check_fits(self.size(), "copy_to")?;
+        if self.size() != dst.size() {
+            return Err(CudaError::InvalidArgument(format!(
+                "buffer sizes mismatch between src and dst (sizes are: src={}, dst={})",
+                self.size(),
+                dst.size()
+            )));
+        }
         enqueue_using(stream, &[self, dst], |_| {
             // SAFETY: both ranges lie in their buffers, whose memory stays alive until the copy
             // is done (`enqueue_using`).
@@ -144,7 +151,7 @@ impl Buffer {
         })
     }
 
-    /// Copies `src` (whole) into this buffer, ordered on `stream`.
+    /// Copies `src` (whole, of the same size) into this buffer, ordered on `stream`.
     pub fn copy_from(&self, src: &Buffer, stream: &Stream) -> Result<()> {
         src.copy_to(self, stream)
     }

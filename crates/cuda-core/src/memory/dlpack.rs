@@ -57,52 +57,76 @@ fn compact_strides(shape: &[i64]) -> Vec<i64> {
     strides
 }
 
-/// Where DLPack says memory at `ptr` lives.
-fn dl_device(ptr: driver::CUdeviceptr) -> Result<DLDevice> {
-    let mut managed: u32 = 0;
-    let mut kind: u32 = 0;
-    let mut ordinal: i32 = 0;
-    // SAFETY: each attribute is written as the type given (a 32-bit value), into locals.
-    unsafe {
-        driver::cuPointerGetAttribute(
-            (&mut managed as *mut u32).cast(),
-            driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
-            ptr,
-        )
+/// One 32-bit pointer attribute of `ptr`.
+fn pointer_attribute<T: Default>(ptr: driver::CUdeviceptr, attribute: driver::CUpointer_attribute) -> Result<T> {
+    let mut value = T::default();
+    // SAFETY: the attributes asked for here are 32-bit values, written into a local of that size.
+    unsafe { driver::cuPointerGetAttribute((&mut value as *mut T).cast(), attribute, ptr) }
         .check("cuPointerGetAttribute")?;
-        driver::cuPointerGetAttribute(
-            (&mut kind as *mut u32).cast(),
-            driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-            ptr,
-        )
-        .check("cuPointerGetAttribute")?;
-        driver::cuPointerGetAttribute(
-            (&mut ordinal as *mut i32).cast(),
-            driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-            ptr,
-        )
-        .check("cuPointerGetAttribute")?;
+    Ok(value)
+}
+
+/// Where DLPack says the buffer's memory lives, after `cuda.core`: device-only memory on its
+/// device, memory both sides reach as CUDA host (pinned) or managed memory, host-only memory as
+/// CPU memory. A buffer of no resource (`Buffer::from_handle`) is classified by the driver's
+/// pointer attributes.
+fn dl_device(buffer: &Buffer) -> Result<DLDevice> {
+    let ptr = buffer.handle();
+    let Some(resource) = buffer.memory_resource() else {
+        let managed: u32 = pointer_attribute(ptr, driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED)?;
+        let kind: u32 = pointer_attribute(ptr, driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE)?;
+        let ordinal: i32 = pointer_attribute(ptr, driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)?;
+        return Ok(if managed != 0 {
+            DLDevice {
+                device_type: DLDeviceType::CUDAMANAGED,
+                device_id: 0,
+            }
+        } else if kind == driver::CUmemorytype::CU_MEMORYTYPE_HOST.0 {
+            DLDevice {
+                device_type: DLDeviceType::CUDAHOST,
+                device_id: 0,
+            }
+        } else {
+            DLDevice::cuda(ordinal)
+        });
+    };
+    match (resource.is_device_accessible(), resource.is_host_accessible()) {
+        (true, false) => {
+            let ordinal = match resource.device() {
+                Some(d) => d.device_id() as i32,
+                None => pointer_attribute(ptr, driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)?,
+            };
+            Ok(DLDevice::cuda(ordinal))
+        }
+        (true, true) => {
+            let managed: u32 = pointer_attribute(ptr, driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED)?;
+            let device_type = if managed != 0 {
+                DLDeviceType::CUDAMANAGED
+            } else {
+                DLDeviceType::CUDAHOST
+            };
+            Ok(DLDevice {
+                device_type,
+                device_id: 0,
+            })
+        }
+        (false, true) => Ok(DLDevice {
+            device_type: DLDeviceType::CPU,
+            device_id: 0,
+        }),
+        (false, false) => Err(dlpack_error(
+            "export",
+            "buffer is neither device-accessible nor host-accessible",
+        )),
     }
-    Ok(if managed != 0 {
-        DLDevice {
-            device_type: DLDeviceType::CUDAMANAGED,
-            device_id: 0,
-        }
-    } else if kind == driver::CUmemorytype::CU_MEMORYTYPE_HOST.0 {
-        DLDevice {
-            device_type: DLDeviceType::CUDAHOST,
-            device_id: 0,
-        }
-    } else {
-        DLDevice::cuda(ordinal)
-    })
 }
 
 impl Buffer {
-    /// Hands the buffer over as a one-dimensional tensor of its bytes (`uint8`).
+    /// Hands the buffer over as a one-dimensional tensor of its bytes (`int8`, as `cuda.core`'s
+    /// `Buffer.__dlpack__`).
     pub fn to_dlpack(self) -> Result<DlpackTensor> {
         let len = i64::try_from(self.size()).map_err(|e| dlpack_error("export", e))?;
-        self.to_dlpack_as::<u8>(&[len], None)
+        self.to_dlpack_as::<i8>(&[len], None)
     }
 
     /// Hands the buffer over as a tensor of `T` with `shape` and `strides` (in elements;
@@ -143,7 +167,7 @@ impl Buffer {
                 ),
             ));
         }
-        let device = dl_device(self.handle())?;
+        let device = dl_device(&self)?;
         let data = self.handle() as usize as *mut std::ffi::c_void;
         let prepared = Dynamic::new(shape.to_vec(), strides)
             .prepare_as::<DLManagedTensorVersioned>()

@@ -3,6 +3,7 @@
 use super::{device_location, free_async, location, read_write_access, Buffer, MemoryResource};
 use crate::device::Device;
 use crate::error::{record_drop_error, Check};
+use crate::stream::capture::{capture_info, captures_running};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
@@ -44,7 +45,15 @@ impl Drop for Pool {
 
 impl Pool {
     #[inline]
-    fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
+    /// `size` bytes on `stream`; refused on a stream being captured, as in `cuda.core` (the
+    /// driver would record graph memory, which is [`GraphMemoryResource`]'s to make). `what`
+    /// names the resource in the error.
+    fn allocate(&self, size: usize, stream: &Stream, what: &str) -> Result<driver::CUdeviceptr> {
+        if captures_running() && capture_info(stream.handle())?.is_some() {
+            return Err(CudaError::InvalidArgument(format!(
+                "{what} cannot perform memory operations on a capturing stream (consider using GraphMemoryResource)."
+            )));
+        }
         let mut ptr = 0;
         // SAFETY: the pool and stream are live; out-pointer to a local.
         unsafe { driver::cuMemAllocFromPoolAsync(&mut ptr, size, self.handle, stream.handle()) }
@@ -101,18 +110,22 @@ pub struct DeviceMemoryResource {
 }
 
 impl DeviceMemoryResource {
-    /// The device's default pool (`cuDeviceGetDefaultMemPool`; not destroyed).
+    /// The device's default pool (`cuDeviceGetDefaultMemPool`; not destroyed). As in `cuda.core`,
+    /// its release threshold is raised to `u64::MAX` when it is 0, so that freed memory stays in
+    /// the pool across synchronisations.
     pub fn default_pool(device: &Device) -> Result<Arc<DeviceMemoryResource>> {
         let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         unsafe { driver::cuDeviceGetDefaultMemPool(&mut handle, device.handle()) }
             .check("cuDeviceGetDefaultMemPool")?;
-        Ok(Arc::new(DeviceMemoryResource::wrap(
-            Pool { handle, owned: false },
-            device,
-            false,
-            false,
-        )))
+        let resource = DeviceMemoryResource::wrap(Pool { handle, owned: false }, device, false, false);
+        // As cuda.core does: freed memory stays in the default pool across synchronisations
+        // (the driver's threshold of 0 returns it to the system at every one), unless someone
+        // chose a threshold already.
+        if resource.release_threshold()? == 0 {
+            resource.set_release_threshold(u64::MAX)?;
+        }
+        Ok(Arc::new(resource))
     }
 
     fn wrap(pool: Pool, device: &Device, ipc: bool, imported: bool) -> DeviceMemoryResource {
@@ -302,8 +315,8 @@ impl DeviceMemoryResource {
 // SAFETY: pool allocations are stream-ordered (usable after the allocation in `stream`'s order,
 // freed stream-ordered by cuMemFreeAsync), device memory of `device` that the host cannot touch.
 // An imported pool refuses to allocate; its pointers come from `Buffer::from_ipc_descriptor`,
-// which checks each against the driver's allocation range. During a capture the driver records
-// a pool allocation as an allocation node of the capture (graph memory), as the trait allows.
+// which checks each against the driver's allocation range. A stream being captured is refused
+// (see `Pool::allocate`).
 unsafe impl MemoryResource for DeviceMemoryResource {
     fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
         if self.imported {
@@ -311,7 +324,7 @@ unsafe impl MemoryResource for DeviceMemoryResource {
                 "a pool opened from another process cannot allocate".into(),
             ));
         }
-        self.pool.allocate(size, stream).map_err(|e| {
+        self.pool.allocate(size, stream, "DeviceMemoryResource").map_err(|e| {
             if e.driver_status() == Some(driver::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
                 CudaError::InvalidArgument(format!(
                     "{e}: a memory pool cannot allocate on a stream being captured, nor while the calling thread captures one (such a capture is now invalidated): allocate graph memory with GraphMemoryResource, other memory before the capture"
@@ -394,7 +407,7 @@ impl PinnedMemoryResource {
 // page-locked host memory the host can read and write and every device was granted access to.
 unsafe impl MemoryResource for PinnedMemoryResource {
     fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
-        self.pool.allocate(size, stream)
+        self.pool.allocate(size, stream, "PinnedMemoryResource")
     }
     unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
         // SAFETY: forwarded to the caller.

@@ -1,5 +1,6 @@
 //! `Event`, `EventOptions` and `IpcEventDescriptor`.
 
+use super::Stream;
 use crate::device::{Context, Device};
 use crate::error::{record_drop_error, Check};
 use crate::{CudaError, Result};
@@ -11,9 +12,11 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EventOptions {
     /// Record timestamps, for [`Event::elapsed_time_since`] (off by default: cheaper).
-    pub enable_timing: bool,
+    #[serde(alias = "enable_timing")]
+    pub timing_enabled: bool,
     /// Block the waiting thread instead of spinning in [`Event::sync`].
-    pub busy_waited_sync: bool,
+    #[serde(alias = "busy_waited_sync")]
+    pub blocking_sync: bool,
     /// Shareable with other processes (needs timing off).
     pub ipc_enabled: bool,
 }
@@ -128,16 +131,16 @@ pub struct Event {
 
 impl Event {
     pub(crate) fn new(context: &Context, options: EventOptions) -> Result<Event> {
-        if options.ipc_enabled && options.enable_timing {
+        if options.ipc_enabled && options.timing_enabled {
             return Err(CudaError::InvalidArgument(
                 "EventOptions: an IPC event cannot record timing".into(),
             ));
         }
         let mut flags = 0;
-        if !options.enable_timing {
+        if !options.timing_enabled {
             flags |= driver::CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
         }
-        if options.busy_waited_sync {
+        if options.blocking_sync {
             flags |= driver::CUevent_flags::CU_EVENT_BLOCKING_SYNC.0;
         }
         if options.ipc_enabled {
@@ -248,18 +251,35 @@ impl Event {
     }
 
     /// Milliseconds from `start` to this event (both recorded with timing, both complete): what
-    /// `cuda.core` writes as `end - start`.
+    /// `cuda.core` writes as `end - start`, with its errors.
     pub fn elapsed_time_since(&self, start: &Event) -> Result<f32> {
-        if !self.inner.options.enable_timing || !start.inner.options.enable_timing {
+        if !self.inner.options.timing_enabled || !start.inner.options.timing_enabled {
             return Err(CudaError::InvalidArgument(
-                "elapsed time needs events made with enable_timing".into(),
+                "Both Events must be created with timing enabled in order to subtract them; use EventOptions { timing_enabled: true, .. } when creating both events.".into(),
             ));
         }
         let mut ms = 0f32;
         // SAFETY: both events are live; out-pointer to a local.
-        unsafe { driver::cuEventElapsedTime(&mut ms, start.inner.handle, self.inner.handle) }
-            .check("cuEventElapsedTime")?;
-        Ok(ms)
+        let status = unsafe { driver::cuEventElapsedTime(&mut ms, start.inner.handle, self.inner.handle) };
+        match status {
+            driver::CUresult::CUDA_ERROR_INVALID_HANDLE => Err(CudaError::InvalidArgument(
+                "Both Events must be recorded before they can be subtracted; use Stream::record to record both events to a stream.".into(),
+            )),
+            driver::CUresult::CUDA_ERROR_NOT_READY => Err(CudaError::InvalidArgument(
+                "One or both events have not completed; use Event::sync, Stream::sync, or Device::sync to wait for the events to complete before subtracting them.".into(),
+            )),
+            _ => status.check("cuEventElapsedTime").map(|()| ms),
+        }
+    }
+}
+
+impl Stream {
+    /// Records a new event made with `options` in the stream's context and returns it: what
+    /// `cuda.core`'s `Stream.record()` does when given no event (IPC-enabled events included).
+    pub fn record_new(&self, options: EventOptions) -> Result<Event> {
+        let event = Event::new(&self.context_or_current()?, options)?;
+        self.record(&event)?;
+        Ok(event)
     }
 }
 

@@ -377,6 +377,17 @@ impl Stream {
 }
 
 impl Device {
+    /// The default stream, as `cuda.core`'s `Device.default_stream`: the per-thread default
+    /// stream when `CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM` is a non-zero integer, else the
+    /// legacy default stream (either names the stream of the context current where it is used).
+    pub fn default_stream(&self) -> Stream {
+        if cuda_sys::per_thread_default_stream() {
+            Stream::per_thread_default()
+        } else {
+            Stream::legacy_default()
+        }
+    }
+
     /// A new stream in the device's primary context.
     pub fn create_stream(&self, options: StreamOptions) -> Result<Stream> {
         Stream::new(&self.primary_context()?, options)

@@ -344,6 +344,9 @@ impl GraphDefinition {
             )
         }
         .check("cuGraphGetEdges")?;
+        if n == 0 {
+            return Ok(Vec::new());
+        }
         let mut from = vec![std::ptr::null_mut(); n];
         let mut to = vec![std::ptr::null_mut(); n];
         // SAFETY: room for n edges.
@@ -439,22 +442,27 @@ impl GraphNode {
     }
 
     /// Removes the node and its edges from the graph. Other handles to it become invalid (their
-    /// methods return an error), as do the bodies of a destroyed conditional node.
+    /// methods return an error), as do the bodies of a destroyed conditional node. Destroying a
+    /// node already destroyed (through another handle) does nothing, as in `cuda.core`.
     pub fn destroy(self) -> Result<()> {
-        self.with_live(|reg, h| {
-            reg.refuse_while_capturing(self.graph.handle)?;
-            reg.refuse_with_graph_memory("destroy")?;
-            if capturing_below(reg, h) {
-                return Err(CudaError::InvalidArgument(
-                    "destroy: a capture records into a body of this node: end it first".into(),
-                ));
-            }
-            // SAFETY: the node is live and belongs to this graph.
-            unsafe { driver::cuGraphDestroyNode(h) }.check("cuGraphDestroyNode")?;
-            reg.live.remove(&(h as usize));
-            reg.conditionals.remove(&(h as usize));
-            Ok(())
-        })
+        let mut reg = self.graph.lock();
+        self.graph.check_live(&reg)?;
+        if !reg.is_live(self.node) {
+            return Ok(());
+        }
+        let h = self.node.handle;
+        reg.refuse_while_capturing(self.graph.handle)?;
+        reg.refuse_with_graph_memory("destroy")?;
+        if capturing_below(&reg, h) {
+            return Err(CudaError::InvalidArgument(
+                "destroy: a capture records into a body of this node: end it first".into(),
+            ));
+        }
+        // SAFETY: the node is live and belongs to this graph (its lock is held).
+        unsafe { driver::cuGraphDestroyNode(h) }.check("cuGraphDestroyNode")?;
+        reg.live.remove(&(h as usize));
+        reg.conditionals.remove(&(h as usize));
+        Ok(())
     }
 
     /// The node's type.

@@ -4,11 +4,13 @@
 use super::*;
 
 fn kernel_params(config: &LaunchConfig, kernel: &Kernel, params: *mut *mut c_void) -> driver::CUDA_KERNEL_NODE_PARAMS {
+    // With a cluster shape the grid counts clusters (the cluster itself is a node attribute).
+    let blocks = config.grid_in_blocks();
     driver::CUDA_KERNEL_NODE_PARAMS {
         func: std::ptr::null_mut(),
-        gridDimX: config.grid.x,
-        gridDimY: config.grid.y,
-        gridDimZ: config.grid.z,
+        gridDimX: blocks.x,
+        gridDimY: blocks.y,
+        gridDimZ: blocks.z,
         blockDimX: config.block.x,
         blockDimY: config.block.y,
         blockDimZ: config.block.z,
