@@ -261,3 +261,36 @@ fn default_stream_and_recording_a_new_event() {
     assert!(start.is_done().unwrap());
     assert!(end.elapsed_time_since(&start).unwrap() >= 0.0);
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn foreign_memory_says_who_can_reach_it() {
+    use cuda_sys::driver;
+    let (_, s) = setup();
+    let access = |ptr: u64| {
+        // SAFETY: every pointer below holds at least 64 bytes until freed at the end.
+        let b = unsafe { cuda_core::Buffer::from_handle(ptr, 64, &s) }.unwrap();
+        (b.is_device_accessible(), b.is_host_accessible())
+    };
+    let (mut device, mut pinned, mut managed) = (0u64, std::ptr::null_mut(), 0u64);
+    // SAFETY: out-pointers to locals; a context is current.
+    unsafe {
+        driver::cuMemAlloc(&mut device, 64).result().unwrap();
+        driver::cuMemAllocHost(&mut pinned, 64).result().unwrap();
+        driver::cuMemAllocManaged(&mut managed, 64, driver::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL.0)
+            .result()
+            .unwrap();
+    }
+    let host = [0u8; 64];
+    assert_eq!(access(device), (true, false), "device memory");
+    assert_eq!(access(pinned as u64), (true, true), "pinned host memory");
+    assert_eq!(access(managed), (true, true), "managed memory");
+    assert_eq!(access(host.as_ptr() as u64), (false, true), "plain host memory");
+    s.sync().unwrap();
+    // SAFETY: each freed once; the wrappers above are gone and freed nothing.
+    unsafe {
+        driver::cuMemFree(device).result().unwrap();
+        driver::cuMemFreeHost(pinned).result().unwrap();
+        driver::cuMemFree(managed).result().unwrap();
+    }
+}

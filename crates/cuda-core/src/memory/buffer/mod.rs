@@ -28,7 +28,7 @@ pub(crate) use uses::enqueue_using;
 
 use super::MemoryResource;
 use crate::device::FenceEvent;
-use crate::error::record_drop_error;
+use crate::error::{record_drop_error, Check};
 use crate::stream::{Fence, Site, Stream};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
@@ -65,6 +65,54 @@ pub struct Buffer {
     /// Set the first time a graph uses the buffer: a fence after its allocation, which launches
     /// of such graphs wait for (`None`: the allocation was known to be done).
     ready: OnceLock<Option<Arc<FenceEvent>>>,
+    /// For memory of no resource (`from_handle`): who can reach it, as the driver says.
+    access: Option<Access>,
+}
+
+/// Who can reach a buffer's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Access {
+    device: bool,
+    host: bool,
+}
+
+impl Access {
+    /// What the driver's pointer attributes say of `ptr`, as `cuda.core` reads them: unregistered
+    /// host memory is host-only, pinned and managed memory both, device memory device-only.
+    fn of(ptr: driver::CUdeviceptr) -> Result<Access> {
+        let mut kind: u32 = 0;
+        let mut managed: u32 = 0;
+        let mut attributes = [
+            driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        ];
+        let mut data: [*mut std::ffi::c_void; 2] = [(&mut kind as *mut u32).cast(), (&mut managed as *mut u32).cast()];
+        // SAFETY: two attributes, each written into a 32-bit local the matching data entry points
+        // to; the driver reports unknown (host) pointers as memory type 0 rather than failing.
+        unsafe { driver::cuPointerGetAttributes(2, attributes.as_mut_ptr(), data.as_mut_ptr(), ptr) }
+            .check("cuPointerGetAttributes")?;
+        let host = driver::CUmemorytype::CU_MEMORYTYPE_HOST.0;
+        let device = driver::CUmemorytype::CU_MEMORYTYPE_DEVICE.0;
+        match kind {
+            _ if managed != 0 => Ok(Access {
+                device: true,
+                host: true,
+            }),
+            0 => Ok(Access {
+                device: false,
+                host: true,
+            }),
+            k if k == host => Ok(Access {
+                device: true,
+                host: true,
+            }),
+            k if k == device => Ok(Access {
+                device: true,
+                host: false,
+            }),
+            other => Err(CudaError::InvalidArgument(format!("Unsupported memory type: {other}"))),
+        }
+    }
 }
 
 impl Buffer {
@@ -102,6 +150,7 @@ impl Buffer {
             shared: OnceLock::new(),
             graph,
             ready: OnceLock::new(),
+            access: None,
         }
     }
 
@@ -116,13 +165,19 @@ impl Buffer {
         Ok(Buffer::new(ptr, size, resource, Site::of(stream)?, None))
     }
 
-    /// Wraps memory allocated elsewhere; it is never freed here.
+    /// Wraps memory allocated elsewhere; it is never freed here. Whether the device and the
+    /// host can reach it comes from the driver's pointer attributes, as in `cuda.core`
+    /// (unregistered host memory is host-only; pinned, registered and managed memory both;
+    /// device memory device-only).
     ///
     /// # Safety
     /// `ptr` must point to `size` bytes of memory usable by the device (or host, as it is used)
     /// for as long as the buffer, and every graph that records work on it, live.
     pub unsafe fn from_handle(ptr: driver::CUdeviceptr, size: usize, stream: &Stream) -> Result<Buffer> {
-        Buffer::from_parts(ptr, size, None, stream)
+        let access = Access::of(ptr)?;
+        let mut buffer = Buffer::from_parts(ptr, size, None, stream)?;
+        buffer.access = Some(access);
+        Ok(buffer)
     }
 
     /// The device address.
@@ -150,12 +205,18 @@ impl Buffer {
 
     /// Whether kernels can read and write the memory.
     pub fn is_device_accessible(&self) -> bool {
-        self.resource.as_ref().is_none_or(|r| r.is_device_accessible())
+        match &self.resource {
+            Some(r) => r.is_device_accessible(),
+            None => self.access.is_none_or(|a| a.device),
+        }
     }
 
     /// Whether the host can read and write the memory directly.
     pub fn is_host_accessible(&self) -> bool {
-        self.resource.as_ref().is_some_and(|r| r.is_host_accessible())
+        match &self.resource {
+            Some(r) => r.is_host_accessible(),
+            None => self.access.is_some_and(|a| a.host),
+        }
     }
 
     /// Whether the buffer is graph memory: allocated by the capture of a graph, and usable only
@@ -354,6 +415,7 @@ impl Drop for Buffer {
                 shared: std::mem::take(&mut self.shared),
                 graph: self.graph.take(),
                 ready: std::mem::take(&mut self.ready),
+                access: self.access,
             };
             crate::reaper::drop_later(Box::new(later));
             return;
