@@ -267,6 +267,8 @@ fn child_opens_a_shared_buffer() {
     let pool = DeviceMemoryResource::from_fd(&d, fd).unwrap();
     assert!(pool.is_imported());
     assert!(pool.allocate(64, &s).is_err(), "an imported pool cannot allocate");
+    let err = pool.export_fd().unwrap_err();
+    assert!(err.to_string().contains("opened from another process"), "{err}");
     // A descriptor claiming more than the allocation it opens is refused (finding 9).
     let forged = cuda_core::IpcBufferDescriptor::new(*desc.data(), desc.size() * 2 + (1 << 20));
     let err = Buffer::from_ipc_descriptor(&pool, &forged, &s).unwrap_err();

@@ -164,7 +164,12 @@ impl DeviceMemoryResource {
     /// A file descriptor another process can open this pool with (the pool must be made with
     /// `ipc_enabled`). Send it with [`crate::ipc::send_fd`].
     pub fn export_fd(&self) -> Result<std::os::fd::OwnedFd> {
-        if !self.ipc || self.imported {
+        if self.imported {
+            return Err(CudaError::InvalidArgument(
+                "export_fd: this pool was opened from another process (from_fd): export it in the process that made it, or pass on the file descriptor it was opened with".into(),
+            ));
+        }
+        if !self.ipc {
             return Err(CudaError::InvalidArgument(
                 "only pools made with ipc_enabled can be exported".into(),
             ));
