@@ -65,3 +65,41 @@ fn launches_allocate_nothing() {
     // SAFETY: allocated above; the stream is idle.
     unsafe { cuda_sys::driver::cuMemFree(x) }.result().unwrap();
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn launches_with_buffer_arguments_allocate_nothing() {
+    let d = Device::new(0).unwrap();
+    d.set_current().unwrap();
+    let source = r#"extern "C" __global__ void add(const float* x, float* y, unsigned n) {
+        unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) y[i] += x[i];
+    }"#;
+    let code = Program::new(source, SourceType::Cxx, ProgramOptions::default())
+        .unwrap()
+        .compile(CodeType::Cubin, &[])
+        .unwrap();
+    let typed = code
+        .get_kernel("add")
+        .unwrap()
+        .typed::<(*mut f32, *mut f32, u32)>()
+        .unwrap();
+    let stream = d.create_stream(Default::default()).unwrap();
+    let x = d.allocate(4096, &stream).unwrap();
+    let y = d.allocate(4096, &stream).unwrap();
+    x.fill_u8(0, &stream).unwrap();
+    y.fill_u8(0, &stream).unwrap();
+    let (vx, vy) = (x.view_as::<f32>().unwrap(), y.view_as::<f32>().unwrap());
+    let config = LaunchConfig::new(4, 256);
+    // Warm up. SAFETY: 1024 floats each; synchronised below.
+    unsafe { typed.launch(&stream, &config, (vx, vy, 1024u32)).unwrap() };
+    stream.sync().unwrap();
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..1000 {
+        // SAFETY: as above.
+        unsafe { typed.launch(&stream, &config, (vx, vy, 1024u32)).unwrap() };
+    }
+    let during = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    stream.sync().unwrap();
+    assert_eq!(during, 0, "{during} heap allocations in 1000 launches with buffers");
+}

@@ -240,6 +240,32 @@ fn main() {
         goal: "within 3%",
         higher_is_better: false,
     });
+    // A buffer as an argument: the launch keeps it alive (its same-stream use costs a comparison).
+    let tb = k2.typed::<(*mut f32, u32)>().unwrap();
+    let xb = device.allocate(4, &stream).unwrap();
+    let view = xb.view_as::<f32>().unwrap();
+    let (s, r, q) = alternate(
+        || {
+            burst(&mut || {
+                // SAFETY: k2 with a 4-byte buffer: the kernel writes nothing (no thread 1024).
+                unsafe { tb.launch(&stream, &config, (view, 1u32)).unwrap() }
+            })
+        },
+        || {
+            burst(&mut || {
+                let (mut x, mut n) = (xb.handle(), 1u32);
+                raw_launch(f2, &mut [(&mut x as *mut u64).cast(), (&mut n as *mut u32).cast()]);
+            })
+        },
+    );
+    rows.push(Row {
+        name: "typed launch, buffer + 1 arg",
+        unit: "us",
+        safe: s,
+        raw: Some((r, q)),
+        goal: "within 3%",
+        higher_is_better: false,
+    });
     let args8 = (0u64, 1u32, 2i32, 3i32, 4.0f32, 5.0f32, 6i64, 7.0f64);
     let (s, r, q) = alternate(
         || {

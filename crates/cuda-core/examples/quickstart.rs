@@ -3,8 +3,9 @@
 //! replay a graph.
 //!
 //! Run it with `cargo xtask quickstart` (it provides NVRTC from NVIDIA's wheels when no toolkit is
-//! installed). Memory is `Buffer`s from the device's default pool; the only `unsafe` is the
-//! launches themselves (the kernel is trusted to stay inside the buffers it is given).
+//! installed). Memory is `Buffer`s from the device's default pool, passed to kernels as typed
+//! views; the only `unsafe` is the launches themselves (the kernel is trusted to stay inside the
+//! buffers it is given).
 
 use cuda_core::{
     launch, system, CodeType, Device, EventOptions, FileStreamProgramCache, LaunchConfig, Program, ProgramOptions,
@@ -63,7 +64,9 @@ fn run() -> Result<(), Box<dyn Error>> {
         device.multiprocessor_count()?
     );
 
-    let kernel = code.get_kernel("saxpy")?.typed::<(f32, u64, u64, u32)>()?;
+    // Pointer parameters are typed: the kernel takes views of f32s (a view of bytes would not
+    // compile), and each launch keeps the buffers it is given alive until it has run.
+    let kernel = code.get_kernel("saxpy")?.typed::<(f32, *mut f32, *mut f32, u32)>()?;
     let stream = device.create_stream(StreamOptions::default())?;
 
     const N: usize = 1 << 24;
@@ -72,11 +75,13 @@ fn run() -> Result<(), Box<dyn Error>> {
     dx.copy_from_host(&x, &stream)?;
     let dy = device.allocate(N * 4, &stream)?;
     dy.copy_from_host(&vec![1.0f32; N], &stream)?;
+    let (vx, vy) = (dx.view_as::<f32>()?, dy.view_as::<f32>()?);
     let config = LaunchConfig::new((N as u32).div_ceil(256), 256);
 
     // One launch, verified.
-    // SAFETY: dx and dy hold N floats; both are freed (stream-ordered) only after this work.
-    unsafe { kernel.launch(&stream, &config, (2.0, dx.handle(), dy.handle(), N as u32))? };
+    // SAFETY: the kernel reads and writes N floats of views that hold N floats (their buffers
+    // stay alive until the launches that take them have run).
+    unsafe { kernel.launch(&stream, &config, (2.0, vx, vy, N as u32))? };
     stream.sync()?;
     let y = dy.to_vec::<f32>(&stream)?;
     let wrong = (0..N).filter(|&i| y[i] != 1.0 + 2.0 * x[i]).count();
@@ -98,7 +103,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     stream.record(&start)?;
     for _ in 0..100 {
         // SAFETY: as above.
-        unsafe { kernel.launch(&stream, &config, (2.0, dx.handle(), dy.handle(), N as u32))? };
+        unsafe { kernel.launch(&stream, &config, (2.0, vx, vy, N as u32))? };
     }
     stream.record(&end)?;
     end.sync()?;
@@ -112,17 +117,10 @@ fn run() -> Result<(), Box<dyn Error>> {
     // Two streams: the second waits for the first.
     let other = device.create_stream(StreamOptions::default())?;
     // SAFETY: as above.
-    unsafe {
-        launch(
-            &stream,
-            &config,
-            kernel.kernel(),
-            (1.0f32, dx.handle(), dy.handle(), N as u32),
-        )?
-    };
+    unsafe { launch(&stream, &config, kernel.kernel(), (1.0f32, vx, vy, N as u32))? };
     other.wait(&stream)?;
     // SAFETY: as above; ordered after the launch on `stream` by the wait.
-    unsafe { kernel.launch(&other, &config, (-1.0, dx.handle(), dy.handle(), N as u32))? };
+    unsafe { kernel.launch(&other, &config, (-1.0, vx, vy, N as u32))? };
     other.sync()?;
     let y = dy.to_vec::<f32>(&stream)?;
     // The same sequence of fused multiply-adds on the host: 1, then 101 times a = 2, then 1, then -1.
@@ -141,9 +139,8 @@ fn run() -> Result<(), Box<dyn Error>> {
     // Capture ten launches into a graph and replay it: one call for all ten.
     let graph = stream.capture_graph(cuda_core::graph::CaptureMode::ThreadLocal, |s| {
         for _ in 0..10 {
-            // SAFETY: as above; the buffers outlive the graph (dropped at the end of this
-            // function, after the sync).
-            unsafe { kernel.launch(s, &config, (1.0, dx.handle(), dy.handle(), N as u32))? };
+            // SAFETY: as above; the graph holds the buffers its launches take.
+            unsafe { kernel.launch(s, &config, (1.0, vx, vy, N as u32))? };
         }
         Ok(())
     })?;

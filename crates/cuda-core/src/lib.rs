@@ -38,7 +38,7 @@ pub use compile::{
 pub use cuda_core_derive::DeviceRepr;
 pub use device::{device_count, ComputeCapability, Context, ContextFlags, Device, DeviceProperties};
 pub use error::{take_drop_errors, CudaError, Result};
-pub use launch::{launch, DeviceRepr, Dim3, KernelArgs, LaunchConfig, MaxPotentialBlockSize, TypedKernel};
+pub use launch::{launch, DeviceRepr, Dim3, KernelArg, KernelArgs, LaunchConfig, MaxPotentialBlockSize, TypedKernel};
 pub use memory::dlpack;
 pub use memory::ipc::fd as ipc;
 pub use memory::{

@@ -15,8 +15,8 @@ const LAYERS: &[(&str, u32)] = &[
     ("stream", 3),
     ("compile", 3),
     ("memory", 4),
-    ("launch", 4),
-    ("graph", 5),
+    ("launch", 5),
+    ("graph", 6),
 ];
 
 /// Hand-written files longer than this are split (generated code is exempt).

@@ -1,7 +1,7 @@
 //! Executable graphs: [`Graph`], its instantiation options and per-node updates.
 
 use super::definition::{
-    check_host_node, event_node, host_params, memset_params_with, node_type, with_kernel_args, EventNode,
+    check_host_node, event_node, host_params, memset_params_with, node_type, with_kernel_args, ArgBuffers, EventNode,
     GraphDefinition, GraphNode, MemsetValue,
 };
 use crate::device::{Context, FenceEvent};
@@ -151,6 +151,7 @@ pub struct Graph {
 enum HeldKind {
     Callback,
     Event,
+    KernelArgs,
 }
 
 /// The streams a graph was launched on: launching again on the first costs one comparison.
@@ -474,12 +475,27 @@ impl Graph {
     /// As for [`GraphDefinition::launch`]: the arguments match the kernel, and what they point to
     /// is valid whenever the graph runs from now on.
     pub unsafe fn set_kernel_args<A: KernelArgs>(&mut self, node: &GraphNode, args: A) -> Result<()> {
+        let buffers = ArgBuffers::of(&args, "set_kernel_args")?;
         self.with_node(node, |exec, h| {
-            with_kernel_args(h, args, |p| {
+            with_kernel_args(h, &args, |p| {
                 // SAFETY: exec and node are live; the arguments are copied during the call.
                 unsafe { driver::cuGraphExecKernelNodeSetParams(exec, h, p) }.check("cuGraphExecKernelNodeSetParams")
             })
-        })
+        })?;
+        // Buffers among the arguments: every stream launched on follows their allocation, and
+        // the graph holds them (what the node's earlier arguments held is released after the
+        // launches that may use it).
+        let sites = self.launches.sites();
+        for fence in buffers.ready {
+            if !self.ready.iter().any(|f| Arc::ptr_eq(f, &fence)) {
+                for site in &sites {
+                    site.wait(&fence)?;
+                }
+                self.ready.push(fence);
+            }
+        }
+        self.hold(node, HeldKind::KernelArgs, Box::new(buffers.held));
+        Ok(())
     }
 
     /// Turns a kernel, memset or memcpy node on or off in this executable graph.

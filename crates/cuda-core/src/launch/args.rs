@@ -1,6 +1,9 @@
-//! Kernel arguments: [`DeviceRepr`] (a value a kernel parameter can hold) and [`KernelArgs`] (a
+//! Kernel arguments: [`DeviceRepr`] (a value a kernel parameter can hold), [`KernelArg`] (an
+//! argument: a value, or a buffer or view whose address the kernel gets), and [`KernelArgs`] (a
 //! tuple of them, handed to the driver as pointers to each value on the stack).
 
+use crate::memory::{Buffer, BufferView};
+use cuda_sys::driver;
 use std::ffi::c_void;
 
 /// Types a kernel can take by value: plain data whose bytes are what the kernel reads.
@@ -85,37 +88,130 @@ unsafe impl<T> DeviceRepr for *mut T {}
 // SAFETY: an array of plain data has the layout of the C array.
 unsafe impl<T: DeviceRepr, const N: usize> DeviceRepr for [T; N] {}
 
-/// A kernel's argument list: a tuple of [`DeviceRepr`] values (up to 16), packed on the stack.
+/// One kernel argument: the value the kernel's parameter receives ([`Param`](Self::Param)) and
+/// the buffer whose memory it reaches, if any.
+///
+/// Plain values ([`DeviceRepr`]) are passed as they are. A `&Buffer` passes its device address
+/// (a `CUdeviceptr`, for a parameter declared as any pointer), a [`BufferView`] of `T` a
+/// `*mut T` to its first element; for both, the launch keeps the buffer's memory alive until
+/// the kernel is done (the stream is remembered by the buffer, as any operation's is), and a
+/// stream being captured hands the buffer to the graph. A typed kernel checks the element type
+/// at compile time: a view of bytes is not a `*mut f32`.
+///
+/// ```no_run
+/// # fn demo(kernel: &cuda_core::TypedKernel<(*mut f32, u32)>, b: &cuda_core::Buffer, s: &cuda_core::Stream) -> cuda_core::Result<()> {
+/// let floats = b.view_as::<f32>()?;
+/// // SAFETY: the kernel writes 16 floats of the view (the buffer holds them).
+/// unsafe { kernel.launch(s, &cuda_core::LaunchConfig::new(1, 1), (floats, 16u32))? };
+/// # Ok(()) }
+/// ```
+///
+/// ```compile_fail
+/// # fn demo(kernel: &cuda_core::TypedKernel<(*mut f32, u32)>, b: &cuda_core::Buffer, s: &cuda_core::Stream) {
+/// let bytes = b.view(0, 64).unwrap();
+/// // A view of u8 for a *mut f32 parameter: does not compile.
+/// unsafe { kernel.launch(s, &cuda_core::LaunchConfig::new(1, 1), (bytes, 16u32)) };
+/// # }
+/// ```
+pub trait KernelArg {
+    /// What the kernel's parameter receives.
+    type Param: DeviceRepr;
+    /// Whether the argument carries a buffer (known at compile time: launches of plain values
+    /// skip the bookkeeping).
+    const CARRIES_BUFFER: bool = false;
+    /// The parameter's value.
+    fn param(&self) -> Self::Param;
+    /// The buffer whose memory the kernel may reach through this argument.
+    fn buffer(&self) -> Option<&Buffer> {
+        None
+    }
+}
+
+impl<T: DeviceRepr> KernelArg for T {
+    type Param = T;
+    #[inline(always)]
+    fn param(&self) -> T {
+        *self
+    }
+}
+
+impl KernelArg for &Buffer {
+    type Param = driver::CUdeviceptr;
+    const CARRIES_BUFFER: bool = true;
+    #[inline(always)]
+    fn param(&self) -> driver::CUdeviceptr {
+        self.handle()
+    }
+    #[inline(always)]
+    fn buffer(&self) -> Option<&Buffer> {
+        Some(self)
+    }
+}
+
+impl<T> KernelArg for BufferView<'_, T> {
+    type Param = *mut T;
+    const CARRIES_BUFFER: bool = true;
+    #[inline(always)]
+    fn param(&self) -> *mut T {
+        self.handle() as usize as *mut T
+    }
+    #[inline(always)]
+    fn buffer(&self) -> Option<&Buffer> {
+        Some(BufferView::buffer(self))
+    }
+}
+
+/// A kernel's argument list: a tuple of up to 16 [`KernelArg`]s, whose parameter values are
+/// packed on the stack.
 pub trait KernelArgs {
     /// How many arguments.
     const COUNT: usize;
-    /// The size of each argument.
+    /// Whether any argument carries a buffer.
+    const CARRIES_BUFFERS: bool;
+    /// The parameters' types, as a tuple (what a [`crate::TypedKernel`] is declared with).
+    type Params;
+    /// The size of each parameter.
     fn sizes() -> Vec<usize>;
-    /// Calls `f` with a pointer to each argument (no heap allocation).
-    fn with_params<R>(&mut self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R;
+    /// Calls `f` with the buffer each argument carries, if any (on the stack, no heap).
+    fn with_buffers<R>(&self, f: impl FnOnce(&[Option<&Buffer>]) -> R) -> R;
+    /// Calls `f` with a pointer to each parameter value (on the stack, no heap).
+    fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R;
 }
 
 impl KernelArgs for () {
     const COUNT: usize = 0;
+    const CARRIES_BUFFERS: bool = false;
+    type Params = ();
     fn sizes() -> Vec<usize> {
         Vec::new()
     }
-    fn with_params<R>(&mut self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
+    fn with_buffers<R>(&self, f: impl FnOnce(&[Option<&Buffer>]) -> R) -> R {
+        f(&[])
+    }
+    fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
         f(&mut [])
     }
 }
 
 macro_rules! kernel_args {
     ($n:literal: $($t:ident $v:ident),+) => {
-        impl<$($t: DeviceRepr),+> KernelArgs for ($($t,)+) {
+        impl<$($t: KernelArg),+> KernelArgs for ($($t,)+) {
             const COUNT: usize = $n;
+            const CARRIES_BUFFERS: bool = false $(|| $t::CARRIES_BUFFER)+;
+            type Params = ($($t::Param,)+);
             fn sizes() -> Vec<usize> {
-                vec![$(std::mem::size_of::<$t>()),+]
+                vec![$(std::mem::size_of::<$t::Param>()),+]
             }
             #[inline(always)]
-            fn with_params<R>(&mut self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
+            fn with_buffers<R>(&self, f: impl FnOnce(&[Option<&Buffer>]) -> R) -> R {
                 let ($($v,)+) = self;
-                let mut params = [$($v as *mut $t as *mut c_void),+];
+                f(&[$($v.buffer()),+])
+            }
+            #[inline(always)]
+            fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
+                let ($($v,)+) = self;
+                $(let mut $v = $v.param();)+
+                let mut params = [$(&mut $v as *mut $t::Param as *mut c_void),+];
                 f(&mut params)
             }
         }
@@ -145,8 +241,10 @@ mod tests {
 
     #[test]
     fn arguments_are_packed_as_pointers_to_each_value() {
-        let mut args = (2.5f32, 7u64, -3i32, [1u8, 2, 3]);
+        let args = (2.5f32, 7u64, -3i32, [1u8, 2, 3]);
         assert_eq!(<(f32, u64, i32, [u8; 3])>::COUNT, 4);
+        const { assert!(!<(f32, u64, i32, [u8; 3])>::CARRIES_BUFFERS) };
+        args.with_buffers(|b| assert!(b.len() == 4 && b.iter().all(Option::is_none)));
         assert_eq!(<(f32, u64, i32, [u8; 3])>::sizes(), [4, 8, 4, 3]);
         args.with_params(|p| {
             assert_eq!(p.len(), 4);

@@ -3,14 +3,15 @@
 //! attributes and occupancy on a device (`occupancy`).
 //!
 //! Launch uses devices, streams (a launch is a stream operation: captured, it hands the kernel to
-//! the graph) and compiled kernels ([`crate::compile`]); graphs build on it.
+//! the graph), memory (buffers and views as arguments, kept alive as by any operation) and
+//! compiled kernels ([`crate::compile`]); graphs build on it.
 
 mod args;
 mod config;
 mod occupancy;
 mod typed;
 
-pub use args::{DeviceRepr, KernelArgs};
+pub use args::{DeviceRepr, KernelArg, KernelArgs};
 pub use config::{Dim3, LaunchConfig};
 pub use occupancy::MaxPotentialBlockSize;
 pub use typed::TypedKernel;
@@ -18,6 +19,8 @@ pub use typed::TypedKernel;
 use crate::compile::Kernel;
 use crate::device::Device;
 use crate::error::Check;
+use crate::memory::enqueue_using;
+use crate::stream::capture::Capture;
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
@@ -25,23 +28,22 @@ use cuda_sys::driver;
 /// Launches `kernel` on `stream` with `args`: one `cuLaunchKernel` (`cuLaunchKernelEx` when the
 /// configuration has launch attributes), no heap allocation.
 ///
+/// Buffers and views among the arguments ([`KernelArg`]) stay alive until the kernel is done:
+/// the launch is ordered after their allocation and their free after the launch, on any stream,
+/// and a stream being captured hands them to the graph, which holds them for every launch.
+///
 /// # Safety
 /// The kernel can do anything its code does. The caller guarantees that `args` match the kernel's
-/// parameters in number, order and type ([`TypedKernel`] checks number and sizes once), that
-/// every pointer argument is valid for the accesses the kernel makes for as long as the kernel
-/// runs (until the stream has passed it), and that the kernel does not race with other work
-/// touching the same memory. On a stream being captured into a graph the kernel runs at every
-/// launch of that graph: the pointers must stay valid for all of them (hand the memory to the
-/// graph with [`crate::graph::GraphBuilder::keep_alive`]); the graph keeps the kernel itself
-/// loaded. Outside a capture, the kernel's code must stay loaded until the launch has run: keep
+/// parameters in number, order and type ([`TypedKernel`] checks number and sizes once), that the
+/// kernel stays inside the buffers and views it is given, that every raw pointer argument is
+/// valid for the accesses the kernel makes for as long as the kernel runs (until the stream has
+/// passed it), and that the kernel does not race with other work touching the same memory. On a
+/// stream being captured into a graph the kernel runs at every launch of that graph: raw
+/// pointers must stay valid for all of them (hand their memory to the graph with
+/// [`crate::graph::GraphBuilder::keep_alive`]); the graph keeps the kernel itself loaded. Outside a capture, the kernel's code must stay loaded until the launch has run: keep
 /// the [`Kernel`] (or its [`crate::ObjectCode`]) until the stream has passed the launch.
 #[inline]
-pub unsafe fn launch<A: KernelArgs>(
-    stream: &Stream,
-    config: &LaunchConfig,
-    kernel: &Kernel,
-    mut args: A,
-) -> Result<()> {
+pub unsafe fn launch<A: KernelArgs>(stream: &Stream, config: &LaunchConfig, kernel: &Kernel, args: A) -> Result<()> {
     let device = match stream.device() {
         Some(d) => d,
         None => Device::current()?,
@@ -50,14 +52,20 @@ pub unsafe fn launch<A: KernelArgs>(
     if config.cooperative_launch {
         check_cooperative_grid(config, kernel, &device)?;
     }
-    stream.enqueue(|capture| {
+    let op = |capture: Option<&mut Capture<'_>>| {
         if let Some(capture) = capture {
             // The graph runs the kernel at every launch: it keeps the kernel's code loaded.
             capture.attach(kernel.clone())?;
         }
         // SAFETY: forwarded to the caller; the kernel is live (and held by a capturing graph).
-        unsafe { launch_now(stream, config, kernel, &mut args) }
-    })
+        unsafe { launch_now(stream, config, kernel, &args) }
+    };
+    if A::CARRIES_BUFFERS {
+        // Buffer arguments: their memory stays alive until the kernel is done (the stream is
+        // remembered by each buffer, or a capturing graph holds them), as for any operation.
+        return args.with_buffers(|buffers| enqueue_using(stream, buffers, op));
+    }
+    stream.enqueue(op)
 }
 
 /// A cooperative launch's grid must fit on the device at once (as `cuda.core` checks): at most
@@ -84,12 +92,7 @@ fn check_cooperative_grid(config: &LaunchConfig, kernel: &Kernel, device: &Devic
 /// # Safety
 /// As [`launch`].
 #[inline(always)]
-unsafe fn launch_now<A: KernelArgs>(
-    stream: &Stream,
-    config: &LaunchConfig,
-    kernel: &Kernel,
-    args: &mut A,
-) -> Result<()> {
+unsafe fn launch_now<A: KernelArgs>(stream: &Stream, config: &LaunchConfig, kernel: &Kernel, args: &A) -> Result<()> {
     if !config.has_attributes() {
         // Without launch attributes the classic entry point does the same work, and is the one
         // raw code calls: same cost.

@@ -6,7 +6,9 @@ use crate::stream::Stream;
 use crate::{CudaError, Result};
 use std::marker::PhantomData;
 
-/// A kernel whose argument types are fixed at compile time: `launch` only accepts `A`.
+/// A kernel whose parameter types `A` (a tuple of [`crate::DeviceRepr`] types) are fixed at
+/// compile time: `launch` accepts arguments whose parameters are exactly those types (values of
+/// them, or [`crate::BufferView`]s of `T` for `*mut T` parameters, `&Buffer` for `u64` ones).
 pub struct TypedKernel<A: KernelArgs> {
     kernel: Kernel,
     _args: PhantomData<fn(A)>,
@@ -52,7 +54,12 @@ impl<A: KernelArgs> TypedKernel<A> {
     /// # Safety
     /// As [`launch`], less the count and sizes of the arguments, which were checked.
     #[inline]
-    pub unsafe fn launch(&self, stream: &Stream, config: &LaunchConfig, args: A) -> Result<()> {
+    pub unsafe fn launch<X: KernelArgs<Params = A::Params>>(
+        &self,
+        stream: &Stream,
+        config: &LaunchConfig,
+        args: X,
+    ) -> Result<()> {
         // SAFETY: forwarded to the caller.
         unsafe { launch(stream, config, &self.kernel, args) }
     }

@@ -14,7 +14,7 @@
 //! - `dlpack`: DLPack export and import of buffers (public as [`crate::dlpack`]).
 //!
 //! Memory uses devices and streams (with the capture registry and graph core of
-//! [`crate::stream`]); launches do not use it, and graphs build on it.
+//! [`crate::stream`]); launches (buffers as kernel arguments) and graphs build on it.
 
 mod buffer;
 mod copy;
@@ -26,7 +26,7 @@ mod managed;
 mod pool;
 mod vmm;
 
-pub(crate) use buffer::enqueue_using;
+pub(crate) use buffer::{enqueue_using, SharedAllocation};
 pub use buffer::{Buffer, BufferView, Pod};
 pub use copy::{Region2D, Region3D};
 pub use graph_memory::GraphMemoryResource;

@@ -19,7 +19,9 @@ mod types;
 pub(crate) use conditional::add_conditional_node;
 pub use conditional::{ConditionalNode, ConditionalType, GraphCondition};
 pub(crate) use nodes::host_params;
-pub(crate) use params::{check_host_node, event_node, memset_params_with, node_type, with_kernel_args, EventNode};
+pub(crate) use params::{
+    check_host_node, event_node, memset_params_with, node_type, with_kernel_args, ArgBuffers, EventNode,
+};
 pub use types::{GraphAllocOptions, GraphMemoryType, MemsetValue, NodeParams, NodeType};
 
 use super::exec::{Graph, GraphCompleteOptions};
@@ -27,7 +29,7 @@ use crate::compile::Kernel;
 use crate::device::{Context, Device, FenceEvent};
 use crate::error::Check;
 use crate::launch::{DeviceRepr, Dim3, KernelArgs, LaunchConfig};
-use crate::memory::{read_write_access, Buffer};
+use crate::memory::{read_write_access, Buffer, SharedAllocation};
 pub(crate) use crate::stream::graph_core::{ConditionalInfo, GraphInner, NodeRef, Registry};
 use crate::stream::Event;
 use crate::{CudaError, Result};

@@ -98,20 +98,26 @@ macro_rules! node_adders {
             /// # Safety
             /// As for [`crate::launch`], for every launch of every executable graph made from
             /// this graph: the arguments match the kernel's parameters, and every pointer among
-            /// them is valid for the kernel's accesses whenever the graph runs. Hand the memory
+            /// them is valid for the kernel's accesses whenever the graph runs. Buffers and views
+            /// among the arguments are held by the graph; hand the memory raw pointers point to
             /// to the graph with [`GraphDefinition::keep_alive`] to tie it to the graph's life.
             pub unsafe fn launch<A: KernelArgs>(
                 &self,
                 config: &LaunchConfig,
                 kernel: &Kernel,
-                mut args: A,
+                args: A,
             ) -> Result<GraphNode> {
                 config.check(Device::current()?.limits()?)?;
+                let buffers = ArgBuffers::of(&args, "launch")?;
                 let append = self.append();
-                // The node runs the kernel at every launch: the graph keeps its code loaded.
+                // The node runs the kernel at every launch: the graph keeps its code loaded,
+                // and the memory of the buffers among its arguments.
                 append.add(
                     &[],
-                    |h| h.hold(kernel.clone()),
+                    |h| {
+                        h.hold(kernel.clone())?;
+                        buffers.attach(h.graph, h.reg)
+                    },
                     |_, g, deps| {
                         args.with_params(|params| {
                             let p = kernel_params(config, kernel, params.as_mut_ptr());

@@ -119,9 +119,11 @@ impl GraphNode {
     /// # Safety
     /// As for [`GraphDefinition::launch`].
     pub unsafe fn set_kernel_args<A: KernelArgs>(&self, args: A) -> Result<()> {
+        let buffers = ArgBuffers::of(&args, "set_kernel_args")?;
         self.with_live(|reg, h| {
             reg.refuse_while_capturing(self.graph.handle)?;
-            with_kernel_args(h, args, |p| {
+            buffers.attach(&self.graph, reg)?;
+            with_kernel_args(h, &args, |p| {
                 // SAFETY: the node is live; the arguments are copied during the call.
                 unsafe { driver::cuGraphKernelNodeSetParams(h, p) }.check("cuGraphKernelNodeSetParams")
             })
@@ -172,11 +174,57 @@ impl GraphNode {
     }
 }
 
+/// What a graph holds for kernel arguments that carry buffers: each buffer's memory, and the
+/// fences after their allocation that its launches wait for. Taken before any graph lock.
+pub(crate) struct ArgBuffers {
+    pub(crate) held: Vec<Arc<SharedAllocation>>,
+    pub(crate) ready: Vec<Arc<FenceEvent>>,
+}
+
+impl ArgBuffers {
+    /// The buffers `args` carry (none for plain values, without looking).
+    pub(crate) fn of<A: KernelArgs>(args: &A, what: &str) -> Result<ArgBuffers> {
+        let mut out = ArgBuffers {
+            held: Vec::new(),
+            ready: Vec::new(),
+        };
+        if !A::CARRIES_BUFFERS {
+            return Ok(out);
+        }
+        args.with_buffers(|buffers| {
+            for b in buffers.iter().flatten() {
+                if b.is_graph_memory() {
+                    return Err(CudaError::InvalidArgument(format!(
+                        "{what}: graph memory is usable only within the capture that allocated it"
+                    )));
+                }
+                if let Some(f) = b.graph_fence()? {
+                    out.ready.push(f);
+                }
+                out.held.push(b.share());
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Hands the buffers to `graph`, whose lock `reg` is.
+    pub(crate) fn attach(self, graph: &Arc<GraphInner>, reg: &mut Registry) -> Result<()> {
+        for f in &self.ready {
+            reg.note_ready(f);
+        }
+        for shared in self.held {
+            graph.attach_locked(reg, shared)?;
+        }
+        Ok(())
+    }
+}
+
 /// Hands `set` the kernel node `h`'s parameters with `args` as its arguments (valid for the call:
 /// the driver copies them).
 pub(crate) fn with_kernel_args<A: KernelArgs>(
     h: driver::CUgraphNode,
-    mut args: A,
+    args: &A,
     set: impl FnOnce(&driver::CUDA_KERNEL_NODE_PARAMS) -> Result<()>,
 ) -> Result<()> {
     let mut p = driver::CUDA_KERNEL_NODE_PARAMS::default();

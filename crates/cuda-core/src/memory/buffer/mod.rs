@@ -22,9 +22,11 @@
 
 mod free;
 mod uses;
+mod view;
 
 pub(crate) use free::SharedAllocation;
 pub(crate) use uses::enqueue_using;
+pub use view::BufferView;
 
 use super::MemoryResource;
 use crate::device::FenceEvent;
@@ -342,28 +344,6 @@ impl Buffer {
         Ok(())
     }
 
-    /// A view of `len` bytes at `offset`, borrowing the buffer (it cannot be freed meanwhile).
-    pub fn view(&self, offset: usize, len: usize) -> Result<BufferView<'_>> {
-        let outside = || {
-            CudaError::InvalidArgument(format!(
-                "view of {len} bytes at {offset} is outside a buffer of {}",
-                self.size
-            ))
-        };
-        if offset.checked_add(len).is_none_or(|end| end > self.size) {
-            return Err(outside());
-        }
-        let ptr = u64::try_from(offset)
-            .ok()
-            .and_then(|o| self.ptr.checked_add(o))
-            .ok_or_else(outside)?;
-        Ok(BufferView {
-            ptr,
-            len,
-            _buffer: std::marker::PhantomData,
-        })
-    }
-
     /// Waits until no stream has work queued on the buffer (before memory moves: see
     /// [`super::VirtualMemoryResource::grow`]); afterwards only the deallocation stream is
     /// remembered.
@@ -374,31 +354,6 @@ impl Buffer {
         self.dealloc.synchronize()?;
         self.uses.get_mut().unwrap_or_else(|p| p.into_inner()).clear();
         Ok(())
-    }
-}
-
-/// Part of a [`Buffer`], alive no longer than it.
-#[derive(Debug, Clone, Copy)]
-pub struct BufferView<'a> {
-    ptr: driver::CUdeviceptr,
-    len: usize,
-    _buffer: std::marker::PhantomData<&'a Buffer>,
-}
-
-impl BufferView<'_> {
-    /// The device address of the view's first byte.
-    pub fn handle(&self) -> driver::CUdeviceptr {
-        self.ptr
-    }
-
-    /// The view's length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the view has no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 }
 

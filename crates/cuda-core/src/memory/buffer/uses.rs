@@ -140,15 +140,34 @@ impl Buffer {
 /// Queues `op` on `stream`, which uses `buffers`: each buffer's memory stays alive until the work
 /// is done (the stream is remembered by the buffer, or the graph being captured holds the
 /// buffer), and graph memory is refused outside its capture. `op` gets the capture, if any.
-pub(crate) fn enqueue_using<T>(
+/// A buffer, or a slot that may hold one (kernel arguments that are plain values hold none).
+pub(crate) trait BufferRef {
+    fn get(&self) -> Option<&Buffer>;
+}
+
+impl BufferRef for &Buffer {
+    #[inline(always)]
+    fn get(&self) -> Option<&Buffer> {
+        Some(self)
+    }
+}
+
+impl BufferRef for Option<&Buffer> {
+    #[inline(always)]
+    fn get(&self) -> Option<&Buffer> {
+        *self
+    }
+}
+
+pub(crate) fn enqueue_using<T, B: BufferRef>(
     stream: &Stream,
-    buffers: &[&Buffer],
+    buffers: &[B],
     op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>,
 ) -> Result<T> {
     let mut op = Some(op);
     let mut for_graphs = false;
     loop {
-        for b in buffers {
+        for b in buffers.iter().filter_map(BufferRef::get) {
             b.learn(stream)?;
             if for_graphs && b.graph.is_none() {
                 b.graph_fence()?;
@@ -157,7 +176,7 @@ pub(crate) fn enqueue_using<T>(
         let outcome = stream.enqueue(|capture| {
             match capture {
                 Some(capture) => {
-                    for b in buffers {
+                    for b in buffers.iter().filter_map(BufferRef::get) {
                         if !b.hold_in(capture, stream)? {
                             // Recorded into a graph: first the fences graph launches wait for.
                             for_graphs = true;
@@ -167,7 +186,7 @@ pub(crate) fn enqueue_using<T>(
                     run_once(&mut op, Some(capture)).map(Some)
                 }
                 None => {
-                    for b in buffers {
+                    for b in buffers.iter().filter_map(BufferRef::get) {
                         if b.graph.is_some() {
                             return Err(CudaError::InvalidArgument(
                                 "graph memory is usable only on the stream whose capture allocated it, while that capture records"
