@@ -13,6 +13,7 @@ use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::any::Any;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// How [`GraphDefinition::instantiate`] (and [`super::GraphBuilder::complete`]) build the
@@ -137,8 +138,8 @@ pub struct Graph {
     updated_from: Option<GraphDefinition>,
     /// Every stream the graph was launched on.
     launches: Launches,
-    /// Fences after the allocation of every buffer the graph's nodes use: each stream waits for
-    /// them before its first launch of the graph.
+    /// Fences after the allocation of every buffer the graph's nodes use (only ever added to):
+    /// each stream waits for those it has not waited for at its next launch of the graph.
     ready: Vec<Arc<FenceEvent>>,
     /// The context the graph was instantiated in.
     _context: Option<Context>,
@@ -154,19 +155,23 @@ enum HeldKind {
     KernelArgs,
 }
 
-/// The streams a graph was launched on: launching again on the first costs one comparison.
+/// The streams a graph was launched on, each with how many of the graph's readiness fences it
+/// has waited for: launching again on the first stream costs one comparison and one load. The
+/// fences only grow (updates add those of the buffers they bring), and each stream waits for the
+/// ones it has not yet at its next launch (from the thread launching, which can reach it).
 #[derive(Default)]
 struct Launches {
     first: OnceLock<Site>,
-    more: Mutex<Vec<Site>>,
+    first_waited: AtomicUsize,
+    more: Mutex<Vec<(Site, usize)>>,
 }
 
 impl Launches {
-    /// Notes a launch on `stream`; a stream's first launch first waits for `ready`.
+    /// Notes a launch on `stream`, which first waits for the fences of `ready` it has not.
     #[inline]
     fn note(&self, stream: &Stream, ready: &[Arc<FenceEvent>]) -> Result<()> {
         if let Some(first) = self.first.get() {
-            if first.is_plainly(stream) {
+            if first.is_plainly(stream) && self.first_waited.load(Ordering::Acquire) == ready.len() {
                 return Ok(());
             }
         }
@@ -176,25 +181,35 @@ impl Launches {
     #[cold]
     fn note_slow(&self, stream: &Stream, ready: &[Arc<FenceEvent>]) -> Result<()> {
         let site = Site::of(stream)?;
-        let known = self.first.get().is_some_and(|f| f.same(&site))
-            || self
-                .more
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .any(|s| s.same(&site));
-        if known {
+        if self.first.get().is_some_and(|f| f.same(&site)) {
+            let from = self.first_waited.load(Ordering::Acquire).min(ready.len());
+            for fence in &ready[from..] {
+                site.wait(fence)?;
+            }
+            self.first_waited.fetch_max(ready.len(), Ordering::AcqRel);
             return Ok(());
+        }
+        {
+            let mut more = self.more.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((_, waited)) = more.iter_mut().find(|(s, _)| s.same(&site)) {
+                for fence in &ready[(*waited).min(ready.len())..] {
+                    site.wait(fence)?;
+                }
+                *waited = ready.len();
+                return Ok(());
+            }
         }
         // A new stream: its launches follow the allocation of everything the graph uses.
         for fence in ready {
             site.wait(fence)?;
         }
-        if self.first.set(site.clone()).is_err() {
+        if self.first.set(site.clone()).is_ok() {
+            self.first_waited.fetch_max(ready.len(), Ordering::AcqRel);
+        } else {
             let mut more = self.more.lock().unwrap_or_else(|p| p.into_inner());
             let first = self.first.get().is_some_and(|f| f.same(&site));
-            if !first && !more.iter().any(|s| s.same(&site)) {
-                more.push(site);
+            if !first && !more.iter().any(|(s, _)| s.same(&site)) {
+                more.push((site, ready.len()));
             }
         }
         Ok(())
@@ -202,7 +217,13 @@ impl Launches {
 
     fn sites(&self) -> Vec<Site> {
         let mut out: Vec<Site> = self.first.get().cloned().into_iter().collect();
-        out.extend(self.more.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned());
+        out.extend(
+            self.more
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|(s, _)| s.clone()),
+        );
         out
     }
 }
@@ -425,17 +446,18 @@ impl Graph {
             old.push(Box::new(previous));
         }
         retire(old, self.launches.sites());
-        // Buffers the new definition uses: every stream launched on follows their allocation.
-        let sites = self.launches.sites();
-        for fence in ready {
+        // Buffers the new definition uses: every stream's next launch follows their allocation.
+        self.note_ready(ready);
+        Ok(())
+    }
+
+    /// Adds fences launches must follow: each stream waits for them at its next launch.
+    fn note_ready(&mut self, fences: Vec<Arc<FenceEvent>>) {
+        for fence in fences {
             if !self.ready.iter().any(|f| Arc::ptr_eq(f, &fence)) {
-                for site in &sites {
-                    site.wait(&fence)?;
-                }
                 self.ready.push(fence);
             }
         }
-        Ok(())
     }
 
     /// Runs `f` with the executable and the node's handle, once the node is known to be a live
@@ -482,19 +504,11 @@ impl Graph {
                 unsafe { driver::cuGraphExecKernelNodeSetParams(exec, h, p) }.check("cuGraphExecKernelNodeSetParams")
             })
         })?;
-        // Buffers among the arguments: every stream launched on follows their allocation, and
-        // the graph holds them (what the node's earlier arguments held is released after the
-        // launches that may use it).
-        let sites = self.launches.sites();
-        for fence in buffers.ready {
-            if !self.ready.iter().any(|f| Arc::ptr_eq(f, &fence)) {
-                for site in &sites {
-                    site.wait(&fence)?;
-                }
-                self.ready.push(fence);
-            }
-        }
+        // Buffers among the arguments: the graph holds them (what the node's earlier arguments
+        // held is released after the launches that may use it), and every stream's next launch
+        // follows their allocation. Nothing here fails once the node uses the new arguments.
         self.hold(node, HeldKind::KernelArgs, Box::new(buffers.held));
+        self.note_ready(buffers.ready);
         Ok(())
     }
 

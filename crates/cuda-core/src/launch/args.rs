@@ -113,7 +113,7 @@ unsafe impl<T: DeviceRepr, const N: usize> DeviceRepr for [T; N] {}
 /// unsafe { kernel.launch(s, &cuda_core::LaunchConfig::new(1, 1), (bytes, 16u32)) };
 /// # }
 /// ```
-pub trait KernelArg {
+pub trait KernelArg: sealed::Arg {
     /// What the kernel's parameter receives.
     type Param: DeviceRepr;
     /// Whether the argument carries a buffer (known at compile time: launches of plain values
@@ -126,6 +126,17 @@ pub trait KernelArg {
         None
     }
 }
+
+/// The argument kinds this crate knows (users extend them through [`DeviceRepr`]): launches
+/// trust what the traits say, so only the crate implements them.
+mod sealed {
+    pub trait Arg {}
+    pub trait Args {}
+}
+
+impl<T: DeviceRepr> sealed::Arg for T {}
+impl sealed::Arg for &Buffer {}
+impl<T> sealed::Arg for BufferView<'_, T> {}
 
 impl<T: DeviceRepr> KernelArg for T {
     type Param = T;
@@ -162,8 +173,21 @@ impl<T> KernelArg for BufferView<'_, T> {
 }
 
 /// A kernel's argument list: a tuple of up to 16 [`KernelArg`]s, whose parameter values are
-/// packed on the stack.
-pub trait KernelArgs {
+/// packed on the stack. Implemented by this crate only (a launch trusts its count, sizes and
+/// pointers):
+///
+/// ```compile_fail
+/// struct Liar;
+/// impl cuda_core::KernelArgs for Liar {
+///     const COUNT: usize = 1;
+///     const CARRIES_BUFFERS: bool = false;
+///     type Params = (u32,);
+///     fn sizes() -> Vec<usize> { vec![4] }
+///     fn with_buffers<R>(&self, f: impl FnOnce(&[Option<&cuda_core::Buffer>]) -> R) -> R { f(&[]) }
+///     fn with_params<R>(&self, f: impl FnOnce(&mut [*mut std::ffi::c_void]) -> R) -> R { f(&mut []) }
+/// }
+/// ```
+pub trait KernelArgs: sealed::Args {
     /// How many arguments.
     const COUNT: usize;
     /// Whether any argument carries a buffer.
@@ -177,6 +201,8 @@ pub trait KernelArgs {
     /// Calls `f` with a pointer to each parameter value (on the stack, no heap).
     fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R;
 }
+
+impl sealed::Args for () {}
 
 impl KernelArgs for () {
     const COUNT: usize = 0;
@@ -195,6 +221,8 @@ impl KernelArgs for () {
 
 macro_rules! kernel_args {
     ($n:literal: $($t:ident $v:ident),+) => {
+        impl<$($t: KernelArg),+> sealed::Args for ($($t,)+) {}
+
         impl<$($t: KernelArg),+> KernelArgs for ($($t,)+) {
             const COUNT: usize = $n;
             const CARRIES_BUFFERS: bool = false $(|| $t::CARRIES_BUFFER)+;
@@ -205,7 +233,7 @@ macro_rules! kernel_args {
             #[inline(always)]
             fn with_buffers<R>(&self, f: impl FnOnce(&[Option<&Buffer>]) -> R) -> R {
                 let ($($v,)+) = self;
-                f(&[$($v.buffer()),+])
+                f(&[$(if $t::CARRIES_BUFFER { $v.buffer() } else { None }),+])
             }
             #[inline(always)]
             fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
