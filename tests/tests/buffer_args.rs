@@ -174,3 +174,32 @@ fn graphs_hold_the_buffers_their_kernels_take() {
     let errors = cuda_core::take_drop_errors();
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn an_updated_argument_is_ready_before_the_next_launch_uses_it() {
+    let (d, a) = setup();
+    let (fill, add, spin) = kernels();
+    let out = floats(&d, &a, 0.0);
+    let first = floats(&d, &a, 1.0);
+    let g = GraphDefinition::new().unwrap();
+    // SAFETY: N floats each.
+    unsafe { g.launch(&all(), &add, (&first, &out, N)) }.unwrap();
+    let mut graph = g.instantiate(&Default::default()).unwrap();
+    graph.launch(&a).unwrap();
+    a.sync().unwrap();
+    let node = graph.kernel_nodes().unwrap().remove(0);
+    // A new buffer, allocated and filled on a stream that is busy for a while.
+    let b = d.create_stream(Default::default()).unwrap();
+    // SAFETY: spin takes a cycle count.
+    unsafe { launch(&b, &LaunchConfig::new(1, 1), &spin, (50_000_000i64,)).unwrap() };
+    let late = d.allocate(N as usize * 4, &b).unwrap();
+    // SAFETY: N floats.
+    unsafe { launch(&b, &all(), &fill, (&late, 10.0f32, N)).unwrap() };
+    // SAFETY: N floats each.
+    unsafe { graph.set_kernel_args(&node, (&late, &out, N)) }.unwrap();
+    drop(late);
+    graph.launch(&a).unwrap();
+    // 1 from the first launch, then 10 from the buffer once its fill on `b` is done.
+    assert!(out.to_vec::<f32>(&a).unwrap().iter().all(|v| *v == 11.0));
+}
