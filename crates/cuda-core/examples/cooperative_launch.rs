@@ -1,6 +1,6 @@
 //! A cooperative launch: the whole grid synchronises between two phases.
 mod common;
-use common::{main_with, DeviceArray};
+use common::{main_with, zeroed};
 use cuda_core::{CodeType, Device, LaunchConfig, Program, ProgramOptions, SourceType};
 
 fn main() {
@@ -27,19 +27,19 @@ fn main() {
         let per_sm = kernel.max_active_blocks_per_multiprocessor(&device, 256, 0)?;
         let blocks = per_sm * device.multiprocessor_count()?; // all resident at once
         let n = blocks * 256;
+        let stream = device.create_stream(Default::default())?;
         let (data, sums) = (
-            DeviceArray::<i32>::zeroed(n as usize)?,
-            DeviceArray::<i32>::zeroed(n as usize)?,
+            zeroed::<i32>(&device, &stream, n as usize)?,
+            zeroed::<i32>(&device, &stream, n as usize)?,
         );
         let config = LaunchConfig {
             cooperative_launch: true,
             ..LaunchConfig::new(blocks, 256)
         };
-        let stream = device.create_stream(Default::default())?;
-        // SAFETY: both arrays hold n ints; synchronised below.
-        unsafe { cuda_core::launch(&stream, &config, &kernel, (data.ptr, sums.ptr, n))? };
-        stream.sync()?;
-        assert!(sums.to_host()?.iter().all(|s| *s == n as i32 - 1));
+        let kernel = kernel.typed::<(*mut i32, *mut i32, u32)>()?;
+        // SAFETY: the kernel reads and writes n ints of views that hold n ints.
+        unsafe { kernel.launch(&stream, &config, (data.view_as::<i32>()?, sums.view_as::<i32>()?, n))? };
+        assert!(sums.to_vec::<i32>(&stream)?.iter().all(|s| *s == n as i32 - 1));
         println!("cooperative launch of {blocks} blocks: grid-wide sync verified");
         Ok(())
     })

@@ -1,7 +1,7 @@
 //! Work on several streams at once, joined by events (cuda.core's `simple_multi_gpu_example.py`
 //! on one GPU).
 mod common;
-use common::{main_with, DeviceArray};
+use common::{main_with, zeroed};
 use cuda_core::{CodeType, Device, EventOptions, LaunchConfig, Program, ProgramOptions, SourceType};
 
 fn main() {
@@ -17,30 +17,33 @@ fn main() {
             if (i < n) c[i] = a[i] + b[i];
         }"#;
         let code = Program::new(source, SourceType::Cxx, ProgramOptions::default())?.compile(CodeType::Cubin, &[])?;
-        let fill = code.get_kernel("fill")?.typed::<(u64, f32, u32)>()?;
-        let sum2 = code.get_kernel("sum2")?.typed::<(u64, u64, u64, u32)>()?;
+        let fill = code.get_kernel("fill")?.typed::<(*mut f32, f32, u32)>()?;
+        let sum2 = code
+            .get_kernel("sum2")?
+            .typed::<(*mut f32, *mut f32, *mut f32, u32)>()?;
         let n = 1u32 << 22;
         let config = LaunchConfig::new(n.div_ceil(256), 256);
-        let (a, b, c) = (
-            DeviceArray::<f32>::zeroed(n as usize)?,
-            DeviceArray::<f32>::zeroed(n as usize)?,
-            DeviceArray::<f32>::zeroed(n as usize)?,
-        );
         let (s1, s2) = (
             device.create_stream(Default::default())?,
             device.create_stream(Default::default())?,
         );
+        let (a, b, c) = (
+            zeroed::<f32>(&device, &s1, n as usize)?,
+            zeroed::<f32>(&device, &s2, n as usize)?,
+            zeroed::<f32>(&device, &s1, n as usize)?,
+        );
+        let (va, vb, vc) = (a.view_as::<f32>()?, b.view_as::<f32>()?, c.view_as::<f32>()?);
         let b_ready = device.create_event(EventOptions::default())?;
-        // SAFETY: the arrays hold n floats; every use is ordered and synchronised below.
+        // SAFETY: the views hold n floats; the sum waits for both fills (the event below; each
+        // buffer's uses on other streams are ordered by the launches themselves).
         unsafe {
-            fill.launch(&s1, &config, (a.ptr, 1.5, n))?;
-            fill.launch(&s2, &config, (b.ptr, 2.5, n))?;
+            fill.launch(&s1, &config, (va, 1.5, n))?;
+            fill.launch(&s2, &config, (vb, 2.5, n))?;
             s2.record(&b_ready)?;
             s1.wait_event(&b_ready)?;
-            sum2.launch(&s1, &config, (a.ptr, b.ptr, c.ptr, n))?;
+            sum2.launch(&s1, &config, (va, vb, vc, n))?;
         }
-        s1.sync()?;
-        assert!(c.to_host()?.iter().all(|v| *v == 4.0));
+        assert!(c.to_vec::<f32>(&s1)?.iter().all(|v| *v == 4.0));
         println!("two streams filled a and b; the sum waited for both: verified");
         Ok(())
     })

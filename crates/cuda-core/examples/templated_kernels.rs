@@ -1,6 +1,6 @@
 //! Template kernels picked by name expression (cuda.core's `saxpy.py` with templates).
 mod common;
-use common::{main_with, DeviceArray};
+use common::{buffer_from, main_with};
 use cuda_core::{CodeType, Device, LaunchConfig, Program, ProgramOptions, SourceType};
 
 fn main() {
@@ -19,23 +19,28 @@ fn main() {
         let stream = device.create_stream(Default::default())?;
         let n = 4096usize;
         let config = LaunchConfig::new((n as u32).div_ceil(128), 128);
-        let f = code.get_kernel("saxpy<float>")?.typed::<(f32, u64, u64, usize)>()?;
+        let f = code
+            .get_kernel("saxpy<float>")?
+            .typed::<(f32, *mut f32, *mut f32, usize)>()?;
         let (x, y) = (
-            DeviceArray::from_host(&vec![1.0f32; n])?,
-            DeviceArray::from_host(&vec![1.0f32; n])?,
+            buffer_from(&device, &stream, &vec![1.0f32; n])?,
+            buffer_from(&device, &stream, &vec![1.0f32; n])?,
         );
-        let d = code.get_kernel("saxpy<double>")?.typed::<(f64, u64, u64, usize)>()?;
+        let d = code
+            .get_kernel("saxpy<double>")?
+            .typed::<(f64, *mut f64, *mut f64, usize)>()?;
         let (xd, yd) = (
-            DeviceArray::from_host(&vec![1.0f64; n])?,
-            DeviceArray::from_host(&vec![1.0f64; n])?,
+            buffer_from(&device, &stream, &vec![1.0f64; n])?,
+            buffer_from(&device, &stream, &vec![1.0f64; n])?,
         );
-        // SAFETY: the arrays hold n values of the kernels' types; synchronised below.
+        // SAFETY: the views hold n values of the kernels' types.
         unsafe {
-            f.launch(&stream, &config, (2.0, x.ptr, y.ptr, n))?;
-            d.launch(&stream, &config, (3.0, xd.ptr, yd.ptr, n))?;
+            f.launch(&stream, &config, (2.0, x.view_as::<f32>()?, y.view_as::<f32>()?, n))?;
+            d.launch(&stream, &config, (3.0, xd.view_as::<f64>()?, yd.view_as::<f64>()?, n))?;
         }
-        stream.sync()?;
-        assert!(y.to_host()?.iter().all(|v| *v == 3.0) && yd.to_host()?.iter().all(|v| *v == 4.0));
+        assert!(
+            y.to_vec::<f32>(&stream)?.iter().all(|v| *v == 3.0) && yd.to_vec::<f64>(&stream)?.iter().all(|v| *v == 4.0)
+        );
         println!("saxpy<float> and saxpy<double> verified");
         Ok(())
     })

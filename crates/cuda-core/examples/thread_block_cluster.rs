@@ -1,7 +1,7 @@
 //! Thread block clusters (compute capability 9.0+): blocks of a cluster read each other's
 //! shared memory (cuda.core's `thread_block_cluster.py`).
 mod common;
-use common::{main_with, DeviceArray};
+use common::{main_with, zeroed};
 use cuda_core::{CodeType, Device, LaunchConfig, Program, ProgramOptions, SourceType};
 
 fn main() {
@@ -31,19 +31,18 @@ fn main() {
             ..Default::default()
         };
         let code = Program::new(source, SourceType::Cxx, options)?.compile(CodeType::Cubin, &[])?;
-        let kernel = code.get_kernel("neighbours")?.typed::<(u64,)>()?;
+        let kernel = code.get_kernel("neighbours")?.typed::<(*mut i32,)>()?;
         let blocks = 16u32;
-        let out = DeviceArray::<i32>::zeroed(blocks as usize)?;
+        let stream = device.create_stream(Default::default())?;
+        let out = zeroed::<i32>(&device, &stream, blocks as usize)?;
         // With a cluster shape the grid counts clusters, as in cuda.core: 4 clusters of 4 blocks.
         let config = LaunchConfig {
             cluster: Some(4.into()),
             ..LaunchConfig::new(blocks / 4, 32)
         };
-        let stream = device.create_stream(Default::default())?;
-        // SAFETY: out holds one int per block; synchronised below.
-        unsafe { kernel.launch(&stream, &config, (out.ptr,))? };
-        stream.sync()?;
-        let got = out.to_host()?;
+        // SAFETY: the kernel writes one int per block of a view that holds one per block.
+        unsafe { kernel.launch(&stream, &config, (out.view_as::<i32>()?,))? };
+        let got = out.to_vec::<i32>(&stream)?;
         let expected: Vec<i32> = (0..blocks as i32).map(|b| (b % 4 + 1) % 4).collect();
         assert_eq!(got, expected);
         println!("clusters of 4: each block read its neighbour's rank: {got:?}");

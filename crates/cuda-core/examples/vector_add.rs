@@ -1,6 +1,6 @@
 //! Vector addition: compile, launch, verify (cuda.core's `vector_add.py`).
 mod common;
-use common::{main_with, DeviceArray};
+use common::{buffer_from, main_with, zeroed};
 use cuda_core::{CodeType, Device, LaunchConfig, Program, ProgramOptions, SourceType};
 
 fn main() {
@@ -12,26 +12,27 @@ fn main() {
             if (i < n) c[i] = a[i] + b[i];
         }"#;
         let code = Program::new(source, SourceType::Cxx, ProgramOptions::default())?.compile(CodeType::Cubin, &[])?;
-        let kernel = code.get_kernel("vector_add")?.typed::<(u64, u64, u64, usize)>()?;
+        let kernel = code
+            .get_kernel("vector_add")?
+            .typed::<(*mut f32, *mut f32, *mut f32, usize)>()?;
         let n = 1_000_000usize;
         let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
         let b: Vec<f32> = (0..n).map(|i| 2.0 * i as f32).collect();
-        let (da, db, dc) = (
-            DeviceArray::from_host(&a)?,
-            DeviceArray::from_host(&b)?,
-            DeviceArray::<f32>::zeroed(n)?,
-        );
         let stream = device.create_stream(Default::default())?;
-        // SAFETY: the arrays hold n floats and outlive the kernel (synchronised below).
+        let (da, db, dc) = (
+            buffer_from(&device, &stream, &a)?,
+            buffer_from(&device, &stream, &b)?,
+            zeroed::<f32>(&device, &stream, n)?,
+        );
+        // SAFETY: the kernel reads and writes n floats of views that hold n floats.
         unsafe {
             kernel.launch(
                 &stream,
                 &LaunchConfig::new((n as u32).div_ceil(256), 256),
-                (da.ptr, db.ptr, dc.ptr, n),
+                (da.view_as::<f32>()?, db.view_as::<f32>()?, dc.view_as::<f32>()?, n),
             )?
         };
-        stream.sync()?;
-        let c = dc.to_host()?;
+        let c = dc.to_vec::<f32>(&stream)?;
         assert!((0..n).all(|i| c[i] == a[i] + b[i]), "wrong sums");
         println!("vector_add: {n} sums verified");
         Ok(())

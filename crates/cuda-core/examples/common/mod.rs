@@ -1,53 +1,21 @@
-//! What the examples share: device memory through raw calls, until `Buffer` lands.
+//! What the examples share: buffers made from host data, error reporting, include folders.
 #![allow(dead_code)]
 
-use cuda_sys::driver;
+use cuda_core::{Buffer, Device, Pod, Stream};
 
-/// `n` values of `T` in device memory, freed on drop.
-pub struct DeviceArray<T: Copy> {
-    pub ptr: driver::CUdeviceptr,
-    pub len: usize,
-    _t: std::marker::PhantomData<T>,
+/// A buffer from the device's default pool holding a copy of `data` (ordered on `stream`).
+pub fn buffer_from<T: Pod>(device: &Device, stream: &Stream, data: &[T]) -> Result<Buffer, Box<dyn std::error::Error>> {
+    let buffer = device.allocate(std::mem::size_of_val(data), stream)?;
+    buffer.copy_from_host(data, stream)?;
+    Ok(buffer)
 }
 
-impl<T: Copy + Default> DeviceArray<T> {
-    pub fn from_host(data: &[T]) -> Result<Self, Box<dyn std::error::Error>> {
-        let bytes = std::mem::size_of_val(data);
-        let mut ptr = 0;
-        // SAFETY: a context is current (set by the example); the copy reads exactly the slice.
-        unsafe {
-            driver::cuMemAlloc(&mut ptr, bytes.max(1)).result()?;
-            driver::cuMemcpyHtoD(ptr, data.as_ptr().cast(), bytes).result()?;
-            // A pageable copy can return before its DMA lands; the kernels run on non-blocking
-            // streams, which do not wait for the default stream, so wait here.
-            driver::cuStreamSynchronize(std::ptr::null_mut()).result()?;
-        }
-        Ok(DeviceArray {
-            ptr,
-            len: data.len(),
-            _t: std::marker::PhantomData,
-        })
-    }
-
-    pub fn zeroed(len: usize) -> Result<Self, Box<dyn std::error::Error>> {
-        Self::from_host(&vec![T::default(); len])
-    }
-
-    pub fn to_host(&self) -> Result<Vec<T>, Box<dyn std::error::Error>> {
-        let mut out = vec![T::default(); self.len];
-        // SAFETY: the allocation holds len values; the example synchronised before reading.
-        unsafe {
-            driver::cuMemcpyDtoH(out.as_mut_ptr().cast(), self.ptr, std::mem::size_of_val(out.as_slice())).result()?
-        };
-        Ok(out)
-    }
-}
-
-impl<T: Copy> Drop for DeviceArray<T> {
-    fn drop(&mut self) {
-        // SAFETY: allocated by cuMemAlloc and freed once, after the work using it finished.
-        let _ = unsafe { driver::cuMemFree(self.ptr) };
-    }
+/// A buffer of `n` zeroed values of `T` (ordered on `stream`).
+pub fn zeroed<T: Pod>(device: &Device, stream: &Stream, n: usize) -> Result<Buffer, Box<dyn std::error::Error>> {
+    let bytes = n.checked_mul(std::mem::size_of::<T>()).ok_or("size overflows")?;
+    let buffer = device.allocate(bytes, stream)?;
+    buffer.fill_u8(0, stream)?;
+    Ok(buffer)
 }
 
 /// Runs an example body and reports its error plainly.
