@@ -181,28 +181,28 @@ impl Launches {
     #[cold]
     fn note_slow(&self, stream: &Stream, ready: &[Arc<FenceEvent>]) -> Result<()> {
         let site = Site::of(stream)?;
-        if self.first.get().is_some_and(|f| f.same(&site)) {
-            let from = self.first_waited.load(Ordering::Acquire).min(ready.len());
-            for fence in &ready[from..] {
+        // The fences from `from` on, which the site has not waited for.
+        let wait_from = |from: usize| -> Result<()> {
+            for fence in ready.get(from..).unwrap_or_default() {
                 site.wait(fence)?;
             }
+            Ok(())
+        };
+        if self.first.get().is_some_and(|f| f.same(&site)) {
+            wait_from(self.first_waited.load(Ordering::Acquire))?;
             self.first_waited.fetch_max(ready.len(), Ordering::AcqRel);
             return Ok(());
         }
         {
             let mut more = self.more.lock().unwrap_or_else(|p| p.into_inner());
             if let Some((_, waited)) = more.iter_mut().find(|(s, _)| s.same(&site)) {
-                for fence in &ready[(*waited).min(ready.len())..] {
-                    site.wait(fence)?;
-                }
+                wait_from(*waited)?;
                 *waited = ready.len();
                 return Ok(());
             }
         }
         // A new stream: its launches follow the allocation of everything the graph uses.
-        for fence in ready {
-            site.wait(fence)?;
-        }
+        wait_from(0)?;
         if self.first.set(site.clone()).is_ok() {
             self.first_waited.fetch_max(ready.len(), Ordering::AcqRel);
         } else {

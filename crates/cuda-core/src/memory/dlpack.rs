@@ -13,8 +13,7 @@
 //! same stream, or synchronise first.
 
 use crate::device::Device;
-use crate::error::Check;
-use crate::memory::{Buffer, MemoryResource};
+use crate::memory::{Buffer, MemoryResource, PointerInfo};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
@@ -57,50 +56,22 @@ fn compact_strides(shape: &[i64]) -> Vec<i64> {
     strides
 }
 
-/// One 32-bit pointer attribute of `ptr`.
-fn pointer_attribute<T: Default>(ptr: driver::CUdeviceptr, attribute: driver::CUpointer_attribute) -> Result<T> {
-    let mut value = T::default();
-    // SAFETY: the attributes asked for here are 32-bit values, written into a local of that size.
-    unsafe { driver::cuPointerGetAttribute((&mut value as *mut T).cast(), attribute, ptr) }
-        .check("cuPointerGetAttribute")?;
-    Ok(value)
-}
-
 /// Where DLPack says the buffer's memory lives, after `cuda.core`: device-only memory on its
 /// device, memory both sides reach as CUDA host (pinned) or managed memory, host-only memory as
-/// CPU memory. A buffer of no resource (`Buffer::from_handle`) is classified by the driver's
-/// pointer attributes.
+/// CPU memory (a buffer of no resource, from `Buffer::from_handle`, knows who reaches it from the
+/// driver's pointer attributes).
 fn dl_device(buffer: &Buffer) -> Result<DLDevice> {
     let ptr = buffer.handle();
-    let Some(resource) = buffer.memory_resource() else {
-        let managed: u32 = pointer_attribute(ptr, driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED)?;
-        let kind: u32 = pointer_attribute(ptr, driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE)?;
-        let ordinal: i32 = pointer_attribute(ptr, driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)?;
-        return Ok(if managed != 0 {
-            DLDevice {
-                device_type: DLDeviceType::CUDAMANAGED,
-                device_id: 0,
-            }
-        } else if kind == driver::CUmemorytype::CU_MEMORYTYPE_HOST.0 {
-            DLDevice {
-                device_type: DLDeviceType::CUDAHOST,
-                device_id: 0,
-            }
-        } else {
-            DLDevice::cuda(ordinal)
-        });
-    };
-    match (resource.is_device_accessible(), resource.is_host_accessible()) {
+    match (buffer.is_device_accessible(), buffer.is_host_accessible()) {
         (true, false) => {
-            let ordinal = match resource.device() {
+            let ordinal = match buffer.memory_resource().and_then(|r| r.device()) {
                 Some(d) => d.device_id() as i32,
-                None => pointer_attribute(ptr, driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)?,
+                None => PointerInfo::of(ptr)?.ordinal,
             };
             Ok(DLDevice::cuda(ordinal))
         }
         (true, true) => {
-            let managed: u32 = pointer_attribute(ptr, driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED)?;
-            let device_type = if managed != 0 {
+            let device_type = if PointerInfo::of(ptr)?.managed {
                 DLDeviceType::CUDAMANAGED
             } else {
                 DLDeviceType::CUDAHOST

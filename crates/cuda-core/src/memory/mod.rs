@@ -26,7 +26,7 @@ mod managed;
 mod pool;
 mod vmm;
 
-pub(crate) use buffer::{enqueue_using, SharedAllocation};
+pub(crate) use buffer::{enqueue_using, PointerInfo, SharedAllocation};
 pub use buffer::{Buffer, BufferView, Pod};
 pub use copy::{Region2D, Region3D};
 pub use graph_memory::GraphMemoryResource;

@@ -100,20 +100,19 @@ pub struct GraphBuilder {
 }
 
 /// A capture a builder began: the stream as it was captured (a default stream names the stream
-/// of the context current then), that context, and the capture's count in it (context-wide
-/// synchronisations are refused while it is held).
+/// of the context current then, which the site keeps), and the capture's count in its context
+/// (context-wide synchronisations are refused while it is held).
 struct Running {
     site: Site,
-    context: Context,
     _count: CaptureCount,
 }
 
 impl Running {
     /// Runs `f` with the capture's context current when the stream is a default stream (whose
     /// handle names the stream of the current context).
-    fn in_context<T>(&self, stream: &Stream, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        if stream.is_default() {
-            self.context.with_current(f)
+    fn in_context<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if self.site.stream().is_default() {
+            self.site.context()?.with_current(f)
         } else {
             f()
         }
@@ -251,13 +250,9 @@ impl GraphBuilder {
             capture_started(&graph, &site, before, beginning);
             reg.capturing.push(graph.handle as usize);
             // The recorded nodes run in the stream's context: the graph keeps it.
-            reg.note_context(Some(context.clone()));
+            reg.note_context(Some(context));
         }
-        self.running = Some(Running {
-            site,
-            context,
-            _count: count,
-        });
+        self.running = Some(Running { site, _count: count });
         self.graph = Some(graph);
         self.state = State::Building;
         Ok(self)
@@ -269,7 +264,7 @@ impl GraphBuilder {
             return Ok(false);
         }
         match &self.running {
-            Some(running) => running.in_context(&self.stream, || Ok(capture_info(self.stream.handle())?.is_some())),
+            Some(running) => running.in_context(|| Ok(capture_info(self.stream.handle())?.is_some())),
             None => Ok(capture_info(self.stream.handle())?.is_some()),
         }
     }
@@ -329,7 +324,7 @@ impl GraphBuilder {
         // A default stream is ended in the context it was captured in (its handle names that
         // context's stream only there).
         let mut ended = None;
-        let switched = running.in_context(&self.stream, || {
+        let switched = running.in_context(|| {
             ended = Some(self.end_capture_here(&graph, &running.site));
             Ok(())
         });

@@ -3,16 +3,6 @@
 
 use super::*;
 
-/// An error for graph memory given to an explicit graph (it exists only within its capture).
-fn refuse_graph_memory(buffer: &Buffer, what: &str) -> Result<()> {
-    if buffer.is_graph_memory() {
-        return Err(CudaError::InvalidArgument(format!(
-            "{what}: graph memory is usable only within the capture that allocated it"
-        )));
-    }
-    Ok(())
-}
-
 fn memcpy_params(dst: driver::CUdeviceptr, src: driver::CUdeviceptr, size: usize) -> driver::CUDA_MEMCPY3D {
     driver::CUDA_MEMCPY3D {
         srcMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,

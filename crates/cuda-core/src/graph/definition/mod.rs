@@ -202,6 +202,16 @@ fn nothing(_: &mut Holder<'_>) -> Result<()> {
     Ok(())
 }
 
+/// An error for graph memory given to an explicit graph (it exists only within its capture).
+fn refuse_graph_memory(buffer: &Buffer, what: &str) -> Result<()> {
+    if buffer.is_graph_memory() {
+        return Err(CudaError::InvalidArgument(format!(
+            "{what}: graph memory is usable only within the capture that allocated it"
+        )));
+    }
+    Ok(())
+}
+
 /// Whether a capture records into a body of conditional node `node`, or of one nested in it.
 fn capturing_below(reg: &Registry, node: driver::CUgraphNode) -> bool {
     let mut pending: Vec<driver::CUgraph> = match reg.conditionals.get(&(node as usize)) {

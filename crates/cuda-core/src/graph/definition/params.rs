@@ -193,11 +193,7 @@ impl ArgBuffers {
         }
         args.with_buffers(|buffers| {
             for b in buffers.iter().flatten() {
-                if b.is_graph_memory() {
-                    return Err(CudaError::InvalidArgument(format!(
-                        "{what}: graph memory is usable only within the capture that allocated it"
-                    )));
-                }
+                refuse_graph_memory(b, what)?;
                 if let Some(f) = b.graph_fence()? {
                     out.ready.push(f);
                 }

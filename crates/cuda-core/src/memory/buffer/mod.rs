@@ -78,42 +78,55 @@ struct Access {
     host: bool,
 }
 
-impl Access {
-    /// What the driver's pointer attributes say of `ptr`, as `cuda.core` reads them: unregistered
-    /// host memory is host-only, pinned and managed memory both, device memory device-only.
-    fn of(ptr: driver::CUdeviceptr) -> Result<Access> {
-        let mut kind: u32 = 0;
-        let mut managed: u32 = 0;
+/// What the driver says of a pointer (`cuPointerGetAttributes`, one call).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PointerInfo {
+    /// `CUmemorytype`, 0 for memory the driver does not know (unregistered host memory).
+    kind: u32,
+    /// Managed memory.
+    pub(crate) managed: bool,
+    /// The device the memory belongs to.
+    pub(crate) ordinal: i32,
+}
+
+impl PointerInfo {
+    pub(crate) fn of(ptr: driver::CUdeviceptr) -> Result<PointerInfo> {
+        let (mut kind, mut managed, mut ordinal) = (0u32, 0u32, 0i32);
         let mut attributes = [
             driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
             driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+            driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
         ];
-        let mut data: [*mut std::ffi::c_void; 2] = [(&mut kind as *mut u32).cast(), (&mut managed as *mut u32).cast()];
-        // SAFETY: two attributes, each written into a 32-bit local the matching data entry points
-        // to; the driver reports unknown (host) pointers as memory type 0 rather than failing.
-        unsafe { driver::cuPointerGetAttributes(2, attributes.as_mut_ptr(), data.as_mut_ptr(), ptr) }
+        let mut data: [*mut std::ffi::c_void; 3] = [
+            (&mut kind as *mut u32).cast(),
+            (&mut managed as *mut u32).cast(),
+            (&mut ordinal as *mut i32).cast(),
+        ];
+        // SAFETY: three attributes, each written into a 32-bit local the matching data entry
+        // points to; the driver reports unknown (host) pointers as memory type 0 rather than
+        // failing.
+        unsafe { driver::cuPointerGetAttributes(3, attributes.as_mut_ptr(), data.as_mut_ptr(), ptr) }
             .check("cuPointerGetAttributes")?;
+        Ok(PointerInfo {
+            kind,
+            managed: managed != 0,
+            ordinal,
+        })
+    }
+
+    /// Who can reach the memory, as `cuda.core` reads the attributes: unregistered host memory
+    /// is host-only, pinned and managed memory both, device memory device-only.
+    fn access(self) -> Result<Access> {
         let host = driver::CUmemorytype::CU_MEMORYTYPE_HOST.0;
         let device = driver::CUmemorytype::CU_MEMORYTYPE_DEVICE.0;
-        match kind {
-            _ if managed != 0 => Ok(Access {
-                device: true,
-                host: true,
-            }),
-            0 => Ok(Access {
-                device: false,
-                host: true,
-            }),
-            k if k == host => Ok(Access {
-                device: true,
-                host: true,
-            }),
-            k if k == device => Ok(Access {
-                device: true,
-                host: false,
-            }),
-            other => Err(CudaError::InvalidArgument(format!("Unsupported memory type: {other}"))),
-        }
+        let (device, host) = match self.kind {
+            _ if self.managed => (true, true),
+            0 => (false, true),
+            k if k == host => (true, true),
+            k if k == device => (true, false),
+            other => return Err(CudaError::InvalidArgument(format!("Unsupported memory type: {other}"))),
+        };
+        Ok(Access { device, host })
     }
 }
 
@@ -176,7 +189,7 @@ impl Buffer {
     /// `ptr` must point to `size` bytes of memory usable by the device (or host, as it is used)
     /// for as long as the buffer, and every graph that records work on it, live.
     pub unsafe fn from_handle(ptr: driver::CUdeviceptr, size: usize, stream: &Stream) -> Result<Buffer> {
-        let access = Access::of(ptr)?;
+        let access = PointerInfo::of(ptr)?.access()?;
         let mut buffer = Buffer::from_parts(ptr, size, None, stream)?;
         buffer.access = Some(access);
         Ok(buffer)
