@@ -297,6 +297,9 @@ fn a_foreign_stream_is_used_but_not_destroyed() {
     {
         // SAFETY: raw stays valid until destroyed below, after the wrapper is gone.
         let stream = unsafe { Stream::from_handle(raw) }.unwrap();
+        // A foreign stream knows its context and device, as cuda.core's `Stream.from_handle`.
+        assert_eq!(stream.device(), Some(d));
+        assert_eq!(stream.context(), Some(&d.primary_context().unwrap()));
         let x = DeviceVec::from_slice(&[1.0; 256]);
         // SAFETY: x holds 256 floats; synchronised below.
         unsafe {

@@ -294,3 +294,66 @@ fn foreign_memory_says_who_can_reach_it() {
         driver::cuMemFree(managed).result().unwrap();
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn buffers_made_from_host_slices_hold_them() {
+    let (d, s) = setup();
+    let data: Vec<u32> = (0..1000).map(|i| i * 7 + 3).collect();
+    let b = d.allocate_from_slice(&data, &s).unwrap();
+    assert_eq!(b.size(), 4000);
+    assert_eq!(b.to_vec::<u32>(&s).unwrap(), data);
+    // From any resource, here pinned host memory.
+    let pinned: std::sync::Arc<dyn cuda_core::MemoryResource> = PinnedMemoryResource::new(None).unwrap();
+    let h = cuda_core::Buffer::from_slice(pinned, &[1.5f64, -2.0], &s).unwrap();
+    assert!(h.is_host_accessible());
+    assert_eq!(h.to_vec::<f64>(&s).unwrap(), [1.5, -2.0]);
+    // Empty slices give empty buffers.
+    let e = d.allocate_from_slice::<u8>(&[], &s).unwrap();
+    assert_eq!(e.size(), 0);
+    // Not on a stream being captured: the copy from the host would run at every replay.
+    let mut builder = d.create_graph_builder().unwrap();
+    builder.begin_building(CaptureMode::ThreadLocal).unwrap();
+    let graph_memory: std::sync::Arc<dyn cuda_core::MemoryResource> = cuda_core::GraphMemoryResource::new(&d);
+    let err = cuda_core::Buffer::from_slice(graph_memory, &data, builder.stream()).unwrap_err();
+    assert!(err.to_string().contains("copy_from_host waits for its copy"), "{err}");
+    builder.end_building().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn every_resource_gives_zero_byte_buffers() {
+    use cuda_core::{GraphMemoryResource, LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryResource};
+    use std::sync::Arc;
+    let (d, s) = setup();
+    let resources: Vec<(&str, Arc<dyn MemoryResource>)> = vec![
+        ("default pool", d.memory_resource().unwrap()),
+        (
+            "device pool",
+            DeviceMemoryResource::new(&d, Default::default()).unwrap(),
+        ),
+        ("pinned pool", PinnedMemoryResource::new(None).unwrap()),
+        ("managed", ManagedMemoryResource::new(Some(d))),
+        ("legacy pinned", LegacyPinnedMemoryResource::new(Default::default())),
+    ];
+    for (name, mr) in resources {
+        let b = cuda_core::Buffer::allocate(mr, 0, &s).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(b.size(), 0, "{name}");
+        assert!(b.to_vec::<u8>(&s).unwrap().is_empty(), "{name}");
+        b.close(Some(&s)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    // Graph memory: zero bytes during a capture.
+    // (Not Global here: other tests of this process run meanwhile.)
+    for mode in [CaptureMode::ThreadLocal, CaptureMode::Relaxed] {
+        let mut builder = d.create_graph_builder().unwrap();
+        builder.begin_building(mode).unwrap();
+        let b = GraphMemoryResource::new(&d).allocate(0, builder.stream()).unwrap();
+        assert_eq!(b.size(), 0);
+        drop(b);
+        let graph = builder.end_building().unwrap().complete(&Default::default()).unwrap();
+        graph.launch(&s).unwrap();
+        s.sync().unwrap();
+    }
+    s.sync().unwrap();
+    assert!(cuda_core::take_drop_errors().is_empty());
+}

@@ -1,7 +1,7 @@
 //! CUDA graphs (cuda.core's `cuda_graphs.py`): record a few kernels once by stream capture, then
 //! replay them for the host cost of one launch. The graph holds the buffers its kernels take.
 mod common;
-use common::{buffer_from, main_with};
+use common::main_with;
 use cuda_core::graph::CaptureMode;
 use cuda_core::{CodeType, Device, LaunchConfig, Program, ProgramOptions, SourceType};
 
@@ -24,12 +24,12 @@ fn main() {
         let stream = device.create_stream(Default::default())?;
         let n = 1u32 << 20;
         let config = LaunchConfig::new(n.div_ceil(256), 256);
-        let a = buffer_from(&device, &stream, &vec![2.0f32; n as usize])?;
-        let b = buffer_from(&device, &stream, &vec![3.0f32; n as usize])?;
-        let out = buffer_from(&device, &stream, &vec![0.0f32; n as usize])?;
+        let a = device.allocate_from_slice(&vec![2.0f32; n as usize], &stream)?;
+        let b = device.allocate_from_slice(&vec![3.0f32; n as usize], &stream)?;
+        let out = device.allocate_from_slice(&vec![0.0f32; n as usize], &stream)?;
         let graph = {
             // A temporary the graph keeps: it is dropped here, used at every replay.
-            let tmp = buffer_from(&device, &stream, &vec![0.0f32; n as usize])?;
+            let tmp = device.allocate_from_slice(&vec![0.0f32; n as usize], &stream)?;
             let (va, vb, vt, vo) = (
                 a.view_as::<f32>()?,
                 b.view_as::<f32>()?,

@@ -1,7 +1,7 @@
 //! Work on two GPUs (cuda.core's `simple_multi_gpu_example.py`): each device computes half, and
 //! the halves meet on the first device. Skips (successfully) with fewer than two GPUs.
 mod common;
-use common::{buffer_from, main_with, zeroed};
+use common::{main_with, zeroed};
 use cuda_core::{CodeType, Device, LaunchConfig, Program, ProgramOptions, SourceType};
 
 const SOURCE: &str = r#"extern "C" __global__ void square(const float* x, float* y, unsigned n) {
@@ -31,7 +31,7 @@ fn main() {
             let square = code.get_kernel("square")?.typed::<(*mut f32, *mut f32, u32)>()?;
             let stream = device.create_stream(Default::default())?;
             let start = k * half as usize;
-            let x = buffer_from(device, &stream, &input[start..start + half as usize])?;
+            let x = device.allocate_from_slice(&input[start..start + half as usize], &stream)?;
             let y = zeroed::<f32>(device, &stream, half as usize)?;
             // SAFETY: the kernel reads and writes half floats of views that hold half floats.
             unsafe {

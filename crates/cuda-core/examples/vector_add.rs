@@ -1,6 +1,6 @@
 //! Vector addition: compile, launch, verify (cuda.core's `vector_add.py`).
 mod common;
-use common::{buffer_from, main_with, zeroed};
+use common::{main_with, zeroed};
 use cuda_core::{CodeType, Device, LaunchConfig, Program, ProgramOptions, SourceType};
 
 fn main() {
@@ -20,8 +20,8 @@ fn main() {
         let b: Vec<f32> = (0..n).map(|i| 2.0 * i as f32).collect();
         let stream = device.create_stream(Default::default())?;
         let (da, db, dc) = (
-            buffer_from(&device, &stream, &a)?,
-            buffer_from(&device, &stream, &b)?,
+            device.allocate_from_slice(&a, &stream)?,
+            device.allocate_from_slice(&b, &stream)?,
             zeroed::<f32>(&device, &stream, n)?,
         );
         // SAFETY: the kernel reads and writes n floats of views that hold n floats.

@@ -4,11 +4,13 @@
 //! [`enqueue_using`], which keeps the buffers' memory alive until the work is done.
 
 use super::buffer::{enqueue_using, Buffer, Pod};
+use super::MemoryResource;
 use crate::device::Device;
 use crate::error::Check;
 use crate::stream::{relaxed_capture_mode, Stream};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
+use std::sync::Arc;
 
 /// `ptr + offset`, checked (an error naming `what` when it overflows).
 fn address(ptr: driver::CUdeviceptr, offset: usize, what: &str) -> Result<driver::CUdeviceptr> {
@@ -130,6 +132,16 @@ impl Buffer {
         out.resize(n, T::zeroed());
         self.copy_to_host(&mut out, stream)?;
         Ok(out)
+    }
+
+    /// A new buffer of `size_of_val(data)` bytes from `resource` holding a copy of `data`,
+    /// ordered on `stream` (which becomes its deallocation stream). Waits for the copy, so `data`
+    /// may be reused at once. Not on a stream being captured: the copy is refused there (see
+    /// [`copy_from_host`](Self::copy_from_host)).
+    pub fn from_slice<T: Pod>(resource: Arc<dyn MemoryResource>, data: &[T], stream: &Stream) -> Result<Buffer> {
+        let buffer = Buffer::allocate(resource, std::mem::size_of_val(data), stream)?;
+        buffer.copy_from_host(data, stream)?;
+        Ok(buffer)
     }
 
     /// Copies this whole buffer into `dst`, ordered on `stream` (device to device, or any

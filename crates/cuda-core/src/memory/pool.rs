@@ -453,4 +453,10 @@ impl Device {
     pub fn allocate(&self, size: usize, stream: &Stream) -> Result<Buffer> {
         self.memory_resource()?.allocate(size, stream)
     }
+
+    /// A buffer from the default pool holding a copy of `data`, ordered on `stream`; waits for
+    /// the copy (see [`Buffer::from_slice`]).
+    pub fn allocate_from_slice<T: crate::Pod>(&self, data: &[T], stream: &Stream) -> Result<Buffer> {
+        Buffer::from_slice(self.memory_resource()?, data, stream)
+    }
 }

@@ -41,7 +41,16 @@ impl LinkerOptions {
     pub fn nvjitlink_flags(&self) -> Result<Vec<String>> {
         self.validate()?;
         let mut f = Vec::new();
-        let tf = |v: bool| if v { "true" } else { "false" };
+        // nvJitLink takes `true`/`false` for the floating-point flags (as cuda.core writes them),
+        // but with LTO it hands them to libNVVM, which takes only `1`/`0` ("-fma=false is an
+        // unsupported option").
+        let lto = self.link_time_optimization == Some(true);
+        let tf = |v: bool| match (lto, v) {
+            (false, true) => "true",
+            (false, false) => "false",
+            (true, true) => "1",
+            (true, false) => "0",
+        };
         if let Some(arch) = &self.arch {
             f.push(format!("-arch={arch}"));
         }
@@ -171,5 +180,38 @@ impl LinkerBackend {
             LinkerBackend::NvJitLink => "nvJitLink",
             LinkerBackend::Driver => "driver",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvjitlink_flags_are_written_as_cuda_core_writes_them() {
+        let options = LinkerOptions {
+            arch: Some("sm_80".into()),
+            debug: Some(true),
+            ftz: Some(true),
+            max_register_count: Some(32),
+            ..Default::default()
+        };
+        let flags = options.nvjitlink_flags().unwrap();
+        for want in ["-arch=sm_80", "-g", "-ftz=true", "-maxrregcount=32"] {
+            assert!(flags.iter().any(|f| f == want), "{want} missing from {flags:?}");
+        }
+    }
+
+    #[test]
+    fn with_lto_the_floating_point_flags_are_numbers_for_libnvvm() {
+        let options = LinkerOptions {
+            arch: Some("sm_90".into()),
+            link_time_optimization: Some(true),
+            fma: Some(false),
+            prec_div: Some(true),
+            ..Default::default()
+        };
+        let flags = options.nvjitlink_flags().unwrap();
+        assert_eq!(flags, ["-arch=sm_90", "-lto", "-prec-div=1", "-fma=0"]);
     }
 }
