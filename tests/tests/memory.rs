@@ -87,7 +87,7 @@ fn an_owned_pool_tracks_usage_and_returns_to_its_start() {
         },
     )
     .unwrap();
-    assert!(pool.is_owned());
+    assert!(pool.is_handle_owned());
     pool.set_release_threshold(8 << 20).unwrap();
     assert_eq!(pool.release_threshold().unwrap(), 8 << 20);
     let start = pool.used_mem_current().unwrap();
@@ -187,11 +187,19 @@ fn allocate_and_free_from_eight_threads() {
 fn pinned_legacy_pinned_and_managed_memory() {
     let (d, s) = setup();
     let kernel = add_one();
-    let pinned = PinnedMemoryResource::new(None).unwrap().allocate(1 << 16, &s).unwrap();
+    let pinned = PinnedMemoryResource::new(Default::default())
+        .unwrap()
+        .allocate(1 << 16, &s)
+        .unwrap();
     let legacy = LegacyPinnedMemoryResource::new(HostAllocFlags::WRITECOMBINED)
         .allocate(1 << 16, &s)
         .unwrap();
-    let managed = ManagedMemoryResource::new(Some(d)).allocate(1 << 16, &s).unwrap();
+    let managed = ManagedMemoryResource::new(Some(cuda_core::ManagedMemoryResourceOptions {
+        preferred_location: Some(d.into()),
+    }))
+    .unwrap()
+    .allocate(1 << 16, &s)
+    .unwrap();
     for (name, b) in [("pinned", &pinned), ("legacy pinned", &legacy), ("managed", &managed)] {
         assert!(b.is_host_accessible() && b.is_device_accessible(), "{name}");
         b.fill_u8(41, &s).unwrap();
@@ -229,13 +237,14 @@ fn managed_memory_advice_prefetch_and_discard() {
     use cuda_core::MemoryLocation;
     let (d, s) = setup();
     let kernel = add_one();
-    let managed = ManagedMemoryResource::new(None).allocate(1 << 20, &s).unwrap();
+    // Unpooled: the driver refuses some advice on pool memory (CUDA_ERROR_NOT_SUPPORTED).
+    let managed = ManagedMemoryResource::unpooled(None).allocate(1 << 20, &s).unwrap();
     managed.advise_read_mostly(true).unwrap();
     managed.advise_read_mostly(false).unwrap();
     managed
         .advise_preferred_location(Some(MemoryLocation::Device(d)))
         .unwrap();
-    managed.advise_accessed_by(&d, true).unwrap();
+    managed.advise_accessed_by(d, true).unwrap();
     managed.fill_u8(1, &s).unwrap();
     managed.prefetch(MemoryLocation::Device(d), &s).unwrap();
     bump(&s, &kernel, &managed, 0);
@@ -275,6 +284,8 @@ fn child_opens_a_shared_buffer() {
     assert!(err.to_string().contains("refused"), "{err}");
     let buffer = Buffer::from_ipc_descriptor(&pool, &desc, &s).unwrap();
     assert_eq!(buffer.size(), desc.size());
+    assert!(buffer.is_mapped() && pool.is_mapped() && pool.is_ipc_enabled());
+    assert_eq!(buffer.device_id(), Some(d.device_id()));
     // A second owner of the same mapping is refused while the first lives.
     let err = Buffer::from_ipc_descriptor(&pool, &desc, &s).unwrap_err();
     assert!(err.to_string().contains("already imported"), "{err}");
@@ -532,10 +543,13 @@ fn buffers_travel_through_dlpack_both_ways() {
     // Bytes by default; host and managed memory say so; extents are checked.
     let bytes = d.allocate(100, &s).unwrap().to_dlpack().unwrap();
     assert_eq!(bytes.validate().unwrap().shape(), &[100]);
-    let pinned = PinnedMemoryResource::new(None).unwrap().allocate(64, &s).unwrap();
+    let pinned = PinnedMemoryResource::new(Default::default())
+        .unwrap()
+        .allocate(64, &s)
+        .unwrap();
     let t = pinned.to_dlpack().unwrap();
     assert_eq!(t.validate().unwrap().device().device_type, DLDeviceType::CUDAHOST);
-    let managed = ManagedMemoryResource::new(None).allocate(64, &s).unwrap();
+    let managed = ManagedMemoryResource::new(None).unwrap().allocate(64, &s).unwrap();
     let t = managed.to_dlpack().unwrap();
     assert_eq!(t.validate().unwrap().device().device_type, DLDeviceType::CUDAMANAGED);
     let wrapped = Buffer::from_dlpack(t, &s).unwrap();

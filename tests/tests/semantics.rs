@@ -143,7 +143,7 @@ fn elapsed_time_errors_say_what_to_do() {
 fn pools_refuse_to_allocate_on_a_capturing_stream() {
     let (d, _) = setup();
     let pool = DeviceMemoryResource::new(&d, Default::default()).unwrap();
-    let pinned = PinnedMemoryResource::new(None).unwrap();
+    let pinned = PinnedMemoryResource::new(Default::default()).unwrap();
     let mut builder = d.create_graph_builder().unwrap();
     builder.begin_building(CaptureMode::Relaxed).unwrap();
     let err = pool.allocate(256, builder.stream()).unwrap_err();
@@ -230,7 +230,10 @@ fn dlpack_export_is_int8_and_names_where_the_memory_lives() {
     assert_eq!((dtype.code, dtype.bits, dtype.lanes), (DLDataTypeCode::INT, 8, 1));
     assert_eq!(view.device().device_type, DLDeviceType::CUDA);
     assert_eq!(view.device().device_id, d.device_id() as i32);
-    let managed = cuda_core::ManagedMemoryResource::new(None).allocate(16, &s).unwrap();
+    let managed = cuda_core::ManagedMemoryResource::new(None)
+        .unwrap()
+        .allocate(16, &s)
+        .unwrap();
     let t = managed.to_dlpack().unwrap();
     let device = t.validate().unwrap().device();
     assert_eq!((device.device_type, device.device_id), (DLDeviceType::CUDAMANAGED, 0));
@@ -304,7 +307,7 @@ fn buffers_made_from_host_slices_hold_them() {
     assert_eq!(b.size(), 4000);
     assert_eq!(b.to_vec::<u32>(&s).unwrap(), data);
     // From any resource, here pinned host memory.
-    let pinned: std::sync::Arc<dyn cuda_core::MemoryResource> = PinnedMemoryResource::new(None).unwrap();
+    let pinned: std::sync::Arc<dyn cuda_core::MemoryResource> = PinnedMemoryResource::new(Default::default()).unwrap();
     let h = cuda_core::Buffer::from_slice(pinned, &[1.5f64, -2.0], &s).unwrap();
     assert!(h.is_host_accessible());
     assert_eq!(h.to_vec::<f64>(&s).unwrap(), [1.5, -2.0]);
@@ -332,8 +335,14 @@ fn every_resource_gives_zero_byte_buffers() {
             "device pool",
             DeviceMemoryResource::new(&d, Default::default()).unwrap(),
         ),
-        ("pinned pool", PinnedMemoryResource::new(None).unwrap()),
-        ("managed", ManagedMemoryResource::new(Some(d))),
+        ("pinned pool", PinnedMemoryResource::new(Default::default()).unwrap()),
+        (
+            "managed",
+            ManagedMemoryResource::new(Some(cuda_core::ManagedMemoryResourceOptions {
+                preferred_location: Some(d.into()),
+            }))
+            .unwrap(),
+        ),
         ("legacy pinned", LegacyPinnedMemoryResource::new(Default::default())),
     ];
     for (name, mr) in resources {

@@ -499,7 +499,7 @@ fn main() {
 
     // Copies of 256 MiB: pinned host to device and back, device to device.
     let size = 256usize << 20;
-    let pinned_mr = PinnedMemoryResource::new(None).unwrap();
+    let pinned_mr = PinnedMemoryResource::new(Default::default()).unwrap();
     let mut host = pinned_mr.allocate(size, &stream).unwrap();
     stream.sync().unwrap();
     let dev_a = device.allocate(size, &stream).unwrap();

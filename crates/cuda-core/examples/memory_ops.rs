@@ -25,8 +25,8 @@ fn main() {
 
         // Device memory from the device's pool, pinned host memory, managed memory.
         let on_device = device.allocate(bytes, &stream)?;
-        let pinned = Buffer::allocate(PinnedMemoryResource::new(None)?, bytes, &stream)?;
-        let managed = Buffer::allocate(ManagedMemoryResource::new(None), bytes, &stream)?;
+        let pinned = Buffer::allocate(PinnedMemoryResource::new(Default::default())?, bytes, &stream)?;
+        let managed = Buffer::allocate(ManagedMemoryResource::new(None)?, bytes, &stream)?;
         println!(
             "device buffer: device {} host {}; pinned: device {} host {}; managed: device {} host {}",
             on_device.is_device_accessible(),

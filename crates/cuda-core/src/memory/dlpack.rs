@@ -64,14 +64,16 @@ fn dl_device(buffer: &Buffer) -> Result<DLDevice> {
     let ptr = buffer.handle();
     match (buffer.is_device_accessible(), buffer.is_host_accessible()) {
         (true, false) => {
-            let ordinal = match buffer.memory_resource().and_then(|r| r.device()) {
-                Some(d) => d.device_id() as i32,
+            let ordinal = match buffer.device_id() {
+                Some(d) => d as i32,
                 None => PointerInfo::of(ptr)?.ordinal,
             };
             Ok(DLDevice::cuda(ordinal))
         }
         (true, true) => {
-            let device_type = if PointerInfo::of(ptr)?.managed {
+            // Pool-allocated managed memory does not carry the driver's managed attribute: the
+            // buffer knows from its resource.
+            let device_type = if buffer.is_managed() || PointerInfo::of(ptr)?.managed {
                 DLDeviceType::CUDAMANAGED
             } else {
                 DLDeviceType::CUDAHOST

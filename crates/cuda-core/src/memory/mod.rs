@@ -4,9 +4,10 @@
 //! - `buffer`: [`Buffer`], [`BufferView`], and what keeps a buffer's memory alive (the streams
 //!   that used it, graphs holding it) until its free;
 //! - `copy`: copies and fills (host, device, 2D, 3D, batched, peer), with checked regions;
-//! - `pool`: [`DeviceMemoryResource`] and [`PinnedMemoryResource`] (the driver's memory pools);
-//! - `legacy_pinned`, `managed`: [`LegacyPinnedMemoryResource`], [`ManagedMemoryResource`] and
-//!   managed-memory operations;
+//! - `pool`: [`MemoryPool`] (what every pool shares: attributes, sharing between processes),
+//!   [`DeviceMemoryResource`] and [`PinnedMemoryResource`];
+//! - `legacy_pinned`, `managed`: [`LegacyPinnedMemoryResource`], [`ManagedMemoryResource`]
+//!   (managed pools), [`MemoryLocation`] and managed-memory operations;
 //! - `graph_memory`: [`GraphMemoryResource`];
 //! - `vmm`: [`VirtualMemoryResource`];
 //! - `ipc`: [`IpcBufferDescriptor`] and buffers shared between processes; `ipc::fd` passes file
@@ -28,13 +29,19 @@ mod vmm;
 
 pub(crate) use buffer::{enqueue_using, PointerInfo, SharedAllocation};
 pub use buffer::{Buffer, BufferView, Pod};
-pub use copy::{Region2D, Region3D};
+pub use copy::{BatchCopyOptions, CopyOptions, MemcpyOverlapMode, MemcpySrcAccessOrder, Region2D, Region3D};
 pub use graph_memory::GraphMemoryResource;
-pub use ipc::IpcBufferDescriptor;
+pub use ipc::{IpcBufferDescriptor, IpcPoolResource};
 pub use legacy_pinned::{HostAllocFlags, LegacyPinnedMemoryResource};
-pub use managed::{ManagedMemoryResource, MemoryLocation};
-pub use pool::{DeviceMemoryResource, DeviceMemoryResourceOptions, PinnedMemoryResource};
-pub use vmm::{VirtualMemoryResource, VirtualMemoryResourceOptions};
+pub use managed::{ManagedMemoryResource, ManagedMemoryResourceOptions, MemoryLocation};
+pub use pool::{
+    DeviceMemoryResource, DeviceMemoryResourceOptions, MemoryPool, MemoryPoolAttributes, PinnedMemoryResource,
+    PinnedMemoryResourceOptions,
+};
+pub use vmm::{
+    VirtualMemoryAccessType, VirtualMemoryAllocationType, VirtualMemoryGranularityType, VirtualMemoryHandleType,
+    VirtualMemoryIpcDescriptor, VirtualMemoryLocationType, VirtualMemoryResource, VirtualMemoryResourceOptions,
+};
 
 use crate::device::Device;
 use crate::stream::Stream;
@@ -101,6 +108,15 @@ pub unsafe trait MemoryResource: Send + Sync + 'static {
     /// The pool, when the memory comes from one shareable with other processes.
     fn ipc_pool(&self) -> Option<driver::CUmemoryPool> {
         None
+    }
+    /// Whether the memory is managed (unified) memory: managed-memory operations (advice,
+    /// prefetch, discard) apply to it.
+    fn is_managed(&self) -> bool {
+        false
+    }
+    /// Whether the memory was opened from another process (`cuda.core`'s `is_mapped`).
+    fn is_mapped(&self) -> bool {
+        false
     }
 }
 

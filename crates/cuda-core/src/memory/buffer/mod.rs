@@ -20,6 +20,7 @@
 //! recorded into the graph instead), nor ordered after one; such frees are handed to the release
 //! thread ([`crate::reaper`]) and done when the capture is over.
 
+mod foreign;
 mod free;
 mod uses;
 mod view;
@@ -67,15 +68,22 @@ pub struct Buffer {
     /// Set the first time a graph uses the buffer: a fence after its allocation, which launches
     /// of such graphs wait for (`None`: the allocation was known to be done).
     ready: OnceLock<Option<Arc<FenceEvent>>>,
-    /// For memory of no resource (`from_handle`): who can reach it, as the driver says.
+    /// For foreign memory (`from_handle`, `from_handle_with_owner`): who can reach it, as the
+    /// driver says.
     access: Option<Access>,
+    /// What keeps foreign memory alive (`from_handle_with_owner`), handed back by `owner()`;
+    /// the last reference goes after the last work on the memory is done.
+    owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
-/// Who can reach a buffer's memory.
+/// Who can reach a buffer's memory, and what the driver says of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Access {
     device: bool,
     host: bool,
+    managed: bool,
+    /// The device it belongs to (`None` for host memory the driver does not know).
+    ordinal: Option<usize>,
 }
 
 /// What the driver says of a pointer (`cuPointerGetAttributes`, one call).
@@ -126,7 +134,16 @@ impl PointerInfo {
             k if k == device => (true, false),
             other => return Err(CudaError::InvalidArgument(format!("Unsupported memory type: {other}"))),
         };
-        Ok(Access { device, host })
+        Ok(Access {
+            device,
+            host,
+            managed: self.managed,
+            ordinal: if self.kind == 0 && !self.managed {
+                None
+            } else {
+                usize::try_from(self.ordinal).ok()
+            },
+        })
     }
 }
 
@@ -166,6 +183,7 @@ impl Buffer {
             graph,
             ready: OnceLock::new(),
             access: None,
+            owner: None,
         }
     }
 
@@ -178,21 +196,6 @@ impl Buffer {
         stream: &Stream,
     ) -> Result<Buffer> {
         Ok(Buffer::new(ptr, size, resource, Site::of(stream)?, None))
-    }
-
-    /// Wraps memory allocated elsewhere; it is never freed here. Whether the device and the
-    /// host can reach it comes from the driver's pointer attributes, as in `cuda.core`
-    /// (unregistered host memory is host-only; pinned, registered and managed memory both;
-    /// device memory device-only).
-    ///
-    /// # Safety
-    /// `ptr` must point to `size` bytes of memory usable by the device (or host, as it is used)
-    /// for as long as the buffer, and every graph that records work on it, live.
-    pub unsafe fn from_handle(ptr: driver::CUdeviceptr, size: usize, stream: &Stream) -> Result<Buffer> {
-        let access = PointerInfo::of(ptr)?.access()?;
-        let mut buffer = Buffer::from_parts(ptr, size, None, stream)?;
-        buffer.access = Some(access);
-        Ok(buffer)
     }
 
     /// The device address.
@@ -215,23 +218,58 @@ impl Buffer {
 
     /// The resource it came from (`None` for foreign memory).
     pub fn memory_resource(&self) -> Option<&Arc<dyn MemoryResource>> {
-        self.resource.as_ref()
+        match self.access {
+            Some(_) => None,
+            None => self.resource.as_ref(),
+        }
     }
 
     /// Whether kernels can read and write the memory.
     pub fn is_device_accessible(&self) -> bool {
-        match &self.resource {
-            Some(r) => r.is_device_accessible(),
-            None => self.access.is_none_or(|a| a.device),
+        match (&self.access, &self.resource) {
+            (Some(a), _) => a.device,
+            (None, Some(r)) => r.is_device_accessible(),
+            (None, None) => true,
         }
     }
 
     /// Whether the host can read and write the memory directly.
     pub fn is_host_accessible(&self) -> bool {
-        match &self.resource {
-            Some(r) => r.is_host_accessible(),
-            None => self.access.is_some_and(|a| a.host),
+        match (&self.access, &self.resource) {
+            (Some(a), _) => a.host,
+            (None, Some(r)) => r.is_host_accessible(),
+            (None, None) => false,
         }
+    }
+
+    /// The device the memory belongs to (`cuda.core`'s `device_id`; `None`, where `cuda.core`
+    /// says -1, for host memory of no device): its resource's device, or for foreign memory the
+    /// driver's answer.
+    pub fn device_id(&self) -> Option<usize> {
+        match (&self.access, &self.resource) {
+            (Some(a), _) => a.ordinal,
+            (None, Some(r)) => r.device().map(|d| d.device_id()),
+            (None, None) => None,
+        }
+    }
+
+    /// Whether the memory is managed (unified) memory: managed-memory operations apply to it.
+    pub fn is_managed(&self) -> bool {
+        match (&self.access, &self.resource) {
+            (Some(a), _) => a.managed,
+            (None, Some(r)) => r.is_managed(),
+            (None, None) => false,
+        }
+    }
+
+    /// Whether the memory was opened from another process (`Buffer::from_ipc_descriptor`).
+    pub fn is_mapped(&self) -> bool {
+        self.access.is_none() && self.resource.as_ref().is_some_and(|r| r.is_mapped())
+    }
+
+    /// What keeps foreign memory alive ([`Buffer::from_handle_with_owner`]), if anything.
+    pub fn owner(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        self.owner.as_deref()
     }
 
     /// Whether the buffer is graph memory: allocated by the capture of a graph, and usable only
@@ -384,6 +422,7 @@ impl Drop for Buffer {
                 graph: self.graph.take(),
                 ready: std::mem::take(&mut self.ready),
                 access: self.access,
+                owner: self.owner.take(),
             };
             crate::reaper::drop_later(Box::new(later));
             return;

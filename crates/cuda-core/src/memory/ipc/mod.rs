@@ -4,7 +4,8 @@
 
 pub mod fd;
 
-use super::{Buffer, DeviceMemoryResource, MemoryResource};
+use super::{Buffer, DeviceMemoryResource, MemoryPool, MemoryResource, PinnedMemoryResource};
+use crate::device::Device;
 use crate::error::Check;
 use crate::stream::Stream;
 use crate::{CudaError, Result};
@@ -63,12 +64,24 @@ impl IpcBufferDescriptor {
     }
 }
 
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::DeviceMemoryResource {}
+    impl Sealed for super::PinnedMemoryResource {}
+}
+
+/// A pool resource whose buffers can be shared with other processes: [`DeviceMemoryResource`]
+/// and [`PinnedMemoryResource`] (sealed).
+pub trait IpcPoolResource: MemoryResource + std::ops::Deref<Target = MemoryPool> + sealed::Sealed {}
+impl IpcPoolResource for DeviceMemoryResource {}
+impl IpcPoolResource for PinnedMemoryResource {}
+
 impl Buffer {
     /// The descriptor another process opens this buffer with, through the pool it imported.
     pub fn ipc_descriptor(&self) -> Result<IpcBufferDescriptor> {
         if self.memory_resource().and_then(|r| r.ipc_pool()).is_none() {
             return Err(CudaError::InvalidArgument(
-                "only buffers of an ipc_enabled pool that was exported (export_fd) can be shared".into(),
+                "Memory resource is not IPC-enabled (or its pool was not exported yet): only buffers of an ipc_enabled pool that was exported (export_fd) can be shared".into(),
             ));
         }
         let mut data = driver::CUmemPoolPtrExportData::default();
@@ -87,29 +100,36 @@ impl Buffer {
     /// The descriptor is not trusted: the pointer the driver maps must start an allocation at
     /// least as large as the descriptor's size, and a pointer already imported (and not yet
     /// freed) in this process is refused (share that buffer instead).
-    pub fn from_ipc_descriptor(
-        pool: &Arc<DeviceMemoryResource>,
+    pub fn from_ipc_descriptor<R: IpcPoolResource>(
+        pool: &Arc<R>,
         descriptor: &IpcBufferDescriptor,
         stream: &Stream,
     ) -> Result<Buffer> {
-        if !pool.is_imported() {
+        if !pool.is_ipc_enabled() {
             return Err(CudaError::InvalidArgument(
-                "open shared buffers through the pool imported with from_fd".into(),
+                "Memory resource is not IPC-enabled: open shared buffers through the pool imported with from_fd".into(),
+            ));
+        }
+        if !pool.is_mapped() {
+            return Err(CudaError::InvalidArgument(
+                "open shared buffers through the pool imported with from_fd (this is the pool that shares them)".into(),
             ));
         }
         let mut data = driver::CUmemPoolPtrExportData {
             reserved: descriptor.data,
         };
         let mut ptr = 0;
-        let context = MemoryResource::device(pool.as_ref())
-            .ok_or_else(|| CudaError::InvalidArgument("an imported pool belongs to a device".into()))?
-            .primary_context()?;
+        let context = match MemoryResource::device(pool.as_ref()) {
+            Some(d) => d,
+            None => Device::current()?,
+        }
+        .primary_context()?;
         context.with_current(|| {
             // SAFETY: the pool is live; the export data is opaque to us and checked by the driver.
             unsafe { driver::cuMemPoolImportPointer(&mut ptr, pool.handle(), &mut data) }
                 .check("cuMemPoolImportPointer")
         })?;
-        if !pool.note_import(ptr) {
+        if !(**pool).note_import(ptr) {
             // Already a buffer of this process: a second owner would free its mapping twice.
             return Err(CudaError::InvalidArgument(
                 "this buffer is already imported in this process (and not yet freed): share that Buffer".into(),
@@ -133,7 +153,7 @@ impl Buffer {
                 // it. cuMemFree releases the mapping at once.
                 unsafe { driver::cuMemFree(ptr) }.check("cuMemFree")
             });
-            pool.forget_import(ptr);
+            (**pool).forget_import(ptr);
         }
         checked
     }

@@ -2,6 +2,15 @@
 //! batched, peer), and memsets. Every region is checked against its buffer with checked
 //! arithmetic before the driver sees it, and every operation goes through
 //! [`enqueue_using`], which keeps the buffers' memory alive until the work is done.
+//!
+//! - here: host copies, whole-buffer, 2D, 3D and peer copies, fills;
+//! - `options`: [`CopyOptions`] and its enums, [`BatchCopyOptions`], their driver form;
+//! - `batch`: batched copies and copies with options (`copy_batch`, `copy_to_with`, ...).
+
+mod batch;
+mod options;
+
+pub use options::{BatchCopyOptions, CopyOptions, MemcpyOverlapMode, MemcpySrcAccessOrder};
 
 use super::buffer::{enqueue_using, Buffer, Pod};
 use super::MemoryResource;
@@ -147,20 +156,30 @@ impl Buffer {
     /// Copies this whole buffer into `dst`, ordered on `stream` (device to device, or any
     /// direction the memory kinds allow). The two must have the same size, as in `cuda.core`
     /// (copy part of a buffer with [`Buffer::copy_2d`] or [`Buffer::copy_3d`]).
+    ///
+    /// With options (source access order, location hints, overlap): [`Buffer::copy_to_with`].
     pub fn copy_to(&self, dst: &Buffer, stream: &Stream) -> Result<()> {
-        if self.size() != dst.size() {
-            return Err(CudaError::InvalidArgument(format!(
-                "buffer sizes mismatch between src and dst (sizes are: src={}, dst={})",
-                self.size(),
-                dst.size()
-            )));
-        }
+        check_same_size(self, dst)?;
         enqueue_using(stream, &[self, dst], |_| {
             // SAFETY: both ranges lie in their buffers, whose memory stays alive until the copy
             // is done (`enqueue_using`).
             unsafe { driver::cuMemcpyAsync(dst.handle(), self.handle(), self.size(), stream.handle()) }
                 .check("cuMemcpyAsync")
         })
+    }
+
+    /// A copy of this buffer in a new buffer from its memory resource, ordered on `stream`
+    /// (`cuda.core`'s `copy_to(None, stream=...)`). Foreign memory has no resource to allocate
+    /// from: allocate the destination and use [`copy_to`](Self::copy_to).
+    pub fn copy_to_new(&self, stream: &Stream) -> Result<Buffer> {
+        let Some(resource) = self.memory_resource() else {
+            return Err(CudaError::InvalidArgument(
+                "a destination buffer must be provided (this buffer does not have a memory_resource)".into(),
+            ));
+        };
+        let dst = Buffer::allocate(resource.clone(), self.size(), stream)?;
+        self.copy_to(&dst, stream)?;
+        Ok(dst)
     }
 
     /// Copies `src` (whole, of the same size) into this buffer, ordered on `stream`.
@@ -206,6 +225,18 @@ impl Buffer {
         }
         Ok(self.size() / element)
     }
+}
+
+/// `cuda.core`'s refusal of a whole-buffer copy between buffers of different sizes.
+fn check_same_size(src: &Buffer, dst: &Buffer) -> Result<()> {
+    if src.size() != dst.size() {
+        return Err(CudaError::InvalidArgument(format!(
+            "buffer sizes mismatch between src and dst (sizes are: src={}, dst={})",
+            src.size(),
+            dst.size()
+        )));
+    }
+    Ok(())
 }
 
 /// One past the last byte a box of `depth` slices of `height` rows of `width` bytes reaches,
@@ -343,48 +374,6 @@ impl Buffer {
             // SAFETY: both regions were checked to lie within their buffers, alive until the copy
             // is done (`enqueue_using`).
             unsafe { driver::cuMemcpy2DAsync(&copy, stream.handle()) }.check("cuMemcpy2DAsync")
-        })
-    }
-
-    /// Copies each `(src, dst)` pair (whole source into the start of the destination) in one
-    /// batched call, ordered on `stream` (`cuMemcpyBatchAsync`, CUDA 12.8+ drivers).
-    pub fn copy_batch(pairs: &[(&Buffer, &Buffer)], stream: &Stream) -> Result<()> {
-        if pairs.is_empty() {
-            return Ok(());
-        }
-        let mut dsts = Vec::with_capacity(pairs.len());
-        let mut srcs = Vec::with_capacity(pairs.len());
-        let mut sizes = Vec::with_capacity(pairs.len());
-        let mut buffers = Vec::with_capacity(2 * pairs.len());
-        for (src, dst) in pairs {
-            dst.check_fits(src.size(), "copy_batch")?;
-            dsts.push(dst.handle());
-            srcs.push(src.handle());
-            sizes.push(src.size());
-            buffers.push(*src);
-            buffers.push(*dst);
-        }
-        let mut attrs = driver::CUmemcpyAttributes {
-            srcAccessOrder: driver::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
-            ..Default::default()
-        };
-        let mut attr_index = 0usize;
-        enqueue_using(stream, &buffers, |_| {
-            // SAFETY: the arrays have pairs.len() entries each and every range lies in a buffer
-            // alive until the copies are done; one attribute applies to all copies (index 0).
-            unsafe {
-                driver::cuMemcpyBatchAsync(
-                    dsts.as_mut_ptr(),
-                    srcs.as_mut_ptr(),
-                    sizes.as_mut_ptr(),
-                    pairs.len(),
-                    &mut attrs,
-                    &mut attr_index,
-                    1,
-                    stream.handle(),
-                )
-            }
-            .check("cuMemcpyBatchAsync")
         })
     }
 

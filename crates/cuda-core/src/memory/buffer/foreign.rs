@@ -1,0 +1,113 @@
+//! Buffers over memory this crate did not allocate (`cuda.core`'s `Buffer.from_handle(ptr,
+//! size, mr=None, owner=None)`): a plain view, memory a resource frees, or memory an owner
+//! keeps alive until the last work on it is done.
+
+use super::{Buffer, PointerInfo};
+use crate::device::Device;
+use crate::memory::MemoryResource;
+use crate::stream::Stream;
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::any::Any;
+use std::sync::{Arc, Mutex};
+
+impl Buffer {
+    /// Wraps memory allocated elsewhere; it is never freed here. Whether the device and the
+    /// host can reach it, its device and whether it is managed come from the driver's pointer
+    /// attributes, as in `cuda.core` (unregistered host memory is host-only; pinned, registered
+    /// and managed memory both; device memory device-only).
+    ///
+    /// # Safety
+    /// `ptr` must point to `size` bytes of memory usable by the device (or host, as it is used)
+    /// for as long as the buffer, and every graph that records work on it, live.
+    pub unsafe fn from_handle(ptr: driver::CUdeviceptr, size: usize, stream: &Stream) -> Result<Buffer> {
+        let access = PointerInfo::of(ptr)?.access()?;
+        let mut buffer = Buffer::from_parts(ptr, size, None, stream)?;
+        buffer.access = Some(access);
+        Ok(buffer)
+    }
+
+    /// Wraps memory allocated elsewhere that `owner` keeps alive (`cuda.core`'s
+    /// `from_handle(ptr, size, owner=...)`): the buffer holds `owner`, and lets it go once the
+    /// buffer is dropped and the work of every stream (and graph) that used the memory is done.
+    /// `owner` is then dropped on this crate's release thread. [`owner`](Buffer::owner) lends it.
+    /// (`cuda.core` refuses an owner together with a memory resource; here they are different
+    /// constructors.)
+    ///
+    /// # Safety
+    /// `ptr` must point to `size` bytes of memory usable by the device (or host, as it is used)
+    /// for as long as `owner` lives.
+    pub unsafe fn from_handle_with_owner<O: Any + Send + Sync>(
+        ptr: driver::CUdeviceptr,
+        size: usize,
+        owner: O,
+        stream: &Stream,
+    ) -> Result<Buffer> {
+        let access = PointerInfo::of(ptr)?.access()?;
+        let owner: Arc<dyn Any + Send + Sync> = Arc::new(owner);
+        let keeper = Arc::new(Keeper {
+            owner: Mutex::new(Some(owner.clone())),
+            device: access.ordinal.and_then(|o| Device::new(o).ok()),
+            access: (access.device, access.host),
+        });
+        let mut buffer = Buffer::from_parts(ptr, size, Some(keeper), stream)?;
+        buffer.access = Some(access);
+        buffer.owner = Some(owner);
+        Ok(buffer)
+    }
+
+    /// Takes ownership of memory `resource` allocated (`cuda.core`'s `from_handle(ptr, size,
+    /// mr=...)`): the buffer frees it through the resource, as if it had allocated it, on
+    /// `stream` (its deallocation stream).
+    ///
+    /// # Safety
+    /// `ptr` must come from `resource.allocate(size, _)`, be owned by nothing else (nothing else
+    /// frees it), and no work may use it once the buffer frees it.
+    pub unsafe fn from_handle_with_resource(
+        ptr: driver::CUdeviceptr,
+        size: usize,
+        resource: Arc<dyn MemoryResource>,
+        stream: &Stream,
+    ) -> Result<Buffer> {
+        Buffer::from_parts(ptr, size, Some(resource), stream)
+    }
+}
+
+/// The resource of a buffer with an owner: it never allocates, and "frees" by letting the owner
+/// go once the work queued on the buffer's deallocation stream is done.
+struct Keeper {
+    owner: Mutex<Option<Arc<dyn Any + Send + Sync>>>,
+    device: Option<Device>,
+    access: (bool, bool),
+}
+
+// SAFETY: a keeper allocates nothing (its buffers come from `from_handle_with_owner`, whose
+// caller vouches for the memory while the owner lives); its `deallocate` waits for the stream's
+// work before letting the owner go, so the memory outlives every use the buffer ordered before
+// it. Its answers are the driver's pointer attributes, fixed for the buffer's life.
+unsafe impl MemoryResource for Keeper {
+    fn allocate(&self, _size: usize, _stream: &Stream) -> Result<driver::CUdeviceptr> {
+        Err(CudaError::InvalidArgument(
+            "a buffer's owner allocates nothing: allocate from a memory resource".into(),
+        ))
+    }
+    unsafe fn deallocate(&self, _ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
+        stream.sync()?;
+        let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(owner) = owner {
+            // The owner's drop is the user's code: run it on the release thread, outside this
+            // operation on the stream.
+            crate::reaper::drop_later(Box::new(owner));
+        }
+        Ok(())
+    }
+    fn is_device_accessible(&self) -> bool {
+        self.access.0
+    }
+    fn is_host_accessible(&self) -> bool {
+        self.access.1
+    }
+    fn device(&self) -> Option<Device> {
+        self.device
+    }
+}

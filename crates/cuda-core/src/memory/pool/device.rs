@@ -1,0 +1,263 @@
+//! [`DeviceMemoryResource`]: device memory from a pool (the device's current pool, or a new one,
+//! shareable with other processes), with the peers that may use it.
+
+use super::{deref_to_pool, MemoryPool};
+use crate::device::Device;
+use crate::memory::{device_location, free_async, Buffer, MemoryResource};
+use crate::stream::Stream;
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+/// Options of a new [`DeviceMemoryResource`] pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeviceMemoryResourceOptions {
+    /// The most the pool may hold, in bytes (the driver's default when `None`).
+    pub max_size: Option<usize>,
+    /// Shareable with other processes through POSIX file descriptors.
+    pub ipc_enabled: bool,
+}
+
+/// Device memory from a pool: the device's current pool, or a new one. Its pool's attributes
+/// and sharing ([`MemoryPool`]) are reached through `Deref`: `mr.release_threshold()`,
+/// `mr.attributes()`, `mr.export_fd()`.
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// let device = cuda_core::Device::new(0)?;
+/// device.set_current()?;
+/// let stream = device.create_stream(Default::default())?;
+/// let buffer = device.allocate(1 << 20, &stream)?; // from the default pool
+/// buffer.fill_u8(0, &stream)?;
+/// # Ok(()) }
+/// ```
+pub struct DeviceMemoryResource {
+    pool: MemoryPool,
+    device: Device,
+    /// Serialises changes of the peers' access (read, compare, set).
+    peers: Mutex<()>,
+}
+
+deref_to_pool!(DeviceMemoryResource);
+
+impl DeviceMemoryResource {
+    /// The device's current pool (`cuDeviceGetMemPool`: its default pool unless one was set with
+    /// `cuDeviceSetMemPool`; never destroyed here). As in `cuda.core`, its release threshold is
+    /// raised to `u64::MAX` when it is 0, so that freed memory stays in the pool across
+    /// synchronisations.
+    pub fn default_pool(device: &Device) -> Result<Arc<DeviceMemoryResource>> {
+        use crate::error::Check;
+        let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        unsafe { driver::cuDeviceGetMemPool(&mut handle, device.handle()) }.check("cuDeviceGetMemPool")?;
+        let resource = DeviceMemoryResource::wrap(MemoryPool::borrowed(handle, Some(*device)), device);
+        // As cuda.core does: freed memory stays in the default pool across synchronisations
+        // (the driver's threshold of 0 returns it to the system at every one), unless someone
+        // chose a threshold already.
+        if resource.release_threshold()? == 0 {
+            resource.set_release_threshold(u64::MAX)?;
+        }
+        Ok(Arc::new(resource))
+    }
+
+    fn wrap(pool: MemoryPool, device: &Device) -> DeviceMemoryResource {
+        DeviceMemoryResource {
+            pool,
+            device: *device,
+            peers: Mutex::new(()),
+        }
+    }
+
+    /// A new pool on `device`, destroyed when the resource and every buffer from it are gone.
+    pub fn new(device: &Device, options: DeviceMemoryResourceOptions) -> Result<Arc<DeviceMemoryResource>> {
+        let mut props = driver::CUmemPoolProps {
+            allocType: driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+            location: device_location(device),
+            maxSize: options.max_size.unwrap_or(0),
+            ..Default::default()
+        };
+        if options.ipc_enabled {
+            props.handleTypes = driver::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        }
+        let pool = MemoryPool::create(&props, Some(*device), options.ipc_enabled)?;
+        Ok(Arc::new(DeviceMemoryResource::wrap(pool, device)))
+    }
+
+    /// Opens a pool another process exported ([`MemoryPool::export_fd`]), on `device`. Buffers
+    /// of that process come in through [`Buffer::from_ipc_descriptor`]; an imported pool cannot
+    /// allocate.
+    pub fn from_fd(device: &Device, fd: std::os::fd::OwnedFd) -> Result<Arc<DeviceMemoryResource>> {
+        let pool = MemoryPool::import(&fd, Some(*device))?;
+        // Importing a pool again may give the handle already imported: one resource owns it (a
+        // second would destroy it twice, and its buffers would escape the first's import checks).
+        static IMPORTED: Mutex<Option<HashMap<usize, Weak<DeviceMemoryResource>>>> = Mutex::new(None);
+        let mut imported = IMPORTED.lock().unwrap_or_else(|p| p.into_inner());
+        let map = imported.get_or_insert_with(HashMap::new);
+        map.retain(|_, w| w.strong_count() > 0);
+        if let Some(existing) = map.get(&(pool.handle() as usize)).and_then(Weak::upgrade) {
+            // The same handle: `pool` must not destroy it under `existing`.
+            let mut pool = pool;
+            pool.owned = false;
+            return Ok(existing);
+        }
+        let resource = Arc::new(DeviceMemoryResource::wrap(pool, device));
+        map.insert(resource.handle() as usize, Arc::downgrade(&resource));
+        Ok(resource)
+    }
+
+    /// Whether the pool was opened from another process (`cuda.core`'s `is_mapped`).
+    pub fn is_imported(&self) -> bool {
+        self.pool.is_mapped()
+    }
+
+    /// `size` bytes ordered on `stream`, freed on the same stream when the buffer goes.
+    #[inline]
+    pub fn allocate(self: &Arc<Self>, size: usize, stream: &Stream) -> Result<Buffer> {
+        Buffer::allocate(self.clone(), size, stream)
+    }
+
+    /// The other devices whose kernels may read and write the pool's memory (`cuda.core`'s
+    /// `peer_accessible_by`), in device order. Read-only access does not count.
+    pub fn peer_accessible_by(&self) -> Result<Vec<Device>> {
+        let mut peers = Vec::new();
+        for d in Device::all()? {
+            if d != self.device
+                && self.pool.access(&d)? == driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+            {
+                peers.push(d);
+            }
+        }
+        Ok(peers)
+    }
+
+    /// Makes `devices` exactly the peers that may use the pool's memory (`cuda.core`'s
+    /// `peer_accessible_by = devices`): grants the new ones and revokes the others, in one
+    /// driver call. The pool's own device is ignored. Every device must be able to reach this
+    /// one ([`Device::can_access_peer`]); otherwise nothing changes and the error names them.
+    pub fn set_peer_accessible_by(&self, devices: &[Device]) -> Result<()> {
+        let mut wanted: Vec<Device> = devices.iter().copied().filter(|d| *d != self.device).collect();
+        wanted.sort_by_key(Device::device_id);
+        wanted.dedup();
+        let mut unreachable = Vec::new();
+        for d in &wanted {
+            if !self.device.can_access_peer(d)? {
+                unreachable.push(d.device_id().to_string());
+            }
+        }
+        if !unreachable.is_empty() {
+            return Err(CudaError::InvalidArgument(format!(
+                "Device {} cannot access peer(s): {}",
+                self.device.device_id(),
+                unreachable.join(", ")
+            )));
+        }
+        let _serial = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let current = self.peer_accessible_by()?;
+        let mut descs = Vec::new();
+        for d in wanted.iter().filter(|d| !current.contains(d)) {
+            descs.push(access_desc(d, true));
+        }
+        for d in current.iter().filter(|d| !wanted.contains(d)) {
+            descs.push(access_desc(d, false));
+        }
+        self.pool.set_access(&descs)
+    }
+
+    /// Grants or revokes one peer's access (`peer_accessible_by.add` / `.discard`); the pool's
+    /// own device is ignored.
+    pub fn set_peer_access(&self, peer: &Device, enabled: bool) -> Result<()> {
+        if *peer == self.device {
+            return Ok(());
+        }
+        if enabled && !self.device.can_access_peer(peer)? {
+            return Err(CudaError::InvalidArgument(format!(
+                "Device {} cannot access peer: {}",
+                self.device.device_id(),
+                peer.device_id()
+            )));
+        }
+        let _serial = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        self.pool.set_access(&[access_desc(peer, enabled)])
+    }
+}
+
+fn access_desc(device: &Device, enabled: bool) -> driver::CUmemAccessDesc {
+    driver::CUmemAccessDesc {
+        location: device_location(device),
+        flags: if enabled {
+            driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        } else {
+            driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE
+        },
+    }
+}
+
+// SAFETY: pool allocations are stream-ordered (usable after the allocation in `stream`'s order,
+// freed stream-ordered by cuMemFreeAsync), device memory of `device` that the host cannot touch.
+// An imported pool refuses to allocate; its pointers come from `Buffer::from_ipc_descriptor`,
+// which checks each against the driver's allocation range. A stream being captured is refused
+// (see `MemoryPool::allocate`).
+unsafe impl MemoryResource for DeviceMemoryResource {
+    fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
+        self.pool.allocate(size, stream, "DeviceMemoryResource")
+    }
+    fn ipc_pool(&self) -> Option<driver::CUmemoryPool> {
+        self.pool.exportable().then_some(self.pool.handle())
+    }
+    unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
+        // SAFETY: forwarded to the caller.
+        unsafe { free_async(ptr, stream) }?;
+        if self.pool.is_mapped() {
+            // The mapping goes when the free runs: wait for it before the pointer may be imported
+            // again, so a new buffer never gets a mapping that is about to go.
+            stream.sync()?;
+            self.pool.forget_import(ptr);
+        }
+        Ok(())
+    }
+    fn is_device_accessible(&self) -> bool {
+        true
+    }
+    fn is_host_accessible(&self) -> bool {
+        false
+    }
+    fn device(&self) -> Option<Device> {
+        Some(self.device)
+    }
+    fn is_mapped(&self) -> bool {
+        self.pool.is_mapped()
+    }
+}
+
+impl Device {
+    /// The device's default memory resource (its current pool), made once per device.
+    pub fn memory_resource(&self) -> Result<Arc<DeviceMemoryResource>> {
+        static DEFAULTS: std::sync::OnceLock<Vec<std::sync::OnceLock<Arc<DeviceMemoryResource>>>> =
+            std::sync::OnceLock::new();
+        let slots = DEFAULTS.get_or_init(|| {
+            (0..crate::device_count().unwrap_or(0))
+                .map(|_| std::sync::OnceLock::new())
+                .collect()
+        });
+        let Some(slot) = slots.get(self.device_id()) else {
+            return DeviceMemoryResource::default_pool(self);
+        };
+        if let Some(r) = slot.get() {
+            return Ok(r.clone());
+        }
+        let r = DeviceMemoryResource::default_pool(self)?;
+        Ok(slot.get_or_init(|| r).clone())
+    }
+
+    /// `size` bytes from the default pool, ordered on `stream`.
+    pub fn allocate(&self, size: usize, stream: &Stream) -> Result<Buffer> {
+        self.memory_resource()?.allocate(size, stream)
+    }
+
+    /// A buffer from the default pool holding a copy of `data`, ordered on `stream`; waits for
+    /// the copy (see [`Buffer::from_slice`]).
+    pub fn allocate_from_slice<T: crate::Pod>(&self, data: &[T], stream: &Stream) -> Result<Buffer> {
+        Buffer::from_slice(self.memory_resource()?, data, stream)
+    }
+}

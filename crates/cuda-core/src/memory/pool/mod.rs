@@ -1,0 +1,431 @@
+//! The driver's memory pools (`cuMemAllocFromPoolAsync`): [`MemoryPool`], what every pool
+//! resource shares (attributes, sharing with other processes), and the resources built on one:
+//! [`DeviceMemoryResource`] (`device`), [`PinnedMemoryResource`] (`pinned`), and the managed
+//! pool of [`super::ManagedMemoryResource`].
+
+mod device;
+mod pinned;
+
+pub use device::{DeviceMemoryResource, DeviceMemoryResourceOptions};
+pub use pinned::{PinnedMemoryResource, PinnedMemoryResourceOptions};
+
+use crate::device::Device;
+use crate::error::{record_drop_error, Check};
+use crate::stream::capture::{capture_info, captures_running};
+use crate::stream::Stream;
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::collections::HashSet;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// A memory pool and what `cuda.core`'s `_MemPool` says of it: its handle, attributes, and
+/// whether it is shared with other processes. [`DeviceMemoryResource`],
+/// [`PinnedMemoryResource`] and [`super::ManagedMemoryResource`] dereference to theirs, so
+/// `mr.attributes()`, `mr.release_threshold()` or `mr.is_ipc_enabled()` read as in `cuda.core`.
+pub struct MemoryPool {
+    handle: driver::CUmemoryPool,
+    /// Made here (`cuMemPoolCreate` or an import): destroyed with the resource.
+    owned: bool,
+    /// Made shareable with other processes (POSIX file descriptors), or opened from one.
+    ipc: bool,
+    /// Opened from another process's export.
+    imported: bool,
+    /// The device whose memory it is (`None` for host and managed pools).
+    device: Option<Device>,
+    /// Set by `export_fd`: the driver shares pointers only of a pool already shared.
+    exported: AtomicBool,
+    /// Set once peers were granted access: the access is revoked before the pool is destroyed
+    /// (a later pool may get the same handle, and the driver lets it inherit the access).
+    peers_granted: AtomicBool,
+    /// For a pool opened from another process: the pointers imported from it and not yet freed
+    /// (one buffer each: a second import of a live pointer would give two owners of one mapping).
+    imports: Mutex<HashSet<driver::CUdeviceptr>>,
+}
+
+// SAFETY: a CUmemoryPool is a process-wide handle the driver lets any thread use; the rest is
+// atomics and a lock.
+unsafe impl Send for MemoryPool {}
+// SAFETY: as above.
+unsafe impl Sync for MemoryPool {}
+
+impl Drop for MemoryPool {
+    fn drop(&mut self) {
+        if self.owned && crate::reaper::in_callback() {
+            // On a driver thread: destroyed on the release thread instead.
+            let later = MemoryPool {
+                handle: self.handle,
+                owned: true,
+                ipc: self.ipc,
+                imported: self.imported,
+                device: self.device,
+                exported: AtomicBool::new(false),
+                peers_granted: AtomicBool::new(*self.peers_granted.get_mut()),
+                imports: Mutex::default(),
+            };
+            crate::reaper::drop_later(Box::new(later));
+            self.owned = false;
+            return;
+        }
+        if !self.owned {
+            return;
+        }
+        if *self.peers_granted.get_mut() {
+            // Best effort, as cuda.core does: a pool made later may be given this handle and
+            // inherit the access otherwise.
+            let _ = self.revoke_peers();
+        }
+        // SAFETY: made by cuMemPoolCreate (or imported), destroyed once; buffers from it hold
+        // the resource (and so this pool) until they are freed.
+        if let Err(e) = unsafe { driver::cuMemPoolDestroy(self.handle) }.check("cuMemPoolDestroy") {
+            record_drop_error(e);
+        }
+    }
+}
+
+/// The attributes of a pool, read together (`cuda.core`'s `mr.attributes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryPoolAttributes {
+    /// Freed memory may be reused by an allocation on another stream whose work depends on the
+    /// free (`CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES`).
+    pub reuse_follow_event_dependencies: bool,
+    /// Freed memory may be reused once the free is known to be done, without a dependency
+    /// (`CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC`).
+    pub reuse_allow_opportunistic: bool,
+    /// The driver may add dependencies to reuse freed memory
+    /// (`CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES`).
+    pub reuse_allow_internal_dependencies: bool,
+    /// Memory the pool keeps across synchronisations instead of returning it to the system.
+    pub release_threshold: u64,
+    /// Memory the pool holds from the system now.
+    pub reserved_mem_current: u64,
+    /// The most memory the pool has held since the last reset.
+    pub reserved_mem_high: u64,
+    /// Memory handed out and not yet freed.
+    pub used_mem_current: u64,
+    /// The most memory handed out at once since the last reset.
+    pub used_mem_high: u64,
+}
+
+use driver::CUmemPool_attribute as Attr;
+
+impl MemoryPool {
+    /// A pool this crate made with `props`.
+    pub(crate) fn create(props: &driver::CUmemPoolProps, device: Option<Device>, ipc: bool) -> Result<MemoryPool> {
+        let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: props is fully initialised; out-pointer to a local.
+        unsafe { driver::cuMemPoolCreate(&mut handle, props) }.check("cuMemPoolCreate")?;
+        Ok(MemoryPool::wrap(handle, true, device, ipc, false))
+    }
+
+    /// A pool of the driver's (a device's or the host's current pool): never destroyed here.
+    pub(crate) fn borrowed(handle: driver::CUmemoryPool, device: Option<Device>) -> MemoryPool {
+        MemoryPool::wrap(handle, false, device, false, false)
+    }
+
+    /// Opens a pool another process exported (`fd` from [`MemoryPool::export_fd`]), in the
+    /// primary context of `device` (or of device 0 for host pools).
+    pub(crate) fn import(fd: &std::os::fd::OwnedFd, device: Option<Device>) -> Result<MemoryPool> {
+        use std::os::fd::AsRawFd;
+        let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
+        let context = match device {
+            Some(d) => d.primary_context()?,
+            None => Device::new(0)?.primary_context()?,
+        };
+        context.with_current(|| {
+            // SAFETY: for POSIX file descriptors the handle is the descriptor's value itself; the
+            // driver checks that it names an exported pool.
+            unsafe {
+                driver::cuMemPoolImportFromShareableHandle(
+                    &mut handle,
+                    fd.as_raw_fd() as isize as *mut c_void,
+                    driver::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                    0,
+                )
+            }
+            .check("cuMemPoolImportFromShareableHandle")
+        })?;
+        Ok(MemoryPool::wrap(handle, true, device, true, true))
+    }
+
+    fn wrap(
+        handle: driver::CUmemoryPool,
+        owned: bool,
+        device: Option<Device>,
+        ipc: bool,
+        imported: bool,
+    ) -> MemoryPool {
+        MemoryPool {
+            handle,
+            owned,
+            ipc,
+            imported,
+            device,
+            exported: AtomicBool::new(false),
+            peers_granted: AtomicBool::new(false),
+            imports: Mutex::default(),
+        }
+    }
+
+    /// `size` bytes on `stream`. Refused for a pool opened from another process, and on a
+    /// stream being captured, as in `cuda.core` (the driver would record graph memory, which is
+    /// [`super::GraphMemoryResource`]'s to make). `what` names the resource in the error.
+    #[inline]
+    pub(crate) fn allocate(&self, size: usize, stream: &Stream, what: &str) -> Result<driver::CUdeviceptr> {
+        if self.imported {
+            return Err(CudaError::InvalidArgument(format!(
+                "Cannot allocate from a mapped IPC-enabled memory resource ({what} opened from another process: allocate in the process that made the pool)"
+            )));
+        }
+        if captures_running() && capture_info(stream.handle())?.is_some() {
+            return Err(CudaError::InvalidArgument(format!(
+                "{what} cannot perform memory operations on a capturing stream (consider using GraphMemoryResource)."
+            )));
+        }
+        let mut ptr = 0;
+        // SAFETY: the pool and stream are live; out-pointer to a local.
+        unsafe { driver::cuMemAllocFromPoolAsync(&mut ptr, size, self.handle, stream.handle()) }
+            .check("cuMemAllocFromPoolAsync")
+            .map_err(|e| {
+                if e.driver_status() == Some(driver::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
+                    CudaError::InvalidArgument(format!(
+                        "{e}: a memory pool cannot allocate on a stream being captured, nor while the calling thread captures one (such a capture is now invalidated): allocate graph memory with GraphMemoryResource, other memory before the capture"
+                    ))
+                } else {
+                    e
+                }
+            })?;
+        Ok(ptr)
+    }
+
+    /// The `CUmemoryPool`.
+    pub fn handle(&self) -> driver::CUmemoryPool {
+        self.handle
+    }
+
+    /// Whether the pool was made here (and is destroyed with its resource), not a pool of the
+    /// driver's.
+    pub fn is_handle_owned(&self) -> bool {
+        self.owned
+    }
+
+    /// Whether the pool can be shared with other processes (made with `ipc_enabled`, or opened
+    /// from another process).
+    pub fn is_ipc_enabled(&self) -> bool {
+        self.ipc
+    }
+
+    /// Whether the pool was opened from another process (its memory is mapped here, and it
+    /// cannot allocate).
+    pub fn is_mapped(&self) -> bool {
+        self.imported
+    }
+
+    /// Whether buffers of this pool can be exported now (shareable, and the pool exported).
+    pub(crate) fn exportable(&self) -> bool {
+        self.ipc && self.exported.load(Ordering::Acquire)
+    }
+
+    fn attribute_u64(&self, attr: Attr) -> Result<u64> {
+        let mut v = 0u64;
+        // SAFETY: the attributes read here are 64-bit values (`cuuint64_t`).
+        unsafe { driver::cuMemPoolGetAttribute(self.handle, attr, (&mut v as *mut u64).cast()) }
+            .check("cuMemPoolGetAttribute")?;
+        Ok(v)
+    }
+
+    fn set_attribute_u64(&self, attr: Attr, value: u64) -> Result<()> {
+        let mut v = value;
+        // SAFETY: the attributes written here are 64-bit values (`cuuint64_t`).
+        unsafe { driver::cuMemPoolSetAttribute(self.handle, attr, (&mut v as *mut u64).cast()) }
+            .check("cuMemPoolSetAttribute")
+    }
+
+    fn attribute_bool(&self, attr: Attr) -> Result<bool> {
+        let mut v: std::ffi::c_int = 0;
+        // SAFETY: the reuse attributes are `int`s.
+        unsafe { driver::cuMemPoolGetAttribute(self.handle, attr, (&mut v as *mut std::ffi::c_int).cast()) }
+            .check("cuMemPoolGetAttribute")?;
+        Ok(v != 0)
+    }
+
+    fn set_attribute_bool(&self, attr: Attr, value: bool) -> Result<()> {
+        let mut v = std::ffi::c_int::from(value);
+        // SAFETY: the reuse attributes are `int`s.
+        unsafe { driver::cuMemPoolSetAttribute(self.handle, attr, (&mut v as *mut std::ffi::c_int).cast()) }
+            .check("cuMemPoolSetAttribute")
+    }
+
+    /// Every attribute, read now.
+    pub fn attributes(&self) -> Result<MemoryPoolAttributes> {
+        Ok(MemoryPoolAttributes {
+            reuse_follow_event_dependencies: self.reuse_follow_event_dependencies()?,
+            reuse_allow_opportunistic: self.reuse_allow_opportunistic()?,
+            reuse_allow_internal_dependencies: self.reuse_allow_internal_dependencies()?,
+            release_threshold: self.release_threshold()?,
+            reserved_mem_current: self.reserved_mem_current()?,
+            reserved_mem_high: self.reserved_mem_high()?,
+            used_mem_current: self.used_mem_current()?,
+            used_mem_high: self.used_mem_high()?,
+        })
+    }
+
+    /// See [`MemoryPoolAttributes::reuse_follow_event_dependencies`].
+    pub fn reuse_follow_event_dependencies(&self) -> Result<bool> {
+        self.attribute_bool(Attr::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES)
+    }
+
+    /// Sets [`reuse_follow_event_dependencies`](Self::reuse_follow_event_dependencies).
+    pub fn set_reuse_follow_event_dependencies(&self, on: bool) -> Result<()> {
+        self.set_attribute_bool(Attr::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES, on)
+    }
+
+    /// See [`MemoryPoolAttributes::reuse_allow_opportunistic`].
+    pub fn reuse_allow_opportunistic(&self) -> Result<bool> {
+        self.attribute_bool(Attr::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC)
+    }
+
+    /// Sets [`reuse_allow_opportunistic`](Self::reuse_allow_opportunistic).
+    pub fn set_reuse_allow_opportunistic(&self, on: bool) -> Result<()> {
+        self.set_attribute_bool(Attr::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, on)
+    }
+
+    /// See [`MemoryPoolAttributes::reuse_allow_internal_dependencies`].
+    pub fn reuse_allow_internal_dependencies(&self) -> Result<bool> {
+        self.attribute_bool(Attr::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES)
+    }
+
+    /// Sets [`reuse_allow_internal_dependencies`](Self::reuse_allow_internal_dependencies).
+    pub fn set_reuse_allow_internal_dependencies(&self, on: bool) -> Result<()> {
+        self.set_attribute_bool(Attr::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, on)
+    }
+
+    /// Memory the pool keeps after a synchronisation instead of returning it to the system.
+    pub fn release_threshold(&self) -> Result<u64> {
+        self.attribute_u64(Attr::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+    }
+
+    /// Sets [`release_threshold`](Self::release_threshold).
+    pub fn set_release_threshold(&self, bytes: u64) -> Result<()> {
+        self.set_attribute_u64(Attr::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, bytes)
+    }
+
+    /// Memory the pool holds from the system now.
+    pub fn reserved_mem_current(&self) -> Result<u64> {
+        self.attribute_u64(Attr::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+    }
+
+    /// The most memory the pool has held since the last reset.
+    pub fn reserved_mem_high(&self) -> Result<u64> {
+        self.attribute_u64(Attr::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
+    }
+
+    /// Memory handed out and not yet freed.
+    pub fn used_mem_current(&self) -> Result<u64> {
+        self.attribute_u64(Attr::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
+    }
+
+    /// The most memory handed out at once since the last reset.
+    pub fn used_mem_high(&self) -> Result<u64> {
+        self.attribute_u64(Attr::CU_MEMPOOL_ATTR_USED_MEM_HIGH)
+    }
+
+    /// Resets the high-water marks to the current values.
+    pub fn reset_high_water_marks(&self) -> Result<()> {
+        self.set_attribute_u64(Attr::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 0)?;
+        self.set_attribute_u64(Attr::CU_MEMPOOL_ATTR_USED_MEM_HIGH, 0)
+    }
+
+    /// A file descriptor another process opens this pool with (`cuda.core`'s
+    /// `allocation_handle`; the pool must be made with `ipc_enabled`). Send it with
+    /// [`crate::ipc::send_fd`]. Buffers of the pool can be shared once it was exported.
+    pub fn export_fd(&self) -> Result<std::os::fd::OwnedFd> {
+        if self.imported {
+            return Err(CudaError::InvalidArgument(
+                "export_fd: this pool was opened from another process (from_fd): export it in the process that made it, or pass on the file descriptor it was opened with".into(),
+            ));
+        }
+        if !self.ipc {
+            return Err(CudaError::InvalidArgument(
+                "Memory resource is not IPC-enabled (make the pool with ipc_enabled to share it)".into(),
+            ));
+        }
+        let mut fd: std::ffi::c_int = -1;
+        // SAFETY: for POSIX file descriptors the driver writes an int through the pointer.
+        unsafe {
+            driver::cuMemPoolExportToShareableHandle(
+                (&mut fd as *mut std::ffi::c_int).cast(),
+                self.handle,
+                driver::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0,
+            )
+        }
+        .check("cuMemPoolExportToShareableHandle")?;
+        self.exported.store(true, Ordering::Release);
+        // SAFETY: the driver made a new descriptor for the caller to own.
+        Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+    }
+
+    /// Records `ptr` as imported into this (imported) pool; `false` when it already is (and not
+    /// yet freed).
+    pub(crate) fn note_import(&self, ptr: driver::CUdeviceptr) -> bool {
+        self.imports.lock().unwrap_or_else(|p| p.into_inner()).insert(ptr)
+    }
+
+    /// Forgets an import that did not become a buffer, or was freed.
+    pub(crate) fn forget_import(&self, ptr: driver::CUdeviceptr) {
+        self.imports.lock().unwrap_or_else(|p| p.into_inner()).remove(&ptr);
+    }
+
+    /// The access of `device` to the pool's memory.
+    fn access(&self, device: &Device) -> Result<driver::CUmemAccess_flags> {
+        let mut flags = driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        let mut loc = super::device_location(device);
+        // SAFETY: out-pointer to a local; the location is passed by pointer for the call.
+        unsafe { driver::cuMemPoolGetAccess(&mut flags, self.handle, &mut loc) }.check("cuMemPoolGetAccess")?;
+        Ok(flags)
+    }
+
+    /// Sets the access of several devices in one driver call.
+    fn set_access(&self, descs: &[driver::CUmemAccessDesc]) -> Result<()> {
+        if descs.is_empty() {
+            return Ok(());
+        }
+        if descs
+            .iter()
+            .any(|d| d.flags != driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE)
+        {
+            self.peers_granted.store(true, Ordering::Relaxed);
+        }
+        // SAFETY: the descriptors live for the call; their count is that of the slice (a few
+        // devices, far below usize::MAX).
+        unsafe { driver::cuMemPoolSetAccess(self.handle, descs.as_ptr(), descs.len()) }.check("cuMemPoolSetAccess")
+    }
+
+    /// Revokes every other device's access (before the pool is destroyed).
+    fn revoke_peers(&self) -> Result<()> {
+        let descs: Vec<_> = Device::all()?
+            .iter()
+            .filter(|d| Some(**d) != self.device)
+            .map(|d| driver::CUmemAccessDesc {
+                location: super::device_location(d),
+                flags: driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE,
+            })
+            .collect();
+        self.set_access(&descs)
+    }
+}
+
+/// Where a pool's resource dereferences to its pool.
+macro_rules! deref_to_pool {
+    ($ty:ty) => {
+        impl std::ops::Deref for $ty {
+            type Target = $crate::memory::MemoryPool;
+            fn deref(&self) -> &$crate::memory::MemoryPool {
+                &self.pool
+            }
+        }
+    };
+}
+pub(crate) use deref_to_pool;

@@ -1,0 +1,167 @@
+//! [`PinnedMemoryResource`]: page-locked host memory from a host pool (the host's current pool,
+//! or a new one, on a NUMA node, shareable with other processes).
+
+use super::{deref_to_pool, MemoryPool};
+use crate::device::Device;
+use crate::error::Check;
+use crate::memory::{free_async, location, read_write_access, Buffer, MemoryResource};
+use crate::stream::Stream;
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::sync::Arc;
+
+/// Options of a new [`PinnedMemoryResource`] pool (`cuda.core`'s
+/// `PinnedMemoryResourceOptions`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PinnedMemoryResourceOptions {
+    /// Shareable with other processes through POSIX file descriptors. The driver shares host
+    /// pools of one NUMA node only: without `numa_id`, the current device's host NUMA node.
+    pub ipc_enabled: bool,
+    /// The most the pool may hold, in bytes (the driver's default when `None`).
+    pub max_size: Option<usize>,
+    /// The NUMA node the memory lives on (`None`: where the system places it).
+    pub numa_id: Option<u32>,
+}
+
+/// Page-locked host memory from a host pool: readable by the host and by kernels on every
+/// device, and the fastest way in and out of the GPU. Its pool ([`MemoryPool`]) is reached
+/// through `Deref`.
+pub struct PinnedMemoryResource {
+    pool: MemoryPool,
+    numa_id: Option<u32>,
+}
+
+deref_to_pool!(PinnedMemoryResource);
+
+impl PinnedMemoryResource {
+    /// The host's current pinned pool (`cuMemGetMemPool`, CUDA 13 drivers; never destroyed
+    /// here), as `cuda.core`'s `PinnedMemoryResource()`.
+    pub fn default_pool() -> Result<Arc<PinnedMemoryResource>> {
+        let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
+        let mut loc = location(driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST, 0);
+        // SAFETY: out-pointer to a local; the location is passed by pointer for the call.
+        unsafe {
+            driver::cuMemGetMemPool(
+                &mut handle,
+                &mut loc,
+                driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+            )
+        }
+        .check("cuMemGetMemPool")
+        .map_err(|e| {
+            CudaError::InvalidArgument(format!(
+                "{e}: the host's default pinned pool needs a CUDA 13 driver; make a pool with PinnedMemoryResource::new instead"
+            ))
+        })?;
+        let resource = PinnedMemoryResource {
+            pool: MemoryPool::borrowed(handle, None),
+            numa_id: None,
+        };
+        resource.grant_every_device()?;
+        Ok(Arc::new(resource))
+    }
+
+    /// A new host pool, destroyed when the resource and every buffer from it are gone.
+    pub fn new(options: PinnedMemoryResourceOptions) -> Result<Arc<PinnedMemoryResource>> {
+        let numa_id = match (options.numa_id, options.ipc_enabled) {
+            (Some(n), _) => Some(n),
+            (None, false) => None,
+            (None, true) => {
+                let id = Device::current()
+                    .and_then(|d| d.properties().host_numa_id())
+                    .unwrap_or(-1);
+                Some(u32::try_from(id).map_err(|_| {
+                    CudaError::InvalidArgument(
+                        "Cannot determine host NUMA ID for IPC-enabled pinned memory pool. The system may not support NUMA, or no CUDA context is active. Set numa_id explicitly or call Device.set_current() first.".into(),
+                    )
+                })?)
+            }
+        };
+        let loc = match numa_id {
+            Some(n) => location(
+                driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA,
+                i32::try_from(n).map_err(|_| CudaError::InvalidArgument(format!("numa_id {n} is not a NUMA node")))?,
+            ),
+            None => location(driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST, 0),
+        };
+        let mut props = driver::CUmemPoolProps {
+            allocType: driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+            location: loc,
+            maxSize: options.max_size.unwrap_or(0),
+            ..Default::default()
+        };
+        if options.ipc_enabled {
+            props.handleTypes = driver::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        }
+        let resource = PinnedMemoryResource {
+            pool: MemoryPool::create(&props, None, options.ipc_enabled)?,
+            numa_id,
+        };
+        resource.grant_every_device()?;
+        Ok(Arc::new(resource))
+    }
+
+    /// Opens a host pool another process exported ([`MemoryPool::export_fd`]). Buffers of that
+    /// process come in through [`Buffer::from_ipc_descriptor`]; an imported pool cannot
+    /// allocate.
+    pub fn from_fd(fd: std::os::fd::OwnedFd) -> Result<Arc<PinnedMemoryResource>> {
+        let resource = PinnedMemoryResource {
+            pool: MemoryPool::import(&fd, None)?,
+            numa_id: None,
+        };
+        resource.grant_every_device()?;
+        Ok(Arc::new(resource))
+    }
+
+    /// Kernels on every device may use the memory (what `is_device_accessible` promises).
+    fn grant_every_device(&self) -> Result<()> {
+        let descs: Vec<_> = Device::all()?.iter().map(read_write_access).collect();
+        self.pool.set_access(&descs)
+    }
+
+    /// The NUMA node the memory lives on (`None`: where the system places it; `cuda.core`
+    /// says -1).
+    pub fn numa_id(&self) -> Option<u32> {
+        self.numa_id
+    }
+
+    /// `size` bytes ordered on `stream`.
+    pub fn allocate(self: &Arc<Self>, size: usize, stream: &Stream) -> Result<Buffer> {
+        Buffer::allocate(self.clone(), size, stream)
+    }
+}
+
+// SAFETY: host-pool allocations are stream-ordered (cuMemAllocFromPoolAsync / cuMemFreeAsync),
+// page-locked host memory the host can read and write and every device was granted access to.
+// An imported pool refuses to allocate; its pointers come from `Buffer::from_ipc_descriptor`,
+// which checks each against the driver's allocation range.
+unsafe impl MemoryResource for PinnedMemoryResource {
+    fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
+        self.pool.allocate(size, stream, "PinnedMemoryResource")
+    }
+    unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
+        // SAFETY: forwarded to the caller.
+        unsafe { free_async(ptr, stream) }?;
+        if self.pool.is_mapped() {
+            // As for device pools: the pointer may be imported again once the free ran.
+            stream.sync()?;
+            self.pool.forget_import(ptr);
+        }
+        Ok(())
+    }
+    fn ipc_pool(&self) -> Option<driver::CUmemoryPool> {
+        self.pool.exportable().then_some(self.pool.handle())
+    }
+    fn is_device_accessible(&self) -> bool {
+        true
+    }
+    fn is_host_accessible(&self) -> bool {
+        true
+    }
+    fn device(&self) -> Option<Device> {
+        None
+    }
+    fn is_mapped(&self) -> bool {
+        self.pool.is_mapped()
+    }
+}
