@@ -658,3 +658,24 @@ fn copy_to_and_copy_from_with_options() {
     s.sync().unwrap();
     assert!(cuda_core::take_drop_errors().is_empty());
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn copy_batch_refuses_copies_that_depend_on_each_other() {
+    let d = Device::new(0).unwrap();
+    d.set_current().unwrap();
+    let s = d.create_stream(Default::default()).unwrap();
+    let (a, b, c) = (
+        d.allocate(256, &s).unwrap(),
+        d.allocate(256, &s).unwrap(),
+        d.allocate(256, &s).unwrap(),
+    );
+    for pairs in [vec![(&a, &b), (&b, &c)], vec![(&a, &a)], vec![(&a, &c), (&b, &c)]] {
+        let err = Buffer::copy_batch(&pairs, &s).unwrap_err();
+        assert!(err.to_string().contains("overlap"), "{err}");
+    }
+    // Sources may be shared.
+    a.fill_u8(4, &s).unwrap();
+    Buffer::copy_batch(&[(&a, &b), (&a, &c)], &s).unwrap();
+    assert!(c.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 4));
+}

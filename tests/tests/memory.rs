@@ -238,7 +238,7 @@ fn managed_memory_advice_prefetch_and_discard() {
     let (d, s) = setup();
     let kernel = add_one();
     // Unpooled: the driver refuses some advice on pool memory (CUDA_ERROR_NOT_SUPPORTED).
-    let managed = ManagedMemoryResource::unpooled(None).allocate(1 << 20, &s).unwrap();
+    let mut managed = ManagedMemoryResource::unpooled(None).allocate(1 << 20, &s).unwrap();
     managed.advise_read_mostly(true).unwrap();
     managed.advise_read_mostly(false).unwrap();
     managed

@@ -282,7 +282,7 @@ fn managed_advice_reads_back() {
     );
     assert_eq!(b.accessed_by().unwrap(), [MemoryLocation::Device(d)]);
     // Not managed: refused with cuda.core's message.
-    let device_only = d.allocate(64, &s).unwrap();
+    let mut device_only = d.allocate(64, &s).unwrap();
     for err in [
         device_only.advise_read_mostly(true).unwrap_err(),
         device_only.prefetch(d, &s).unwrap_err(),
@@ -310,7 +310,7 @@ fn prefetch_and_discard_single_and_batched() {
         return;
     }
     let mr = ManagedMemoryResource::unpooled(None);
-    let bufs: Vec<Buffer> = (0..3)
+    let mut bufs: Vec<Buffer> = (0..3)
         .map(|i| Buffer::from_slice(mr.clone(), &vec![i as u8 + 1; 1 << 16], &s).unwrap())
         .collect();
     let refs: Vec<&Buffer> = bufs.iter().collect();
@@ -341,9 +341,19 @@ fn prefetch_and_discard_single_and_batched() {
         bufs[0].last_prefetch_location().unwrap(),
         Some(MemoryLocation::Device(d))
     );
-    Buffer::discard_prefetch_batch(&refs, &[MemoryLocation::Device(d)], &s).unwrap();
-    Buffer::discard_batch(&refs, &s).unwrap();
+    {
+        // Discards borrow the buffers exclusively (nothing else may use them meanwhile).
+        let mut all: Vec<&mut Buffer> = bufs.iter_mut().collect();
+        Buffer::discard_prefetch_batch(&mut all, &[MemoryLocation::Device(d)], &s).unwrap();
+        Buffer::discard_batch(&mut all, &s).unwrap();
+    }
     bufs[2].discard(&s).unwrap();
+    // A graph holding a buffer may use it at any launch: no discard.
+    let g = cuda_core::graph::GraphDefinition::new().unwrap();
+    g.memset(&bufs[1], 1u8, 1 << 16).unwrap();
+    let err = bufs[1].discard(&s).unwrap_err();
+    assert!(err.to_string().contains("a graph holds this buffer"), "{err}");
+    drop(g);
     // Discarded memory is still memory: it can be written and read again.
     bufs[2].fill_u8(9, &s).unwrap();
     assert!(bufs[2].to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 9));
@@ -353,14 +363,16 @@ fn prefetch_and_discard_single_and_batched() {
         err.to_string().contains("prefetch_batch: empty buffers sequence"),
         "{err}"
     );
+    let refs: Vec<&Buffer> = bufs.iter().collect();
     let err = Buffer::prefetch_batch(&refs, &[MemoryLocation::Host, MemoryLocation::Host], &s).unwrap_err();
     assert!(
         err.to_string()
             .contains("location length 2 does not match targets length 3"),
         "{err}"
     );
-    let device_only = d.allocate(64, &s).unwrap();
-    let err = Buffer::discard_batch(&[&bufs[0], &device_only], &s).unwrap_err();
+    let mut device_only = d.allocate(64, &s).unwrap();
+    let (first, _) = bufs.split_at_mut(1);
+    let err = Buffer::discard_batch(&mut [&mut first[0], &mut device_only], &s).unwrap_err();
     assert!(
         err.to_string()
             .contains("discard_batch requires a managed-memory allocation"),

@@ -17,9 +17,17 @@ pub struct GraphMemoryResource {
 }
 
 impl GraphMemoryResource {
-    /// The graph memory of `device`.
+    /// The graph memory of `device`: one resource per device, as in `cuda.core` (every call for
+    /// a device gives the same `Arc`).
     pub fn new(device: &Device) -> Arc<GraphMemoryResource> {
-        Arc::new(GraphMemoryResource { device: *device })
+        static INTERNED: std::sync::Mutex<Vec<Arc<GraphMemoryResource>>> = std::sync::Mutex::new(Vec::new());
+        let mut interned = INTERNED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = interned.iter().find(|r| r.device == *device) {
+            return r.clone();
+        }
+        let r = Arc::new(GraphMemoryResource { device: *device });
+        interned.push(r.clone());
+        r
     }
 
     /// `size` bytes of graph memory, as an allocation node of the graph `stream` is recording.
@@ -84,7 +92,7 @@ unsafe impl MemoryResource for GraphMemoryResource {
     fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
         if crate::stream::capture::capture_info(stream.handle())?.is_none() {
             return Err(CudaError::InvalidArgument(
-                "GraphMemoryResource allocates only on a stream being captured into a graph (a GraphBuilder's stream)"
+                "GraphMemoryResource cannot perform memory operations on a non-capturing stream: it allocates only on a stream being captured into a graph (a GraphBuilder's stream)"
                     .into(),
             ));
         }

@@ -66,7 +66,7 @@ unsafe impl MemoryResource for LegacyPinnedMemoryResource {
         // Not stream-ordered: wait for the work that may still use it (in the stream's context,
         // which cuMemFreeHost needs current).
         stream.context_or_current()?.with_current(|| {
-            stream.sync()?;
+            super::wait_before_free(stream)?;
             // SAFETY: forwarded to the caller; the stream's work is done.
             unsafe { driver::cuMemFreeHost(ptr as *mut c_void) }.check("cuMemFreeHost")
         })

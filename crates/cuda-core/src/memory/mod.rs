@@ -70,6 +70,8 @@ use cuda_sys::driver;
 ///   valid at once, or records a stream-ordered allocation on `stream` itself (graph memory,
 ///   which [`Buffer`] recognises and confines to that capture).
 /// - [`ipc_pool`](Self::ipc_pool) names the pool `allocate` takes memory from, if it names one.
+/// - [`is_managed`](Self::is_managed) is true only for managed memory (`cuMemAllocManaged`, or a
+///   managed pool's): advice, prefetches and discards are given to the driver on its word.
 /// - `allocate` and `deallocate` are called inside an operation on `stream` (no capture begins or
 ///   ends on it meanwhile, see [`Stream`]): they must not queue work on a stream, nor begin or
 ///   end a capture, through this crate's API (raw driver calls on the stream, and
@@ -143,6 +145,13 @@ pub(crate) fn read_write_access(device: &Device) -> driver::CUmemAccessDesc {
         location: device_location(device),
         flags: driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
     }
+}
+
+/// Waits for the work queued on `stream`, from a resource's `deallocate` (a free that is not
+/// stream-ordered), in relaxed capture mode: a capture elsewhere (or begun by the dropping
+/// thread on another stream) is neither refused nor invalidated by the wait.
+pub(crate) fn wait_before_free(stream: &Stream) -> Result<()> {
+    crate::stream::relaxed_capture_mode(|| stream.sync())
 }
 
 /// Frees stream-ordered memory (pool or graph allocations) after the work queued on `stream`.

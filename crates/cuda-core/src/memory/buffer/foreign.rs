@@ -30,7 +30,8 @@ impl Buffer {
     /// Wraps memory allocated elsewhere that `owner` keeps alive (`cuda.core`'s
     /// `from_handle(ptr, size, owner=...)`): the buffer holds `owner`, and lets it go once the
     /// buffer is dropped and the work of every stream (and graph) that used the memory is done.
-    /// `owner` is then dropped on this crate's release thread. [`owner`](Buffer::owner) lends it.
+    /// The owner is dropped there by this crate's release thread, or by the buffer's own drop
+    /// (never inside an operation on a stream). [`owner`](Buffer::owner) lends it.
     /// (`cuda.core` refuses an owner together with a memory resource; here they are different
     /// constructors.)
     ///
@@ -61,8 +62,9 @@ impl Buffer {
     /// `stream` (its deallocation stream).
     ///
     /// # Safety
-    /// `ptr` must come from `resource.allocate(size, _)`, be owned by nothing else (nothing else
-    /// frees it), and no work may use it once the buffer frees it.
+    /// `ptr` must come from `resource.allocate(size, _)`, be usable by work queued on `stream`
+    /// (allocated in its order, or before), be owned by nothing else (nothing else frees it),
+    /// and no work may use it once the buffer frees it.
     pub unsafe fn from_handle_with_resource(
         ptr: driver::CUdeviceptr,
         size: usize,
@@ -92,7 +94,7 @@ unsafe impl MemoryResource for Keeper {
         ))
     }
     unsafe fn deallocate(&self, _ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
-        stream.sync()?;
+        crate::memory::wait_before_free(stream)?;
         let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(owner) = owner {
             // The owner's drop is the user's code: run it on the release thread, outside this

@@ -122,6 +122,16 @@ impl PointerInfo {
         })
     }
 
+    /// Whether the driver calls it device memory of device `ordinal`.
+    pub(crate) fn is_device_memory_of(&self, ordinal: usize) -> bool {
+        self.kind == driver::CUmemorytype::CU_MEMORYTYPE_DEVICE.0 && usize::try_from(self.ordinal) == Ok(ordinal)
+    }
+
+    /// Whether the driver calls it (page-locked) host memory.
+    pub(crate) fn is_host_memory(&self) -> bool {
+        self.kind == driver::CUmemorytype::CU_MEMORYTYPE_HOST.0
+    }
+
     /// Who can reach the memory, as `cuda.core` reads the attributes: unregistered host memory
     /// is host-only, pinned and managed memory both, device memory device-only.
     fn access(self) -> Result<Access> {

@@ -99,8 +99,9 @@ impl Buffer {
     /// legacy default stream ([`Stream::legacy_default`], which `cuMemcpyBatchAsync` rejects; the
     /// per-thread default stream is fine) and a stream being captured (the driver has no graph
     /// node for it: record [`copy_to`](Self::copy_to)s instead). The driver may run the copies
-    /// of a batch concurrently and in any order: when the source of one overlaps the destination
-    /// of another, the bytes copied are unspecified.
+    /// of a batch concurrently and in any order, and leaves copies that depend on each other
+    /// undefined: a destination overlapping any other range of the batch (another copy's
+    /// source or destination, or its own source) is refused too.
     pub fn copy_batch(pairs: &[(&Buffer, &Buffer)], stream: &Stream) -> Result<()> {
         Buffer::copy_batch_with(pairs, stream, CopyOptions::default())
     }
@@ -136,6 +137,7 @@ impl Buffer {
                 )));
             }
         }
+        refuse_dependent_copies(pairs)?;
         options.check(n)?;
         let native = driver_version()? >= BATCH_DRIVER;
         if !native {
@@ -204,6 +206,50 @@ impl Buffer {
 
 /// One copy of the whole of `src` into `dst` with `options`; `method` names the caller in
 /// refusals.
+/// The copies of one batch may run in any order, so the driver leaves copies that depend on
+/// each other undefined: refused when a destination overlaps another copy's source or
+/// destination (its own source too). Sorted by start, each range is compared with the furthest
+/// reaching one before it.
+fn refuse_dependent_copies(pairs: &[(&Buffer, &Buffer)]) -> Result<()> {
+    // (start, end, copy, is destination); empty ranges overlap nothing.
+    let mut ranges: Vec<(u64, u64, usize, bool)> = Vec::with_capacity(pairs.len() * 2);
+    for (i, (src, dst)) in pairs.iter().enumerate() {
+        for (b, is_dst) in [(src, false), (dst, true)] {
+            if b.size() > 0 {
+                let end = b.handle().checked_add(b.size() as u64).ok_or_else(|| {
+                    CudaError::InvalidArgument("copy_batch: a buffer's range overflows the address space".into())
+                })?;
+                ranges.push((b.handle(), end, i, is_dst));
+            }
+        }
+    }
+    ranges.sort_unstable();
+    // The ranges seen so far that reach furthest: the furthest one, and the furthest destination.
+    let mut furthest: Option<(u64, usize, bool)> = None;
+    let mut furthest_dst: Option<(u64, usize)> = None;
+    for &(start, end, i, is_dst) in &ranges {
+        let clash = if is_dst {
+            furthest.filter(|&(reach, _, _)| reach > start).map(|(_, j, _)| j)
+        } else {
+            furthest_dst.filter(|&(reach, _)| reach > start).map(|(_, j)| j)
+        };
+        if let Some(j) = clash {
+            return Err(CudaError::InvalidArgument(format!(
+                "copy_batch: copies {} and {} overlap (a destination overlaps another range of the batch), and the copies of a batch may run in any order: copy them in separate calls",
+                j.min(i),
+                j.max(i)
+            )));
+        }
+        if furthest.is_none_or(|(reach, _, _)| end > reach) {
+            furthest = Some((end, i, is_dst));
+        }
+        if is_dst && furthest_dst.is_none_or(|(reach, _)| end > reach) {
+            furthest_dst = Some((end, i));
+        }
+    }
+    Ok(())
+}
+
 fn copy_with_options(dst: &Buffer, src: &Buffer, stream: &Stream, options: &CopyOptions, method: &str) -> Result<()> {
     super::check_same_size(src, dst)?;
     if is_legacy_default(stream) {

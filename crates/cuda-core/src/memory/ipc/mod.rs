@@ -139,6 +139,18 @@ impl Buffer {
             let (mut base, mut len) = (0, 0);
             // SAFETY: ptr was just mapped by the import; out-pointers to locals.
             unsafe { driver::cuMemGetAddressRange(&mut base, &mut len, ptr) }.check("cuMemGetAddressRange")?;
+            // The pool was opened as a kind of resource: its memory must be that kind (a device
+            // pool's memory opened as a pinned pool's would claim the host can touch it).
+            let info = super::PointerInfo::of(ptr)?;
+            let kind_matches = match MemoryResource::device(pool.as_ref()) {
+                Some(d) => info.is_device_memory_of(d.device_id()),
+                None => info.is_host_memory(),
+            };
+            if !kind_matches {
+                return Err(CudaError::InvalidArgument(
+                    "the shared buffer is not memory of the kind this pool resource holds (device memory of its device, or host memory): open the pool's file descriptor as the resource the other process made, refused".into(),
+                ));
+            }
             if base != ptr || descriptor.size > len {
                 return Err(CudaError::InvalidArgument(format!(
                     "the IPC descriptor claims {} bytes, but the allocation it opens has {len} from {base:#x} (the pointer is {ptr:#x}): refused",

@@ -104,6 +104,11 @@ enum Backend {
 /// [`unpooled`](Self::unpooled) for `cuMemAllocManaged`. Drivers refuse some advice on pool
 /// memory (`CUDA_ERROR_NOT_SUPPORTED`; CUDA 13.0 refuses read-mostly advice there); unpooled
 /// memory takes every piece of advice.
+///
+/// Where a device lacks concurrent managed access
+/// (`device.properties().concurrent_managed_access()` is 0), the host must not touch managed
+/// memory while any kernel runs: `cuda.core` warns about it; here the host slices of a buffer
+/// are `unsafe` and say so, and copies go through the driver.
 pub struct ManagedMemoryResource {
     backend: Backend,
     preferred_location: Option<MemoryLocation>,
@@ -257,7 +262,7 @@ unsafe impl MemoryResource for ManagedMemoryResource {
             Backend::Pool(_) => unsafe { super::free_async(ptr, stream) },
             // cuMemFree needs a current context: the stream's.
             Backend::Unpooled => stream.context_or_current()?.with_current(|| {
-                stream.sync()?;
+                super::wait_before_free(stream)?;
                 // SAFETY: forwarded to the caller; the stream's work is done.
                 unsafe { driver::cuMemFree(ptr) }.check("cuMemFree")
             }),

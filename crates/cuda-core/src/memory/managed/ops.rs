@@ -198,15 +198,30 @@ impl Buffer {
 
     /// Tells the driver the contents are no longer needed (it may drop them instead of migrating
     /// them), ordered on `stream`; the next reads see unspecified values (CUDA 13 drivers).
-    pub fn discard(&self, stream: &Stream) -> Result<()> {
-        Buffer::discard_batch(&[self], stream).map_err(|e| rename(e, "discard_batch", "discard"))
+    ///
+    /// The driver leaves work using the memory meanwhile undefined: the buffer is borrowed
+    /// exclusively, the streams that used it are waited for first, and a buffer a graph holds
+    /// (whose launches may run at any time) is refused.
+    pub fn discard(&mut self, stream: &Stream) -> Result<()> {
+        Buffer::discard_batch(&mut [self], stream).map_err(|e| rename(e, "discard_batch", "discard"))
     }
 
     /// Discards the contents and places the memory at `location` (without migrating the old
-    /// contents), ordered on `stream`; the contents are then unspecified (CUDA 13 drivers).
-    pub fn discard_prefetch(&self, location: impl Into<MemoryLocation>, stream: &Stream) -> Result<()> {
-        Buffer::discard_prefetch_batch(&[self], &[location.into()], stream)
+    /// contents), ordered on `stream`; the contents are then unspecified (CUDA 13 drivers). As
+    /// [`discard`](Self::discard), the buffer is used by nothing else meanwhile.
+    pub fn discard_prefetch(&mut self, location: impl Into<MemoryLocation>, stream: &Stream) -> Result<()> {
+        Buffer::discard_prefetch_batch(&mut [self], &[location.into()], stream)
             .map_err(|e| rename(e, "discard_prefetch_batch", "discard_prefetch"))
+    }
+
+    /// Before a discard: nothing else uses the memory (see [`discard`](Self::discard)).
+    fn quiesce_for_discard(&mut self, what: &str) -> Result<()> {
+        if self.is_used_by_graph() {
+            return Err(CudaError::InvalidArgument(format!(
+                "{what}: a graph holds this buffer, and its launches may use the memory at any time: discard a buffer no graph uses"
+            )));
+        }
+        self.synchronize_uses()
     }
 
     /// Prefetches every buffer, in one driver call (`cuMemPrefetchBatchAsync`, CUDA 13
@@ -235,10 +250,14 @@ impl Buffer {
     }
 
     /// Discards every buffer's contents, in one driver call (`cuMemDiscardBatchAsync`, CUDA 13
-    /// drivers).
-    pub fn discard_batch(buffers: &[&Buffer], stream: &Stream) -> Result<()> {
-        let batch = Batch::new("discard_batch", buffers, None)?;
-        enqueue_using(stream, buffers, |_| {
+    /// drivers), each used by nothing else meanwhile (see [`discard`](Self::discard)).
+    pub fn discard_batch(buffers: &mut [&mut Buffer], stream: &Stream) -> Result<()> {
+        let batch = Batch::new("discard_batch", &shared(buffers), None)?;
+        for b in buffers.iter_mut() {
+            b.quiesce_for_discard("discard_batch")?;
+        }
+        let buffers = shared(buffers);
+        enqueue_using(stream, &buffers, |_| {
             let mut b = batch;
             // SAFETY: the arrays hold one entry per buffer and live for the call; every buffer is
             // held until the discard is done (`enqueue_using`).
@@ -256,10 +275,19 @@ impl Buffer {
     }
 
     /// Discards every buffer's contents and places it at its location, in one driver call
-    /// (`cuMemDiscardAndPrefetchBatchAsync`, CUDA 13 drivers).
-    pub fn discard_prefetch_batch(buffers: &[&Buffer], locations: &[MemoryLocation], stream: &Stream) -> Result<()> {
-        let batch = Batch::new("discard_prefetch_batch", buffers, Some(locations))?;
-        enqueue_using(stream, buffers, |_| {
+    /// (`cuMemDiscardAndPrefetchBatchAsync`, CUDA 13 drivers), each used by nothing else
+    /// meanwhile (see [`discard`](Self::discard)).
+    pub fn discard_prefetch_batch(
+        buffers: &mut [&mut Buffer],
+        locations: &[MemoryLocation],
+        stream: &Stream,
+    ) -> Result<()> {
+        let batch = Batch::new("discard_prefetch_batch", &shared(buffers), Some(locations))?;
+        for b in buffers.iter_mut() {
+            b.quiesce_for_discard("discard_prefetch_batch")?;
+        }
+        let buffers = shared(buffers);
+        enqueue_using(stream, &buffers, |_| {
             let mut b = batch;
             // SAFETY: as in `prefetch_batch`.
             unsafe {
@@ -358,4 +386,9 @@ fn rename(e: CudaError, batch: &str, single: &str) -> CudaError {
         CudaError::InvalidArgument(m) => CudaError::InvalidArgument(m.replace(batch, single)),
         other => other,
     }
+}
+
+/// Shared references to exclusively borrowed buffers.
+fn shared<'a>(buffers: &'a [&mut Buffer]) -> Vec<&'a Buffer> {
+    buffers.iter().map(|b| &**b).collect()
 }

@@ -7,8 +7,7 @@ use crate::memory::{device_location, free_async, Buffer, MemoryResource};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 /// Options of a new [`DeviceMemoryResource`] pool.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -88,22 +87,7 @@ impl DeviceMemoryResource {
     /// of that process come in through [`Buffer::from_ipc_descriptor`]; an imported pool cannot
     /// allocate.
     pub fn from_fd(device: &Device, fd: std::os::fd::OwnedFd) -> Result<Arc<DeviceMemoryResource>> {
-        let pool = MemoryPool::import(&fd, Some(*device))?;
-        // Importing a pool again may give the handle already imported: one resource owns it (a
-        // second would destroy it twice, and its buffers would escape the first's import checks).
-        static IMPORTED: Mutex<Option<HashMap<usize, Weak<DeviceMemoryResource>>>> = Mutex::new(None);
-        let mut imported = IMPORTED.lock().unwrap_or_else(|p| p.into_inner());
-        let map = imported.get_or_insert_with(HashMap::new);
-        map.retain(|_, w| w.strong_count() > 0);
-        if let Some(existing) = map.get(&(pool.handle() as usize)).and_then(Weak::upgrade) {
-            // The same handle: `pool` must not destroy it under `existing`.
-            let mut pool = pool;
-            pool.owned = false;
-            return Ok(existing);
-        }
-        let resource = Arc::new(DeviceMemoryResource::wrap(pool, device));
-        map.insert(resource.handle() as usize, Arc::downgrade(&resource));
-        Ok(resource)
+        MemoryPool::import_as(&fd, Some(*device), |pool| DeviceMemoryResource::wrap(pool, device))
     }
 
     /// Whether the pool was opened from another process (`cuda.core`'s `is_mapped`).
@@ -133,7 +117,7 @@ impl DeviceMemoryResource {
 
     /// Makes `devices` exactly the peers that may use the pool's memory (`cuda.core`'s
     /// `peer_accessible_by = devices`): grants the new ones and revokes the others, in one
-    /// driver call. The pool's own device is ignored. Every device must be able to reach this
+    /// driver call (after the work queued by the peers losing access is done). The pool's own device is ignored. Every device must be able to reach this
     /// one ([`Device::can_access_peer`]); otherwise nothing changes and the error names them.
     pub fn set_peer_accessible_by(&self, devices: &[Device]) -> Result<()> {
         let mut wanted: Vec<Device> = devices.iter().copied().filter(|d| *d != self.device).collect();
@@ -159,6 +143,7 @@ impl DeviceMemoryResource {
             descs.push(access_desc(d, true));
         }
         for d in current.iter().filter(|d| !wanted.contains(d)) {
+            revoking(d)?;
             descs.push(access_desc(d, false));
         }
         self.pool.set_access(&descs)
@@ -178,8 +163,18 @@ impl DeviceMemoryResource {
             )));
         }
         let _serial = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if !enabled && self.peer_accessible_by()?.contains(peer) {
+            revoking(peer)?;
+        }
         self.pool.set_access(&[access_desc(peer, enabled)])
     }
+}
+
+/// Before a peer loses access: its work queued so far (in its primary context) is waited for,
+/// since the revocation takes effect at once. Work the caller queued in contexts it created on
+/// the peer must be synchronised by the caller (otherwise it faults, an error of that context).
+fn revoking(peer: &Device) -> Result<()> {
+    peer.primary_context()?.synchronize()
 }
 
 fn access_desc(device: &Device, enabled: bool) -> driver::CUmemAccessDesc {
@@ -211,8 +206,12 @@ unsafe impl MemoryResource for DeviceMemoryResource {
         if self.pool.is_mapped() {
             // The mapping goes when the free runs: wait for it before the pointer may be imported
             // again, so a new buffer never gets a mapping that is about to go.
-            stream.sync()?;
-            self.pool.forget_import(ptr);
+            // (After the free is queued, a failed wait must not become an error: the caller
+            // would free again. The pointer then stays recorded: it cannot be imported again.)
+            match super::super::wait_before_free(stream) {
+                Ok(()) => self.pool.forget_import(ptr),
+                Err(e) => crate::error::record_drop_error(e),
+            }
         }
         Ok(())
     }

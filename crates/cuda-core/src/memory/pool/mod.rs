@@ -36,13 +36,21 @@ pub struct MemoryPool {
     device: Option<Device>,
     /// Set by `export_fd`: the driver shares pointers only of a pool already shared.
     exported: AtomicBool,
-    /// Set once peers were granted access: the access is revoked before the pool is destroyed
-    /// (a later pool may get the same handle, and the driver lets it inherit the access).
-    peers_granted: AtomicBool,
+    /// For a pool opened from another process: its entry in the registry of imported pools
+    /// (which import of the handle owns it now).
+    import_id: u64,
     /// For a pool opened from another process: the pointers imported from it and not yet freed
     /// (one buffer each: a second import of a live pointer would give two owners of one mapping).
     imports: Mutex<HashSet<driver::CUdeviceptr>>,
 }
+
+/// The pools opened from other processes, by handle: importing a pool the process already has
+/// open gives the same handle (the driver counts no references), so one resource owns each
+/// handle. An entry names the import that owns the handle and a weak reference to its resource;
+/// a pool destroys its handle only while its entry is still its own, under this lock, so a new
+/// import of the same handle never races the old owner's destruction.
+type ImportRegistry = Vec<(usize, u64, std::sync::Weak<dyn std::any::Any + Send + Sync>)>;
+static IMPORTED: Mutex<ImportRegistry> = Mutex::new(Vec::new());
 
 // SAFETY: a CUmemoryPool is a process-wide handle the driver lets any thread use; the rest is
 // atomics and a lock.
@@ -61,7 +69,7 @@ impl Drop for MemoryPool {
                 imported: self.imported,
                 device: self.device,
                 exported: AtomicBool::new(false),
-                peers_granted: AtomicBool::new(*self.peers_granted.get_mut()),
+                import_id: self.import_id,
                 imports: Mutex::default(),
             };
             crate::reaper::drop_later(Box::new(later));
@@ -71,13 +79,25 @@ impl Drop for MemoryPool {
         if !self.owned {
             return;
         }
-        if *self.peers_granted.get_mut() {
-            // Best effort, as cuda.core does: a pool made later may be given this handle and
-            // inherit the access otherwise.
-            let _ = self.revoke_peers();
-        }
-        // SAFETY: made by cuMemPoolCreate (or imported), destroyed once; buffers from it hold
-        // the resource (and so this pool) until they are freed.
+        // (Peer access is not revoked here: that takes effect at once, while the work queued on
+        // the pool's memory may still run. A new device pool revokes what it may inherit.)
+        let _registry = if self.imported {
+            let mut registry = IMPORTED.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(at) = registry
+                .iter()
+                .position(|(h, id, _)| *h == self.handle as usize && *id == self.import_id)
+            else {
+                // A newer import of the handle owns it now.
+                return;
+            };
+            registry.swap_remove(at);
+            Some(registry)
+        } else {
+            None
+        };
+        // SAFETY: made by cuMemPoolCreate (or imported, and still ours in the registry, whose
+        // lock is held so that no import takes the handle meanwhile), destroyed once; buffers
+        // from it hold the resource (and so this pool) until they are freed.
         if let Err(e) = unsafe { driver::cuMemPoolDestroy(self.handle) }.check("cuMemPoolDestroy") {
             record_drop_error(e);
         }
@@ -111,12 +131,17 @@ pub struct MemoryPoolAttributes {
 use driver::CUmemPool_attribute as Attr;
 
 impl MemoryPool {
-    /// A pool this crate made with `props`.
+    /// A pool this crate made with `props`. A device pool starts with no peer access: the
+    /// driver may hand out the handle of a pool destroyed earlier, with the access it had.
     pub(crate) fn create(props: &driver::CUmemPoolProps, device: Option<Device>, ipc: bool) -> Result<MemoryPool> {
         let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
         // SAFETY: props is fully initialised; out-pointer to a local.
         unsafe { driver::cuMemPoolCreate(&mut handle, props) }.check("cuMemPoolCreate")?;
-        Ok(MemoryPool::wrap(handle, true, device, ipc, false))
+        let pool = MemoryPool::wrap(handle, true, device, ipc, false);
+        if device.is_some() && crate::device_count()? > 1 {
+            pool.revoke_peers()?;
+        }
+        Ok(pool)
     }
 
     /// A pool of the driver's (a device's or the host's current pool): never destroyed here.
@@ -125,8 +150,45 @@ impl MemoryPool {
     }
 
     /// Opens a pool another process exported (`fd` from [`MemoryPool::export_fd`]), in the
-    /// primary context of `device` (or of device 0 for host pools).
-    pub(crate) fn import(fd: &std::os::fd::OwnedFd, device: Option<Device>) -> Result<MemoryPool> {
+    /// primary context of `device` (or of device 0 for host pools), as the resource `make`
+    /// builds: or the resource that has it open already, when it is of type `R` (an error
+    /// otherwise). One resource owns each imported handle (see `IMPORTED`).
+    pub(crate) fn import_as<R: std::any::Any + Send + Sync>(
+        fd: &std::os::fd::OwnedFd,
+        device: Option<Device>,
+        make: impl FnOnce(MemoryPool) -> R,
+    ) -> Result<std::sync::Arc<R>> {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let mut registry = IMPORTED.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pool = MemoryPool::import(fd, device)?;
+        let key = pool.handle as usize;
+        if let Some(at) = registry.iter().position(|(h, _, _)| *h == key) {
+            if let Some(live) = registry[at].2.upgrade() {
+                // Already open: the import gave the same handle, which the live resource owns.
+                pool.owned = false;
+                return live.downcast::<R>().map_err(|_| {
+                    CudaError::InvalidArgument(
+                        "this pool is already open in this process as another kind of memory resource (a device pool opened as a pinned one, or the reverse)".into(),
+                    )
+                });
+            }
+            // Its resource is gone but its pool not yet destroyed: this import owns the handle
+            // from now on, and the old pool leaves it alone.
+            registry.swap_remove(at);
+        }
+        pool.import_id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let id = pool.import_id;
+        // (`make` cannot fail: a pool dropped here would take the registry's lock again.)
+        let resource = std::sync::Arc::new(make(pool));
+        let weak: std::sync::Weak<dyn std::any::Any + Send + Sync> = {
+            let any: std::sync::Arc<dyn std::any::Any + Send + Sync> = resource.clone();
+            std::sync::Arc::downgrade(&any)
+        };
+        registry.push((key, id, weak));
+        Ok(resource)
+    }
+
+    fn import(fd: &std::os::fd::OwnedFd, device: Option<Device>) -> Result<MemoryPool> {
         use std::os::fd::AsRawFd;
         let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
         let context = match device {
@@ -163,7 +225,7 @@ impl MemoryPool {
             imported,
             device,
             exported: AtomicBool::new(false),
-            peers_granted: AtomicBool::new(false),
+            import_id: 0,
             imports: Mutex::default(),
         }
     }
@@ -343,7 +405,7 @@ impl MemoryPool {
     pub fn export_fd(&self) -> Result<std::os::fd::OwnedFd> {
         if self.imported {
             return Err(CudaError::InvalidArgument(
-                "export_fd: this pool was opened from another process (from_fd): export it in the process that made it, or pass on the file descriptor it was opened with".into(),
+                "Imported memory resource cannot be exported: this pool was opened from another process (from_fd); export it in the process that made it, or pass on the file descriptor it was opened with".into(),
             ));
         }
         if !self.ipc {
@@ -392,18 +454,12 @@ impl MemoryPool {
         if descs.is_empty() {
             return Ok(());
         }
-        if descs
-            .iter()
-            .any(|d| d.flags != driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE)
-        {
-            self.peers_granted.store(true, Ordering::Relaxed);
-        }
         // SAFETY: the descriptors live for the call; their count is that of the slice (a few
         // devices, far below usize::MAX).
         unsafe { driver::cuMemPoolSetAccess(self.handle, descs.as_ptr(), descs.len()) }.check("cuMemPoolSetAccess")
     }
 
-    /// Revokes every other device's access (before the pool is destroyed).
+    /// Revokes every other device's access (of a new pool, which may have inherited some).
     fn revoke_peers(&self) -> Result<()> {
         let descs: Vec<_> = Device::all()?
             .iter()

@@ -105,12 +105,9 @@ impl PinnedMemoryResource {
     /// process come in through [`Buffer::from_ipc_descriptor`]; an imported pool cannot
     /// allocate.
     pub fn from_fd(fd: std::os::fd::OwnedFd) -> Result<Arc<PinnedMemoryResource>> {
-        let resource = PinnedMemoryResource {
-            pool: MemoryPool::import(&fd, None)?,
-            numa_id: None,
-        };
+        let resource = MemoryPool::import_as(&fd, None, |pool| PinnedMemoryResource { pool, numa_id: None })?;
         resource.grant_every_device()?;
-        Ok(Arc::new(resource))
+        Ok(resource)
     }
 
     /// Kernels on every device may use the memory (what `is_device_accessible` promises).
@@ -144,8 +141,12 @@ unsafe impl MemoryResource for PinnedMemoryResource {
         unsafe { free_async(ptr, stream) }?;
         if self.pool.is_mapped() {
             // As for device pools: the pointer may be imported again once the free ran.
-            stream.sync()?;
-            self.pool.forget_import(ptr);
+            // (After the free is queued, a failed wait must not become an error: the caller
+            // would free again. The pointer then stays recorded: it cannot be imported again.)
+            match super::super::wait_before_free(stream) {
+                Ok(()) => self.pool.forget_import(ptr),
+                Err(e) => crate::error::record_drop_error(e),
+            }
         }
         Ok(())
     }

@@ -378,7 +378,7 @@ unsafe impl MemoryResource for VirtualMemoryResource {
         // Unmapping is not stream-ordered: wait for the work that may still use the memory (the
         // buffer ordered every other stream that used it before this one). If the wait fails the
         // memory may still be in use: it stays mapped, and recorded.
-        if let Err(e) = stream.sync() {
+        if let Err(e) = crate::memory::wait_before_free(stream) {
             self.records().insert(ptr, allocation);
             return Err(e);
         }
