@@ -480,12 +480,14 @@ fn an_ipc_event_is_waited_for_in_another_process() {
     let d = device();
     let (_, spin) = kernels();
     let stream = d.create_stream(Default::default()).unwrap();
-    let event = d
+    // As in cuda.core, an IPC event is made by recording it (`Stream.record(options=...)`).
+    let err = d
         .create_event(EventOptions {
             ipc_enabled: true,
             ..Default::default()
         })
-        .unwrap();
+        .unwrap_err();
+    assert!(err.to_string().contains("IPC-enabled events must be bound"), "{err}");
     let x = DeviceVec::from_slice(&[0.0; 32]);
     // SAFETY: spin_then_set over 32 floats; synchronised below. About a second of spinning.
     unsafe {
@@ -497,7 +499,12 @@ fn an_ipc_event_is_waited_for_in_another_process() {
         )
         .unwrap()
     };
-    stream.record(&event).unwrap();
+    let event = stream
+        .record_new(EventOptions {
+            ipc_enabled: true,
+            ..Default::default()
+        })
+        .unwrap();
     let desc = event.ipc_descriptor().unwrap();
     assert_eq!(cuda_core::IpcEventDescriptor::from_hex(&desc.to_hex()).unwrap(), desc);
     let out = std::process::Command::new(std::env::current_exe().unwrap())
@@ -521,14 +528,19 @@ fn an_ipc_event_is_waited_for_in_another_process() {
         "the child returned only after the kernel finished"
     );
     let plain = d.create_event(EventOptions::default()).unwrap();
-    assert!(plain.ipc_descriptor().is_err());
-    assert!(d
-        .create_event(EventOptions {
+    let err = plain.ipc_descriptor().unwrap_err();
+    assert!(err.to_string().contains("Event is not IPC-enabled"), "{err}");
+    let err = stream
+        .record_new(EventOptions {
             ipc_enabled: true,
             timing_enabled: true,
             ..Default::default()
         })
-        .is_err());
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("IPC-enabled events cannot use timing."),
+        "{err}"
+    );
 }
 
 #[derive(Clone, Copy, cuda_core::DeviceRepr)]

@@ -130,10 +130,17 @@ pub struct Event {
 }
 
 impl Event {
-    pub(crate) fn new(context: &Context, options: EventOptions) -> Result<Event> {
+    /// A new event; `bound`: made to be recorded at once ([`Stream::record_new`]), which
+    /// `cuda.core` requires of events shared with other processes.
+    pub(crate) fn new(context: &Context, options: EventOptions, bound: bool) -> Result<Event> {
+        if options.ipc_enabled && !bound {
+            return Err(CudaError::InvalidArgument(
+                "IPC-enabled events must be bound; use Stream.record for creation (Stream::record_new here)".into(),
+            ));
+        }
         if options.ipc_enabled && options.timing_enabled {
             return Err(CudaError::InvalidArgument(
-                "EventOptions: an IPC event cannot record timing".into(),
+                "IPC-enabled events cannot use timing.".into(),
             ));
         }
         let mut flags = 0;
@@ -166,7 +173,7 @@ impl Event {
     pub fn ipc_descriptor(&self) -> Result<IpcEventDescriptor> {
         if !self.inner.options.ipc_enabled {
             return Err(CudaError::InvalidArgument(
-                "only events made with ipc_enabled can be shared".into(),
+                "Event is not IPC-enabled: only events made with ipc_enabled can be shared".into(),
             ));
         }
         let mut handle = driver::CUipcEventHandle::default();
@@ -277,23 +284,24 @@ impl Stream {
     /// Records a new event made with `options` in the stream's context and returns it: what
     /// `cuda.core`'s `Stream.record()` does when given no event (IPC-enabled events included).
     pub fn record_new(&self, options: EventOptions) -> Result<Event> {
-        let event = Event::new(&self.context_or_current()?, options)?;
+        let event = Event::new(&self.context_or_current()?, options, true)?;
         self.record(&event)?;
         Ok(event)
     }
 }
 
 impl Device {
-    /// A new event in the device's primary context.
+    /// A new event in the device's primary context. Events shared with other processes are made
+    /// by [`Stream::record_new`], as in `cuda.core`.
     pub fn create_event(&self, options: EventOptions) -> Result<Event> {
-        Event::new(&self.primary_context()?, options)
+        Event::new(&self.primary_context()?, options, false)
     }
 }
 
 impl Context {
-    /// A new event in this context.
+    /// A new event in this context (not an IPC one: see [`Device::create_event`]).
     pub fn create_event(&self, options: EventOptions) -> Result<Event> {
-        Event::new(self, options)
+        Event::new(self, options, false)
     }
 }
 
