@@ -397,8 +397,6 @@ fn copy_batch_during_api_call_reads_the_source_before_returning() {
         println!("skipped: cuMemcpyBatchAsync needs a CUDA 13.0 driver");
         return;
     }
-    let kernel = spinner();
-    let blocker = d.allocate(1, &s).unwrap();
     for (order, reads_new) in [
         (MemcpySrcAccessOrder::DuringApiCall, false),
         (MemcpySrcAccessOrder::Stream, true),
@@ -406,8 +404,14 @@ fn copy_batch_during_api_call_reads_the_source_before_returning() {
         let src = pinned_sources(&s, &[N], 1).remove(0);
         let dst = device_buffers(&d, &s, &[N]).remove(0);
         s.sync().unwrap();
-        // The stream is busy for a while: a stream-ordered copy reads the source afterwards.
-        spin(&s, &kernel, &blocker, 200_000_000);
+        // The stream is held by a host function until the source was overwritten: a
+        // stream-ordered copy reads the source afterwards, whatever the timing.
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let wait = std::sync::Mutex::new(wait);
+        s.launch_host_func(move || {
+            let _ = wait.lock().unwrap().recv_timeout(std::time::Duration::from_secs(20));
+        })
+        .unwrap();
         let opts = CopyOptions {
             src_access_order: order,
             ..Default::default()
@@ -416,6 +420,7 @@ fn copy_batch_during_api_call_reads_the_source_before_returning() {
         // SAFETY: pinned host memory of N bytes, alive; the copy queued above reads it either
         // during the call (done) or later in stream order (plain bytes either way).
         unsafe { std::ptr::write_bytes(src.handle() as *mut u8, 0x77, N) };
+        release.send(()).unwrap();
         s.sync().unwrap();
         let got = dst.to_vec::<u8>(&s).unwrap();
         if reads_new {
