@@ -397,38 +397,26 @@ fn copy_batch_during_api_call_reads_the_source_before_returning() {
         println!("skipped: cuMemcpyBatchAsync needs a CUDA 13.0 driver");
         return;
     }
-    for (order, reads_new) in [
-        (MemcpySrcAccessOrder::DuringApiCall, false),
-        (MemcpySrcAccessOrder::Stream, true),
-    ] {
-        let src = pinned_sources(&s, &[N], 1).remove(0);
-        let dst = device_buffers(&d, &s, &[N]).remove(0);
-        s.sync().unwrap();
-        // The stream is held by a host function until the source was overwritten: a
-        // stream-ordered copy reads the source afterwards, whatever the timing.
-        let (release, wait) = std::sync::mpsc::channel::<()>();
-        let wait = std::sync::Mutex::new(wait);
-        s.launch_host_func(move || {
-            let _ = wait.lock().unwrap().recv_timeout(std::time::Duration::from_secs(20));
-        })
-        .unwrap();
-        let opts = CopyOptions {
-            src_access_order: order,
-            ..Default::default()
-        };
-        Buffer::copy_batch_with(&[(&src, &dst)], &s, opts).unwrap();
-        // SAFETY: pinned host memory of N bytes, alive; the copy queued above reads it either
-        // during the call (done) or later in stream order (plain bytes either way).
-        unsafe { std::ptr::write_bytes(src.handle() as *mut u8, 0x77, N) };
-        release.send(()).unwrap();
-        s.sync().unwrap();
-        let got = dst.to_vec::<u8>(&s).unwrap();
-        if reads_new {
-            assert!(got.iter().all(|v| *v == 0x77), "{order}: read in stream order");
-        } else {
-            assert_eq!(got, pattern(1, N), "{order}: read during the call");
-        }
-    }
+    // DURING_API_CALL: the source is read by the time the call returns, even with the stream
+    // busy (the driver may wait for the stream's work first): overwriting it afterwards does not
+    // change what was copied.
+    let kernel = spinner();
+    let blocker = d.allocate(1, &s).unwrap();
+    let src = pinned_sources(&s, &[N], 1).remove(0);
+    let dst = device_buffers(&d, &s, &[N]).remove(0);
+    s.sync().unwrap();
+    spin(&s, &kernel, &blocker, 100_000_000);
+    let during = CopyOptions {
+        src_access_order: MemcpySrcAccessOrder::DuringApiCall,
+        ..Default::default()
+    };
+    Buffer::copy_batch_with(&[(&src, &dst)], &s, during).unwrap();
+    // SAFETY: pinned host memory of N bytes, alive; the copy above read it during the call.
+    unsafe { std::ptr::write_bytes(src.handle() as *mut u8, 0x77, N) };
+    s.sync().unwrap();
+    assert_eq!(dst.to_vec::<u8>(&s).unwrap(), pattern(1, N), "read during the call");
+    // (STREAM promises no more than stream order: the driver may copy during the call after
+    // waiting for the stream, so which bytes it reads after an overwrite is not fixed.)
 }
 
 #[test]

@@ -101,7 +101,9 @@ impl Buffer {
     /// node for it: record [`copy_to`](Self::copy_to)s instead). The driver may run the copies
     /// of a batch concurrently and in any order, and leaves copies that depend on each other
     /// undefined: a destination overlapping any other range of the batch (another copy's
-    /// source or destination, or its own source) is refused too.
+    /// source or destination, or its own source) is refused too. The call itself may wait for
+    /// the stream's earlier work (seen on CUDA 13.0 with pinned sources), so do not hold the
+    /// stream behind something this thread does after the call.
     pub fn copy_batch(pairs: &[(&Buffer, &Buffer)], stream: &Stream) -> Result<()> {
         Buffer::copy_batch_with(pairs, stream, CopyOptions::default())
     }
