@@ -607,6 +607,11 @@ fn vmm_ipc_import_in_the_same_process_aliases_the_memory() {
     // The exporting buffer is gone: the descriptor's file descriptors keep the memory.
     let ro_alias = ro.from_ipc_descriptor(&desc, &s).unwrap();
     assert!(ro_alias.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 0x44));
+    // Writes into it are refused before the driver (a GPU write would fault the context).
+    let e = err(ro_alias.fill_u8(1, &s));
+    assert!(e.contains("fill_u8: neither kernels nor the host may write"), "{e}");
+    let e = err(ro_alias.copy_from_host(&[1u8; 16], &s));
+    assert!(e.contains("copy_from_host"), "{e}");
     let mut flags = 0u64;
     let mut location = driver::CUmemLocation {
         type_: driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,

@@ -119,6 +119,7 @@ macro_rules! memory_node_adders {
                 refuse_graph_memory(dst, "memset")?;
                 let extent = memset_extent(width, height, pitch, value.parts().1)?;
                 dst.check_fits(extent, "memset")?;
+                dst.check_writable("memset")?;
                 let ready = dst.graph_fence()?;
                 // SAFETY: the region lies inside dst (checked arithmetic above), whose memory the
                 // graph holds (handed over before the node is added).
@@ -187,6 +188,7 @@ macro_rules! memory_node_adders {
                 refuse_graph_memory(dst, "memcpy")?;
                 refuse_graph_memory(src, "memcpy")?;
                 dst.check_fits(size, "memcpy destination")?;
+                dst.check_writable("memcpy")?;
                 src.check_fits(size, "memcpy source")?;
                 let (dst_ready, src_ready) = (dst.graph_fence()?, src.graph_fence()?);
                 // SAFETY: both ranges lie inside buffers whose memory the graph holds (handed

@@ -80,6 +80,7 @@ impl Buffer {
     pub fn copy_from_host<T: Pod>(&self, src: &[T], stream: &Stream) -> Result<()> {
         let bytes = std::mem::size_of_val(src);
         self.check_fits(bytes, "copy_from_host")?;
+        self.check_writable("copy_from_host")?;
         self.copy_with_host(
             stream,
             "copy_from_host waits for its copy, which a stream being captured never runs: copy before the capture, or from a buffer",
@@ -160,6 +161,7 @@ impl Buffer {
     /// With options (source access order, location hints, overlap): [`Buffer::copy_to_with`].
     pub fn copy_to(&self, dst: &Buffer, stream: &Stream) -> Result<()> {
         check_same_size(self, dst)?;
+        dst.check_writable("copy_to")?;
         enqueue_using(stream, &[self, dst], |_| {
             // SAFETY: both ranges lie in their buffers, whose memory stays alive until the copy
             // is done (`enqueue_using`).
@@ -189,6 +191,7 @@ impl Buffer {
 
     /// Fills every byte with `value`, ordered on `stream`.
     pub fn fill_u8(&self, value: u8, stream: &Stream) -> Result<()> {
+        self.check_writable("fill_u8")?;
         enqueue_using(stream, &[self], |_| {
             // SAFETY: size bytes of the buffer, alive until the fill is done (`enqueue_using`).
             unsafe { driver::cuMemsetD8Async(self.handle(), value, self.size(), stream.handle()) }
@@ -199,6 +202,7 @@ impl Buffer {
     /// Fills with a 2-byte pattern (the size must be a multiple of 2), ordered on `stream`.
     pub fn fill_u16(&self, value: u16, stream: &Stream) -> Result<()> {
         let count = self.elements(2, "fill_u16")?;
+        self.check_writable("fill_u16")?;
         enqueue_using(stream, &[self], |_| {
             // SAFETY: count 2-byte elements of the buffer, alive until the fill is done.
             unsafe { driver::cuMemsetD16Async(self.handle(), value, count, stream.handle()) }.check("cuMemsetD16Async")
@@ -208,6 +212,7 @@ impl Buffer {
     /// Fills with a 4-byte pattern (the size must be a multiple of 4), ordered on `stream`.
     pub fn fill_u32(&self, value: u32, stream: &Stream) -> Result<()> {
         let count = self.elements(4, "fill_u32")?;
+        self.check_writable("fill_u32")?;
         enqueue_using(stream, &[self], |_| {
             // SAFETY: count 4-byte elements of the buffer, alive until the fill is done.
             unsafe { driver::cuMemsetD32Async(self.handle(), value, count, stream.handle()) }.check("cuMemsetD32Async")
@@ -332,6 +337,7 @@ impl Buffer {
     pub fn copy_3d(dst: Region3D<'_>, src: Region3D<'_>, extent: (usize, usize, usize), stream: &Stream) -> Result<()> {
         let (width, height, depth) = extent;
         let dst_ptr = dst.check(width, height, depth, "destination")?;
+        dst.buffer.check_writable("copy_3d")?;
         let src_ptr = src.check(width, height, depth, "source")?;
         let copy = driver::CUDA_MEMCPY3D {
             srcMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
@@ -358,6 +364,7 @@ impl Buffer {
     /// ordered on `stream`.
     pub fn copy_2d(dst: Region2D<'_>, src: Region2D<'_>, width: usize, height: usize, stream: &Stream) -> Result<()> {
         let dst_ptr = dst.check(width, height, "destination")?;
+        dst.buffer.check_writable("copy_2d")?;
         let src_ptr = src.check(width, height, "source")?;
         let copy = driver::CUDA_MEMCPY2D {
             srcMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
@@ -380,6 +387,7 @@ impl Buffer {
     /// Copies this buffer into `dst` on another device's memory (peer to peer), ordered on `stream`.
     pub fn copy_to_peer(&self, dst: &Buffer, stream: &Stream) -> Result<()> {
         dst.check_fits(self.size(), "copy_to_peer")?;
+        dst.check_writable("copy_to_peer")?;
         let context = |b: &Buffer| -> Result<driver::CUcontext> {
             let device = b
                 .memory_resource()
