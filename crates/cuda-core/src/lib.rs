@@ -47,6 +47,7 @@ pub use memory::{
     IpcBufferDescriptor, LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryLocation, MemoryResource,
     PinnedMemoryResource, Pod, Region2D, Region3D, VirtualMemoryResource, VirtualMemoryResourceOptions,
 };
+pub use memory::{DType, Element, StridedMemoryView};
 pub use memory::{
     IpcPoolResource, ManagedMemoryResourceOptions, MemoryPool, MemoryPoolAttributes, PinnedMemoryResourceOptions,
 };

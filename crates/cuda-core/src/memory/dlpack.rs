@@ -209,26 +209,37 @@ impl Buffer {
                 .ok_or_else(|| dlpack_error("import", "the byte offset overflows"))?;
             (ptr, span, device)
         };
-        let resource = Arc::new(DlpackMemory {
-            device,
-            _tensor: tensor,
-        });
+        let resource = Arc::new(DlpackMemory::new(device, tensor, false));
         Buffer::from_parts(ptr, size, Some(resource), stream)
     }
 }
 
 /// The memory of an imported DLPack tensor, owned until the last buffer using it goes.
-struct DlpackMemory {
+pub(crate) struct DlpackMemory {
     /// The device of device memory; `None` for pinned and managed memory.
     device: Option<Device>,
+    /// The producer's memory is read-only: neither side may write it (writes are refused).
+    readonly: bool,
     _tensor: DlpackTensor,
+}
+
+impl DlpackMemory {
+    pub(crate) fn new(device: Option<Device>, tensor: DlpackTensor, readonly: bool) -> DlpackMemory {
+        DlpackMemory {
+            device,
+            readonly,
+            _tensor: tensor,
+        }
+    }
 }
 
 // SAFETY: the memory is the tensor's (which a producer could only make with `unsafe` code
 // vouching for it), covering every element the checked shape and strides reach; the tensor is
 // owned until the last buffer using it is freed, and its deleter runs only after the
 // deallocation stream's work (which the buffer orders after every other stream's) is done.
-// Device memory is not host-accessible; pinned and managed memory are.
+// Device memory is not host-accessible; pinned and managed memory are. Read-only memory is
+// reported accessible to neither side (the answers promise reading and writing), so that no
+// safe write reaches it.
 unsafe impl MemoryResource for DlpackMemory {
     fn allocate(&self, _size: usize, _stream: &Stream) -> Result<driver::CUdeviceptr> {
         Err(CudaError::InvalidArgument(
@@ -237,13 +248,13 @@ unsafe impl MemoryResource for DlpackMemory {
     }
     unsafe fn deallocate(&self, _ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
         // The producer's deleter may free at once: let queued work finish first.
-        stream.sync()
+        super::wait_before_free(stream)
     }
     fn is_device_accessible(&self) -> bool {
-        true
+        !self.readonly
     }
     fn is_host_accessible(&self) -> bool {
-        self.device.is_none()
+        !self.readonly && self.device.is_none()
     }
     fn device(&self) -> Option<Device> {
         self.device

@@ -12,7 +12,9 @@
 //! - `vmm`: [`VirtualMemoryResource`];
 //! - `ipc`: [`IpcBufferDescriptor`] and buffers shared between processes; `ipc::fd` passes file
 //!   descriptors between processes (public as [`crate::ipc`]);
-//! - `dlpack`: DLPack export and import of buffers (public as [`crate::dlpack`]).
+//! - `dlpack`: DLPack export and import of buffers (public as [`crate::dlpack`]);
+//! - `strided`: [`StridedMemoryView`], typed strided views of buffers, DLPack tensors and host
+//!   slices, and copies between them.
 //!
 //! Memory uses devices and streams (with the capture registry and graph core of
 //! [`crate::stream`]); launches (buffers as kernel arguments) and graphs build on it.
@@ -25,6 +27,7 @@ pub(crate) mod ipc;
 mod legacy_pinned;
 mod managed;
 mod pool;
+mod strided;
 mod vmm;
 
 pub(crate) use buffer::{enqueue_using, PointerInfo, SharedAllocation};
@@ -38,6 +41,7 @@ pub use pool::{
     DeviceMemoryResource, DeviceMemoryResourceOptions, MemoryPool, MemoryPoolAttributes, PinnedMemoryResource,
     PinnedMemoryResourceOptions,
 };
+pub use strided::{DType, Element, StridedMemoryView};
 pub use vmm::{
     VirtualMemoryAccessType, VirtualMemoryAllocationType, VirtualMemoryGranularityType, VirtualMemoryHandleType,
     VirtualMemoryIpcDescriptor, VirtualMemoryLocationType, VirtualMemoryResource, VirtualMemoryResourceOptions,

@@ -68,6 +68,17 @@ impl Buffer {
 }
 
 impl<'a, T> BufferView<'a, T> {
+    /// A view of `len` elements at `ptr`, which the caller checked lies in `buffer` with every
+    /// element the kernel may reach.
+    pub(crate) fn at(buffer: &'a Buffer, ptr: driver::CUdeviceptr, len: usize) -> BufferView<'a, T> {
+        BufferView {
+            buffer,
+            ptr,
+            len,
+            _element: PhantomData,
+        }
+    }
+
     /// The device address of the view's first element.
     pub fn handle(&self) -> driver::CUdeviceptr {
         self.ptr

@@ -32,7 +32,7 @@ fn address(ptr: driver::CUdeviceptr, offset: usize, what: &str) -> Result<driver
 /// Polls `done` until it reports anything but "not ready" (in relaxed capture mode, so that no
 /// capture elsewhere refuses it): a failed wait must still not return before the work is done
 /// or can no longer run (an error stops a context's work).
-fn poll_until_settled(done: impl Fn() -> driver::CUresult) {
+pub(super) fn poll_until_settled(done: impl Fn() -> driver::CUresult) {
     relaxed_capture_mode(|| {
         while done() == driver::CUresult::CUDA_ERROR_NOT_READY {
             std::thread::sleep(std::time::Duration::from_micros(50));

@@ -1,0 +1,176 @@
+//! Copies between views of the same shape and dtype: one copy when both are row-major and
+//! dense, one pitched 2D copy when both are rows of contiguous elements.
+//!
+//! Every buffer behind either view goes through `enqueue_using` (its memory stays alive until
+//! the copy is done); a host view's borrow ends with the call, so such copies are waited for
+//! (and refused on a stream being captured, whose graph would copy at every launch).
+
+use super::{Backing, StridedMemoryView};
+use crate::error::Check;
+use crate::memory::buffer::{enqueue_using, Buffer};
+use crate::stream::{relaxed_capture_mode, Stream};
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+
+/// How a copy between two views is made.
+enum Plan {
+    /// Nothing to copy.
+    Empty,
+    /// `bytes` from element 0 to element 0.
+    Contiguous { bytes: usize },
+    /// `rows` rows of `width` bytes, each view's rows `pitch` bytes apart.
+    Rows {
+        width: usize,
+        rows: usize,
+        src_pitch: usize,
+        dst_pitch: usize,
+    },
+}
+
+/// The layout as rows: `(rows, row stride in elements)` when every dimension but the last is
+/// one row apart from the next (an outer dimension of extent 1 is skipped), the last has stride
+/// 1, and strides are positive.
+fn as_rows(view: &StridedMemoryView<'_>) -> Result<Option<(usize, usize)>> {
+    let strides = view.strides_or_row_major()?;
+    let dims: Vec<(usize, isize)> = view
+        .shape
+        .iter()
+        .copied()
+        .zip(strides)
+        .filter(|(d, _)| *d != 1)
+        .collect();
+    Ok(match dims.as_slice() {
+        [] => Some((1, 0)),
+        [(_, 1)] => Some((1, 0)),
+        [(rows, pitch), (_, 1)] if *pitch > 0 => Some((*rows, *pitch as usize)),
+        _ => None,
+    })
+}
+
+fn plan(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>) -> Result<Plan> {
+    if src.shape != dst.shape || src.dtype != dst.dtype {
+        return Err(CudaError::InvalidArgument(format!(
+            "copy between views of shape {:?} ({}) and {:?} ({}): shapes and dtypes must match",
+            src.shape, src.dtype, dst.shape, dst.dtype
+        )));
+    }
+    let count = src.size()?;
+    if count == 0 {
+        return Ok(Plan::Empty);
+    }
+    let itemsize = src.dtype.itemsize();
+    if src.is_c_contiguous() && dst.is_c_contiguous() {
+        let bytes = count
+            .checked_mul(itemsize)
+            .ok_or_else(|| CudaError::InvalidArgument("the copy's size overflows".into()))?;
+        return Ok(Plan::Contiguous { bytes });
+    }
+    let last = src.shape.iter().rev().find(|&&d| d != 1).copied().unwrap_or(1);
+    match (as_rows(src)?, as_rows(dst)?) {
+        (Some((rows, sp)), Some((_, dp))) => {
+            let bytes = |n: usize| {
+                n.checked_mul(itemsize)
+                    .ok_or_else(|| CudaError::InvalidArgument("the copy's size overflows".into()))
+            };
+            Ok(Plan::Rows {
+                width: bytes(last)?,
+                rows,
+                src_pitch: bytes(sp)?,
+                dst_pitch: bytes(dp)?,
+            })
+        }
+        _ => Err(CudaError::InvalidArgument(format!(
+            "copy between strided views: layouts other than rows of contiguous elements (here strides {:?} and {:?}) are not supported yet; copy row by row with view()",
+            src.strides, dst.strides
+        ))),
+    }
+}
+
+fn buffers<'v>(views: [&'v StridedMemoryView<'_>; 2]) -> Vec<&'v Buffer> {
+    views
+        .into_iter()
+        .filter_map(|v| match &v.backing {
+            Backing::Buffer(b) => Some(*b),
+            Backing::Owned(b) => Some(&**b),
+            Backing::Host(_) | Backing::Raw => None,
+        })
+        .collect()
+}
+
+impl StridedMemoryView<'_> {
+    /// Copies this view's elements into `dst` (same shape and dtype), ordered on `stream`
+    /// (`cuda.core`'s `copy_to`). Both must be row-major and dense, or rows of contiguous
+    /// elements (one pitched copy). With a host view, the call waits for the copy, and a stream
+    /// being captured is refused.
+    pub fn copy_to(&self, dst: &mut StridedMemoryView<'_>, stream: &Stream) -> Result<()> {
+        copy(self, dst, stream)
+    }
+
+    /// Copies `src`'s elements into this view (see [`copy_to`](Self::copy_to)).
+    pub fn copy_from(&mut self, src: &StridedMemoryView<'_>, stream: &Stream) -> Result<()> {
+        copy(src, self, stream)
+    }
+}
+
+fn copy(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>, stream: &Stream) -> Result<()> {
+    if dst.readonly {
+        return Err(CudaError::InvalidArgument(
+            "copy into a read-only view: make the destination writable".into(),
+        ));
+    }
+    let plan = plan(src, dst)?;
+    if matches!(plan, Plan::Empty) {
+        return Ok(());
+    }
+    let host = [src, dst].iter().any(|v| matches!(v.backing, Backing::Host(_)));
+    let held = buffers([src, dst]);
+    enqueue_using(stream, &held, |capture| {
+        if host && capture.is_some() {
+            return Err(CudaError::InvalidArgument(
+                "a copy with a host view waits for itself, which a stream being captured never runs: copy before or after the capture".into(),
+            ));
+        }
+        match plan {
+            Plan::Empty => Ok(()),
+            Plan::Contiguous { bytes } => {
+                // SAFETY: both layouts were checked to lie in the memory their views cover
+                // (buffers held until the copy is done by `enqueue_using`, host slices borrowed
+                // for the call, which waits below, raw memory vouched for by its maker); dense
+                // layouts of equal shape and dtype span `bytes` from element 0.
+                unsafe { driver::cuMemcpyAsync(dst.ptr, src.ptr, bytes, stream.handle()) }.check("cuMemcpyAsync")
+            }
+            Plan::Rows {
+                width,
+                rows,
+                src_pitch,
+                dst_pitch,
+            } => {
+                let copy = driver::CUDA_MEMCPY2D {
+                    srcMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+                    srcDevice: src.ptr,
+                    srcPitch: src_pitch,
+                    dstMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+                    dstDevice: dst.ptr,
+                    dstPitch: dst_pitch,
+                    WidthInBytes: width,
+                    Height: rows,
+                    ..Default::default()
+                };
+                // SAFETY: as above: `rows` rows of `width` bytes, `pitch` apart, are exactly the
+                // elements of the checked layouts.
+                unsafe { driver::cuMemcpy2DAsync(&copy, stream.handle()) }.check("cuMemcpy2DAsync")
+            }
+        }
+    })?;
+    if host {
+        // The host slice's borrow ends with this call: the copy must be done first.
+        if relaxed_capture_mode(|| stream.sync()).is_err() {
+            // SAFETY: the stream is live.
+            crate::memory::copy::poll_until_settled(|| unsafe { driver::cuStreamQuery(stream.handle()) });
+            return Err(CudaError::InvalidArgument(
+                "waiting for a copy with a host view failed".into(),
+            ));
+        }
+    }
+    Ok(())
+}

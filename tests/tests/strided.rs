@@ -1,0 +1,174 @@
+//! StridedMemoryView on the GPU: views of buffers, host slices and DLPack tensors, their
+//! layouts checked, copies between them verified element by element, and views as kernel
+//! arguments.
+
+use cuda_core::{
+    Buffer, CodeType, DType, Device, LaunchConfig, Program, ProgramOptions, SourceType, Stream, StridedMemoryView,
+};
+
+fn setup() -> (Device, Stream) {
+    let d = Device::new(0).expect("a GPU");
+    d.set_current().unwrap();
+    let s = d.create_stream(Default::default()).unwrap();
+    (d, s)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn strided_views_of_buffers_and_host_slices_round_trip() {
+    let (d, s) = setup();
+    let data: Vec<f32> = (0..6).map(|i| i as f32 * 1.5).collect();
+    let buffer = d.allocate(24, &s).unwrap();
+    let mut dev = StridedMemoryView::from_buffer(&buffer, &[2, 3], None, DType::F32, false).unwrap();
+    assert_eq!(
+        (dev.shape(), dev.strides(), dev.dtype()),
+        (&[2usize, 3][..], None, DType::F32)
+    );
+    assert_eq!(dev.size().unwrap(), 6);
+    assert_eq!(dev.device_id(), Some(d.device_id()));
+    assert!(dev.is_device_accessible() && !dev.readonly() && dev.is_c_contiguous());
+    // Host to device and back, through views.
+    let host = StridedMemoryView::from_host_slice(&data, &[2, 3], None).unwrap();
+    assert!(host.readonly() && host.device_id().is_none() && !host.is_device_accessible());
+    dev.copy_from(&host, &s).unwrap();
+    assert_eq!(buffer.to_vec::<f32>(&s).unwrap(), data);
+    let mut back = vec![0f32; 6];
+    let mut out = StridedMemoryView::from_host_slice_mut(&mut back, &[2, 3], Some(&[3, 1])).unwrap();
+    assert!(out.strides().is_none(), "row-major strides read back as None");
+    dev.copy_to(&mut out, &s).unwrap();
+    drop(out);
+    assert_eq!(back, data);
+    // A read-only view is not written.
+    let mut ro = StridedMemoryView::from_buffer(&buffer, &[6], None, DType::F32, true).unwrap();
+    let err = ro
+        .copy_from(&host.view(&[6], None, DType::F32).unwrap(), &s)
+        .unwrap_err();
+    assert!(err.to_string().contains("read-only"), "{err}");
+    assert!(ro.buffer().is_none() && ro.kernel_arg::<f32>().is_err());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn strided_layouts_are_checked_before_use() {
+    let (d, s) = setup();
+    let buffer = d.allocate(64, &s).unwrap();
+    // 16 floats fit; 17 do not, nor a stride that reaches past the end.
+    assert!(StridedMemoryView::from_buffer(&buffer, &[4, 4], None, DType::F32, false).is_ok());
+    for (shape, strides) in [(&[17usize][..], None), (&[4, 4][..], Some(&[5isize, 1][..]))] {
+        let err = StridedMemoryView::from_buffer(&buffer, shape, strides, DType::F32, false).unwrap_err();
+        assert!(err.to_string().contains("reaches outside"), "{err}");
+    }
+    // Negative strides reach before element 0, which is the buffer's start here.
+    let err = StridedMemoryView::from_buffer(&buffer, &[4], Some(&[-1]), DType::F32, false).unwrap_err();
+    assert!(err.to_string().contains("reaches outside"), "{err}");
+    // Strides for another number of dimensions, and overflowing layouts.
+    assert!(StridedMemoryView::from_buffer(&buffer, &[4, 4], Some(&[4]), DType::F32, false).is_err());
+    assert!(StridedMemoryView::from_buffer(&buffer, &[usize::MAX, 2], None, DType::F32, false).is_err());
+    // Zero-size dimensions view nothing, anywhere.
+    let empty = StridedMemoryView::from_buffer(&buffer, &[0, 100], None, DType::F64, false).unwrap();
+    assert_eq!(empty.size().unwrap(), 0);
+    // Re-views stay inside the same memory.
+    let v = StridedMemoryView::from_buffer(&buffer, &[16], None, DType::F32, false).unwrap();
+    let bytes = v.view(&[64], None, DType::U8).unwrap();
+    assert_eq!((bytes.dtype(), bytes.size().unwrap()), (DType::U8, 64));
+    assert!(v.view(&[9], None, DType::F64).is_err());
+    // Typed kernel arguments check the dtype.
+    let err = v.kernel_arg::<u32>().unwrap_err();
+    assert!(err.to_string().contains("float32"), "{err}");
+    // Shapes and dtypes of copies must match.
+    let other = d.allocate(64, &s).unwrap();
+    let mut w = StridedMemoryView::from_buffer(&other, &[8], None, DType::F32, false).unwrap();
+    let err = v.copy_to(&mut w, &s).unwrap_err();
+    assert!(err.to_string().contains("shapes and dtypes must match"), "{err}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn strided_copies_of_pitched_rows() {
+    let (d, s) = setup();
+    // A 4x8 matrix on the device; its left 4x3 block is rows of 3, 8 apart.
+    let full: Vec<u32> = (0..32).collect();
+    let matrix = d.allocate_from_slice(&full, &s).unwrap();
+    let block = StridedMemoryView::from_buffer(&matrix, &[4, 3], Some(&[8, 1]), DType::U32, false).unwrap();
+    assert_eq!(block.strides(), Some(&[8isize, 1][..]));
+    let mut dense = vec![0u32; 12];
+    let mut out = StridedMemoryView::from_host_slice_mut(&mut dense, &[4, 3], None).unwrap();
+    block.copy_to(&mut out, &s).unwrap();
+    drop(out);
+    for r in 0..4 {
+        for c in 0..3 {
+            assert_eq!(dense[r * 3 + c], full[r * 8 + c], "element ({r}, {c})");
+        }
+    }
+    // Into a strided destination: rows of 3, 5 apart, in another buffer.
+    let target = d.allocate(4 * 5 * 4, &s).unwrap();
+    target.fill_u32(u32::MAX, &s).unwrap();
+    let mut into = StridedMemoryView::from_buffer(&target, &[4, 3], Some(&[5, 1]), DType::U32, false).unwrap();
+    into.copy_from(&block, &s).unwrap();
+    let got = target.to_vec::<u32>(&s).unwrap();
+    for r in 0..4 {
+        for c in 0..5 {
+            let want = if c < 3 { full[r * 8 + c] } else { u32::MAX };
+            assert_eq!(got[r * 5 + c], want, "element ({r}, {c})");
+        }
+    }
+    // Column-major layouts are not rows: refused with what to do instead.
+    let columns = StridedMemoryView::from_buffer(&matrix, &[8, 4], Some(&[1, 8]), DType::U32, false).unwrap();
+    let mut dense = vec![0u32; 32];
+    let mut out = StridedMemoryView::from_host_slice_mut(&mut dense, &[8, 4], None).unwrap();
+    let err = columns.copy_to(&mut out, &s).unwrap_err();
+    assert!(err.to_string().contains("not supported yet"), "{err}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn strided_views_of_dlpack_tensors_keep_them_and_follow_the_producer() {
+    let (d, s) = setup();
+    let producer = d.create_stream(Default::default()).unwrap();
+    // A 2x3 tensor of f32 with rows 4 apart (padding), filled on the producer's stream.
+    let values: Vec<f32> = (0..8).map(|i| i as f32).collect();
+    let buffer = Buffer::from_slice(d.memory_resource().unwrap(), &values, &producer).unwrap();
+    buffer.fill_u32(7.0f32.to_bits(), &producer).unwrap();
+    let tensor = buffer.to_dlpack_as::<f32>(&[2, 3], Some(&[4, 1])).unwrap();
+    let view = StridedMemoryView::from_dlpack(tensor, Some(&producer), &s).unwrap();
+    assert_eq!(
+        (view.shape(), view.strides(), view.dtype()),
+        (&[2usize, 3][..], Some(&[4isize, 1][..]), DType::F32)
+    );
+    assert_eq!(view.device_id(), Some(d.device_id()));
+    assert!(view.buffer().is_some() && !view.readonly());
+    let mut host = vec![0f32; 6];
+    let mut out = StridedMemoryView::from_host_slice_mut(&mut host, &[2, 3], None).unwrap();
+    view.copy_to(&mut out, &s).unwrap();
+    drop(out);
+    assert_eq!(host, [7.0; 6], "the consumer saw the producer's fill");
+    // The view is a kernel argument for a float*: double every element it reaches.
+    let source = r#"extern "C" __global__ void twice(float* x, int rows, int cols, int pitch) {
+        int r = blockIdx.x, c = threadIdx.x;
+        if (r < rows && c < cols) x[r * pitch + c] *= 2.0f;
+    }"#;
+    let kernel = Program::new(source, SourceType::Cxx, ProgramOptions::default())
+        .unwrap()
+        .compile(CodeType::Cubin, &[])
+        .unwrap()
+        .get_kernel("twice")
+        .unwrap()
+        .typed::<(*mut f32, i32, i32, i32)>()
+        .unwrap();
+    // SAFETY: the kernel touches rows x cols elements, pitch apart, which the view holds.
+    unsafe {
+        kernel.launch(
+            &s,
+            &LaunchConfig::new(2, 3),
+            (view.kernel_arg::<f32>().unwrap(), 2, 3, 4),
+        )
+    }
+    .unwrap();
+    let mut host = vec![0f32; 6];
+    let mut out = StridedMemoryView::from_host_slice_mut(&mut host, &[2, 3], None).unwrap();
+    view.copy_to(&mut out, &s).unwrap();
+    drop(out);
+    assert_eq!(host, [14.0; 6]);
+    drop(view);
+    s.sync().unwrap();
+}
