@@ -213,6 +213,10 @@ fn wait_for_uses(buffer: &mut Buffer, stream: &Stream) -> Result<()> {
             "cannot move a VirtualMemoryResource buffer while its stream is being captured: virtual memory mapping is synchronous and cannot be captured; grow it after the capture ends",
         ));
     }
-    stream.sync()?;
-    buffer.synchronize_uses()
+    // In relaxed capture mode: a capture on another thread is neither refused by the waits nor
+    // invalidated.
+    crate::stream::relaxed_capture_mode(|| {
+        stream.sync()?;
+        buffer.synchronize_uses()
+    })
 }

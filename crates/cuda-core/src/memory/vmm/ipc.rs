@@ -259,6 +259,16 @@ impl VirtualMemoryResource {
                     self.options.location_type.name()
                 )));
             }
+            if self.options.location_type == super::VirtualMemoryLocationType::Device {
+                // SAFETY: for device locations the union holds the device ordinal.
+                let id = unsafe { prop.location.__bindgen_anon_1.id };
+                if usize::try_from(id).ok() != Some(self.device.device_id()) {
+                    return Err(invalid(format!(
+                        "the descriptor's memory lies on device {id}, but this resource maps memory of device {}: import it through a resource of that device",
+                        self.device.device_id()
+                    )));
+                }
+            }
             let minimum = raw::granularity(
                 &prop,
                 driver::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,

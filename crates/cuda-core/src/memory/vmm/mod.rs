@@ -20,12 +20,11 @@
 //!
 //! **Read-only and inaccessible memory.** `self_access` other than read-write (or host memory
 //! without read-write peers, for the device) makes the resource report its memory as not
-//! device- (or host-) accessible, since the crate's promise is read *and* write. This crate's
-//! copies and fills do not consult those answers, so writing such memory through them makes the
-//! GPU fault (`CUDA_ERROR_ILLEGAL_ADDRESS`, which ends the context) instead of writing: an error,
-//! not undefined behaviour, but not refused up front either. Refusing it needs a read-only flag
-//! that copies and fills check; until buffers have one, a growth's own options must grant the
-//! owner at least what the resource reports, so the answers stay true for every chunk.
+//! device- (or host-) accessible, since the crate's promise is read *and* write. Copies, fills
+//! and graph memory nodes refuse to write memory neither side may write (`Buffer`'s write
+//! check); reading memory no one may access still reaches the driver, which faults the context
+//! (an error, not undefined behaviour). A growth's own options must grant the owner at least
+//! what the resource reports, so the answers stay true for every chunk.
 
 mod grow;
 mod ipc;
@@ -384,7 +383,9 @@ unsafe impl MemoryResource for VirtualMemoryResource {
         }
         // SAFETY: mapped by this resource from ptr; the wait above covers every use (the caller
         // promises nothing uses it after the work queued on `stream`).
-        unsafe { unmap(ptr, &allocation.chunks, &allocation.reservations) }
+        // (In relaxed capture mode: a capture on another thread neither refuses the unmapping
+        // nor is invalidated by it.)
+        crate::stream::relaxed_capture_mode(|| unsafe { unmap(ptr, &allocation.chunks, &allocation.reservations) })
     }
 
     fn is_device_accessible(&self) -> bool {
