@@ -112,12 +112,77 @@ fn strided_copies_of_pitched_rows() {
             assert_eq!(got[r * 5 + c], want, "element ({r}, {c})");
         }
     }
-    // Column-major layouts are not rows: refused with what to do instead.
-    let columns = StridedMemoryView::from_buffer(&matrix, &[8, 4], Some(&[1, 8]), DType::U32, false).unwrap();
-    let mut dense = vec![0u32; 32];
-    let mut out = StridedMemoryView::from_host_slice_mut(&mut dense, &[8, 4], None).unwrap();
-    let err = columns.copy_to(&mut out, &s).unwrap_err();
-    assert!(err.to_string().contains("not supported yet"), "{err}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn strided_copies_of_any_layout_use_the_kernel() {
+    let (d, s) = setup();
+    // The transpose of a 4x8 matrix: an 8x4 view with strides (1, 8), copied dense.
+    let full: Vec<u32> = (0..32).map(|i| i * 3 + 1).collect();
+    let matrix = d.allocate_from_slice(&full, &s).unwrap();
+    let transposed = StridedMemoryView::from_buffer(&matrix, &[8, 4], Some(&[1, 8]), DType::U32, false).unwrap();
+    let out = d.allocate(32 * 4, &s).unwrap();
+    let mut dense = StridedMemoryView::from_buffer(&out, &[8, 4], None, DType::U32, false).unwrap();
+    dense.copy_from(&transposed, &s).unwrap();
+    let got = out.to_vec::<u32>(&s).unwrap();
+    for r in 0..8 {
+        for c in 0..4 {
+            assert_eq!(got[r * 4 + c], full[c * 8 + r], "element ({r}, {c})");
+        }
+    }
+    // A reversed view (negative stride) of 16-byte elements, and a 3-dimensional layout of f16.
+    let pairs: Vec<[f64; 2]> = (0..10).map(|i| [i as f64, -(i as f64)]).collect();
+    let src = d.allocate_from_slice(&pairs, &s).unwrap();
+    // SAFETY: ten 16-byte elements from the last one backwards lie in `src`, alive meanwhile.
+    let reversed = unsafe {
+        StridedMemoryView::from_raw(
+            src.handle() + 9 * 16,
+            &[10],
+            Some(&[-1]),
+            DType::Complex128,
+            Some(d.device_id()),
+            true,
+            true,
+        )
+    }
+    .unwrap();
+    let dst = d.allocate(160, &s).unwrap();
+    StridedMemoryView::from_buffer(&dst, &[10], None, DType::Complex128, false)
+        .unwrap()
+        .copy_from(&reversed, &s)
+        .unwrap();
+    let got = dst.to_vec::<[f64; 2]>(&s).unwrap();
+    assert!(got.iter().enumerate().all(|(i, v)| *v == pairs[9 - i]));
+    let halves: Vec<half::f16> = (0..24).map(|i| half::f16::from_f32(i as f32)).collect();
+    let cube = d.allocate_from_slice(&halves, &s).unwrap();
+    // (2, 3, 4) seen with its axes reversed: (4, 3, 2) with strides (1, 4, 12).
+    let axes = StridedMemoryView::from_buffer(&cube, &[4, 3, 2], Some(&[1, 4, 12]), DType::F16, false).unwrap();
+    let out = d.allocate(48, &s).unwrap();
+    StridedMemoryView::from_buffer(&out, &[4, 3, 2], None, DType::F16, false)
+        .unwrap()
+        .copy_from(&axes, &s)
+        .unwrap();
+    let got = out.to_vec::<half::f16>(&s).unwrap();
+    for i in 0..4 {
+        for j in 0..3 {
+            for k in 0..2 {
+                assert_eq!(
+                    got[i * 6 + j * 2 + k],
+                    halves[k * 12 + j * 4 + i],
+                    "element ({i}, {j}, {k})"
+                );
+            }
+        }
+    }
+    // A host view must be dense (or rows); a broadcast destination is refused.
+    let mut host = vec![0u32; 32];
+    let mut out = StridedMemoryView::from_host_slice_mut(&mut host, &[8, 4], None).unwrap();
+    let err = transposed.copy_to(&mut out, &s).unwrap_err();
+    assert!(err.to_string().contains("a host view must be dense"), "{err}");
+    let mut broadcast = StridedMemoryView::from_buffer(&matrix, &[8, 4], Some(&[0, 1]), DType::U32, false).unwrap();
+    let err = broadcast.copy_from(&transposed, &s).unwrap_err();
+    assert!(err.to_string().contains("zero stride"), "{err}");
 }
 
 #[test]

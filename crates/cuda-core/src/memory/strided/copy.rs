@@ -1,5 +1,6 @@
 //! Copies between views of the same shape and dtype: one copy when both are row-major and
-//! dense, one pitched 2D copy when both are rows of contiguous elements.
+//! dense, one pitched 2D copy when both are rows of contiguous elements, and otherwise the
+//! strided copy kernel (`kernel`), for views kernels can reach.
 //!
 //! Every buffer behind either view goes through `enqueue_using` (its memory stays alive until
 //! the copy is done); a host view's borrow ends with the call, so such copies are waited for
@@ -25,6 +26,8 @@ enum Plan {
         src_pitch: usize,
         dst_pitch: usize,
     },
+    /// Any other layouts: the strided copy kernel, element by element.
+    Kernel { layout: super::kernel::Layout, count: u64 },
 }
 
 /// The layout as rows: `(rows, row stride in elements)` when every dimension but the last is
@@ -79,11 +82,55 @@ fn plan(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>) -> Result<Plan
                 dst_pitch: bytes(dp)?,
             })
         }
-        _ => Err(CudaError::InvalidArgument(format!(
-            "copy between strided views: layouts other than rows of contiguous elements (here strides {:?} and {:?}) are not supported yet; copy row by row with view()",
-            src.strides, dst.strides
-        ))),
+        _ => kernel_plan(src, dst, count),
     }
+}
+
+/// The kernel's plan: both views reachable by kernels, at most `MAX_DIMS` dimensions, and the
+/// destination's elements distinct (a broadcast destination would be written by many threads).
+fn kernel_plan(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>, count: usize) -> Result<Plan> {
+    use super::kernel::{Layout, MAX_DIMS};
+    if !src.device_accessible || !dst.device_accessible {
+        return Err(CudaError::InvalidArgument(format!(
+            "copy between strided views: a host view must be dense or rows of contiguous elements for a copy (here strides {:?} and {:?}); copy through a dense view",
+            src.strides, dst.strides
+        )));
+    }
+    let align = src.dtype.itemsize().min(8) as u64;
+    if !src.ptr.is_multiple_of(align) || !dst.ptr.is_multiple_of(align) {
+        return Err(CudaError::InvalidArgument(format!(
+            "copy between strided views: element 0 ({:#x} or {:#x}) is not aligned for {} elements",
+            src.ptr, dst.ptr, src.dtype
+        )));
+    }
+    let ndim = src.shape.len();
+    if ndim > MAX_DIMS {
+        return Err(CudaError::InvalidArgument(format!(
+            "copy between strided views of {ndim} dimensions: at most {MAX_DIMS} are supported"
+        )));
+    }
+    let (ss, ds) = (src.strides_or_row_major()?, dst.strides_or_row_major()?);
+    if dst.shape.iter().zip(&ds).any(|(&d, &s)| d > 1 && s == 0) {
+        return Err(CudaError::InvalidArgument(
+            "copy into a view with a zero stride (a broadcast) would write one element many times: refused".into(),
+        ));
+    }
+    let mut layout = Layout {
+        shape: [1; MAX_DIMS],
+        src: [0; MAX_DIMS],
+        dst: [0; MAX_DIMS],
+        ndim: ndim as i32,
+    };
+    for k in 0..ndim {
+        let wide = |v: usize| i64::try_from(v).map_err(|_| CudaError::InvalidArgument("a dimension overflows".into()));
+        layout.shape[k] = wide(src.shape[k])?;
+        layout.src[k] = ss[k] as i64;
+        layout.dst[k] = ds[k] as i64;
+    }
+    Ok(Plan::Kernel {
+        layout,
+        count: count as u64,
+    })
 }
 
 fn buffers<'v>(views: [&'v StridedMemoryView<'_>; 2]) -> Vec<&'v Buffer> {
@@ -159,6 +206,19 @@ fn copy(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>, stream: &Strea
                 // SAFETY: as above: `rows` rows of `width` bytes, `pitch` apart, are exactly the
                 // elements of the checked layouts.
                 unsafe { driver::cuMemcpy2DAsync(&copy, stream.handle()) }.check("cuMemcpy2DAsync")
+            }
+            Plan::Kernel { layout, count } => {
+                let device = stream.context_or_current()?.device();
+                // SAFETY: every offset the layouts give lies in the memory their views cover
+                // (checked at construction), which kernels reach (checked in the plan) and
+                // which stays alive until the copy is done (as above); element 0 is aligned
+                // (checked in the plan) and strides count whole elements. Zero destination
+                // strides are refused; other overlapping layouts only leave which bytes win
+                // unspecified.
+                // The ranges overlapping is the caller's affair: bytes, not memory safety.
+                unsafe {
+                    super::kernel::launch(stream, &device, src.dtype.itemsize(), src.ptr, dst.ptr, &layout, count)
+                }
             }
         }
     })?;

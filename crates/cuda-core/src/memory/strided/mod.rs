@@ -10,6 +10,7 @@
 
 mod copy;
 mod dtype;
+mod kernel;
 mod layout;
 
 pub use dtype::{DType, Element};
