@@ -237,3 +237,60 @@ fn strided_views_of_dlpack_tensors_keep_them_and_follow_the_producer() {
     drop(view);
     s.sync().unwrap();
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn strided_views_hand_their_memory_over_as_dlpack_and_back() {
+    let (d, s) = setup();
+    let values: Vec<i32> = (0..12).collect();
+    let buffer = d.allocate_from_slice(&values, &s).unwrap();
+    let owned = StridedMemoryView::from_buffer_owned(buffer, &[3, 4], Some(&[4, 1]), DType::I32, false).unwrap();
+    let tensor = owned.to_dlpack().unwrap();
+    {
+        let v = tensor.validate().unwrap();
+        assert_eq!(v.shape(), &[3, 4]);
+        assert_eq!(v.strides().unwrap(), &[4, 1]);
+    }
+    let back = StridedMemoryView::from_dlpack(tensor, None, &s).unwrap();
+    assert_eq!((back.shape(), back.dtype()), (&[3usize, 4][..], DType::I32));
+    let mut host = vec![0i32; 12];
+    back.copy_to(
+        &mut StridedMemoryView::from_host_slice_mut(&mut host, &[3, 4], None).unwrap(),
+        &s,
+    )
+    .unwrap();
+    assert_eq!(host, values);
+    // The read-only flag travels both ways.
+    let other = d.allocate(16, &s).unwrap();
+    let owned = StridedMemoryView::from_buffer_owned(other, &[4], None, DType::F32, true).unwrap();
+    let tensor = owned.to_dlpack().unwrap();
+    assert!(tensor
+        .flags()
+        .contains(cuda_core::dlpack::dlpark::DlpackFlags::READ_ONLY));
+    let ro = StridedMemoryView::from_dlpack(tensor, None, &s).unwrap();
+    assert!(ro.readonly() && ro.buffer().is_none());
+}
+
+/// Accepts anything viewable, as `args_viewable_as_strided_memory` does, and copies it to the
+/// device as bytes.
+fn to_device(arg: &(impl cuda_core::AsStridedView + ?Sized), d: &Device, s: &Stream) -> Vec<u8> {
+    let view = arg.as_strided_view(s).unwrap();
+    let bytes = view.size().unwrap() * view.dtype().itemsize();
+    let out = d.allocate(bytes, s).unwrap();
+    let mut dst = StridedMemoryView::from_buffer(&out, view.shape(), None, view.dtype(), false).unwrap();
+    dst.copy_from(&view, s).unwrap();
+    out.to_vec::<u8>(s).unwrap()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn strided_views_of_anything_viewable() {
+    let (d, s) = setup();
+    let host: Vec<u16> = vec![0x0102, 0x0304];
+    assert_eq!(to_device(&host, &d, &s), [2, 1, 4, 3]);
+    assert_eq!(to_device(&host[1..], &d, &s), [4, 3]);
+    let buffer = d.allocate_from_slice(&[9u8, 8, 7], &s).unwrap();
+    assert_eq!(to_device(&buffer, &d, &s), [9, 8, 7]);
+    let view = StridedMemoryView::from_buffer(&buffer, &[3], None, DType::U8, false).unwrap();
+    assert_eq!(to_device(&view, &d, &s), [9, 8, 7]);
+}

@@ -60,7 +60,7 @@ fn compact_strides(shape: &[i64]) -> Vec<i64> {
 /// device, memory both sides reach as CUDA host (pinned) or managed memory, host-only memory as
 /// CPU memory (a buffer of no resource, from `Buffer::from_handle`, knows who reaches it from the
 /// driver's pointer attributes).
-fn dl_device(buffer: &Buffer) -> Result<DLDevice> {
+pub(crate) fn dl_device(buffer: &Buffer) -> Result<DLDevice> {
     let ptr = buffer.handle();
     match (buffer.is_device_accessible(), buffer.is_host_accessible()) {
         (true, false) => {

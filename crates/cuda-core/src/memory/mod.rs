@@ -41,7 +41,7 @@ pub use pool::{
     DeviceMemoryResource, DeviceMemoryResourceOptions, MemoryPool, MemoryPoolAttributes, PinnedMemoryResource,
     PinnedMemoryResourceOptions,
 };
-pub use strided::{DType, Element, StridedMemoryView};
+pub use strided::{AsStridedView, DType, Element, StridedMemoryView};
 pub use vmm::{
     VirtualMemoryAccessType, VirtualMemoryAllocationType, VirtualMemoryGranularityType, VirtualMemoryHandleType,
     VirtualMemoryIpcDescriptor, VirtualMemoryLocationType, VirtualMemoryResource, VirtualMemoryResourceOptions,

@@ -10,10 +10,12 @@
 
 mod copy;
 mod dtype;
+mod exchange;
 mod kernel;
 mod layout;
 
 pub use dtype::{DType, Element};
+pub use exchange::AsStridedView;
 
 use super::buffer::{Buffer, BufferView};
 use super::dlpack::{DlpackMemory, DlpackTensor};
