@@ -1,7 +1,8 @@
 //! `cargo xtask test`: the project's test command, for a fresh machine with no CUDA toolkit.
 //!
 //! It makes a Python virtual environment in `.cuda-venv/` holding NVIDIA's compiler and runtime
-//! wheels (pinned to the version the headers come from), then runs `cargo test --workspace` with
+//! wheels (pinned to the version the headers come from), then runs `cargo test --workspace
+//! --all-features` (optional bridges such as `ndarray` included) with
 //! `VIRTUAL_ENV` pointing at it, the way `cuda-pathfinder` finds wheels for any user.
 //! `CUDA_RS_REQUIRE_WHEELS=1` makes the tests that need those libraries fail, not skip, when they
 //! are not found.
@@ -29,7 +30,7 @@ pub fn run(args: &[String]) -> Result {
     }
     let mut cmd = cargo_with_wheels()?;
     util::run(
-        cmd.args(["test", "--workspace"])
+        cmd.args(["test", "--workspace", "--all-features"])
             .args(&args)
             .env("CUDA_RS_REQUIRE_WHEELS", "1"),
     )

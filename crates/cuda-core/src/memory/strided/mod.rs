@@ -13,6 +13,8 @@ mod dtype;
 mod exchange;
 mod kernel;
 mod layout;
+#[cfg(feature = "ndarray")]
+mod ndarray_bridge;
 
 pub use dtype::{DType, Element};
 pub use exchange::AsStridedView;
@@ -284,7 +286,9 @@ impl<'a> StridedMemoryView<'a> {
     }
 
     /// The same memory seen with another layout or element type (`cuda.core`'s `view`), from
-    /// the same element 0; it must stay inside the memory this view's source covers.
+    /// the same element 0; it must stay inside the memory this view's source covers. A re-view
+    /// of host memory is read-only: it borrows this view shared, and host memory read through
+    /// one view (`as_ndarray`) must not be written through another meanwhile.
     pub fn view(&self, shape: &[usize], strides: Option<&[isize]>, dtype: DType) -> Result<StridedMemoryView<'_>> {
         let strides = check_inside(self.ptr, shape, strides, dtype, self.bounds)?;
         Ok(StridedMemoryView {
@@ -292,7 +296,7 @@ impl<'a> StridedMemoryView<'a> {
             shape: shape.to_vec(),
             strides,
             dtype,
-            readonly: self.readonly,
+            readonly: self.readonly || matches!(self.backing, Backing::Host(_)),
             device_id: self.device_id,
             device_accessible: self.device_accessible,
             bounds: self.bounds,
