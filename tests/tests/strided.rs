@@ -201,13 +201,21 @@ fn strided_views_of_dlpack_tensors_keep_them_and_follow_the_producer() {
         (&[2usize, 3][..], Some(&[4isize, 1][..]), DType::F32)
     );
     assert_eq!(view.device_id(), Some(d.device_id()));
-    assert!(view.buffer().is_some() && !view.readonly());
+    // The producer granted the elements, not the padding between rows: no buffer is lent, no
+    // re-view with another layout, no kernel argument (whose buffer would reach the padding).
+    assert!(view.buffer().is_none() && !view.readonly());
+    assert!(view.view(&[8], None, DType::F32).is_err());
+    assert!(view.view(&[2, 3], Some(&[4, 1]), DType::F32).is_ok());
+    assert!(view.kernel_arg::<f32>().is_err());
     let mut host = vec![0f32; 6];
     let mut out = StridedMemoryView::from_host_slice_mut(&mut host, &[2, 3], None).unwrap();
     view.copy_to(&mut out, &s).unwrap();
     drop(out);
     assert_eq!(host, [7.0; 6], "the consumer saw the producer's fill");
-    // The view is a kernel argument for a float*: double every element it reaches.
+    // A dense tensor's view is a kernel argument for a float*: double every element it reaches.
+    let dense = d.allocate_from_slice(&[7.0f32; 8], &s).unwrap();
+    let view = StridedMemoryView::from_dlpack(dense.to_dlpack_as::<f32>(&[2, 4], None).unwrap(), None, &s).unwrap();
+    assert!(view.buffer().is_some());
     let source = r#"extern "C" __global__ void twice(float* x, int rows, int cols, int pitch) {
         int r = blockIdx.x, c = threadIdx.x;
         if (r < rows && c < cols) x[r * pitch + c] *= 2.0f;
@@ -224,16 +232,16 @@ fn strided_views_of_dlpack_tensors_keep_them_and_follow_the_producer() {
     unsafe {
         kernel.launch(
             &s,
-            &LaunchConfig::new(2, 3),
-            (view.kernel_arg::<f32>().unwrap(), 2, 3, 4),
+            &LaunchConfig::new(2, 4),
+            (view.kernel_arg::<f32>().unwrap(), 2, 4, 4),
         )
     }
     .unwrap();
-    let mut host = vec![0f32; 6];
-    let mut out = StridedMemoryView::from_host_slice_mut(&mut host, &[2, 3], None).unwrap();
+    let mut host = vec![0f32; 8];
+    let mut out = StridedMemoryView::from_host_slice_mut(&mut host, &[2, 4], None).unwrap();
     view.copy_to(&mut out, &s).unwrap();
     drop(out);
-    assert_eq!(host, [14.0; 6]);
+    assert_eq!(host, [14.0; 8]);
     drop(view);
     s.sync().unwrap();
 }
@@ -269,6 +277,12 @@ fn strided_views_hand_their_memory_over_as_dlpack_and_back() {
         .contains(cuda_core::dlpack::dlpark::DlpackFlags::READ_ONLY));
     let ro = StridedMemoryView::from_dlpack(tensor, None, &s).unwrap();
     assert!(ro.readonly() && ro.buffer().is_none());
+    // Handed over again, still read-only and on its device.
+    let again = ro.to_dlpack().unwrap();
+    assert!(again
+        .flags()
+        .contains(cuda_core::dlpack::dlpark::DlpackFlags::READ_ONLY));
+    assert_eq!(again.validate().unwrap().device().device_id, d.device_id() as i32);
 }
 
 /// Accepts anything viewable, as `args_viewable_as_strided_memory` does, and copies it to the

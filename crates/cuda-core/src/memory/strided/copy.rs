@@ -69,19 +69,20 @@ fn plan(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>) -> Result<Plan
         return Ok(Plan::Contiguous { bytes });
     }
     let last = src.shape.iter().rev().find(|&&d| d != 1).copied().unwrap_or(1);
+    let bytes = |n: usize| {
+        n.checked_mul(itemsize)
+            .ok_or_else(|| CudaError::InvalidArgument("the copy's size overflows".into()))
+    };
     match (as_rows(src)?, as_rows(dst)?) {
-        (Some((rows, sp)), Some((_, dp))) => {
-            let bytes = |n: usize| {
-                n.checked_mul(itemsize)
-                    .ok_or_else(|| CudaError::InvalidArgument("the copy's size overflows".into()))
-            };
-            Ok(Plan::Rows {
-                width: bytes(last)?,
-                rows,
-                src_pitch: bytes(sp)?,
-                dst_pitch: bytes(dp)?,
-            })
-        }
+        // One row of contiguous elements in each: one plain copy.
+        (Some((1, _)), Some((1, _))) => Ok(Plan::Contiguous { bytes: bytes(last)? }),
+        // Rows that do not overlap (a pitch of at least the row) in each: one pitched copy.
+        (Some((rows, sp)), Some((_, dp))) if rows > 1 && sp >= last && dp >= last => Ok(Plan::Rows {
+            width: bytes(last)?,
+            rows,
+            src_pitch: bytes(sp)?,
+            dst_pitch: bytes(dp)?,
+        }),
         _ => kernel_plan(src, dst, count),
     }
 }
@@ -169,7 +170,32 @@ fn copy(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>, stream: &Strea
     if matches!(plan, Plan::Empty) {
         return Ok(());
     }
+    // The kernel is compiled (once) before the operation, so that no capture waits for NVRTC,
+    // for the device of the stream, which must be the views'.
+    let kernel = match plan {
+        Plan::Kernel { .. } => {
+            let device = stream.context_or_current()?.device();
+            for v in [src, dst] {
+                if v.device_id.is_some_and(|d| d != device.device_id()) {
+                    return Err(CudaError::InvalidArgument(format!(
+                        "copy between strided views: a view on device {:?} copied on a stream of device {}: copy on a stream of the views' device",
+                        v.device_id,
+                        device.device_id()
+                    )));
+                }
+            }
+            Some(super::kernel::kernel(&device, src.dtype.itemsize())?)
+        }
+        _ => None,
+    };
     let host = [src, dst].iter().any(|v| matches!(v.backing, Backing::Host(_)));
+    // With a host view, a fence recorded after the copy is waited for: the slice's borrow
+    // ends with this call.
+    let fence = if host {
+        Some(stream.context_or_current()?.fence()?)
+    } else {
+        None
+    };
     let held = buffers([src, dst]);
     enqueue_using(stream, &held, |capture| {
         if host && capture.is_some() {
@@ -203,34 +229,41 @@ fn copy(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>, stream: &Strea
                     Height: rows,
                     ..Default::default()
                 };
-                // SAFETY: as above: `rows` rows of `width` bytes, `pitch` apart, are exactly the
-                // elements of the checked layouts.
+                // SAFETY: as above: `rows` rows of `width` bytes, `pitch` apart (at least the
+                // width), are exactly the elements of the checked layouts.
                 unsafe { driver::cuMemcpy2DAsync(&copy, stream.handle()) }.check("cuMemcpy2DAsync")
             }
             Plan::Kernel { layout, count } => {
-                let device = stream.context_or_current()?.device();
+                let Some(kernel) = &kernel else {
+                    return Err(CudaError::InvalidArgument("the strided copy kernel is missing".into()));
+                };
                 // SAFETY: every offset the layouts give lies in the memory their views cover
-                // (checked at construction), which kernels reach (checked in the plan) and
-                // which stays alive until the copy is done (as above); element 0 is aligned
-                // (checked in the plan) and strides count whole elements. Zero destination
-                // strides are refused; other overlapping layouts only leave which bytes win
-                // unspecified.
-                // The ranges overlapping is the caller's affair: bytes, not memory safety.
-                unsafe {
-                    super::kernel::launch(stream, &device, src.dtype.itemsize(), src.ptr, dst.ptr, &layout, count)
-                }
+                // (checked at construction), of the stream's device (checked above) or
+                // reachable by it, alive until the copy is done (as above); element 0 is
+                // aligned (checked in the plan) and strides count whole elements. Zero
+                // destination strides are refused; other overlapping layouts only leave which
+                // bytes win unspecified.
+                unsafe { super::kernel::launch(stream, kernel, src.ptr, dst.ptr, &layout, count) }
             }
+        }?;
+        if let Some(fence) = &fence {
+            // SAFETY: the event is live and belongs to the stream's context; the stream is not
+            // capturing (refused above).
+            unsafe { driver::cuEventRecord(fence.handle(), stream.handle()) }.check("cuEventRecord")?;
         }
+        Ok(())
     })?;
-    if host {
-        // The host slice's borrow ends with this call: the copy must be done first.
-        if relaxed_capture_mode(|| stream.sync()).is_err() {
-            // SAFETY: the stream is live.
-            crate::memory::copy::poll_until_settled(|| unsafe { driver::cuStreamQuery(stream.handle()) });
-            return Err(CudaError::InvalidArgument(
-                "waiting for a copy with a host view failed".into(),
-            ));
+    if let Some(fence) = fence {
+        // The host slice's borrow ends with this call: the copy must be done first. A failed
+        // wait still polls until the work is done or stopped by an error.
+        // SAFETY: the event is live and was recorded outside any capture.
+        let waited =
+            relaxed_capture_mode(|| unsafe { driver::cuEventSynchronize(fence.handle()) }).check("cuEventSynchronize");
+        if waited.is_err() {
+            // SAFETY: as above.
+            crate::memory::copy::poll_until_settled(|| unsafe { driver::cuEventQuery(fence.handle()) });
         }
+        waited?;
     }
     Ok(())
 }

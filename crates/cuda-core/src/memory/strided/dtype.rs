@@ -154,7 +154,7 @@ impl std::str::FromStr for DType {
 /// # Safety
 /// `DTYPE.itemsize()` is `size_of::<Self>()`, and every bit pattern of that many bytes is a
 /// valid `Self` (`bool` is not one, for that reason).
-pub unsafe trait Element: bytemuck::Pod {
+pub unsafe trait Element: bytemuck::Pod + Send + Sync {
     /// The element type.
     const DTYPE: DType;
 }

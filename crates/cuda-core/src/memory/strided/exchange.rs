@@ -11,7 +11,8 @@ use dlpark::metadata::Dynamic;
 
 impl StridedMemoryView<'static> {
     /// A view that owns `buffer` (element 0 at its start), so that it can be kept, sent to
-    /// another thread, or handed over with [`to_dlpack`](Self::to_dlpack).
+    /// another thread, or handed over with [`to_dlpack`](Self::to_dlpack). On an error (a
+    /// layout outside the buffer) the buffer is dropped, and so freed.
     pub fn from_buffer_owned(
         buffer: Buffer,
         shape: &[usize],
@@ -41,6 +42,7 @@ impl StridedMemoryView<'static> {
             device_id,
             device_accessible,
             bounds,
+            exact: false,
             backing: Backing::Owned(Box::new(buffer)),
         })
     }
@@ -48,7 +50,8 @@ impl StridedMemoryView<'static> {
     /// Hands the view over as a DLPack tensor (`cuda.core`'s `__dlpack__`): its shape, strides
     /// (always explicit), dtype, element 0 as the data pointer, and the read-only flag. The
     /// tensor owns the memory. Only views that own their memory (`from_dlpack`,
-    /// `from_buffer_owned`) can be handed over.
+    /// `from_buffer_owned`) can be handed over; on an error the view (and its memory) is
+    /// dropped.
     pub fn to_dlpack(self) -> Result<DlpackTensor> {
         let export = |e: String| CudaError::InvalidArgument(format!("DLPack export: {e}"));
         let strides = self.strides_or_row_major()?;
@@ -62,7 +65,23 @@ impl StridedMemoryView<'static> {
                 "graph memory exists only within the capture that allocated it".into(),
             ));
         }
-        let device = dl_device(&buffer)?;
+        // A read-only buffer reports no access (so that nothing writes it): its place comes
+        // from the view and the driver instead.
+        let device = if self.readonly {
+            match self.device_id {
+                Some(d) => dlpark::ffi::DLDevice::cuda(d as i32),
+                None => dlpark::ffi::DLDevice {
+                    device_type: if crate::memory::PointerInfo::of(self.ptr)?.managed {
+                        dlpark::ffi::DLDeviceType::CUDAMANAGED
+                    } else {
+                        dlpark::ffi::DLDeviceType::CUDAHOST
+                    },
+                    device_id: 0,
+                },
+            }
+        } else {
+            dl_device(&buffer)?
+        };
         let wide = |v: &[isize]| v.iter().map(|&x| x as i64).collect::<Vec<i64>>();
         let shape: Vec<i64> = self
             .shape

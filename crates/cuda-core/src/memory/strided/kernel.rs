@@ -61,7 +61,7 @@ pub(super) struct Layout {
 static CODE: Mutex<Vec<(String, ObjectCode)>> = Mutex::new(Vec::new());
 
 /// The kernel for elements of `itemsize` bytes on `device`.
-fn kernel(device: &Device, itemsize: usize) -> Result<Kernel> {
+pub(super) fn kernel(device: &Device, itemsize: usize) -> Result<Kernel> {
     let name = match itemsize {
         1 => NAMES[0],
         2 => NAMES[1],
@@ -90,22 +90,21 @@ fn kernel(device: &Device, itemsize: usize) -> Result<Kernel> {
     Ok(kernel)
 }
 
-/// Launches the copy of `n` elements on `stream`.
+/// Launches the copy of `n` elements on `stream` with `kernel` (from [`kernel`], for the
+/// stream's device and the elements' size).
 ///
 /// # Safety
 /// Every element offset the layout gives, from `src` and from `dst`, must lie in memory the
-/// stream's device can read (and, for `dst`, write) until the copy is done, aligned for
-/// `itemsize` (8 bytes for 16-byte elements).
+/// stream's device can read (and, for `dst`, write) until the copy is done, aligned for the
+/// kernel's element (8 bytes for 16-byte elements).
 pub(super) unsafe fn launch(
     stream: &Stream,
-    device: &Device,
-    itemsize: usize,
+    kernel: &Kernel,
     src: u64,
     dst: u64,
     layout: &Layout,
     n: u64,
 ) -> Result<()> {
-    let kernel = kernel(device, itemsize)?;
     let block = 256u32;
     let blocks = n.div_ceil(u64::from(block)).clamp(1, 65_535) as u32;
     let (mut src, mut dst, mut layout, mut n) = (src, dst, *layout, n);
@@ -134,3 +133,6 @@ pub(super) unsafe fn launch(
     }
     .check("cuLaunchKernel")
 }
+
+// The C struct `Layout` of the kernel: 3 x 8 x 8 bytes, an int, padded to 8.
+const _: () = assert!(std::mem::size_of::<Layout>() == 200);

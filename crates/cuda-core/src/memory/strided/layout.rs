@@ -95,6 +95,33 @@ pub(crate) fn is_c_contiguous(shape: &[usize], strides: &[isize]) -> bool {
     true
 }
 
+/// Whether the elements leave no gap between the lowest and the highest (some order and sign of
+/// the dimensions makes the layout dense; broadcast dimensions add nothing). Overlapping layouts
+/// count as gapped: the answer is conservative.
+pub(crate) fn covers_span(shape: &[usize], strides: &[isize]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut dims: Vec<(usize, usize)> = shape
+        .iter()
+        .zip(strides)
+        .filter(|(d, s)| **d > 1 && **s != 0)
+        .map(|(&d, &s)| (d, s.unsigned_abs()))
+        .collect();
+    dims.sort_by_key(|&(_, s)| s);
+    let mut expected = 1usize;
+    for (d, s) in dims {
+        if s != expected {
+            return false;
+        }
+        match expected.checked_mul(d) {
+            Some(e) => expected = e,
+            None => return false,
+        }
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +150,18 @@ mod tests {
         assert!(byte_range(0, &[3], &[-1], 4).is_err());
         assert!(offsets(&[usize::MAX], &[isize::MAX]).is_err());
         assert!(offsets(&[2, 2], &[1]).is_err());
+    }
+
+    #[test]
+    fn spans_with_and_without_gaps() {
+        assert!(covers_span(&[2, 3], &[3, 1]));
+        assert!(covers_span(&[3, 2], &[1, 3]), "a transpose has no gaps");
+        assert!(covers_span(&[4], &[-1]), "nor a reversal");
+        assert!(covers_span(&[3, 2], &[0, 1]), "nor a broadcast of a dense row");
+        assert!(!covers_span(&[3], &[2]), "every other element");
+        assert!(!covers_span(&[2, 3], &[8, 1]), "padded rows");
+        assert!(!covers_span(&[2, 2], &[1, 1]), "overlap counts as gapped");
+        assert!(covers_span(&[0, 7], &[7, 3]));
     }
 
     #[test]

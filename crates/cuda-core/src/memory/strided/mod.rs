@@ -53,6 +53,9 @@ pub struct StridedMemoryView<'a> {
     device_accessible: bool,
     /// The bytes the viewed memory spans (every re-view must stay inside).
     bounds: (u64, u64),
+    /// The source owns only the view's own elements, not the gaps between them (a strided
+    /// DLPack tensor or array): no re-view with another layout, and no buffer lent.
+    exact: bool,
     backing: Backing<'a>,
 }
 
@@ -128,6 +131,7 @@ impl<'a> StridedMemoryView<'a> {
             device_id: buffer.device_id(),
             device_accessible: buffer.is_device_accessible(),
             bounds: (start, end),
+            exact: false,
             backing: Backing::Buffer(buffer),
         })
     }
@@ -186,6 +190,7 @@ impl<'a> StridedMemoryView<'a> {
             device_id: None,
             device_accessible: false,
             bounds: (ptr, end),
+            exact: false,
             backing: Backing::Host(PhantomData),
         })
     }
@@ -194,9 +199,11 @@ impl<'a> StridedMemoryView<'a> {
     /// element 0 at `ptr`, the layout, and where the memory is.
     ///
     /// # Safety
-    /// Every byte the layout reaches must be memory of `device_id` (device memory, or host
-    /// memory the device can reach when `device_accessible`), readable (and writable, unless
-    /// `readonly`) for `'a`, and nothing may free it while work queued through the view runs.
+    /// Every byte from the lowest to the highest element the layout reaches (the gaps between
+    /// elements included: re-views may reach them) must be memory of `device_id` (device memory,
+    /// or host memory the device can reach when `device_accessible`), readable (and writable,
+    /// unless `readonly`) for `'a`, and nothing may free it while work queued through the view
+    /// runs.
     pub unsafe fn from_raw(
         ptr: u64,
         shape: &[usize],
@@ -218,6 +225,7 @@ impl<'a> StridedMemoryView<'a> {
             device_id,
             device_accessible,
             bounds,
+            exact: false,
             backing: Backing::Raw,
         })
     }
@@ -275,7 +283,7 @@ impl<'a> StridedMemoryView<'a> {
     /// The buffer the view's memory belongs to, when it is a buffer's and may be written
     /// (read-only views lend none: the buffer's own operations would write).
     pub fn buffer(&self) -> Option<&Buffer> {
-        if self.readonly {
+        if self.readonly || self.exact {
             return None;
         }
         match &self.backing {
@@ -291,6 +299,11 @@ impl<'a> StridedMemoryView<'a> {
     /// one view (`as_ndarray`) must not be written through another meanwhile.
     pub fn view(&self, shape: &[usize], strides: Option<&[isize]>, dtype: DType) -> Result<StridedMemoryView<'_>> {
         let strides = check_inside(self.ptr, shape, strides, dtype, self.bounds)?;
+        if self.exact && (shape != self.shape.as_slice() || strides != self.strides || dtype != self.dtype) {
+            return Err(CudaError::InvalidArgument(
+                "this view's source owns only its own elements (a strided DLPack tensor or array, with gaps between them): it cannot be re-viewed with another layout".into(),
+            ));
+        }
         Ok(StridedMemoryView {
             ptr: self.ptr,
             shape: shape.to_vec(),
@@ -300,6 +313,7 @@ impl<'a> StridedMemoryView<'a> {
             device_id: self.device_id,
             device_accessible: self.device_accessible,
             bounds: self.bounds,
+            exact: self.exact,
             backing: match &self.backing {
                 Backing::Buffer(b) => Backing::Buffer(b),
                 Backing::Owned(b) => Backing::Buffer(b),
@@ -322,7 +336,7 @@ impl<'a> StridedMemoryView<'a> {
         }
         let Some(buffer) = self.buffer() else {
             return Err(CudaError::InvalidArgument(
-                "only a writable view of a buffer (from_buffer, from_dlpack) is a kernel argument".into(),
+                "only a writable view of a buffer (from_buffer, from_dlpack) whose source owns the memory between its elements is a kernel argument".into(),
             ));
         };
         if !self.ptr.is_multiple_of(std::mem::align_of::<T>() as u64) {
@@ -397,6 +411,8 @@ impl StridedMemoryView<'static> {
         let resource = Arc::new(DlpackMemory::new(device, tensor, readonly));
         let size = (range.1 - range.0) as usize;
         let buffer = Buffer::from_parts(range.0, size, Some(resource), consumer)?;
+        let all = strides_or_c(&shape, strides.as_deref())?;
+        let exact = !layout::covers_span(&shape, &all);
         let strides = check_inside(ptr, &shape, strides.as_deref(), dtype, range)?;
         Ok(StridedMemoryView {
             ptr,
@@ -407,6 +423,7 @@ impl StridedMemoryView<'static> {
             device_id: device.map(|d| d.device_id()),
             device_accessible: true,
             bounds: range,
+            exact,
             backing: Backing::Owned(Box::new(buffer)),
         })
     }

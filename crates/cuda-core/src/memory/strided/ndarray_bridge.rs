@@ -12,19 +12,28 @@ impl<'a> StridedMemoryView<'a> {
     pub fn from_ndarray<T: Element, S: Data<Elem = T>, D: Dimension>(
         array: &'a ArrayBase<S, D>,
     ) -> Result<StridedMemoryView<'a>> {
-        StridedMemoryView::ndarray(array.as_ptr() as u64, array.shape(), array.strides(), T::DTYPE, true)
+        let exact = array.as_slice_memory_order().is_none();
+        StridedMemoryView::ndarray(
+            array.as_ptr() as u64,
+            array.shape(),
+            array.strides(),
+            T::DTYPE,
+            true,
+            exact,
+        )
     }
 
     /// A writable view of an `ndarray` array, which copies can fill.
     pub fn from_ndarray_mut<T: Element, S: DataMut<Elem = T>, D: Dimension>(
         array: &'a mut ArrayBase<S, D>,
     ) -> Result<StridedMemoryView<'a>> {
+        let exact = array.as_slice_memory_order().is_none();
         let (ptr, shape, strides) = (
             array.as_mut_ptr() as u64,
             array.shape().to_vec(),
             array.strides().to_vec(),
         );
-        StridedMemoryView::ndarray(ptr, &shape, &strides, T::DTYPE, false)
+        StridedMemoryView::ndarray(ptr, &shape, &strides, T::DTYPE, false, exact)
     }
 
     fn ndarray(
@@ -33,8 +42,10 @@ impl<'a> StridedMemoryView<'a> {
         strides: &[isize],
         dtype: super::DType,
         readonly: bool,
+        exact: bool,
     ) -> Result<StridedMemoryView<'a>> {
-        // The array's own elements are its memory: the layout's reach is the bound.
+        // The layout's reach is the bound; an array whose elements are not contiguous in memory
+        // owns only them (`exact`), not the gaps between them.
         let bounds = layout::byte_range(ptr, shape, strides, dtype.itemsize())?.unwrap_or((ptr, ptr));
         let strides = check_inside(ptr, shape, Some(strides), dtype, bounds)?;
         Ok(StridedMemoryView {
@@ -46,6 +57,7 @@ impl<'a> StridedMemoryView<'a> {
             device_id: None,
             device_accessible: false,
             bounds,
+            exact,
             backing: Backing::Host(PhantomData),
         })
     }
@@ -74,6 +86,11 @@ impl<'a> StridedMemoryView<'a> {
         if !self.ptr.is_multiple_of(std::mem::align_of::<T>() as u64) {
             return Err(CudaError::InvalidArgument(
                 "as_ndarray: element 0 is not aligned for T".into(),
+            ));
+        }
+        if layout::element_count(&self.shape)? > isize::MAX as usize {
+            return Err(CudaError::InvalidArgument(
+                "as_ndarray: more than isize::MAX elements (a broadcast view?) cannot be an array view".into(),
             ));
         }
         let shape = IxDyn(&self.shape).strides(IxDyn(&strides));
@@ -112,6 +129,24 @@ mod tests {
         assert_eq!(vr.strides(), Some(&[4isize, -1][..]));
         assert!(vr.as_ndarray::<i32>().unwrap_err().to_string().contains("negative"));
         assert!(v.as_ndarray::<u32>().is_err(), "the dtype must match");
+    }
+
+    #[test]
+    fn arrays_with_gaps_are_not_re_viewed_into_them() {
+        let mut a = ndarray::Array1::from_iter(0..8i32);
+        let (even, _odd) = a.multi_slice_mut((s![..;2], s![1..;2]));
+        let v = StridedMemoryView::from_ndarray(&even).unwrap();
+        // The odd elements belong to `_odd`: a dense re-view would reach them.
+        let err = v.view(&[7], None, DType::I32).unwrap_err();
+        assert!(err.to_string().contains("owns only its own elements"), "{err}");
+        assert!(v.view(&[4], Some(&[2]), DType::I32).is_ok());
+    }
+
+    #[test]
+    fn broadcast_views_are_not_lent_as_arrays_past_isize() {
+        let one = [7u8];
+        let v = StridedMemoryView::from_host_slice(&one, &[1 << 62, 2], Some(&[0, 0])).unwrap();
+        assert!(v.as_ndarray::<u8>().unwrap_err().to_string().contains("isize::MAX"));
     }
 
     #[test]
