@@ -68,8 +68,9 @@ impl Buffer {
 }
 
 impl<'a, T> BufferView<'a, T> {
-    /// A view of `len` elements at `ptr`, which the caller checked lies in `buffer` with every
-    /// element the kernel may reach.
+    /// A view at `ptr` of `len` elements (from `ptr` to the end of the viewed memory), which the
+    /// caller checked lies in `buffer` with every element the kernel may reach (before `ptr`
+    /// too, for negative strides).
     pub(crate) fn at(buffer: &'a Buffer, ptr: driver::CUdeviceptr, len: usize) -> BufferView<'a, T> {
         BufferView {
             buffer,

@@ -203,7 +203,7 @@ impl<'a> StridedMemoryView<'a> {
     /// elements included: re-views may reach them) must be memory of `device_id` (device memory,
     /// or host memory the device can reach when `device_accessible`), readable (and writable,
     /// unless `readonly`) for `'a`, and nothing may free it while work queued through the view
-    /// runs.
+    /// runs, every launch of a graph a capture recorded such work into included.
     pub unsafe fn from_raw(
         ptr: u64,
         shape: &[usize],
