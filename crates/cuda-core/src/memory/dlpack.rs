@@ -13,10 +13,10 @@
 //! same stream, or synchronise first.
 
 use crate::device::Device;
-use crate::memory::{Buffer, MemoryResource, PointerInfo};
+use crate::memory::buffer::Keeper;
+use crate::memory::{Buffer, PointerInfo};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
-use cuda_sys::driver;
 use dlpark::ffi::{DLDataType, DLDevice, DLDeviceType, DLManagedTensorVersioned};
 use dlpark::metadata::Dynamic;
 use std::sync::Arc;
@@ -209,56 +209,20 @@ impl Buffer {
                 .ok_or_else(|| dlpack_error("import", "the byte offset overflows"))?;
             (ptr, span, device)
         };
-        let resource = Arc::new(DlpackMemory::new(device, tensor, false));
+        let resource = tensor_memory(tensor, device, false);
         Buffer::from_parts(ptr, size, Some(resource), stream)
     }
 }
 
-/// The memory of an imported DLPack tensor, owned until the last buffer using it goes.
-pub(crate) struct DlpackMemory {
-    /// The device of device memory; `None` for pinned and managed memory.
-    device: Option<Device>,
-    /// The producer's memory is read-only: neither side may write it (writes are refused).
-    readonly: bool,
-    _tensor: DlpackTensor,
-}
-
-impl DlpackMemory {
-    pub(crate) fn new(device: Option<Device>, tensor: DlpackTensor, readonly: bool) -> DlpackMemory {
-        DlpackMemory {
-            device,
-            readonly,
-            _tensor: tensor,
-        }
-    }
-}
-
-// SAFETY: the memory is the tensor's (which a producer could only make with `unsafe` code
-// vouching for it), covering every element the checked shape and strides reach; the tensor is
-// owned until the last buffer using it is freed, and its deleter runs only after the
-// deallocation stream's work (which the buffer orders after every other stream's) is done.
-// Device memory is not host-accessible; pinned and managed memory are. Read-only memory is
-// reported accessible to neither side (the answers promise reading and writing), so that no
-// safe write reaches it.
-unsafe impl MemoryResource for DlpackMemory {
-    fn allocate(&self, _size: usize, _stream: &Stream) -> Result<driver::CUdeviceptr> {
-        Err(CudaError::InvalidArgument(
-            "the memory of an imported DLPack tensor cannot allocate more".into(),
-        ))
-    }
-    unsafe fn deallocate(&self, _ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
-        // The producer's deleter may free at once: let queued work finish first.
-        super::wait_before_free(stream)
-    }
-    fn is_device_accessible(&self) -> bool {
-        !self.readonly
-    }
-    fn is_host_accessible(&self) -> bool {
-        !self.readonly && self.device.is_none()
-    }
-    fn device(&self) -> Option<Device> {
-        self.device
-    }
+/// The resource of an imported DLPack tensor's memory: a [`Keeper`] of the tensor (its deleter
+/// runs after the work queued on the buffer), for device memory of `device`, or pinned and
+/// managed memory (`None`) the host reaches too; read-only memory answers neither.
+pub(crate) fn tensor_memory(tensor: DlpackTensor, device: Option<Device>, readonly: bool) -> Arc<Keeper> {
+    Arc::new(Keeper::new(
+        Arc::new(tensor),
+        device,
+        (!readonly, !readonly && device.is_none()),
+    ))
 }
 
 #[cfg(test)]

@@ -151,6 +151,25 @@ pub(crate) fn read_write_access(device: &Device) -> driver::CUmemAccessDesc {
     }
 }
 
+/// `ptr + offset`, checked (an error naming `what` when it overflows).
+pub(crate) fn address(ptr: driver::CUdeviceptr, offset: usize, what: &str) -> Result<driver::CUdeviceptr> {
+    u64::try_from(offset)
+        .ok()
+        .and_then(|o| ptr.checked_add(o))
+        .ok_or_else(|| crate::CudaError::InvalidArgument(format!("{what}: offset {offset} overflows the address")))
+}
+
+/// The CUDA version of the installed driver, `(major, minor)`, read once: memory features that
+/// need a newer driver choose their path by it.
+pub(crate) fn driver_version() -> Result<(u32, u32)> {
+    static VERSION: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    if let Some(v) = VERSION.get() {
+        return Ok(*v);
+    }
+    let v = crate::system::get_user_mode_driver_version()?;
+    Ok(*VERSION.get_or_init(|| v))
+}
+
 /// Waits for the work queued on `stream`, from a resource's `deallocate` (a free that is not
 /// stream-ordered), in relaxed capture mode: a capture elsewhere (or begun by the dropping
 /// thread on another stream) is neither refused nor invalidated by the wait.

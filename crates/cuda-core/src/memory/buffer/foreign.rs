@@ -9,7 +9,7 @@ use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::any::Any;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 impl Buffer {
     /// Wraps memory allocated elsewhere; it is never freed here. Whether the device and the
@@ -30,8 +30,8 @@ impl Buffer {
     /// Wraps memory allocated elsewhere that `owner` keeps alive (`cuda.core`'s
     /// `from_handle(ptr, size, owner=...)`): the buffer holds `owner`, and lets it go once the
     /// buffer is dropped and the work of every stream (and graph) that used the memory is done.
-    /// The owner is dropped there by this crate's release thread, or by the buffer's own drop
-    /// (never inside an operation on a stream). [`owner`](Buffer::owner) lends it.
+    /// The owner is dropped then, never inside an operation on a stream. [`owner`](Buffer::owner)
+    /// lends it.
     /// (`cuda.core` refuses an owner together with a memory resource; here they are different
     /// constructors.)
     ///
@@ -46,11 +46,11 @@ impl Buffer {
     ) -> Result<Buffer> {
         let access = PointerInfo::of(ptr)?.access()?;
         let owner: Arc<dyn Any + Send + Sync> = Arc::new(owner);
-        let keeper = Arc::new(Keeper {
-            owner: Mutex::new(Some(owner.clone())),
-            device: access.ordinal.and_then(|o| Device::new(o).ok()),
-            access: (access.device, access.host),
-        });
+        let keeper = Arc::new(Keeper::new(
+            owner.clone(),
+            access.ordinal.and_then(|o| Device::new(o).ok()),
+            (access.device, access.host),
+        ));
         let mut buffer = Buffer::from_parts(ptr, size, Some(keeper), stream)?;
         buffer.access = Some(access);
         buffer.owner = Some(owner);
@@ -75,18 +75,35 @@ impl Buffer {
     }
 }
 
-/// The resource of a buffer with an owner: it never allocates, and "frees" by letting the owner
-/// go once the work queued on the buffer's deallocation stream is done.
-struct Keeper {
-    owner: Mutex<Option<Arc<dyn Any + Send + Sync>>>,
+/// The resource of a buffer whose memory an owner keeps (a user's value, or an imported DLPack
+/// tensor): it never allocates, and "frees" by waiting for the work queued on the buffer's
+/// deallocation stream; the owner goes with the keeper, once the buffer and every graph holding
+/// its memory are gone (outside any operation on a stream).
+pub(crate) struct Keeper {
+    _owner: Arc<dyn Any + Send + Sync>,
     device: Option<Device>,
     access: (bool, bool),
 }
 
-// SAFETY: a keeper allocates nothing (its buffers come from `from_handle_with_owner`, whose
-// caller vouches for the memory while the owner lives); its `deallocate` waits for the stream's
-// work before letting the owner go, so the memory outlives every use the buffer ordered before
-// it. Its answers are the driver's pointer attributes, fixed for the buffer's life.
+impl Keeper {
+    /// Keeps `owner` for memory of `device` that the device and the host reach as `access`
+    /// says (`(device, host)`; read-only memory answers neither, so that no safe write
+    /// reaches it).
+    pub(crate) fn new(owner: Arc<dyn Any + Send + Sync>, device: Option<Device>, access: (bool, bool)) -> Keeper {
+        Keeper {
+            _owner: owner,
+            device,
+            access,
+        }
+    }
+}
+
+// SAFETY: a keeper allocates nothing (its buffers' makers vouch for the memory while the owner
+// lives: `from_handle_with_owner`'s caller, or the producer of a DLPack tensor, which needed
+// `unsafe` code to make it); its `deallocate` waits for the stream's work, and the owner lives
+// as long as the keeper, which outlives that call: the memory outlives every use the buffer
+// ordered before it (the buffer orders every other stream's first). Its answers are fixed for
+// the buffer's life.
 unsafe impl MemoryResource for Keeper {
     fn allocate(&self, _size: usize, _stream: &Stream) -> Result<driver::CUdeviceptr> {
         Err(CudaError::InvalidArgument(
@@ -94,14 +111,9 @@ unsafe impl MemoryResource for Keeper {
         ))
     }
     unsafe fn deallocate(&self, _ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
-        crate::memory::wait_before_free(stream)?;
-        let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(owner) = owner {
-            // The owner's drop is the user's code: run it on the release thread, outside this
-            // operation on the stream.
-            crate::reaper::drop_later(Box::new(owner));
-        }
-        Ok(())
+        // The owner (a producer's deleter, a user's drop) may free at once when it goes: let the
+        // queued work finish first.
+        crate::memory::wait_before_free(stream)
     }
     fn is_device_accessible(&self) -> bool {
         self.access.0

@@ -25,6 +25,7 @@ mod free;
 mod uses;
 mod view;
 
+pub(crate) use foreign::Keeper;
 pub(crate) use free::SharedAllocation;
 pub(crate) use uses::enqueue_using;
 pub use view::BufferView;

@@ -7,12 +7,12 @@
 //! done in stream order: reading the source earlier (`DURING_API_CALL`, `ANY`) reads live memory.
 
 use super::super::buffer::{enqueue_using, Buffer};
+use super::super::driver_version;
 use super::options::{during_api_call_refusal, BatchCopyOptions, CopyOptions, MemcpySrcAccessOrder};
 use crate::error::Check;
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
-use std::sync::OnceLock;
 
 /// The oldest driver whose `cuMemcpyBatchAsync` the bindings bind (the 13.0 signature, without
 /// `failIdx`).
@@ -45,16 +45,6 @@ fn single_capture(method: &str) -> String {
          graph-node form of cuMemcpyWithAttributesAsync, so options cannot be honored in a graph. Use \
          GraphNode.memcpy for a plain (non-attributed) copy node, or pass options=None."
     )
-}
-
-/// The CUDA version the driver supports, as `(major, minor)` (read once).
-fn driver_version() -> Result<(u32, u32)> {
-    static VERSION: OnceLock<(u32, u32)> = OnceLock::new();
-    if let Some(v) = VERSION.get() {
-        return Ok(*v);
-    }
-    let v = crate::system::get_user_mode_driver_version()?;
-    Ok(*VERSION.get_or_init(|| v))
 }
 
 /// Whether `stream` is the legacy default stream where the driver sees it: `CU_STREAM_LEGACY`,

@@ -13,7 +13,7 @@ mod options;
 pub use options::{BatchCopyOptions, CopyOptions, MemcpyOverlapMode, MemcpySrcAccessOrder};
 
 use super::buffer::{enqueue_using, Buffer, Pod};
-use super::MemoryResource;
+use super::{address, MemoryResource};
 use crate::device::Device;
 use crate::error::Check;
 use crate::stream::{relaxed_capture_mode, Stream};
@@ -21,18 +21,10 @@ use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::sync::Arc;
 
-/// `ptr + offset`, checked (an error naming `what` when it overflows).
-fn address(ptr: driver::CUdeviceptr, offset: usize, what: &str) -> Result<driver::CUdeviceptr> {
-    u64::try_from(offset)
-        .ok()
-        .and_then(|o| ptr.checked_add(o))
-        .ok_or_else(|| CudaError::InvalidArgument(format!("{what}: offset {offset} overflows the address")))
-}
-
 /// Polls `done` until it reports anything but "not ready" (in relaxed capture mode, so that no
 /// capture elsewhere refuses it): a failed wait must still not return before the work is done
 /// or can no longer run (an error stops a context's work).
-pub(super) fn poll_until_settled(done: impl Fn() -> driver::CUresult) {
+fn poll_until_settled(done: impl Fn() -> driver::CUresult) {
     relaxed_capture_mode(|| {
         while done() == driver::CUresult::CUDA_ERROR_NOT_READY {
             std::thread::sleep(std::time::Duration::from_micros(50));
@@ -40,40 +32,45 @@ pub(super) fn poll_until_settled(done: impl Fn() -> driver::CUresult) {
     })
 }
 
-impl Buffer {
-    /// Queues `copy`, which reads or writes a host slice borrowed for the call, on `stream`, and
-    /// waits for it before returning, so that the slice may be used again at once. The copy is
-    /// refused on a stream being captured (`refusal` says why). The wait happens after the
-    /// operation (a capture beginning elsewhere does not wait for it), on a fence recorded after
-    /// the copy, in relaxed capture mode (a capture on another thread does not refuse it). When
-    /// a wait fails, the work is still polled until it is done or stopped by an error: the copy
-    /// never outlives the borrow of the slice.
-    fn copy_with_host(&self, stream: &Stream, refusal: &str, copy: impl FnOnce() -> Result<()>) -> Result<()> {
-        let fence = stream.context_or_current()?.fence()?;
-        enqueue_using(stream, &[self], |capture| {
-            if capture.is_some() {
-                return Err(CudaError::InvalidArgument(refusal.into()));
-            }
-            copy()?;
-            // SAFETY: both handles are live; the event belongs to the stream's context; the
-            // stream is not capturing (inside its operation).
-            let recorded = unsafe { driver::cuEventRecord(fence.handle(), stream.handle()) }.check("cuEventRecord");
-            if recorded.is_err() {
-                // SAFETY: the stream is live.
-                poll_until_settled(|| unsafe { driver::cuStreamQuery(stream.handle()) });
-            }
-            recorded
-        })?;
-        // SAFETY: the event is live and was recorded outside any capture.
-        let waited =
-            relaxed_capture_mode(|| unsafe { driver::cuEventSynchronize(fence.handle()) }).check("cuEventSynchronize");
-        if waited.is_err() {
-            // SAFETY: as above.
-            poll_until_settled(|| unsafe { driver::cuEventQuery(fence.handle()) });
+/// Queues `copy`, which reads or writes host memory borrowed for the call, on `stream` (with
+/// `buffers` held, as every operation holds its buffers), and waits for it before returning, so
+/// that the host memory may be used again at once. The copy is refused on a stream being
+/// captured (`refusal` says why). The wait happens after the operation (a capture beginning
+/// elsewhere does not wait for it), on a fence recorded after the copy, in relaxed capture mode
+/// (a capture on another thread does not refuse it). When a wait fails, the work is still
+/// polled until it is done or stopped by an error: the copy never outlives the borrow.
+pub(super) fn copy_with_host(
+    stream: &Stream,
+    buffers: &[&Buffer],
+    refusal: &str,
+    copy: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let fence = stream.context_or_current()?.fence()?;
+    enqueue_using(stream, buffers, |capture| {
+        if capture.is_some() {
+            return Err(CudaError::InvalidArgument(refusal.into()));
         }
-        waited
+        copy()?;
+        // SAFETY: both handles are live; the event belongs to the stream's context; the
+        // stream is not capturing (inside its operation).
+        let recorded = unsafe { driver::cuEventRecord(fence.handle(), stream.handle()) }.check("cuEventRecord");
+        if recorded.is_err() {
+            // SAFETY: the stream is live.
+            poll_until_settled(|| unsafe { driver::cuStreamQuery(stream.handle()) });
+        }
+        recorded
+    })?;
+    // SAFETY: the event is live and was recorded outside any capture.
+    let waited =
+        relaxed_capture_mode(|| unsafe { driver::cuEventSynchronize(fence.handle()) }).check("cuEventSynchronize");
+    if waited.is_err() {
+        // SAFETY: as above.
+        poll_until_settled(|| unsafe { driver::cuEventQuery(fence.handle()) });
     }
+    waited
+}
 
+impl Buffer {
     /// Copies `src` into the start of the buffer, ordered on `stream`, and waits for the copy
     /// (so `src` may be reused at once). Not on a stream being captured (the graph would copy
     /// from `src` at every launch, long after this call).
@@ -81,8 +78,9 @@ impl Buffer {
         let bytes = std::mem::size_of_val(src);
         self.check_fits(bytes, "copy_from_host")?;
         self.check_writable("copy_from_host")?;
-        self.copy_with_host(
+        copy_with_host(
             stream,
+            &[self],
             "copy_from_host waits for its copy, which a stream being captured never runs: copy before the capture, or from a buffer",
             || {
                 // SAFETY: src is live for the call and the copy is waited for before returning
@@ -112,8 +110,9 @@ impl Buffer {
         let bytes = std::mem::size_of_val(dst);
         self.check_fits(bytes, "copy_to_host")?;
         let dst_ptr = dst.as_mut_ptr();
-        self.copy_with_host(
+        copy_with_host(
             stream,
+            &[self],
             "copy_to_host waits for its copy, which a stream being captured never runs: copy after the graph ran, into a host slice, from a stream that is not capturing",
             || {
                 // SAFETY: dst is live and exclusively borrowed for the call; the copy is waited

@@ -127,7 +127,7 @@ impl ManagedMemoryResource {
                 "ManagedMemoryResourceOptions: a pool cannot prefer HostNumaCurrent (it names no node); name the node with MemoryLocation::HostNuma".into(),
             ));
         }
-        if driver_version() < 13000 {
+        if super::driver_version().map_or(true, |v| v < (13, 0)) {
             return Ok(ManagedMemoryResource::unpooled(preferred));
         }
         let loc = match preferred {
@@ -232,14 +232,6 @@ impl ManagedMemoryResource {
     }
 }
 
-/// The driver's CUDA version (`13000` for 13.0), 0 when it cannot say.
-fn driver_version() -> i32 {
-    let mut v = 0;
-    // SAFETY: out-pointer to a local; cuDriverGetVersion needs no cuInit.
-    let _ = unsafe { driver::cuDriverGetVersion(&mut v) };
-    v
-}
-
 // SAFETY: pool memory is stream-ordered (cuMemAllocFromPoolAsync / cuMemFreeAsync, refused on a
 // capturing stream by `MemoryPool::allocate`); unpooled memory is allocated before the call
 // returns (usable by any later work) and freed only after the deallocation stream's work is
@@ -259,7 +251,7 @@ unsafe impl MemoryResource for ManagedMemoryResource {
     unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
         match &self.backend {
             // SAFETY: forwarded to the caller.
-            Backend::Pool(_) => unsafe { super::free_async(ptr, stream) },
+            Backend::Pool(p) => unsafe { p.free(ptr, stream) },
             // cuMemFree needs a current context: the stream's.
             Backend::Unpooled => stream.context_or_current()?.with_current(|| {
                 super::wait_before_free(stream)?;

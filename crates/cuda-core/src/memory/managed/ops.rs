@@ -252,11 +252,7 @@ impl Buffer {
     /// Discards every buffer's contents, in one driver call (`cuMemDiscardBatchAsync`, CUDA 13
     /// drivers), each used by nothing else meanwhile (see [`discard`](Self::discard)).
     pub fn discard_batch(buffers: &mut [&mut Buffer], stream: &Stream) -> Result<()> {
-        let batch = Batch::new("discard_batch", &shared(buffers), None)?;
-        for b in buffers.iter_mut() {
-            b.quiesce_for_discard("discard_batch")?;
-        }
-        let buffers = shared(buffers);
+        let (batch, buffers) = Batch::for_discard("discard_batch", buffers, None)?;
         enqueue_using(stream, &buffers, |_| {
             let mut b = batch;
             // SAFETY: the arrays hold one entry per buffer and live for the call; every buffer is
@@ -282,11 +278,7 @@ impl Buffer {
         locations: &[MemoryLocation],
         stream: &Stream,
     ) -> Result<()> {
-        let batch = Batch::new("discard_prefetch_batch", &shared(buffers), Some(locations))?;
-        for b in buffers.iter_mut() {
-            b.quiesce_for_discard("discard_prefetch_batch")?;
-        }
-        let buffers = shared(buffers);
+        let (batch, buffers) = Batch::for_discard("discard_prefetch_batch", buffers, Some(locations))?;
         enqueue_using(stream, &buffers, |_| {
             let mut b = batch;
             // SAFETY: as in `prefetch_batch`.
@@ -377,6 +369,22 @@ impl Batch {
             locations,
             indices,
         })
+    }
+}
+
+impl Batch {
+    /// A discard's batch: checked, then every buffer quiesced (see [`Buffer::discard`]); with
+    /// the buffers, shared again for the operation.
+    fn for_discard<'b>(
+        what: &str,
+        buffers: &'b mut [&mut Buffer],
+        locations: Option<&[MemoryLocation]>,
+    ) -> Result<(Batch, Vec<&'b Buffer>)> {
+        let batch = Batch::new(what, &shared(buffers), locations)?;
+        for b in buffers.iter_mut() {
+            b.quiesce_for_discard(what)?;
+        }
+        Ok((batch, shared(buffers)))
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::{deref_to_pool, MemoryPool};
 use crate::device::Device;
-use crate::memory::{device_location, free_async, Buffer, MemoryResource};
+use crate::memory::{device_location, Buffer, MemoryResource};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
@@ -202,18 +202,7 @@ unsafe impl MemoryResource for DeviceMemoryResource {
     }
     unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
         // SAFETY: forwarded to the caller.
-        unsafe { free_async(ptr, stream) }?;
-        if self.pool.is_mapped() {
-            // The mapping goes when the free runs: wait for it before the pointer may be imported
-            // again, so a new buffer never gets a mapping that is about to go.
-            // (After the free is queued, a failed wait must not become an error: the caller
-            // would free again. The pointer then stays recorded: it cannot be imported again.)
-            match super::super::wait_before_free(stream) {
-                Ok(()) => self.pool.forget_import(ptr),
-                Err(e) => crate::error::record_drop_error(e),
-            }
-        }
-        Ok(())
+        unsafe { self.pool.free(ptr, stream) }
     }
     fn is_device_accessible(&self) -> bool {
         true

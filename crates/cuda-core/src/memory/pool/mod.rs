@@ -261,6 +261,27 @@ impl MemoryPool {
         Ok(ptr)
     }
 
+    /// Frees `ptr` stream-ordered on `stream` (`cuMemFreeAsync`). For a pool opened from
+    /// another process, the mapping goes when the free runs: it is waited for before the
+    /// pointer may be imported again, so a new buffer never gets a mapping that is about to go.
+    /// After the free is queued, a failed wait is recorded, not returned (the caller would free
+    /// again); the pointer then stays recorded and cannot be imported again.
+    ///
+    /// # Safety
+    /// As [`super::MemoryResource::deallocate`]: `ptr` came from this pool, is freed once, and
+    /// nothing uses it after the work queued on `stream`.
+    pub(crate) unsafe fn free(&self, ptr: driver::CUdeviceptr, stream: &Stream) -> Result<()> {
+        // SAFETY: forwarded to the caller.
+        unsafe { super::free_async(ptr, stream) }?;
+        if self.imported {
+            match super::wait_before_free(stream) {
+                Ok(()) => self.forget_import(ptr),
+                Err(e) => record_drop_error(e),
+            }
+        }
+        Ok(())
+    }
+
     /// The `CUmemoryPool`.
     pub fn handle(&self) -> driver::CUmemoryPool {
         self.handle

@@ -4,7 +4,7 @@
 use super::{deref_to_pool, MemoryPool};
 use crate::device::Device;
 use crate::error::Check;
-use crate::memory::{free_async, location, read_write_access, Buffer, MemoryResource};
+use crate::memory::{location, read_write_access, Buffer, MemoryResource};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
@@ -138,17 +138,7 @@ unsafe impl MemoryResource for PinnedMemoryResource {
     }
     unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, _size: usize, stream: &Stream) -> Result<()> {
         // SAFETY: forwarded to the caller.
-        unsafe { free_async(ptr, stream) }?;
-        if self.pool.is_mapped() {
-            // As for device pools: the pointer may be imported again once the free ran.
-            // (After the free is queued, a failed wait must not become an error: the caller
-            // would free again. The pointer then stays recorded: it cannot be imported again.)
-            match super::super::wait_before_free(stream) {
-                Ok(()) => self.pool.forget_import(ptr),
-                Err(e) => crate::error::record_drop_error(e),
-            }
-        }
-        Ok(())
+        unsafe { self.pool.free(ptr, stream) }
     }
     fn ipc_pool(&self) -> Option<driver::CUmemoryPool> {
         self.pool.exportable().then_some(self.pool.handle())

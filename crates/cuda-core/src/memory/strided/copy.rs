@@ -9,7 +9,8 @@
 use super::{Backing, StridedMemoryView};
 use crate::error::Check;
 use crate::memory::buffer::{enqueue_using, Buffer};
-use crate::stream::{relaxed_capture_mode, Stream};
+use crate::memory::copy::copy_with_host;
+use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 
@@ -188,82 +189,58 @@ fn copy(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>, stream: &Strea
         }
         _ => None,
     };
-    let host = [src, dst].iter().any(|v| matches!(v.backing, Backing::Host(_)));
-    // With a host view, a fence recorded after the copy is waited for: the slice's borrow
-    // ends with this call.
-    let fence = if host {
-        Some(stream.context_or_current()?.fence()?)
-    } else {
-        None
+    let run = || match plan {
+        Plan::Empty => Ok(()),
+        Plan::Contiguous { bytes } => {
+            // SAFETY: both layouts were checked to lie in the memory their views cover (buffers
+            // held until the copy is done by `enqueue_using`, host memory borrowed for the call,
+            // which waits for the copy, raw memory vouched for by its maker); dense layouts of
+            // equal shape and dtype span `bytes` from element 0.
+            unsafe { driver::cuMemcpyAsync(dst.ptr, src.ptr, bytes, stream.handle()) }.check("cuMemcpyAsync")
+        }
+        Plan::Rows {
+            width,
+            rows,
+            src_pitch,
+            dst_pitch,
+        } => {
+            let copy = driver::CUDA_MEMCPY2D {
+                srcMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+                srcDevice: src.ptr,
+                srcPitch: src_pitch,
+                dstMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+                dstDevice: dst.ptr,
+                dstPitch: dst_pitch,
+                WidthInBytes: width,
+                Height: rows,
+                ..Default::default()
+            };
+            // SAFETY: as above: `rows` rows of `width` bytes, `pitch` apart (at least the
+            // width), are exactly the elements of the checked layouts.
+            unsafe { driver::cuMemcpy2DAsync(&copy, stream.handle()) }.check("cuMemcpy2DAsync")
+        }
+        Plan::Kernel { layout, count } => {
+            let Some(kernel) = &kernel else {
+                return Err(CudaError::InvalidArgument("the strided copy kernel is missing".into()));
+            };
+            // SAFETY: every offset the layouts give lies in the memory their views cover
+            // (checked at construction), of the stream's device (checked above) or reachable by
+            // it, alive until the copy is done (as above); element 0 is aligned (checked in the
+            // plan) and strides count whole elements. Zero destination strides are refused;
+            // other overlapping layouts only leave which bytes win unspecified.
+            unsafe { super::kernel::launch(stream, kernel, src.ptr, dst.ptr, &layout, count) }
+        }
     };
     let held = buffers([src, dst]);
-    enqueue_using(stream, &held, |capture| {
-        if host && capture.is_some() {
-            return Err(CudaError::InvalidArgument(
-                "a copy with a host view waits for itself, which a stream being captured never runs: copy before or after the capture".into(),
-            ));
-        }
-        match plan {
-            Plan::Empty => Ok(()),
-            Plan::Contiguous { bytes } => {
-                // SAFETY: both layouts were checked to lie in the memory their views cover
-                // (buffers held until the copy is done by `enqueue_using`, host slices borrowed
-                // for the call, which waits below, raw memory vouched for by its maker); dense
-                // layouts of equal shape and dtype span `bytes` from element 0.
-                unsafe { driver::cuMemcpyAsync(dst.ptr, src.ptr, bytes, stream.handle()) }.check("cuMemcpyAsync")
-            }
-            Plan::Rows {
-                width,
-                rows,
-                src_pitch,
-                dst_pitch,
-            } => {
-                let copy = driver::CUDA_MEMCPY2D {
-                    srcMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
-                    srcDevice: src.ptr,
-                    srcPitch: src_pitch,
-                    dstMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
-                    dstDevice: dst.ptr,
-                    dstPitch: dst_pitch,
-                    WidthInBytes: width,
-                    Height: rows,
-                    ..Default::default()
-                };
-                // SAFETY: as above: `rows` rows of `width` bytes, `pitch` apart (at least the
-                // width), are exactly the elements of the checked layouts.
-                unsafe { driver::cuMemcpy2DAsync(&copy, stream.handle()) }.check("cuMemcpy2DAsync")
-            }
-            Plan::Kernel { layout, count } => {
-                let Some(kernel) = &kernel else {
-                    return Err(CudaError::InvalidArgument("the strided copy kernel is missing".into()));
-                };
-                // SAFETY: every offset the layouts give lies in the memory their views cover
-                // (checked at construction), of the stream's device (checked above) or
-                // reachable by it, alive until the copy is done (as above); element 0 is
-                // aligned (checked in the plan) and strides count whole elements. Zero
-                // destination strides are refused; other overlapping layouts only leave which
-                // bytes win unspecified.
-                unsafe { super::kernel::launch(stream, kernel, src.ptr, dst.ptr, &layout, count) }
-            }
-        }?;
-        if let Some(fence) = &fence {
-            // SAFETY: the event is live and belongs to the stream's context; the stream is not
-            // capturing (refused above).
-            unsafe { driver::cuEventRecord(fence.handle(), stream.handle()) }.check("cuEventRecord")?;
-        }
-        Ok(())
-    })?;
-    if let Some(fence) = fence {
-        // The host slice's borrow ends with this call: the copy must be done first. A failed
-        // wait still polls until the work is done or stopped by an error.
-        // SAFETY: the event is live and was recorded outside any capture.
-        let waited =
-            relaxed_capture_mode(|| unsafe { driver::cuEventSynchronize(fence.handle()) }).check("cuEventSynchronize");
-        if waited.is_err() {
-            // SAFETY: as above.
-            crate::memory::copy::poll_until_settled(|| unsafe { driver::cuEventQuery(fence.handle()) });
-        }
-        waited?;
+    if [src, dst].iter().any(|v| matches!(v.backing, Backing::Host(_))) {
+        // A host view's borrow ends with this call: the copy is waited for.
+        copy_with_host(
+            stream,
+            &held,
+            "a copy with a host view waits for itself, which a stream being captured never runs: copy before or after the capture",
+            run,
+        )
+    } else {
+        enqueue_using(stream, &held, |_| run())
     }
-    Ok(())
 }

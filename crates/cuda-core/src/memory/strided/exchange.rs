@@ -20,31 +20,10 @@ impl StridedMemoryView<'static> {
         dtype: DType,
         readonly: bool,
     ) -> Result<StridedMemoryView<'static>> {
-        let (ptr, shape, strides, dtype, readonly, device_id, device_accessible, bounds) = {
-            let v = StridedMemoryView::from_buffer(&buffer, shape, strides, dtype, readonly)?;
-            (
-                v.ptr,
-                v.shape,
-                v.strides,
-                v.dtype,
-                v.readonly,
-                v.device_id,
-                v.device_accessible,
-                v.bounds,
-            )
-        };
-        Ok(StridedMemoryView {
-            ptr,
-            shape,
-            strides,
-            dtype,
-            readonly,
-            device_id,
-            device_accessible,
-            bounds,
-            exact: false,
-            backing: Backing::Owned(Box::new(buffer)),
-        })
+        // The borrowed view's parts, over the buffer the view then owns (moving it leaves its
+        // memory where it is).
+        let view = StridedMemoryView::from_buffer(&buffer, shape, strides, dtype, readonly)?.with_backing(Backing::Raw);
+        Ok(view.with_backing(Backing::Owned(Box::new(buffer))))
     }
 
     /// Hands the view over as a DLPack tensor (`cuda.core`'s `__dlpack__`): its shape, strides

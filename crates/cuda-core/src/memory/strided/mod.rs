@@ -20,13 +20,12 @@ pub use dtype::{DType, Element};
 pub use exchange::AsStridedView;
 
 use super::buffer::{Buffer, BufferView};
-use super::dlpack::{DlpackMemory, DlpackTensor};
+use super::dlpack::{tensor_memory, DlpackTensor};
 use crate::device::Device;
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use dlpark::ffi::DLDeviceType;
 use std::marker::PhantomData;
-use std::sync::Arc;
 
 /// Where a view's memory comes from, and what keeps it alive.
 enum Backing<'a> {
@@ -106,7 +105,79 @@ fn check_inside(
         .map(<[isize]>::to_vec))
 }
 
+/// Where a view's memory is: its device, whether kernels reach it, and whether its source owns
+/// only the view's elements (`exact`).
+struct Place {
+    device_id: Option<usize>,
+    device_accessible: bool,
+    exact: bool,
+}
+
+impl Place {
+    /// Host memory this program borrows: of no device, out of kernels' reach.
+    const HOST: Place = Place {
+        device_id: None,
+        device_accessible: false,
+        exact: false,
+    };
+}
+
+/// The reach of the layout from element 0 at `ptr`, as the bounds of a source that is exactly
+/// what the layout spans (an array, a tensor, raw memory).
+fn span(ptr: u64, shape: &[usize], strides: &[isize], dtype: DType) -> Result<(u64, u64)> {
+    Ok(layout::byte_range(ptr, shape, strides, dtype.itemsize())?.unwrap_or((ptr, ptr)))
+}
+
+/// `len` bytes from `ptr`, checked.
+fn range(ptr: u64, len: usize, what: &str) -> Result<(u64, u64)> {
+    let end = super::address(ptr, len, what)?;
+    Ok((ptr, end))
+}
+
 impl<'a> StridedMemoryView<'a> {
+    /// The one constructor: the layout checked inside `bounds`.
+    #[allow(clippy::too_many_arguments)]
+    fn make(
+        ptr: u64,
+        shape: &[usize],
+        strides: Option<&[isize]>,
+        dtype: DType,
+        readonly: bool,
+        bounds: (u64, u64),
+        place: Place,
+        backing: Backing<'a>,
+    ) -> Result<StridedMemoryView<'a>> {
+        let strides = check_inside(ptr, shape, strides, dtype, bounds)?;
+        Ok(StridedMemoryView {
+            ptr,
+            shape: shape.to_vec(),
+            strides,
+            dtype,
+            readonly,
+            device_id: place.device_id,
+            device_accessible: place.device_accessible,
+            bounds,
+            exact: place.exact,
+            backing,
+        })
+    }
+
+    /// The same view over another backing of the same memory.
+    fn with_backing<'b>(self, backing: Backing<'b>) -> StridedMemoryView<'b> {
+        StridedMemoryView {
+            ptr: self.ptr,
+            shape: self.shape,
+            strides: self.strides,
+            dtype: self.dtype,
+            readonly: self.readonly,
+            device_id: self.device_id,
+            device_accessible: self.device_accessible,
+            bounds: self.bounds,
+            exact: self.exact,
+            backing,
+        }
+    }
+
     /// A view of `buffer` with element 0 at its start (`cuda.core`'s `from_buffer`): `shape`,
     /// `strides` in elements (`None`: row-major), `dtype`. The layout must stay inside the
     /// buffer. A read-only view refuses to be written through.
@@ -117,23 +188,23 @@ impl<'a> StridedMemoryView<'a> {
         dtype: DType,
         readonly: bool,
     ) -> Result<StridedMemoryView<'a>> {
-        let start = buffer.handle();
-        let end = start
-            .checked_add(buffer.size() as u64)
-            .ok_or_else(|| CudaError::InvalidArgument("the buffer's range overflows".into()))?;
-        let strides = check_inside(start, shape, strides, dtype, (start, end))?;
-        Ok(StridedMemoryView {
-            ptr: start,
-            shape: shape.to_vec(),
-            strides,
-            dtype,
-            readonly: readonly || (!buffer.is_device_accessible() && !buffer.is_host_accessible()),
+        let bounds = range(buffer.handle(), buffer.size(), "the buffer's range")?;
+        let place = Place {
             device_id: buffer.device_id(),
             device_accessible: buffer.is_device_accessible(),
-            bounds: (start, end),
             exact: false,
-            backing: Backing::Buffer(buffer),
-        })
+        };
+        let readonly = readonly || (!buffer.is_device_accessible() && !buffer.is_host_accessible());
+        StridedMemoryView::make(
+            bounds.0,
+            shape,
+            strides,
+            dtype,
+            readonly,
+            bounds,
+            place,
+            Backing::Buffer(buffer),
+        )
     }
 
     /// A read-only view of host memory (`cuda.core`'s `from_array_interface` for NumPy arrays).
@@ -177,22 +248,17 @@ impl<'a> StridedMemoryView<'a> {
         dtype: DType,
         readonly: bool,
     ) -> Result<StridedMemoryView<'a>> {
-        let end = ptr
-            .checked_add(bytes as u64)
-            .ok_or_else(|| CudaError::InvalidArgument("the slice's range overflows".into()))?;
-        let strides = check_inside(ptr, shape, strides, dtype, (ptr, end))?;
-        Ok(StridedMemoryView {
+        let bounds = range(ptr, bytes, "the slice's range")?;
+        StridedMemoryView::make(
             ptr,
-            shape: shape.to_vec(),
+            shape,
             strides,
             dtype,
             readonly,
-            device_id: None,
-            device_accessible: false,
-            bounds: (ptr, end),
-            exact: false,
-            backing: Backing::Host(PhantomData),
-        })
+            bounds,
+            Place::HOST,
+            Backing::Host(PhantomData),
+        )
     }
 
     /// A view of memory described by its parts (`cuda.core`'s `from_cuda_array_interface`):
@@ -213,21 +279,13 @@ impl<'a> StridedMemoryView<'a> {
         device_accessible: bool,
         readonly: bool,
     ) -> Result<StridedMemoryView<'a>> {
-        let all = strides_or_c(shape, strides)?;
-        let bounds = layout::byte_range(ptr, shape, &all, dtype.itemsize())?.unwrap_or((ptr, ptr));
-        let strides = check_inside(ptr, shape, strides, dtype, bounds)?;
-        Ok(StridedMemoryView {
-            ptr,
-            shape: shape.to_vec(),
-            strides,
-            dtype,
-            readonly,
+        let bounds = span(ptr, shape, &strides_or_c(shape, strides)?, dtype)?;
+        let place = Place {
             device_id,
             device_accessible,
-            bounds,
             exact: false,
-            backing: Backing::Raw,
-        })
+        };
+        StridedMemoryView::make(ptr, shape, strides, dtype, readonly, bounds, place, Backing::Raw)
     }
 
     /// The address of element 0.
@@ -298,29 +356,25 @@ impl<'a> StridedMemoryView<'a> {
     /// of host memory is read-only: it borrows this view shared, and host memory read through
     /// one view (`as_ndarray`) must not be written through another meanwhile.
     pub fn view(&self, shape: &[usize], strides: Option<&[isize]>, dtype: DType) -> Result<StridedMemoryView<'_>> {
-        let strides = check_inside(self.ptr, shape, strides, dtype, self.bounds)?;
-        if self.exact && (shape != self.shape.as_slice() || strides != self.strides || dtype != self.dtype) {
+        let backing = match &self.backing {
+            Backing::Buffer(b) => Backing::Buffer(b),
+            Backing::Owned(b) => Backing::Buffer(b),
+            Backing::Host(_) => Backing::Host(PhantomData),
+            Backing::Raw => Backing::Raw,
+        };
+        let place = Place {
+            device_id: self.device_id,
+            device_accessible: self.device_accessible,
+            exact: self.exact,
+        };
+        let readonly = self.readonly || matches!(self.backing, Backing::Host(_));
+        let view = StridedMemoryView::make(self.ptr, shape, strides, dtype, readonly, self.bounds, place, backing)?;
+        if self.exact && (view.shape != self.shape || view.strides != self.strides || dtype != self.dtype) {
             return Err(CudaError::InvalidArgument(
                 "this view's source owns only its own elements (a strided DLPack tensor or array, with gaps between them): it cannot be re-viewed with another layout".into(),
             ));
         }
-        Ok(StridedMemoryView {
-            ptr: self.ptr,
-            shape: shape.to_vec(),
-            strides,
-            dtype,
-            readonly: self.readonly || matches!(self.backing, Backing::Host(_)),
-            device_id: self.device_id,
-            device_accessible: self.device_accessible,
-            bounds: self.bounds,
-            exact: self.exact,
-            backing: match &self.backing {
-                Backing::Buffer(b) => Backing::Buffer(b),
-                Backing::Owned(b) => Backing::Buffer(b),
-                Backing::Host(_) => Backing::Host(PhantomData),
-                Backing::Raw => Backing::Raw,
-            },
-        })
+        Ok(view)
     }
 
     /// The view as a kernel argument for a `T*` parameter: element 0's address, with the
@@ -365,7 +419,7 @@ impl StridedMemoryView<'static> {
         consumer: &Stream,
     ) -> Result<StridedMemoryView<'static>> {
         let readonly = tensor.flags().contains(dlpark::DlpackFlags::READ_ONLY);
-        let (ptr, shape, strides, dtype, device, range) = {
+        let (ptr, shape, strides, dtype, device) = {
             let v = tensor
                 .validate()
                 .map_err(|e| CudaError::InvalidArgument(format!("DLPack import: {e}")))?;
@@ -401,30 +455,21 @@ impl StridedMemoryView<'static> {
             let ptr = (v.data_ptr() as usize as u64)
                 .checked_add(v.byte_offset())
                 .ok_or_else(|| CudaError::InvalidArgument("DLPack import: the byte offset overflows".into()))?;
-            let all = strides_or_c(&shape, strides.as_deref())?;
-            let range = layout::byte_range(ptr, &shape, &all, dtype.itemsize())?.unwrap_or((ptr, ptr));
-            (ptr, shape, strides, dtype, device, range)
+            (ptr, shape, strides, dtype, device)
+        };
+        let all = strides_or_c(&shape, strides.as_deref())?;
+        let bounds = span(ptr, &shape, &all, dtype)?;
+        let place = Place {
+            device_id: device.map(|d| d.device_id()),
+            device_accessible: true,
+            exact: !layout::covers_span(&shape, &all),
         };
         if let Some(p) = producer {
             consumer.wait(p)?;
         }
-        let resource = Arc::new(DlpackMemory::new(device, tensor, readonly));
-        let size = (range.1 - range.0) as usize;
-        let buffer = Buffer::from_parts(range.0, size, Some(resource), consumer)?;
-        let all = strides_or_c(&shape, strides.as_deref())?;
-        let exact = !layout::covers_span(&shape, &all);
-        let strides = check_inside(ptr, &shape, strides.as_deref(), dtype, range)?;
-        Ok(StridedMemoryView {
-            ptr,
-            shape,
-            strides,
-            dtype,
-            readonly,
-            device_id: device.map(|d| d.device_id()),
-            device_accessible: true,
-            bounds: range,
-            exact,
-            backing: Backing::Owned(Box::new(buffer)),
-        })
+        let resource = tensor_memory(tensor, device, readonly);
+        let buffer = Buffer::from_parts(bounds.0, (bounds.1 - bounds.0) as usize, Some(resource), consumer)?;
+        let backing = Backing::Owned(Box::new(buffer));
+        StridedMemoryView::make(ptr, &shape, strides.as_deref(), dtype, readonly, bounds, place, backing)
     }
 }

@@ -1,7 +1,7 @@
 //! `ndarray` host arrays as [`StridedMemoryView`]s, and host views back as arrays (feature
 //! `ndarray`). The views borrow the arrays: copies from and into them are waited for.
 
-use super::{check_inside, layout, Backing, Element, StridedMemoryView};
+use super::{layout, span, Backing, Element, Place, StridedMemoryView};
 use crate::{CudaError, Result};
 use ndarray::{ArrayBase, ArrayViewD, Data, DataMut, Dimension, IxDyn, ShapeBuilder};
 use std::marker::PhantomData;
@@ -46,20 +46,18 @@ impl<'a> StridedMemoryView<'a> {
     ) -> Result<StridedMemoryView<'a>> {
         // The layout's reach is the bound; an array whose elements are not contiguous in memory
         // owns only them (`exact`), not the gaps between them.
-        let bounds = layout::byte_range(ptr, shape, strides, dtype.itemsize())?.unwrap_or((ptr, ptr));
-        let strides = check_inside(ptr, shape, Some(strides), dtype, bounds)?;
-        Ok(StridedMemoryView {
+        let bounds = span(ptr, shape, strides, dtype)?;
+        let place = Place { exact, ..Place::HOST };
+        StridedMemoryView::make(
             ptr,
-            shape: shape.to_vec(),
-            strides,
+            shape,
+            Some(strides),
             dtype,
             readonly,
-            device_id: None,
-            device_accessible: false,
             bounds,
-            exact,
-            backing: Backing::Host(PhantomData),
-        })
+            place,
+            Backing::Host(PhantomData),
+        )
     }
 
     /// A host view (from a slice or an array) as an `ndarray` view of `T`: the dtype must be

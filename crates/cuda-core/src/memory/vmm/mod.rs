@@ -201,10 +201,9 @@ fn round(size: usize, granularity: usize) -> Result<usize> {
     })
 }
 
-/// The address `offset` bytes into a range that starts at `base`.
+/// `base + offset`, checked.
 fn at(base: driver::CUdeviceptr, offset: usize) -> Result<driver::CUdeviceptr> {
-    base.checked_add(offset as u64)
-        .ok_or_else(|| invalid(format!("address {base:#x} + {offset} overflows")))
+    crate::memory::address(base, offset, "VirtualMemoryResource")
 }
 
 /// Unmaps `chunks` (mapped one after another from `base`) and frees `reservations`; every step
