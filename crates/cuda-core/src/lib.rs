@@ -25,6 +25,7 @@ mod compile;
 mod device;
 mod error;
 pub mod graph;
+pub mod interop;
 mod launch;
 mod memory;
 mod reaper;

@@ -16,6 +16,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("compile", 3),
     ("memory", 4),
     ("launch", 5),
+    ("interop", 5),
     ("graph", 6),
 ];
 

@@ -124,6 +124,20 @@ pub unsafe trait MemoryResource: Send + Sync + 'static {
     fn is_mapped(&self) -> bool {
         false
     }
+    /// Not for other implementations (they cannot name the argument's type, so keep this
+    /// default): the device whose memory this resource allocates from a stream-ordered pool
+    /// this process owns, one allocation per buffer, so that `cuMemFreeAsync` on any stream of
+    /// that device frees it as [`deallocate`](Self::deallocate) would (which lets the memory
+    /// be handed to another library that frees it so).
+    #[doc(hidden)]
+    fn freed_by_mem_free_async(&self, _: sealed::Token) -> Option<Device> {
+        None
+    }
+}
+
+pub(crate) mod sealed {
+    /// Names what only this crate's resources answer (see `freed_by_mem_free_async`).
+    pub struct Token;
 }
 
 pub(crate) fn location(kind: driver::CUmemLocationType, id: i32) -> driver::CUmemLocation {

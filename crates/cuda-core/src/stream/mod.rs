@@ -86,6 +86,9 @@ struct StreamInner {
     /// Shared by every operation queued on the stream, exclusive for beginning, ending or joining
     /// a capture (see the module documentation).
     capture_lock: RwLock<()>,
+    /// What keeps a borrowed stream alive (another library's stream object), dropped with the
+    /// last clone.
+    owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 // SAFETY: a CUstream may be used from any thread; the driver orders work on it, and the capture
@@ -103,6 +106,7 @@ impl Drop for StreamInner {
                 context: self.context.take(),
                 owned: true,
                 capture_lock: RwLock::new(()),
+                owner: self.owner.take(),
             };
             self.owned = false;
             crate::reaper::drop_later(Box::new(later));
@@ -165,6 +169,7 @@ impl Stream {
                 context,
                 owned,
                 capture_lock: RwLock::new(()),
+                owner: None,
             }),
         }
     }
@@ -198,6 +203,34 @@ impl Stream {
         // SAFETY: a live stream's context is live.
         let context = unsafe { Context::from_raw(ctx) }?;
         Ok(Stream::wrap(handle, Some(context), false))
+    }
+
+    /// [`from_handle`](Self::from_handle) for a stream that `owner` keeps alive: the `Stream` and
+    /// its clones hold `owner`, which goes with the last of them (for bridges to other libraries'
+    /// stream objects). A default stream handle gives the process-wide value, as `from_handle`
+    /// does (it is always valid, and `owner` is not needed).
+    ///
+    /// # Safety
+    /// `handle` must be a valid stream while `owner` lives, and no capture may be begun or ended
+    /// on it other than through this crate while the returned `Stream` or a clone lives.
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    pub(crate) unsafe fn from_handle_with_owner(
+        handle: driver::CUstream,
+        owner: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Result<Stream> {
+        if handle as usize <= PER_THREAD {
+            return Ok(Stream::default_stream(handle as usize));
+        }
+        // SAFETY: the caller vouches for the stream while `owner` lives, which the result holds.
+        let stream = unsafe { Stream::from_handle(handle) }?;
+        let inner = StreamInner {
+            handle,
+            context: stream.inner.context.clone(),
+            owned: false,
+            capture_lock: RwLock::new(()),
+            owner: Some(owner),
+        };
+        Ok(Stream { inner: Arc::new(inner) })
     }
 
     /// The legacy default stream (`CU_STREAM_LEGACY`) of whatever context is current where it is

@@ -75,6 +75,50 @@ impl Buffer {
     }
 }
 
+impl Buffer {
+    /// Hands back the owner of foreign memory ([`Buffer::from_handle_with_owner`]) once `wait`
+    /// has ordered its next user after every stream that used the buffer: the buffer and its
+    /// keeper let go of it (the memory is not waited for nor freed here) and the owner comes back
+    /// as the only reference to it. Refused, with the buffer back untouched: memory without an
+    /// owner, memory a graph holds, and buffers a stream being captured has used.
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn reclaim_owner(
+        mut self,
+        wait: &mut dyn FnMut(driver::CUevent) -> Result<()>,
+    ) -> std::result::Result<Arc<dyn Any + Send + Sync>, (CudaError, Buffer)> {
+        let refuse = |buffer: Buffer, why: &str| Err((CudaError::InvalidArgument(why.into()), buffer));
+        if self.owner.is_none() {
+            return refuse(self, "the buffer has no owner to hand back");
+        }
+        if self.is_used_by_graph() {
+            return refuse(
+                self,
+                "a graph holds this buffer's memory (it recorded work on it): its owner goes when the last of them does",
+            );
+        }
+        // The buffer's owner and its keeper's are the only references (no graph holds the keeper).
+        let unique = self.resource.as_ref().is_some_and(|r| Arc::strong_count(r) == 1)
+            && self.owner.as_ref().is_some_and(|o| Arc::strong_count(o) == 2);
+        if !unique {
+            return refuse(self, "the buffer's memory is still held elsewhere (a pending free)");
+        }
+        if let Err(e) = self.order_after_uses(wait) {
+            return Err((e, self));
+        }
+        // The keeper goes without its wait (the next user was ordered above), then the owner is
+        // the only reference; Drop finds nothing left.
+        self.resource = None;
+        match self.owner.take() {
+            Some(owner) => Ok(owner),
+            None => Err((
+                CudaError::InvalidArgument("the buffer has no owner to hand back".into()),
+                self,
+            )),
+        }
+    }
+}
+
 /// The resource of a buffer whose memory an owner keeps (a user's value, or an imported DLPack
 /// tensor): it never allocates, and "frees" by waiting for the work queued on the buffer's
 /// deallocation stream; the owner goes with the keeper, once the buffer and every graph holding

@@ -237,3 +237,90 @@ pub(super) fn free_graph_memory(g: &GraphAllocation, stream: &Stream) -> Result<
         unsafe { crate::memory::free_async(g.state.ptr, stream) }
     })
 }
+
+impl Buffer {
+    /// Gives the memory up to a new owner that frees it with `cuMemFreeAsync` (see
+    /// `MemoryResource::freed_by_mem_free_async`): `wait` is handed a fence after the work so far
+    /// of every stream that used the buffer (it must order the new owner's stream after each
+    /// before returning), then the buffer lets go of the memory without freeing it and its
+    /// address and size are returned. On a refusal the buffer comes back untouched: graph memory,
+    /// memory a graph holds, memory of a resource that does not free so (or of another device
+    /// than `device`), and buffers a stream being captured has used.
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn surrender(
+        mut self,
+        device: usize,
+        wait: &mut dyn FnMut(driver::CUevent) -> Result<()>,
+    ) -> std::result::Result<(driver::CUdeviceptr, usize), (CudaError, Buffer)> {
+        let refuse = |buffer: Buffer, why: String| Err((CudaError::InvalidArgument(why), buffer));
+        if self.graph.is_some() {
+            return refuse(
+                self,
+                "graph memory exists only within the capture that allocated it".into(),
+            );
+        }
+        if self.is_used_by_graph() {
+            return refuse(
+                self,
+                "a graph holds this buffer's memory (it recorded work on it): it frees the memory when the last of them goes".into(),
+            );
+        }
+        let owner = self
+            .resource
+            .as_ref()
+            .and_then(|r| r.freed_by_mem_free_async(crate::memory::sealed::Token));
+        match owner {
+            Some(d) if d.device_id() == device => {}
+            Some(d) => {
+                return refuse(
+                    self,
+                    format!("the buffer is memory of device {}, not of device {device}", d.device_id()),
+                )
+            }
+            None => {
+                return refuse(
+                    self,
+                    "only memory of a DeviceMemoryResource this process allocated (not imported, not foreign) can be handed over: another owner frees it with cuMemFreeAsync".into(),
+                )
+            }
+        }
+        if let Err(e) = self.order_after_uses(wait) {
+            return Err((e, self));
+        }
+        // Nothing left to free: Drop finds no resource.
+        self.resource = None;
+        Ok((self.ptr, self.size))
+    }
+
+    /// Hands `wait` a fence after the work so far of every stream that used the buffer (its
+    /// deallocation stream included), for a new user of the memory to wait for.
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    pub(crate) fn order_after_uses(&mut self, wait: &mut dyn FnMut(driver::CUevent) -> Result<()>) -> Result<()> {
+        let sites: Vec<Site> = {
+            let uses = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
+            uses.iter()
+                .cloned()
+                .chain(std::iter::once(self.dealloc.clone()))
+                .collect()
+        };
+        for site in &sites {
+            match site.fence()? {
+                Fence::Event(e) => wait(e.handle())?,
+                Fence::Capturing => {
+                    return Err(CudaError::InvalidArgument(
+                        "a stream that used the buffer is being captured into a graph: hand the buffer over once the capture has ended".into(),
+                    ))
+                }
+                Fence::Unreachable => {
+                    if !site.try_synchronize()? {
+                        return Err(CudaError::InvalidArgument(
+                            "another thread's per-thread default stream used the buffer and its context has a capture running: hand the buffer over once the capture has ended".into(),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

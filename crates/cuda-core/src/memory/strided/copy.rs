@@ -1,6 +1,7 @@
 //! Copies between views of the same shape and dtype: one copy when both are row-major and
 //! dense, one pitched 2D copy when both are rows of contiguous elements, and otherwise the
-//! strided copy kernel (`kernel`), for views kernels can reach.
+//! strided copy kernel (`kernel`), for views kernels can reach, or a copy staged through dense
+//! copies (`staging`) for borrowed host views.
 //!
 //! Every buffer behind either view goes through `enqueue_using` (its memory stays alive until
 //! the copy is done); a host view's borrow ends with the call, so such copies are waited for
@@ -15,7 +16,7 @@ use crate::{CudaError, Result};
 use cuda_sys::driver;
 
 /// How a copy between two views is made.
-enum Plan {
+pub(super) enum Plan {
     /// Nothing to copy.
     Empty,
     /// `bytes` from element 0 to element 0.
@@ -29,12 +30,14 @@ enum Plan {
     },
     /// Any other layouts: the strided copy kernel, element by element.
     Kernel { layout: super::kernel::Layout, count: u64 },
+    /// Any other layouts with a borrowed host view: staged through dense copies (`staging`).
+    Staged,
 }
 
 /// The layout as rows: `(rows, row stride in elements)` when every dimension but the last is
 /// one row apart from the next (an outer dimension of extent 1 is skipped), the last has stride
 /// 1, and strides are positive.
-fn as_rows(view: &StridedMemoryView<'_>) -> Result<Option<(usize, usize)>> {
+pub(super) fn as_rows(view: &StridedMemoryView<'_>) -> Result<Option<(usize, usize)>> {
     let strides = view.strides_or_row_major()?;
     let dims: Vec<(usize, isize)> = view
         .shape
@@ -51,7 +54,7 @@ fn as_rows(view: &StridedMemoryView<'_>) -> Result<Option<(usize, usize)>> {
     })
 }
 
-fn plan(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>) -> Result<Plan> {
+pub(super) fn plan(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>) -> Result<Plan> {
     if src.shape != dst.shape || src.dtype != dst.dtype {
         return Err(CudaError::InvalidArgument(format!(
             "copy between views of shape {:?} ({}) and {:?} ({}): shapes and dtypes must match",
@@ -93,8 +96,12 @@ fn plan(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>) -> Result<Plan
 fn kernel_plan(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>, count: usize) -> Result<Plan> {
     use super::kernel::{Layout, MAX_DIMS};
     if !src.device_accessible || !dst.device_accessible {
+        let reachable = |v: &StridedMemoryView<'_>| v.device_accessible || super::staging::is_cpu_side(v);
+        if reachable(src) && reachable(dst) {
+            return Ok(Plan::Staged);
+        }
         return Err(CudaError::InvalidArgument(format!(
-            "copy between strided views: a host view must be dense or rows of contiguous elements for a copy (here strides {:?} and {:?}); copy through a dense view",
+            "copy between strided views: memory neither kernels nor this crate's host staging reach (strides {:?} and {:?}): copy through a dense view",
             src.strides, dst.strides
         )));
     }
@@ -148,9 +155,10 @@ fn buffers<'v>(views: [&'v StridedMemoryView<'_>; 2]) -> Vec<&'v Buffer> {
 
 impl StridedMemoryView<'_> {
     /// Copies this view's elements into `dst` (same shape and dtype), ordered on `stream`
-    /// (`cuda.core`'s `copy_to`). Both must be row-major and dense, or rows of contiguous
-    /// elements (one pitched copy). With a host view, the call waits for the copy, and a stream
-    /// being captured is refused.
+    /// (`cuda.core`'s `copy_to`): one copy when both are row-major and dense, one pitched copy
+    /// when both are rows of contiguous elements, else the strided copy kernel; a host view of
+    /// any other layout is gathered or scattered on the CPU through a dense staging copy. With
+    /// a host view, the call waits for the copy, and a stream being captured is refused.
     pub fn copy_to(&self, dst: &mut StridedMemoryView<'_>, stream: &Stream) -> Result<()> {
         copy(self, dst, stream)
     }
@@ -161,15 +169,17 @@ impl StridedMemoryView<'_> {
     }
 }
 
-fn copy(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>, stream: &Stream) -> Result<()> {
+pub(super) fn copy(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>, stream: &Stream) -> Result<()> {
     if dst.readonly {
         return Err(CudaError::InvalidArgument(
             "copy into a read-only view: make the destination writable".into(),
         ));
     }
     let plan = plan(src, dst)?;
-    if matches!(plan, Plan::Empty) {
-        return Ok(());
+    match plan {
+        Plan::Empty => return Ok(()),
+        Plan::Staged => return super::staging::copy_staged(src, dst, stream),
+        _ => {}
     }
     // The kernel is compiled (once) before the operation, so that no capture waits for NVRTC,
     // for the device of the stream, which must be the views'.
@@ -190,7 +200,7 @@ fn copy(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>, stream: &Strea
         _ => None,
     };
     let run = || match plan {
-        Plan::Empty => Ok(()),
+        Plan::Empty | Plan::Staged => Ok(()),
         Plan::Contiguous { bytes } => {
             // SAFETY: both layouts were checked to lie in the memory their views cover (buffers
             // held until the copy is done by `enqueue_using`, host memory borrowed for the call,

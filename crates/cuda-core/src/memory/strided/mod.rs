@@ -15,6 +15,7 @@ mod kernel;
 mod layout;
 #[cfg(feature = "ndarray")]
 mod ndarray_bridge;
+mod staging;
 
 pub use dtype::{DType, Element};
 pub use exchange::AsStridedView;

@@ -1,0 +1,249 @@
+//! The cudarc bridge on the GPU: slices taken as buffers and views and handed back, streams
+//! lent both ways, the order of work across the two libraries, and every refusal.
+
+use cuda_core::graph::CaptureMode;
+use cuda_core::interop::cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream};
+use cuda_core::{
+    Buffer, Context, ContextFlags, DType, Device, HostAllocFlags, LegacyPinnedMemoryResource, PinnedMemoryResource,
+    Stream, StridedMemoryView,
+};
+use std::sync::Arc;
+
+fn setup() -> (Device, Stream, Arc<CudaContext>, Arc<CudaStream>) {
+    let d = Device::new(0).expect("a GPU");
+    d.set_current().unwrap();
+    let s = d.create_stream(Default::default()).unwrap();
+    let ctx = CudaContext::new(0).unwrap();
+    let cs = ctx.new_stream().unwrap();
+    // cudarc made its context current: ours again (the same primary context).
+    d.set_current().unwrap();
+    (d, s, ctx, cs)
+}
+
+/// 16 Mi floats: large enough that an unordered read would see the work unfinished.
+const BIG: usize = 16 << 20;
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_cudarc_slice_becomes_a_buffer_and_goes_back() {
+    let (d, s, _ctx, cs) = setup();
+    let data: Vec<f32> = (0..BIG).map(|i| (i % 1000) as f32).collect();
+    let slice = cs.clone_htod(&data).unwrap();
+    let ptr = {
+        let (p, _sync) = cuda_core::interop::cudarc::driver::DevicePtr::device_ptr(&slice, &cs);
+        p
+    };
+    // Taken without a copy, ordered after cudarc's upload on its own stream.
+    let buffer = Buffer::from_cudarc(slice, &s).unwrap();
+    assert_eq!((buffer.handle(), buffer.size()), (ptr, BIG * 4));
+    assert_eq!(buffer.device_id(), Some(d.device_id()));
+    assert!(buffer.is_device_accessible() && !buffer.is_host_accessible());
+    assert_eq!(buffer.cudarc_slice::<f32>().map(|c| c.len()), Some(BIG));
+    assert!(
+        buffer.cudarc_slice::<u32>().is_none(),
+        "the slice is lent only as its own type"
+    );
+    assert_eq!(buffer.to_vec::<f32>(&s).unwrap(), data);
+    // Work queued here, then the memory handed back: cudarc's stream waits for it.
+    buffer.fill_u32(0x4040_0000, &s).unwrap(); // 3.0f32
+    let back: CudaSlice<f32> = buffer.into_cudarc(&cs).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(back.len(), BIG);
+    let seen = cs.clone_dtoh(&back).unwrap();
+    assert!(seen.iter().all(|&x| x == 3.0), "cudarc read before the fill was done");
+    // A slice taken back from a buffer it came from is a plain cudarc slice: cudarc frees it.
+    drop(back);
+    cs.synchronize().unwrap();
+    assert!(cuda_core::take_drop_errors().is_empty());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn buffers_of_a_device_pool_go_to_cudarc_after_every_stream_that_used_them() {
+    let (d, s, _ctx, cs) = setup();
+    let other = d.create_stream(Default::default()).unwrap();
+    let buffer = d.allocate(BIG * 4, &s).unwrap();
+    buffer.fill_u32(1, &s).unwrap();
+    s.sync().unwrap();
+    // The last writer is another stream than the deallocation stream.
+    buffer.fill_u32(7, &other).unwrap();
+    let slice: CudaSlice<u32> = buffer.into_cudarc(&cs).unwrap_or_else(|e| panic!("{e}"));
+    let seen = cs.clone_dtoh(&slice).unwrap();
+    assert!(
+        seen.iter().all(|&x| x == 7),
+        "cudarc read before the other stream's fill"
+    );
+    // cudarc's own work on it, then back here on our stream, in stream order.
+    let mut slice = slice;
+    cs.memset_zeros(&mut slice).unwrap();
+    let buffer = Buffer::from_cudarc(slice, &other).unwrap();
+    assert!(buffer.to_vec::<u32>(&other).unwrap().iter().all(|&x| x == 0));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn streams_are_lent_both_ways() {
+    let (d, s, ctx, cs) = setup();
+    // cudarc's stream here: one stream, work of both libraries in its order.
+    // SAFETY: nothing captures on cudarc's stream in this test.
+    let lent = unsafe { Stream::from_cudarc(&cs) }.unwrap();
+    assert_eq!(lent.handle() as usize, cs.cu_stream() as usize);
+    assert_eq!(lent.device(), Some(d));
+    let data: Vec<i32> = (0..BIG as i32).collect();
+    let slice = cs.clone_htod(&data).unwrap();
+    // Same stream: no host wait, stream order alone.
+    let buffer = Buffer::from_cudarc(slice, &lent).unwrap();
+    assert_eq!(buffer.to_vec::<i32>(&lent).unwrap(), data);
+    drop(buffer);
+    // The lent stream keeps cudarc's alive after cudarc lets go of it.
+    let handle = cs.cu_stream() as usize;
+    drop(cs);
+    lent.sync().unwrap();
+    assert_eq!(lent.handle() as usize, handle);
+    // Ours to cudarc: cudarc allocates and copies on our stream.
+    // SAFETY: `s` outlives `theirs` and the slice made on it (dropped below); no capture.
+    let theirs = unsafe { s.to_cudarc(&ctx) }.unwrap();
+    assert_eq!(theirs.cu_stream() as usize, s.handle() as usize);
+    let on_ours = theirs.clone_htod(&[5u8; 1024]).unwrap();
+    assert_eq!(theirs.clone_dtoh(&on_ours).unwrap(), vec![5u8; 1024]);
+    drop(on_ours);
+    drop(theirs);
+    s.sync().unwrap();
+    // Default streams are every library's: ours to cudarc refused, cudarc's here are ours.
+    // SAFETY: refused, nothing is lent.
+    let err = unsafe { Stream::legacy_default().to_cudarc(&ctx) }.unwrap_err();
+    assert!(err.to_string().contains("default stream"), "{err}");
+    // SAFETY: nothing captures on the per-thread stream in this test.
+    let per_thread = unsafe { Stream::from_cudarc(&ctx.per_thread_stream()) }.unwrap();
+    assert_eq!(per_thread.handle(), Stream::per_thread_default().handle());
+    // Another context than the stream's is refused.
+    let other = Context::create(&d, ContextFlags::default()).unwrap();
+    let stream = other.create_stream(Default::default()).unwrap();
+    // SAFETY: refused, nothing is lent.
+    let err = unsafe { stream.to_cudarc(&ctx) }.unwrap_err();
+    assert!(err.to_string().contains("not to the cudarc context"), "{err}");
+    drop(stream);
+    d.set_current().unwrap();
+    assert!(cuda_core::take_drop_errors().is_empty());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_cudarc_slice_becomes_a_strided_view() {
+    let (_d, s, _ctx, cs) = setup();
+    // A 4x6 matrix of f64, viewed transposed (6x4, strides 1 and 6).
+    let data: Vec<f64> = (0..24).map(|i| i as f64 * 0.5).collect();
+    let slice = cs.clone_htod(&data).unwrap();
+    let view = StridedMemoryView::from_cudarc(slice, &[6, 4], Some(&[1, 6]), &s).unwrap();
+    assert_eq!(
+        (view.shape(), view.strides(), view.dtype()),
+        (&[6usize, 4][..], Some(&[1isize, 6][..]), DType::F64)
+    );
+    assert!(view.buffer().is_some_and(|b| b.cudarc_slice::<f64>().is_some()));
+    let mut out = vec![0f64; 24];
+    let mut host = StridedMemoryView::from_host_slice_mut(&mut out, &[6, 4], None).unwrap();
+    view.copy_to(&mut host, &s).unwrap();
+    drop(host);
+    for r in 0..6 {
+        for c in 0..4 {
+            assert_eq!(out[r * 4 + c], data[c * 6 + r], "element ({r}, {c})");
+        }
+    }
+    // Host views of any layout: a transposed host view into a device buffer, and back into
+    // another transposed host view.
+    let dense = Device::new(0).unwrap().allocate(24 * 8, &s).unwrap();
+    let mut dev = StridedMemoryView::from_buffer(&dense, &[6, 4], None, DType::F64, false).unwrap();
+    let transposed = StridedMemoryView::from_host_slice(&data, &[6, 4], Some(&[1, 6])).unwrap();
+    dev.copy_from(&transposed, &s).unwrap();
+    assert_eq!(dense.to_vec::<f64>(&s).unwrap(), out);
+    let mut again = vec![0f64; 24];
+    let mut host = StridedMemoryView::from_host_slice_mut(&mut again, &[6, 4], Some(&[1, 6])).unwrap();
+    dev.copy_to(&mut host, &s).unwrap();
+    drop(host);
+    assert_eq!(again, data);
+    // A layout outside the slice is refused (and the slice freed by cudarc).
+    let slice = cs.clone_htod(&data).unwrap();
+    let err = StridedMemoryView::from_cudarc(slice, &[5, 5], None, &s).unwrap_err();
+    assert!(err.to_string().contains("reaches outside"), "{err}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn handovers_that_cannot_be_made_are_refused_with_the_buffer_back() {
+    let (d, s, _ctx, cs) = setup();
+    let check = |buffer: Buffer, want: &str| {
+        let size = buffer.size();
+        let err = buffer.into_cudarc::<u32>(&cs).unwrap_err();
+        assert!(err.to_string().contains(want), "{err}");
+        // The buffer comes back whole and usable.
+        assert_eq!(err.buffer.size(), size);
+        if size > 0 && err.buffer.is_device_accessible() {
+            err.buffer.fill_u8(1, &s).unwrap();
+        }
+    };
+    check(d.allocate(10, &s).unwrap(), "whole, non-zero number of 4-byte");
+    check(d.allocate(0, &s).unwrap(), "whole, non-zero number");
+    let pinned = PinnedMemoryResource::new(Default::default()).unwrap();
+    check(
+        pinned.allocate(64, &s).unwrap(),
+        "only memory of a DeviceMemoryResource",
+    );
+    let legacy = LegacyPinnedMemoryResource::new(HostAllocFlags::default());
+    check(
+        legacy.allocate(64, &s).unwrap(),
+        "only memory of a DeviceMemoryResource",
+    );
+    // A cudarc slice taken here goes back only as its own element type.
+    let slice = cs.clone_htod(&[1f32; 16]).unwrap();
+    check(
+        Buffer::from_cudarc(slice, &s).unwrap(),
+        "only memory of a DeviceMemoryResource",
+    );
+    // A graph that recorded work on the buffer holds its memory.
+    let held = d.allocate(64, &s).unwrap();
+    let graph = s
+        .capture_graph(CaptureMode::ThreadLocal, |c| held.fill_u8(3, c))
+        .unwrap();
+    check(held, "a graph holds");
+    drop(graph);
+    // A cudarc stream being captured takes nothing.
+    cs.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+        .unwrap();
+    check(d.allocate(64, &s).unwrap(), "being captured");
+    // ...and gives nothing: the host wait for a capturing stream is refused.
+    let capturing = cs.clone();
+    let _ = capturing.end_capture(sys::CUgraphInstantiate_flags(0));
+    let slice = cs.clone_htod(&[2u32; 16]).unwrap();
+    cs.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+        .unwrap();
+    let taken = Buffer::from_cudarc(slice, &s);
+    let _ = cs.end_capture(sys::CUgraphInstantiate_flags(0));
+    let err = taken.unwrap_err();
+    assert!(err.to_string().to_lowercase().contains("capture"), "{err}");
+    d.set_current().unwrap();
+    s.sync().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_taken_slice_outlives_its_buffer_until_the_work_on_it_is_done() {
+    let (_d, s, _ctx, cs) = setup();
+    let slice = cs.clone_htod(&vec![0u32; BIG]).unwrap();
+    let buffer = Buffer::from_cudarc(slice, &s).unwrap();
+    // Queue long work, then let go of the buffer at once: cudarc frees the slice only after.
+    for v in 0..8 {
+        buffer.fill_u32(v, &s).unwrap();
+    }
+    let keep = d_copy(&buffer, &s);
+    drop(buffer);
+    assert!(keep.to_vec::<u32>(&s).unwrap().iter().all(|&x| x == 7));
+    s.sync().unwrap();
+    assert!(cuda_core::take_drop_errors().is_empty());
+}
+
+/// A device copy of `buffer`, queued on `stream`.
+fn d_copy(buffer: &Buffer, stream: &Stream) -> Buffer {
+    let device = Device::new(0).unwrap();
+    let copy = device.allocate(buffer.size(), stream).unwrap();
+    copy.copy_from(buffer, stream).unwrap();
+    copy
+}
