@@ -38,6 +38,10 @@ pub use compile::{
 };
 pub use cuda_core_derive::DeviceRepr;
 pub use device::{device_count, ComputeCapability, Context, ContextFlags, Device, DeviceProperties};
+pub use device::{
+    ContextOptions, ContextResource, DeviceResources, PerGroup, SMResource, SMResourceFlags, SMResourceOptions,
+    WorkqueueResource, WorkqueueResourceOptions, WorkqueueSharingScope,
+};
 pub use error::{take_drop_errors, CudaError, Result};
 pub use launch::{launch, DeviceRepr, Dim3, KernelArg, KernelArgs, LaunchConfig, MaxPotentialBlockSize, TypedKernel};
 pub use memory::dlpack;
@@ -70,6 +74,10 @@ mod thread_safety {
     fn shared_handles_are_send_and_sync() {
         send_and_sync::<crate::Device>();
         send_and_sync::<crate::Context>();
+        send_and_sync::<crate::DeviceResources>();
+        send_and_sync::<crate::SMResource>();
+        send_and_sync::<crate::WorkqueueResource>();
+        send_and_sync::<crate::ContextOptions>();
         send_and_sync::<crate::Stream>();
         send_and_sync::<crate::Event>();
         send_and_sync::<crate::Buffer>();

@@ -1,5 +1,5 @@
-//! [`Context`]: primary and created contexts, the calling thread's stack of contexts this crate
-//! made current (which keeps them alive there), and the context's pool of fence events.
+//! [`Context`]: primary, created and green contexts, the calling thread's stack of contexts this
+//! crate made current (which keeps them alive there), and the context's pool of fence events.
 
 use super::Device;
 use crate::error::Check;
@@ -13,11 +13,54 @@ use std::sync::{Arc, Mutex, RwLock};
 struct ContextInner {
     handle: driver::CUcontext,
     device: Device,
-    /// Made by `Context::create` (destroyed on drop) rather than a retained primary context.
+    /// Made by `Context::create` or `Device::create_context` (destroyed on drop) rather than a
+    /// retained primary context.
     owned: bool,
+    /// The green context `handle` stands for (`cuCtxFromGreenCtx`), when made by
+    /// `Device::create_context`.
+    green: Option<Green>,
     /// Timing-free events made in this context, lent out to order one stream after another
     /// (see [`Context::fence`]).
     fences: Mutex<Vec<driver::CUevent>>,
+}
+
+/// The green context behind a [`Context`] made by [`Device::create_context`].
+pub(super) struct Green {
+    /// Destroyed (`cuGreenCtxDestroy`) with the `Context`; its `CUcontext` is only a view of it.
+    pub(super) handle: driver::CUgreenCtx,
+    /// Held by every call that takes `handle`: the driver lets one thread at a time use a
+    /// `CUgreenCtx`.
+    pub(super) lock: Mutex<()>,
+    /// The contexts the resources it was made from were read from, kept until it is destroyed.
+    pub(super) _origins: Vec<Context>,
+}
+
+impl ContextInner {
+    /// Destroys what this value owns, once: the idle fence events, then a created or green
+    /// context. Returns the first error.
+    fn release(&mut self) -> Result<()> {
+        let mut first = Ok(());
+        let fences = std::mem::take(self.fences.get_mut().unwrap_or_else(|p| p.into_inner()));
+        for event in fences {
+            // SAFETY: made by cuEventCreate in this context, idle in the pool, destroyed once.
+            let status = unsafe { driver::cuEventDestroy(event) }.check("cuEventDestroy");
+            first = first.and(status);
+        }
+        if std::mem::take(&mut self.owned) {
+            let status = match &self.green {
+                // SAFETY: made by cuGreenCtxCreate and destroyed once (`owned` is cleared); this
+                // value is the last holder (objects made in it and threads it is current on
+                // through this crate hold it), so nothing else uses the handle.
+                Some(green) => unsafe { driver::cuGreenCtxDestroy(green.handle) }.check("cuGreenCtxDestroy"),
+                // SAFETY: made by cuCtxCreate and destroyed once; objects made in it hold this
+                // Arc, and every thread it was made current on by this crate holds it too (see
+                // `CURRENT`), so neither outlives it.
+                None => unsafe { driver::cuCtxDestroy(self.handle) }.check("cuCtxDestroy"),
+            };
+            first = first.and(status);
+        }
+        first
+    }
 }
 
 impl Drop for ContextInner {
@@ -27,27 +70,15 @@ impl Drop for ContextInner {
             let later = ContextInner {
                 handle: self.handle,
                 device: self.device,
-                owned: self.owned,
+                owned: std::mem::take(&mut self.owned),
+                green: self.green.take(),
                 fences: Mutex::new(std::mem::take(self.fences.get_mut().unwrap_or_else(|p| p.into_inner()))),
             };
-            self.owned = false;
             crate::reaper::drop_later(Box::new(later));
             return;
         }
-        let fences = std::mem::take(self.fences.get_mut().unwrap_or_else(|p| p.into_inner()));
-        for event in fences {
-            // SAFETY: made by cuEventCreate in this context, idle in the pool, destroyed once.
-            if let Err(e) = unsafe { driver::cuEventDestroy(event) }.check("cuEventDestroy") {
-                crate::error::record_drop_error(e);
-            }
-        }
-        if self.owned {
-            // SAFETY: made by cuCtxCreate and destroyed once; objects made in it hold this Arc, and
-            // every thread it was made current on by this crate holds it too (see `CURRENT`), so
-            // neither outlives it.
-            if let Err(e) = unsafe { driver::cuCtxDestroy(self.handle) }.check("cuCtxDestroy") {
-                crate::error::record_drop_error(e);
-            }
+        if let Err(e) = self.release() {
+            crate::error::record_drop_error(e);
         }
     }
 }
@@ -76,12 +107,14 @@ bitflags::bitflags! {
 }
 
 // SAFETY: a CUcontext and CUevents are process-wide handles the driver lets any thread use; the
-// event pool is behind a mutex.
+// event pool is behind a mutex; a CUgreenCtx is used only under its lock (`Green::lock`), and the
+// contexts it keeps are `Send + Sync`.
 unsafe impl Send for ContextInner {}
-// SAFETY: as above; shared access reads the handle or locks the pool.
+// SAFETY: as above; shared access reads the handle or locks the pool or the green context.
 unsafe impl Sync for ContextInner {}
 
-/// A CUDA context: a device's primary context, or one made by [`Context::create`].
+/// A CUDA context: a device's primary context, one made by [`Context::create`], or a green
+/// context made by [`Device::create_context`] from a partition of the device's SMs.
 ///
 /// A context made current on a thread through this type ([`set_current`](Self::set_current),
 /// [`push`](Self::push), [`Device::set_current`]) is held by that thread until another replaces
@@ -177,12 +210,16 @@ fn capture_count(handle: driver::CUcontext) -> Arc<RwLock<usize>> {
 
 /// A capture counted in its context by [`Context::count_capture`]; dropping it takes the count
 /// back.
-pub(crate) struct CaptureCount(Arc<RwLock<usize>>);
+/// A capture of a green context's stream is counted in the device's primary context too: the
+/// primary context's synchronisation waits for its green contexts' work as well.
+pub(crate) struct CaptureCount(Arc<RwLock<usize>>, Option<Arc<RwLock<usize>>>);
 
 impl Drop for CaptureCount {
     fn drop(&mut self) {
-        let mut n = self.0.write().unwrap_or_else(|p| p.into_inner());
-        *n = n.saturating_sub(1);
+        for count in std::iter::once(&self.0).chain(&self.1) {
+            let mut n = count.write().unwrap_or_else(|p| p.into_inner());
+            *n = n.saturating_sub(1);
+        }
     }
 }
 
@@ -193,9 +230,45 @@ impl Context {
                 handle,
                 device,
                 owned,
+                green: None,
                 fences: Mutex::new(Vec::new()),
             }),
         }
+    }
+
+    /// The context that owns `green` (destroyed with the last clone); `handle` is its
+    /// `cuCtxFromGreenCtx` view. `origins` are kept until then.
+    pub(super) fn wrap_green(
+        handle: driver::CUcontext,
+        device: Device,
+        green: driver::CUgreenCtx,
+        origins: Vec<Context>,
+    ) -> Context {
+        Context {
+            inner: Arc::new(ContextInner {
+                handle,
+                device,
+                owned: true,
+                green: Some(Green {
+                    handle: green,
+                    lock: Mutex::new(()),
+                    _origins: origins,
+                }),
+                fences: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The green context behind this one, if it is one made by [`Device::create_context`].
+    pub(super) fn green(&self) -> Option<&Green> {
+        self.inner.green.as_ref()
+    }
+
+    /// Whether this is a green context made by [`Device::create_context`] (`cuda.core`'s
+    /// `is_green`). A green context made elsewhere and met through a raw handle
+    /// ([`crate::Stream::from_handle`]) is not recognised as one.
+    pub fn is_green(&self) -> bool {
+        self.inner.green.is_some()
     }
 
     /// A timing-free event of this context, for ordering one stream after another: record it on
@@ -303,12 +376,20 @@ impl Context {
         Ok(ctx)
     }
 
-    /// Makes this context the calling thread's current one (replacing the top of its stack).
-    /// The thread holds it until it is replaced or popped there, or the thread ends.
-    pub fn set_current(&self) -> Result<()> {
+    /// Makes this context the calling thread's current one (replacing the top of its stack)
+    /// and returns the context it replaced (`None` when none was current), as `cuda.core`'s
+    /// `Device.set_current(ctx)` does: `previous.set_current()` restores it. The thread holds
+    /// this context until it is replaced or popped there, or the thread ends.
+    pub fn set_current(&self) -> Result<Option<Context>> {
         if self.inner.owned {
             crate::reaper::start();
         }
+        let previous = match Context::current_handle()? {
+            h if h.is_null() => None,
+            h if h == self.inner.handle => Some(self.clone()),
+            // SAFETY: the calling thread's current context is live.
+            h => Some(unsafe { Context::from_raw(h) }?),
+        };
         // SAFETY: the context is live while self is; the thread holds it from here on.
         unsafe { driver::cuCtxSetCurrent(self.inner.handle) }.check("cuCtxSetCurrent")?;
         // (During the thread's teardown the stack is gone: nothing is held then.)
@@ -322,7 +403,29 @@ impl Context {
             .ok()
             .flatten();
         drop(replaced);
-        Ok(())
+        Ok(previous)
+    }
+
+    /// Lets go of this context now (`cuda.core`'s `Context.close`): a created or green context
+    /// is destroyed here when this is its last holder, and the driver's answer returned (dropping
+    /// does the same and records an error for [`crate::take_drop_errors`]). Streams, events and
+    /// other objects made in it, and threads it is current on through this crate, keep it alive
+    /// otherwise: it is destroyed with the last of them. A primary context is never destroyed.
+    ///
+    /// Refused while the context is the calling thread's current one, with `cuda.core`'s message:
+    /// restore another context first (the one [`set_current`](Self::set_current) returned).
+    pub fn close(self) -> Result<()> {
+        crate::reaper::refuse_in_callback()?;
+        if Context::current_handle()? == self.inner.handle {
+            return Err(CudaError::InvalidArgument(
+                "Cannot close a CUDA context while it is current. Restore a previous context before closing this context."
+                    .into(),
+            ));
+        }
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => inner.release(),
+            Err(_) => Ok(()),
+        }
     }
 
     /// Pushes this context on the calling thread's context stack, making it current. The thread
@@ -373,13 +476,14 @@ impl Context {
         !self.inner.owned
     }
 
-    /// Waits for all work in the context.
+    /// Waits for all work in the context (for a primary context, its device's green contexts'
+    /// work too, as the driver does).
     ///
     /// While a stream of the context is being captured into a graph (a capture begun through
-    /// this crate, on any thread), this is an error rather than a wait: the driver would
-    /// invalidate that capture. Synchronise the streams you use ([`crate::Stream::sync`])
-    /// instead, or after the capture ends. A capture waits to begin until a synchronisation in
-    /// progress is done.
+    /// this crate, on any thread; for a primary context, also on a stream of a green context),
+    /// this is an error rather than a wait: the driver would invalidate that capture. Synchronise
+    /// the streams you use ([`crate::Stream::sync`]) instead, or after the capture ends. A capture
+    /// waits to begin until a synchronisation in progress is done.
     pub fn synchronize(&self) -> Result<()> {
         if self.try_synchronize()? {
             return Ok(());
@@ -411,8 +515,16 @@ impl Context {
     /// synchronisation of the context in progress; call it holding no lock.
     pub(crate) fn count_capture(&self) -> CaptureCount {
         let count = capture_count(self.inner.handle);
-        *count.write().unwrap_or_else(|p| p.into_inner()) += 1;
-        CaptureCount(count)
+        // A green context's primary context was made with it (`Device::create_context`).
+        let primary = self
+            .is_green()
+            .then(|| self.inner.device.primary_context().ok())
+            .flatten()
+            .map(|p| capture_count(p.inner.handle));
+        for c in std::iter::once(&count).chain(&primary) {
+            *c.write().unwrap_or_else(|p| p.into_inner()) += 1;
+        }
+        CaptureCount(count, primary)
     }
 
     /// Runs `f` with this context current, restoring the previous one afterwards (also when `f`
@@ -455,6 +567,7 @@ impl PartialEq for Context {
 
 impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Context({:p}, {:?})", self.inner.handle, self.inner.device)
+        let green = if self.is_green() { ", green" } else { "" };
+        write!(f, "Context({:p}, {:?}{green})", self.inner.handle, self.inner.device)
     }
 }

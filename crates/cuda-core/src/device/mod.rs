@@ -2,6 +2,11 @@
 //! thread's stack of current contexts, and the per-context pool of fence events that order one
 //! stream after another.
 //!
+//! Green contexts live here too: `resources` ([`DeviceResources`], [`SMResource`] and its
+//! split), `split` ([`SMResourceOptions`] and its checks, host-only), `workqueue`
+//! ([`WorkqueueResource`]) and `green` ([`ContextOptions`], [`Device::create_context`], the
+//! streams of a green context).
+//!
 //! The lowest layer above the error type and the release thread ([`crate::reaper`]): it uses
 //! nothing else of the crate. Streams, events and memory add their constructors to `Device` and
 //! `Context` in their own folders (`Device::create_stream` lives in [`crate::stream`]).
@@ -9,11 +14,19 @@
 mod context;
 #[rustfmt::skip]
 mod generated_properties;
+mod green;
 mod properties;
+mod resources;
+mod split;
+mod workqueue;
 
 pub(crate) use context::{CaptureCount, FenceEvent};
 pub use context::{Context, ContextFlags};
+pub use green::{ContextOptions, ContextResource};
 pub use properties::DeviceProperties;
+pub use resources::{DeviceResources, SMResource, SMResourceFlags};
+pub use split::{PerGroup, SMResourceOptions};
+pub use workqueue::{WorkqueueResource, WorkqueueResourceOptions, WorkqueueSharingScope};
 
 use crate::error::Check;
 use crate::{CudaError, Result};

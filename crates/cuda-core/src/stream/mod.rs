@@ -152,13 +152,18 @@ impl Stream {
         } else {
             0
         };
-        let handle = context.with_current(|| {
-            let mut s: driver::CUstream = std::ptr::null_mut();
-            // SAFETY: the context is current; out-pointer to a local.
-            unsafe { driver::cuStreamCreateWithPriority(&mut s, flags, priority) }
-                .check("cuStreamCreateWithPriority")?;
-            Ok(s)
-        })?;
+        // A green context's streams come from cuGreenCtxStreamCreate (non-blocking only).
+        let handle = if context.is_green() {
+            context.create_green_stream(options.nonblocking, priority)?
+        } else {
+            context.with_current(|| {
+                let mut s: driver::CUstream = std::ptr::null_mut();
+                // SAFETY: the context is current; out-pointer to a local.
+                unsafe { driver::cuStreamCreateWithPriority(&mut s, flags, priority) }
+                    .check("cuStreamCreateWithPriority")?;
+                Ok(s)
+            })?
+        };
         Ok(Stream::wrap(handle, Some(context.clone()), true))
     }
 
@@ -296,6 +301,13 @@ impl Stream {
         self.inner.context.as_ref().map(Context::device)
     }
 
+    /// The resources of the stream's context (`cuda.core`'s `Stream.resources`): for a stream of
+    /// a green context, the SMs (and workqueues) it was made with. The default streams answer for
+    /// the context current where this is called.
+    pub fn resources(&self) -> Result<crate::device::DeviceResources> {
+        Ok(self.context_or_current()?.resources())
+    }
+
     /// Runs `op`, which queues work on this stream, as one operation: no capture begins, ends or
     /// is joined on the stream meanwhile (the stream's capture lock is held shared, or no capture
     /// runs anywhere and none begins before `op` returns). `op` gets the capture the stream
@@ -428,7 +440,9 @@ impl Device {
 }
 
 impl Context {
-    /// A new stream in this context.
+    /// A new stream in this context. A green context's streams are made by
+    /// `cuGreenCtxStreamCreate` and must be non-blocking (`StreamOptions::nonblocking`, the
+    /// default): a blocking one is refused, as in `cuda.core`.
     pub fn create_stream(&self, options: StreamOptions) -> Result<Stream> {
         Stream::new(self, options)
     }
