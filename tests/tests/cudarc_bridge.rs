@@ -44,7 +44,10 @@ fn a_cudarc_slice_becomes_a_buffer_and_goes_back() {
         "the slice is lent only as its own type"
     );
     assert_eq!(buffer.to_vec::<f32>(&s).unwrap(), data);
-    // Work queued here, then the memory handed back: cudarc's stream waits for it.
+    // Work queued here (held back by a host function), then the memory handed back: cudarc's
+    // reads come after it.
+    s.launch_host_func(|| std::thread::sleep(std::time::Duration::from_millis(200)))
+        .unwrap();
     buffer.fill_u32(0x4040_0000, &s).unwrap(); // 3.0f32
     let back: CudaSlice<f32> = buffer.into_cudarc(&cs).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(back.len(), BIG);
@@ -64,7 +67,10 @@ fn buffers_of_a_device_pool_go_to_cudarc_after_every_stream_that_used_them() {
     let buffer = d.allocate(BIG * 4, &s).unwrap();
     buffer.fill_u32(1, &s).unwrap();
     s.sync().unwrap();
-    // The last writer is another stream than the deallocation stream.
+    // The last writer is another stream than the deallocation stream, held back.
+    other
+        .launch_host_func(|| std::thread::sleep(std::time::Duration::from_millis(200)))
+        .unwrap();
     buffer.fill_u32(7, &other).unwrap();
     let slice: CudaSlice<u32> = buffer.into_cudarc(&cs).unwrap_or_else(|e| panic!("{e}"));
     let seen = cs.clone_dtoh(&slice).unwrap();
@@ -72,11 +78,39 @@ fn buffers_of_a_device_pool_go_to_cudarc_after_every_stream_that_used_them() {
         seen.iter().all(|&x| x == 7),
         "cudarc read before the other stream's fill"
     );
-    // cudarc's own work on it, then back here on our stream, in stream order.
+    // Any cudarc stream may read it: the work queued here is done.
+    let third = cs.context().new_stream().unwrap();
+    assert!(third.clone_dtoh(&slice).unwrap().iter().all(|&x| x == 7));
+    // cudarc's own work on it, then back here on our stream.
     let mut slice = slice;
     cs.memset_zeros(&mut slice).unwrap();
-    let buffer = Buffer::from_cudarc(slice, &other).unwrap();
+    let buffer = Buffer::from_cudarc(slice, &other).unwrap_or_else(|e| panic!("{e}"));
     assert!(buffer.to_vec::<u32>(&other).unwrap().iter().all(|&x| x == 0));
+    // To cudarc's default stream, from a thread whose current context is another one: the
+    // memory is idle when cudarc gets it, and the thread's context is kept.
+    let ctx = cs.context().clone();
+    let other_ctx = Context::create(&d, ContextFlags::default()).unwrap();
+    other_ctx.set_current().unwrap();
+    let on_default: CudaSlice<u32> = buffer
+        .into_cudarc(&ctx.default_stream())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        Context::current().unwrap(),
+        Some(other_ctx.clone()),
+        "the thread's context changed"
+    );
+    let default_stream = ctx.default_stream();
+    assert!(default_stream.clone_dtoh(&on_default).unwrap().iter().all(|&x| x == 0));
+    other_ctx.set_current().unwrap();
+    // And taken back from cudarc's default stream: the host waits for cudarc's whole context.
+    let back = Buffer::from_cudarc(on_default, &s).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        Context::current().unwrap(),
+        Some(other_ctx.clone()),
+        "the thread's context changed"
+    );
+    d.set_current().unwrap();
+    assert!(back.to_vec::<u32>(&s).unwrap().iter().all(|&x| x == 0));
 }
 
 #[test]
@@ -133,7 +167,7 @@ fn a_cudarc_slice_becomes_a_strided_view() {
     // A 4x6 matrix of f64, viewed transposed (6x4, strides 1 and 6).
     let data: Vec<f64> = (0..24).map(|i| i as f64 * 0.5).collect();
     let slice = cs.clone_htod(&data).unwrap();
-    let view = StridedMemoryView::from_cudarc(slice, &[6, 4], Some(&[1, 6]), &s).unwrap();
+    let view = StridedMemoryView::from_cudarc(slice, &[6, 4], Some(&[1, 6]), &s).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         (view.shape(), view.strides(), view.dtype()),
         (&[6usize, 4][..], Some(&[1isize, 6][..]), DType::F64)
@@ -160,10 +194,12 @@ fn a_cudarc_slice_becomes_a_strided_view() {
     dev.copy_to(&mut host, &s).unwrap();
     drop(host);
     assert_eq!(again, data);
-    // A layout outside the slice is refused (and the slice freed by cudarc).
+    // A layout outside the slice is refused, and the slice handed back.
     let slice = cs.clone_htod(&data).unwrap();
     let err = StridedMemoryView::from_cudarc(slice, &[5, 5], None, &s).unwrap_err();
     assert!(err.to_string().contains("reaches outside"), "{err}");
+    let slice = err.slice.expect("the slice comes back");
+    assert_eq!(cs.clone_dtoh(&slice).unwrap(), data);
 }
 
 #[test]
@@ -195,7 +231,7 @@ fn handovers_that_cannot_be_made_are_refused_with_the_buffer_back() {
     // A cudarc slice taken here goes back only as its own element type.
     let slice = cs.clone_htod(&[1f32; 16]).unwrap();
     check(
-        Buffer::from_cudarc(slice, &s).unwrap(),
+        Buffer::from_cudarc(slice, &s).unwrap_or_else(|e| panic!("{e}")),
         "only memory of a DeviceMemoryResource",
     );
     // A graph that recorded work on the buffer holds its memory.
@@ -205,20 +241,18 @@ fn handovers_that_cannot_be_made_are_refused_with_the_buffer_back() {
         .unwrap();
     check(held, "a graph holds");
     drop(graph);
-    // A cudarc stream being captured takes nothing.
-    cs.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
-        .unwrap();
-    check(d.allocate(64, &s).unwrap(), "being captured");
-    // ...and gives nothing: the host wait for a capturing stream is refused.
-    let capturing = cs.clone();
-    let _ = capturing.end_capture(sys::CUgraphInstantiate_flags(0));
+    // A slice whose cudarc stream is being captured is handed back untouched, and the capture
+    // ends well.
     let slice = cs.clone_htod(&[2u32; 16]).unwrap();
     cs.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
         .unwrap();
     let taken = Buffer::from_cudarc(slice, &s);
-    let _ = cs.end_capture(sys::CUgraphInstantiate_flags(0));
+    let graph = cs.end_capture(sys::CUgraphInstantiate_flags(0));
+    assert!(graph.is_ok(), "the cudarc capture was damaged");
     let err = taken.unwrap_err();
-    assert!(err.to_string().to_lowercase().contains("capture"), "{err}");
+    assert!(err.to_string().contains("being captured"), "{err}");
+    let slice = err.slice.expect("the slice comes back");
+    assert_eq!(cs.clone_dtoh(&slice).unwrap(), vec![2u32; 16]);
     d.set_current().unwrap();
     s.sync().unwrap();
 }
@@ -226,24 +260,25 @@ fn handovers_that_cannot_be_made_are_refused_with_the_buffer_back() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn a_taken_slice_outlives_its_buffer_until_the_work_on_it_is_done() {
+    use std::sync::atomic::{AtomicBool, Ordering};
     let (_d, s, _ctx, cs) = setup();
     let slice = cs.clone_htod(&vec![0u32; BIG]).unwrap();
     let buffer = Buffer::from_cudarc(slice, &s).unwrap();
-    // Queue long work, then let go of the buffer at once: cudarc frees the slice only after.
-    for v in 0..8 {
-        buffer.fill_u32(v, &s).unwrap();
-    }
-    let keep = d_copy(&buffer, &s);
+    // Work held back by a host function, then the buffer let go of at once: the slice (and so
+    // its memory) goes only after that work, which ran first.
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    s.launch_host_func(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        flag.store(true, Ordering::SeqCst);
+    })
+    .unwrap();
+    buffer.fill_u32(7, &s).unwrap();
     drop(buffer);
-    assert!(keep.to_vec::<u32>(&s).unwrap().iter().all(|&x| x == 7));
+    assert!(
+        ran.load(Ordering::SeqCst),
+        "the slice was freed before the work queued on it ran"
+    );
     s.sync().unwrap();
     assert!(cuda_core::take_drop_errors().is_empty());
-}
-
-/// A device copy of `buffer`, queued on `stream`.
-fn d_copy(buffer: &Buffer, stream: &Stream) -> Buffer {
-    let device = Device::new(0).unwrap();
-    let copy = device.allocate(buffer.size(), stream).unwrap();
-    copy.copy_from(buffer, stream).unwrap();
-    copy
 }

@@ -4,24 +4,28 @@
 //! **Who keeps the memory alive.** A slice taken from cudarc ([`Buffer::from_cudarc`]) is owned
 //! by the buffer: cudarc frees it (stream-ordered, on the slice's own stream) when the buffer and
 //! every graph that recorded work on it are gone and the work queued on it here is done. A
-//! buffer handed to cudarc ([`Buffer::into_cudarc`]) is cudarc's: cudarc's stream waits for the
-//! work every stream queued on it here, and cudarc frees it.
+//! buffer handed to cudarc ([`Buffer::into_cudarc`]) is cudarc's once the work every stream
+//! queued on it here is done (the host waits for it), and cudarc frees it.
 //!
 //! **Captures.** Neither library sees the other's captures: work this crate queues on a stream
 //! cudarc is capturing would be recorded into cudarc's graph without the graph holding what the
 //! work uses. So lending streams across is `unsafe` (the caller promises no capture through
 //! cudarc on them), and the safe memory handovers order the two sides without sharing a stream:
-//! taking a slice waits on the host for cudarc's work on it (a stream cudarc is capturing
-//! refuses that wait), handing a buffer over makes cudarc's stream wait for fences recorded here
-//! outside any capture.
+//! taking a slice waits on the host for cudarc's work on it (unless the buffer's stream is the
+//! slice's own, lent here), and a slice whose stream cudarc is capturing is handed back
+//! untouched; handing a buffer over waits on the host for the work queued on it here.
+//!
+//! **Elements.** Only plain-data element types ([`Pod`]): memory crosses between the libraries
+//! as bytes, and every byte pattern must be a valid `T` (cudarc's `bool`, for one, is refused).
 //!
 //! **Current contexts.** cudarc makes its context current on the calling thread in every call;
-//! the bridge puts back the thread's previous context after the cudarc calls it makes.
+//! the bridge puts back the thread's previous context after the cudarc calls it makes (unless
+//! they destroyed it: then the driver's choice stays).
 
 use crate::device::Context;
 use crate::error::Check;
-use crate::memory::{Buffer, Element, StridedMemoryView};
-use crate::stream::Stream;
+use crate::memory::{Buffer, Element, Pod, StridedMemoryView};
+use crate::stream::{relaxed_capture_mode, Stream};
 use crate::{CudaError, Result};
 use ::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, DriverError};
 use cuda_sys::driver;
@@ -29,38 +33,65 @@ use std::any::Any;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
+/// Restores the thread's current context when dropped (also when a cudarc call panics).
+struct Restore {
+    previous: Option<driver::CUcontext>,
+    /// Held until the restore: the context made current before, when this crate knows it.
+    _held: Option<Context>,
+    /// The cudarc context the calls used, let go of just before the restore (its last reference
+    /// may destroy it, and cudarc makes it current to do so).
+    keep: Option<Arc<CudaContext>>,
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let Some(previous) = self.previous else { return };
+        let destroyed = self.keep.take().is_some_and(|keep| {
+            // The last reference to a non-primary context destroys it (cudarc pops it then).
+            let last = Arc::strong_count(&keep) == 1 && !keep.is_primary();
+            let was_previous = keep.cu_ctx() as driver::CUcontext == previous;
+            drop(keep);
+            last && was_previous
+        });
+        if destroyed {
+            return;
+        }
+        // SAFETY: restoring what was current before: alive (held above, or made current by the
+        // raw calls of whoever keeps it, and not destroyed by the cudarc calls: checked).
+        if let Err(e) = unsafe { driver::cuCtxSetCurrent(previous) }.check("cuCtxSetCurrent") {
+            crate::error::record_drop_error(e);
+        }
+    }
+}
+
+/// Runs `f`, which calls cudarc (and so makes `keep`'s context current on this thread), then
+/// makes the thread's previous context current again (a failure to is recorded for
+/// [`crate::take_drop_errors`]). `keep` goes just before the restore: nothing of cudarc's that
+/// `f` drops can destroy a context first.
+fn keeping_current<T>(keep: Arc<CudaContext>, f: impl FnOnce() -> T) -> T {
+    let mut previous: driver::CUcontext = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local.
+    let got = unsafe { driver::cuCtxGetCurrent(&mut previous) }.check("cuCtxGetCurrent");
+    let held = if previous.is_null() {
+        None
+    } else {
+        // SAFETY: the calling thread's current context is live.
+        unsafe { Context::from_raw(previous) }.ok()
+    };
+    let _restore = Restore {
+        previous: got.is_ok().then_some(previous),
+        _held: held,
+        keep: Some(keep),
+    };
+    f()
+}
+
 /// A cudarc error as this crate's, naming the cudarc call.
 fn cudarc_error(call: &'static str, e: DriverError) -> CudaError {
     match driver::CUresult(e.0 as u32).check(call) {
         Err(err) => err,
         Ok(()) => CudaError::InvalidArgument(format!("{call}: cudarc reported an error with a success code")),
     }
-}
-
-/// Runs `f`, which calls cudarc (and so makes cudarc's context current on this thread), then
-/// makes the thread's previous context current again (a failure to is recorded for
-/// [`crate::take_drop_errors`]). `keep` is held until then: the cudarc context, so that
-/// dropping cudarc objects inside `f` cannot destroy a context made current before.
-fn keeping_current<T>(keep: &Arc<CudaContext>, f: impl FnOnce() -> T) -> T {
-    let _keep = keep.clone();
-    let mut previous: driver::CUcontext = std::ptr::null_mut();
-    // SAFETY: out-pointer to a local.
-    let got = unsafe { driver::cuCtxGetCurrent(&mut previous) }.check("cuCtxGetCurrent");
-    // What this crate made current stays alive while current (the thread's stack holds it); a
-    // context made current by a raw call is its maker's to keep.
-    let _held = if previous.is_null() {
-        None
-    } else {
-        // SAFETY: the calling thread's current context is live.
-        unsafe { Context::from_raw(previous) }.ok()
-    };
-    let value = f();
-    // SAFETY: restoring what was current before, kept alive as above.
-    let restored = got.and_then(|()| unsafe { driver::cuCtxSetCurrent(previous) }.check("cuCtxSetCurrent"));
-    if let Err(e) = restored {
-        crate::error::record_drop_error(e);
-    }
-    value
 }
 
 /// A cudarc stream as a driver handle of this crate's bindings.
@@ -125,111 +156,181 @@ struct CudarcSlice<T>(ManuallyDrop<CudaSlice<T>>);
 impl<T> Drop for CudarcSlice<T> {
     fn drop(&mut self) {
         let context = self.0.context().clone();
-        keeping_current(&context, || {
+        keeping_current(context, || {
             // SAFETY: dropped once, here; the field is not used again.
             unsafe { ManuallyDrop::drop(&mut self.0) }
         });
     }
 }
 
-/// The slice's address, with the work queued from now on ordered after cudarc's work on it:
-/// its stream waits for the reads and writes cudarc recorded for it (when cudarc tracks them);
-/// then, unless `stream` is that very stream (not a default one), the host waits for cudarc's
-/// stream.
+/// A refused [`Buffer::from_cudarc`] or [`StridedMemoryView::from_cudarc`]: why, and the slice,
+/// untouched (`.error` alone for `?` into a [`CudaError`]).
+pub struct CudarcTakeError<T> {
+    /// Why the slice was not taken.
+    pub error: CudaError,
+    /// The slice, as it was (`None` when it was taken but the view's layout was refused: the
+    /// buffer over it was dropped, and cudarc freed the slice).
+    pub slice: Option<CudaSlice<T>>,
+}
+
+impl<T> std::fmt::Debug for CudarcTakeError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudarcTakeError")
+            .field("error", &self.error)
+            .field("slice", &self.slice.as_ref().map(|s| s.len()))
+            .finish()
+    }
+}
+
+impl<T> std::fmt::Display for CudarcTakeError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "taking a cudarc slice: {}", self.error)
+    }
+}
+
+impl<T> std::error::Error for CudarcTakeError<T> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+/// Whether `stream` (a live stream handle, not a default one) is being captured.
+fn is_capturing(stream: driver::CUstream) -> Result<bool> {
+    let mut status = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: the stream is live (the caller holds it); out-pointer to a local.
+    unsafe { driver::cuStreamIsCapturing(stream, &mut status) }.check("cuStreamIsCapturing")?;
+    Ok(status != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
+/// The slice's address, with the work queued on `stream` from now on ordered after cudarc's
+/// work on it. Its own stream first waits for the reads and writes cudarc recorded for it (when
+/// cudarc tracks them); then, unless `stream` is that very stream (lent here, not a default
+/// one), the host waits: for that stream, or for a default stream for cudarc's whole context
+/// (a default stream names another stream in each context and thread). A slice whose stream
+/// cudarc is capturing is refused before anything touches it.
 fn after_cudarc_work<T>(slice: &mut CudaSlice<T>, stream: &Stream) -> Result<driver::CUdeviceptr> {
+    crate::reaper::refuse_in_callback()?;
     let own = slice.stream().clone();
-    let ptr = keeping_current(own.context(), || {
+    let handle = raw_stream(&own);
+    let default = handle as usize <= 2;
+    if !default && is_capturing(handle)? {
+        return Err(CudaError::InvalidArgument(
+            "the slice's cudarc stream is being captured into a graph: take the slice once the capture has ended"
+                .into(),
+        ));
+    }
+    let context = own.context().clone();
+    let ptr = keeping_current(context.clone(), || {
         let (ptr, record) = slice.device_ptr_mut(&own);
         drop(record);
+        drop(own);
         ptr
     });
-    own.context()
-        .check_err()
-        .map_err(|e| cudarc_error("cudarc (ordering after the slice's reads and writes)", e))?;
-    let handle = raw_stream(&own);
-    if handle != stream.handle() || stream.is_default() {
-        // A stream being captured refuses the wait (which ends that capture): it is never joined.
-        // SAFETY: the stream is live (the slice holds it).
-        unsafe { driver::cuStreamSynchronize(handle) }.check("cuStreamSynchronize (the cudarc slice's stream)")?;
+    if default {
+        // SAFETY: cudarc's context is live (the slice holds it).
+        let ours = unsafe { Context::from_raw(context.cu_ctx() as driver::CUcontext) }?;
+        ours.synchronize()?;
+    } else if handle != stream.handle() || stream.is_default() {
+        // SAFETY: the stream is live (the slice holds it) and not capturing (checked above; a
+        // capture begun since makes the wait fail, which is an error here).
+        relaxed_capture_mode(|| unsafe { driver::cuStreamSynchronize(handle) })
+            .check("cuStreamSynchronize (the cudarc slice's stream)")?;
     }
     Ok(ptr as driver::CUdeviceptr)
 }
 
+/// Waits on the host until `fence`'s work is done (polling on past a failed wait: the work must
+/// not outlive the handover).
+fn wait_for(fence: driver::CUevent) -> Result<()> {
+    // SAFETY: the event is live (a fence lent for the call) and was recorded outside a capture.
+    let waited = relaxed_capture_mode(|| unsafe { driver::cuEventSynchronize(fence) }).check("cuEventSynchronize");
+    if waited.is_err() {
+        // SAFETY: as above.
+        while unsafe { driver::cuEventQuery(fence) } == driver::CUresult::CUDA_ERROR_NOT_READY {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
+    waited
+}
+
 impl Buffer {
     /// Takes cudarc's `slice` as a buffer of the same memory, without a copy, for work on
-    /// `stream` (its deallocation stream). The buffer owns the slice: cudarc frees it, on the
-    /// slice's stream, once the buffer and every graph that recorded work on it are gone and
-    /// that work is done ([`cudarc_slice`](Self::cudarc_slice) lends it meanwhile).
+    /// `stream` (its deallocation stream, of the slice's device). The buffer owns the slice:
+    /// cudarc frees it, on the slice's stream, once the buffer and every graph that recorded work
+    /// on it are gone and that work is done ([`cudarc_slice`](Self::cudarc_slice) lends it
+    /// meanwhile).
     ///
     /// Work queued on the buffer follows cudarc's work on the slice: if `stream` is the slice's
     /// own stream (lent with [`Stream::from_cudarc`]) in stream order; otherwise the host waits
-    /// for the slice's stream first, and a slice whose stream cudarc is capturing is refused.
-    pub fn from_cudarc<T: DeviceRepr + 'static>(mut slice: CudaSlice<T>, stream: &Stream) -> Result<Buffer> {
+    /// for it first. A slice whose stream cudarc is capturing is handed back in the error.
+    #[allow(clippy::result_large_err)]
+    pub fn from_cudarc<T: DeviceRepr + Pod>(
+        mut slice: CudaSlice<T>,
+        stream: &Stream,
+    ) -> std::result::Result<Buffer, CudarcTakeError<T>> {
+        let refuse = |error: CudaError, slice: CudaSlice<T>| CudarcTakeError {
+            error,
+            slice: Some(slice),
+        };
+        let device = stream.context_or_current().map(|c| c.device().device_id());
+        match device {
+            Ok(d) if d == slice.ordinal() => {}
+            Ok(d) => {
+                let error = CudaError::InvalidArgument(format!(
+                    "the slice is memory of device {}, the stream's device is {d}: take it for a stream of its device",
+                    slice.ordinal()
+                ));
+                return Err(refuse(error, slice));
+            }
+            Err(e) => return Err(refuse(e, slice)),
+        }
         let bytes = slice.num_bytes();
-        let ptr = after_cudarc_work(&mut slice, stream)?;
+        let ptr = match after_cudarc_work(&mut slice, stream) {
+            Ok(p) => p,
+            Err(e) => return Err(refuse(e, slice)),
+        };
         let owner = CudarcSlice(ManuallyDrop::new(slice));
         // SAFETY: the slice's `bytes` bytes from `ptr` are device memory for as long as the
-        // slice lives, which the buffer owns (the keeper drops it after the work on it).
+        // slice lives, which the buffer owns (the keeper drops it after the work on it). On an
+        // error the owner is dropped (the slice freed by cudarc): nothing used it here.
         unsafe { Buffer::from_handle_with_owner(ptr, bytes, owner, stream) }
+            .map_err(|error| CudarcTakeError { error, slice: None })
     }
 
     /// The cudarc slice this buffer took ([`from_cudarc`](Self::from_cudarc)), when its elements
     /// are `T`s: cudarc can read it, ordered by its own streams (work queued on the buffer here
     /// is not ordered with it).
-    pub fn cudarc_slice<T: 'static>(&self) -> Option<&CudaSlice<T>> {
+    pub fn cudarc_slice<T: Pod>(&self) -> Option<&CudaSlice<T>> {
         self.owner()
             .and_then(|o| o.downcast_ref::<CudarcSlice<T>>())
             .map(|s| &*s.0)
     }
 
-    /// Hands the memory to cudarc as a slice of `T`s, without a copy: cudarc's stream first
-    /// waits for the work every stream queued on the buffer here, and cudarc frees the memory
-    /// when the slice goes.
+    /// Hands the memory to cudarc as a slice of `T`s, without a copy, once the work every stream
+    /// queued on the buffer here is done (the host waits for it), so that cudarc may use it on
+    /// any stream; cudarc frees it when the slice goes.
     ///
     /// - A buffer that took a cudarc slice of `T`s ([`from_cudarc`](Self::from_cudarc)) gives
-    ///   that slice back (its own stream, and `stream`, wait for the work queued here).
+    ///   that slice back (on its own stream; `stream` is not used).
     /// - Memory of a [`DeviceMemoryResource`](crate::DeviceMemoryResource) this process
-    ///   allocated, of `stream`'s device, becomes a slice on `stream` (which frees it with
-    ///   `cuMemFreeAsync`, as the pool would), of whole `T`s at `T`'s alignment.
+    ///   allocated, of `stream`'s device, becomes a slice on `stream` (cudarc frees it with
+    ///   `cuMemFreeAsync` there, as the pool would), of whole `T`s at `T`'s alignment.
     ///
     /// Refused, with the buffer handed back untouched in the error: graph memory, memory a graph
     /// holds (it recorded work on it), other foreign, imported or pinned memory, zero bytes
     /// (cudarc has no empty slices), buffers a stream being captured has used (once the capture
-    /// ends they can go), and a `stream` cudarc is capturing.
+    /// ends they can go), and a cudarc context with an error pending.
     #[allow(clippy::result_large_err)]
-    pub fn into_cudarc<T: DeviceRepr + 'static>(
+    pub fn into_cudarc<T: DeviceRepr + Pod>(
         self,
         stream: &Arc<CudaStream>,
     ) -> std::result::Result<CudaSlice<T>, CudarcHandoverError> {
-        let refuse = |buffer: Buffer, why: String| {
-            Err(CudarcHandoverError {
-                error: CudaError::InvalidArgument(why),
-                buffer,
-            })
-        };
-        let target = raw_stream(stream);
-        let mut capturing = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: the stream is live (the `Arc`); out-pointer to a local.
-        let status = unsafe { driver::cuStreamIsCapturing(target, &mut capturing) }.check("cuStreamIsCapturing");
-        if let Err(error) = status {
-            return Err(CudarcHandoverError { error, buffer: self });
+        let refuse = |buffer: Buffer, error: CudaError| Err(CudarcHandoverError { error, buffer });
+        if let Err(e) = crate::reaper::refuse_in_callback() {
+            return refuse(self, e);
         }
-        if capturing != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-            return refuse(
-                self,
-                "the cudarc stream is being captured into a graph: hand the buffer over once the capture has ended"
-                    .into(),
-            );
-        }
-        if let Some(own) = self.cudarc_slice::<T>().map(|s| raw_stream(s.stream())) {
-            let mut wait = |fence: driver::CUevent| {
-                for s in [target, own] {
-                    // SAFETY: both are live (the slice holds its stream); the wait orders the
-                    // stream after the fence's work.
-                    unsafe { driver::cuStreamWaitEvent(s, fence, 0) }.check("cuStreamWaitEvent")?;
-                }
-                Ok(())
-            };
+        let mut wait = |fence: driver::CUevent| wait_for(fence);
+        if self.cudarc_slice::<T>().is_some() {
             let owner = self
                 .reclaim_owner(&mut wait)
                 .map_err(|(error, buffer)| CudarcHandoverError { error, buffer })?;
@@ -246,33 +347,49 @@ impl Buffer {
         let item = std::mem::size_of::<T>();
         if item == 0 || self.size() == 0 || !self.size().is_multiple_of(item) {
             let size = self.size();
-            return refuse(
-                self,
-                format!("a buffer of {size} bytes is not a whole, non-zero number of {item}-byte elements"),
-            );
+            let error = CudaError::InvalidArgument(format!(
+                "a buffer of {size} bytes is not a whole, non-zero number of {item}-byte elements"
+            ));
+            return refuse(self, error);
         }
         if !self.handle().is_multiple_of(std::mem::align_of::<T>() as u64) {
-            let at = self.handle();
-            return refuse(
-                self,
-                format!("the memory at {at:#x} is not aligned for the element type"),
-            );
+            let error = CudaError::InvalidArgument(format!(
+                "the memory at {:#x} is not aligned for the element type",
+                self.handle()
+            ));
+            return refuse(self, error);
         }
-        let mut wait = |fence: driver::CUevent| {
-            // SAFETY: both are live; the wait orders cudarc's stream after the fence's work.
-            unsafe { driver::cuStreamWaitEvent(target, fence, 0) }.check("cuStreamWaitEvent")
+        // cudarc's slice is made first (it may fail, or panic on an error pending in its
+        // context), while the buffer still owns the memory.
+        let (ptr, len) = (self.handle(), self.size() / item);
+        let made = keeping_current(stream.context().clone(), || {
+            stream
+                .context()
+                .bind_to_thread()
+                .map_err(|e| cudarc_error("cudarc", e))?;
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // SAFETY: `ptr` is `len` whole `T`s of device memory, aligned; the slice is
+                // given the memory below only once the buffer has let go of it (or leaked
+                // without freeing anything); `T` is plain data, so every byte pattern is valid.
+                unsafe { stream.upgrade_device_ptr::<T>(ptr as _, len) }
+            }))
+            .map_err(|_| {
+                CudaError::InvalidArgument("cudarc failed to make the slice (an event could not be created)".into())
+            })
+        });
+        let slice = match made {
+            Ok(slice) => slice,
+            Err(e) => return refuse(self, e),
         };
-        let (ptr, size) = self
-            .surrender(stream.context().ordinal(), &mut wait)
-            .map_err(|(error, buffer)| CudarcHandoverError { error, buffer })?;
-        let len = size / item;
-        // SAFETY: `ptr` is one whole allocation of `size` bytes of a pool of the stream's device
-        // that nothing else frees now (the buffer let go of it), which `cuMemFreeAsync` on
-        // cudarc's stream frees; cudarc's stream follows every use made of it here (the waits);
-        // the bytes were initialised or not as the buffer's were, and `T` is plain device data.
-        Ok(keeping_current(stream.context(), || unsafe {
-            stream.upgrade_device_ptr::<T>(ptr as _, len)
-        }))
+        match self.surrender(stream.context().ordinal(), &mut wait) {
+            // The memory is idle (the host waited for every use) and cudarc's alone now.
+            Ok(_) => Ok(slice),
+            Err((error, buffer)) => {
+                // The buffer keeps the memory: the slice lets go of it without freeing it.
+                let _ = keeping_current(stream.context().clone(), || slice.leak());
+                Err(CudarcHandoverError { error, buffer })
+            }
+        }
     }
 }
 
@@ -301,15 +418,25 @@ impl std::error::Error for CudarcHandoverError {
 impl StridedMemoryView<'static> {
     /// Takes cudarc's `slice` as a view of its elements with `shape` and `strides` (in elements;
     /// `None`: row-major), without a copy: [`Buffer::from_cudarc`] then
-    /// [`from_buffer_owned`](Self::from_buffer_owned). The layout must stay inside the slice; on
-    /// an error the slice is dropped (cudarc frees it).
+    /// [`from_buffer_owned`](Self::from_buffer_owned). A layout outside the slice is checked
+    /// before the slice is taken, and refused with the slice handed back.
+    #[allow(clippy::result_large_err)]
     pub fn from_cudarc<T: Element + DeviceRepr>(
         slice: CudaSlice<T>,
         shape: &[usize],
         strides: Option<&[isize]>,
         stream: &Stream,
-    ) -> Result<StridedMemoryView<'static>> {
+    ) -> std::result::Result<StridedMemoryView<'static>, CudarcTakeError<T>> {
+        // The layout, checked against the slice's extent (the same check the view makes).
+        let fits = StridedMemoryView::check_layout(shape, strides, T::DTYPE, slice.num_bytes());
+        if let Err(error) = fits {
+            return Err(CudarcTakeError {
+                error,
+                slice: Some(slice),
+            });
+        }
         let buffer = Buffer::from_cudarc(slice, stream)?;
         StridedMemoryView::from_buffer_owned(buffer, shape, strides, T::DTYPE, false)
+            .map_err(|error| CudarcTakeError { error, slice: None })
     }
 }

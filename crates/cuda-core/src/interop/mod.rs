@@ -14,4 +14,4 @@ mod cudarc_bridge;
 #[cfg(feature = "cudarc")]
 pub use ::cudarc;
 #[cfg(feature = "cudarc")]
-pub use cudarc_bridge::CudarcHandoverError;
+pub use cudarc_bridge::{CudarcHandoverError, CudarcTakeError};

@@ -99,12 +99,13 @@ unsafe impl Sync for StreamInner {}
 
 impl Drop for StreamInner {
     fn drop(&mut self) {
-        if self.owned && crate::reaper::in_callback() {
-            // On a driver thread: destroyed on the release thread instead.
+        if (self.owned || self.owner.is_some()) && crate::reaper::in_callback() {
+            // On a driver thread: destroyed (or its owner, another library's stream, dropped) on
+            // the release thread instead.
             let later = StreamInner {
                 handle: self.handle,
                 context: self.context.take(),
-                owned: true,
+                owned: self.owned,
                 capture_lock: RwLock::new(()),
                 owner: self.owner.take(),
             };

@@ -95,6 +95,16 @@ pub(super) fn plan(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>) -> 
 /// destination's elements distinct (a broadcast destination would be written by many threads).
 fn kernel_plan(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>, count: usize) -> Result<Plan> {
     use super::kernel::{Layout, MAX_DIMS};
+    if dst
+        .shape
+        .iter()
+        .zip(dst.strides_or_row_major()?)
+        .any(|(&d, s)| d > 1 && s == 0)
+    {
+        return Err(CudaError::InvalidArgument(
+            "copy into a view with a zero stride (a broadcast) would write one element many times: refused".into(),
+        ));
+    }
     if !src.device_accessible || !dst.device_accessible {
         let reachable = |v: &StridedMemoryView<'_>| v.device_accessible || super::staging::is_cpu_side(v);
         if reachable(src) && reachable(dst) {
@@ -119,11 +129,6 @@ fn kernel_plan(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>, count: 
         )));
     }
     let (ss, ds) = (src.strides_or_row_major()?, dst.strides_or_row_major()?);
-    if dst.shape.iter().zip(&ds).any(|(&d, &s)| d > 1 && s == 0) {
-        return Err(CudaError::InvalidArgument(
-            "copy into a view with a zero stride (a broadcast) would write one element many times: refused".into(),
-        ));
-    }
     let mut layout = Layout {
         shape: [1; MAX_DIMS],
         src: [0; MAX_DIMS],

@@ -289,6 +289,16 @@ impl<'a> StridedMemoryView<'a> {
         StridedMemoryView::make(ptr, shape, strides, dtype, readonly, bounds, place, Backing::Raw)
     }
 
+    /// Checks that a view of `shape`, `strides` and `dtype` with element 0 at the start of
+    /// `bytes` bytes stays inside them (before the memory is taken).
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    pub(crate) fn check_layout(shape: &[usize], strides: Option<&[isize]>, dtype: DType, bytes: usize) -> Result<()> {
+        // Any base works: the check is relative (an aligned one, far from overflowing).
+        let base = 1u64 << 32;
+        let bounds = range(base, bytes, "the memory's range")?;
+        check_inside(base, shape, strides, dtype, bounds).map(|_| ())
+    }
+
     /// The address of element 0.
     pub fn ptr(&self) -> u64 {
         self.ptr

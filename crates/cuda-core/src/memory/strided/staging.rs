@@ -20,33 +20,51 @@ pub(super) fn is_cpu_side(view: &StridedMemoryView<'_>) -> bool {
 
 /// Visits the byte offset (from element 0) of every element of `view`, in row-major order.
 fn each_offset(view: &StridedMemoryView<'_>, mut f: impl FnMut(isize)) -> Result<()> {
-    let strides = view.strides_or_row_major()?;
     let count = view.size()?;
     let item = view.dtype.itemsize() as isize;
-    let ndim = view.shape.len();
-    let mut index = vec![0usize; ndim];
+    // Dimensions of extent 1 add nothing (their stride, however large, is never taken).
+    let dims: Vec<(usize, isize)> = view
+        .shape
+        .iter()
+        .copied()
+        .zip(view.strides_or_row_major()?)
+        .filter(|&(d, _)| d != 1)
+        .collect();
+    let mut index = vec![0usize; dims.len()];
     let mut offset = 0isize;
     for _ in 0..count {
         // The layout was checked at construction: every offset it reaches is inside its memory,
-        // so neither the products nor the sums overflow.
-        f(offset * item);
-        for k in (0..ndim).rev() {
+        // so the element offsets and their byte offsets fit; the steps between them are taken
+        // with wrapping arithmetic, whose results are those offsets.
+        f(offset.wrapping_mul(item));
+        for (k, &(extent, stride)) in dims.iter().enumerate().rev() {
             index[k] += 1;
-            offset += strides[k];
-            if index[k] < view.shape[k] {
+            offset = offset.wrapping_add(stride);
+            if index[k] < extent {
                 break;
             }
-            offset -= strides[k] * view.shape[k] as isize;
+            offset = offset.wrapping_sub(stride.wrapping_mul(extent as isize));
             index[k] = 0;
         }
     }
     Ok(())
 }
 
+/// A zeroed vector of `bytes` bytes, or an error when the host cannot hold it.
+fn host_bytes(bytes: usize) -> Result<Vec<u8>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(bytes).map_err(|e| {
+        CudaError::InvalidArgument(format!(
+            "a strided copy with a host view stages {bytes} bytes on the host, which it cannot hold: {e}"
+        ))
+    })?;
+    Ok(v)
+}
+
 /// The view's elements, row-major and dense.
 fn gather(view: &StridedMemoryView<'_>, bytes: usize) -> Result<Vec<u8>> {
     let item = view.dtype.itemsize();
-    let mut out = Vec::with_capacity(bytes);
+    let mut out = host_bytes(bytes)?;
     let base = view.ptr as usize as *const u8;
     each_offset(view, |off| {
         // SAFETY: the element lies in the host memory the view borrows (its layout was checked
@@ -129,7 +147,8 @@ pub(super) fn copy_staged(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'
             with_device(&dense, dst, true, stream)
         }
         (false, true) => {
-            let mut staging = vec![0u8; bytes];
+            let mut staging = host_bytes(bytes)?;
+            staging.resize(bytes, 0);
             {
                 let dense = dense_host(&mut staging, dst, false)?;
                 with_device(src, &dense, false, stream)?;
@@ -170,6 +189,27 @@ mod tests {
             sparse.iter().skip(1).step_by(2).all(|&x| x == 0),
             "the gaps are not written"
         );
+        // A dimension of extent 1 with a huge stride is never stepped over.
+        let src = StridedMemoryView::from_host_slice(&data, &[2, 1, 2], Some(&[1, isize::MAX, 2])).unwrap();
+        let mut four = vec![0u16; 4];
+        let mut dst = StridedMemoryView::from_host_slice_mut(&mut four, &[2, 1, 2], None).unwrap();
+        dst.copy_from(&src, &stream).unwrap();
+        drop(dst);
+        assert_eq!(four, vec![0, 2, 1, 3]);
+        // No elements: nothing is read or written.
+        let empty = StridedMemoryView::from_host_slice(&data, &[0, 3], Some(&[1, 5])).unwrap();
+        let mut none = vec![9u16; 2];
+        let mut dst = StridedMemoryView::from_host_slice_mut(&mut none, &[0, 3], Some(&[1, 7])).unwrap();
+        dst.copy_from(&empty, &stream).unwrap();
+        drop(dst);
+        assert_eq!(none, vec![9, 9]);
+        // A broadcast destination (a zero stride) is refused, as on the device.
+        let mut one = vec![0u16; 1];
+        let mut dst = StridedMemoryView::from_host_slice_mut(&mut one, &[4], Some(&[0])).unwrap();
+        let err = dst
+            .copy_from(&dense.view(&[4], None, crate::DType::U16).unwrap(), &stream)
+            .unwrap_err();
+        assert!(err.to_string().contains("zero stride"), "{err}");
         // A read-only destination is refused before anything is written.
         let mut ro = StridedMemoryView::from_host_slice(&data, &[12], None).unwrap();
         assert!(ro.copy_from(&dense, &stream).is_err());
