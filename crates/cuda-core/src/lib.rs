@@ -21,6 +21,9 @@
 // The derive names `::cuda_core`; make that path work inside this crate too.
 extern crate self as cuda_core;
 
+#[macro_use]
+mod trace;
+
 mod compile;
 mod device;
 mod error;
@@ -47,7 +50,7 @@ pub use launch::{launch, DeviceRepr, Dim3, KernelArg, KernelArgs, LaunchConfig, 
 pub use memory::dlpack;
 pub use memory::ipc::fd as ipc;
 pub use memory::{AsStridedView, DType, Element, StridedMemoryView};
-pub use memory::{BatchCopyOptions, CopyOptions, MemcpyOverlapMode, MemcpySrcAccessOrder};
+pub use memory::{BatchCopyOptions, CopyOptions, HostCopy, MemcpyOverlapMode, MemcpySrcAccessOrder};
 pub use memory::{
     Buffer, BufferView, DeviceMemoryResource, DeviceMemoryResourceOptions, GraphMemoryResource, HostAllocFlags,
     IpcBufferDescriptor, LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryLocation, MemoryResource,
@@ -60,7 +63,7 @@ pub use memory::{
     VirtualMemoryAccessType, VirtualMemoryAllocationType, VirtualMemoryGranularityType, VirtualMemoryHandleType,
     VirtualMemoryIpcDescriptor, VirtualMemoryLocationType,
 };
-pub use stream::{Event, EventOptions, IpcEventDescriptor, Stream, StreamOptions};
+pub use stream::{Completion, Event, EventOptions, IpcEventDescriptor, Stream, StreamOptions};
 
 #[cfg(test)]
 mod thread_safety {

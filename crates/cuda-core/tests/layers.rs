@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 /// Each top-level module and its layer: a module may use modules of lower layers only.
 const LAYERS: &[(&str, u32)] = &[
     ("error", 0),
+    ("trace", 0),
     ("reaper", 1),
     ("system", 1),
     ("device", 2),

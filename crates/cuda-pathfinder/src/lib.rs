@@ -136,6 +136,8 @@ pub fn supported_libnames() -> impl Iterator<Item = &'static str> {
 static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 pub(crate) fn warn(message: String) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(message = %message, "cuda-pathfinder");
     let mut warnings = WARNINGS.lock().unwrap_or_else(|p| p.into_inner());
     if !warnings.contains(&message) {
         warnings.push(message);
@@ -176,7 +178,32 @@ pub fn load_nvidia_dynamic_lib(libname: &str) -> Result<&'static LoadedDl, NotFo
         *map.entry(desc.name)
             .or_insert_with(|| Box::leak(Box::new(OnceLock::new())))
     };
-    cell.get_or_init(|| search::load(desc, &search::Environment::from_process()))
-        .as_ref()
-        .map_err(Clone::clone)
+    cell.get_or_init(|| {
+        let found = search::load(desc, &search::Environment::from_process());
+        #[cfg(feature = "tracing")]
+        match &found {
+            Ok(dl) => tracing::debug!(
+                library = desc.name,
+                path = ?dl.abs_path,
+                via = dl.found_via.as_str(),
+                already_loaded = dl.was_already_loaded_from_elsewhere,
+                "cuda-pathfinder found a library"
+            ),
+            Err(e) => {
+                for a in &e.attempts {
+                    tracing::debug!(
+                        library = desc.name,
+                        candidate = %a.candidate,
+                        via = a.rule.as_str(),
+                        rejected_because = %a.rejected_because,
+                        "cuda-pathfinder rejected a candidate"
+                    );
+                }
+                tracing::debug!(library = desc.name, hint = %e.hint, "cuda-pathfinder found no library");
+            }
+        }
+        found
+    })
+    .as_ref()
+    .map_err(Clone::clone)
 }

@@ -131,6 +131,7 @@ impl Program {
     /// `name_expressions` (NVRTC) are looked up after the compile; their lowered names are in the
     /// result's [`ObjectCode::symbol_mapping`], so `get_kernel("f<int>")` works.
     pub fn compile(&mut self, target: CodeType, name_expressions: &[&str]) -> Result<ObjectCode> {
+        span!("compile", program = %self.name(), source = ?self.source_type, target = %target);
         self.check_target(target, name_expressions)?;
         match self.source_type {
             SourceType::Cxx => self.compile_nvrtc(target, name_expressions),

@@ -32,7 +32,7 @@ mod vmm;
 
 pub(crate) use buffer::{enqueue_using, PointerInfo, SharedAllocation};
 pub use buffer::{Buffer, BufferView, Pod};
-pub use copy::{BatchCopyOptions, CopyOptions, MemcpyOverlapMode, MemcpySrcAccessOrder, Region2D, Region3D};
+pub use copy::{BatchCopyOptions, CopyOptions, HostCopy, MemcpyOverlapMode, MemcpySrcAccessOrder, Region2D, Region3D};
 pub use graph_memory::GraphMemoryResource;
 pub use ipc::{IpcBufferDescriptor, IpcPoolResource};
 pub use legacy_pinned::{HostAllocFlags, LegacyPinnedMemoryResource};

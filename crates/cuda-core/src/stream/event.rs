@@ -240,6 +240,11 @@ impl Event {
         self.inner.options
     }
 
+    /// The context the event was made in.
+    pub(crate) fn context(&self) -> &Context {
+        &self.inner._context
+    }
+
     /// Waits until the work before the event's last record is done.
     pub fn sync(&self) -> Result<()> {
         super::refuse_in_callback()?;

@@ -2,7 +2,8 @@
 //! `IpcEventDescriptor`, and [`Site`], a stream as an operation used it.
 //!
 //! - here: [`Stream`] and what every operation goes through ([`Stream::enqueue`]);
-//! - `event`: [`Event`], its options and IPC descriptors; `host_fn`: host functions;
+//! - `event`: [`Event`], its options and IPC descriptors; `host_fn`: host functions; `future`:
+//!   [`Completion`], the future of [`Stream::synchronized`] and [`Event::completed`];
 //! - `gate`: the quiet path operations take while no capture runs anywhere;
 //! - `capture`: the registry of captures in progress, and the view an operation gets of the one
 //!   its stream is in; `graph_core`: the part of a graph that captured work attaches values to
@@ -23,6 +24,7 @@
 
 pub(crate) mod capture;
 mod event;
+mod future;
 mod gate;
 pub(crate) mod graph_core;
 mod host_fn;
@@ -30,6 +32,7 @@ mod site;
 
 use crate::reaper::refuse_in_callback;
 pub use event::{Event, EventOptions, IpcEventDescriptor};
+pub use future::Completion;
 pub(crate) use site::{Fence, Site, SiteKey};
 
 use crate::device::{Context, Device};

@@ -60,7 +60,15 @@ impl Linker {
         static BACKEND: std::sync::OnceLock<LinkerBackend> = std::sync::OnceLock::new();
         *BACKEND.get_or_init(|| match nvjitlink_version() {
             Some(major) if driver_major().is_none_or(|d| d == major) => LinkerBackend::NvJitLink,
-            _ => LinkerBackend::Driver,
+            _found => {
+                event!(
+                    info,
+                    nvjitlink_major = ?_found,
+                    driver_major = ?driver_major(),
+                    "linking falls back to the driver's linker (nvJitLink missing, or of another major version than the driver)"
+                );
+                LinkerBackend::Driver
+            }
         })
     }
 
@@ -219,6 +227,7 @@ impl Linker {
 
     /// Links everything added into `target` (`Cubin`, or `Ptx` with `ptx` and LTO options).
     pub fn link(&mut self, target: CodeType) -> Result<ObjectCode> {
+        span!("link", backend = self.backend().as_str(), target = %target);
         match (target, self.options.ptx == Some(true)) {
             (CodeType::Cubin, false) | (CodeType::Ptx, true) => {}
             (CodeType::Ptx, false) => {

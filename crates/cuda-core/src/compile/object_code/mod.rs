@@ -318,6 +318,7 @@ impl ObjectCode {
                 &from_file
             }
         };
+        span!("load", object_code = %self.inner.name, code_type = %code_type, bytes = image.len());
         let mut library: driver::CUlibrary = std::ptr::null_mut();
         // SAFETY: cuInit takes flags only. `image` was checked by `check_image` (inside
         // `prepare_image`, at construction for bytes, above for a file): every byte the driver reads to parse it (ELF headers and

@@ -395,6 +395,7 @@ impl GraphBuilder {
 
     /// Instantiates the recorded graph.
     pub fn complete(&self, options: &GraphCompleteOptions) -> Result<Graph> {
+        span!("graph instantiate", from = "GraphBuilder::complete");
         if self.kind == Kind::Body {
             return Err(CudaError::InvalidArgument(
                 "a conditional body runs as part of its parent: complete the parent".into(),

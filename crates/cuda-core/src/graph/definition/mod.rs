@@ -387,6 +387,7 @@ impl GraphDefinition {
 
     /// An executable graph (`cuGraphInstantiateWithParams`).
     pub fn instantiate(&self, options: &GraphCompleteOptions) -> Result<Graph> {
+        span!("graph instantiate", from = "GraphDefinition::instantiate");
         if self.inner.owner.is_some() {
             return Err(CudaError::InvalidArgument(
                 "a body or child graph runs as part of its parent: instantiate the parent".into(),

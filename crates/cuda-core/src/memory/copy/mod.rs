@@ -5,11 +5,14 @@
 //!
 //! - here: host copies, whole-buffer, 2D, 3D and peer copies, fills;
 //! - `options`: [`CopyOptions`] and its enums, [`BatchCopyOptions`], their driver form;
-//! - `batch`: batched copies and copies with options (`copy_batch`, `copy_to_with`, ...).
+//! - `batch`: batched copies and copies with options (`copy_batch`, `copy_to_with`, ...);
+//! - `host_async`: awaited copies with host memory (`to_vec_async`, `copy_from_vec_async`).
 
 mod batch;
+mod host_async;
 mod options;
 
+pub use host_async::HostCopy;
 pub use options::{BatchCopyOptions, CopyOptions, MemcpyOverlapMode, MemcpySrcAccessOrder};
 
 use super::buffer::{enqueue_using, Buffer, Pod};
