@@ -10,8 +10,8 @@
 
 use super::super::buffer::{enqueue_using, Buffer, Pod};
 use super::super::{LegacyPinnedMemoryResource, MemoryResource, PinnedMemoryResource};
-use crate::stream::{Completion, Stream};
 use crate::error::Check;
+use crate::stream::{Completion, Stream};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::future::Future;
@@ -148,8 +148,15 @@ impl Buffer {
                 }
                 // SAFETY: as above; the buffer holds at least `bytes` bytes (checked) and is held
                 // until the copy is done; the stream is not capturing.
-                unsafe { driver::cuMemcpyAsync(self.handle(), src as usize as driver::CUdeviceptr, bytes, stream.handle()) }
-                    .check("cuMemcpyAsync")
+                unsafe {
+                    driver::cuMemcpyAsync(
+                        self.handle(),
+                        src as usize as driver::CUdeviceptr,
+                        bytes,
+                        stream.handle(),
+                    )
+                }
+                .check("cuMemcpyAsync")
             })?;
         }
         stream.synchronized_keeping(Box::new(data))
