@@ -49,6 +49,7 @@ pub use error::{take_drop_errors, CudaError, Result};
 pub use launch::{launch, DeviceRepr, Dim3, KernelArg, KernelArgs, LaunchConfig, MaxPotentialBlockSize, TypedKernel};
 pub use memory::dlpack;
 pub use memory::ipc::fd as ipc;
+pub use memory::texture;
 pub use memory::{AsStridedView, DType, Element, StridedMemoryView};
 pub use memory::{BatchCopyOptions, CopyOptions, HostCopy, MemcpyOverlapMode, MemcpySrcAccessOrder};
 pub use memory::{
@@ -58,6 +59,11 @@ pub use memory::{
 };
 pub use memory::{
     IpcPoolResource, ManagedMemoryResourceOptions, MemoryPool, MemoryPoolAttributes, PinnedMemoryResourceOptions,
+};
+pub use memory::{
+    TensorMapDataType, TensorMapDescriptor, TensorMapDescriptorOptions, TensorMapIm2ColWideMode,
+    TensorMapIm2colOptions, TensorMapIm2colWideOptions, TensorMapInterleave, TensorMapL2Promotion, TensorMapOOBFill,
+    TensorMapSwizzle,
 };
 pub use memory::{
     VirtualMemoryAccessType, VirtualMemoryAllocationType, VirtualMemoryGranularityType, VirtualMemoryHandleType,

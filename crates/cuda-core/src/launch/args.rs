@@ -2,7 +2,8 @@
 //! argument: a value, or a buffer or view whose address the kernel gets), and [`KernelArgs`] (a
 //! tuple of them, handed to the driver as pointers to each value on the stack).
 
-use crate::memory::{Buffer, BufferView};
+use crate::memory::texture::{SurfaceObject, TextureObject};
+use crate::memory::{Buffer, BufferView, TensorMapDescriptor};
 use cuda_sys::driver;
 use std::ffi::c_void;
 
@@ -137,6 +138,9 @@ mod sealed {
 impl<T: DeviceRepr> sealed::Arg for T {}
 impl sealed::Arg for &Buffer {}
 impl<T> sealed::Arg for BufferView<'_, T> {}
+impl sealed::Arg for &TensorMapDescriptor<'_> {}
+impl sealed::Arg for &TextureObject {}
+impl sealed::Arg for &SurfaceObject {}
 
 impl<T: DeviceRepr> KernelArg for T {
     type Param = T;
@@ -169,6 +173,56 @@ impl<T> KernelArg for BufferView<'_, T> {
     #[inline(always)]
     fn buffer(&self) -> Option<&Buffer> {
         Some(BufferView::buffer(self))
+    }
+}
+
+// SAFETY: a tensor map is 128 opaque bytes (16 `u64`s, aligned as the kernel's `CUtensorMap`
+// parameter is), valid in any bit pattern; what the kernel does with them is the launch's
+// caller's to vouch for.
+unsafe impl DeviceRepr for driver::CUtensorMap {}
+
+/// A TMA descriptor passes its 128-byte `CUtensorMap` by value (for a
+/// `const __grid_constant__ CUtensorMap` parameter) and carries the buffer it describes.
+impl KernelArg for &TensorMapDescriptor<'_> {
+    type Param = driver::CUtensorMap;
+    const CARRIES_BUFFER: bool = true;
+    #[inline(always)]
+    fn param(&self) -> driver::CUtensorMap {
+        *self.as_raw()
+    }
+    #[inline(always)]
+    fn buffer(&self) -> Option<&Buffer> {
+        TensorMapDescriptor::buffer(self)
+    }
+}
+
+/// A texture passes its `CUtexObject` (for a `cudaTextureObject_t` parameter) and carries the
+/// lifeline that keeps it and its memory alive.
+impl KernelArg for &TextureObject {
+    type Param = driver::CUtexObject;
+    const CARRIES_BUFFER: bool = true;
+    #[inline(always)]
+    fn param(&self) -> driver::CUtexObject {
+        self.handle()
+    }
+    #[inline(always)]
+    fn buffer(&self) -> Option<&Buffer> {
+        Some(self.lifeline())
+    }
+}
+
+/// A surface passes its `CUsurfObject` (for a `cudaSurfaceObject_t` parameter) and carries the
+/// lifeline that keeps it and its array alive.
+impl KernelArg for &SurfaceObject {
+    type Param = driver::CUsurfObject;
+    const CARRIES_BUFFER: bool = true;
+    #[inline(always)]
+    fn param(&self) -> driver::CUsurfObject {
+        self.handle()
+    }
+    #[inline(always)]
+    fn buffer(&self) -> Option<&Buffer> {
+        Some(self.lifeline())
     }
 }
 

@@ -14,7 +14,8 @@
 //!   descriptors between processes (public as [`crate::ipc`]);
 //! - `dlpack`: DLPack export and import of buffers (public as [`crate::dlpack`]);
 //! - `strided`: [`StridedMemoryView`], typed strided views of buffers, DLPack tensors and host
-//!   slices, and copies between them.
+//!   slices, and copies between them; TMA tensor maps of views ([`TensorMapDescriptor`]);
+//! - `texture`: CUDA arrays, textures and surfaces (public as [`crate::texture`]).
 //!
 //! Memory uses devices and streams (with the capture registry and graph core of
 //! [`crate::stream`]); launches (buffers as kernel arguments) and graphs build on it.
@@ -28,6 +29,7 @@ mod legacy_pinned;
 mod managed;
 mod pool;
 mod strided;
+pub mod texture;
 mod vmm;
 
 pub(crate) use buffer::{enqueue_using, PointerInfo, SharedAllocation};
@@ -42,6 +44,11 @@ pub use pool::{
     PinnedMemoryResourceOptions,
 };
 pub use strided::{AsStridedView, DType, Element, StridedMemoryView};
+pub use strided::{
+    TensorMapDataType, TensorMapDescriptor, TensorMapDescriptorOptions, TensorMapIm2ColWideMode,
+    TensorMapIm2colOptions, TensorMapIm2colWideOptions, TensorMapInterleave, TensorMapL2Promotion, TensorMapOOBFill,
+    TensorMapSwizzle,
+};
 pub use vmm::{
     VirtualMemoryAccessType, VirtualMemoryAllocationType, VirtualMemoryGranularityType, VirtualMemoryHandleType,
     VirtualMemoryIpcDescriptor, VirtualMemoryLocationType, VirtualMemoryResource, VirtualMemoryResourceOptions,

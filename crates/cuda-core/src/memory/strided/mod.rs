@@ -16,9 +16,15 @@ mod layout;
 #[cfg(feature = "ndarray")]
 mod ndarray_bridge;
 mod staging;
+mod tma;
 
 pub use dtype::{DType, Element};
 pub use exchange::AsStridedView;
+pub use tma::{
+    TensorMapDataType, TensorMapDescriptor, TensorMapDescriptorOptions, TensorMapIm2ColWideMode,
+    TensorMapIm2colOptions, TensorMapIm2colWideOptions, TensorMapInterleave, TensorMapL2Promotion, TensorMapOOBFill,
+    TensorMapSwizzle,
+};
 
 use super::buffer::{Buffer, BufferView};
 use super::dlpack::{tensor_memory, DlpackTensor};

@@ -1,0 +1,411 @@
+//! [`OpaqueArray`]: a CUDA array (`CUarray`), and whole-array copies between it and buffers or
+//! host memory (`cuMemcpy3DAsync`).
+
+use super::mipmap::MipmapHandle;
+use super::{check_shape, current_context, device_context, element_bytes, lifeline, private_stream, ArrayFormat};
+use crate::device::{Context, Device};
+use crate::error::{record_drop_error, Check};
+use crate::memory::buffer::{enqueue_using, Buffer, Pod};
+use crate::memory::copy::copy_with_host;
+use crate::stream::Stream;
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+use std::fmt;
+use std::sync::Arc;
+
+/// A `CUarray`, destroyed with its last holder (an [`OpaqueArray`], the lifeline of one, or a
+/// texture or surface built on it). A mipmap level is not destroyed: its mipmapped array owns
+/// the storage, and the level holds it.
+pub(super) struct ArrayHandle {
+    raw: driver::CUarray,
+    parent: Option<Arc<MipmapHandle>>,
+    /// The stream lifelines of this array, and of what is built on it, are ordered on.
+    pub(super) stream: Stream,
+    pub(super) device: Device,
+}
+
+// SAFETY: a CUarray may be used from any thread (the driver serialises what needs it); the handle
+// is destroyed once, by the last holder.
+unsafe impl Send for ArrayHandle {}
+// SAFETY: shared access only reads the handle.
+unsafe impl Sync for ArrayHandle {}
+
+impl ArrayHandle {
+    pub(super) fn raw(&self) -> driver::CUarray {
+        self.raw
+    }
+}
+
+impl Drop for ArrayHandle {
+    fn drop(&mut self) {
+        if self.parent.is_some() || self.raw.is_null() {
+            return;
+        }
+        if crate::reaper::in_callback() {
+            // On a driver thread: destroyed on the release thread.
+            let later = ArrayHandle {
+                raw: std::mem::replace(&mut self.raw, std::ptr::null_mut()),
+                parent: None,
+                stream: self.stream.clone(),
+                device: self.device,
+            };
+            crate::reaper::drop_later(Box::new(later));
+            return;
+        }
+        // SAFETY: made by cuArray3DCreate and destroyed once, by its last holder: every copy,
+        // texture and surface that used it is done (their lifelines held it until then).
+        if let Err(e) = unsafe { driver::cuArrayDestroy(self.raw) }.check("cuArrayDestroy") {
+            record_drop_error(e);
+        }
+    }
+}
+
+/// The arguments of [`OpaqueArray::from_descriptor`] (`cuda.core`'s keyword arguments).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OpaqueArrayOptions {
+    /// `[width]`, `[width, height]` or `[width, height, depth]`, in elements.
+    pub shape: Vec<usize>,
+    /// The element format.
+    pub format: ArrayFormat,
+    /// Channels per element: 1, 2 or 4.
+    pub num_channels: u32,
+    /// Whether surfaces may be bound to it (`CUDA_ARRAY3D_SURFACE_LDST`).
+    pub is_surface_load_store: bool,
+}
+
+impl OpaqueArrayOptions {
+    /// An array of `shape` elements of `num_channels` channels of `format`, without surface
+    /// access.
+    pub fn new(shape: impl Into<Vec<usize>>, format: ArrayFormat, num_channels: u32) -> OpaqueArrayOptions {
+        OpaqueArrayOptions {
+            shape: shape.into(),
+            format,
+            num_channels,
+            is_surface_load_store: false,
+        }
+    }
+}
+
+/// An opaque, hardware-laid-out GPU allocation read through [`TextureObject`]s and read and
+/// written through [`SurfaceObject`]s (`cuda.core`'s `OpaqueArray`, a `CUarray`). It has no
+/// device address: data moves in and out by copies ([`copy_from`](Self::copy_from),
+/// [`copy_to`](Self::copy_to) and their host forms), whole-array, `shape[0]` elements per row,
+/// rows then slices, densely packed on the other side.
+///
+/// The array is destroyed once it is dropped and every copy, texture and surface using it is
+/// done (see the module documentation).
+///
+/// [`TextureObject`]: super::TextureObject
+/// [`SurfaceObject`]: super::SurfaceObject
+pub struct OpaqueArray {
+    handle: Arc<ArrayHandle>,
+    shape: Vec<usize>,
+    format: ArrayFormat,
+    num_channels: u32,
+    surface_load_store: bool,
+    size_bytes: usize,
+    lifeline: Buffer,
+}
+
+impl fmt::Debug for OpaqueArray {
+    /// `cuda.core`'s repr: `OpaqueArray(shape=(16, 16), format=FLOAT32, num_channels=1)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "OpaqueArray(shape={}, format={}, num_channels={})",
+            tuple(&self.shape),
+            self.format,
+            self.num_channels
+        )
+    }
+}
+
+/// A shape as Python prints a tuple.
+pub(super) fn tuple(shape: &[usize]) -> String {
+    match shape {
+        [one] => format!("({one},)"),
+        _ => format!(
+            "({})",
+            shape.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+impl OpaqueArray {
+    /// A new array in the current context (`cuda.core`'s `OpaqueArray.from_descriptor`):
+    /// `cuArray3DCreate`, after `cuda.core`'s checks (rank 1 to 3, every extent at least 1,
+    /// 1, 2 or 4 channels) and a size that fits in `usize`.
+    pub fn from_descriptor(options: &OpaqueArrayOptions) -> Result<OpaqueArray> {
+        let size = check_shape(&options.shape, options.format, options.num_channels)?;
+        let context = current_context("OpaqueArray")?;
+        OpaqueArray::create(&context, options, size)
+    }
+
+    fn create(context: &Context, options: &OpaqueArrayOptions, size_bytes: usize) -> Result<OpaqueArray> {
+        let desc = super::array_descriptor(
+            &options.shape,
+            options.format,
+            options.num_channels,
+            options.is_surface_load_store,
+        );
+        let stream = private_stream(context)?;
+        let mut raw: driver::CUarray = std::ptr::null_mut();
+        context.with_current(|| {
+            // SAFETY: out-pointer to a local; the descriptor is a local the driver reads.
+            unsafe { driver::cuArray3DCreate(&mut raw, &desc) }.check("cuArray3DCreate")
+        })?;
+        let handle = Arc::new(ArrayHandle {
+            raw,
+            parent: None,
+            stream,
+            device: context.device(),
+        });
+        OpaqueArray::wrap(
+            handle,
+            options.shape.clone(),
+            options.format,
+            options.num_channels,
+            options.is_surface_load_store,
+            size_bytes,
+        )
+    }
+
+    fn wrap(
+        handle: Arc<ArrayHandle>,
+        shape: Vec<usize>,
+        format: ArrayFormat,
+        num_channels: u32,
+        surface_load_store: bool,
+        size_bytes: usize,
+    ) -> Result<OpaqueArray> {
+        let lifeline = lifeline(handle.clone(), handle.device, &handle.stream)?;
+        Ok(OpaqueArray {
+            handle,
+            shape,
+            format,
+            num_channels,
+            surface_load_store,
+            size_bytes,
+            lifeline,
+        })
+    }
+
+    /// A level of a mipmapped array: the level's shape, format and flags as the driver reports
+    /// them; the array holds `parent`, which owns its storage.
+    pub(super) fn level(raw: driver::CUarray, parent: Arc<MipmapHandle>) -> Result<OpaqueArray> {
+        let mut desc = driver::CUDA_ARRAY3D_DESCRIPTOR::default();
+        // SAFETY: out-pointer to a local; the level belongs to the live mipmapped array.
+        unsafe { driver::cuArray3DGetDescriptor(&mut desc, raw) }.check("cuArray3DGetDescriptor")?;
+        let shape = match (desc.Height, desc.Depth) {
+            (_, d) if d > 0 => vec![desc.Width, desc.Height, d],
+            (h, _) if h > 0 => vec![desc.Width, h],
+            _ => vec![desc.Width],
+        };
+        let format = ArrayFormat::from_driver(desc.Format)?;
+        let size = check_shape(&shape, format, desc.NumChannels)?;
+        let handle = Arc::new(ArrayHandle {
+            raw,
+            stream: parent.stream.clone(),
+            device: parent.device,
+            parent: Some(parent),
+        });
+        let surface = desc.Flags & driver::CUDA_ARRAY3D_SURFACE_LDST != 0;
+        OpaqueArray::wrap(handle, shape, format, desc.NumChannels, surface, size)
+    }
+
+    /// The `CUarray`.
+    pub fn handle(&self) -> driver::CUarray {
+        self.handle.raw
+    }
+
+    /// The extents, in elements (`[width]`, `[width, height]` or `[width, height, depth]`).
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The element format.
+    pub fn format(&self) -> ArrayFormat {
+        self.format
+    }
+
+    /// Channels per element (1, 2 or 4).
+    pub fn num_channels(&self) -> u32 {
+        self.num_channels
+    }
+
+    /// Bytes per element (the format's size times the channels).
+    pub fn element_bytes(&self) -> usize {
+        element_bytes(self.format, self.num_channels)
+    }
+
+    /// The array's bytes: the extents' product times the element size.
+    pub fn size_bytes(&self) -> usize {
+        self.size_bytes
+    }
+
+    /// The device the array was made on.
+    pub fn device(&self) -> Device {
+        self.handle.device
+    }
+
+    /// Whether surfaces may be bound to it.
+    pub fn is_surface_load_store(&self) -> bool {
+        self.surface_load_store
+    }
+
+    pub(super) fn shared(&self) -> &Arc<ArrayHandle> {
+        &self.handle
+    }
+
+    /// `(width in bytes, height, depth)` of a whole-array copy.
+    fn extent(&self) -> (usize, usize, usize) {
+        // The product of these is `size_bytes`, which fits in usize.
+        (
+            self.shape[0] * self.element_bytes(),
+            self.shape.get(1).copied().unwrap_or(1),
+            self.shape.get(2).copied().unwrap_or(1),
+        )
+    }
+
+    /// A whole-array copy with the array on one side; `other` fills in the other side.
+    fn params(
+        &self,
+        into_array: bool,
+        other: impl FnOnce(&mut driver::CUDA_MEMCPY3D, usize, usize),
+    ) -> driver::CUDA_MEMCPY3D {
+        let (width, height, depth) = self.extent();
+        let mut p = driver::CUDA_MEMCPY3D {
+            WidthInBytes: width,
+            Height: height,
+            Depth: depth,
+            ..Default::default()
+        };
+        if into_array {
+            p.dstMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_ARRAY;
+            p.dstArray = self.handle.raw;
+        } else {
+            p.srcMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_ARRAY;
+            p.srcArray = self.handle.raw;
+        }
+        other(&mut p, width, height);
+        p
+    }
+
+    fn check_room(&self, have: usize, what: &str) -> Result<()> {
+        if have < self.size_bytes {
+            return Err(CudaError::InvalidArgument(format!(
+                "{what} has {have} bytes, smaller than the array extent ({} bytes)",
+                self.size_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copies the first [`size_bytes`](Self::size_bytes) bytes of `src` into the array, ordered
+    /// on `stream` (`cuda.core`'s `copy_from` with a `Buffer`). The buffer must hold at least
+    /// that many. Recorded into a graph when `stream` is being captured (the graph then holds
+    /// the array and the buffer).
+    pub fn copy_from(&self, src: &Buffer, stream: &Stream) -> Result<()> {
+        self.check_room(src.size(), "the source buffer")?;
+        let p = self.params(true, |p, pitch, height| {
+            p.srcMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED;
+            p.srcDevice = src.handle();
+            p.srcPitch = pitch;
+            p.srcHeight = height;
+        });
+        enqueue_using(stream, &[&self.lifeline, src], |_| {
+            // SAFETY: the array and the buffer's first size_bytes bytes stay alive until the copy
+            // is done (`enqueue_using` holds both); the parameters are a local.
+            unsafe { driver::cuMemcpy3DAsync(&p, stream.handle()) }.check("cuMemcpy3DAsync")
+        })
+    }
+
+    /// Copies the whole array into the first [`size_bytes`](Self::size_bytes) bytes of `dst`,
+    /// ordered on `stream` (`cuda.core`'s `copy_to` with a `Buffer`).
+    pub fn copy_to(&self, dst: &Buffer, stream: &Stream) -> Result<()> {
+        self.check_room(dst.size(), "the destination buffer")?;
+        dst.check_writable("OpaqueArray::copy_to")?;
+        let p = self.params(false, |p, pitch, height| {
+            p.dstMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED;
+            p.dstDevice = dst.handle();
+            p.dstPitch = pitch;
+            p.dstHeight = height;
+        });
+        enqueue_using(stream, &[&self.lifeline, dst], |_| {
+            // SAFETY: as in `copy_from`.
+            unsafe { driver::cuMemcpy3DAsync(&p, stream.handle()) }.check("cuMemcpy3DAsync")
+        })
+    }
+
+    /// Copies host data into the array, ordered on `stream`, and waits for the copy (so `src`
+    /// may be reused at once; `cuda.core`'s `copy_from` with a host buffer). `src` must hold at
+    /// least [`size_bytes`](Self::size_bytes) bytes. Not on a stream being captured.
+    pub fn copy_from_host<T: Pod>(&self, src: &[T], stream: &Stream) -> Result<()> {
+        self.check_room(std::mem::size_of_val(src), "the host slice")?;
+        let p = self.params(true, |p, pitch, height| {
+            p.srcMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_HOST;
+            p.srcHost = src.as_ptr().cast();
+            p.srcPitch = pitch;
+            p.srcHeight = height;
+        });
+        copy_with_host(
+            stream,
+            &[&self.lifeline],
+            "OpaqueArray::copy_from_host waits for its copy, which a stream being captured never runs: copy before the capture, or from a buffer",
+            || {
+                // SAFETY: src holds size_bytes bytes and is borrowed until the copy is waited
+                // for (`copy_with_host`); the array is held by its lifeline.
+                unsafe { driver::cuMemcpy3DAsync(&p, stream.handle()) }.check("cuMemcpy3DAsync")
+            },
+        )
+    }
+
+    /// Copies the whole array into host memory, ordered on `stream`, and waits for the copy.
+    /// `dst` must hold at least [`size_bytes`](Self::size_bytes) bytes. Not on a stream being
+    /// captured.
+    pub fn copy_to_host<T: Pod>(&self, dst: &mut [T], stream: &Stream) -> Result<()> {
+        self.check_room(std::mem::size_of_val(dst), "the host slice")?;
+        let dst_ptr = dst.as_mut_ptr();
+        let p = self.params(false, |p, pitch, height| {
+            p.dstMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_HOST;
+            p.dstHost = dst_ptr.cast();
+            p.dstPitch = pitch;
+            p.dstHeight = height;
+        });
+        copy_with_host(
+            stream,
+            &[&self.lifeline],
+            "OpaqueArray::copy_to_host waits for its copy, which a stream being captured never runs: copy after the graph ran, from a stream that is not capturing",
+            || {
+                // SAFETY: dst holds size_bytes bytes, exclusively borrowed until the copy is
+                // waited for (`copy_with_host`); the array is held by its lifeline.
+                unsafe { driver::cuMemcpy3DAsync(&p, stream.handle()) }.check("cuMemcpy3DAsync")
+            },
+        )
+    }
+
+    /// The whole array as a vector of `T` (waits for the copy).
+    pub fn to_vec<T: Pod>(&self, stream: &Stream) -> Result<Vec<T>> {
+        let size = std::mem::size_of::<T>().max(1);
+        let n = self.size_bytes.div_ceil(size);
+        let mut out = Vec::new();
+        out.try_reserve_exact(n).map_err(|e| {
+            CudaError::InvalidArgument(format!(
+                "to_vec: cannot hold {} bytes on the host: {e}",
+                self.size_bytes
+            ))
+        })?;
+        out.resize(n, T::zeroed());
+        self.copy_to_host(&mut out, stream)?;
+        Ok(out)
+    }
+}
+
+impl Device {
+    /// A new array on this device (`cuda.core`'s `Device.create_opaque_array`), in the current
+    /// context when it is this device's, else in the device's primary context.
+    pub fn create_opaque_array(&self, options: &OpaqueArrayOptions) -> Result<OpaqueArray> {
+        let size = check_shape(&options.shape, options.format, options.num_channels)?;
+        OpaqueArray::create(&device_context(self)?, options, size)
+    }
+}
