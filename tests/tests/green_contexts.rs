@@ -71,6 +71,24 @@ fn message<T: std::fmt::Debug>(r: cuda_core::Result<T>) -> String {
     r.unwrap_err().to_string()
 }
 
+/// The most SMs the work of a green context provisioned with `provisioned` SMs can be seen on.
+/// The driver documents two cases where it runs on more SMs than provisioned (never fewer): on
+/// compute capability 9.x, once a module using dynamic parallelism is loaded (by any test of the
+/// process), kernels of green contexts may also use a shared set of 2 more SMs; under MPS with
+/// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, as many as the MPS client has. So the bound allows 2 more
+/// SMs, and under MPS only the device's count.
+fn sm_bound(d: &Device, provisioned: u32) -> u32 {
+    let mps = d
+        .attribute(cuda_sys::driver::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MPS_ENABLED)
+        .unwrap_or(0)
+        != 0;
+    if mps {
+        d.multiprocessor_count().unwrap()
+    } else {
+        provisioned + 2
+    }
+}
+
 /// `fill(out, value, n, smids)`: `out[i] = value`; each block writes the SM it ran on
 /// (`%smid`) into `smids[block]`, after a short spin so that blocks spread over the SMs.
 fn fill_kernel() -> Kernel {
@@ -189,6 +207,105 @@ fn discovery_finds_a_group_and_a_dry_run_finds_the_same() {
 
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn dry_runs_count_as_real_splits() {
+    let d = device();
+    let Some(sm) = sm_resource(&d) else { return };
+    let small = sm.min_partition_size().max(sm.coscheduled_alignment()).max(2);
+    let shapes = [
+        SMResourceOptions::default(),
+        SMResourceOptions::with_count(small),
+        SMResourceOptions::with_counts([small, small]),
+        SMResourceOptions::with_count(2 * small),
+        SMResourceOptions::with_counts([small; 3]),
+    ];
+    for options in shapes {
+        let real = match sm.split(&options, false) {
+            Ok(r) => r,
+            Err(e) if refused_configuration(&e) => {
+                println!("{:?}: refused ({e})", options.count);
+                continue;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let dry = sm.split(&options, true).unwrap();
+        let counts = |(groups, rest): &(Vec<SMResource>, SMResource)| {
+            (
+                groups.iter().map(SMResource::sm_count).collect::<Vec<_>>(),
+                rest.sm_count(),
+            )
+        };
+        println!(
+            "{:?}: real {:?}, dry run {:?}",
+            options.count,
+            counts(&real),
+            counts(&dry)
+        );
+        assert_eq!(counts(&dry), counts(&real), "a dry run counts as the real split");
+        assert!(dry.0.iter().all(SMResource::is_dry_run) && dry.1.is_dry_run());
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn splits_the_driver_does_not_take_are_refused() {
+    let d = device();
+    let Some(sm) = sm_resource(&d) else { return };
+    let (groups, rest) = sm.split(&SMResourceOptions::default(), false).unwrap();
+    // A group of a split is not split again.
+    let m = message(groups[0].split(&SMResourceOptions::default(), false));
+    assert!(m.starts_with("a group of a split cannot be split again"), "{m}");
+    let m = message(groups[0].split(&SMResourceOptions::default(), true));
+    assert!(m.starts_with("a group of a split cannot be split again"), "{m}");
+    // A remainder only by the CUDA 13.1 split.
+    if rest.sm_count() > 0 {
+        match rest.split(&SMResourceOptions::default(), false) {
+            Ok((g, _)) => {
+                assert!(structured_split(), "only the CUDA 13.1 split takes a remainder");
+                println!("the remainder split again: {} SMs", g[0].sm_count());
+            }
+            Err(e) if structured_split() && refused_configuration(&e) => println!("the driver refused: {e}"),
+            Err(e) => {
+                assert!(!structured_split(), "{e}");
+                assert!(
+                    e.to_string()
+                        .starts_with("the remainder of a split cannot be split again with cuDevSmResourceSplitByCount"),
+                    "{e}"
+                );
+            }
+        }
+    }
+    // An empty remainder makes no green context: one group of every SM leaves none.
+    let all = SMResourceOptions::with_count(sm.sm_count());
+    match sm.split(&all, false) {
+        Ok((groups, rest)) if rest.sm_count() == 0 && !groups.is_empty() => {
+            println!("{} SMs in one group, none left over", groups[0].sm_count());
+            let m = message(d.create_context(ContextOptions::new([rest.clone()])));
+            assert!(m.contains("an SMResource with no SMs"), "{m}");
+            let m = message(rest.split(&SMResourceOptions::default(), false));
+            assert!(m.contains("no SMs") || m.contains("cannot be split again"), "{m}");
+        }
+        Ok((_, rest)) => println!("skipped: one group of every SM left {} SMs", rest.sm_count()),
+        Err(e) if refused_configuration(&e) => println!("skipped: one group of every SM was refused: {e}"),
+        Err(e) => panic!("{e}"),
+    }
+    // More groups than SMs: refused before anything is allocated (the CUDA 13.1 split), or as
+    // many groups as the SMs allow (the CUDA 12.4 split makes fewer groups when they run out).
+    let small = sm.min_partition_size().max(sm.coscheduled_alignment()).max(2);
+    let many = SMResourceOptions::with_counts(vec![small; sm.sm_count() as usize + 1]);
+    match sm.split(&many, false) {
+        Ok((groups, _)) => {
+            assert!(!structured_split());
+            assert!(groups.len() as u32 <= sm.sm_count() / small, "{}", groups.len());
+        }
+        Err(e) => {
+            assert!(structured_split(), "{e}");
+            assert!(e.to_string().contains("more than the"), "{e}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn a_green_context_reports_the_sms_of_its_partition() {
     let d = device();
     let Some(sm) = sm_resource(&d) else { return };
@@ -254,8 +371,8 @@ fn kernels_on_two_green_contexts_compute_on_their_own_sms() {
             sms.len()
         );
         assert!(
-            sms.len() as u32 <= group.sm_count(),
-            "blocks ran on {} SMs, more than the {} of the partition",
+            sms.len() as u32 <= sm_bound(&d, group.sm_count()),
+            "blocks ran on {} SMs, more than the {} of the partition (and the driver's documented extra)",
             sms.len(),
             group.sm_count()
         );
@@ -286,7 +403,7 @@ fn a_stream_keeps_its_green_context_alive() {
     let kernel = fill_kernel();
     let work = fill_on(&d, &s, &kernel, 64, 7);
     let sms = work.check(&s);
-    assert!(sms.len() as u32 <= groups[0].sm_count());
+    assert!(sms.len() as u32 <= sm_bound(&d, groups[0].sm_count()));
     assert!(s.context().unwrap().is_green());
     drop(work);
     drop(s);
@@ -351,7 +468,7 @@ fn set_current_returns_the_previous_context_and_a_current_context_cannot_be_clos
 }
 
 // Streams, events and fences of one green context made and used from several threads at once
-// (each of them makes the context current for a moment to create events).
+// (creating events makes the context current for a moment: the threads take turns at that).
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn one_green_context_serves_several_threads() {
@@ -361,7 +478,7 @@ fn one_green_context_serves_several_threads() {
     let green = d.create_context(ContextOptions::new([groups[0].clone()])).unwrap();
     let kernel = fill_kernel();
     let first = green.create_stream(Default::default()).unwrap();
-    let partition = groups[0].sm_count();
+    let partition = sm_bound(&d, groups[0].sm_count());
     std::thread::scope(|scope| {
         for value in 1..=4 {
             let (green, kernel, first) = (&green, &kernel, &first);
@@ -378,6 +495,201 @@ fn one_green_context_serves_several_threads() {
         }
     });
     first.sync().unwrap();
+}
+
+// A green context is current on one thread at a time: set_current, push and with_current on
+// another thread are refused meanwhile, while its streams (made without making it current) serve
+// every thread.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_green_context_is_current_on_one_thread_at_a_time() {
+    let d = device();
+    let Some(sm) = sm_resource(&d) else { return };
+    let (groups, _) = sm.split(&SMResourceOptions::default(), false).unwrap();
+    let green = d.create_context(ContextOptions::new([groups[0].clone()])).unwrap();
+    let kernel = fill_kernel();
+    // Whether the driver takes events of the primary context on green streams (the fences of a
+    // green context are such events then; else they are its own, made with it current).
+    let primary_fences = {
+        let s = green.create_stream(Default::default()).unwrap();
+        let e = d
+            .create_stream(Default::default())
+            .unwrap()
+            .record_new(EventOptions::default())
+            .unwrap();
+        s.record(&e).is_ok()
+    };
+    let previous = green.set_current().unwrap();
+    // Re-entrant on the thread holding it.
+    green.push().unwrap();
+    assert_eq!(Context::pop_current().unwrap(), green.handle());
+    assert!(green.flags().is_ok());
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                d.set_current().unwrap();
+                for m in [
+                    message(green.set_current()),
+                    message(green.push()),
+                    message(green.flags()),
+                    message(green.with_current(|| Ok(()))),
+                ] {
+                    assert!(m.contains("is current on another thread"), "{m}");
+                }
+                assert_eq!(Context::current().unwrap(), Some(d.primary_context().unwrap()));
+                // Its streams serve this thread: made, ordered and used without making it current.
+                let s = green.create_stream(Default::default()).unwrap();
+                let other = d.create_stream(Default::default()).unwrap();
+                let work = fill_on(&d, &s, &kernel, 16, 6);
+                if primary_fences {
+                    other.wait(&s).unwrap();
+                    s.wait(&other).unwrap();
+                    assert!(work.check(&s).len() as u32 <= sm_bound(&d, groups[0].sm_count()));
+                } else {
+                    println!("skipped: the green context's fences are its own events, made with it current");
+                    s.sync().unwrap();
+                }
+                // Its buffers' frees wait on the release thread for the context to be free.
+                drop(work);
+            })
+            .join()
+            .unwrap();
+    });
+    // Given back: another thread may make it current now.
+    let restored = previous.unwrap().set_current().unwrap();
+    assert_eq!(restored.as_ref(), Some(&green));
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let before = green.set_current().unwrap();
+                assert!(before.is_none(), "nothing was current on the new thread");
+                let s = green.create_stream(Default::default()).unwrap();
+                fill_on(&d, &s, &kernel, 8, 2).check(&s);
+                green.flags().unwrap();
+            })
+            .join()
+            .unwrap();
+    });
+    // The thread that ended gave its claim back.
+    green.with_current(|| Ok(())).unwrap();
+    green.set_current().unwrap();
+    d.set_current().unwrap();
+}
+
+// with_current keeps the thread's stack of held contexts and the driver's in step when its
+// closure changes the current context, and set_current returns only contexts this crate holds.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn with_current_and_set_current_keep_the_stack_in_step() {
+    use cuda_core::ContextFlags;
+    use cuda_sys::driver;
+    let d = device();
+    let primary = d.primary_context().unwrap();
+    let a = Context::create(&d, ContextFlags::empty()).unwrap();
+    let b = Context::create(&d, ContextFlags::empty()).unwrap();
+    // The closure makes another context current: the previous one is still restored.
+    a.with_current(|| b.set_current().map(drop)).unwrap();
+    assert_eq!(Context::current().unwrap().as_ref(), Some(&primary));
+    // The closure pops: the previous context is current again, and held.
+    a.with_current(|| Context::pop_current().map(drop)).unwrap();
+    assert_eq!(Context::current().unwrap().as_ref(), Some(&primary));
+    // The closure pushes: `a` stays on the stack below the restored context, held there.
+    a.with_current(|| b.push()).unwrap();
+    assert_eq!(Context::current().unwrap().as_ref(), Some(&primary));
+    let a_handle = a.handle();
+    drop((a, b));
+    assert_eq!(Context::pop_current().unwrap(), primary.handle());
+    let below = Context::current().unwrap().expect("a is current again");
+    assert_eq!(below.handle(), a_handle);
+    assert!(below.flags().is_ok(), "the thread's stack kept it alive");
+    drop(below);
+    assert_eq!(Context::pop_current().unwrap(), a_handle);
+    d.set_current().unwrap();
+    // A context made current by raw calls is not handed back (this crate does not hold it).
+    let mut raw: driver::CUcontext = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local; it becomes current here and is destroyed below.
+    unsafe { driver::cuCtxCreate(&mut raw, std::ptr::null_mut(), 0, d.handle()) }
+        .result()
+        .unwrap();
+    let c = Context::create(&d, ContextFlags::empty()).unwrap();
+    assert!(
+        c.set_current().unwrap().is_none(),
+        "a context made current by raw calls"
+    );
+    assert_eq!(primary.set_current().unwrap().as_ref(), Some(&c));
+    // SAFETY: made above, current nowhere now, destroyed once.
+    unsafe { driver::cuCtxDestroy(raw) }.result().unwrap();
+    // A primary context this crate retained is handed back.
+    assert_eq!(c.set_current().unwrap().as_ref(), Some(&primary));
+    d.set_current().unwrap();
+}
+
+// One green stream ordered after another's work by a fence (an event of the primary context).
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_fence_orders_green_streams() {
+    let d = device();
+    let Some(sm) = sm_resource(&d) else { return };
+    let Some((groups, _)) = two_groups(&sm) else {
+        println!("skipped: the device has no split into two groups");
+        return;
+    };
+    let source = r#"
+        extern "C" __global__ void slow_fill(int* out, int value, int n, long long spin) {
+            long long start = clock64();
+            while (clock64() - start < spin) {}
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) out[i] = value;
+        }"#;
+    let slow = Program::new(source, SourceType::Cxx, ProgramOptions::default())
+        .unwrap()
+        .compile(CodeType::Cubin, &[])
+        .unwrap()
+        .get_kernel("slow_fill")
+        .unwrap();
+    let contexts: Vec<Context> = groups
+        .iter()
+        .map(|g| d.create_context(ContextOptions::new([g.clone()])).unwrap())
+        .collect();
+    let (a, b) = (
+        contexts[0].create_stream(Default::default()).unwrap(),
+        contexts[1].create_stream(Default::default()).unwrap(),
+    );
+    // What the fences rely on where the driver allows it: an event of the primary context
+    // recorded on a green context's stream (otherwise the crate makes the green context's own).
+    let primary_event = d
+        .create_stream(Default::default())
+        .unwrap()
+        .record_new(EventOptions::default())
+        .unwrap();
+    match a.record(&primary_event) {
+        Ok(()) => println!("an event of the primary context is recorded on a green stream"),
+        Err(e) => println!("the driver refuses an event of the primary context on a green stream: {e}"),
+    }
+    b.wait_event(&primary_event).unwrap();
+    let n = 64 * 128;
+    let out = d.allocate(n as usize * 4, &a).unwrap();
+    for round in 0..3 {
+        // SAFETY: `out` holds n ints; the kernel writes each once.
+        unsafe {
+            launch(
+                &a,
+                &LaunchConfig::new(64, 128),
+                &slow,
+                (&out, 1i32 + round, n, 20_000_000i64),
+            )
+            .unwrap();
+        }
+        b.wait(&a).unwrap();
+        // SAFETY: as above; ordered after the slow writes by the wait.
+        unsafe { launch(&b, &LaunchConfig::new(64, 128), &slow, (&out, 100i32 + round, n, 0i64)).unwrap() };
+        a.wait(&b).unwrap();
+        let got = out.to_vec::<i32>(&a).unwrap();
+        assert!(
+            got.iter().all(|v| *v == 100 + round),
+            "round {round}: the second write came last"
+        );
+    }
 }
 
 // The primary context's synchronisation waits for its green contexts too, so a capture on a green

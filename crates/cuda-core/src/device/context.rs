@@ -1,36 +1,69 @@
 //! [`Context`]: primary, created and green contexts, the calling thread's stack of contexts this
-//! crate made current (which keeps them alive there), and the context's pool of fence events.
+//! crate made current (which keeps them alive there, and holds each green context's claim: see
+//! [`Green`]), and the context's pool of fence events.
+
+mod current;
+
+pub(crate) use current::green_context_busy;
 
 use super::Device;
 use crate::error::Check;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
-use std::cell::RefCell;
+use current::Claim;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+
+/// What a [`Context`] owns, which decides what releasing it destroys: only `Created` reaches
+/// `cuCtxDestroy`, only `Green` reaches `cuGreenCtxDestroy` (a green context's `CUcontext` is a
+/// view that `cuCtxDestroy` must never be given).
+enum Ownership {
+    /// A device's primary context, retained for the life of the process: never destroyed.
+    Primary,
+    /// Made by `cuCtxCreate` (`Context::create`): destroyed by `cuCtxDestroy`.
+    Created,
+    /// Made by `Device::create_context`: the handle is the `cuCtxFromGreenCtx` view of the
+    /// green context, destroyed by `cuGreenCtxDestroy`.
+    Green(Green),
+    /// Met through a raw handle (made current by other code): neither kept alive nor destroyed.
+    Borrowed,
+    /// Already released (`release` ran): nothing left to destroy.
+    Released,
+}
+
+impl Ownership {
+    /// Whether the last holder destroys the context.
+    fn destroys(&self) -> bool {
+        matches!(self, Ownership::Created | Ownership::Green(_))
+    }
+}
 
 struct ContextInner {
     handle: driver::CUcontext,
     device: Device,
-    /// Made by `Context::create` or `Device::create_context` (destroyed on drop) rather than a
-    /// retained primary context.
-    owned: bool,
-    /// The green context `handle` stands for (`cuCtxFromGreenCtx`), when made by
-    /// `Device::create_context`.
-    green: Option<Green>,
+    ownership: Ownership,
     /// Timing-free events made in this context, lent out to order one stream after another
-    /// (see [`Context::fence`]).
+    /// (see [`Context::fence`]). A green context lends its primary context's instead.
     fences: Mutex<Vec<driver::CUevent>>,
 }
 
 /// The green context behind a [`Context`] made by [`Device::create_context`].
+///
+/// The driver's rule for green contexts (CUDA 12.4's `cuGreenCtxCreate`, which CUDA 13.5 narrows
+/// to the `CUgreenCtx` handle): one thread at a time, with no internal synchronisation. So calls
+/// taking the handle hold `lock`, and the context is current (through this crate) on at most one
+/// thread at a time: that thread holds its `claim` from the moment an entry of the thread's stack
+/// of current contexts names it until the last such entry goes (`Entry`).
 pub(super) struct Green {
     /// Destroyed (`cuGreenCtxDestroy`) with the `Context`; its `CUcontext` is only a view of it.
     pub(super) handle: driver::CUgreenCtx,
-    /// Held by every call that takes `handle`: the driver lets one thread at a time use a
-    /// `CUgreenCtx`.
+    /// Held by every call that takes `handle`.
     pub(super) lock: Mutex<()>,
+    /// The thread the context is current on, if any (see `Claim`).
+    claim: Mutex<Claim>,
+    /// Signalled when the claim is let go of.
+    unclaimed: Condvar,
     /// The contexts the resources it was made from were read from, kept until it is destroyed.
     pub(super) _origins: Vec<Context>,
 }
@@ -46,20 +79,23 @@ impl ContextInner {
             let status = unsafe { driver::cuEventDestroy(event) }.check("cuEventDestroy");
             first = first.and(status);
         }
-        if std::mem::take(&mut self.owned) {
-            let status = match &self.green {
-                // SAFETY: made by cuGreenCtxCreate and destroyed once (`owned` is cleared); this
-                // value is the last holder (objects made in it and threads it is current on
-                // through this crate hold it), so nothing else uses the handle.
-                Some(green) => unsafe { driver::cuGreenCtxDestroy(green.handle) }.check("cuGreenCtxDestroy"),
-                // SAFETY: made by cuCtxCreate and destroyed once; objects made in it hold this
-                // Arc, and every thread it was made current on by this crate holds it too (see
-                // `CURRENT`), so neither outlives it.
-                None => unsafe { driver::cuCtxDestroy(self.handle) }.check("cuCtxDestroy"),
-            };
-            first = first.and(status);
-        }
-        first
+        let status = match std::mem::replace(&mut self.ownership, Ownership::Released) {
+            // SAFETY: made by cuCtxCreate and destroyed once (the ownership is now `Released`);
+            // objects made in it hold this Arc, and every thread it was made current on by this
+            // crate holds it too (see `CURRENT`), so neither outlives it.
+            Ownership::Created => unsafe { driver::cuCtxDestroy(self.handle) }.check("cuCtxDestroy"),
+            Ownership::Green(green) => {
+                // SAFETY: made by cuGreenCtxCreate and destroyed once (the ownership is now
+                // `Released`); this value is the last holder (objects made in it and threads it
+                // is current on through this crate hold it), so nothing else uses the handle.
+                let status = unsafe { driver::cuGreenCtxDestroy(green.handle) }.check("cuGreenCtxDestroy");
+                // The contexts its resources came from go after it.
+                drop(green);
+                status
+            }
+            Ownership::Primary | Ownership::Borrowed | Ownership::Released => Ok(()),
+        };
+        first.and(status)
     }
 }
 
@@ -70,8 +106,7 @@ impl Drop for ContextInner {
             let later = ContextInner {
                 handle: self.handle,
                 device: self.device,
-                owned: std::mem::take(&mut self.owned),
-                green: self.green.take(),
+                ownership: std::mem::replace(&mut self.ownership, Ownership::Released),
                 fences: Mutex::new(std::mem::take(self.fences.get_mut().unwrap_or_else(|p| p.into_inner()))),
             };
             crate::reaper::drop_later(Box::new(later));
@@ -107,8 +142,9 @@ bitflags::bitflags! {
 }
 
 // SAFETY: a CUcontext and CUevents are process-wide handles the driver lets any thread use; the
-// event pool is behind a mutex; a CUgreenCtx is used only under its lock (`Green::lock`), and the
-// contexts it keeps are `Send + Sync`.
+// event pool is behind a mutex; a CUgreenCtx is used only under its lock (`Green::lock`), its
+// context is current on one thread at a time (`Green::claim`), and the contexts it keeps are
+// `Send + Sync`.
 unsafe impl Send for ContextInner {}
 // SAFETY: as above; shared access reads the handle or locks the pool or the green context.
 unsafe impl Sync for ContextInner {}
@@ -120,48 +156,18 @@ unsafe impl Sync for ContextInner {}
 /// [`push`](Self::push), [`Device::set_current`]) is held by that thread until another replaces
 /// it there or the thread ends, so dropping every other clone cannot destroy a context some
 /// thread still uses.
+///
+/// A green context is current on at most one thread at a time: the driver does not synchronise
+/// threads sharing one (CUDA 12.4's rule for green contexts, "can be current to only one thread
+/// at a time"). [`with_current`](Self::with_current) (which this crate's operations use when they
+/// need a context current, to create an event in it say) waits while another thread runs one of
+/// its own calls with the green context current, and fails while the green context is current on
+/// another thread through [`set_current`](Self::set_current) or [`push`](Self::push); those two
+/// fail then as well. Its streams are made without making it current, and kernels, copies and
+/// waits on them need none: they work from any thread (see [`Device::create_context`]).
 #[derive(Clone)]
 pub struct Context {
     inner: Arc<ContextInner>,
-}
-
-/// The contexts this crate made current on the calling thread, as the driver's stack holds them
-/// (the top is the current one). Holding them keeps a created context alive while current here.
-struct CurrentStack(RefCell<Vec<Context>>);
-
-impl Drop for CurrentStack {
-    fn drop(&mut self) {
-        // The thread is ending. Primary contexts are never destroyed: let go of them here. A
-        // created context may be destroyed by its last reference: that happens on the release
-        // thread (started when it was made current), not during the thread's teardown.
-        let created: Vec<Context> = std::mem::take(self.0.get_mut())
-            .into_iter()
-            .filter(|c| c.inner.owned)
-            .collect();
-        if !created.is_empty() {
-            crate::reaper::drop_later(Box::new(created));
-        }
-    }
-}
-
-thread_local! {
-    static CURRENT: CurrentStack = const { CurrentStack(RefCell::new(Vec::new())) };
-}
-
-/// Takes the top of the calling thread's stack of held contexts off when it is `top`; dropped
-/// after the stack is released (the drop may destroy a created context).
-fn unhold_top(is_top: impl Fn(&Context) -> bool) {
-    let popped = CURRENT
-        .try_with(|c| {
-            let mut stack = c.0.borrow_mut();
-            match stack.last() {
-                Some(top) if is_top(top) => stack.pop(),
-                _ => None,
-            }
-        })
-        .ok()
-        .flatten();
-    drop(popped);
 }
 
 /// An event of a context's fence pool, given back on drop.
@@ -224,16 +230,20 @@ impl Drop for CaptureCount {
 }
 
 impl Context {
-    pub(super) fn wrap(handle: driver::CUcontext, device: Device, owned: bool) -> Context {
+    fn wrap(handle: driver::CUcontext, device: Device, ownership: Ownership) -> Context {
         Context {
             inner: Arc::new(ContextInner {
                 handle,
                 device,
-                owned,
-                green: None,
+                ownership,
                 fences: Mutex::new(Vec::new()),
             }),
         }
+    }
+
+    /// The primary context `handle` of `device`, just retained (never released).
+    pub(super) fn wrap_primary(handle: driver::CUcontext, device: Device) -> Context {
+        Context::wrap(handle, device, Ownership::Primary)
     }
 
     /// The context that owns `green` (destroyed with the last clone); `handle` is its
@@ -244,36 +254,47 @@ impl Context {
         green: driver::CUgreenCtx,
         origins: Vec<Context>,
     ) -> Context {
-        Context {
-            inner: Arc::new(ContextInner {
-                handle,
-                device,
-                owned: true,
-                green: Some(Green {
-                    handle: green,
-                    lock: Mutex::new(()),
-                    _origins: origins,
-                }),
-                fences: Mutex::new(Vec::new()),
+        Context::wrap(
+            handle,
+            device,
+            Ownership::Green(Green {
+                handle: green,
+                lock: Mutex::new(()),
+                claim: Mutex::new(Claim::default()),
+                unclaimed: Condvar::new(),
+                _origins: origins,
             }),
-        }
+        )
     }
 
     /// The green context behind this one, if it is one made by [`Device::create_context`].
     pub(super) fn green(&self) -> Option<&Green> {
-        self.inner.green.as_ref()
+        match &self.inner.ownership {
+            Ownership::Green(green) => Some(green),
+            _ => None,
+        }
     }
 
     /// Whether this is a green context made by [`Device::create_context`] (`cuda.core`'s
     /// `is_green`). A green context made elsewhere and met through a raw handle
     /// ([`crate::Stream::from_handle`]) is not recognised as one.
     pub fn is_green(&self) -> bool {
-        self.inner.green.is_some()
+        self.green().is_some()
     }
 
-    /// A timing-free event of this context, for ordering one stream after another: record it on
-    /// one, make the other wait for it. It goes back to the context's pool when dropped.
+    /// A timing-free event for ordering one stream of this context after another: record it on
+    /// one, make the other wait for it. It goes back to its context's pool when dropped.
+    ///
+    /// A green context lends its device's primary context's events: the driver takes events of
+    /// the primary context on the streams of its green contexts (`cuGreenCtxRecordEvent` names
+    /// the rule: the event and the green context must belong to the same primary context), and
+    /// making them there never makes the green context current (see [`Green`]). Whether the
+    /// driver does is asked once (`primary_fences_serve_green`); if it did not, the green
+    /// context's own events would be made, with it current for a moment.
     pub(crate) fn fence(&self) -> Result<FenceEvent> {
+        if self.is_green() && self.primary_fences_serve_green() {
+            return self.inner.device.primary_context()?.fence();
+        }
         let pooled = self.inner.fences.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let event = match pooled {
             Some(e) => e,
@@ -289,6 +310,38 @@ impl Context {
             context: self.clone(),
             event,
         })
+    }
+
+    /// Whether an event of the primary context can be recorded on a stream of this green context
+    /// (`cuEventRecord` wants the event and the stream "from the same context"; green contexts
+    /// count as their primary context's). Asked once per process, of a stream made for the
+    /// question; a question that fails (a call refused in a callback, say) is asked again later
+    /// and answered `false` meanwhile.
+    fn primary_fences_serve_green(&self) -> bool {
+        static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if let Some(answer) = ANSWER.get() {
+            return *answer;
+        }
+        let ask = || -> Result<bool> {
+            let primary = self.inner.device.primary_context()?;
+            let fence = primary.fence()?;
+            let (least, _) = primary.stream_priority_range()?;
+            let stream = self.create_green_stream(true, least)?;
+            // SAFETY: both handles are live; the stream was just made and nothing else uses it.
+            let recorded = unsafe { driver::cuEventRecord(fence.handle(), stream) };
+            // SAFETY: made above, destroyed once (what was queued on it still runs).
+            let destroyed = unsafe { driver::cuStreamDestroy(stream) }.check("cuStreamDestroy");
+            destroyed?;
+            match recorded {
+                driver::CUresult::CUDA_SUCCESS => Ok(true),
+                driver::CUresult::CUDA_ERROR_INVALID_HANDLE | driver::CUresult::CUDA_ERROR_INVALID_CONTEXT => Ok(false),
+                other => other.check("cuEventRecord").map(|()| true),
+            }
+        };
+        match ask() {
+            Ok(answer) => *ANSWER.get_or_init(|| answer),
+            Err(_) => false,
+        }
     }
 
     /// The calling thread's current context, if any: the one this crate made current, a primary
@@ -308,17 +361,7 @@ impl Context {
     /// # Safety
     /// `handle` is a live context.
     pub(crate) unsafe fn from_raw(handle: driver::CUcontext) -> Result<Context> {
-        let held = CURRENT
-            .try_with(|c| {
-                c.0.borrow()
-                    .iter()
-                    .rev()
-                    .find(|ctx| ctx.inner.handle == handle)
-                    .cloned()
-            })
-            .ok()
-            .flatten();
-        if let Some(ctx) = held {
+        if let Some(ctx) = Context::held(handle) {
             return Ok(ctx);
         }
         let mut dev = 0;
@@ -338,7 +381,7 @@ impl Context {
         if primary.inner.handle == handle {
             return Ok(primary);
         }
-        Ok(Context::wrap(handle, device, false))
+        Ok(Context::wrap(handle, device, Ownership::Borrowed))
     }
 
     /// The `CUcontext`.
@@ -360,7 +403,7 @@ impl Context {
         // SAFETY: out-pointer to a local; no creation parameters (affinity, CIG) are passed.
         unsafe { driver::cuCtxCreate(&mut ctx, std::ptr::null_mut(), flags.bits(), device.handle()) }
             .check("cuCtxCreate")?;
-        let context = Context::wrap(ctx, *device, true);
+        let context = Context::wrap(ctx, *device, Ownership::Created);
         // cuCtxCreate pushed it: take it off again so the thread is as it was.
         let mut popped: driver::CUcontext = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; the context just pushed is on top.
@@ -374,36 +417,6 @@ impl Context {
         // SAFETY: out-pointer to a local.
         unsafe { driver::cuCtxGetCurrent(&mut ctx) }.check("cuCtxGetCurrent")?;
         Ok(ctx)
-    }
-
-    /// Makes this context the calling thread's current one (replacing the top of its stack)
-    /// and returns the context it replaced (`None` when none was current), as `cuda.core`'s
-    /// `Device.set_current(ctx)` does: `previous.set_current()` restores it. The thread holds
-    /// this context until it is replaced or popped there, or the thread ends.
-    pub fn set_current(&self) -> Result<Option<Context>> {
-        if self.inner.owned {
-            crate::reaper::start();
-        }
-        let previous = match Context::current_handle()? {
-            h if h.is_null() => None,
-            h if h == self.inner.handle => Some(self.clone()),
-            // SAFETY: the calling thread's current context is live.
-            h => Some(unsafe { Context::from_raw(h) }?),
-        };
-        // SAFETY: the context is live while self is; the thread holds it from here on.
-        unsafe { driver::cuCtxSetCurrent(self.inner.handle) }.check("cuCtxSetCurrent")?;
-        // (During the thread's teardown the stack is gone: nothing is held then.)
-        let replaced = CURRENT
-            .try_with(|c| {
-                let mut stack = c.0.borrow_mut();
-                let replaced = stack.pop();
-                stack.push(self.clone());
-                replaced
-            })
-            .ok()
-            .flatten();
-        drop(replaced);
-        Ok(previous)
     }
 
     /// Lets go of this context now (`cuda.core`'s `Context.close`): a created or green context
@@ -428,27 +441,6 @@ impl Context {
         }
     }
 
-    /// Pushes this context on the calling thread's context stack, making it current. The thread
-    /// holds it until it is popped there, or the thread ends.
-    pub fn push(&self) -> Result<()> {
-        if self.inner.owned {
-            crate::reaper::start();
-        }
-        // SAFETY: the context is live while self is; the thread holds it from here on.
-        unsafe { driver::cuCtxPushCurrent(self.inner.handle) }.check("cuCtxPushCurrent")?;
-        let _ = CURRENT.try_with(|c| c.0.borrow_mut().push(self.clone()));
-        Ok(())
-    }
-
-    /// Pops the calling thread's current context off its stack and returns its handle.
-    pub fn pop_current() -> Result<driver::CUcontext> {
-        let mut ctx: driver::CUcontext = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local.
-        unsafe { driver::cuCtxPopCurrent(&mut ctx) }.check("cuCtxPopCurrent")?;
-        unhold_top(|top| top.inner.handle == ctx);
-        Ok(ctx)
-    }
-
     /// The flags the context runs with.
     pub fn flags(&self) -> Result<ContextFlags> {
         self.with_current(|| {
@@ -460,8 +452,12 @@ impl Context {
     }
 
     /// The stream priorities the context allows, `(least, greatest)`: numerically lower is more
-    /// urgent, so `greatest <= priority <= least`.
+    /// urgent, so `greatest <= priority <= least`. A green context answers with its device's
+    /// primary context (same device, same range), so it is not made current for the query.
     pub fn stream_priority_range(&self) -> Result<(i32, i32)> {
+        if self.is_green() {
+            return self.inner.device.primary_context()?.stream_priority_range();
+        }
         self.with_current(|| {
             let (mut least, mut greatest) = (0, 0);
             // SAFETY: the context is current; out-pointers to locals.
@@ -473,7 +469,7 @@ impl Context {
 
     /// Whether this is the device's primary context.
     pub fn is_primary(&self) -> bool {
-        !self.inner.owned
+        matches!(self.inner.ownership, Ownership::Primary)
     }
 
     /// Waits for all work in the context (for a primary context, its device's green contexts'
@@ -512,50 +508,21 @@ impl Context {
 
     /// Counts a capture about to begin on a stream of this context, until the returned value is
     /// dropped: meanwhile [`synchronize`](Self::synchronize) is refused. Waits for a
-    /// synchronisation of the context in progress; call it holding no lock.
-    pub(crate) fn count_capture(&self) -> CaptureCount {
+    /// synchronisation of the context in progress; call it holding no lock. A green context's
+    /// capture is counted in its device's primary context too (an error when that context cannot
+    /// be had: the count would be missing there).
+    pub(crate) fn count_capture(&self) -> Result<CaptureCount> {
         let count = capture_count(self.inner.handle);
         // A green context's primary context was made with it (`Device::create_context`).
-        let primary = self
-            .is_green()
-            .then(|| self.inner.device.primary_context().ok())
-            .flatten()
-            .map(|p| capture_count(p.inner.handle));
+        let primary = if self.is_green() {
+            Some(capture_count(self.inner.device.primary_context()?.inner.handle))
+        } else {
+            None
+        };
         for c in std::iter::once(&count).chain(&primary) {
             *c.write().unwrap_or_else(|p| p.into_inner()) += 1;
         }
-        CaptureCount(count, primary)
-    }
-
-    /// Runs `f` with this context current, restoring the previous one afterwards (also when `f`
-    /// fails). `f` should not change the current context itself.
-    pub fn with_current<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let mut previous: driver::CUcontext = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local.
-        unsafe { driver::cuCtxGetCurrent(&mut previous) }.check("cuCtxGetCurrent")?;
-        if previous == self.inner.handle {
-            return f();
-        }
-        // Kept alive until it is current again (`f` might let go of every other reference).
-        let _previous_held = if previous.is_null() {
-            None
-        } else {
-            // SAFETY: it is the calling thread's current context, so it is live.
-            unsafe { Context::from_raw(previous) }.ok()
-        };
-        // SAFETY: the context is live (self holds it); the previous one is restored below.
-        unsafe { driver::cuCtxSetCurrent(self.inner.handle) }.check("cuCtxSetCurrent")?;
-        // While current here, the thread's stack names it, so that what `f` hands on keeps this
-        // context (see `Context::current`).
-        let _ = CURRENT.try_with(|c| c.0.borrow_mut().push(self.clone()));
-        let result = f();
-        unhold_top(|top| Arc::ptr_eq(&top.inner, &self.inner));
-        // SAFETY: restoring what was current before (live: held above, or made current by raw
-        // calls whose caller keeps it alive).
-        let restored = unsafe { driver::cuCtxSetCurrent(previous) }.check("cuCtxSetCurrent");
-        let value = result?;
-        restored?;
-        Ok(value)
+        Ok(CaptureCount(count, primary))
     }
 }
 

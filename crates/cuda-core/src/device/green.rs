@@ -72,11 +72,25 @@ impl Device {
     /// with [`Context::set_current`]. It is destroyed with its last holder ([`Context::close`]
     /// lets go of it explicitly).
     ///
+    /// One thread at a time: a green context "can be current to only one thread at a time"
+    /// (CUDA 12.4's `cuGreenCtxCreate`; the driver does not synchronise threads sharing one), so
+    /// this crate makes it current on at most one thread at a time. Making it current on a thread
+    /// ([`Context::set_current`], [`Context::push`], [`Context::with_current`]) while it is
+    /// current on another through `set_current` or `push` is an error; brief uses
+    /// (`with_current`) wait for each other. Its streams are made without making it current, and
+    /// work on them (kernels, copies, waiting for events, ordering one stream after another)
+    /// needs no current context, from any thread. What does make it current briefly (creating
+    /// an event in it, freeing a buffer whose deallocation stream is one of its streams, its
+    /// synchronisation) fails while it is current on another thread through `set_current` or
+    /// `push`, except the free, which then waits on the release thread.
+    ///
     /// Errors, before the driver is asked: no resources (`"resources must be provided"`), a
-    /// group of a dry run, a resource of another device, more than one workqueue resource. The
-    /// driver refuses SM groups of different splits or alignments
+    /// group of a dry run, a resource with no SMs (an empty remainder), a resource of another
+    /// device, more than one workqueue resource, a call from a host function or graph callback.
+    /// The driver refuses SM groups of different splits or alignments
     /// (`CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION`). Needs a CUDA 12.4 driver.
     pub fn create_context(&self, options: ContextOptions) -> Result<Context> {
+        crate::reaper::refuse_in_callback()?;
         if options.resources.is_empty() {
             return Err(CudaError::InvalidArgument(
                 "resources must be provided: ContextOptions::resources lists the SM groups (from \

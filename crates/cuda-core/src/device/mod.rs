@@ -20,7 +20,7 @@ mod resources;
 mod split;
 mod workqueue;
 
-pub(crate) use context::{CaptureCount, FenceEvent};
+pub(crate) use context::{green_context_busy, CaptureCount, FenceEvent};
 pub use context::{Context, ContextFlags};
 pub use green::{ContextOptions, ContextResource};
 pub use properties::DeviceProperties;
@@ -94,8 +94,9 @@ struct DeviceState {
     limits: OnceLock<Result<Limits>>,
 }
 
+static STATES: OnceLock<std::result::Result<Vec<DeviceState>, CudaError>> = OnceLock::new();
+
 fn states() -> Result<&'static [DeviceState]> {
-    static STATES: OnceLock<std::result::Result<Vec<DeviceState>, CudaError>> = OnceLock::new();
     STATES
         .get_or_init(|| {
             let n = device_count()?;
@@ -108,6 +109,16 @@ fn states() -> Result<&'static [DeviceState]> {
         })
         .as_deref()
         .map_err(Clone::clone)
+}
+
+/// The primary context `handle` when this crate retained it ([`Device::primary_context`]); asks
+/// the driver nothing (a primary context no one retained here is not looked up, nor retained).
+fn retained_primary(handle: driver::CUcontext) -> Option<Context> {
+    let states = STATES.get()?.as_deref().ok()?;
+    states.iter().find_map(|s| match s.primary.get() {
+        Some(Ok(c)) if c.handle() == handle => Some(c.clone()),
+        _ => None,
+    })
 }
 
 impl Device {
@@ -178,7 +189,7 @@ impl Device {
                 // SAFETY: out-pointer to a local; the reference is never released (the context
                 // lives as long as the process, as every object made in it may).
                 unsafe { driver::cuDevicePrimaryCtxRetain(&mut ctx, self.handle) }.check("cuDevicePrimaryCtxRetain")?;
-                Ok(Context::wrap(ctx, *self, false))
+                Ok(Context::wrap_primary(ctx, *self))
             })
             .clone()
     }

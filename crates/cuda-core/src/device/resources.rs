@@ -103,6 +103,7 @@ impl DeviceResources {
 
     /// `cuDeviceGetDevResource`, `cuCtxGetDevResource` or `cuGreenCtxGetDevResource`.
     fn query(&self, kind: driver::CUdevResourceType) -> Result<Raw> {
+        crate::reaper::refuse_in_callback()?;
         let mut resource = driver::CUdevResource::default();
         match &self.source {
             Source::Device(d) => {
@@ -137,7 +138,7 @@ impl DeviceResources {
     /// The SMs (`cuda.core`'s `.sm`).
     pub fn sm(&self) -> Result<SMResource> {
         let raw = self.query(driver::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM)?;
-        SMResource::from_driver(raw, self.device(), self.origin(), false, None)
+        SMResource::from_driver(raw, self.device(), self.origin(), false, None, Part::Whole)
     }
 
     /// The workqueues (`cuda.core`'s `.workqueue`): the configuration
@@ -211,21 +212,55 @@ pub struct SMResource {
     flags: SMResourceFlags,
     /// Made by a dry run: describes a partition the driver did not make.
     dry_run: bool,
+    /// Read from a device or context, or made by a split (which the driver does not split again).
+    part: Part,
     /// The context the SMs were read from (kept alive: see the module documentation).
     origin: Option<Context>,
 }
 
+/// Where an [`SMResource`] came from, which decides whether it may be split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// Read from a device or context (`cuDeviceGetDevResource` and the like): the input the
+    /// driver's splits take.
+    Whole,
+    /// A group of a split: never split again (the driver documents that its results cannot be
+    /// split again before a green context is made from them; split that context's SMs instead).
+    Group,
+    /// The remainder of a split: split again only by the CUDA 13.1 split, which documents
+    /// splitting the remainder (its "bisect" use); `cuDevSmResourceSplitByCount` does not take
+    /// its own results.
+    Remainder,
+}
+
+/// `cuda.core`'s guideline from CUDA 12.4 (`cuDevSmResourceSplitByCount`'s documentation) for
+/// drivers that do not report the granularity (before CUDA 13.0): `(minimum SMs of a group, the
+/// multiple its count is rounded to)` for a compute capability's major version.
+fn guideline_granularity(major: u32) -> (u32, u32) {
+    match major {
+        // "9.0+: the minimum count is 8 SMs and must be a multiple of 8."
+        9.. => (8, 8),
+        // "8.X: the minimum count is 4 SMs and must be a multiple of 2."
+        8 => (4, 2),
+        // "7.X: the minimum count is 2 SMs and must be a multiple of 2."
+        7 => (2, 2),
+        // "6.X: the minimum count is 1 SM."
+        _ => (1, 1),
+    }
+}
+
 impl SMResource {
     /// Reads what the driver wrote. Before CUDA 13.0 the driver reports only the SM count, so
-    /// the partition size and alignment are `cuda.core`'s figures for the architecture (8 from
-    /// compute capability 9.0, else 2) or the parent's; zeros in a split's results are the
-    /// parent's too.
+    /// the partition size and alignment are CUDA 12.4's guideline for the architecture
+    /// ([`guideline_granularity`]) or the parent's; zeros in a split's results are the parent's
+    /// too.
     fn from_driver(
         raw: Raw,
         device: Device,
         origin: Option<Context>,
         dry_run: bool,
         parent: Option<&SMResource>,
+        part: Part,
     ) -> Result<SMResource> {
         let sm = raw.sm();
         let version = driver_version()?;
@@ -233,8 +268,8 @@ impl SMResource {
             match parent {
                 Some(p) => (p.min_partition_size, p.coscheduled_alignment, p.flags),
                 None => {
-                    let granularity = if device.compute_capability()?.major >= 9 { 8 } else { 2 };
-                    (granularity, granularity, SMResourceFlags::empty())
+                    let (min, alignment) = guideline_granularity(device.compute_capability()?.major);
+                    (min, alignment, SMResourceFlags::empty())
                 }
             }
         } else {
@@ -257,6 +292,7 @@ impl SMResource {
             coscheduled_alignment,
             flags,
             dry_run,
+            part,
             origin,
         })
     }
@@ -307,7 +343,19 @@ impl SMResource {
                     .into(),
             ));
         }
+        self.refuse_empty("make a green context")?;
         Ok((self.raw.0, self.origin.clone()))
+    }
+
+    /// An error for a resource with no SMs (an empty remainder, which the driver writes as
+    /// `CU_DEV_RESOURCE_TYPE_INVALID`): nothing can be made of it.
+    fn refuse_empty(&self, what: &str) -> Result<()> {
+        if self.raw.0.type_ != driver::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM || self.sm_count() == 0 {
+            return Err(CudaError::InvalidArgument(format!(
+                "cannot {what} from an SMResource with no SMs (an empty remainder: the split's groups took every SM)"
+            )));
+        }
+        Ok(())
     }
 
     /// Splits the SMs into groups and a remainder (`cuda.core`'s `SMResource.split`): returns
@@ -324,8 +372,17 @@ impl SMResource {
     /// Drivers before CUDA 13.1 have no `cuDevSmResourceSplit`: there the split is
     /// `cuDevSmResourceSplitByCount`, which makes groups of one size only (every `count` equal,
     /// no co-scheduling fields, no backfill: others are refused), and may make fewer groups than
-    /// asked when the SMs run out (the result then has fewer groups).
+    /// asked when the SMs run out (the result then has fewer groups). There a dry run is the
+    /// real split with its results marked as a dry run's (a split reserves nothing; the driver's
+    /// simulation does not tell the groups' sizes).
+    ///
+    /// What the driver does not split is refused first: a group of a split (the driver's results
+    /// are not split again: make a green context of the group and split its
+    /// [`resources`](Context::resources) instead), a remainder where the CUDA 13.1 split is
+    /// missing, a resource with no SMs (an empty remainder). With the CUDA 13.1 split, more
+    /// groups than the resource has SMs are refused too (each group needs SMs).
     pub fn split(&self, options: &SMResourceOptions, dry_run: bool) -> Result<(Vec<SMResource>, SMResource)> {
+        crate::reaper::refuse_in_callback()?;
         let groups = options.groups()?;
         if self.dry_run {
             return Err(CudaError::InvalidArgument(
@@ -334,7 +391,29 @@ impl SMResource {
                     .into(),
             ));
         }
-        if structured_split_available() {
+        let structured = structured_split_available();
+        match self.part {
+            Part::Group => {
+                return Err(CudaError::InvalidArgument(
+                    "a group of a split cannot be split again (the driver's split results are not inputs of another \
+                     split): make a green context of it (Device::create_context) and split that context's \
+                     resources().sm(), or split the original resource into more groups"
+                        .into(),
+                ))
+            }
+            Part::Remainder if !structured => {
+                return Err(CudaError::InvalidArgument(format!(
+                    "the remainder of a split cannot be split again with cuDevSmResourceSplitByCount (the driver \
+                     supports CUDA {}.{}; the CUDA 13.1 split, cuDevSmResourceSplit, splits remainders): split the \
+                     original resource into more groups instead",
+                    driver_version()?.0,
+                    driver_version()?.1
+                )))
+            }
+            _ => {}
+        }
+        self.refuse_empty("split")?;
+        if structured {
             self.split_structured(&groups, dry_run)
         } else {
             self.split_by_count(&groups, dry_run)
@@ -343,8 +422,15 @@ impl SMResource {
 
     /// `cuDevSmResourceSplit` (CUDA 13.1).
     fn split_structured(&self, groups: &[GroupRequest], dry_run: bool) -> Result<(Vec<SMResource>, SMResource)> {
+        let n = groups.len();
+        // Checked before the result array is allocated: every group made needs SMs of its own.
+        if !dry_run && n > self.sm_count() as usize {
+            return Err(CudaError::InvalidArgument(format!(
+                "count asks for {n} groups, more than the {} SMs of the resource (every group needs SMs of its own)",
+                self.sm_count()
+            )));
+        }
         let mut params = group_params(groups);
-        let n = params.len();
         let count = u32::try_from(n).map_err(|_| CudaError::InvalidArgument(format!("{n} groups are too many")))?;
         let mut results = vec![driver::CUdevResource::default(); if dry_run { 0 } else { n }];
         let mut remainder = driver::CUdevResource::default();
@@ -371,21 +457,30 @@ impl SMResource {
                         smCount: p.smCount,
                         ..Default::default()
                     };
-                    self.child(synthetic, true)
+                    self.child(synthetic, true, Part::Group)
                 })
                 .collect::<Result<Vec<_>>>()?
         } else {
             results
                 .into_iter()
-                .map(|r| self.child(r, false))
+                .map(|r| self.child(r, false, Part::Group))
                 .collect::<Result<Vec<_>>>()?
         };
-        Ok((made, self.child(remainder, dry_run)?))
+        Ok((made, self.child(remainder, dry_run, Part::Remainder)?))
     }
 
     /// `cuDevSmResourceSplitByCount` (CUDA 12.4): groups of one size.
     fn split_by_count(&self, groups: &[GroupRequest], dry_run: bool) -> Result<(Vec<SMResource>, SMResource)> {
         let (count, min_count) = by_count_request(groups, driver_version()?)?;
+        // The driver makes fewer groups than asked when the SMs run out, and no more groups than
+        // SMs: capped before the result array is allocated.
+        let count = count.min(self.sm_count());
+        // A dry run makes the split for real and marks its results as a dry run's (they make no
+        // green context and are not split again): harmless, as a split reserves nothing. The
+        // driver's own simulation (a null result array) does not say enough: a CUDA 13.0 driver
+        // (H100, 132 SMs) answers "15 groups" for any request of 8-SM groups, one or a thousand,
+        // the groups the SMs allow rather than the split asked for, and leaves the remainder
+        // unwritten, so neither the groups made nor their sizes can be told from it.
         let mut results = vec![driver::CUdevResource::default(); count as usize];
         let mut made = count;
         let mut remainder = driver::CUdevResource::default();
@@ -406,13 +501,20 @@ impl SMResource {
         results.truncate(made.min(count) as usize);
         let made = results
             .into_iter()
-            .map(|r| self.child(r, dry_run))
+            .map(|r| self.child(r, dry_run, Part::Group))
             .collect::<Result<Vec<_>>>()?;
-        Ok((made, self.child(remainder, dry_run)?))
+        Ok((made, self.child(remainder, dry_run, Part::Remainder)?))
     }
 
-    fn child(&self, raw: driver::CUdevResource, dry_run: bool) -> Result<SMResource> {
-        SMResource::from_driver(Raw::new(raw), self.device, self.origin.clone(), dry_run, Some(self))
+    fn child(&self, raw: driver::CUdevResource, dry_run: bool, part: Part) -> Result<SMResource> {
+        SMResource::from_driver(
+            Raw::new(raw),
+            self.device,
+            self.origin.clone(),
+            dry_run,
+            Some(self),
+            part,
+        )
     }
 }
 
@@ -425,6 +527,7 @@ impl fmt::Debug for SMResource {
             .field("coscheduled_alignment", &self.coscheduled_alignment)
             .field("flags", &self.flags)
             .field("dry_run", &self.dry_run)
+            .field("part", &self.part)
             .finish()
     }
 }

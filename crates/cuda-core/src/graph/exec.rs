@@ -153,6 +153,8 @@ enum HeldKind {
     Callback,
     Event,
     KernelArgs,
+    /// The context a memset node's new value was set in.
+    MemsetContext,
 }
 
 /// The streams a graph was launched on, each with how many of the graph's readiness fences it
@@ -563,12 +565,21 @@ impl Graph {
     /// Changes the value a memset node of this executable graph writes (same width and region).
     pub fn set_memset_value(&mut self, node: &GraphNode, value: impl Into<MemsetValue>) -> Result<()> {
         let value = value.into();
-        let ctx = Context::current_handle()?;
+        // The node runs in the context it names: the executable graph holds it (as definitions
+        // hold the contexts their nodes were added in).
+        let ctx = Context::current()?;
+        let handle = ctx.as_ref().map_or(std::ptr::null_mut(), Context::handle);
         self.with_node(node, |exec, h| {
             let p = memset_params_with(h, value)?;
-            // SAFETY: same region, which the graph holds; exec, node and context are live.
-            unsafe { driver::cuGraphExecMemsetNodeSetParams(exec, h, &p, ctx) }.check("cuGraphExecMemsetNodeSetParams")
-        })
+            // SAFETY: same region, which the graph holds; exec and node are live, and the
+            // context is current (so live), held by the graph below.
+            unsafe { driver::cuGraphExecMemsetNodeSetParams(exec, h, &p, handle) }
+                .check("cuGraphExecMemsetNodeSetParams")
+        })?;
+        if let Some(ctx) = ctx {
+            self.hold(node, HeldKind::MemsetContext, Box::new(ctx));
+        }
+        Ok(())
     }
 }
 

@@ -117,8 +117,8 @@ impl Drop for StreamInner {
             return;
         }
         if self.owned {
-            // SAFETY: made by cuStreamCreateWithPriority and destroyed once; the driver lets work
-            // already queued finish.
+            // SAFETY: made by cuStreamCreateWithPriority (or cuGreenCtxStreamCreate, for a green
+            // context) and destroyed once; the driver lets work already queued finish.
             if let Err(e) = unsafe { driver::cuStreamDestroy(self.handle) }.check("cuStreamDestroy") {
                 record_drop_error(e);
             }
@@ -276,7 +276,8 @@ impl Stream {
             Ok(mut inner) if inner.owned => {
                 // Destroyed here, not again in Drop.
                 inner.owned = false;
-                // SAFETY: made by cuStreamCreateWithPriority, destroyed once.
+                // SAFETY: made by cuStreamCreateWithPriority (or cuGreenCtxStreamCreate, for a
+                // green context), destroyed once.
                 unsafe { driver::cuStreamDestroy(inner.handle) }.check("cuStreamDestroy")
             }
             _ => Ok(()),
@@ -415,7 +416,8 @@ impl Stream {
     pub fn wait(&self, other: &Stream) -> Result<()> {
         let fence = other.context_or_current()?.fence()?;
         other.enqueue(|_| {
-            // SAFETY: both handles are live; the event belongs to the stream's context.
+            // SAFETY: both handles are live; the event belongs to the stream's context (for a green
+            // context, to its primary context, whose events the driver takes on its streams).
             unsafe { driver::cuEventRecord(fence.handle(), other.handle()) }.check("cuEventRecord")
         })?;
         self.enqueue_exclusive(|_| {

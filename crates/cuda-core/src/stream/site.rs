@@ -130,18 +130,31 @@ impl Site {
         self.context()?.with_current(|| self.stream.enqueue(op))
     }
 
+    /// [`enqueue`](Self::enqueue) for operations that name the stream and nothing of its context
+    /// (recording an event, waiting for one): the context is made current only for a default
+    /// stream, whose handle means the current context's stream. So fences of a green context's
+    /// streams never make that context current (see `Context`: one thread at a time).
+    fn enqueue_on_stream<T>(&self, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
+        if self.stream.is_default() {
+            self.enqueue(op)
+        } else {
+            self.stream.enqueue(op)
+        }
+    }
+
     /// Records a fence after the work queued on the site so far.
     pub(crate) fn fence(&self) -> Result<Fence> {
         if !self.reachable() {
             return Ok(Fence::Unreachable);
         }
         let event = self.context()?.fence()?;
-        self.enqueue(|capture| {
+        self.enqueue_on_stream(|capture| {
             if capture.is_some() {
                 return Ok(Fence::Capturing);
             }
             // SAFETY: the stream is live and not capturing (inside its operation); the event
-            // belongs to the site's context.
+            // belongs to the site's context (for a green context, to its primary context, whose
+            // events the driver takes on its green contexts' streams).
             unsafe { driver::cuEventRecord(event.handle(), self.stream.handle()) }.check("cuEventRecord")?;
             Ok(Fence::Event(event))
         })
@@ -150,7 +163,7 @@ impl Site {
     /// Makes the site's later work wait for `fence` (`false`, and nothing queued, while the
     /// stream is being captured: the wait would isolate the capture).
     pub(crate) fn wait(&self, fence: &FenceEvent) -> Result<bool> {
-        self.enqueue(|capture| {
+        self.enqueue_on_stream(|capture| {
             if capture.is_some() {
                 return Ok(false);
             }

@@ -223,7 +223,7 @@ impl GraphBuilder {
         let beginning = capture_beginning()?;
         // Context-wide synchronisations would invalidate the capture: refused from now on (this
         // waits, holding no lock, for one in progress). Taken back when `count` is dropped.
-        let count = context.count_capture();
+        let count = context.count_capture()?;
         {
             // No operation is queued on the stream while the capture begins.
             let _exclusive = self.stream.capture_exclusive();

@@ -64,7 +64,9 @@ impl Allocation {
                 crate::reaper::retry(Box::new(PendingFree(Some(this))));
                 Ok(())
             }
-            Err(e) if capture_refusal(&e) => {
+            // Also when a green context the free needs current is current on another thread: tried
+            // again until it is not.
+            Err(e) if capture_refusal(&e) || crate::device::green_context_busy(&e) => {
                 crate::reaper::retry(Box::new(PendingFree(Some(this))));
                 Ok(())
             }
@@ -138,7 +140,7 @@ impl crate::reaper::Retry for PendingFree {
         };
         match allocation.try_free() {
             Ok(done) => done,
-            Err(e) if capture_refusal(&e) => false,
+            Err(e) if capture_refusal(&e) || crate::device::green_context_busy(&e) => false,
             Err(e) => {
                 record_drop_error(e);
                 // Keep the memory: it may still be in use.
