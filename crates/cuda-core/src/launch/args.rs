@@ -122,8 +122,10 @@ pub trait KernelArg: sealed::Arg {
     const CARRIES_BUFFER: bool = false;
     /// The parameter's value.
     fn param(&self) -> Self::Param;
-    /// The buffer whose memory the kernel may reach through this argument.
-    fn buffer(&self) -> Option<&Buffer> {
+    /// The buffer whose memory the kernel may reach through this argument (for the launch to
+    /// hold; not callable outside this crate, which would lend buffers their owners keep).
+    #[doc(hidden)]
+    fn buffer(&self, _: sealed::Token) -> Option<&Buffer> {
         None
     }
 }
@@ -133,6 +135,8 @@ pub trait KernelArg: sealed::Arg {
 mod sealed {
     pub trait Arg {}
     pub trait Args {}
+    /// Only launches here call `KernelArg::buffer`.
+    pub struct Token(pub(super) ());
 }
 
 impl<T: DeviceRepr> sealed::Arg for T {}
@@ -158,7 +162,7 @@ impl KernelArg for &Buffer {
         self.handle()
     }
     #[inline(always)]
-    fn buffer(&self) -> Option<&Buffer> {
+    fn buffer(&self, _: sealed::Token) -> Option<&Buffer> {
         Some(self)
     }
 }
@@ -171,7 +175,7 @@ impl<T> KernelArg for BufferView<'_, T> {
         self.handle() as usize as *mut T
     }
     #[inline(always)]
-    fn buffer(&self) -> Option<&Buffer> {
+    fn buffer(&self, _: sealed::Token) -> Option<&Buffer> {
         Some(BufferView::buffer(self))
     }
 }
@@ -191,8 +195,8 @@ impl KernelArg for &TensorMapDescriptor<'_> {
         *self.as_raw()
     }
     #[inline(always)]
-    fn buffer(&self) -> Option<&Buffer> {
-        TensorMapDescriptor::buffer(self)
+    fn buffer(&self, _: sealed::Token) -> Option<&Buffer> {
+        self.held_buffer()
     }
 }
 
@@ -206,7 +210,7 @@ impl KernelArg for &TextureObject {
         self.handle()
     }
     #[inline(always)]
-    fn buffer(&self) -> Option<&Buffer> {
+    fn buffer(&self, _: sealed::Token) -> Option<&Buffer> {
         Some(self.lifeline())
     }
 }
@@ -221,7 +225,7 @@ impl KernelArg for &SurfaceObject {
         self.handle()
     }
     #[inline(always)]
-    fn buffer(&self) -> Option<&Buffer> {
+    fn buffer(&self, _: sealed::Token) -> Option<&Buffer> {
         Some(self.lifeline())
     }
 }
@@ -287,7 +291,7 @@ macro_rules! kernel_args {
             #[inline(always)]
             fn with_buffers<R>(&self, f: impl FnOnce(&[Option<&Buffer>]) -> R) -> R {
                 let ($($v,)+) = self;
-                f(&[$(if $t::CARRIES_BUFFER { $v.buffer() } else { None }),+])
+                f(&[$(if $t::CARRIES_BUFFER { $v.buffer(sealed::Token(())) } else { None }),+])
             }
             #[inline(always)]
             fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {

@@ -45,6 +45,8 @@ impl Drop for TexHandle {
         });
         if let Err(e) = destroyed {
             record_drop_error(e);
+            // The driver's texture may still name the memory: keep it rather than free it.
+            std::mem::forget(self._resource.clone());
         }
     }
 }
@@ -78,6 +80,8 @@ impl Drop for SurfHandle {
         });
         if let Err(e) = destroyed {
             record_drop_error(e);
+            // The driver's surface may still name the array: keep it rather than destroy it.
+            std::mem::forget(self._array.clone());
         }
     }
 }

@@ -73,7 +73,9 @@ impl Method {
 #[derive(Clone)]
 pub struct TensorMapDescriptor<'a> {
     map: driver::CUtensorMap,
+    /// What keeps the described memory alive through launches (never lent when `lends` is off).
     buffer: Option<&'a Buffer>,
+    lends: bool,
     method: Method,
     data_type: TensorMapDataType,
     swizzle: TensorMapSwizzle,
@@ -107,6 +109,9 @@ struct Source<'a> {
     strides: Vec<isize>,
     dtype: DType,
     buffer: Option<&'a Buffer>,
+    /// Whether the view lends its buffer (`StridedMemoryView::buffer`: not when read-only, nor
+    /// when its source owns only its elements): otherwise the buffer is only held, not lent.
+    lends: bool,
     device_id: Option<usize>,
 }
 
@@ -133,6 +138,7 @@ impl<'a> Source<'a> {
             Backing::Raw | Backing::Host(_) => None,
         };
         Ok(Source {
+            lends: view.buffer().is_some(),
             ptr: view.ptr,
             shape: view.shape.clone(),
             strides: view.strides_or_row_major()?,
@@ -184,6 +190,7 @@ impl<'a> TensorMapDescriptor<'a> {
         Ok(TensorMapDescriptor {
             map,
             buffer: source.buffer,
+            lends: source.lends,
             method,
             data_type,
             swizzle,
@@ -441,6 +448,7 @@ impl<'a> TensorMapDescriptor<'a> {
         // Only after the driver took it: the old memory stays borrowed if it failed.
         self.map = map;
         self.buffer = source.buffer;
+        self.lends = source.lends;
         self.address = source.ptr;
         Ok(())
     }
@@ -450,8 +458,16 @@ impl<'a> TensorMapDescriptor<'a> {
         &self.map
     }
 
-    /// The buffer whose memory the map describes (`None` for memory a raw view vouched for).
+    /// The buffer whose memory the map describes, when its view lends it (as
+    /// [`StridedMemoryView::buffer`]: `None` for a read-only view, a view whose source owns only
+    /// its elements, and memory a raw view vouched for).
     pub fn buffer(&self) -> Option<&'a Buffer> {
+        self.buffer.filter(|_| self.lends)
+    }
+
+    /// The buffer a launch with the map holds (its memory stays alive while the GPU may use
+    /// it), lent or not.
+    pub(crate) fn held_buffer(&self) -> Option<&'a Buffer> {
         self.buffer
     }
 
@@ -556,6 +572,7 @@ impl TensorMapDescriptor<'_> {
         TensorMapDescriptor {
             map: self.map,
             buffer,
+            lends: self.lends,
             method: self.method,
             data_type: self.data_type,
             swizzle: self.swizzle,
