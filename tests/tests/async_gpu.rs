@@ -208,6 +208,12 @@ fn awaited_copies_keep_host_memory_until_the_gpu_is_done() {
         assert!(event.is_done().unwrap());
         let fresh = d.create_event(Default::default()).unwrap();
         fresh.completed().unwrap().await.unwrap();
+        // Nothing to copy: an empty vector (no staging memory is read).
+        let tiny = d.allocate(2, &s).unwrap();
+        assert!(tiny.to_vec_async::<u32>(&s).unwrap().await.unwrap().is_empty());
+        let empty = d.allocate(0, &s).unwrap();
+        assert!(empty.to_vec_async::<u8>(&s).unwrap().await.unwrap().is_empty());
+        empty.copy_from_vec_async(Vec::<u8>::new(), &s).unwrap().await.unwrap();
         // Odd sizes: whole elements only, as to_vec does.
         let odd = d.allocate(10, &s).unwrap();
         odd.fill_u8(7, &s).unwrap();
@@ -244,4 +250,29 @@ fn futures_on_a_stream_being_captured_are_errors_not_hangs() {
     }
     assert_eq!(errors.len(), 3);
     s.sync().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn futures_of_the_default_stream_resolve_on_any_thread() {
+    let (d, _) = setup();
+    let legacy = Stream::legacy_default();
+    let buffer = d.allocate(4096, &legacy).unwrap();
+    buffer.fill_u32(0x1234_5678, &legacy).unwrap();
+    let read = buffer.to_vec_async::<u32>(&legacy).unwrap();
+    let done = legacy.synchronized().unwrap();
+    // Awaited on a worker thread with no current context: the result comes from the driver's
+    // callback, nothing is asked of the driver where the future is polled.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (values, ok) = runtime.block_on(async {
+        let values = tokio::spawn(read).await.unwrap();
+        let ok = tokio::spawn(done).await.unwrap();
+        (values, ok)
+    });
+    ok.unwrap();
+    assert_eq!(values.unwrap(), vec![0x1234_5678u32; 1024]);
 }

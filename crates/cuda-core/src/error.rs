@@ -139,7 +139,12 @@ impl Check for cuda_sys::nvml::nvmlReturn_t {
 static DROP_ERRORS: std::sync::Mutex<Vec<CudaError>> = std::sync::Mutex::new(Vec::new());
 
 pub(crate) fn record_drop_error(e: CudaError) {
-    event!(warn, error = %e, "an error while releasing a resource (kept for cuda_core::take_drop_errors)");
+    // A subscriber's panic must not unwind out of here: callers record, then keep (forget)
+    // what may still be in use.
+    #[cfg(feature = "tracing")]
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        event!(warn, error = %e, "an error while releasing a resource (kept for cuda_core::take_drop_errors)");
+    }));
     let mut errors = DROP_ERRORS.lock().unwrap_or_else(|p| p.into_inner());
     if errors.len() == 64 {
         errors.remove(0);

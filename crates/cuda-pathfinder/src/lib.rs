@@ -178,32 +178,45 @@ pub fn load_nvidia_dynamic_lib(libname: &str) -> Result<&'static LoadedDl, NotFo
         *map.entry(desc.name)
             .or_insert_with(|| Box::leak(Box::new(OnceLock::new())))
     };
-    cell.get_or_init(|| {
-        let found = search::load(desc, &search::Environment::from_process());
-        #[cfg(feature = "tracing")]
-        match &found {
-            Ok(dl) => tracing::debug!(
-                library = desc.name,
-                path = ?dl.abs_path,
-                via = dl.found_via.as_str(),
-                already_loaded = dl.was_already_loaded_from_elsewhere,
-                "cuda-pathfinder found a library"
-            ),
-            Err(e) => {
-                for a in &e.attempts {
-                    tracing::debug!(
-                        library = desc.name,
-                        candidate = %a.candidate,
-                        via = a.rule.as_str(),
-                        rejected_because = %a.rejected_because,
-                        "cuda-pathfinder rejected a candidate"
-                    );
-                }
-                tracing::debug!(library = desc.name, hint = %e.hint, "cuda-pathfinder found no library");
+    let mut searched = false;
+    let found = cell.get_or_init(|| {
+        searched = true;
+        search::load(desc, &search::Environment::from_process())
+    });
+    // Reported after the search, outside the cache's initialisation (a subscriber that loads a
+    // library itself must not re-enter it), once per library.
+    #[cfg(feature = "tracing")]
+    if searched {
+        report(desc.name, found);
+    }
+    #[cfg(not(feature = "tracing"))]
+    let _ = searched;
+    found.as_ref().map_err(Clone::clone)
+}
+
+/// The search's outcome as `tracing` events: where the library was found, or every candidate
+/// rejected and why.
+#[cfg(feature = "tracing")]
+fn report(library: &str, found: &Result<LoadedDl, NotFoundError>) {
+    match found {
+        Ok(dl) => tracing::debug!(
+            library,
+            path = ?dl.abs_path,
+            via = dl.found_via.as_str(),
+            already_loaded = dl.was_already_loaded_from_elsewhere,
+            "cuda-pathfinder found a library"
+        ),
+        Err(e) => {
+            for a in &e.attempts {
+                tracing::debug!(
+                    library,
+                    candidate = %a.candidate,
+                    via = a.rule.as_str(),
+                    rejected_because = %a.rejected_because,
+                    "cuda-pathfinder rejected a candidate"
+                );
             }
+            tracing::debug!(library, hint = %e.hint, "cuda-pathfinder found no library");
         }
-        found
-    })
-    .as_ref()
-    .map_err(Clone::clone)
+    }
 }

@@ -1,78 +1,130 @@
 //! Futures that complete when GPU work does: [`Stream::synchronized`] and
-//! [`Event::completed`] give a [`Completion`], woken by a host function the driver calls once
-//! the work before it is done (never polled in a loop, no thread per wait). Runtime-agnostic:
-//! any executor's `Waker` is woken.
+//! [`Event::completed`] give a [`Completion`], woken by a stream callback the driver calls once
+//! the work before it is done, or has failed (never polled in a loop, no thread per wait).
+//! Runtime-agnostic: any executor's `Waker` is woken.
+//!
+//! **Why a stream callback.** `cuStreamAddCallback` is called with the stream's status also when
+//! the work failed (a kernel that faulted stops the context's work: a host function queued with
+//! `cuLaunchHostFunc` would then never run, and the future would never resolve). The status is
+//! the future's result; nothing is asked of the driver when it is polled.
 //!
 //! **Cancel safety.** The driver's callback and the future share a [`Signal`] by reference count:
-//! a future dropped early leaves the callback a live signal to set (nobody waits for it), and
-//! what the callback holds is dropped on this crate's release thread, never the driver's. The
-//! callback calls no CUDA function: it sets a flag and wakes the waker.
+//! a future dropped early leaves the callback a live signal to set (nobody waits for it). What
+//! the work uses on the host (a copy's vector) is kept by the signal and dropped on this crate's
+//! release thread once the callback has run, never before. The callback calls no CUDA function:
+//! it stores the status and wakes the waker.
 
 use super::{Event, Stream, StreamOptions};
 use crate::error::Check;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
+use std::any::Any;
+use std::ffi::c_void;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Waker};
 
-/// What a driver callback and a future share: whether the work is done, and who to wake.
+/// What the driver's callback and a future share.
+#[derive(Default)]
+struct State {
+    /// The stream's status when the callback ran (`None` until then).
+    status: Option<driver::CUresult>,
+    waker: Option<Waker>,
+    /// Kept until the callback has run (host memory the work before it uses).
+    keep: Option<Box<dyn Any + Send>>,
+}
+
 #[derive(Default)]
 struct Signal {
-    state: Mutex<(bool, Option<Waker>)>,
+    state: Mutex<State>,
 }
 
 impl Signal {
-    /// Called by the driver's callback: marks the work done and wakes the waiting task (outside
-    /// the lock, so that a waker that polls at once finds it free).
-    fn fire(&self) {
-        let waker = {
-            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            state.0 = true;
-            state.1.take()
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Called by the driver's callback: stores the status and wakes the waiting task (outside
+    /// the lock, so that a waker that polls at once finds it free); what was kept goes to the
+    /// release thread.
+    fn fire(&self, status: driver::CUresult) {
+        let (waker, keep) = {
+            let mut state = self.lock();
+            state.status = Some(status);
+            (state.waker.take(), state.keep.take())
         };
+        if let Some(keep) = keep {
+            crate::reaper::drop_later(keep);
+        }
         if let Some(w) = waker {
             w.wake();
         }
     }
 
-    /// Whether the work is done; if not, `waker` is woken when it is.
-    fn done_or_register(&self, waker: &Waker) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if state.0 {
-            return true;
+    /// The status once the callback ran; if not yet, `waker` is woken when it does. Wakers are
+    /// cloned and dropped outside the lock (a waker's own code may poll again).
+    fn status_or_register(&self, waker: &Waker) -> Option<driver::CUresult> {
+        {
+            let state = self.lock();
+            if state.status.is_some() {
+                return state.status;
+            }
+            if state.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                return None;
+            }
         }
-        match &mut state.1 {
-            Some(w) if w.will_wake(waker) => {}
-            slot => *slot = Some(waker.clone()),
-        }
-        false
+        let new = waker.clone();
+        let old = {
+            let mut state = self.lock();
+            if state.status.is_some() {
+                return state.status;
+            }
+            state.waker.replace(new)
+        };
+        drop(old);
+        None
     }
 }
 
-/// What a completed future asks the driver, to report an error the work ran into.
-enum Source {
-    /// `cuStreamQuery` of the stream.
-    Stream(Stream),
-    /// `cuEventQuery` of the event; the stream that waits for it is kept until the future goes.
-    Event(Event, #[allow(dead_code)] Stream),
+/// Called by the driver once, on a thread of its own, when the work queued before it is done
+/// (or failed: `status`).
+unsafe extern "C" fn fired(_stream: driver::CUstream, status: driver::CUresult, data: *mut c_void) {
+    // SAFETY: `data` is the `Arc<Signal>` leaked by `signal_keeping` for this one call (a
+    // capturing stream is refused, so no graph calls it again).
+    let signal = unsafe { Arc::from_raw(data as *const Signal) };
+    crate::reaper::run_as_callback("a Completion's waker", || signal.fire(status));
+    // The last reference may be this one (the future was dropped): what it held went to the
+    // release thread above, and a waker left in it is dropped here.
+    crate::reaper::run_as_callback("dropping a Completion's waker", move || drop(signal));
 }
 
 /// A future that resolves when the GPU work before it is done ([`Stream::synchronized`],
-/// [`Event::completed`]): `Ok(())`, or the error the driver reports for that work (a kernel that
-/// faulted, say). Dropping it early is safe: the driver's callback still runs and finds its
-/// shared state alive.
+/// [`Event::completed`]): `Ok(())`, or the error the driver reports for the stream when it got
+/// there (a kernel that faulted, say: the context's work stops, and the future resolves with the
+/// error rather than never). Dropping it early is safe: the driver's callback still runs and
+/// finds its shared state alive.
+///
+/// Wakers are woken on a driver thread, which runs the callbacks of the stream's context in
+/// order: a waker that blocks holds them up, and one that waits for another `Completion` of the
+/// same context may never return.
 #[must_use = "a Completion does nothing unless awaited"]
 pub struct Completion {
     signal: Arc<Signal>,
-    source: Source,
+    /// What the future waits on, kept alive while it may be polled.
+    _source: Source,
+}
+
+/// The stream or event a [`Completion`] waits on; the stream that waits for the event.
+enum Source {
+    Stream(#[allow(dead_code)] Stream),
+    Event(#[allow(dead_code)] Event, #[allow(dead_code)] Stream),
 }
 
 impl std::fmt::Debug for Completion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let done = self.signal.state.lock().map(|s| s.0).unwrap_or(false);
-        f.debug_struct("Completion").field("done", &done).finish()
+        let status = self.signal.state.try_lock().ok().map(|s| s.status.is_some());
+        f.debug_struct("Completion").field("done", &status).finish()
     }
 }
 
@@ -80,77 +132,120 @@ impl Future for Completion {
     type Output = Result<()>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
-        if !self.signal.done_or_register(cx.waker()) {
-            return Poll::Pending;
+        match self.signal.status_or_register(cx.waker()) {
+            None => Poll::Pending,
+            Some(status) => Poll::Ready(status.check("the work a Completion waited for")),
         }
-        if crate::reaper::in_callback() {
-            // Polled from a driver thread (a waker that polls inline): no CUDA call here.
-            return Poll::Ready(Ok(()));
-        }
-        // The work is done; the driver says whether it failed. A stream or event with later
-        // work queued answers "not ready", which is no error.
-        // SAFETY: the stream or event is live (held by the future).
-        let status = unsafe {
-            match &self.source {
-                Source::Stream(s) => driver::cuStreamQuery(s.handle()),
-                Source::Event(e, _) => driver::cuEventQuery(e.handle()),
-            }
-        };
-        if status == driver::CUresult::CUDA_ERROR_NOT_READY {
-            return Poll::Ready(Ok(()));
-        }
-        Poll::Ready(status.check("the work a Completion waited for"))
     }
 }
 
-/// Queues on `stream` a host function that fires `signal` (refused on a stream being
-/// captured: a graph would call it at every launch, and this future would never see them).
-fn signal_on(stream: &Stream, signal: &Arc<Signal>) -> Result<()> {
-    signal_keeping(stream, signal, Box::new(()))
-}
-
-/// [`signal_on`], with `keep` held by the host function until it has run (then dropped on the
-/// release thread): what the work queued before it uses (host memory of a copy).
-fn signal_keeping(stream: &Stream, signal: &Arc<Signal>, keep: Box<dyn std::any::Any + Send>) -> Result<()> {
-    let fired = signal.clone();
-    stream
-        .launch_host_func(move || {
-            let _ = &keep;
-            fired.fire()
-        })
-        .map_err(|e| match e {
-            CudaError::InvalidArgument(m) if m.contains("captured graph") => CudaError::InvalidArgument(
+/// Queues on `stream` a callback that fires `signal` with the stream's status, `keep` held
+/// until then. Refused on a stream being captured (a graph cannot hold a stream callback, and
+/// its work runs at its launches, which this future would never see). On an error nothing was
+/// queued, and `keep` is dropped at once (no work queued after this call uses it).
+fn signal_keeping(stream: &Stream, signal: &Arc<Signal>, keep: Option<Box<dyn Any + Send>>) -> Result<()> {
+    crate::reaper::start();
+    signal.lock().keep = keep;
+    let queued = stream.enqueue(|capture| {
+        if capture.is_some() {
+            return Err(CudaError::InvalidArgument(
                 "a Completion cannot wait on a stream being captured into a graph (its work runs when the graph is launched): await a stream that launches the graph instead".into(),
-            ),
-            other => other,
-        })
+            ));
+        }
+        let data = Arc::into_raw(signal.clone());
+        // SAFETY: the stream is live and not capturing (inside its operation); the driver calls
+        // `fired` once with `data`, which owns one reference.
+        let status = unsafe { driver::cuStreamAddCallback(stream.handle(), Some(fired), data as *mut c_void, 0) };
+        if let Err(e) = status.check("cuStreamAddCallback") {
+            // SAFETY: the driver did not take `data`: the reference comes back.
+            drop(unsafe { Arc::from_raw(data) });
+            return Err(e);
+        }
+        Ok(())
+    });
+    if queued.is_err() {
+        let keep = signal.lock().keep.take();
+        drop(keep);
+    }
+    queued
 }
 
 impl Stream {
     /// A future that resolves when the work queued on the stream so far is done
     /// (`stream.synchronized()?.await?` in place of [`sync`](Self::sync), which blocks the
-    /// thread). A host function the driver calls when it gets there wakes the task; the stream's
-    /// later work waits for that call, which only sets a flag. Futures of one stream resolve in
-    /// the order they were made. On a stream being captured into a graph this is an error.
+    /// thread), woken by a callback the driver calls when it gets there; the stream's later work
+    /// waits for that call, which only stores the status and wakes the task. Futures of one
+    /// stream resolve in the order they were made. On a stream being captured this is an error.
     pub fn synchronized(&self) -> Result<Completion> {
         let signal = Arc::new(Signal::default());
-        signal_on(self, &signal)?;
+        signal_keeping(self, &signal, None)?;
         Ok(Completion {
             signal,
-            source: Source::Stream(self.clone()),
+            _source: Source::Stream(self.clone()),
         })
     }
 }
 
-impl Stream {
-    /// [`synchronized`](Self::synchronized), keeping `keep` alive (and where it is) until the
-    /// work queued so far is done, however early the future is dropped.
-    pub(crate) fn synchronized_keeping(&self, keep: Box<dyn std::any::Any + Send>) -> Result<Completion> {
-        let signal = Arc::new(Signal::default());
-        signal_keeping(self, &signal, keep)?;
+/// A [`Completion`] whose callback a copy queues inside its own operation, after its work (so
+/// that nothing can come between them), with the host memory the work reads kept until the
+/// callback has run.
+pub(crate) struct Armed {
+    signal: Arc<Signal>,
+    queued_work: bool,
+}
+
+impl Armed {
+    pub(crate) fn new() -> Armed {
+        crate::reaper::start();
+        Armed {
+            signal: Arc::new(Signal::default()),
+            queued_work: false,
+        }
+    }
+
+    /// Notes that work using the kept memory was queued (call right after queuing it).
+    pub(crate) fn work_queued(&mut self) {
+        self.queued_work = true;
+    }
+
+    /// Queues the callback on `stream`: inside an operation on it, the stream not capturing.
+    pub(crate) fn queue(&self, stream: &Stream) -> Result<()> {
+        let data = Arc::into_raw(self.signal.clone());
+        // SAFETY: the stream is live and not capturing (the caller's operation); the driver calls
+        // `fired` once with `data`, which owns one reference.
+        let status = unsafe { driver::cuStreamAddCallback(stream.handle(), Some(fired), data as *mut c_void, 0) };
+        if let Err(e) = status.check("cuStreamAddCallback") {
+            // SAFETY: the driver did not take `data`: the reference comes back.
+            drop(unsafe { Arc::from_raw(data) });
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The future, once the operation ended with `queued`: `keep` stays alive until the callback
+    /// has run. On an error with the work queued but not the callback, `keep` is never freed
+    /// (the work may still read it); with nothing queued it is dropped.
+    pub(crate) fn finish(self, stream: &Stream, keep: Box<dyn Any + Send>, queued: Result<()>) -> Result<Completion> {
+        if let Err(e) = queued {
+            if self.queued_work {
+                std::mem::forget(keep);
+            }
+            return Err(e);
+        }
+        let done = {
+            let mut state = self.signal.lock();
+            if state.status.is_none() {
+                state.keep = Some(keep);
+                None
+            } else {
+                Some(keep)
+            }
+        };
+        // The callback already ran: the work is over, nothing reads `keep` any more.
+        drop(done);
         Ok(Completion {
-            signal,
-            source: Source::Stream(self.clone()),
+            signal: self.signal,
+            _source: Source::Stream(stream.clone()),
         })
     }
 }
@@ -158,10 +253,10 @@ impl Stream {
 impl Event {
     /// A future that resolves when the work before the event's last record is done. A new
     /// stream of the event's context waits for the event and signals the future (a few
-    /// microseconds to make). An event never recorded is complete at once. Awaiting an event
-    /// recorded in a capture that is still running is a misuse: an error (and that capture then
-    /// fails to end, as the driver has the waiting stream join it).
+    /// microseconds to make). An event never recorded is complete at once. An event recorded in
+    /// a capture that is still running is refused (a stream waiting for it joins that capture).
     pub fn completed(&self) -> Result<Completion> {
+        crate::reaper::refuse_in_callback()?;
         let waiter = Stream::new(
             self.context(),
             StreamOptions {
@@ -174,17 +269,15 @@ impl Event {
         // SAFETY: the waiter is live; out-pointer to a local.
         unsafe { driver::cuStreamIsCapturing(waiter.handle(), &mut capturing) }.check("cuStreamIsCapturing")?;
         if capturing != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-            // The waiter joined that capture, which can then no longer end well (the waiter is
-            // not joined back): a misuse reported as an error, never a future that hangs.
             return Err(CudaError::InvalidArgument(
-                "the event was recorded in a capture that is still running (waiting for it joined the capture, which will now fail to end): await an event recorded outside captures, or the stream that launches the graph".into(),
+                "the event was recorded in a capture that is still running (waiting for it joined that capture): await an event recorded outside captures, or the stream that launches the graph".into(),
             ));
         }
         let signal = Arc::new(Signal::default());
-        signal_on(&waiter, &signal)?;
+        signal_keeping(&waiter, &signal, None)?;
         Ok(Completion {
             signal,
-            source: Source::Event(self.clone(), waiter),
+            _source: Source::Event(self.clone(), waiter),
         })
     }
 }

@@ -32,6 +32,7 @@ mod site;
 
 use crate::reaper::refuse_in_callback;
 pub use event::{Event, EventOptions, IpcEventDescriptor};
+pub(crate) use future::Armed;
 pub use future::Completion;
 pub(crate) use site::{Fence, Site, SiteKey};
 
@@ -144,6 +145,7 @@ const PER_THREAD: usize = 0x2;
 
 impl Stream {
     pub(crate) fn new(context: &Context, options: StreamOptions) -> Result<Stream> {
+        refuse_in_callback()?;
         let (least, greatest) = context.stream_priority_range()?;
         let priority = options.priority.unwrap_or(least);
         if priority < greatest || priority > least {

@@ -58,18 +58,24 @@ impl Linker {
     /// The backend a new linker would use.
     pub fn which_backend() -> LinkerBackend {
         static BACKEND: std::sync::OnceLock<LinkerBackend> = std::sync::OnceLock::new();
-        *BACKEND.get_or_init(|| match nvjitlink_version() {
-            Some(major) if driver_major().is_none_or(|d| d == major) => LinkerBackend::NvJitLink,
-            _found => {
-                event!(
-                    info,
-                    nvjitlink_major = ?_found,
-                    driver_major = ?driver_major(),
-                    "linking falls back to the driver's linker (nvJitLink missing, or of another major version than the driver)"
-                );
-                LinkerBackend::Driver
+        let mut chosen = false;
+        let backend = *BACKEND.get_or_init(|| {
+            chosen = true;
+            match nvjitlink_version() {
+                Some(major) if driver_major().is_none_or(|d| d == major) => LinkerBackend::NvJitLink,
+                _ => LinkerBackend::Driver,
             }
-        })
+        });
+        // Reported once, after the choice (a subscriber that links must not re-enter it).
+        if chosen && backend == LinkerBackend::Driver {
+            event!(
+                info,
+                nvjitlink_major = ?nvjitlink_version(),
+                driver_major = ?driver_major(),
+                "linking falls back to the driver's linker (nvJitLink missing, or of another major version than the driver)"
+            );
+        }
+        backend
     }
 
     /// A linker holding `inputs`, with `options` (the arch defaults to the current device's).

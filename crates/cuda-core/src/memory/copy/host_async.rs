@@ -11,7 +11,7 @@
 use super::super::buffer::{enqueue_using, Buffer, Pod};
 use super::super::{LegacyPinnedMemoryResource, MemoryResource, PinnedMemoryResource};
 use crate::error::Check;
-use crate::stream::{Completion, Stream};
+use crate::stream::{Armed, Completion, Stream};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::future::Future;
@@ -36,7 +36,8 @@ fn staging_resource() -> Arc<dyn MemoryResource> {
 /// copy into pinned staging memory is done.
 #[must_use = "a HostCopy does nothing unless awaited"]
 pub struct HostCopy<T> {
-    staging: Buffer,
+    /// `None` when there is nothing to copy (no whole element).
+    staging: Option<Buffer>,
     done: Completion,
     len: usize,
     _elements: PhantomData<fn() -> T>,
@@ -68,11 +69,14 @@ impl<T: Pod> Future for HostCopy<T> {
                 }
                 out.resize(self.len, T::zeroed());
                 let bytes = std::mem::size_of_val(out.as_slice());
+                let Some(staging) = self.staging.as_ref().filter(|_| bytes > 0) else {
+                    return Poll::Ready(Ok(out));
+                };
                 // SAFETY: the staging buffer is pinned host memory of at least `bytes` bytes
                 // (allocated so), which the copy queued before the completed signal filled; no
                 // GPU work uses it any more (nothing else was queued on it), and the future owns
                 // it, so nothing frees it during the read.
-                let staged = unsafe { std::slice::from_raw_parts(self.staging.handle() as usize as *const u8, bytes) };
+                let staged = unsafe { std::slice::from_raw_parts(staging.handle() as usize as *const u8, bytes) };
                 bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(staged);
                 Poll::Ready(Ok(out))
             }
@@ -103,8 +107,10 @@ impl Buffer {
             Some(_) => Err(refused("to_vec_async")),
             None => Ok(()),
         })?;
-        let staging = Buffer::allocate(staging_resource(), bytes, stream)?;
-        if bytes > 0 {
+        let staging = if bytes == 0 {
+            None
+        } else {
+            let staging = Buffer::allocate(staging_resource(), bytes, stream)?;
             if !staging.is_host_accessible() {
                 return Err(CudaError::InvalidArgument(
                     "to_vec_async: the staging memory is not host-accessible".into(),
@@ -119,7 +125,8 @@ impl Buffer {
                 unsafe { driver::cuMemcpyAsync(staging.handle(), self.handle(), bytes, stream.handle()) }
                     .check("cuMemcpyAsync")
             })?;
-        }
+            Some(staging)
+        };
         let done = stream.synchronized()?;
         Ok(HostCopy {
             staging,
@@ -137,17 +144,20 @@ impl Buffer {
         let bytes = std::mem::size_of_val(data.as_slice());
         self.check_fits(bytes, "copy_from_vec_async")?;
         self.check_writable("copy_from_vec_async")?;
-        if bytes > 0 {
-            // SAFETY: `data` lives, unmoved (a vector's elements stay where they are when the
-            // vector moves), until the host function queued after the copy has run (it holds
-            // `data`), and nothing else can reach it meanwhile.
-            let src = data.as_ptr();
-            enqueue_using(stream, &[self], |capture| {
-                if capture.is_some() {
-                    return Err(refused("copy_from_vec_async"));
-                }
-                // SAFETY: as above; the buffer holds at least `bytes` bytes (checked) and is held
-                // until the copy is done; the stream is not capturing.
+        let src = data.as_ptr();
+        let mut armed = Armed::new();
+        // The copy and the callback that ends `data`'s keeping are one operation: no capture can
+        // begin between them.
+        let queued = enqueue_using(stream, &[self], |capture| {
+            if capture.is_some() {
+                return Err(refused("copy_from_vec_async"));
+            }
+            if bytes > 0 {
+                // SAFETY: `data` lives, unmoved (a vector's elements stay where they are when the
+                // vector moves), until the callback queued after the copy has run (`Armed` keeps
+                // it; if the callback cannot be queued, it is never freed); the buffer holds at
+                // least `bytes` bytes (checked) and is held until the copy is done; the stream is
+                // not capturing.
                 unsafe {
                     driver::cuMemcpyAsync(
                         self.handle(),
@@ -156,9 +166,11 @@ impl Buffer {
                         stream.handle(),
                     )
                 }
-                .check("cuMemcpyAsync")
-            })?;
-        }
-        stream.synchronized_keeping(Box::new(data))
+                .check("cuMemcpyAsync")?;
+                armed.work_queued();
+            }
+            armed.queue(stream)
+        });
+        armed.finish(stream, Box::new(data), queued)
     }
 }
