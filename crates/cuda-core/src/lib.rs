@@ -24,6 +24,7 @@ extern crate self as cuda_core;
 #[macro_use]
 mod trace;
 
+pub mod checkpoint;
 mod compile;
 mod device;
 mod error;

@@ -12,6 +12,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("trace", 0),
     ("reaper", 1),
     ("system", 1),
+    ("checkpoint", 1),
     ("device", 2),
     ("stream", 3),
     ("compile", 3),

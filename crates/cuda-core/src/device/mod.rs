@@ -18,6 +18,7 @@ mod green;
 mod properties;
 mod resources;
 mod split;
+mod system_device;
 mod workqueue;
 
 pub(crate) use context::{green_context_busy, CaptureCount, FenceEvent};

@@ -1,0 +1,347 @@
+//! NVML's initialisation, its errors sorted into kinds after `cuda.core.system`'s exception
+//! hierarchy, and the small helpers every NVML query of this folder goes through.
+
+use crate::error::Check;
+use crate::{CudaError, Result};
+use cuda_sys::{nvml, LoadErrorKind};
+use std::ffi::c_char;
+use std::sync::OnceLock;
+
+/// Initialises NVML once for the process. NVML counts initialisations and this crate never shuts
+/// it down, so device handles stay valid for the life of the process.
+pub(super) fn init() -> Result<()> {
+    static INIT: OnceLock<std::result::Result<(), cuda_sys::NvmlError>> = OnceLock::new();
+    INIT.get_or_init(|| {
+        // SAFETY: nvmlInit_v2 takes no arguments and may be called from any thread.
+        unsafe { nvml::nvmlInit() }.result()
+    })
+    .map_err(|source| CudaError::Nvml {
+        call: "nvmlInit",
+        source,
+    })
+}
+
+/// Initialises NVML (`cuda.core.system.initialize()`). Every NVML query initialises it itself;
+/// calling this first only moves the cost, and an error such as a missing `libnvidia-ml.so.1`,
+/// to a place of the caller's choosing. The driver-only queries of [`crate::system`] do not need
+/// it.
+pub fn initialize() -> Result<()> {
+    init()
+}
+
+/// What kind of NVML error a [`CudaError::Nvml`] is: the exception classes of
+/// `cuda.core.system` (`NotSupportedError` is [`NvmlErrorKind::NotSupported`], ...).
+///
+/// ```no_run
+/// use cuda_core::system::{Device, NvmlErrorKind};
+/// match Device::from_index(0)?.get_fan(0).speed() {
+///     Ok(speed) => println!("fan at {speed}%"),
+///     Err(e) if e.nvml_kind() == Some(NvmlErrorKind::NotSupported) => println!("no fan"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok::<(), cuda_core::CudaError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NvmlErrorKind {
+    Uninitialized,
+    InvalidArgument,
+    /// The device does not support the query or setting (`NotSupportedError`).
+    NotSupported,
+    /// The caller lacks the permission (setting clocks, persistence mode, ... needs root).
+    NoPermission,
+    AlreadyInitialized,
+    NotFound,
+    InsufficientSize,
+    InsufficientPower,
+    DriverNotLoaded,
+    /// A wait ended without an event.
+    Timeout,
+    IrqIssue,
+    /// `libnvidia-ml.so.1` could not be loaded (by this crate's loader or by NVML itself).
+    LibraryNotFound,
+    /// The installed NVML does not have the function (an older driver).
+    FunctionNotFound,
+    CorruptedInforom,
+    GpuIsLost,
+    ResetRequired,
+    OperatingSystem,
+    LibRmVersionMismatch,
+    InUse,
+    Memory,
+    NoData,
+    VgpuEccNotSupported,
+    InsufficientResources,
+    FreqNotSupported,
+    ArgumentVersionMismatch,
+    Deprecated,
+    NotReady,
+    GpuNotFound,
+    InvalidState,
+    ResetTypeNotSupported,
+    Unknown,
+    /// A status the vendored headers do not list (a newer NVML).
+    Other(u32),
+}
+
+impl NvmlErrorKind {
+    /// The kind of an NVML error.
+    pub fn of(error: &cuda_sys::NvmlError) -> NvmlErrorKind {
+        if let Some(load) = error.load_error() {
+            return match load.kind() {
+                LoadErrorKind::Library { .. } => NvmlErrorKind::LibraryNotFound,
+                _ => NvmlErrorKind::FunctionNotFound,
+            };
+        }
+        Self::from_raw(error.code().0)
+    }
+
+    fn from_raw(code: u32) -> NvmlErrorKind {
+        use NvmlErrorKind as K;
+        const KINDS: [NvmlErrorKind; 30] = [
+            K::Uninitialized,
+            K::InvalidArgument,
+            K::NotSupported,
+            K::NoPermission,
+            K::AlreadyInitialized,
+            K::NotFound,
+            K::InsufficientSize,
+            K::InsufficientPower,
+            K::DriverNotLoaded,
+            K::Timeout,
+            K::IrqIssue,
+            K::LibraryNotFound,
+            K::FunctionNotFound,
+            K::CorruptedInforom,
+            K::GpuIsLost,
+            K::ResetRequired,
+            K::OperatingSystem,
+            K::LibRmVersionMismatch,
+            K::InUse,
+            K::Memory,
+            K::NoData,
+            K::VgpuEccNotSupported,
+            K::InsufficientResources,
+            K::FreqNotSupported,
+            K::ArgumentVersionMismatch,
+            K::Deprecated,
+            K::NotReady,
+            K::GpuNotFound,
+            K::InvalidState,
+            K::ResetTypeNotSupported,
+        ];
+        match code {
+            1..=30 => KINDS[code as usize - 1],
+            999 => K::Unknown,
+            other => K::Other(other),
+        }
+    }
+
+    /// The name of `cuda.core.system`'s exception class for this kind (`"NotSupportedError"`).
+    pub fn class_name(self) -> &'static str {
+        use NvmlErrorKind as K;
+        match self {
+            K::Uninitialized => "UninitializedError",
+            K::InvalidArgument => "InvalidArgumentError",
+            K::NotSupported => "NotSupportedError",
+            K::NoPermission => "NoPermissionError",
+            K::AlreadyInitialized => "AlreadyInitializedError",
+            K::NotFound => "NotFoundError",
+            K::InsufficientSize => "InsufficientSizeError",
+            K::InsufficientPower => "InsufficientPowerError",
+            K::DriverNotLoaded => "DriverNotLoadedError",
+            K::Timeout => "TimeoutError",
+            K::IrqIssue => "IrqIssueError",
+            K::LibraryNotFound => "LibraryNotFoundError",
+            K::FunctionNotFound => "FunctionNotFoundError",
+            K::CorruptedInforom => "CorruptedInforomError",
+            K::GpuIsLost => "GpuIsLostError",
+            K::ResetRequired => "ResetRequiredError",
+            K::OperatingSystem => "OperatingSystemError",
+            K::LibRmVersionMismatch => "LibRmVersionMismatchError",
+            K::InUse => "InUseError",
+            K::Memory => "MemoryError",
+            K::NoData => "NoDataError",
+            K::VgpuEccNotSupported => "VgpuEccNotSupportedError",
+            K::InsufficientResources => "InsufficientResourcesError",
+            K::FreqNotSupported => "FreqNotSupportedError",
+            K::ArgumentVersionMismatch => "ArgumentVersionMismatchError",
+            K::Deprecated => "DeprecatedError",
+            K::NotReady => "NotReadyError",
+            K::GpuNotFound => "GpuNotFoundError",
+            K::InvalidState => "InvalidStateError",
+            K::ResetTypeNotSupported => "ResetTypeNotSupportedError",
+            K::Unknown | K::Other(_) => "UnknownError",
+        }
+    }
+}
+
+impl std::fmt::Display for NvmlErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.class_name())
+    }
+}
+
+impl CudaError {
+    /// The kind of an NVML error (`None` for errors that did not come from NVML): how
+    /// `except cuda.core.system.NotSupportedError` reads here.
+    pub fn nvml_kind(&self) -> Option<NvmlErrorKind> {
+        match self {
+            CudaError::Nvml { source, .. } => Some(NvmlErrorKind::of(source)),
+            _ => None,
+        }
+    }
+
+    /// Whether NVML said the device does not support what was asked (`NotSupportedError`).
+    pub fn is_not_supported(&self) -> bool {
+        self.nvml_kind() == Some(NvmlErrorKind::NotSupported)
+    }
+}
+
+/// The NVML error of status `code` for `call` (for statuses NVML reports inside a structure,
+/// such as a field value's).
+pub(super) fn error(call: &'static str, code: nvml::nvmlReturn_t) -> CudaError {
+    CudaError::Nvml {
+        call,
+        source: cuda_sys::NvmlError(code),
+    }
+}
+
+/// NVML's `NVML_STRUCT_VERSION(T, version)`: the size of the structure with the version in the
+/// top byte.
+pub(super) const fn struct_version<T>(version: u32) -> u32 {
+    std::mem::size_of::<T>() as u32 | (version << 24)
+}
+
+/// The string in a buffer NVML wrote: up to the first NUL, or the whole buffer when there is none.
+pub(super) fn c_string(buf: &[c_char]) -> String {
+    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Calls `f` with a zeroed buffer of `len` chars (and its length) and returns what NVML wrote.
+pub(super) fn read_string(
+    call: &'static str,
+    len: usize,
+    f: impl FnOnce(*mut c_char, u32) -> nvml::nvmlReturn_t,
+) -> Result<String> {
+    let mut buf = vec![0 as c_char; len];
+    f(buf.as_mut_ptr(), len as u32).check(call)?;
+    Ok(c_string(&buf))
+}
+
+/// The indices of the set bits of a bitmask NVML wrote as an array of `unsigned long`s.
+pub(super) fn bits_of(words: &[std::ffi::c_ulong]) -> Vec<u32> {
+    let width = std::ffi::c_ulong::BITS;
+    let mut out = Vec::new();
+    for (w, &word) in words.iter().enumerate() {
+        for bit in 0..width {
+            if word & (1 << bit) != 0 {
+                out.push(w as u32 * width + bit);
+            }
+        }
+    }
+    out
+}
+
+/// Declares a Rust enum for an NVML C enum: named variants, plus `Other` for values these
+/// bindings do not name (a newer driver), with `from_raw`, `raw`, `name` and `Display`.
+macro_rules! nvml_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident: $raw:ty {
+            $($(#[$vmeta:meta])* $variant:ident = $value:expr => $text:literal,)*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        $vis enum $name {
+            $($(#[$vmeta])* $variant,)*
+            /// A value the vendored headers do not name (a newer driver).
+            Other($raw),
+        }
+
+        impl $name {
+            /// The variant of NVML's value.
+            pub fn from_raw(value: $raw) -> Self {
+                $(if value == $value { return Self::$variant; })*
+                Self::Other(value)
+            }
+
+            /// NVML's value.
+            pub fn raw(self) -> $raw {
+                match self {
+                    $(Self::$variant => $value,)*
+                    Self::Other(value) => value,
+                }
+            }
+
+            /// The name `cuda.core` gives the value (`"unknown"` for [`Self::Other`]).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text,)*
+                    Self::Other(_) => "unknown",
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+pub(super) use nvml_enum;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_follow_the_header_values() {
+        use nvml::nvmlReturn_enum as R;
+        let cases = [
+            (R::NVML_ERROR_UNINITIALIZED, NvmlErrorKind::Uninitialized),
+            (R::NVML_ERROR_NOT_SUPPORTED, NvmlErrorKind::NotSupported),
+            (R::NVML_ERROR_NO_PERMISSION, NvmlErrorKind::NoPermission),
+            (R::NVML_ERROR_NOT_FOUND, NvmlErrorKind::NotFound),
+            (R::NVML_ERROR_TIMEOUT, NvmlErrorKind::Timeout),
+            (R::NVML_ERROR_GPU_IS_LOST, NvmlErrorKind::GpuIsLost),
+            (
+                R::NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+                NvmlErrorKind::ArgumentVersionMismatch,
+            ),
+            (
+                R::NVML_ERROR_RESET_TYPE_NOT_SUPPORTED,
+                NvmlErrorKind::ResetTypeNotSupported,
+            ),
+            (R::NVML_ERROR_UNKNOWN, NvmlErrorKind::Unknown),
+        ];
+        for (code, kind) in cases {
+            assert_eq!(NvmlErrorKind::of(&cuda_sys::NvmlError(code)), kind);
+            let e = error("nvmlTest", code);
+            assert_eq!(e.nvml_kind(), Some(kind));
+        }
+        assert_eq!(NvmlErrorKind::from_raw(77), NvmlErrorKind::Other(77));
+        assert_eq!(NvmlErrorKind::NotSupported.class_name(), "NotSupportedError");
+        assert!(error("nvmlTest", R::NVML_ERROR_NOT_SUPPORTED).is_not_supported());
+        assert!(CudaError::InvalidArgument(String::new()).nvml_kind().is_none());
+    }
+
+    #[test]
+    fn strings_and_bitmasks() {
+        let buf: Vec<c_char> = b"GPU-12\0junk".iter().map(|&b| b as c_char).collect();
+        assert_eq!(c_string(&buf), "GPU-12");
+        let unterminated: Vec<c_char> = b"abc".iter().map(|&b| b as c_char).collect();
+        assert_eq!(c_string(&unterminated), "abc");
+        let width = std::ffi::c_ulong::BITS;
+        assert_eq!(bits_of(&[0b1010, 1]), vec![1, 3, width]);
+        assert_eq!(
+            struct_version::<nvml::nvmlMemory_v2_t>(2),
+            40 | (2 << 24),
+            "nvmlMemory_v2 is 40 bytes, version 2"
+        );
+    }
+}
