@@ -9,10 +9,11 @@ use std::ffi::c_void;
 
 type HostFn = Box<dyn FnMut() + Send + 'static>;
 
-/// Called by the driver once, on a thread of its own.
+/// Called by the driver at most once, on a thread of its own (never, when the context's work
+/// stopped on an error before it).
 unsafe extern "C" fn trampoline(data: *mut c_void) {
     // SAFETY: data is the Box<HostFn> leaked by `launch_host_func`, which the driver hands to
-    // this function exactly once (a capturing stream is refused, so no graph calls it again).
+    // this function at most once (a capturing stream is refused, so no graph calls it again).
     let mut f = unsafe { Box::from_raw(data as *mut HostFn) };
     run_as_callback("a stream host callback", &mut *f);
     // Whatever the closure holds may call CUDA when dropped: not on this thread.
