@@ -438,6 +438,150 @@ fn main() {
         higher_is_better: false,
     });
 
+    // Allocation right after a synchronisation: a pool whose release threshold is 0 gives its
+    // memory back at every synchronisation and maps it again at the next allocation; the default
+    // resource raises the threshold (as cuda.core does), the raw loop uses the same pool.
+    let n = 100;
+    let (s, r, q) = alternate_n(
+        31,
+        || {
+            let t = Instant::now();
+            for _ in 0..n {
+                drop(pool.allocate(1 << 20, &stream).unwrap());
+                stream.sync().unwrap();
+            }
+            us(t.elapsed(), n)
+        },
+        || {
+            let t = Instant::now();
+            for _ in 0..n {
+                let mut p = 0;
+                // SAFETY: out-pointer to a local; freed right after on the same stream.
+                unsafe {
+                    check(driver::cuMemAllocAsync(&mut p, 1 << 20, raw_stream));
+                    check(driver::cuMemFreeAsync(p, raw_stream));
+                    check(driver::cuStreamSynchronize(raw_stream));
+                }
+            }
+            us(t.elapsed(), n)
+        },
+    );
+    rows.push(Row {
+        name: "alloc + free 1 MiB + sync, default pool",
+        unit: "us",
+        safe: s,
+        raw: Some((r, q)),
+        goal: "within 5%",
+        higher_is_better: false,
+    });
+
+    // Launches and pool allocations from 8 threads, each on a stream of its own, at once: wall
+    // time per operation over all threads (lower is better; contention shows here).
+    const THREADS: usize = 8;
+    const PER_THREAD: usize = 1000;
+    let streams: Vec<cuda_core::Stream> = (0..THREADS)
+        .map(|_| device.create_stream(StreamOptions::default()).unwrap())
+        .collect();
+    let raw_streams: Vec<usize> = streams.iter().map(|s| s.handle() as usize).collect();
+    let primary = device.primary_context().unwrap().handle() as usize;
+    let raw_k2 = f2 as usize;
+    let in_threads = |f: &(dyn Fn(usize) + Sync)| -> f64 {
+        let t = Instant::now();
+        std::thread::scope(|scope| {
+            for i in 0..THREADS {
+                scope.spawn(move || f(i));
+            }
+        });
+        us(t.elapsed(), THREADS * PER_THREAD)
+    };
+    let (s, r, q) = alternate_n(
+        31,
+        || {
+            in_threads(&|i| {
+                let s = &streams[i];
+                for _ in 0..PER_THREAD {
+                    // SAFETY: k2(float*, unsigned) with a null pointer: the kernel touches no memory.
+                    unsafe { launch(s, &config, &k2, (0u64, 1u32)).unwrap() }
+                }
+                s.sync().unwrap();
+            })
+        },
+        || {
+            in_threads(&|i| {
+                let st = raw_streams[i] as driver::CUstream;
+                // SAFETY: the primary context is live (held by `device`'s resources above).
+                check(unsafe { driver::cuCtxSetCurrent(primary as driver::CUcontext) });
+                for _ in 0..PER_THREAD {
+                    let (mut x, mut n) = (0u64, 1u32);
+                    let mut params: [*mut c_void; 2] = [(&mut x as *mut u64).cast(), (&mut n as *mut u32).cast()];
+                    // SAFETY: as in `raw_launch`.
+                    check(unsafe {
+                        driver::cuLaunchKernel(
+                            raw_k2 as driver::CUfunction,
+                            1,
+                            1,
+                            1,
+                            32,
+                            1,
+                            1,
+                            0,
+                            st,
+                            params.as_mut_ptr(),
+                            std::ptr::null_mut(),
+                        )
+                    });
+                }
+                // SAFETY: the stream is live.
+                check(unsafe { driver::cuStreamSynchronize(st) });
+            })
+        },
+    );
+    rows.push(Row {
+        name: "launch, 8 threads on 8 streams (per launch)",
+        unit: "us",
+        safe: s,
+        raw: Some((r, q)),
+        goal: "within 2%",
+        higher_is_better: false,
+    });
+    let (s, r, q) = alternate_n(
+        31,
+        || {
+            in_threads(&|i| {
+                let s = &streams[i];
+                for _ in 0..PER_THREAD {
+                    drop(pool.allocate(1 << 20, s).unwrap());
+                }
+                s.sync().unwrap();
+            })
+        },
+        || {
+            in_threads(&|i| {
+                let st = raw_streams[i] as driver::CUstream;
+                // SAFETY: as above.
+                check(unsafe { driver::cuCtxSetCurrent(primary as driver::CUcontext) });
+                for _ in 0..PER_THREAD {
+                    let mut p = 0;
+                    // SAFETY: out-pointer to a local; freed right after on the same stream.
+                    unsafe {
+                        check(driver::cuMemAllocAsync(&mut p, 1 << 20, st));
+                        check(driver::cuMemFreeAsync(p, st));
+                    }
+                }
+                // SAFETY: the stream is live.
+                check(unsafe { driver::cuStreamSynchronize(st) });
+            })
+        },
+    );
+    rows.push(Row {
+        name: "alloc + free 1 MiB, 8 threads (per pair)",
+        unit: "us",
+        safe: s,
+        raw: Some((r, q)),
+        goal: "within 5%",
+        higher_is_better: false,
+    });
+
     // Event record + sync, and a stream sync on an idle stream.
     let event = device.create_event(EventOptions::default()).unwrap();
     let raw_event = event.handle();
