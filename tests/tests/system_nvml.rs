@@ -110,6 +110,11 @@ fn answer<T: std::fmt::Debug>(name: &str, r: cuda_core::Result<T>) -> Option<T> 
     }
 }
 
+/// Whether a call was refused before reaching NVML (an argument the headers do not define).
+fn t_refused<T>(r: cuda_core::Result<T>) -> bool {
+    matches!(r, Err(CudaError::InvalidArgument(_)))
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn every_query_answers_or_says_not_supported() {
@@ -145,6 +150,20 @@ fn every_query_answers_or_says_not_supported() {
             assert!(current <= max + max / 10, "{ty}: {current} MHz above its maximum {max}");
         }
     }
+    // Values the headers do not define never reach NVML: refused before the call.
+    let e = s.get_clock(ClockType::Other(77)).get_current_mhz().unwrap_err();
+    assert!(
+        e.nvml_kind().is_none() && e.to_string().contains("not a value NVML's headers define"),
+        "{e}"
+    );
+    assert!(t_refused(
+        s.temperature().get_threshold(TemperatureThresholds::Other(1000))
+    ));
+    assert!(t_refused(s.temperature().get_thermal_settings(ThermalTarget::Unknown)));
+    assert!(t_refused(s.inforom().get_version(InforomObject::Other(77))));
+    assert!(t_refused(s.get_topology_nearest_gpus(GpuTopologyLevel::Other(7))));
+    assert!(t_refused(s.register_events(EventType::from_bits_retain(1 << 63))));
+    assert!(t_refused(system::get_p2p_status(&s, &s, GpuP2PCapsIndex::Unknown)));
     answer("auto boost", s.is_auto_boosted_clocks_enabled());
     let supported = answer("supported clock reasons", s.supported_clock_event_reasons());
     let current = answer("current clock reasons", s.current_clock_event_reasons());
@@ -153,6 +172,9 @@ fn every_query_answers_or_says_not_supported() {
     }
     let pstate = answer("pstate", s.performance_state());
     let pstates = answer("supported pstates", s.supported_pstates());
+    if let Some(all) = &pstates {
+        assert!(all.windows(2).all(|w| w[0] < w[1]), "{all:?}");
+    }
     if let (Some(Some(p)), Some(all)) = (pstate, pstates) {
         assert!(all.is_empty() || all.contains(&p), "P-state {p} not among {all:?}");
     }
@@ -252,6 +274,7 @@ fn every_query_answers_or_says_not_supported() {
         );
     }
     assert!(fields[4].value().is_err(), "a field id NVML does not know has no value");
+    assert!(fields.get(4).is_some() && fields.get(5).is_none());
     let inforom = s.inforom();
     answer("inforom image", inforom.image_version());
     answer("inforom oem", inforom.get_version(InforomObject::Oem));
@@ -490,6 +513,9 @@ fn checkpoint_cycle_of_a_child_process() {
     }
     // Restore needs persistence mode or cuInit in the coordinator.
     assert!(cuda_core::device_count().unwrap() > 0);
+    // A process cannot checkpoint itself (locking would hang its own CUDA calls).
+    let e = Process::new(std::process::id()).unwrap_err();
+    assert!(e.to_string().contains("cannot checkpoint itself"), "{e}");
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             TEST_NAME,

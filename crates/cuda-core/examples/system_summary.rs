@@ -8,7 +8,7 @@ use cuda_core::system::{
     self, get_p2p_status, get_topology_common_ancestor, ClockType, Device, DriverMode, FieldId, GpuP2PCapsIndex,
     NvlinkInfo, TemperatureThresholds,
 };
-use cuda_core::Result;
+use cuda_core::{CudaError, Result};
 use std::fmt::Display;
 
 /// A value, or `N/A` when the device does not report it (any other error is shown as such).
@@ -122,9 +122,11 @@ fn on_off(b: bool) -> &'static str {
 
 /// Whether ECC is on, from a field value.
 fn ecc(device: &Device) -> String {
-    let value = device
-        .get_field_values(&[FieldId::DEV_ECC_CURRENT])
-        .and_then(|v| v[0].value());
+    let value = device.get_field_values(&[FieldId::DEV_ECC_CURRENT]).and_then(|v| {
+        v.get(0)
+            .ok_or_else(|| CudaError::InvalidArgument("NVML returned no ECC reading".into()))?
+            .value()
+    });
     show(value.map(|v| on_off(v.as_integer() == Some(1))))
 }
 

@@ -45,34 +45,40 @@ macro_rules! unsupported {
     };
 }
 
-/// Whether an error of this module says the driver cannot checkpoint processes: it is older
-/// than CUDA 12.8 or lacks the functions, or it answered `CUDA_ERROR_NOT_SUPPORTED` or
-/// `CUDA_ERROR_NOT_FOUND` (as `cuda.core` reads them). The error's message says so too, and
-/// [`CudaError::driver_status`] still gives the driver's status.
+/// Whether an error of this module says the driver cannot checkpoint processes at all: it is
+/// older than CUDA 12.8, or the library or its checkpoint functions could not be loaded. The
+/// error's message says so too. Any other status (`CUDA_ERROR_NOT_SUPPORTED` or
+/// `CUDA_ERROR_NOT_FOUND` from a 12.8 driver included: a process without CUDA state, a
+/// platform that cannot checkpoint this process, ...) is reported as the driver's status, which
+/// [`CudaError::driver_status`] gives, and is not this.
 pub fn is_not_supported(error: &CudaError) -> bool {
     matches!(error, CudaError::Driver { call, .. } if call.contains("CUDA checkpointing is not supported"))
 }
 
-/// Checks a checkpoint call's status; `unsupported` names the call when the driver cannot
-/// checkpoint.
+/// Checks a checkpoint call's status; `unsupported` names the call when the driver lacks the
+/// function (a loading failure). Every other status names the call as it is.
 fn check(status: driver::CUresult, call: &'static str, unsupported: &'static str) -> Result<()> {
-    use driver::CUresult as R;
-    let not_supported =
-        status.load_error().is_some() || status == R::CUDA_ERROR_NOT_SUPPORTED || status == R::CUDA_ERROR_NOT_FOUND;
-    status.check(if not_supported { unsupported } else { call })
+    status.check(if status.load_error().is_some() {
+        unsupported
+    } else {
+        call
+    })
 }
 
-/// Fails when the driver is older than CUDA 12.8, which has no checkpoint API.
+/// Fails when the driver is older than CUDA 12.8, which has no checkpoint API. The version is
+/// kept once read; a failure to read it is not (the next call asks again).
 fn require_driver() -> Result<()> {
-    static VERSION: OnceLock<std::result::Result<i32, CudaError>> = OnceLock::new();
-    let version = VERSION
-        .get_or_init(|| {
+    static VERSION: OnceLock<i32> = OnceLock::new();
+    let version = match VERSION.get() {
+        Some(&v) => v,
+        None => {
             let mut v = 0;
             // SAFETY: `v` is a valid place for an int; cuDriverGetVersion needs no cuInit.
-            unsafe { driver::cuDriverGetVersion(&mut v) }.check("cuDriverGetVersion")?;
-            Ok(v)
-        })
-        .clone()?;
+            let status = unsafe { driver::cuDriverGetVersion(&mut v) };
+            check(status, "cuDriverGetVersion", unsupported!("cuDriverGetVersion"))?;
+            *VERSION.get_or_init(|| v)
+        }
+    };
     if version < 12080 {
         return Err(CudaError::Driver {
             call: unsupported!("cuDriverGetVersion"),
@@ -141,7 +147,8 @@ impl fmt::Display for ProcessState {
 
 /// A GPU's UUID, for [`Process::restore`]'s mapping: parsed from the form
 /// [`crate::Device::uuid`] writes (`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`), with or without
-/// hyphens or NVML's `GPU-` prefix, or taken from a `CUuuid`.
+/// hyphens or NVML's `GPU-` prefix (32 hex digits and nothing else: no signs, no spaces
+/// inside), or taken from a `CUuuid`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct GpuUuid(pub [u8; 16]);
 
@@ -160,13 +167,14 @@ impl FromStr for GpuUuid {
             _ => text,
         };
         let hex: Vec<u8> = text.bytes().filter(|&b| b != b'-').collect();
-        if hex.len() != 32 {
+        // Hex digits only: `from_str_radix` alone would take a `+` sign.
+        if hex.len() != 32 || !hex.iter().all(u8::is_ascii_hexdigit) {
             return Err(bad());
         }
         let mut bytes = [0u8; 16];
-        for (i, pair) in hex.chunks(2).enumerate() {
+        for (byte, pair) in bytes.iter_mut().zip(hex.chunks_exact(2)) {
             let digits = std::str::from_utf8(pair).map_err(|_| bad())?;
-            bytes[i] = u8::from_str_radix(digits, 16).map_err(|_| bad())?;
+            *byte = u8::from_str_radix(digits, 16).map_err(|_| bad())?;
         }
         Ok(GpuUuid(bytes))
     }
@@ -198,6 +206,19 @@ impl fmt::Display for GpuUuid {
     }
 }
 
+/// The process (thread group) that task `id` belongs to, from the `Tgid` line of
+/// `/proc/<id>/status`: `id` itself for a process, its process for a thread. `None` where `/proc`
+/// cannot tell (no such task, no procfs).
+fn thread_group_of(id: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{id}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// A CUDA process to lock, checkpoint, restore and unlock (`cuda.core.checkpoint.Process`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Process {
@@ -207,13 +228,27 @@ pub struct Process {
 impl Process {
     /// The process with id `pid` (`std::process::Child::id()` gives one); the id must be
     /// positive and fit the driver's `int`.
+    ///
+    /// The calling process is refused (`InvalidArgument`), by its process id or the id of any of
+    /// its threads: locking itself would block every later CUDA call of the process, those that
+    /// would unlock it included. A thread id is told from a process id by the `Tgid` of
+    /// `/proc/<pid>/status`; where that cannot be read, `pid` is compared with this process's id
+    /// only.
     pub fn new(pid: u32) -> Result<Process> {
-        match i32::try_from(pid) {
-            Ok(pid) if pid > 0 => Ok(Process { pid }),
-            _ => Err(CudaError::InvalidArgument(format!(
+        let Some(id) = i32::try_from(pid).ok().filter(|&p| p > 0) else {
+            return Err(CudaError::InvalidArgument(format!(
                 "pid must be a positive int, got {pid}"
-            ))),
+            )));
+        };
+        let me = std::process::id();
+        if pid == me || thread_group_of(pid) == Some(me) {
+            return Err(CudaError::InvalidArgument(format!(
+                "pid {pid} is the calling process (or one of its threads): a process cannot \
+                 checkpoint itself, as locking it would block its every later CUDA call; run the \
+                 coordinator in another process"
+            )));
         }
+        Ok(Process { pid: id })
     }
 
     /// The process id.
@@ -358,6 +393,30 @@ mod tests {
     }
 
     #[test]
+    fn the_calling_process_and_its_threads_are_refused() {
+        let e = Process::new(std::process::id()).unwrap_err();
+        assert!(e.to_string().contains("cannot checkpoint itself"), "{e}");
+        // A thread of this process, by its thread id, while it runs.
+        let other_thread = std::thread::spawn(|| {
+            // SAFETY: gettid has no preconditions.
+            let mine = unsafe { libc::gettid() };
+            (mine, Process::new(mine as u32).map(|p| p.pid()))
+        });
+        let (thread_id, result) = other_thread.join().unwrap();
+        assert!(thread_id > 0 && thread_id as u32 != std::process::id());
+        if thread_group_of(std::process::id()).is_some() {
+            let e = result.unwrap_err();
+            assert!(e.to_string().contains("cannot checkpoint itself"), "{e}");
+        }
+        // Another process is accepted.
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let accepted = Process::new(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(accepted.unwrap().pid(), child.id());
+    }
+
+    #[test]
     fn uuids_parse_as_cuda_writes_them() {
         let text = "3a6a1c8e-2f0e-5d44-b1c4-0d1e2f3a4b5c";
         let uuid: GpuUuid = text.parse().unwrap();
@@ -371,6 +430,9 @@ mod tests {
             "3a6a1c8e",
             "zz6a1c8e-2f0e-5d44-b1c4-0d1e2f3a4b5c",
             "é6a1c8e-2f0e-5d44-b1c4-0d1e2f3a4b5c",
+            "+a6a1c8e-2f0e-5d44-b1c4-0d1e2f3a4b5c",
+            "3a6a1c8e-2f0e-5d44-b1c4-0d1e2f3a4b+c",
+            "3a6a1c8e-2f0e-5d44-b1c4-0d1e2f3a4b c",
         ] {
             let e = bad.parse::<GpuUuid>().unwrap_err();
             assert!(e.to_string().contains("32 hex characters"), "{e}");
@@ -380,34 +442,44 @@ mod tests {
     #[test]
     fn states_and_unsupported_drivers() {
         use driver::CUprocessState_enum as S;
+        use driver::CUresult as R;
         assert_eq!(
             ProcessState::from_raw(S::CU_PROCESS_STATE_LOCKED).unwrap(),
             ProcessState::Locked
         );
         assert_eq!(ProcessState::Checkpointed.to_string(), "checkpointed");
         assert!(ProcessState::from_raw(driver::CUprocessState_enum(99)).is_err());
+        // A function that could not be loaded is the driver that cannot checkpoint: the status
+        // `LoadError::to_status` encodes (0x7C, the library, the function's index).
+        let encoded = 0x7C00_0000 | (cuda_sys::LibraryId::Driver as u32) << 16;
+        let missing = cuda_sys::LoadError::from_status(encoded).expect("an encoded load error");
         let e = check(
-            driver::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+            R(missing.to_status()),
             "cuCheckpointProcessLock",
             unsupported!("cuCheckpointProcessLock"),
         )
         .unwrap_err();
-        assert!(is_not_supported(&e));
+        assert!(is_not_supported(&e), "{e}");
         assert!(e
             .to_string()
             .contains("CUDA checkpointing is not supported by the installed NVIDIA driver"));
-        let e = check(
-            driver::CUresult::CUDA_ERROR_INVALID_VALUE,
-            "cuCheckpointProcessLock",
-            unsupported!("cuCheckpointProcessLock"),
-        )
-        .unwrap_err();
-        assert!(!is_not_supported(&e));
-        assert!(
-            e.to_string()
-                .starts_with("cuCheckpointProcessLock: CUDA_ERROR_INVALID_VALUE"),
-            "{e}"
-        );
+        // A 12.8 driver's NOT_SUPPORTED or NOT_FOUND, and any other status, is what it is.
+        for status in [
+            R::CUDA_ERROR_NOT_SUPPORTED,
+            R::CUDA_ERROR_NOT_FOUND,
+            R::CUDA_ERROR_INVALID_VALUE,
+        ] {
+            let e = check(
+                status,
+                "cuCheckpointProcessLock",
+                unsupported!("cuCheckpointProcessLock"),
+            )
+            .unwrap_err();
+            assert!(!is_not_supported(&e), "{e}");
+            assert_eq!(e.driver_status(), Some(status));
+            assert!(e.to_string().starts_with("cuCheckpointProcessLock: CUDA_ERROR_"), "{e}");
+            assert!(!e.to_string().contains("upgrade"), "{e}");
+        }
     }
 
     #[test]

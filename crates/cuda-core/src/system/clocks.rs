@@ -28,13 +28,14 @@ impl ClockInfo {
         self.clock_type
     }
 
-    fn raw(&self) -> nvml::nvmlClockType_t {
-        nvml::nvmlClockType_enum(self.clock_type.raw())
+    /// NVML's clock type (`InvalidArgument` for a type the headers do not define).
+    fn raw(&self) -> Result<nvml::nvmlClockType_t> {
+        Ok(nvml::nvmlClockType_enum(self.clock_type.input()?))
     }
 
     /// The clock's value `id`: the current speed ([`ClockId::Current`]) or the OEM's maximum.
     pub fn get_clock_mhz(&self, id: ClockId) -> Result<u32> {
-        let (ty, id) = (self.raw(), nvml::nvmlClockId_enum(id.raw()));
+        let (ty, id) = (self.raw()?, nvml::nvmlClockId_enum(id.input()?));
         // SAFETY: `get` passes a live handle and a pointer to a `c_uint` NVML writes.
         self.device.get("nvmlDeviceGetClock", |h, p| unsafe {
             nvml::nvmlDeviceGetClock(h, ty, id, p)
@@ -43,7 +44,7 @@ impl ClockInfo {
 
     /// The current speed (`get_current_mhz()`; `nvmlDeviceGetClockInfo`).
     pub fn get_current_mhz(&self) -> Result<u32> {
-        let ty = self.raw();
+        let ty = self.raw()?;
         // SAFETY: `get` passes a live handle and a pointer to a `c_uint` NVML writes.
         self.device.get("nvmlDeviceGetClockInfo", |h, p| unsafe {
             nvml::nvmlDeviceGetClockInfo(h, ty, p)
@@ -52,7 +53,7 @@ impl ClockInfo {
 
     /// The highest speed the clock can run at.
     pub fn get_max_mhz(&self) -> Result<u32> {
-        let ty = self.raw();
+        let ty = self.raw()?;
         // SAFETY: `get` passes a live handle and a pointer to a `c_uint` NVML writes.
         self.device.get("nvmlDeviceGetMaxClockInfo", |h, p| unsafe {
             nvml::nvmlDeviceGetMaxClockInfo(h, ty, p)
@@ -61,7 +62,7 @@ impl ClockInfo {
 
     /// The customer's maximum boost speed (Pascal and newer).
     pub fn get_max_customer_boost_mhz(&self) -> Result<u32> {
-        let ty = self.raw();
+        let ty = self.raw()?;
         // SAFETY: `get` passes a live handle and a pointer to a `c_uint` NVML writes.
         self.device.get("nvmlDeviceGetMaxCustomerBoostClock", |h, p| unsafe {
             nvml::nvmlDeviceGetMaxCustomerBoostClock(h, ty, p)
@@ -70,7 +71,7 @@ impl ClockInfo {
 
     /// The lowest and highest speed of the clock at a performance state, `(min, max)`.
     pub fn get_min_max_clock_of_pstate_mhz(&self, pstate: Pstate) -> Result<(u32, u32)> {
-        let (ty, ps) = (self.raw(), pstate.raw());
+        let (ty, ps) = (self.raw()?, pstate.raw());
         let (mut min, mut max) = (0, 0);
         // SAFETY: `call` passes a live handle; two live out-pointers.
         self.device.call("nvmlDeviceGetMinMaxClockOfPState", |h| unsafe {
@@ -83,7 +84,7 @@ impl ClockInfo {
     pub fn get_offsets(&self, pstate: Pstate) -> Result<ClockOffsets> {
         let mut info = nvml::nvmlClockOffset_t {
             version: struct_version::<nvml::nvmlClockOffset_t>(1),
-            type_: self.raw(),
+            type_: self.raw()?,
             pstate: pstate.raw(),
             ..Default::default()
         };
@@ -130,7 +131,8 @@ pub struct DynamicPstatesInfo {
 }
 
 impl Device {
-    /// One clock domain (`get_clock(clock_type)`).
+    /// One clock domain (`get_clock(clock_type)`); with a type the headers do not define
+    /// (`ClockType::Other`), every query of it is `InvalidArgument`.
     pub fn get_clock(&self, clock_type: ClockType) -> ClockInfo {
         ClockInfo {
             device: *self,
@@ -181,8 +183,9 @@ impl Device {
     /// The performance states the device supports, P0 first.
     pub fn supported_pstates(&self) -> Result<Vec<Pstate>> {
         let mut states = [nvml::nvmlPStates_enum::NVML_PSTATE_UNKNOWN; nvml::NVML_MAX_GPU_PERF_PSTATES as usize];
-        let n = states.len() as u32;
-        // SAFETY: `call` passes a live handle; the array holds `n` states, as NVML is told.
+        // NVML takes the array's size in bytes (16 states of 4 bytes).
+        let n = u32::try_from(std::mem::size_of_val(&states)).unwrap_or(u32::MAX);
+        // SAFETY: `call` passes a live handle; the array is `n` bytes long, as NVML is told.
         self.call("nvmlDeviceGetSupportedPerformanceStates", |h| unsafe {
             nvml::nvmlDeviceGetSupportedPerformanceStates(h, states.as_mut_ptr(), n)
         })?;

@@ -5,20 +5,31 @@ use crate::error::Check;
 use crate::{CudaError, Result};
 use cuda_sys::{nvml, LoadErrorKind};
 use std::ffi::c_char;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
-/// Initialises NVML once for the process. NVML counts initialisations and this crate never shuts
-/// it down, so device handles stay valid for the life of the process.
+/// Initialises NVML for the process, once it succeeds. NVML counts initialisations and this crate
+/// never shuts it down, so device handles stay valid for the life of the process (see
+/// [`super::Device`] for what else can end them). A failure (the driver not loaded yet, say) is
+/// not kept: the next call tries again.
 pub(super) fn init() -> Result<()> {
-    static INIT: OnceLock<std::result::Result<(), cuda_sys::NvmlError>> = OnceLock::new();
-    INIT.get_or_init(|| {
-        // SAFETY: nvmlInit_v2 takes no arguments and may be called from any thread.
-        unsafe { nvml::nvmlInit() }.result()
-    })
-    .map_err(|source| CudaError::Nvml {
+    static DONE: AtomicBool = AtomicBool::new(false);
+    static TRYING: Mutex<()> = Mutex::new(());
+    if DONE.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    // One thread at a time tries, so that NVML is initialised once however many race here.
+    let _guard = TRYING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if DONE.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    // SAFETY: nvmlInit_v2 takes no arguments and may be called from any thread.
+    unsafe { nvml::nvmlInit() }.result().map_err(|source| CudaError::Nvml {
         call: "nvmlInit",
         source,
-    })
+    })?;
+    DONE.store(true, Ordering::Release);
+    Ok(())
 }
 
 /// Initialises NVML (`cuda.core.system.initialize()`). Every NVML query initialises it itself;
@@ -225,27 +236,91 @@ pub(super) fn read_string(
     len: usize,
     f: impl FnOnce(*mut c_char, u32) -> nvml::nvmlReturn_t,
 ) -> Result<String> {
+    let n = u32::try_from(len)
+        .map_err(|_| CudaError::InvalidArgument(format!("{call}: a buffer of {len} chars is too long for NVML")))?;
     let mut buf = vec![0 as c_char; len];
-    f(buf.as_mut_ptr(), len as u32).check(call)?;
+    f(buf.as_mut_ptr(), n).check(call)?;
     Ok(c_string(&buf))
 }
 
-/// The indices of the set bits of a bitmask NVML wrote as an array of `unsigned long`s.
+/// The indices of the set bits of a bitmask NVML wrote as an array of `unsigned long`s (bits
+/// whose index does not fit a `u32` cannot be named and are left out).
 pub(super) fn bits_of(words: &[std::ffi::c_ulong]) -> Vec<u32> {
     let width = std::ffi::c_ulong::BITS;
     let mut out = Vec::new();
     for (w, &word) in words.iter().enumerate() {
+        let Some(base) = u32::try_from(w).ok().and_then(|w| w.checked_mul(width)) else {
+            break;
+        };
         for bit in 0..width {
             if word & (1 << bit) != 0 {
-                out.push(w as u32 * width + bit);
+                match base.checked_add(bit) {
+                    Some(index) => out.push(index),
+                    None => return out,
+                }
             }
         }
     }
     out
 }
 
+/// How many times [`read_array`] asks again when the list grew between its calls.
+const ARRAY_ATTEMPTS: usize = 4;
+
+/// Reads an array NVML fills in two steps: `f(&mut count, null)` asks for the count (NVML answers
+/// `NVML_SUCCESS` or `NVML_ERROR_INSUFFICIENT_SIZE` with the count written), then
+/// `f(&mut count, array)` fills an array of `count` entries and writes how many it filled.
+///
+/// The array holds what NVML asked for plus `slack` (for entries added in between), but never
+/// more than `max` entries: a count past that is asked for with `max` entries, and NVML's
+/// `NVML_ERROR_INSUFFICIENT_SIZE` is the error. A list that keeps growing is asked for
+/// [`ARRAY_ATTEMPTS`] times, then that error too. An array the allocator cannot provide is an
+/// `NVML_ERROR_MEMORY` error, not an abort. `f` must pass NVML an array of exactly `count`
+/// entries of `T` (the pointer it gets) and never write more than that.
+pub(super) fn read_array<T: Clone>(
+    call: &'static str,
+    zero: T,
+    slack: u32,
+    max: u32,
+    mut f: impl FnMut(&mut u32, *mut T) -> nvml::nvmlReturn_t,
+) -> Result<Vec<T>> {
+    use nvml::nvmlReturn_enum as R;
+    let mut count: u32 = 0;
+    let status = f(&mut count, std::ptr::null_mut());
+    if status != R::NVML_ERROR_INSUFFICIENT_SIZE {
+        status.check(call)?;
+    }
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let mut status = R::NVML_ERROR_INSUFFICIENT_SIZE;
+    for _ in 0..ARRAY_ATTEMPTS {
+        let capacity = count.saturating_add(slack).min(max);
+        let mut array = Vec::new();
+        array
+            .try_reserve_exact(capacity as usize)
+            .map_err(|_| error(call, R::NVML_ERROR_MEMORY))?;
+        array.resize(capacity as usize, zero.clone());
+        let mut written = capacity;
+        status = f(&mut written, array.as_mut_ptr());
+        if status == R::NVML_ERROR_INSUFFICIENT_SIZE && capacity < max {
+            // Ask again with room for what NVML says it needs now (at least one more).
+            count = written.max(capacity.saturating_add(1));
+            continue;
+        }
+        status.check(call)?;
+        array.truncate(written.min(capacity) as usize);
+        return Ok(array);
+    }
+    Err(error(call, status))
+}
+
 /// Declares a Rust enum for an NVML C enum: named variants, plus `Other` for values these
 /// bindings do not name (a newer driver), with `from_raw`, `raw`, `name` and `Display`.
+///
+/// Equality and hashing go by NVML's value, so `Other(v)` of a named value equals its variant
+/// (`from_raw` never makes one). As an argument to NVML ([`input`](#method.input)), a value the
+/// headers do not name, and the headers' own "unknown" placeholders, are refused.
 macro_rules! nvml_enum {
     (
         $(#[$meta:meta])*
@@ -254,11 +329,12 @@ macro_rules! nvml_enum {
         }
     ) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[derive(Debug, Clone, Copy)]
         #[non_exhaustive]
         $vis enum $name {
             $($(#[$vmeta])* $variant,)*
-            /// A value the vendored headers do not name (a newer driver).
+            /// A value the vendored headers do not name (a newer driver). Equal to the named
+            /// variant when it holds a named value.
             Other($raw),
         }
 
@@ -283,6 +359,36 @@ macro_rules! nvml_enum {
                     $(Self::$variant => $text,)*
                     Self::Other(_) => "unknown",
                 }
+            }
+
+            /// NVML's value for an argument: `InvalidArgument` for a value the headers do not
+            /// name (an `Other` of an unnamed value) and for their "unknown" placeholders, which
+            /// never reach NVML.
+            #[allow(dead_code)]
+            pub(super) fn input(self) -> $crate::Result<$raw> {
+                let named = Self::from_raw(self.raw());
+                if matches!(named, Self::Other(_)) || named.name().eq_ignore_ascii_case("unknown") {
+                    return Err($crate::CudaError::InvalidArgument(format!(
+                        "{} {:?} is not a value NVML's headers define",
+                        stringify!($name),
+                        self.raw()
+                    )));
+                }
+                Ok(named.raw())
+            }
+        }
+
+        impl PartialEq for $name {
+            fn eq(&self, other: &Self) -> bool {
+                self.raw() == other.raw()
+            }
+        }
+
+        impl Eq for $name {}
+
+        impl std::hash::Hash for $name {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                self.raw().hash(state);
             }
         }
 
@@ -338,10 +444,92 @@ mod tests {
         assert_eq!(c_string(&unterminated), "abc");
         let width = std::ffi::c_ulong::BITS;
         assert_eq!(bits_of(&[0b1010, 1]), vec![1, 3, width]);
+        assert!(bits_of(&[]).is_empty());
         assert_eq!(
             struct_version::<nvml::nvmlMemory_v2_t>(2),
             40 | (2 << 24),
             "nvmlMemory_v2 is 40 bytes, version 2"
         );
+    }
+
+    /// A fake NVML list of `len()` entries that grows by `grow` on each read.
+    fn fake_list(
+        entries: &std::cell::Cell<u32>,
+        grow: u32,
+    ) -> impl FnMut(&mut u32, *mut u64) -> nvml::nvmlReturn_t + '_ {
+        use nvml::nvmlReturn_enum as R;
+        move |count, array| {
+            let n = entries.get();
+            if array.is_null() || *count < n {
+                *count = n;
+                entries.set(n.saturating_add(grow));
+                return if n == 0 {
+                    R::NVML_SUCCESS
+                } else {
+                    R::NVML_ERROR_INSUFFICIENT_SIZE
+                };
+            }
+            for i in 0..n {
+                // SAFETY: `read_array` passes an array of `*count` >= n entries.
+                unsafe { array.add(i as usize).write(u64::from(i) + 1) };
+            }
+            *count = n;
+            R::NVML_SUCCESS
+        }
+    }
+
+    #[test]
+    fn arrays_are_read_with_bounded_retries_and_sizes() {
+        use std::cell::Cell;
+        let call = "nvmlTest";
+        // Empty, steady, and growing a little between the calls (the slack absorbs it).
+        assert!(read_array(call, 0, 8, 100, fake_list(&Cell::new(0), 0))
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            read_array(call, 0, 8, 100, fake_list(&Cell::new(3), 0)).unwrap(),
+            [1, 2, 3]
+        );
+        assert_eq!(
+            read_array(call, 0, 8, 100, fake_list(&Cell::new(3), 2)).unwrap(),
+            [1, 2, 3, 4, 5]
+        );
+        // Growing past the slack every time: asked a bounded number of times, then an error.
+        let e = read_array(call, 0, 0, 1000, fake_list(&Cell::new(1), 5)).unwrap_err();
+        assert_eq!(e.nvml_kind(), Some(NvmlErrorKind::InsufficientSize), "{e}");
+        // A count past the cap is an error, not an allocation of that size.
+        let e = read_array(call, 0, 8, 100, fake_list(&Cell::new(u32::MAX), 0)).unwrap_err();
+        assert_eq!(e.nvml_kind(), Some(NvmlErrorKind::InsufficientSize), "{e}");
+        // Any other status is the error.
+        let e = read_array(call, 0u64, 8, 100, |_, _| {
+            nvml::nvmlReturn_enum::NVML_ERROR_NO_PERMISSION
+        })
+        .unwrap_err();
+        assert_eq!(e.nvml_kind(), Some(NvmlErrorKind::NoPermission));
+    }
+
+    nvml_enum! {
+        enum Sample: u32 {
+            One = 1 => "one",
+            Unknown = 99 => "unknown",
+        }
+    }
+
+    #[test]
+    fn enum_values_compare_by_value_and_unnamed_ones_never_reach_nvml() {
+        use std::collections::HashSet;
+        assert_eq!(Sample::Other(1), Sample::One);
+        assert_eq!(Sample::from_raw(1), Sample::One);
+        assert!(matches!(Sample::from_raw(1), Sample::One));
+        assert_ne!(Sample::Other(2), Sample::One);
+        let set: HashSet<Sample> = [Sample::One, Sample::Other(1)].into_iter().collect();
+        assert_eq!(set.len(), 1);
+        assert_eq!(Sample::One.input().unwrap(), 1);
+        assert_eq!(Sample::Other(1).input().unwrap(), 1);
+        for bad in [Sample::Other(2), Sample::Unknown, Sample::Other(99)] {
+            let e = bad.input().unwrap_err();
+            assert!(e.to_string().contains("not a value NVML's headers define"), "{e}");
+            assert!(e.nvml_kind().is_none());
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! Clocks, memory, thermals, processes and the rest are in the sibling files, as `impl Device`
 //! blocks.
 
-use super::common::{init, read_string, struct_version};
+use super::common::{c_string, init, read_array, read_string, struct_version};
 use super::types::{AddressingMode, BrandType, DeviceArch};
 use crate::error::Check;
 use crate::{CudaError, Result};
@@ -20,8 +20,21 @@ use std::fmt;
 /// not support fail with [`NvmlErrorKind::NotSupported`](super::NvmlErrorKind::NotSupported);
 /// none makes up a value.
 ///
-/// Cheap to copy, `Send + Sync` (NVML is thread-safe, and this crate never shuts it down, so the
-/// handle stays valid).
+/// Cheap to copy, `Send + Sync` (NVML is thread-safe).
+///
+/// # Validity of the handle
+///
+/// A `Device` holds NVML's handle, which is valid while NVML stays initialised and the device
+/// stays attached. This crate initialises NVML on first use and never calls `nvmlShutdown`, so
+/// from safe code the handle stays valid for the life of the process. What can end it lies
+/// outside this crate's safe API, each an `unsafe` call of [`cuda_sys::nvml`] elsewhere in the
+/// process: an unbalanced `nvmlShutdown` (one more than that code's own `nvmlInit`s, which
+/// undoes this crate's initialisation), `nvmlDeviceRemoveGpu_v2` (detaching the GPU), or
+/// `nvmlDeviceDiscoverGpus` (re-enumerating after a removal). Whoever makes such a call must not
+/// use a `Device` obtained before it, nor let safe code do so. A MIG device's handle names a compute instance: once the
+/// instance is destroyed NVML may hand the same handle out for another one, so that a stale
+/// `Device` then answers for the new instance (ask [`MigInfo`](super::MigInfo) again after a
+/// reconfiguration).
 ///
 /// ```no_run
 /// use cuda_core::system::{ClockType, Device};
@@ -45,7 +58,8 @@ pub struct Device {
 
 // SAFETY: an NVML device handle names a device in NVML's own tables; NVML's functions are
 // thread-safe and may be called with a handle from any thread. NVML is initialised before a
-// handle exists and never shut down by this crate, so the handle outlives every copy.
+// handle exists and never shut down by this crate; what else can end a handle is unsafe code
+// outside this crate, bound by the invariant documented on `Device`.
 unsafe impl Send for Device {}
 // SAFETY: as for `Send`; `Device` has no interior state of its own.
 unsafe impl Sync for Device {}
@@ -120,9 +134,24 @@ impl Device {
         Ok(count)
     }
 
-    /// Every device, in NVML's order (`Device.get_all_devices()`).
+    /// Every device the caller may open, in NVML's order (`Device.get_all_devices()`).
+    ///
+    /// A device NVML refuses to open for this caller ([`NvmlErrorKind::NoPermission`], a GPU
+    /// another user's cgroup holds, say) is left out rather than failing the whole list, so a
+    /// position in the list need not be NVML's index: ask [`Device::index`]. Any other error
+    /// fails the call.
+    ///
+    /// [`NvmlErrorKind::NoPermission`]: super::NvmlErrorKind::NoPermission
     pub fn get_all_devices() -> Result<Vec<Device>> {
-        (0..Self::get_device_count()?).map(Device::from_index).collect()
+        let mut devices = Vec::new();
+        for index in 0..Self::get_device_count()? {
+            match Device::from_index(index) {
+                Ok(device) => devices.push(device),
+                Err(e) if e.nvml_kind() == Some(super::NvmlErrorKind::NoPermission) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(devices)
     }
 
     /// The raw NVML handle, for calls this module does not wrap (through `cuda_sys::nvml`).
@@ -185,9 +214,19 @@ impl Device {
         })
     }
 
-    /// The PCI bus id, `00000000:01:00.0` (NVML's form, with an 8-digit domain).
+    /// The PCI bus id, `00000000:01:00.0` (NVML's form, with an 8-digit domain). From
+    /// `nvmlDeviceGetPciInfoExt`, or `nvmlDeviceGetPciInfo_v3` with an NVML that lacks it.
     pub fn pci_bus_id(&self) -> Result<String> {
-        Ok(self.pci_info()?.bus_id)
+        match self.pci_info() {
+            Err(e) if e.nvml_kind() == Some(super::NvmlErrorKind::FunctionNotFound) => {
+                // SAFETY: `get` passes a live handle and a pointer to the structure NVML fills.
+                let pci: nvml::nvmlPciInfo_t = self.get("nvmlDeviceGetPciInfo_v3", |h, p| unsafe {
+                    nvml::nvmlDeviceGetPciInfo(h, p)
+                })?;
+                Ok(c_string(&pci.busId))
+            }
+            other => Ok(other?.bus_id),
+        }
     }
 
     /// The NUMA node the device is (on platforms where GPUs are NUMA nodes, such as Grace
@@ -359,34 +398,21 @@ impl Device {
     }
 
     /// Reads the device handles an NVML function writes into an array with a count: first the
-    /// count (a count of 0 and no array), then the handles.
+    /// count (a count of 0 and no array), then the handles (at most [`MAX_HANDLES`], asked again
+    /// a few times if the count grew in between).
     pub(super) fn handles(
         call: &'static str,
         mut f: impl FnMut(*mut c_uint, *mut nvml::nvmlDevice_t) -> nvml::nvmlReturn_t,
     ) -> Result<Vec<Device>> {
-        // Ask for the count first, then read; a count that grew in between is asked again.
-        let mut count: c_uint = 0;
-        let status = f(&mut count, std::ptr::null_mut());
-        if status != nvml::nvmlReturn_enum::NVML_ERROR_INSUFFICIENT_SIZE {
-            status.check(call)?;
-            if count == 0 {
-                return Ok(Vec::new());
-            }
-        }
-        loop {
-            let mut handles = vec![std::ptr::null_mut(); count as usize];
-            let mut written = count;
-            let status = f(&mut written, handles.as_mut_ptr());
-            if status == nvml::nvmlReturn_enum::NVML_ERROR_INSUFFICIENT_SIZE && written > count {
-                count = written;
-                continue;
-            }
-            status.check(call)?;
-            handles.truncate(written.min(count) as usize);
-            return Ok(handles.into_iter().map(Device::from_raw).collect());
-        }
+        let handles = read_array(call, std::ptr::null_mut(), 0, MAX_HANDLES, |count, array| {
+            f(count, array)
+        })?;
+        Ok(handles.into_iter().map(Device::from_raw).collect())
     }
 }
+
+/// The most device handles a list is read with (far more GPUs than a machine holds).
+const MAX_HANDLES: u32 = 1 << 12;
 
 /// An `nvmlEnableState_t` for a `bool`.
 pub(super) fn enable_state(enabled: bool) -> nvml::nvmlEnableState_t {

@@ -19,6 +19,24 @@ fn millis(timeout: Duration) -> u32 {
     u32::try_from(ms).unwrap_or(u32::MAX)
 }
 
+/// Refuses flags the headers do not name: such bits never reach NVML.
+fn only_named_bits<F: bitflags::Flags<Bits = u64> + Copy>(flags: F, what: &str) -> Result<()> {
+    let named = F::FLAGS
+        .iter()
+        .filter(|f| f.is_named())
+        .fold(0u64, |bits, f| bits | f.value().bits());
+    let unknown = flags.bits() & !named;
+    if unknown != 0 {
+        return Err(CudaError::InvalidArgument(format!(
+            "{what} bits {unknown:#x} are not events NVML's headers define"
+        )));
+    }
+    Ok(())
+}
+
+/// The most system events one [`RegisteredSystemEvents::wait`] collects.
+const MAX_SYSTEM_EVENTS: u32 = 1 << 16;
+
 /// One device event (`EventData`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EventData {
@@ -65,7 +83,7 @@ impl DeviceEvents {
 
     /// Waits up to `timeout` (rounded up to whole milliseconds; zero waits one) for an event:
     /// `Ok(None)` when none came in time. NVML may return early without an event (on a signal,
-    /// say), which is `Ok(None)` too.
+    /// say: a success with no event type), which is `Ok(None)` too.
     pub fn wait(&mut self, timeout: Duration) -> Result<Option<EventData>> {
         let mut data = nvml::nvmlEventData_t::default();
         // SAFETY: `self.set` is a live event set (freed only by `Drop`); `data` is a live
@@ -75,6 +93,9 @@ impl DeviceEvents {
             return Ok(None);
         }
         status.check("nvmlEventSetWait_v2")?;
+        if data.eventType == 0 {
+            return Ok(None);
+        }
         let event_type = EventType::from_bits_retain(data.eventType);
         let xid = event_type.contains(EventType::XID_CRITICAL_ERROR);
         let id = |v: u32| (xid && v != u32::MAX).then_some(v);
@@ -110,7 +131,7 @@ impl Device {
     /// Starts recording `events` on the device (Linux); wait for them with
     /// [`DeviceEvents::wait`]. ECC events need ECC on, power events power management.
     /// [`NvmlErrorKind::NotSupported`](super::NvmlErrorKind::NotSupported) when none of the types
-    /// can be registered.
+    /// can be registered; `InvalidArgument` for bits the headers do not name.
     ///
     /// ```no_run
     /// use cuda_core::system::{Device, EventType};
@@ -122,6 +143,7 @@ impl Device {
     /// # Ok::<(), cuda_core::CudaError>(())
     /// ```
     pub fn register_events(&self, events: EventType) -> Result<DeviceEvents> {
+        only_named_bits(events, "EventType")?;
         let mut set = std::ptr::null_mut();
         // SAFETY: `set` is a live out-pointer.
         unsafe { nvml::nvmlEventSetCreate(&mut set) }.check("nvmlEventSetCreate")?;
@@ -161,8 +183,10 @@ unsafe impl Send for RegisteredSystemEvents {}
 unsafe impl Sync for RegisteredSystemEvents {}
 
 /// Starts recording system events (`system.register_events`; Linux): GPUs bound to or unbound
-/// from the driver. Wait for them with [`RegisteredSystemEvents::wait`].
+/// from the driver. Wait for them with [`RegisteredSystemEvents::wait`]. `InvalidArgument` for
+/// bits the headers do not name.
 pub fn register_events(events: SystemEventType) -> Result<RegisteredSystemEvents> {
+    only_named_bits(events, "SystemEventType")?;
     init()?;
     let mut create = nvml::nvmlSystemEventSetCreateRequest_t {
         version: struct_version::<nvml::nvmlSystemEventSetCreateRequest_t>(1),
@@ -192,14 +216,20 @@ impl RegisteredSystemEvents {
     }
 
     /// Waits up to `timeout` (whole milliseconds, rounded up; zero only collects what is
-    /// there) for events, and returns up to `max_events` of them: empty when none came in time.
-    /// When it returns `max_events`, more may be waiting.
+    /// there) for events, and returns up to `max_events` of them (at most 65536 a call): empty
+    /// when none came in time. When it returns as many as it could, more may be waiting.
     pub fn wait(&mut self, timeout: Duration, max_events: usize) -> Result<Vec<SystemEvent>> {
-        let size = u32::try_from(max_events)
-            .ok()
-            .filter(|&n| n >= 1)
-            .ok_or_else(|| CudaError::InvalidArgument(format!("buffer_size must be at least 1, got {max_events}")))?;
-        let mut data = vec![nvml::nvmlSystemEventData_v1_t::default(); size as usize];
+        if max_events == 0 {
+            return Err(CudaError::InvalidArgument(format!(
+                "buffer_size must be at least 1, got {max_events}"
+            )));
+        }
+        let size = u32::try_from(max_events).unwrap_or(u32::MAX).min(MAX_SYSTEM_EVENTS);
+        let room = size as usize;
+        let mut data = Vec::new();
+        data.try_reserve_exact(room)
+            .map_err(|_| super::common::error("nvmlSystemEventSetWait", nvml::nvmlReturn_enum::NVML_ERROR_MEMORY))?;
+        data.resize(room, nvml::nvmlSystemEventData_v1_t::default());
         let mut request = nvml::nvmlSystemEventSetWaitRequest_t {
             version: struct_version::<nvml::nvmlSystemEventSetWaitRequest_t>(1),
             timeoutms: millis(timeout),
@@ -249,5 +279,14 @@ mod tests {
         assert_eq!(millis(Duration::from_micros(1)), 1);
         assert_eq!(millis(Duration::from_millis(250)), 250);
         assert_eq!(millis(Duration::from_secs(u64::MAX)), u32::MAX);
+    }
+
+    #[test]
+    fn unnamed_event_bits_never_reach_nvml() {
+        only_named_bits(EventType::PSTATE | EventType::XID_CRITICAL_ERROR, "EventType").unwrap();
+        only_named_bits(SystemEventType::BIND | SystemEventType::UNBIND, "SystemEventType").unwrap();
+        let e = only_named_bits(EventType::PSTATE | EventType::from_bits_retain(1 << 62), "EventType").unwrap_err();
+        assert!(e.to_string().contains("0x4000000000000000"), "{e}");
+        assert!(only_named_bits(SystemEventType::from_bits_retain(1 << 40), "SystemEventType").is_err());
     }
 }

@@ -162,6 +162,11 @@ impl FieldValues {
         &self.0
     }
 
+    /// Reading `i` (in the order asked), or `None` past the last.
+    pub fn get(&self, i: usize) -> Option<&FieldValue> {
+        self.0.get(i)
+    }
+
     /// The number of readings.
     pub fn len(&self) -> usize {
         self.0.len()
@@ -183,6 +188,12 @@ impl FieldValues {
     }
 }
 
+/// `values[i]`: reading `i`, in the order asked.
+///
+/// # Panics
+///
+/// Only when `i` is not below [`FieldValues::len`], which is the number of ids asked for; use
+/// [`FieldValues::get`] for an index that may be out of range.
 impl std::ops::Index<usize> for FieldValues {
     type Output = FieldValue;
     fn index(&self, i: usize) -> &FieldValue {
@@ -264,6 +275,8 @@ mod tests {
         let values = FieldValues(vec![FieldValue::from_raw(&ok), FieldValue::from_raw(&failed)]);
         assert_eq!(values[0].value().unwrap(), Value::U32(61_000));
         assert!(values[1].value().unwrap_err().is_not_supported());
+        assert_eq!(values.get(1).map(|f| f.field_id), Some(FieldId(9999)));
+        assert!(values.get(2).is_none());
         assert!(values.validate().unwrap_err().is_not_supported());
         assert!(values.get_all_values().is_err());
         assert_eq!(Value::U16(7).as_integer(), Some(7));

@@ -15,9 +15,10 @@ pub struct InforomInfo {
 }
 
 impl InforomInfo {
-    /// The version of one InfoROM object.
+    /// The version of one InfoROM object (`InvalidArgument` for an object the headers do not
+    /// define).
     pub fn get_version(&self, object: InforomObject) -> Result<String> {
-        let (handle, object) = (self.device.handle(), nvml::nvmlInforomObject_enum(object.raw()));
+        let (handle, object) = (self.device.handle(), nvml::nvmlInforomObject_enum(object.input()?));
         read_string("nvmlDeviceGetInforomVersion", 64, |buf, n| {
             // SAFETY: a live handle; `read_string` passes a buffer of n chars.
             unsafe { nvml::nvmlDeviceGetInforomVersion(handle, object, buf, n) }

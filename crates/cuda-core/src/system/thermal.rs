@@ -44,7 +44,7 @@ impl Temperature {
     /// prefers the field values `FieldId::DEV_TEMPERATURE_*_TLIMIT` for the shutdown, slowdown
     /// and maximum thresholds (those are relative to the GPU's T.Limit, not absolute).
     pub fn get_threshold(&self, threshold: TemperatureThresholds) -> Result<u32> {
-        let ty = nvml::nvmlTemperatureThresholds_enum(threshold.raw());
+        let ty = nvml::nvmlTemperatureThresholds_enum(threshold.input()?);
         // SAFETY: `get` passes a live handle and a pointer to a `c_uint` NVML writes.
         self.device.get("nvmlDeviceGetTemperatureThreshold", |h, p| unsafe {
             nvml::nvmlDeviceGetTemperatureThreshold(h, ty, p)
@@ -64,9 +64,12 @@ impl Temperature {
         Ok(m.marginTemperature)
     }
 
-    /// The thermal sensors for a target ([`ThermalTarget::All`] for every one).
+    /// The thermal sensors for a target ([`ThermalTarget::All`] for every one;
+    /// [`ThermalTarget::Unknown`] and values the headers do not define are `InvalidArgument`).
     pub fn get_thermal_settings(&self, target: ThermalTarget) -> Result<Vec<ThermalSensor>> {
-        let index = target.raw() as u32;
+        let raw = target.input()?;
+        let index = u32::try_from(raw)
+            .map_err(|_| crate::CudaError::InvalidArgument(format!("thermal target {raw} is not a sensor index")))?;
         // SAFETY: `get` passes a live handle and a pointer to the structure NVML fills.
         let s: nvml::nvmlGpuThermalSettings_t = self.device.get("nvmlDeviceGetThermalSettings", |h, p| unsafe {
             nvml::nvmlDeviceGetThermalSettings(h, index, p)

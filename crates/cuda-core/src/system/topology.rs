@@ -9,11 +9,16 @@ use crate::{CudaError, Result};
 use cuda_sys::nvml;
 use std::ffi::c_ulong;
 
-/// Words of a CPU or NUMA-node bitmask big enough for this machine (at least 1024 bits).
-fn mask_words() -> usize {
+/// Words of a CPU or NUMA-node bitmask big enough for this machine (at least 1024 bits), and
+/// that count as NVML takes it.
+fn mask_words() -> Result<(usize, u32)> {
     // SAFETY: sysconf has no preconditions.
-    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1024) as usize;
-    cpus.div_ceil(c_ulong::BITS as usize)
+    let configured = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    let cpus = usize::try_from(configured).unwrap_or(0).max(1024);
+    let words = cpus.div_ceil(c_ulong::BITS as usize);
+    let n = u32::try_from(words)
+        .map_err(|_| CudaError::InvalidArgument(format!("{cpus} CPUs are more than an affinity mask can hold")))?;
+    Ok((words, n))
 }
 
 impl Device {
@@ -21,8 +26,8 @@ impl Device {
     /// Where the scope does not apply to the topology, NVML reports the nearest non-I/O
     /// ancestor's.
     pub fn get_memory_affinity(&self, scope: AffinityScope) -> Result<Vec<u32>> {
-        let mut set: Vec<c_ulong> = vec![0; mask_words()];
-        let n = set.len() as u32;
+        let (words, n) = mask_words()?;
+        let mut set: Vec<c_ulong> = vec![0; words];
         // SAFETY: `call` passes a live handle; the array holds `n` words, as NVML is told.
         self.call("nvmlDeviceGetMemoryAffinity", |h| unsafe {
             nvml::nvmlDeviceGetMemoryAffinity(h, n, set.as_mut_ptr(), scope.raw())
@@ -32,8 +37,8 @@ impl Device {
 
     /// The CPUs (by index) with the best affinity to the device within a scope (Linux).
     pub fn get_cpu_affinity(&self, scope: AffinityScope) -> Result<Vec<u32>> {
-        let mut set: Vec<c_ulong> = vec![0; mask_words()];
-        let n = set.len() as u32;
+        let (words, n) = mask_words()?;
+        let mut set: Vec<c_ulong> = vec![0; words];
         // SAFETY: `call` passes a live handle; the array holds `n` words, as NVML is told.
         self.call("nvmlDeviceGetCpuAffinityWithinScope", |h| unsafe {
             nvml::nvmlDeviceGetCpuAffinityWithinScope(h, n, set.as_mut_ptr(), scope.raw())
@@ -69,7 +74,7 @@ impl Device {
 
     /// The devices connected to this one at `level` or nearer (Linux).
     pub fn get_topology_nearest_gpus(&self, level: GpuTopologyLevel) -> Result<Vec<Device>> {
-        let (handle, level) = (self.handle(), nvml::nvmlGpuLevel_enum(level.raw()));
+        let (handle, level) = (self.handle(), nvml::nvmlGpuLevel_enum(level.input()?));
         Device::handles("nvmlDeviceGetTopologyNearestGpus", |count, array| {
             // SAFETY: a live handle; `handles` passes a live count and an array of that many
             // handles (or null with a count of 0, which asks for the count).
@@ -98,10 +103,11 @@ pub fn get_topology_common_ancestor(device1: &Device, device2: &Device) -> Resul
     Ok(GpuTopologyLevel::from_raw(level.0))
 }
 
-/// The peer-to-peer status of two devices for one capability (`get_p2p_status`).
+/// The peer-to-peer status of two devices for one capability (`get_p2p_status`;
+/// [`GpuP2PCapsIndex::Unknown`] and values the headers do not define are `InvalidArgument`).
 pub fn get_p2p_status(device1: &Device, device2: &Device, index: GpuP2PCapsIndex) -> Result<GpuP2PStatus> {
     let mut status = nvml::nvmlGpuP2PStatus_enum(0);
-    let index = nvml::nvmlGpuP2PCapsIndex_enum(index.raw());
+    let index = nvml::nvmlGpuP2PCapsIndex_enum(index.input()?);
     // SAFETY: two live handles, a capability index and a live out-pointer.
     unsafe { nvml::nvmlDeviceGetP2PStatus(device1.handle(), device2.handle(), index, &mut status) }
         .check("nvmlDeviceGetP2PStatus")?;
@@ -189,6 +195,7 @@ mod tests {
         assert_eq!(NvlinkVersion::Invalid.major_minor(), None);
         assert_eq!(NvlinkVersion::from_raw(99), NvlinkVersion::Other(99));
         assert_eq!(NvlinkVersion::Other(99).major_minor(), None);
-        assert!(mask_words() * c_ulong::BITS as usize >= 1024);
+        let (words, n) = mask_words().unwrap();
+        assert!(words * c_ulong::BITS as usize >= 1024 && n as usize == words);
     }
 }

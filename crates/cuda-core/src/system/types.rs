@@ -379,6 +379,17 @@ mod tests {
         assert_eq!(DeviceArch::from_raw(u32::MAX), DeviceArch::Unknown);
         assert_eq!(ThermalTarget::from_raw(-1), ThermalTarget::Unknown);
         assert_eq!(ClockType::Memory.raw(), nvml::nvmlClockType_enum::NVML_CLOCK_MEM.0);
+        // As arguments: named values pass, unnamed ones and "unknown" placeholders do not.
+        assert_eq!(ThermalTarget::All.input().unwrap(), 15);
+        assert!(ThermalTarget::Unknown.input().is_err());
+        assert!(GpuP2PCapsIndex::Unknown.input().is_err());
+        assert!(ClockType::Other(77).input().is_err());
+        assert_eq!(ClockType::Other(1).input().unwrap(), ClockType::Sm.raw());
+        assert!(GpuTopologyLevel::Other(35).input().is_err());
+        assert!(InforomObject::Other(9).input().is_err());
+        assert!(TemperatureThresholds::Other(99).input().is_err());
+        assert!(ClockId::Other(7).input().is_err());
+        assert_eq!(ClockId::Other(3), ClockId::CustomerBoostMax);
     }
 
     #[test]
