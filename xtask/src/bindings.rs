@@ -5,8 +5,11 @@
 //! run time (see `crates/cuda-sys/src/loader.rs`), and writes the tables the loader needs:
 //!
 //! - for the driver, each function's base name and the CUDA versions to ask `cuGetProcAddress_v2`
-//!   for, worked out from the `PFN_<name>_v<NNNNN>` typedefs of `cudaTypedefs.h` (the rule is
-//!   written down in `docs/architecture.md`, "Resolving driver functions");
+//!   for, worked out from the `PFN_<name>_v<NNNNN>` typedefs of `cudaTypedefs.h` (and of the
+//!   profiler and graphics interop typedef headers: `cudaGLTypedefs.h`, `cudaEGLTypedefs.h`,
+//!   `cudaVDPAUTypedefs.h`; the rule is written down in `docs/architecture.md`, "Resolving driver
+//!   functions"); the GL, EGL and VDPAU types the interop headers need come from small stand-ins
+//!   ([`GRAPHICS_STAND_INS`]), not from the system's headers;
 //! - for the other libraries, the exported symbol of each function (and its per-thread-default-
 //!   stream twin for the runtime);
 //! - for each status enum, the name and description of every value (from the header comments), so
@@ -59,8 +62,8 @@ const LIBS: &[Lib] = &[
         module: "driver",
         id: "Driver",
         library: "libcuda",
-        headers: &["cuda.h", "cudaTypedefs.h", "cudaProfiler.h", "cudaProfilerTypedefs.h"],
-        allow_files: &["cuda.h", "cudaTypedefs.h", "cudaProfiler.h", "cudaProfilerTypedefs.h"],
+        headers: DRIVER_HEADERS,
+        allow_files: DRIVER_HEADERS,
         resolve: Resolve::Driver,
         status: Some(Status {
             ret: "CUresult",
@@ -157,6 +160,98 @@ const LIBS: &[Lib] = &[
     },
 ];
 
+/// The headers of the driver module: `cuda.h`, the profiler API and the graphics interop APIs
+/// (OpenGL, EGL, VDPAU), each with its `PFN_` typedef header. `cudaVDPAUTypedefs.h` comes before
+/// `cudaVDPAU.h`, which uses the VDPAU types without including their header.
+const DRIVER_HEADERS: &[&str] = &[
+    "cuda.h",
+    "cudaTypedefs.h",
+    "cudaProfiler.h",
+    "cudaProfilerTypedefs.h",
+    "cudaGL.h",
+    "cudaGLTypedefs.h",
+    "cudaEGL.h",
+    "cudaEGLTypedefs.h",
+    "cudaVDPAUTypedefs.h",
+    "cudaVDPAU.h",
+];
+
+/// The headers with the `PFN_<name>_v<version>` typedefs of the driver's functions.
+const DRIVER_TYPEDEF_HEADERS: &[&str] = &[
+    "cudaTypedefs.h",
+    "cudaProfilerTypedefs.h",
+    "cudaGLTypedefs.h",
+    "cudaEGLTypedefs.h",
+    "cudaVDPAUTypedefs.h",
+];
+
+/// The headers whose `#define cuX cuX_v2` lines give the names users call.
+const DRIVER_DECLARING_HEADERS: &[&str] = &["cuda.h", "cudaGL.h", "cudaEGL.h", "cudaVDPAU.h"];
+
+/// Stand-ins for the graphics API headers the interop headers include
+/// (`crate::vendor::GRAPHICS_API_HEADERS`), which no NVIDIA wheel ships: only the types the
+/// bindings use, with the size and calling convention the real headers give them, so that
+/// generating (and checking) the bindings needs no GL, EGL or VDPAU headers on the machine. They
+/// are written to `target/xtask/graphics-stand-ins/` and searched before any system folder.
+pub const GRAPHICS_STAND_INS: &[(&str, &str)] = &[
+    (
+        "GL/gl.h",
+        "/* Stand-in for <GL/gl.h> (written by cargo xtask bindgen): the types cudaGL.h uses. */\n\
+         #ifndef __gl_h_\n#define __gl_h_\n\
+         typedef unsigned int GLenum;\n\
+         typedef unsigned int GLuint;\n\
+         #endif\n",
+    ),
+    (
+        "EGL/egl.h",
+        "/* Stand-in for <EGL/egl.h> (written by cargo xtask bindgen): the types cudaEGL.h uses. */\n\
+         #ifndef __egl_h_\n#define __egl_h_\n\
+         #include <stdint.h>\n\
+         typedef int32_t EGLint; /* khronos_int32_t */\n\
+         #endif\n",
+    ),
+    (
+        "EGL/eglext.h",
+        "/* Stand-in for <EGL/eglext.h> (written by cargo xtask bindgen): the types cudaEGL.h uses. */\n\
+         #ifndef __eglext_h_\n#define __eglext_h_\n\
+         typedef void *EGLImageKHR;\n\
+         typedef void *EGLStreamKHR;\n\
+         typedef void *EGLSyncKHR;\n\
+         #endif\n",
+    ),
+    (
+        "vdpau/vdpau.h",
+        "/* Stand-in for <vdpau/vdpau.h> (written by cargo xtask bindgen): the types cudaVDPAU.h uses. */\n\
+         #ifndef _VDPAU_H\n#define _VDPAU_H\n\
+         #include <stdint.h>\n\
+         typedef uint32_t VdpDevice;\n\
+         typedef uint32_t VdpVideoSurface;\n\
+         typedef uint32_t VdpOutputSurface;\n\
+         typedef uint32_t VdpFuncId;\n\
+         /* an enum of non-negative values in vdpau.h: passed as an unsigned int */\n\
+         typedef unsigned int VdpStatus;\n\
+         typedef VdpStatus VdpGetProcAddress(VdpDevice device, VdpFuncId function_id, void **function_pointer);\n\
+         #endif\n",
+    ),
+];
+
+/// The folder [`write_graphics_stand_ins`] fills, searched by every bindgen run.
+fn graphics_stand_ins_dir() -> PathBuf {
+    util::root().join("target/xtask/graphics-stand-ins")
+}
+
+/// Writes [`GRAPHICS_STAND_INS`] into [`graphics_stand_ins_dir`].
+fn write_graphics_stand_ins() -> Result {
+    let dir = graphics_stand_ins_dir();
+    for (name, text) in GRAPHICS_STAND_INS {
+        let path = dir.join(name);
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(*text) {
+            util::write(&path, text.as_bytes())?;
+        }
+    }
+    Ok(())
+}
+
 const HEADER_LINE: &str = "// generated by `cargo xtask bindgen` from the headers in headers/, do not edit\n";
 
 pub fn run(args: &[String]) -> Result {
@@ -166,6 +261,7 @@ pub fn run(args: &[String]) -> Result {
 
     let headers = headers_dir()?;
     let include = headers.join("include");
+    write_graphics_stand_ins()?;
     let out_dir = util::root().join("crates/cuda-sys/src/generated");
     let mut outputs: BTreeMap<PathBuf, String> = BTreeMap::new();
     let mut mod_rs = String::from(HEADER_LINE);
@@ -268,6 +364,7 @@ fn bindgen_builder(include: &Path, wrapper: &str, allow_files: &[&str]) -> bindg
     let mut builder = bindgen::Builder::default()
         .header_contents("cuda_sys_wrapper.h", wrapper)
         .clang_arg(format!("-I{}", include.display()))
+        .clang_arg(format!("-I{}", graphics_stand_ins_dir().display()))
         .clang_arg("-x")
         .clang_arg("c")
         .default_enum_style(bindgen::EnumVariation::NewType {
@@ -340,6 +437,8 @@ struct Function {
     ptds_version: u32,
     /// Whether the symbol may carry a `__name_MAJOR_MINOR` version tag (nvJitLink).
     versioned: bool,
+    /// Driver only: the header with the function's `PFN_` typedefs (`cudaTypedefs.h`).
+    typedefs: &'static str,
     attrs: Vec<syn::Attribute>,
     inputs: Vec<(syn::Ident, syn::Type)>,
     output: Option<syn::Type>,
@@ -444,26 +543,28 @@ struct Pfn {
 }
 
 fn driver_functions(include: &Path, main: &syn::File, declared: Vec<syn::ForeignItemFn>) -> Result<Vec<Function>> {
-    // A second parse sees every PFN typedef, the ones cudaTypedefs.h keeps behind
+    // A second parse sees every PFN typedef, the ones the typedef headers keep behind
     // __CUDA_API_VERSION_INTERNAL included (older ABIs, needed to know where a signature changed).
-    let typedefs_h = util::read(&include.join("cudaTypedefs.h"))?;
-    let internal = internal_typedefs(&typedefs_h)?;
+    let mut typedef_texts = Vec::new();
+    let mut internal = String::new();
+    for header in DRIVER_TYPEDEF_HEADERS {
+        let text = util::read(&include.join(header))?;
+        // cudaTypedefs.h and the GL and VDPAU ones have such a block; the others need none.
+        if *header == "cudaTypedefs.h" || text.contains(INTERNAL_BLOCK) {
+            internal.push_str(&internal_typedefs(header, &text)?);
+            internal.push('\n');
+        }
+        typedef_texts.push((*header, text));
+    }
     let legacy = legacy_declarations(&util::read(&include.join("cuda.h"))?)?;
-    let wrapper = format!("#include <cudaTypedefs.h>\n#include <cudaProfilerTypedefs.h>\n{legacy}\n{internal}\n");
-    let analysis = run_bindgen(
-        bindgen_builder(
-            include,
-            &wrapper,
-            &[
-                "cuda.h",
-                "cudaTypedefs.h",
-                "cudaProfiler.h",
-                "cudaProfilerTypedefs.h",
-                "cuda_sys_wrapper.h",
-            ],
-        ),
-        "driver typedefs",
-    )?;
+    let includes: String = DRIVER_TYPEDEF_HEADERS
+        .iter()
+        .map(|h| format!("#include <{h}>\n"))
+        .collect();
+    let wrapper = format!("{includes}{legacy}\n{internal}");
+    let mut analysis_files = DRIVER_HEADERS.to_vec();
+    analysis_files.push("cuda_sys_wrapper.h");
+    let analysis = run_bindgen(bindgen_builder(include, &wrapper, &analysis_files), "driver typedefs")?;
 
     let mut aliases: HashMap<String, syn::Type> = HashMap::new();
     for item in main.items.iter().chain(analysis.items.iter()) {
@@ -495,14 +596,15 @@ fn driver_functions(include: &Path, main: &syn::File, declared: Vec<syn::Foreign
 
     // `#define cuMemAlloc cuMemAlloc_v2`, `#define cuMemcpyHtoD __CUDA_API_PTDS(cuMemcpyHtoD_v2)`:
     // users call the macro's name.
-    let cuda_h = util::read(&include.join("cuda.h"))?;
     let rename =
         regex::Regex::new(r"(?m)^\s*#\s*define\s+(cu\w+)\s+(?:__CUDA_API_PT(?:DS|SZ)\()?(cu\w+)\)?\s*$").unwrap();
-    let public_of: HashMap<String, String> = rename
-        .captures_iter(&cuda_h)
-        .filter(|c| c[1] != c[2])
-        .map(|c| (c[2].to_string(), c[1].to_string()))
-        .collect();
+    let mut public_of: HashMap<String, String> = HashMap::new();
+    for header in DRIVER_DECLARING_HEADERS {
+        let text = util::read(&include.join(header))?;
+        for c in rename.captures_iter(&text).filter(|c| c[1] != c[2]) {
+            public_of.insert(c[2].to_string(), c[1].to_string());
+        }
+    }
     let mut functions = Vec::new();
     let version_suffix = regex::Regex::new(r"^(\w+?)_v(\d+)$").unwrap();
     for f in declared {
@@ -528,6 +630,12 @@ fn driver_functions(include: &Path, main: &syn::File, declared: Vec<syn::Foreign
             &aliases,
         );
         let (version, min_version, ptds_version) = driver_versions(&declared_name, ordinal, &signature, &pfns[&base])?;
+        let pfn = format!("PFN_{base}_v");
+        let typedefs = typedef_texts
+            .iter()
+            .find(|(_, text)| text.contains(&pfn))
+            .map(|(header, _)| *header)
+            .ok_or_else(|| format!("{declared_name}: no typedef header names {pfn}<N>"))?;
         functions.push(Function {
             name: public_of
                 .get(&declared_name)
@@ -540,6 +648,7 @@ fn driver_functions(include: &Path, main: &syn::File, declared: Vec<syn::Foreign
             min_version,
             ptds_version,
             versioned: false,
+            typedefs,
             attrs: f.attrs.iter().filter(|a| a.path().is_ident("doc")).cloned().collect(),
             inputs,
             output,
@@ -619,22 +728,28 @@ fn legacy_declarations(cuda_h: &str) -> Result<String> {
     Ok(block.to_string())
 }
 
-/// The typedef lines cudaTypedefs.h keeps inside `#if defined(__CUDA_API_VERSION_INTERNAL)`.
-fn internal_typedefs(text: &str) -> Result<String> {
+/// How the typedef headers open the block of older ABIs.
+const INTERNAL_BLOCK: &str = "#if defined(__CUDA_API_VERSION_INTERNAL)";
+
+/// The typedef lines a typedef header (`cudaTypedefs.h`, `cudaGLTypedefs.h`, ...) keeps inside
+/// `#if defined(__CUDA_API_VERSION_INTERNAL)`.
+fn internal_typedefs(header: &str, text: &str) -> Result<String> {
     let start = text
-        .find("#if defined(__CUDA_API_VERSION_INTERNAL)")
-        .ok_or("cudaTypedefs.h: no __CUDA_API_VERSION_INTERNAL block")?;
+        .find(INTERNAL_BLOCK)
+        .ok_or_else(|| format!("{header}: no __CUDA_API_VERSION_INTERNAL block"))?;
     let block = &text[start..];
     let end = block
         .find("\n#endif")
-        .ok_or("cudaTypedefs.h: unterminated __CUDA_API_VERSION_INTERNAL block")?;
+        .ok_or_else(|| format!("{header}: unterminated __CUDA_API_VERSION_INTERNAL block"))?;
     let lines: Vec<&str> = block[..end]
         .lines()
         .skip(1)
         .filter(|l| l.trim_start().starts_with("typedef"))
         .collect();
     if block[..end].lines().skip(1).any(|l| l.trim_start().starts_with('#')) {
-        return Err("cudaTypedefs.h: preprocessor lines inside the __CUDA_API_VERSION_INTERNAL block; the generator must learn them".into());
+        return Err(format!(
+            "{header}: preprocessor lines inside the __CUDA_API_VERSION_INTERNAL block; the generator must learn them"
+        ));
     }
     Ok(lines.join("\n"))
 }
@@ -758,6 +873,7 @@ fn symbol_functions(headers: &[String], declared: Vec<syn::ForeignItemFn>) -> Re
             min_version: 0,
             ptds_version: 0,
             versioned: is_versioned,
+            typedefs: "",
             attrs: f.attrs.iter().filter(|a| a.path().is_ident("doc")).cloned().collect(),
             inputs,
             output: output_type(&f.sig.output),
@@ -925,9 +1041,10 @@ fn pointer_safety(lib: &Lib, f: &Function, header: &str) -> String {
                 "`load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave for `{sym}` when asked \
                  {asked}; the loader never asks below {min} and the driver hands out its newest variant not newer \
                  than the version asked for. The generator checked that every `PFN_{sym}_v*` typedef of \
-                 cudaTypedefs.h from {min} to {newest}{ptds} has the signature `{header}` declares for `{declared}`, \
+                 {typedefs} from {min} to {newest}{ptds} has the signature `{header}` declares for `{declared}`, \
                  so the address is a C function of exactly this type.",
                 sym = f.symbol,
+                typedefs = f.typedefs,
                 min = f.min_version,
                 declared = f.declared,
             )

@@ -37,7 +37,19 @@ pub const ROOT_HEADERS: &[&str] = &[
     "nvvm.h",
     "cufile.h",
     "nvml.h",
+    "cudaGL.h",
+    "cudaGLTypedefs.h",
+    "cudaEGL.h",
+    "cudaEGLTypedefs.h",
+    "cudaVDPAU.h",
+    "cudaVDPAUTypedefs.h",
 ];
+
+/// Headers of the graphics APIs that the interop roots (`cudaGL.h`, `cudaEGL.h`, `cudaVDPAU.h`
+/// and their typedef headers) include and no wheel ships. They are not vendored: the bindings need
+/// only a few of their types, which `cargo xtask bindgen` declares itself (see
+/// `bindings::GRAPHICS_STAND_INS`), so no GL, EGL or VDPAU headers are needed at build time.
+pub const GRAPHICS_API_HEADERS: &[&str] = &["GL/gl.h", "EGL/egl.h", "EGL/eglext.h", "vdpau/vdpau.h"];
 
 /// Where headers live inside the CUDA 13 wheels.
 const WHEEL_INCLUDE_PREFIX: &str = "nvidia/cu13/include/";
@@ -210,6 +222,15 @@ fn provenance_note(
     for h in headers {
         s.push_str(&format!("- `{h}`\n"));
     }
+    s.push_str(&format!(
+        "\nThe graphics interop headers include {}, which no wheel ships: they are not vendored, and \
+         `cargo xtask bindgen` declares the few GL, EGL and VDPAU types the bindings need itself.\n",
+        GRAPHICS_API_HEADERS
+            .iter()
+            .map(|h| format!("`{h}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
     s.push_str("\nThe headers are NVIDIA's, under the license terms stated at the top of each file.\n");
     s
 }

@@ -49,6 +49,8 @@ pub use device::{
 pub use error::{take_drop_errors, CudaError, Result};
 pub use launch::{launch, DeviceRepr, Dim3, KernelArg, KernelArgs, LaunchConfig, MaxPotentialBlockSize, TypedKernel};
 pub use memory::dlpack;
+pub use memory::graphics;
+pub use memory::graphics::{GraphicsRegisterFlags, GraphicsResource};
 pub use memory::ipc::fd as ipc;
 pub use memory::texture;
 pub use memory::{AsStridedView, DType, Element, StridedMemoryView};

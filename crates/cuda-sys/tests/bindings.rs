@@ -73,6 +73,44 @@ fn every_driver_function_declared_in_cuda_h_is_bound() {
 }
 
 #[test]
+fn every_graphics_interop_function_is_bound() {
+    // cudaGL.h, cudaEGL.h and cudaVDPAU.h, outside their blocks of legacy ABIs (cuWGLGetDevice
+    // is declared for Windows only).
+    let bound = names(LibraryId::Driver);
+    for header in ["cudaGL.h", "cudaEGL.h", "cudaVDPAU.h"] {
+        let mut declared = declared(
+            header,
+            "CUresult CUDAAPI",
+            Some("#if defined(__CUDA_API_VERSION_INTERNAL)\n    #undef"),
+        );
+        declared.remove("cuWGLGetDevice");
+        assert!(!declared.is_empty(), "{header}: nothing declared?");
+        // The header declares cuGLCtxCreate_v2 and friends under the names users call.
+        let missing: Vec<_> = declared
+            .iter()
+            .filter(|d| !bound.contains(*d) && !bound.contains(d.trim_end_matches("_v2")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{header} declares functions with no binding: {missing:?}"
+        );
+    }
+    for f in [
+        "cuGraphicsGLRegisterBuffer",
+        "cuGraphicsGLRegisterImage",
+        "cuGraphicsEGLRegisterImage",
+        "cuGraphicsResourceGetMappedEglFrame",
+        "cuEventCreateFromEGLSync",
+        "cuGraphicsVDPAURegisterVideoSurface",
+    ] {
+        assert!(bound.contains(f), "{f}");
+    }
+    assert_eq!(info("cuGraphicsGLRegisterBuffer").version, 3000);
+    assert_eq!(info("cuGLGetDevices").version, 6050);
+    assert_eq!(info("cuGLMapBufferObject").ptds_version, 7000);
+}
+
+#[test]
 fn every_function_of_the_other_headers_is_bound() {
     for (lib, header, api) in [
         (LibraryId::Nvrtc, "nvrtc.h", "nvrtcResult"),
@@ -166,8 +204,9 @@ fn version_floors_are_consistent() {
         }
     }
     // The functions whose ABI older drivers can serve under an older version (see
-    // docs/architecture.md); a change here means the headers changed the rule's inputs.
-    assert_eq!(shared.len(), 24, "{shared:?}");
+    // docs/architecture.md); a change here means the headers changed the rule's inputs. (Three
+    // are graphics interop functions: cuGLCtxCreate, cuGLGetDevices, cuVDPAUCtxCreate.)
+    assert_eq!(shared.len(), 27, "{shared:?}");
 }
 
 #[test]

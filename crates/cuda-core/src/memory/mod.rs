@@ -16,6 +16,8 @@
 //! - `strided`: [`StridedMemoryView`], typed strided views of buffers, DLPack tensors and host
 //!   slices, and copies between them; TMA tensor maps of views ([`TensorMapDescriptor`]);
 //! - `texture`: CUDA arrays, textures and surfaces (public as [`crate::texture`]).
+//! - `graphics`: OpenGL and EGL interop, [`GraphicsResource`](graphics::GraphicsResource) (public as
+//!   [`crate::graphics`]).
 //!
 //! Memory uses devices and streams (with the capture registry and graph core of
 //! [`crate::stream`]); launches (buffers as kernel arguments) and graphs build on it.
@@ -24,6 +26,7 @@ mod buffer;
 mod copy;
 pub mod dlpack;
 mod graph_memory;
+pub mod graphics;
 pub(crate) mod ipc;
 mod legacy_pinned;
 mod managed;

@@ -53,6 +53,8 @@ pub const CU_PARAM_TR_DEFAULT: i32 = -1;
 pub const CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_ID_ANY: i32 = -1;
 pub const RESOURCE_ABI_VERSION: u32 = 1;
 pub const RESOURCE_ABI_BYTES: u32 = 40;
+pub const MAX_PLANES: u32 = 3;
+pub const CUDA_EGL_INFINITE_TIMEOUT: u32 = 4294967295;
 pub type cuuint32_t = u32;
 pub type cuuint64_t = u64;
 pub type CUdeviceptr_v2 = ::core::ffi::c_ulonglong;
@@ -16954,8 +16956,892 @@ pub type PFN_cuProfilerStart_v4000 = ::core::option::Option<
 pub type PFN_cuProfilerStop_v4000 = ::core::option::Option<
     unsafe extern "C" fn() -> CUresult,
 >;
+pub type GLenum = ::core::ffi::c_uint;
+pub type GLuint = ::core::ffi::c_uint;
+impl CUGLDeviceList_enum {
+    /// < The CUDA devices for all GPUs used by the current OpenGL context
+    pub const CU_GL_DEVICE_LIST_ALL: CUGLDeviceList_enum = CUGLDeviceList_enum(1);
+    /// < The CUDA devices for the GPUs used by the current OpenGL context in its currently rendering frame
+    pub const CU_GL_DEVICE_LIST_CURRENT_FRAME: CUGLDeviceList_enum = CUGLDeviceList_enum(
+        2,
+    );
+    /// < The CUDA devices for the GPUs to be used by the current OpenGL context in the next frame
+    pub const CU_GL_DEVICE_LIST_NEXT_FRAME: CUGLDeviceList_enum = CUGLDeviceList_enum(3);
+}
+#[repr(transparent)]
+/// CUDA devices corresponding to an OpenGL device
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUGLDeviceList_enum(pub ::core::ffi::c_uint);
+/// CUDA devices corresponding to an OpenGL device
+pub use self::CUGLDeviceList_enum as CUGLDeviceList;
+impl CUGLmap_flags_enum {
+    pub const CU_GL_MAP_RESOURCE_FLAGS_NONE: CUGLmap_flags_enum = CUGLmap_flags_enum(0);
+    pub const CU_GL_MAP_RESOURCE_FLAGS_READ_ONLY: CUGLmap_flags_enum = CUGLmap_flags_enum(
+        1,
+    );
+    pub const CU_GL_MAP_RESOURCE_FLAGS_WRITE_DISCARD: CUGLmap_flags_enum = CUGLmap_flags_enum(
+        2,
+    );
+}
+#[repr(transparent)]
+/// Flags to map or unmap a resource
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUGLmap_flags_enum(pub ::core::ffi::c_uint);
+/// Flags to map or unmap a resource
+pub use self::CUGLmap_flags_enum as CUGLmap_flags;
+/// Type definitions for functions defined in cudaGL.h
+pub type PFN_cuGraphicsGLRegisterBuffer_v3000 = ::core::option::Option<
+    unsafe extern "C" fn(
+        pCudaResource: *mut CUgraphicsResource,
+        buffer: GLuint,
+        Flags: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type PFN_cuGraphicsGLRegisterImage_v3000 = ::core::option::Option<
+    unsafe extern "C" fn(
+        pCudaResource: *mut CUgraphicsResource,
+        image: GLuint,
+        target: GLenum,
+        Flags: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type PFN_cuGLGetDevices_v6050 = ::core::option::Option<
+    unsafe extern "C" fn(
+        pCudaDeviceCount: *mut ::core::ffi::c_uint,
+        pCudaDevices: *mut CUdevice_v1,
+        cudaDeviceCount: ::core::ffi::c_uint,
+        deviceList: CUGLDeviceList,
+    ) -> CUresult,
+>;
+pub type PFN_cuGLCtxCreate_v3020 = ::core::option::Option<
+    unsafe extern "C" fn(
+        pCtx: *mut CUcontext,
+        Flags: ::core::ffi::c_uint,
+        device: CUdevice_v1,
+    ) -> CUresult,
+>;
+pub type PFN_cuGLInit_v2000 = ::core::option::Option<unsafe extern "C" fn() -> CUresult>;
+pub type PFN_cuGLRegisterBufferObject_v2000 = ::core::option::Option<
+    unsafe extern "C" fn(buffer: GLuint) -> CUresult,
+>;
+pub type PFN_cuGLMapBufferObject_v7000_ptds = ::core::option::Option<
+    unsafe extern "C" fn(
+        dptr: *mut CUdeviceptr_v2,
+        size: *mut usize,
+        buffer: GLuint,
+    ) -> CUresult,
+>;
+pub type PFN_cuGLUnmapBufferObject_v2000 = ::core::option::Option<
+    unsafe extern "C" fn(buffer: GLuint) -> CUresult,
+>;
+pub type PFN_cuGLUnregisterBufferObject_v2000 = ::core::option::Option<
+    unsafe extern "C" fn(buffer: GLuint) -> CUresult,
+>;
+pub type PFN_cuGLSetBufferObjectMapFlags_v2030 = ::core::option::Option<
+    unsafe extern "C" fn(buffer: GLuint, Flags: ::core::ffi::c_uint) -> CUresult,
+>;
+pub type PFN_cuGLMapBufferObjectAsync_v7000_ptsz = ::core::option::Option<
+    unsafe extern "C" fn(
+        dptr: *mut CUdeviceptr_v2,
+        size: *mut usize,
+        buffer: GLuint,
+        hStream: CUstream,
+    ) -> CUresult,
+>;
+pub type PFN_cuGLUnmapBufferObjectAsync_v2030 = ::core::option::Option<
+    unsafe extern "C" fn(buffer: GLuint, hStream: CUstream) -> CUresult,
+>;
+pub type PFN_cuGLMapBufferObject_v3020 = ::core::option::Option<
+    unsafe extern "C" fn(
+        dptr: *mut CUdeviceptr_v2,
+        size: *mut usize,
+        buffer: GLuint,
+    ) -> CUresult,
+>;
+pub type PFN_cuGLMapBufferObjectAsync_v3020 = ::core::option::Option<
+    unsafe extern "C" fn(
+        dptr: *mut CUdeviceptr_v2,
+        size: *mut usize,
+        buffer: GLuint,
+        hStream: CUstream,
+    ) -> CUresult,
+>;
+pub type EGLint = i32;
+pub type EGLImageKHR = *mut ::core::ffi::c_void;
+pub type EGLStreamKHR = *mut ::core::ffi::c_void;
+pub type EGLSyncKHR = *mut ::core::ffi::c_void;
+impl CUeglFrameType_enum {
+    /// < Frame type CUDA array
+    pub const CU_EGL_FRAME_TYPE_ARRAY: CUeglFrameType_enum = CUeglFrameType_enum(0);
+    /// < Frame type pointer
+    pub const CU_EGL_FRAME_TYPE_PITCH: CUeglFrameType_enum = CUeglFrameType_enum(1);
+}
+#[repr(transparent)]
+/// CUDA EglFrame type - array or pointer
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUeglFrameType_enum(pub ::core::ffi::c_uint);
+/// CUDA EglFrame type - array or pointer
+pub use self::CUeglFrameType_enum as CUeglFrameType;
+impl CUeglResourceLocationFlags_enum {
+    /// < Resource location sysmem
+    pub const CU_EGL_RESOURCE_LOCATION_SYSMEM: CUeglResourceLocationFlags_enum = CUeglResourceLocationFlags_enum(
+        0,
+    );
+    /// < Resource location vidmem
+    pub const CU_EGL_RESOURCE_LOCATION_VIDMEM: CUeglResourceLocationFlags_enum = CUeglResourceLocationFlags_enum(
+        1,
+    );
+}
+#[repr(transparent)]
+/** Resource location flags- sysmem or vidmem
+
+ For CUDA context on iGPU, since video and system memory are equivalent -
+ these flags will not have an effect on the execution.
+
+ For CUDA context on dGPU, applications can use the flag ::CUeglResourceLocationFlags
+ to give a hint about the desired location.
+
+ ::CU_EGL_RESOURCE_LOCATION_SYSMEM - the frame data is made resident on the system memory
+ to be accessed by CUDA.
+
+ ::CU_EGL_RESOURCE_LOCATION_VIDMEM - the frame data is made resident on the dedicated
+ video memory to be accessed by CUDA.
+
+ There may be an additional latency due to new allocation and data migration,
+ if the frame is produced on a different memory.*/
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUeglResourceLocationFlags_enum(pub ::core::ffi::c_uint);
+/** Resource location flags- sysmem or vidmem
+
+ For CUDA context on iGPU, since video and system memory are equivalent -
+ these flags will not have an effect on the execution.
+
+ For CUDA context on dGPU, applications can use the flag ::CUeglResourceLocationFlags
+ to give a hint about the desired location.
+
+ ::CU_EGL_RESOURCE_LOCATION_SYSMEM - the frame data is made resident on the system memory
+ to be accessed by CUDA.
+
+ ::CU_EGL_RESOURCE_LOCATION_VIDMEM - the frame data is made resident on the dedicated
+ video memory to be accessed by CUDA.
+
+ There may be an additional latency due to new allocation and data migration,
+ if the frame is produced on a different memory.*/
+pub use self::CUeglResourceLocationFlags_enum as CUeglResourceLocationFlags;
+impl CUeglColorFormat_enum {
+    /// < Y, U, V in three surfaces, each in a separate surface, U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_YUV420_PLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        0,
+    );
+    /// < Y, UV in two surfaces (UV as one surface) with VU byte ordering, width, height ratio same as YUV420Planar.
+    pub const CU_EGL_COLOR_FORMAT_YUV420_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        1,
+    );
+    /// < Y, U, V  each in a separate  surface, U/V width = 1/2 Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_YUV422_PLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        2,
+    );
+    /// < Y, UV in two surfaces with VU byte ordering, width, height ratio same as YUV422Planar.
+    pub const CU_EGL_COLOR_FORMAT_YUV422_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        3,
+    );
+    /// < R/G/B three channels in one surface with BGR byte ordering. Only pitch linear format supported.
+    pub const CU_EGL_COLOR_FORMAT_RGB: CUeglColorFormat_enum = CUeglColorFormat_enum(4);
+    /// < R/G/B three channels in one surface with RGB byte ordering. Only pitch linear format supported.
+    pub const CU_EGL_COLOR_FORMAT_BGR: CUeglColorFormat_enum = CUeglColorFormat_enum(5);
+    /// < R/G/B/A four channels in one surface with BGRA byte ordering.
+    pub const CU_EGL_COLOR_FORMAT_ARGB: CUeglColorFormat_enum = CUeglColorFormat_enum(6);
+    /// < R/G/B/A four channels in one surface with ABGR byte ordering.
+    pub const CU_EGL_COLOR_FORMAT_RGBA: CUeglColorFormat_enum = CUeglColorFormat_enum(7);
+    /// < single luminance channel in one surface.
+    pub const CU_EGL_COLOR_FORMAT_L: CUeglColorFormat_enum = CUeglColorFormat_enum(8);
+    /// < single color channel in one surface.
+    pub const CU_EGL_COLOR_FORMAT_R: CUeglColorFormat_enum = CUeglColorFormat_enum(9);
+    /// < Y, U, V in three surfaces, each in a separate surface, U/V width = Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_YUV444_PLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        10,
+    );
+    /// < Y, UV in two surfaces (UV as one surface) with VU byte ordering, width, height ratio same as YUV444Planar.
+    pub const CU_EGL_COLOR_FORMAT_YUV444_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        11,
+    );
+    /// < Y, U, V in one surface, interleaved as UYVY in one channel.
+    pub const CU_EGL_COLOR_FORMAT_YUYV_422: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        12,
+    );
+    /// < Y, U, V in one surface, interleaved as YUYV in one channel.
+    pub const CU_EGL_COLOR_FORMAT_UYVY_422: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        13,
+    );
+    /// < R/G/B/A four channels in one surface with RGBA byte ordering.
+    pub const CU_EGL_COLOR_FORMAT_ABGR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        14,
+    );
+    /// < R/G/B/A four channels in one surface with ARGB byte ordering.
+    pub const CU_EGL_COLOR_FORMAT_BGRA: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        15,
+    );
+    /// < Alpha color format - one channel in one surface.
+    pub const CU_EGL_COLOR_FORMAT_A: CUeglColorFormat_enum = CUeglColorFormat_enum(16);
+    /// < R/G color format - two channels in one surface with GR byte ordering
+    pub const CU_EGL_COLOR_FORMAT_RG: CUeglColorFormat_enum = CUeglColorFormat_enum(17);
+    /// < Y, U, V, A four channels in one surface, interleaved as VUYA.
+    pub const CU_EGL_COLOR_FORMAT_AYUV: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        18,
+    );
+    /// < Y, VU in two surfaces (VU as one surface) with UV byte ordering, U/V width = Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_YVU444_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        19,
+    );
+    /// < Y, VU in two surfaces (VU as one surface) with UV byte ordering, U/V width = 1/2 Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_YVU422_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        20,
+    );
+    /// < Y, VU in two surfaces (VU as one surface) with UV byte ordering, U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_YVU420_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        21,
+    );
+    /// < Y10, V10U10 in two surfaces (VU as one surface) with UV byte ordering, U/V width = Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_444_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        22,
+    );
+    /// < Y10, V10U10 in two surfaces (VU as one surface) with UV byte ordering, U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_420_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        23,
+    );
+    /// < Y12, V12U12 in two surfaces (VU as one surface) with UV byte ordering, U/V width = Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y12V12U12_444_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        24,
+    );
+    /// < Y12, V12U12 in two surfaces (VU as one surface) with UV byte ordering, U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y12V12U12_420_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        25,
+    );
+    /// < Extended Range Y, U, V in one surface, interleaved as YVYU in one channel.
+    pub const CU_EGL_COLOR_FORMAT_VYUY_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        26,
+    );
+    /// < Extended Range Y, U, V in one surface, interleaved as YUYV in one channel.
+    pub const CU_EGL_COLOR_FORMAT_UYVY_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        27,
+    );
+    /// < Extended Range Y, U, V in one surface, interleaved as UYVY in one channel.
+    pub const CU_EGL_COLOR_FORMAT_YUYV_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        28,
+    );
+    /// < Extended Range Y, U, V in one surface, interleaved as VYUY in one channel.
+    pub const CU_EGL_COLOR_FORMAT_YVYU_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        29,
+    );
+    /// < Extended Range Y, U, V three channels in one surface, interleaved as VUY. Only pitch linear format supported.
+    pub const CU_EGL_COLOR_FORMAT_YUV_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        30,
+    );
+    /// < Extended Range Y, U, V, A four channels in one surface, interleaved as AVUY.
+    pub const CU_EGL_COLOR_FORMAT_YUVA_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        31,
+    );
+    /// < Extended Range Y, U, V, A four channels in one surface, interleaved as VUYA.
+    pub const CU_EGL_COLOR_FORMAT_AYUV_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        32,
+    );
+    /// < Extended Range Y, U, V in three surfaces, U/V width = Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_YUV444_PLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        33,
+    );
+    /// < Extended Range Y, U, V in three surfaces, U/V width = 1/2 Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_YUV422_PLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        34,
+    );
+    /// < Extended Range Y, U, V in three surfaces, U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_YUV420_PLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        35,
+    );
+    /// < Extended Range Y, UV in two surfaces (UV as one surface) with VU byte ordering, U/V width = Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_YUV444_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        36,
+    );
+    /// < Extended Range Y, UV in two surfaces (UV as one surface) with VU byte ordering, U/V width = 1/2 Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_YUV422_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        37,
+    );
+    /// < Extended Range Y, UV in two surfaces (UV as one surface) with VU byte ordering, U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_YUV420_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        38,
+    );
+    /// < Extended Range Y, V, U in three surfaces, U/V width = Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_YVU444_PLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        39,
+    );
+    /// < Extended Range Y, V, U in three surfaces, U/V width = 1/2 Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_YVU422_PLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        40,
+    );
+    /// < Extended Range Y, V, U in three surfaces, U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_YVU420_PLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        41,
+    );
+    /// < Extended Range Y, VU in two surfaces (VU as one surface) with UV byte ordering, U/V width = Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_YVU444_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        42,
+    );
+    /// < Extended Range Y, VU in two surfaces (VU as one surface) with UV byte ordering, U/V width = 1/2 Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_YVU422_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        43,
+    );
+    /// < Extended Range Y, VU in two surfaces (VU as one surface) with UV byte ordering, U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_YVU420_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        44,
+    );
+    /// < Bayer format - one channel in one surface with interleaved RGGB ordering.
+    pub const CU_EGL_COLOR_FORMAT_BAYER_RGGB: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        45,
+    );
+    /// < Bayer format - one channel in one surface with interleaved BGGR ordering.
+    pub const CU_EGL_COLOR_FORMAT_BAYER_BGGR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        46,
+    );
+    /// < Bayer format - one channel in one surface with interleaved GRBG ordering.
+    pub const CU_EGL_COLOR_FORMAT_BAYER_GRBG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        47,
+    );
+    /// < Bayer format - one channel in one surface with interleaved GBRG ordering.
+    pub const CU_EGL_COLOR_FORMAT_BAYER_GBRG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        48,
+    );
+    /// < Bayer10 format - one channel in one surface with interleaved RGGB ordering. Out of 16 bits, 10 bits used 6 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER10_RGGB: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        49,
+    );
+    /// < Bayer10 format - one channel in one surface with interleaved BGGR ordering. Out of 16 bits, 10 bits used 6 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER10_BGGR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        50,
+    );
+    /// < Bayer10 format - one channel in one surface with interleaved GRBG ordering. Out of 16 bits, 10 bits used 6 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER10_GRBG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        51,
+    );
+    /// < Bayer10 format - one channel in one surface with interleaved GBRG ordering. Out of 16 bits, 10 bits used 6 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER10_GBRG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        52,
+    );
+    /// < Bayer12 format - one channel in one surface with interleaved RGGB ordering. Out of 16 bits, 12 bits used 4 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_RGGB: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        53,
+    );
+    /// < Bayer12 format - one channel in one surface with interleaved BGGR ordering. Out of 16 bits, 12 bits used 4 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_BGGR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        54,
+    );
+    /// < Bayer12 format - one channel in one surface with interleaved GRBG ordering. Out of 16 bits, 12 bits used 4 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_GRBG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        55,
+    );
+    /// < Bayer12 format - one channel in one surface with interleaved GBRG ordering. Out of 16 bits, 12 bits used 4 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_GBRG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        56,
+    );
+    /// < Bayer14 format - one channel in one surface with interleaved RGGB ordering. Out of 16 bits, 14 bits used 2 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER14_RGGB: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        57,
+    );
+    /// < Bayer14 format - one channel in one surface with interleaved BGGR ordering. Out of 16 bits, 14 bits used 2 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER14_BGGR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        58,
+    );
+    /// < Bayer14 format - one channel in one surface with interleaved GRBG ordering. Out of 16 bits, 14 bits used 2 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER14_GRBG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        59,
+    );
+    /// < Bayer14 format - one channel in one surface with interleaved GBRG ordering. Out of 16 bits, 14 bits used 2 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER14_GBRG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        60,
+    );
+    /// < Bayer20 format - one channel in one surface with interleaved RGGB ordering. Out of 32 bits, 20 bits used 12 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER20_RGGB: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        61,
+    );
+    /// < Bayer20 format - one channel in one surface with interleaved BGGR ordering. Out of 32 bits, 20 bits used 12 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER20_BGGR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        62,
+    );
+    /// < Bayer20 format - one channel in one surface with interleaved GRBG ordering. Out of 32 bits, 20 bits used 12 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER20_GRBG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        63,
+    );
+    /// < Bayer20 format - one channel in one surface with interleaved GBRG ordering. Out of 32 bits, 20 bits used 12 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER20_GBRG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        64,
+    );
+    /// < Y, V, U in three surfaces, each in a separate surface, U/V width = Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_YVU444_PLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        65,
+    );
+    /// < Y, V, U in three surfaces, each in a separate surface, U/V width = 1/2 Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_YVU422_PLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        66,
+    );
+    /// < Y, V, U in three surfaces, each in a separate surface, U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_YVU420_PLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        67,
+    );
+    /// < Nvidia proprietary Bayer ISP format - one channel in one surface with interleaved RGGB ordering and mapped to opaque integer datatype.
+    pub const CU_EGL_COLOR_FORMAT_BAYER_ISP_RGGB: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        68,
+    );
+    /// < Nvidia proprietary Bayer ISP format - one channel in one surface with interleaved BGGR ordering and mapped to opaque integer datatype.
+    pub const CU_EGL_COLOR_FORMAT_BAYER_ISP_BGGR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        69,
+    );
+    /// < Nvidia proprietary Bayer ISP format - one channel in one surface with interleaved GRBG ordering and mapped to opaque integer datatype.
+    pub const CU_EGL_COLOR_FORMAT_BAYER_ISP_GRBG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        70,
+    );
+    /// < Nvidia proprietary Bayer ISP format - one channel in one surface with interleaved GBRG ordering and mapped to opaque integer datatype.
+    pub const CU_EGL_COLOR_FORMAT_BAYER_ISP_GBRG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        71,
+    );
+    /// < Bayer format - one channel in one surface with interleaved BCCR ordering.
+    pub const CU_EGL_COLOR_FORMAT_BAYER_BCCR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        72,
+    );
+    /// < Bayer format - one channel in one surface with interleaved RCCB ordering.
+    pub const CU_EGL_COLOR_FORMAT_BAYER_RCCB: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        73,
+    );
+    /// < Bayer format - one channel in one surface with interleaved CRBC ordering.
+    pub const CU_EGL_COLOR_FORMAT_BAYER_CRBC: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        74,
+    );
+    /// < Bayer format - one channel in one surface with interleaved CBRC ordering.
+    pub const CU_EGL_COLOR_FORMAT_BAYER_CBRC: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        75,
+    );
+    /// < Bayer10 format - one channel in one surface with interleaved CCCC ordering. Out of 16 bits, 10 bits used 6 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER10_CCCC: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        76,
+    );
+    /// < Bayer12 format - one channel in one surface with interleaved BCCR ordering. Out of 16 bits, 12 bits used 4 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_BCCR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        77,
+    );
+    /// < Bayer12 format - one channel in one surface with interleaved RCCB ordering. Out of 16 bits, 12 bits used 4 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_RCCB: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        78,
+    );
+    /// < Bayer12 format - one channel in one surface with interleaved CRBC ordering. Out of 16 bits, 12 bits used 4 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_CRBC: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        79,
+    );
+    /// < Bayer12 format - one channel in one surface with interleaved CBRC ordering. Out of 16 bits, 12 bits used 4 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_CBRC: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        80,
+    );
+    /// < Bayer12 format - one channel in one surface with interleaved CCCC ordering. Out of 16 bits, 12 bits used 4 bits No-op.
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_CCCC: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        81,
+    );
+    /// < Color format for single Y plane.
+    pub const CU_EGL_COLOR_FORMAT_Y: CUeglColorFormat_enum = CUeglColorFormat_enum(82);
+    /// < Y, UV in two surfaces (UV as one surface) U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_YUV420_SEMIPLANAR_2020: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        83,
+    );
+    /// < Y, VU in two surfaces (VU as one surface) U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_YVU420_SEMIPLANAR_2020: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        84,
+    );
+    /// < Y, U, V  each in a separate  surface, U/V width = 1/2 Y width, U/V height= 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_YUV420_PLANAR_2020: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        85,
+    );
+    /** < Y, V, U each in a separate surface, U/V width = 1/2 Y width, U/V height
+ = 1/2 Y height.*/
+    pub const CU_EGL_COLOR_FORMAT_YVU420_PLANAR_2020: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        86,
+    );
+    /// < Y, UV in two surfaces (UV as one surface) U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_YUV420_SEMIPLANAR_709: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        87,
+    );
+    /// < Y, VU in two surfaces (VU as one surface) U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_YVU420_SEMIPLANAR_709: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        88,
+    );
+    /** < Y, U, V  each in a separate  surface, U/V width = 1/2 Y width, U/V height
+ = 1/2 Y height.*/
+    pub const CU_EGL_COLOR_FORMAT_YUV420_PLANAR_709: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        89,
+    );
+    /// < Y, V, U each in a separate surface, U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_YVU420_PLANAR_709: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        90,
+    );
+    /// < Y10, V10U10 in two surfaces (VU as one surface), U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_420_SEMIPLANAR_709: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        91,
+    );
+    /// < Y10, V10U10 in two surfaces (VU as one surface), U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_420_SEMIPLANAR_2020: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        92,
+    );
+    /// < Y10, V10U10 in two surfaces(VU as one surface) U/V width = 1/2 Y width, U/V height  = Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_422_SEMIPLANAR_2020: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        93,
+    );
+    /// < Y10, V10U10 in two surfaces(VU as one surface) U/V width = 1/2 Y width, U/V height  = Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_422_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        94,
+    );
+    /// < Y10, V10U10 in two surfaces(VU as one surface) U/V width = 1/2 Y width, U/V height  = Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_422_SEMIPLANAR_709: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        95,
+    );
+    /// < Extended Range Color format for single Y plane.
+    pub const CU_EGL_COLOR_FORMAT_Y_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        96,
+    );
+    /// < Extended Range Color format for single Y plane.
+    pub const CU_EGL_COLOR_FORMAT_Y_709_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        97,
+    );
+    /// < Extended Range Color format for single Y10 plane.
+    pub const CU_EGL_COLOR_FORMAT_Y10_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        98,
+    );
+    /// < Extended Range Color format for single Y10 plane.
+    pub const CU_EGL_COLOR_FORMAT_Y10_709_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        99,
+    );
+    /// < Extended Range Color format for single Y12 plane.
+    pub const CU_EGL_COLOR_FORMAT_Y12_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        100,
+    );
+    /// < Extended Range Color format for single Y12 plane.
+    pub const CU_EGL_COLOR_FORMAT_Y12_709_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        101,
+    );
+    /// < Y, U, V, A four channels in one surface, interleaved as AVUY.
+    pub const CU_EGL_COLOR_FORMAT_YUVA: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        102,
+    );
+    /// < Y, U, V three channels in one surface, interleaved as VUY. Only pitch linear format supported.
+    pub const CU_EGL_COLOR_FORMAT_YUV: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        103,
+    );
+    /// < Y, U, V in one surface, interleaved as YVYU in one channel.
+    pub const CU_EGL_COLOR_FORMAT_YVYU: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        104,
+    );
+    /// < Y, U, V in one surface, interleaved as VYUY in one channel.
+    pub const CU_EGL_COLOR_FORMAT_VYUY: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        105,
+    );
+    /// < Extended Range Y10, V10U10 in two surfaces(VU as one surface) U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_420_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        106,
+    );
+    /// < Extended Range Y10, V10U10 in two surfaces(VU as one surface) U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_420_SEMIPLANAR_709_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        107,
+    );
+    /// < Extended Range Y10, V10U10 in two surfaces (VU as one surface) U/V width = Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_444_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        108,
+    );
+    /// < Extended Range Y10, V10U10 in two surfaces (VU as one surface)  U/V width = Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_444_SEMIPLANAR_709_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        109,
+    );
+    /// < Extended Range Y12, V12U12 in two surfaces (VU as one surface) U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y12V12U12_420_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        110,
+    );
+    /// < Extended Range Y12, V12U12 in two surfaces (VU as one surface) U/V width = 1/2 Y width, U/V height = 1/2 Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y12V12U12_420_SEMIPLANAR_709_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        111,
+    );
+    /// < Extended Range Y12, V12U12 in two surfaces (VU as one surface) U/V width = Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y12V12U12_444_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        112,
+    );
+    /// < Extended Range Y12, V12U12 in two surfaces (VU as one surface) U/V width = Y width, U/V height = Y height.
+    pub const CU_EGL_COLOR_FORMAT_Y12V12U12_444_SEMIPLANAR_709_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        113,
+    );
+    /// < Y, U, V in one surface, interleaved as UYVY in one channel.
+    pub const CU_EGL_COLOR_FORMAT_UYVY_709: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        114,
+    );
+    /// < Extended Range Y, U, V in one surface, interleaved as UYVY in one channel.
+    pub const CU_EGL_COLOR_FORMAT_UYVY_709_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        115,
+    );
+    /// < Y, U, V in one surface, interleaved as UYVY in one channel.
+    pub const CU_EGL_COLOR_FORMAT_UYVY_2020: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        116,
+    );
+    pub const CU_EGL_COLOR_FORMAT_MAX: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        117,
+    );
+}
+#[repr(transparent)]
+/** CUDA EGL Color Format - The different planar and multiplanar formats currently supported for CUDA_EGL interops.
+ Three channel formats are currently not supported for ::CU_EGL_FRAME_TYPE_ARRAY*/
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUeglColorFormat_enum(pub ::core::ffi::c_uint);
+/** CUDA EGL Color Format - The different planar and multiplanar formats currently supported for CUDA_EGL interops.
+ Three channel formats are currently not supported for ::CU_EGL_FRAME_TYPE_ARRAY*/
+pub use self::CUeglColorFormat_enum as CUeglColorFormat;
+/** CUDA EGLFrame structure Descriptor - structure defining one frame of EGL.
+
+ Each frame may contain one or more planes depending on whether the surface  * is Multiplanar or not.*/
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct CUeglFrame_st {
+    pub frame: CUeglFrame_st__bindgen_ty_1,
+    /// < Width of first plane
+    pub width: ::core::ffi::c_uint,
+    /// < Height of first plane
+    pub height: ::core::ffi::c_uint,
+    /// < Depth of first plane
+    pub depth: ::core::ffi::c_uint,
+    /// < Pitch of first plane
+    pub pitch: ::core::ffi::c_uint,
+    /// < Number of planes
+    pub planeCount: ::core::ffi::c_uint,
+    /// < Number of channels for the plane
+    pub numChannels: ::core::ffi::c_uint,
+    /// < Array or Pitch
+    pub frameType: CUeglFrameType,
+    /// < CUDA EGL Color Format
+    pub eglColorFormat: CUeglColorFormat,
+    /// < CUDA Array Format
+    pub cuFormat: CUarray_format,
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union CUeglFrame_st__bindgen_ty_1 {
+    /// < Array of CUarray corresponding to each plane
+    pub pArray: [CUarray; 3usize],
+    /// < Array of Pointers corresponding to each plane
+    pub pPitch: [*mut ::core::ffi::c_void; 3usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUeglFrame_st__bindgen_ty_1",
+    ][::core::mem::size_of::<CUeglFrame_st__bindgen_ty_1>() - 24usize];
+    [
+        "Alignment of CUeglFrame_st__bindgen_ty_1",
+    ][::core::mem::align_of::<CUeglFrame_st__bindgen_ty_1>() - 8usize];
+    [
+        "Offset of field: CUeglFrame_st__bindgen_ty_1::pArray",
+    ][::core::mem::offset_of!(CUeglFrame_st__bindgen_ty_1, pArray) - 0usize];
+    [
+        "Offset of field: CUeglFrame_st__bindgen_ty_1::pPitch",
+    ][::core::mem::offset_of!(CUeglFrame_st__bindgen_ty_1, pPitch) - 0usize];
+};
+impl Default for CUeglFrame_st__bindgen_ty_1 {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `CUeglFrame_st__bindgen_ty_1` is plain C data: integers, floats, `bool`s, raw
+        // pointers, `Option`s of function pointers, and arrays, structs and unions of those (the
+        // generator checked), for all of which every byte zero is a valid value, as C's `= {0}`
+        // makes it. `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUeglFrame_st"][::core::mem::size_of::<CUeglFrame_st>() - 64usize];
+    ["Alignment of CUeglFrame_st"][::core::mem::align_of::<CUeglFrame_st>() - 8usize];
+    [
+        "Offset of field: CUeglFrame_st::frame",
+    ][::core::mem::offset_of!(CUeglFrame_st, frame) - 0usize];
+    [
+        "Offset of field: CUeglFrame_st::width",
+    ][::core::mem::offset_of!(CUeglFrame_st, width) - 24usize];
+    [
+        "Offset of field: CUeglFrame_st::height",
+    ][::core::mem::offset_of!(CUeglFrame_st, height) - 28usize];
+    [
+        "Offset of field: CUeglFrame_st::depth",
+    ][::core::mem::offset_of!(CUeglFrame_st, depth) - 32usize];
+    [
+        "Offset of field: CUeglFrame_st::pitch",
+    ][::core::mem::offset_of!(CUeglFrame_st, pitch) - 36usize];
+    [
+        "Offset of field: CUeglFrame_st::planeCount",
+    ][::core::mem::offset_of!(CUeglFrame_st, planeCount) - 40usize];
+    [
+        "Offset of field: CUeglFrame_st::numChannels",
+    ][::core::mem::offset_of!(CUeglFrame_st, numChannels) - 44usize];
+    [
+        "Offset of field: CUeglFrame_st::frameType",
+    ][::core::mem::offset_of!(CUeglFrame_st, frameType) - 48usize];
+    [
+        "Offset of field: CUeglFrame_st::eglColorFormat",
+    ][::core::mem::offset_of!(CUeglFrame_st, eglColorFormat) - 52usize];
+    [
+        "Offset of field: CUeglFrame_st::cuFormat",
+    ][::core::mem::offset_of!(CUeglFrame_st, cuFormat) - 56usize];
+};
+impl Default for CUeglFrame_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        // SAFETY: `CUeglFrame_st` is plain C data: integers, floats, `bool`s, raw pointers,
+        // `Option`s of function pointers, and arrays, structs and unions of those (the generator
+        // checked), for all of which every byte zero is a valid value, as C's `= {0}` makes it.
+        // `write_bytes` zeroes all of `s`, so `assume_init` reads an initialised `Self`.
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+/** CUDA EGLFrame structure Descriptor - structure defining one frame of EGL.
+
+ Each frame may contain one or more planes depending on whether the surface  * is Multiplanar or not.*/
+pub type CUeglFrame_v1 = CUeglFrame_st;
+/** CUDA EGLFrame structure Descriptor - structure defining one frame of EGL.
+
+ Each frame may contain one or more planes depending on whether the surface  * is Multiplanar or not.*/
+pub type CUeglFrame = CUeglFrame_v1;
+#[repr(C)]
+#[derive(Debug)]
+pub struct CUeglStreamConnection_st {
+    _unused: [u8; 0],
+}
+/// CUDA EGLSream Connection
+pub type CUeglStreamConnection = *mut CUeglStreamConnection_st;
+/// Type definitions for functions defined in cudaEGL.h
+pub type PFN_cuGraphicsEGLRegisterImage_v7000 = ::core::option::Option<
+    unsafe extern "C" fn(
+        pCudaResource: *mut CUgraphicsResource,
+        image: EGLImageKHR,
+        flags: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type PFN_cuEGLStreamConsumerConnect_v7000 = ::core::option::Option<
+    unsafe extern "C" fn(
+        conn: *mut CUeglStreamConnection,
+        stream: EGLStreamKHR,
+    ) -> CUresult,
+>;
+pub type PFN_cuEGLStreamConsumerConnectWithFlags_v8000 = ::core::option::Option<
+    unsafe extern "C" fn(
+        conn: *mut CUeglStreamConnection,
+        stream: EGLStreamKHR,
+        flags: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type PFN_cuEGLStreamConsumerDisconnect_v7000 = ::core::option::Option<
+    unsafe extern "C" fn(conn: *mut CUeglStreamConnection) -> CUresult,
+>;
+pub type PFN_cuEGLStreamConsumerAcquireFrame_v7000 = ::core::option::Option<
+    unsafe extern "C" fn(
+        conn: *mut CUeglStreamConnection,
+        pCudaResource: *mut CUgraphicsResource,
+        pStream: *mut CUstream,
+        timeout: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type PFN_cuEGLStreamConsumerReleaseFrame_v7000 = ::core::option::Option<
+    unsafe extern "C" fn(
+        conn: *mut CUeglStreamConnection,
+        pCudaResource: CUgraphicsResource,
+        pStream: *mut CUstream,
+    ) -> CUresult,
+>;
+pub type PFN_cuEGLStreamProducerConnect_v7000 = ::core::option::Option<
+    unsafe extern "C" fn(
+        conn: *mut CUeglStreamConnection,
+        stream: EGLStreamKHR,
+        width: EGLint,
+        height: EGLint,
+    ) -> CUresult,
+>;
+pub type PFN_cuEGLStreamProducerDisconnect_v7000 = ::core::option::Option<
+    unsafe extern "C" fn(conn: *mut CUeglStreamConnection) -> CUresult,
+>;
+pub type PFN_cuEGLStreamProducerPresentFrame_v7000 = ::core::option::Option<
+    unsafe extern "C" fn(
+        conn: *mut CUeglStreamConnection,
+        eglframe: CUeglFrame_v1,
+        pStream: *mut CUstream,
+    ) -> CUresult,
+>;
+pub type PFN_cuEGLStreamProducerReturnFrame_v7000 = ::core::option::Option<
+    unsafe extern "C" fn(
+        conn: *mut CUeglStreamConnection,
+        eglframe: *mut CUeglFrame_v1,
+        pStream: *mut CUstream,
+    ) -> CUresult,
+>;
+pub type PFN_cuGraphicsResourceGetMappedEglFrame_v7000 = ::core::option::Option<
+    unsafe extern "C" fn(
+        eglFrame: *mut CUeglFrame_v1,
+        resource: CUgraphicsResource,
+        index: ::core::ffi::c_uint,
+        mipLevel: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type PFN_cuEventCreateFromEGLSync_v9000 = ::core::option::Option<
+    unsafe extern "C" fn(
+        phEvent: *mut CUevent,
+        eglSync: EGLSyncKHR,
+        flags: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type VdpDevice = u32;
+pub type VdpVideoSurface = u32;
+pub type VdpOutputSurface = u32;
+pub type VdpFuncId = u32;
+pub type VdpStatus = ::core::ffi::c_uint;
+pub type VdpGetProcAddress = ::core::option::Option<
+    unsafe extern "C" fn(
+        device: VdpDevice,
+        function_id: VdpFuncId,
+        function_pointer: *mut *mut ::core::ffi::c_void,
+    ) -> VdpStatus,
+>;
+/// Type definitions for functions defined in cudaVDPAU.h
+pub type PFN_cuVDPAUGetDevice_v3010 = ::core::option::Option<
+    unsafe extern "C" fn(
+        pDevice: *mut CUdevice_v1,
+        vdpDevice: VdpDevice,
+        vdpGetProcAddress: VdpGetProcAddress,
+    ) -> CUresult,
+>;
+pub type PFN_cuVDPAUCtxCreate_v3020 = ::core::option::Option<
+    unsafe extern "C" fn(
+        pCtx: *mut CUcontext,
+        flags: ::core::ffi::c_uint,
+        device: CUdevice_v1,
+        vdpDevice: VdpDevice,
+        vdpGetProcAddress: VdpGetProcAddress,
+    ) -> CUresult,
+>;
+pub type PFN_cuGraphicsVDPAURegisterVideoSurface_v3010 = ::core::option::Option<
+    unsafe extern "C" fn(
+        pCudaResource: *mut CUgraphicsResource,
+        vdpSurface: VdpVideoSurface,
+        flags: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type PFN_cuGraphicsVDPAURegisterOutputSurface_v3010 = ::core::option::Option<
+    unsafe extern "C" fn(
+        pCudaResource: *mut CUgraphicsResource,
+        vdpSurface: VdpOutputSurface,
+        flags: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
 /// Every function of this module, in the order of the loader's slots.
-pub static FUNCTIONS: [crate::loader::FnInfo; 495usize] = [
+pub static FUNCTIONS: [crate::loader::FnInfo; 523usize] = [
     crate::loader::FnInfo {
         name: c"cuArray3DCreate",
         symbol: c"cuArray3DCreate",
@@ -17812,11 +18698,101 @@ pub static FUNCTIONS: [crate::loader::FnInfo; 495usize] = [
         versioned: false,
     },
     crate::loader::FnInfo {
+        name: c"cuEGLStreamConsumerAcquireFrame",
+        symbol: c"cuEGLStreamConsumerAcquireFrame",
+        ptds_symbol: None,
+        version: 7000u32,
+        min_version: 7000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuEGLStreamConsumerConnect",
+        symbol: c"cuEGLStreamConsumerConnect",
+        ptds_symbol: None,
+        version: 7000u32,
+        min_version: 7000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuEGLStreamConsumerConnectWithFlags",
+        symbol: c"cuEGLStreamConsumerConnectWithFlags",
+        ptds_symbol: None,
+        version: 8000u32,
+        min_version: 8000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuEGLStreamConsumerDisconnect",
+        symbol: c"cuEGLStreamConsumerDisconnect",
+        ptds_symbol: None,
+        version: 7000u32,
+        min_version: 7000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuEGLStreamConsumerReleaseFrame",
+        symbol: c"cuEGLStreamConsumerReleaseFrame",
+        ptds_symbol: None,
+        version: 7000u32,
+        min_version: 7000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuEGLStreamProducerConnect",
+        symbol: c"cuEGLStreamProducerConnect",
+        ptds_symbol: None,
+        version: 7000u32,
+        min_version: 7000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuEGLStreamProducerDisconnect",
+        symbol: c"cuEGLStreamProducerDisconnect",
+        ptds_symbol: None,
+        version: 7000u32,
+        min_version: 7000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuEGLStreamProducerPresentFrame",
+        symbol: c"cuEGLStreamProducerPresentFrame",
+        ptds_symbol: None,
+        version: 7000u32,
+        min_version: 7000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuEGLStreamProducerReturnFrame",
+        symbol: c"cuEGLStreamProducerReturnFrame",
+        ptds_symbol: None,
+        version: 7000u32,
+        min_version: 7000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
         name: c"cuEventCreate",
         symbol: c"cuEventCreate",
         ptds_symbol: None,
         version: 2000u32,
         min_version: 2000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuEventCreateFromEGLSync",
+        symbol: c"cuEventCreateFromEGLSync",
+        ptds_symbol: None,
+        version: 9000u32,
+        min_version: 9000u32,
         ptds_version: 0u32,
         versioned: false,
     },
@@ -18012,6 +18988,96 @@ pub static FUNCTIONS: [crate::loader::FnInfo; 495usize] = [
     crate::loader::FnInfo {
         name: c"cuFuncSetSharedSize",
         symbol: c"cuFuncSetSharedSize",
+        ptds_symbol: None,
+        version: 2000u32,
+        min_version: 2000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuGLCtxCreate",
+        symbol: c"cuGLCtxCreate",
+        ptds_symbol: None,
+        version: 3020u32,
+        min_version: 2000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuGLGetDevices",
+        symbol: c"cuGLGetDevices",
+        ptds_symbol: None,
+        version: 6050u32,
+        min_version: 4010u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuGLInit",
+        symbol: c"cuGLInit",
+        ptds_symbol: None,
+        version: 2000u32,
+        min_version: 2000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuGLMapBufferObject",
+        symbol: c"cuGLMapBufferObject",
+        ptds_symbol: None,
+        version: 3020u32,
+        min_version: 3020u32,
+        ptds_version: 7000u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuGLMapBufferObjectAsync",
+        symbol: c"cuGLMapBufferObjectAsync",
+        ptds_symbol: None,
+        version: 3020u32,
+        min_version: 3020u32,
+        ptds_version: 7000u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuGLRegisterBufferObject",
+        symbol: c"cuGLRegisterBufferObject",
+        ptds_symbol: None,
+        version: 2000u32,
+        min_version: 2000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuGLSetBufferObjectMapFlags",
+        symbol: c"cuGLSetBufferObjectMapFlags",
+        ptds_symbol: None,
+        version: 2030u32,
+        min_version: 2030u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuGLUnmapBufferObject",
+        symbol: c"cuGLUnmapBufferObject",
+        ptds_symbol: None,
+        version: 2000u32,
+        min_version: 2000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuGLUnmapBufferObjectAsync",
+        symbol: c"cuGLUnmapBufferObjectAsync",
+        ptds_symbol: None,
+        version: 2030u32,
+        min_version: 2030u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuGLUnregisterBufferObject",
+        symbol: c"cuGLUnregisterBufferObject",
         ptds_symbol: None,
         version: 2000u32,
         min_version: 2000u32,
@@ -18811,12 +19877,48 @@ pub static FUNCTIONS: [crate::loader::FnInfo; 495usize] = [
         versioned: false,
     },
     crate::loader::FnInfo {
+        name: c"cuGraphicsEGLRegisterImage",
+        symbol: c"cuGraphicsEGLRegisterImage",
+        ptds_symbol: None,
+        version: 7000u32,
+        min_version: 7000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuGraphicsGLRegisterBuffer",
+        symbol: c"cuGraphicsGLRegisterBuffer",
+        ptds_symbol: None,
+        version: 3000u32,
+        min_version: 3000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuGraphicsGLRegisterImage",
+        symbol: c"cuGraphicsGLRegisterImage",
+        ptds_symbol: None,
+        version: 3000u32,
+        min_version: 3000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
         name: c"cuGraphicsMapResources",
         symbol: c"cuGraphicsMapResources",
         ptds_symbol: None,
         version: 3000u32,
         min_version: 3000u32,
         ptds_version: 7000u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuGraphicsResourceGetMappedEglFrame",
+        symbol: c"cuGraphicsResourceGetMappedEglFrame",
+        ptds_symbol: None,
+        version: 7000u32,
+        min_version: 7000u32,
+        ptds_version: 0u32,
         versioned: false,
     },
     crate::loader::FnInfo {
@@ -18870,6 +19972,24 @@ pub static FUNCTIONS: [crate::loader::FnInfo; 495usize] = [
         ptds_symbol: None,
         version: 3000u32,
         min_version: 3000u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuGraphicsVDPAURegisterOutputSurface",
+        symbol: c"cuGraphicsVDPAURegisterOutputSurface",
+        ptds_symbol: None,
+        version: 3010u32,
+        min_version: 3010u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuGraphicsVDPAURegisterVideoSurface",
+        symbol: c"cuGraphicsVDPAURegisterVideoSurface",
+        ptds_symbol: None,
+        version: 3010u32,
+        min_version: 3010u32,
         ptds_version: 0u32,
         versioned: false,
     },
@@ -21403,6 +22523,24 @@ pub static FUNCTIONS: [crate::loader::FnInfo; 495usize] = [
         versioned: false,
     },
     crate::loader::FnInfo {
+        name: c"cuVDPAUCtxCreate",
+        symbol: c"cuVDPAUCtxCreate",
+        ptds_symbol: None,
+        version: 3020u32,
+        min_version: 3010u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
+        name: c"cuVDPAUGetDevice",
+        symbol: c"cuVDPAUGetDevice",
+        ptds_symbol: None,
+        version: 3010u32,
+        min_version: 3010u32,
+        ptds_version: 0u32,
+        versioned: false,
+    },
+    crate::loader::FnInfo {
         name: c"cuWaitExternalSemaphoresAsync",
         symbol: c"cuWaitExternalSemaphoresAsync",
         ptds_symbol: None,
@@ -21412,9 +22550,9 @@ pub static FUNCTIONS: [crate::loader::FnInfo; 495usize] = [
         versioned: false,
     },
 ];
-static SLOTS: [::core::sync::atomic::AtomicPtr<::core::ffi::c_void>; 495usize] = [const {
+static SLOTS: [::core::sync::atomic::AtomicPtr<::core::ffi::c_void>; 523usize] = [const {
     ::core::sync::atomic::AtomicPtr::new(::core::ptr::null_mut())
-}; 495usize];
+}; 523usize];
 /// The library these functions are loaded from, resolved on first use.
 pub static LIBRARY: crate::loader::Library = crate::loader::Library::new(
     crate::loader::LibraryId::Driver,
@@ -27627,6 +28765,557 @@ pub unsafe fn cuDriverGetVersion(driverVersion: *mut ::core::ffi::c_int) -> CUre
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
+/** Acquire an image frame from the EGLStream with CUDA as a consumer.
+
+ Acquire an image frame from EGLStreamKHR. This API can also acquire an old frame presented
+ by the producer unless explicitly disabled by setting EGL_SUPPORT_REUSE_NV flag to EGL_FALSE
+ during stream initialization. By default, EGLStream is created with this flag set to EGL_TRUE.
+ ::cuGraphicsResourceGetMappedEglFrame can be called on \p pCudaResource to get
+ ::CUeglFrame.
+
+ - parameter conn            - Connection on which to acquire
+ - parameter pCudaResource   - CUDA resource on which the stream frame will be mapped for use.
+ - parameter pStream         - CUDA stream for synchronization and any data migrations
+ implied by ::CUeglResourceLocationFlags.
+ - parameter timeout         - Desired timeout in usec for a new frame to be acquired.
+ If set as ::CUDA_EGL_INFINITE_TIMEOUT, acquire waits infinitely.
+ After timeout occurs CUDA consumer tries to acquire an old frame
+ if available and EGL_SUPPORT_REUSE_NV flag is set.
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_HANDLE,
+ ::CUDA_ERROR_LAUNCH_TIMEOUT,
+
+ See also: ::cuEGLStreamConsumerConnect, ::cuEGLStreamConsumerDisconnect,
+ ::cuEGLStreamConsumerAcquireFrame, ::cuEGLStreamConsumerReleaseFrame,
+ ::cudaEGLStreamConsumerAcquireFrame*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuEGLStreamConsumerAcquireFrame` of `cudaEGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuEGLStreamConsumerAcquireFrame(
+    conn: *mut CUeglStreamConnection,
+    pCudaResource: *mut CUgraphicsResource,
+    pStream: *mut CUstream,
+    timeout: ::core::ffi::c_uint,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[95usize], &LIBRARY, 95usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuEGLStreamConsumerAcquireFrame` when asked for version 7000; the loader never
+            // asks below 7000 and the driver hands out its newest variant not newer than the
+            // version asked for. The generator checked that every
+            // `PFN_cuEGLStreamConsumerAcquireFrame_v*` typedef of cudaEGLTypedefs.h from 7000 to
+            // 7000 has the signature `cudaEGL.h` declares for `cuEGLStreamConsumerAcquireFrame`, so
+            // the address is a C function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUeglStreamConnection,
+                        *mut CUgraphicsResource,
+                        *mut CUstream,
+                        ::core::ffi::c_uint,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuEGLStreamConsumerAcquireFrame` from
+            // `cudaEGL.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(conn, pCudaResource, pStream, timeout) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Connect CUDA to EGLStream as a consumer.
+
+ Connect CUDA as a consumer to EGLStreamKHR specified by \p stream.
+
+ The EGLStreamKHR is an EGL object that transfers a sequence of image frames from one
+ API to another.
+
+ - parameter conn            - Pointer to the returned connection handle
+ - parameter stream          - EGLStreamKHR handle
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_HANDLE,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+
+ See also: ::cuEGLStreamConsumerConnect, ::cuEGLStreamConsumerDisconnect,
+ ::cuEGLStreamConsumerAcquireFrame, ::cuEGLStreamConsumerReleaseFrame,
+ ::cudaEGLStreamConsumerConnect*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuEGLStreamConsumerConnect` of `cudaEGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuEGLStreamConsumerConnect(
+    conn: *mut CUeglStreamConnection,
+    stream: EGLStreamKHR,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[96usize], &LIBRARY, 96usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuEGLStreamConsumerConnect` when asked for version 7000; the loader never asks
+            // below 7000 and the driver hands out its newest variant not newer than the version
+            // asked for. The generator checked that every `PFN_cuEGLStreamConsumerConnect_v*`
+            // typedef of cudaEGLTypedefs.h from 7000 to 7000 has the signature `cudaEGL.h` declares
+            // for `cuEGLStreamConsumerConnect`, so the address is a C function of exactly this
+            // type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUeglStreamConnection,
+                        EGLStreamKHR,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuEGLStreamConsumerConnect` from
+            // `cudaEGL.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(conn, stream) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Connect CUDA to EGLStream as a consumer with given flags.
+
+ Connect CUDA as a consumer to EGLStreamKHR specified by \p stream with specified \p flags defined by CUeglResourceLocationFlags.
+
+ The flags specify whether the consumer wants to access frames from system memory or video memory.
+ Default is ::CU_EGL_RESOURCE_LOCATION_VIDMEM.
+
+ - parameter conn              - Pointer to the returned connection handle
+ - parameter stream            - EGLStreamKHR handle
+ - parameter flags             - Flags denote intended location - system or video.
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_HANDLE,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+
+ See also: ::cuEGLStreamConsumerConnect, ::cuEGLStreamConsumerDisconnect,
+ ::cuEGLStreamConsumerAcquireFrame, ::cuEGLStreamConsumerReleaseFrame,
+ ::cudaEGLStreamConsumerConnectWithFlags*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuEGLStreamConsumerConnectWithFlags` of `cudaEGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuEGLStreamConsumerConnectWithFlags(
+    conn: *mut CUeglStreamConnection,
+    stream: EGLStreamKHR,
+    flags: ::core::ffi::c_uint,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[97usize], &LIBRARY, 97usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuEGLStreamConsumerConnectWithFlags` when asked for version 8000; the loader
+            // never asks below 8000 and the driver hands out its newest variant not newer than the
+            // version asked for. The generator checked that every
+            // `PFN_cuEGLStreamConsumerConnectWithFlags_v*` typedef of cudaEGLTypedefs.h from 8000
+            // to 8000 has the signature `cudaEGL.h` declares for
+            // `cuEGLStreamConsumerConnectWithFlags`, so the address is a C function of exactly this
+            // type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUeglStreamConnection,
+                        EGLStreamKHR,
+                        ::core::ffi::c_uint,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuEGLStreamConsumerConnectWithFlags` from
+            // `cudaEGL.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(conn, stream, flags) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Disconnect CUDA as a consumer to EGLStream .
+
+ Disconnect CUDA as a consumer to EGLStreamKHR.
+
+ - parameter conn            - Conection to disconnect.
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_HANDLE,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+
+ See also: ::cuEGLStreamConsumerConnect, ::cuEGLStreamConsumerDisconnect,
+ ::cuEGLStreamConsumerAcquireFrame, ::cuEGLStreamConsumerReleaseFrame,
+ ::cudaEGLStreamConsumerDisconnect*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuEGLStreamConsumerDisconnect` of `cudaEGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuEGLStreamConsumerDisconnect(
+    conn: *mut CUeglStreamConnection,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[98usize], &LIBRARY, 98usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuEGLStreamConsumerDisconnect` when asked for version 7000; the loader never
+            // asks below 7000 and the driver hands out its newest variant not newer than the
+            // version asked for. The generator checked that every
+            // `PFN_cuEGLStreamConsumerDisconnect_v*` typedef of cudaEGLTypedefs.h from 7000 to 7000
+            // has the signature `cudaEGL.h` declares for `cuEGLStreamConsumerDisconnect`, so the
+            // address is a C function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(*mut CUeglStreamConnection) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuEGLStreamConsumerDisconnect` from
+            // `cudaEGL.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(conn) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Releases the last frame acquired from the EGLStream.
+
+ Release the acquired image frame specified by \p pCudaResource to EGLStreamKHR.
+ If EGL_SUPPORT_REUSE_NV flag is set to EGL_TRUE, at the time of EGL creation
+ this API doesn't release the last frame acquired on the EGLStream.
+ By default, EGLStream is created with this flag set to EGL_TRUE.
+
+ - parameter conn            - Connection on which to release
+ - parameter pCudaResource   - CUDA resource whose corresponding frame is to be released
+ - parameter pStream         - CUDA stream on which release will be done.
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_HANDLE,
+
+ See also: ::cuEGLStreamConsumerConnect, ::cuEGLStreamConsumerDisconnect,
+ ::cuEGLStreamConsumerAcquireFrame, ::cuEGLStreamConsumerReleaseFrame,
+ ::cudaEGLStreamConsumerReleaseFrame*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuEGLStreamConsumerReleaseFrame` of `cudaEGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuEGLStreamConsumerReleaseFrame(
+    conn: *mut CUeglStreamConnection,
+    pCudaResource: CUgraphicsResource,
+    pStream: *mut CUstream,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[99usize], &LIBRARY, 99usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuEGLStreamConsumerReleaseFrame` when asked for version 7000; the loader never
+            // asks below 7000 and the driver hands out its newest variant not newer than the
+            // version asked for. The generator checked that every
+            // `PFN_cuEGLStreamConsumerReleaseFrame_v*` typedef of cudaEGLTypedefs.h from 7000 to
+            // 7000 has the signature `cudaEGL.h` declares for `cuEGLStreamConsumerReleaseFrame`, so
+            // the address is a C function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUeglStreamConnection,
+                        CUgraphicsResource,
+                        *mut CUstream,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuEGLStreamConsumerReleaseFrame` from
+            // `cudaEGL.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(conn, pCudaResource, pStream) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Connect CUDA to EGLStream as a producer.
+
+ Connect CUDA as a producer to EGLStreamKHR specified by \p stream.
+
+ The EGLStreamKHR is an EGL object that transfers a sequence of image frames from one
+ API to another.
+
+ - parameter conn   - Pointer to the returned connection handle
+ - parameter stream - EGLStreamKHR handle
+ - parameter width  - width of the image to be submitted to the stream
+ - parameter height - height of the image to be submitted to the stream
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_HANDLE,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+
+ See also: ::cuEGLStreamProducerConnect, ::cuEGLStreamProducerDisconnect,
+ ::cuEGLStreamProducerPresentFrame,
+ ::cudaEGLStreamProducerConnect*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuEGLStreamProducerConnect` of `cudaEGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuEGLStreamProducerConnect(
+    conn: *mut CUeglStreamConnection,
+    stream: EGLStreamKHR,
+    width: EGLint,
+    height: EGLint,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[100usize], &LIBRARY, 100usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuEGLStreamProducerConnect` when asked for version 7000; the loader never asks
+            // below 7000 and the driver hands out its newest variant not newer than the version
+            // asked for. The generator checked that every `PFN_cuEGLStreamProducerConnect_v*`
+            // typedef of cudaEGLTypedefs.h from 7000 to 7000 has the signature `cudaEGL.h` declares
+            // for `cuEGLStreamProducerConnect`, so the address is a C function of exactly this
+            // type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUeglStreamConnection,
+                        EGLStreamKHR,
+                        EGLint,
+                        EGLint,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuEGLStreamProducerConnect` from
+            // `cudaEGL.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(conn, stream, width, height) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Disconnect CUDA as a producer  to EGLStream .
+
+ Disconnect CUDA as a producer to EGLStreamKHR.
+
+ - parameter conn            - Conection to disconnect.
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_HANDLE,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+
+ See also: ::cuEGLStreamProducerConnect, ::cuEGLStreamProducerDisconnect,
+ ::cuEGLStreamProducerPresentFrame,
+ ::cudaEGLStreamProducerDisconnect*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuEGLStreamProducerDisconnect` of `cudaEGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuEGLStreamProducerDisconnect(
+    conn: *mut CUeglStreamConnection,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[101usize], &LIBRARY, 101usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuEGLStreamProducerDisconnect` when asked for version 7000; the loader never
+            // asks below 7000 and the driver hands out its newest variant not newer than the
+            // version asked for. The generator checked that every
+            // `PFN_cuEGLStreamProducerDisconnect_v*` typedef of cudaEGLTypedefs.h from 7000 to 7000
+            // has the signature `cudaEGL.h` declares for `cuEGLStreamProducerDisconnect`, so the
+            // address is a C function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(*mut CUeglStreamConnection) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuEGLStreamProducerDisconnect` from
+            // `cudaEGL.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(conn) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Present a CUDA eglFrame to the EGLStream with CUDA as a producer.
+
+ When a frame is presented by the producer, it gets associated with the EGLStream
+ and thus it is illegal to free the frame before the producer is disconnected.
+ If a frame is freed and reused it may lead to undefined behavior.
+
+ If producer and consumer are on different GPUs (iGPU and dGPU) then frametype
+ ::CU_EGL_FRAME_TYPE_ARRAY is not supported. ::CU_EGL_FRAME_TYPE_PITCH can be used for
+ such cross-device applications.
+
+ The ::CUeglFrame is defined as:
+
+ ```text
+  typedef struct CUeglFrame_st {
+      union {
+          CUarray pArray[MAX_PLANES];
+          void*   pPitch[MAX_PLANES];
+      } frame;
+      unsigned int width;
+      unsigned int height;
+      unsigned int depth;
+      unsigned int pitch;
+      unsigned int planeCount;
+      unsigned int numChannels;
+      CUeglFrameType frameType;
+      CUeglColorFormat eglColorFormat;
+      CUarray_format cuFormat;
+  } CUeglFrame;
+ ```
+
+
+ For ::CUeglFrame of type ::CU_EGL_FRAME_TYPE_PITCH, the application may present sub-region of a memory
+ allocation. In that case, the pitched pointer will specify the start address of the sub-region in
+ the allocation and corresponding ::CUeglFrame fields will specify the dimensions of the sub-region.
+
+ - parameter conn            - Connection on which to present the CUDA array
+ - parameter eglframe        - CUDA Eglstream Proucer Frame handle to be sent to the consumer over EglStream.
+ - parameter pStream         - CUDA stream on which to present the frame.
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_HANDLE,
+
+ See also: ::cuEGLStreamProducerConnect, ::cuEGLStreamProducerDisconnect,
+ ::cuEGLStreamProducerReturnFrame,
+ ::cudaEGLStreamProducerPresentFrame*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuEGLStreamProducerPresentFrame` of `cudaEGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuEGLStreamProducerPresentFrame(
+    conn: *mut CUeglStreamConnection,
+    eglframe: CUeglFrame,
+    pStream: *mut CUstream,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[102usize], &LIBRARY, 102usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuEGLStreamProducerPresentFrame` when asked for version 7000; the loader never
+            // asks below 7000 and the driver hands out its newest variant not newer than the
+            // version asked for. The generator checked that every
+            // `PFN_cuEGLStreamProducerPresentFrame_v*` typedef of cudaEGLTypedefs.h from 7000 to
+            // 7000 has the signature `cudaEGL.h` declares for `cuEGLStreamProducerPresentFrame`, so
+            // the address is a C function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUeglStreamConnection,
+                        CUeglFrame,
+                        *mut CUstream,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuEGLStreamProducerPresentFrame` from
+            // `cudaEGL.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(conn, eglframe, pStream) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Return the CUDA eglFrame to the EGLStream released by the consumer.
+
+ This API can potentially return CUDA_ERROR_LAUNCH_TIMEOUT if the consumer has not
+ returned a frame to EGL stream. If timeout is returned the application can retry.
+
+ - parameter conn            - Connection on which to return
+ - parameter eglframe        - CUDA Eglstream Proucer Frame handle returned from the consumer over EglStream.
+ - parameter pStream         - CUDA stream on which to return the frame.
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_HANDLE,
+ ::CUDA_ERROR_LAUNCH_TIMEOUT
+
+ See also: ::cuEGLStreamProducerConnect, ::cuEGLStreamProducerDisconnect,
+ ::cuEGLStreamProducerPresentFrame,
+ ::cudaEGLStreamProducerReturnFrame*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuEGLStreamProducerReturnFrame` of `cudaEGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuEGLStreamProducerReturnFrame(
+    conn: *mut CUeglStreamConnection,
+    eglframe: *mut CUeglFrame,
+    pStream: *mut CUstream,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[103usize], &LIBRARY, 103usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuEGLStreamProducerReturnFrame` when asked for version 7000; the loader never
+            // asks below 7000 and the driver hands out its newest variant not newer than the
+            // version asked for. The generator checked that every
+            // `PFN_cuEGLStreamProducerReturnFrame_v*` typedef of cudaEGLTypedefs.h from 7000 to
+            // 7000 has the signature `cudaEGL.h` declares for `cuEGLStreamProducerReturnFrame`, so
+            // the address is a C function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUeglStreamConnection,
+                        *mut CUeglFrame,
+                        *mut CUstream,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuEGLStreamProducerReturnFrame` from
+            // `cudaEGL.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(conn, eglframe, pStream) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
 /** Creates an event
 
  Creates an event *phEvent for the current context with the flags specified via
@@ -27677,7 +29366,7 @@ pub unsafe fn cuEventCreate(
     phEvent: *mut CUevent,
     Flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[95usize], &LIBRARY, 95usize) {
+    match crate::loader::load(&SLOTS[104usize], &LIBRARY, 104usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuEventCreate` when asked for version 2000; the loader never asks below 2000 and
@@ -27699,6 +29388,80 @@ pub unsafe fn cuEventCreate(
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
 }
+/** Creates an event from EGLSync object
+
+ Creates an event *phEvent from an EGLSyncKHR eglSync with the flags specified
+ via \p flags. Valid flags include:
+ - ::CU_EVENT_DEFAULT: Default event creation flag.
+ - ::CU_EVENT_BLOCKING_SYNC: Specifies that the created event should use blocking
+ synchronization.  A CPU thread that uses ::cuEventSynchronize() to wait on
+ an event created with this flag will block until the event has actually
+ been completed.
+
+ Once the \p eglSync gets destroyed, ::cuEventDestroy is the only API
+ that can be invoked on the event.
+
+ ::cuEventRecord and TimingData are not supported for events created from EGLSync.
+
+ The EGLSyncKHR is an opaque handle to an EGL sync object.
+ typedef void* EGLSyncKHR
+
+ - parameter phEvent - Returns newly created event
+ - parameter eglSync - Opaque handle to EGLSync object
+ - parameter flags   - Event creation flags
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_DEINITIALIZED,
+ ::CUDA_ERROR_NOT_INITIALIZED,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+ ::CUDA_ERROR_INVALID_VALUE,
+ ::CUDA_ERROR_OUT_OF_MEMORY
+
+ \sa
+ ::cuEventQuery,
+ ::cuEventSynchronize,
+ ::cuEventDestroy*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuEventCreateFromEGLSync` of `cudaEGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuEventCreateFromEGLSync(
+    phEvent: *mut CUevent,
+    eglSync: EGLSyncKHR,
+    flags: ::core::ffi::c_uint,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[105usize], &LIBRARY, 105usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuEventCreateFromEGLSync` when asked for version 9000; the loader never asks
+            // below 9000 and the driver hands out its newest variant not newer than the version
+            // asked for. The generator checked that every `PFN_cuEventCreateFromEGLSync_v*` typedef
+            // of cudaEGLTypedefs.h from 9000 to 9000 has the signature `cudaEGL.h` declares for
+            // `cuEventCreateFromEGLSync`, so the address is a C function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUevent,
+                        EGLSyncKHR,
+                        ::core::ffi::c_uint,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuEventCreateFromEGLSync` from `cudaEGL.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(phEvent, eglSync, flags) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
 ///
 /** # Loading
 
@@ -27710,7 +29473,7 @@ pub unsafe fn cuEventCreate(
  This calls the C function `cuEventDestroy_v2` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuEventDestroy(hEvent: CUevent) -> CUresult {
-    match crate::loader::load(&SLOTS[96usize], &LIBRARY, 96usize) {
+    match crate::loader::load(&SLOTS[106usize], &LIBRARY, 106usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuEventDestroy` when asked for a version from 2000 to 4000; the loader never
@@ -27749,7 +29512,7 @@ pub unsafe fn cuEventElapsedTime(
     hStart: CUevent,
     hEnd: CUevent,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[97usize], &LIBRARY, 97usize) {
+    match crate::loader::load(&SLOTS[107usize], &LIBRARY, 107usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuEventElapsedTime` when asked for a version from 2000 to 12080; the loader
@@ -27811,7 +29574,7 @@ pub use self::cuEventElapsedTime as cuEventElapsedTime_v2;
  This calls the C function `cuEventQuery` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuEventQuery(hEvent: CUevent) -> CUresult {
-    match crate::loader::load(&SLOTS[98usize], &LIBRARY, 98usize) {
+    match crate::loader::load(&SLOTS[108usize], &LIBRARY, 108usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuEventQuery` when asked for version 2000; the loader never asks below 2000 and
@@ -27882,7 +29645,7 @@ pub unsafe fn cuEventQuery(hEvent: CUevent) -> CUresult {
  This calls the C function `cuEventRecord` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuEventRecord(hEvent: CUevent, hStream: CUstream) -> CUresult {
-    match crate::loader::load(&SLOTS[99usize], &LIBRARY, 99usize) {
+    match crate::loader::load(&SLOTS[109usize], &LIBRARY, 109usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuEventRecord` when asked for a version from 2000 to 7000; the loader never asks
@@ -27965,7 +29728,7 @@ pub unsafe fn cuEventRecordWithFlags(
     hStream: CUstream,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[100usize], &LIBRARY, 100usize) {
+    match crate::loader::load(&SLOTS[110usize], &LIBRARY, 110usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuEventRecordWithFlags` when asked for version 11010; the loader never asks
@@ -28029,7 +29792,7 @@ pub unsafe fn cuEventRecordWithFlags(
  This calls the C function `cuEventSynchronize` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuEventSynchronize(hEvent: CUevent) -> CUresult {
-    match crate::loader::load(&SLOTS[101usize], &LIBRARY, 101usize) {
+    match crate::loader::load(&SLOTS[111usize], &LIBRARY, 111usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuEventSynchronize` when asked for version 2000; the loader never asks below
@@ -28118,7 +29881,7 @@ pub unsafe fn cuExternalMemoryGetMappedBuffer(
     extMem: CUexternalMemory,
     bufferDesc: *const CUDA_EXTERNAL_MEMORY_BUFFER_DESC,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[102usize], &LIBRARY, 102usize) {
+    match crate::loader::load(&SLOTS[112usize], &LIBRARY, 112usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuExternalMemoryGetMappedBuffer` when asked for version 10000; the loader never
@@ -28213,7 +29976,7 @@ pub unsafe fn cuExternalMemoryGetMappedMipmappedArray(
     extMem: CUexternalMemory,
     mipmapDesc: *const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[103usize], &LIBRARY, 103usize) {
+    match crate::loader::load(&SLOTS[113usize], &LIBRARY, 113usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuExternalMemoryGetMappedMipmappedArray` when asked for version 10000; the
@@ -28325,7 +30088,7 @@ pub unsafe fn cuFabricCpyBatchAsync(
     flags: ::core::ffi::c_ulonglong,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[104usize], &LIBRARY, 104usize) {
+    match crate::loader::load(&SLOTS[114usize], &LIBRARY, 114usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuFabricCpyBatchAsync` when asked for version 13050; the loader never asks below
@@ -28401,7 +30164,7 @@ pub unsafe fn cuFlushGPUDirectRDMAWrites(
     target: CUflushGPUDirectRDMAWritesTarget,
     scope: CUflushGPUDirectRDMAWritesScope,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[105usize], &LIBRARY, 105usize) {
+    match crate::loader::load(&SLOTS[115usize], &LIBRARY, 115usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuFlushGPUDirectRDMAWrites` when asked for version 11030; the loader never asks
@@ -28534,7 +30297,7 @@ pub unsafe fn cuFuncGetAttribute(
     attrib: CUfunction_attribute,
     hfunc: CUfunction,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[106usize], &LIBRARY, 106usize) {
+    match crate::loader::load(&SLOTS[116usize], &LIBRARY, 116usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuFuncGetAttribute` when asked for version 2020; the loader never asks below
@@ -28591,7 +30354,7 @@ pub unsafe fn cuFuncGetAttribute(
  This calls the C function `cuFuncGetModule` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFuncGetModule(hmod: *mut CUmodule, hfunc: CUfunction) -> CUresult {
-    match crate::loader::load(&SLOTS[107usize], &LIBRARY, 107usize) {
+    match crate::loader::load(&SLOTS[117usize], &LIBRARY, 117usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuFuncGetModule` when asked for version 11000; the loader never asks below 11000
@@ -28642,7 +30405,7 @@ pub unsafe fn cuFuncGetName(
     name: *mut *const ::core::ffi::c_char,
     hfunc: CUfunction,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[108usize], &LIBRARY, 108usize) {
+    match crate::loader::load(&SLOTS[118usize], &LIBRARY, 118usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuFuncGetName` when asked for version 12030; the loader never asks below 12030
@@ -28690,7 +30453,7 @@ pub unsafe fn cuFuncGetName(
  This calls the C function `cuFuncGetParamCount` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFuncGetParamCount(func: CUfunction, paramCount: *mut usize) -> CUresult {
-    match crate::loader::load(&SLOTS[109usize], &LIBRARY, 109usize) {
+    match crate::loader::load(&SLOTS[119usize], &LIBRARY, 119usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuFuncGetParamCount` when asked for version 13020; the loader never asks below
@@ -28747,7 +30510,7 @@ pub unsafe fn cuFuncGetParamInfo(
     paramOffset: *mut usize,
     paramSize: *mut usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[110usize], &LIBRARY, 110usize) {
+    match crate::loader::load(&SLOTS[120usize], &LIBRARY, 120usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuFuncGetParamInfo` when asked for version 12040; the loader never asks below
@@ -28801,7 +30564,7 @@ pub unsafe fn cuFuncIsLoaded(
     state: *mut CUfunctionLoadingState,
     function: CUfunction,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[111usize], &LIBRARY, 111usize) {
+    match crate::loader::load(&SLOTS[121usize], &LIBRARY, 121usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuFuncIsLoaded` when asked for version 12040; the loader never asks below 12040
@@ -28850,7 +30613,7 @@ pub unsafe fn cuFuncIsLoaded(
  This calls the C function `cuFuncLoad` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFuncLoad(function: CUfunction) -> CUresult {
-    match crate::loader::load(&SLOTS[112usize], &LIBRARY, 112usize) {
+    match crate::loader::load(&SLOTS[122usize], &LIBRARY, 122usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuFuncLoad` when asked for version 12040; the loader never asks below 12040 and
@@ -28951,7 +30714,7 @@ pub unsafe fn cuFuncSetAttribute(
     attrib: CUfunction_attribute,
     value: ::core::ffi::c_int,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[113usize], &LIBRARY, 113usize) {
+    match crate::loader::load(&SLOTS[123usize], &LIBRARY, 123usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuFuncSetAttribute` when asked for version 9000; the loader never asks below
@@ -29024,7 +30787,7 @@ pub unsafe fn cuFuncSetBlockShape(
     y: ::core::ffi::c_int,
     z: ::core::ffi::c_int,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[114usize], &LIBRARY, 114usize) {
+    match crate::loader::load(&SLOTS[124usize], &LIBRARY, 124usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuFuncSetBlockShape` when asked for version 2000; the loader never asks below
@@ -29102,7 +30865,7 @@ pub unsafe fn cuFuncSetBlockShape(
  This calls the C function `cuFuncSetCacheConfig` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuFuncSetCacheConfig(hfunc: CUfunction, config: CUfunc_cache) -> CUresult {
-    match crate::loader::load(&SLOTS[115usize], &LIBRARY, 115usize) {
+    match crate::loader::load(&SLOTS[125usize], &LIBRARY, 125usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuFuncSetCacheConfig` when asked for version 3000; the loader never asks below
@@ -29187,7 +30950,7 @@ pub unsafe fn cuFuncSetSharedMemConfig(
     hfunc: CUfunction,
     config: CUsharedconfig,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[116usize], &LIBRARY, 116usize) {
+    match crate::loader::load(&SLOTS[126usize], &LIBRARY, 126usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuFuncSetSharedMemConfig` when asked for version 4020; the loader never asks
@@ -29252,7 +31015,7 @@ pub unsafe fn cuFuncSetSharedSize(
     hfunc: CUfunction,
     bytes: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[117usize], &LIBRARY, 117usize) {
+    match crate::loader::load(&SLOTS[127usize], &LIBRARY, 127usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuFuncSetSharedSize` when asked for version 2000; the loader never asks below
@@ -29270,6 +31033,546 @@ pub unsafe fn cuFuncSetSharedSize(
             // function's `# Safety` requires, and the arguments go unchanged to a pointer of
             // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hfunc, bytes) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+ The header declares this function as `cuGLCtxCreate_v2`.
+*/
+/** # Safety
+
+ This calls the C function `cuGLCtxCreate_v2` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuGLCtxCreate(
+    pCtx: *mut CUcontext,
+    Flags: ::core::ffi::c_uint,
+    device: CUdevice,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[128usize], &LIBRARY, 128usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuGLCtxCreate` when asked for a version from 2000 to 3020; the loader never asks
+            // below 2000 and the driver hands out its newest variant not newer than the version
+            // asked for. The generator checked that every `PFN_cuGLCtxCreate_v*` typedef of
+            // cudaGLTypedefs.h from 2000 to 3020 has the signature `cuda.h` declares for
+            // `cuGLCtxCreate_v2`, so the address is a C function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUcontext,
+                        ::core::ffi::c_uint,
+                        CUdevice,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuGLCtxCreate_v2` from `cuda.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(pCtx, Flags, device) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/// `cuGLCtxCreate_v2`, the name the header's macros give [`cuGLCtxCreate`].
+pub use self::cuGLCtxCreate as cuGLCtxCreate_v2;
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+ The header declares this function as `cuGLGetDevices_v2`.
+*/
+/** # Safety
+
+ This calls the C function `cuGLGetDevices_v2` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuGLGetDevices(
+    pCudaDeviceCount: *mut ::core::ffi::c_uint,
+    pCudaDevices: *mut CUdevice,
+    cudaDeviceCount: ::core::ffi::c_uint,
+    deviceList: CUGLDeviceList,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[129usize], &LIBRARY, 129usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuGLGetDevices` when asked for a version from 4010 to 6050; the loader never
+            // asks below 4010 and the driver hands out its newest variant not newer than the
+            // version asked for. The generator checked that every `PFN_cuGLGetDevices_v*` typedef
+            // of cudaGLTypedefs.h from 4010 to 6050 has the signature `cuda.h` declares for
+            // `cuGLGetDevices_v2`, so the address is a C function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut ::core::ffi::c_uint,
+                        *mut CUdevice,
+                        ::core::ffi::c_uint,
+                        CUGLDeviceList,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuGLGetDevices_v2` from `cuda.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
+            unsafe {
+                __cuda_sys_fn(
+                    pCudaDeviceCount,
+                    pCudaDevices,
+                    cudaDeviceCount,
+                    deviceList,
+                )
+            }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/// `cuGLGetDevices_v2`, the name the header's macros give [`cuGLGetDevices`].
+pub use self::cuGLGetDevices as cuGLGetDevices_v2;
+/** Initializes OpenGL interoperability
+
+ Deprecated. This function is deprecated as of Cuda 3.0.
+
+ Initializes OpenGL interoperability. This function is deprecated
+ and calling it is no longer required. It may fail if the needed
+ OpenGL driver facilities are not available.
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_DEINITIALIZED,
+ ::CUDA_ERROR_NOT_INITIALIZED,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+ ::CUDA_ERROR_UNKNOWN
+
+
+ See also: ::cuGLMapBufferObject,
+ ::cuGLRegisterBufferObject, ::cuGLUnmapBufferObject,
+ ::cuGLUnregisterBufferObject, ::cuGLMapBufferObjectAsync,
+ ::cuGLUnmapBufferObjectAsync, ::cuGLSetBufferObjectMapFlags,
+ ::cuWGLGetDevice*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuGLInit` of `cudaGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuGLInit() -> CUresult {
+    match crate::loader::load(&SLOTS[130usize], &LIBRARY, 130usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuGLInit` when asked for version 2000; the loader never asks below 2000 and the
+            // driver hands out its newest variant not newer than the version asked for. The
+            // generator checked that every `PFN_cuGLInit_v*` typedef of cudaGLTypedefs.h from 2000
+            // to 2000 has the signature `cudaGL.h` declares for `cuGLInit`, so the address is a C
+            // function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn() -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuGLInit` from `cudaGL.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
+            unsafe { __cuda_sys_fn() }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+ The header declares this function as `cuGLMapBufferObject_v2`.
+*/
+/** # Safety
+
+ This calls the C function `cuGLMapBufferObject_v2` of `cudaGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuGLMapBufferObject(
+    dptr: *mut CUdeviceptr,
+    size: *mut usize,
+    buffer: GLuint,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[131usize], &LIBRARY, 131usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuGLMapBufferObject` when asked for a version from 3020 to 7000; the loader
+            // never asks below 3020 and the driver hands out its newest variant not newer than the
+            // version asked for. The generator checked that every `PFN_cuGLMapBufferObject_v*`
+            // typedef of cudaGLTypedefs.h from 3020 to 7000 (the per-thread-default-stream variant
+            // of 7000 included) has the signature `cudaGL.h` declares for `cuGLMapBufferObject_v2`,
+            // so the address is a C function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUdeviceptr,
+                        *mut usize,
+                        GLuint,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuGLMapBufferObject_v2` from `cudaGL.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(dptr, size, buffer) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/// `cuGLMapBufferObject_v2`, the name the header's macros give [`cuGLMapBufferObject`].
+pub use self::cuGLMapBufferObject as cuGLMapBufferObject_v2;
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+ The header declares this function as `cuGLMapBufferObjectAsync_v2`.
+*/
+/** # Safety
+
+ This calls the C function `cuGLMapBufferObjectAsync_v2` of `cudaGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuGLMapBufferObjectAsync(
+    dptr: *mut CUdeviceptr,
+    size: *mut usize,
+    buffer: GLuint,
+    hStream: CUstream,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[132usize], &LIBRARY, 132usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuGLMapBufferObjectAsync` when asked for a version from 3020 to 7000; the loader
+            // never asks below 3020 and the driver hands out its newest variant not newer than the
+            // version asked for. The generator checked that every `PFN_cuGLMapBufferObjectAsync_v*`
+            // typedef of cudaGLTypedefs.h from 3020 to 7000 (the per-thread-default-stream variant
+            // of 7000 included) has the signature `cudaGL.h` declares for
+            // `cuGLMapBufferObjectAsync_v2`, so the address is a C function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUdeviceptr,
+                        *mut usize,
+                        GLuint,
+                        CUstream,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuGLMapBufferObjectAsync_v2` from
+            // `cudaGL.h`, as this function's `# Safety` requires, and the arguments go unchanged to
+            // a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(dptr, size, buffer, hStream) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/// `cuGLMapBufferObjectAsync_v2`, the name the header's macros give [`cuGLMapBufferObjectAsync`].
+pub use self::cuGLMapBufferObjectAsync as cuGLMapBufferObjectAsync_v2;
+/** Registers an OpenGL buffer object
+
+ Deprecated. This function is deprecated as of Cuda 3.0.
+
+ Registers the buffer object specified by \p buffer for access by
+ CUDA. This function must be called before CUDA can map the buffer
+ object.  There must be a valid OpenGL context bound to the current
+ thread when this function is called, and the buffer name is
+ resolved by that context.
+
+ - parameter buffer - The name of the buffer object to register.
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_DEINITIALIZED,
+ ::CUDA_ERROR_NOT_INITIALIZED,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+ ::CUDA_ERROR_ALREADY_MAPPED
+
+
+ See also: ::cuGraphicsGLRegisterBuffer*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuGLRegisterBufferObject` of `cudaGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuGLRegisterBufferObject(buffer: GLuint) -> CUresult {
+    match crate::loader::load(&SLOTS[133usize], &LIBRARY, 133usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuGLRegisterBufferObject` when asked for version 2000; the loader never asks
+            // below 2000 and the driver hands out its newest variant not newer than the version
+            // asked for. The generator checked that every `PFN_cuGLRegisterBufferObject_v*` typedef
+            // of cudaGLTypedefs.h from 2000 to 2000 has the signature `cudaGL.h` declares for
+            // `cuGLRegisterBufferObject`, so the address is a C function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(GLuint) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuGLRegisterBufferObject` from `cudaGL.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(buffer) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Set the map flags for an OpenGL buffer object
+
+ Deprecated. This function is deprecated as of Cuda 3.0.
+
+ Sets the map flags for the buffer object specified by \p buffer.
+
+ Changes to \p Flags will take effect the next time \p buffer is mapped.
+ The \p Flags argument may be any of the following:
+ - ::CU_GL_MAP_RESOURCE_FLAGS_NONE: Specifies no hints about how this
+ resource will be used. It is therefore assumed that this resource will be
+ read from and written to by CUDA kernels. This is the default value.
+ - ::CU_GL_MAP_RESOURCE_FLAGS_READ_ONLY: Specifies that CUDA kernels which
+ access this resource will not write to this resource.
+ - ::CU_GL_MAP_RESOURCE_FLAGS_WRITE_DISCARD: Specifies that CUDA kernels
+ which access this resource will not read from this resource and will
+ write over the entire contents of the resource, so none of the data
+ previously stored in the resource will be preserved.
+
+ If \p buffer has not been registered for use with CUDA, then
+ ::CUDA_ERROR_INVALID_HANDLE is returned. If \p buffer is presently
+ mapped for access by CUDA, then ::CUDA_ERROR_ALREADY_MAPPED is returned.
+
+ There must be a valid OpenGL context bound to the current thread
+ when this function is called.  This must be the same context, or a
+ member of the same shareGroup, as the context that was bound when
+ the buffer was registered.
+
+ - parameter buffer - Buffer object to unmap
+ - parameter Flags  - Map flags
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_NOT_INITIALIZED,
+ ::CUDA_ERROR_INVALID_HANDLE,
+ ::CUDA_ERROR_ALREADY_MAPPED,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+
+
+ See also: ::cuGraphicsResourceSetMapFlags*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuGLSetBufferObjectMapFlags` of `cudaGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuGLSetBufferObjectMapFlags(
+    buffer: GLuint,
+    Flags: ::core::ffi::c_uint,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[134usize], &LIBRARY, 134usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuGLSetBufferObjectMapFlags` when asked for version 2030; the loader never asks
+            // below 2030 and the driver hands out its newest variant not newer than the version
+            // asked for. The generator checked that every `PFN_cuGLSetBufferObjectMapFlags_v*`
+            // typedef of cudaGLTypedefs.h from 2030 to 2030 has the signature `cudaGL.h` declares
+            // for `cuGLSetBufferObjectMapFlags`, so the address is a C function of exactly this
+            // type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(GLuint, ::core::ffi::c_uint) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuGLSetBufferObjectMapFlags` from
+            // `cudaGL.h`, as this function's `# Safety` requires, and the arguments go unchanged to
+            // a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(buffer, Flags) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Unmaps an OpenGL buffer object
+
+ Deprecated. This function is deprecated as of Cuda 3.0.
+
+ Unmaps the buffer object specified by \p buffer for access by CUDA.
+
+ There must be a valid OpenGL context bound to the current thread
+ when this function is called.  This must be the same context, or a
+ member of the same shareGroup, as the context that was bound when
+ the buffer was registered.
+
+ All streams in the current CUDA context are synchronized with the
+ current GL context.
+
+ - parameter buffer - Buffer object to unmap
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_DEINITIALIZED,
+ ::CUDA_ERROR_NOT_INITIALIZED,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+ ::CUDA_ERROR_INVALID_VALUE
+
+
+ See also: ::cuGraphicsUnmapResources*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuGLUnmapBufferObject` of `cudaGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuGLUnmapBufferObject(buffer: GLuint) -> CUresult {
+    match crate::loader::load(&SLOTS[135usize], &LIBRARY, 135usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuGLUnmapBufferObject` when asked for version 2000; the loader never asks below
+            // 2000 and the driver hands out its newest variant not newer than the version asked
+            // for. The generator checked that every `PFN_cuGLUnmapBufferObject_v*` typedef of
+            // cudaGLTypedefs.h from 2000 to 2000 has the signature `cudaGL.h` declares for
+            // `cuGLUnmapBufferObject`, so the address is a C function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(GLuint) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuGLUnmapBufferObject` from `cudaGL.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(buffer) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Unmaps an OpenGL buffer object
+
+ Deprecated. This function is deprecated as of Cuda 3.0.
+
+ Unmaps the buffer object specified by \p buffer for access by CUDA.
+
+ There must be a valid OpenGL context bound to the current thread
+ when this function is called.  This must be the same context, or a
+ member of the same shareGroup, as the context that was bound when
+ the buffer was registered.
+
+ Stream \p hStream in the current CUDA context is synchronized with
+ the current GL context.
+
+ - parameter buffer  - Name of the buffer object to unmap
+ - parameter hStream - Stream to synchronize
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_DEINITIALIZED,
+ ::CUDA_ERROR_NOT_INITIALIZED,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+ ::CUDA_ERROR_INVALID_VALUE
+
+
+ See also: ::cuGraphicsUnmapResources*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuGLUnmapBufferObjectAsync` of `cudaGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuGLUnmapBufferObjectAsync(buffer: GLuint, hStream: CUstream) -> CUresult {
+    match crate::loader::load(&SLOTS[136usize], &LIBRARY, 136usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuGLUnmapBufferObjectAsync` when asked for version 2030; the loader never asks
+            // below 2030 and the driver hands out its newest variant not newer than the version
+            // asked for. The generator checked that every `PFN_cuGLUnmapBufferObjectAsync_v*`
+            // typedef of cudaGLTypedefs.h from 2030 to 2030 has the signature `cudaGL.h` declares
+            // for `cuGLUnmapBufferObjectAsync`, so the address is a C function of exactly this
+            // type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(GLuint, CUstream) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuGLUnmapBufferObjectAsync` from
+            // `cudaGL.h`, as this function's `# Safety` requires, and the arguments go unchanged to
+            // a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(buffer, hStream) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Unregister an OpenGL buffer object
+
+ Deprecated. This function is deprecated as of Cuda 3.0.
+
+ Unregisters the buffer object specified by \p buffer.  This
+ releases any resources associated with the registered buffer.
+ After this call, the buffer may no longer be mapped for access by
+ CUDA.
+
+ There must be a valid OpenGL context bound to the current thread
+ when this function is called.  This must be the same context, or a
+ member of the same shareGroup, as the context that was bound when
+ the buffer was registered.
+
+ - parameter buffer - Name of the buffer object to unregister
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_DEINITIALIZED,
+ ::CUDA_ERROR_NOT_INITIALIZED,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+ ::CUDA_ERROR_INVALID_VALUE
+
+
+ See also: ::cuGraphicsUnregisterResource*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuGLUnregisterBufferObject` of `cudaGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuGLUnregisterBufferObject(buffer: GLuint) -> CUresult {
+    match crate::loader::load(&SLOTS[137usize], &LIBRARY, 137usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuGLUnregisterBufferObject` when asked for version 2000; the loader never asks
+            // below 2000 and the driver hands out its newest variant not newer than the version
+            // asked for. The generator checked that every `PFN_cuGLUnregisterBufferObject_v*`
+            // typedef of cudaGLTypedefs.h from 2000 to 2000 has the signature `cudaGL.h` declares
+            // for `cuGLUnregisterBufferObject`, so the address is a C function of exactly this
+            // type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(GLuint) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuGLUnregisterBufferObject` from
+            // `cudaGL.h`, as this function's `# Safety` requires, and the arguments go unchanged to
+            // a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(buffer) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
@@ -29304,7 +31607,7 @@ pub unsafe fn cuGetErrorName(
     error: CUresult,
     pStr: *mut *const ::core::ffi::c_char,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[118usize], &LIBRARY, 118usize) {
+    match crate::loader::load(&SLOTS[138usize], &LIBRARY, 138usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGetErrorName` when asked for version 6000; the loader never asks below 6000
@@ -29359,7 +31662,7 @@ pub unsafe fn cuGetErrorString(
     error: CUresult,
     pStr: *mut *const ::core::ffi::c_char,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[119usize], &LIBRARY, 119usize) {
+    match crate::loader::load(&SLOTS[139usize], &LIBRARY, 139usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGetErrorString` when asked for version 6000; the loader never asks below 6000
@@ -29398,7 +31701,7 @@ pub unsafe fn cuGetExportTable(
     ppExportTable: *mut *const ::core::ffi::c_void,
     pExportTableId: *const CUuuid,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[120usize], &LIBRARY, 120usize) {
+    match crate::loader::load(&SLOTS[140usize], &LIBRARY, 140usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGetExportTable` when asked for version 3000; the loader never asks below 3000
@@ -29440,7 +31743,7 @@ pub unsafe fn cuGetProcAddress(
     flags: cuuint64_t,
     symbolStatus: *mut CUdriverProcAddressQueryResult,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[121usize], &LIBRARY, 121usize) {
+    match crate::loader::load(&SLOTS[141usize], &LIBRARY, 141usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGetProcAddress` when asked for version 12000; the loader never asks below
@@ -29538,7 +31841,7 @@ pub unsafe fn cuGraphAddBatchMemOpNode(
     numDependencies: usize,
     nodeParams: *const CUDA_BATCH_MEM_OP_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[122usize], &LIBRARY, 122usize) {
+    match crate::loader::load(&SLOTS[142usize], &LIBRARY, 142usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphAddBatchMemOpNode` when asked for version 11070; the loader never asks
@@ -29630,7 +31933,7 @@ pub unsafe fn cuGraphAddChildGraphNode(
     numDependencies: usize,
     childGraph: CUgraph,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[123usize], &LIBRARY, 123usize) {
+    match crate::loader::load(&SLOTS[143usize], &LIBRARY, 143usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphAddChildGraphNode` when asked for version 10000; the loader never asks
@@ -29683,7 +31986,7 @@ pub unsafe fn cuGraphAddDependencies(
     edgeData: *const CUgraphEdgeData,
     numDependencies: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[124usize], &LIBRARY, 124usize) {
+    match crate::loader::load(&SLOTS[144usize], &LIBRARY, 144usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphAddDependencies` when asked for version 12030; the loader never asks
@@ -29765,7 +32068,7 @@ pub unsafe fn cuGraphAddEmptyNode(
     dependencies: *const CUgraphNode,
     numDependencies: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[125usize], &LIBRARY, 125usize) {
+    match crate::loader::load(&SLOTS[145usize], &LIBRARY, 145usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphAddEmptyNode` when asked for version 10000; the loader never asks below
@@ -29848,7 +32151,7 @@ pub unsafe fn cuGraphAddEventRecordNode(
     numDependencies: usize,
     event: CUevent,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[126usize], &LIBRARY, 126usize) {
+    match crate::loader::load(&SLOTS[146usize], &LIBRARY, 146usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphAddEventRecordNode` when asked for version 11010; the loader never asks
@@ -29935,7 +32238,7 @@ pub unsafe fn cuGraphAddEventWaitNode(
     numDependencies: usize,
     event: CUevent,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[127usize], &LIBRARY, 127usize) {
+    match crate::loader::load(&SLOTS[147usize], &LIBRARY, 147usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphAddEventWaitNode` when asked for version 11010; the loader never asks
@@ -30028,7 +32331,7 @@ pub unsafe fn cuGraphAddExternalSemaphoresSignalNode(
     numDependencies: usize,
     nodeParams: *const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[128usize], &LIBRARY, 128usize) {
+    match crate::loader::load(&SLOTS[148usize], &LIBRARY, 148usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphAddExternalSemaphoresSignalNode` when asked for version 11020; the loader
@@ -30129,7 +32432,7 @@ pub unsafe fn cuGraphAddExternalSemaphoresWaitNode(
     numDependencies: usize,
     nodeParams: *const CUDA_EXT_SEM_WAIT_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[129usize], &LIBRARY, 129usize) {
+    match crate::loader::load(&SLOTS[149usize], &LIBRARY, 149usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphAddExternalSemaphoresWaitNode` when asked for version 11020; the loader
@@ -30222,7 +32525,7 @@ pub unsafe fn cuGraphAddHostNode(
     numDependencies: usize,
     nodeParams: *const CUDA_HOST_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[130usize], &LIBRARY, 130usize) {
+    match crate::loader::load(&SLOTS[150usize], &LIBRARY, 150usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphAddHostNode` when asked for version 10000; the loader never asks below
@@ -30275,7 +32578,7 @@ pub unsafe fn cuGraphAddKernelNode(
     numDependencies: usize,
     nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[131usize], &LIBRARY, 131usize) {
+    match crate::loader::load(&SLOTS[151usize], &LIBRARY, 151usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphAddKernelNode` when asked for version 12000; the loader never asks below
@@ -30402,7 +32705,7 @@ pub unsafe fn cuGraphAddMemAllocNode(
     numDependencies: usize,
     nodeParams: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[132usize], &LIBRARY, 132usize) {
+    match crate::loader::load(&SLOTS[152usize], &LIBRARY, 152usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphAddMemAllocNode` when asked for version 11040; the loader never asks
@@ -30510,7 +32813,7 @@ pub unsafe fn cuGraphAddMemFreeNode(
     numDependencies: usize,
     dptr: CUdeviceptr,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[133usize], &LIBRARY, 133usize) {
+    match crate::loader::load(&SLOTS[153usize], &LIBRARY, 153usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphAddMemFreeNode` when asked for version 11040; the loader never asks below
@@ -30604,7 +32907,7 @@ pub unsafe fn cuGraphAddMemcpyNode(
     copyParams: *const CUDA_MEMCPY3D,
     ctx: CUcontext,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[134usize], &LIBRARY, 134usize) {
+    match crate::loader::load(&SLOTS[154usize], &LIBRARY, 154usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphAddMemcpyNode` when asked for version 10000; the loader never asks below
@@ -30700,7 +33003,7 @@ pub unsafe fn cuGraphAddMemsetNode(
     memsetParams: *const CUDA_MEMSET_NODE_PARAMS,
     ctx: CUcontext,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[135usize], &LIBRARY, 135usize) {
+    match crate::loader::load(&SLOTS[155usize], &LIBRARY, 155usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphAddMemsetNode` when asked for version 10000; the loader never asks below
@@ -30756,7 +33059,7 @@ pub unsafe fn cuGraphAddNode(
     numDependencies: usize,
     nodeParams: *mut CUgraphNodeParams,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[136usize], &LIBRARY, 136usize) {
+    match crate::loader::load(&SLOTS[156usize], &LIBRARY, 156usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphAddNode` when asked for version 12030; the loader never asks below 12030
@@ -30855,7 +33158,7 @@ pub unsafe fn cuGraphAddNode_v3(
     numDependencies: usize,
     nodeParams: *mut CUgraphNodeParams,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[137usize], &LIBRARY, 137usize) {
+    match crate::loader::load(&SLOTS[157usize], &LIBRARY, 157usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphAddNode` when asked for a version from 12030 to 13040; the loader never
@@ -30933,7 +33236,7 @@ pub unsafe fn cuGraphBatchMemOpNodeGetParams(
     hNode: CUgraphNode,
     nodeParams_out: *mut CUDA_BATCH_MEM_OP_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[138usize], &LIBRARY, 138usize) {
+    match crate::loader::load(&SLOTS[158usize], &LIBRARY, 158usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphBatchMemOpNodeGetParams` when asked for version 11070; the loader never
@@ -30997,7 +33300,7 @@ pub unsafe fn cuGraphBatchMemOpNodeSetParams(
     hNode: CUgraphNode,
     nodeParams: *const CUDA_BATCH_MEM_OP_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[139usize], &LIBRARY, 139usize) {
+    match crate::loader::load(&SLOTS[159usize], &LIBRARY, 159usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphBatchMemOpNodeSetParams` when asked for version 11070; the loader never
@@ -31061,7 +33364,7 @@ pub unsafe fn cuGraphChildGraphNodeGetGraph(
     hNode: CUgraphNode,
     phGraph: *mut CUgraph,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[140usize], &LIBRARY, 140usize) {
+    match crate::loader::load(&SLOTS[160usize], &LIBRARY, 160usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphChildGraphNodeGetGraph` when asked for version 10000; the loader never
@@ -31121,7 +33424,7 @@ pub unsafe fn cuGraphClone(
     phGraphClone: *mut CUgraph,
     originalGraph: CUgraph,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[141usize], &LIBRARY, 141usize) {
+    match crate::loader::load(&SLOTS[161usize], &LIBRARY, 161usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphClone` when asked for version 10000; the loader never asks below 10000
@@ -31185,7 +33488,7 @@ pub unsafe fn cuGraphConditionalHandleCreate(
     defaultLaunchValue: ::core::ffi::c_uint,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[142usize], &LIBRARY, 142usize) {
+    match crate::loader::load(&SLOTS[162usize], &LIBRARY, 162usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphConditionalHandleCreate` when asked for version 12030; the loader never
@@ -31256,7 +33559,7 @@ pub unsafe fn cuGraphCreate(
     phGraph: *mut CUgraph,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[143usize], &LIBRARY, 143usize) {
+    match crate::loader::load(&SLOTS[163usize], &LIBRARY, 163usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphCreate` when asked for version 10000; the loader never asks below 10000
@@ -31307,7 +33610,7 @@ pub unsafe fn cuGraphDebugDotPrint(
     path: *const ::core::ffi::c_char,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[144usize], &LIBRARY, 144usize) {
+    match crate::loader::load(&SLOTS[164usize], &LIBRARY, 164usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphDebugDotPrint` when asked for version 11030; the loader never asks below
@@ -31359,7 +33662,7 @@ pub unsafe fn cuGraphDebugDotPrint(
  This calls the C function `cuGraphDestroy` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuGraphDestroy(hGraph: CUgraph) -> CUresult {
-    match crate::loader::load(&SLOTS[145usize], &LIBRARY, 145usize) {
+    match crate::loader::load(&SLOTS[165usize], &LIBRARY, 165usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphDestroy` when asked for version 10000; the loader never asks below 10000
@@ -31414,7 +33717,7 @@ pub unsafe fn cuGraphDestroy(hGraph: CUgraph) -> CUresult {
  This calls the C function `cuGraphDestroyNode` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuGraphDestroyNode(hNode: CUgraphNode) -> CUresult {
-    match crate::loader::load(&SLOTS[146usize], &LIBRARY, 146usize) {
+    match crate::loader::load(&SLOTS[166usize], &LIBRARY, 166usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphDestroyNode` when asked for version 10000; the loader never asks below
@@ -31472,7 +33775,7 @@ pub unsafe fn cuGraphEventRecordNodeGetEvent(
     hNode: CUgraphNode,
     event_out: *mut CUevent,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[147usize], &LIBRARY, 147usize) {
+    match crate::loader::load(&SLOTS[167usize], &LIBRARY, 167usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphEventRecordNodeGetEvent` when asked for version 11010; the loader never
@@ -31534,7 +33837,7 @@ pub unsafe fn cuGraphEventRecordNodeSetEvent(
     hNode: CUgraphNode,
     event: CUevent,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[148usize], &LIBRARY, 148usize) {
+    match crate::loader::load(&SLOTS[168usize], &LIBRARY, 168usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphEventRecordNodeSetEvent` when asked for version 11010; the loader never
@@ -31593,7 +33896,7 @@ pub unsafe fn cuGraphEventWaitNodeGetEvent(
     hNode: CUgraphNode,
     event_out: *mut CUevent,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[149usize], &LIBRARY, 149usize) {
+    match crate::loader::load(&SLOTS[169usize], &LIBRARY, 169usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphEventWaitNodeGetEvent` when asked for version 11010; the loader never
@@ -31653,7 +33956,7 @@ pub unsafe fn cuGraphEventWaitNodeSetEvent(
     hNode: CUgraphNode,
     event: CUevent,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[150usize], &LIBRARY, 150usize) {
+    match crate::loader::load(&SLOTS[170usize], &LIBRARY, 170usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphEventWaitNodeSetEvent` when asked for version 11010; the loader never
@@ -31735,7 +34038,7 @@ pub unsafe fn cuGraphExecBatchMemOpNodeSetParams(
     hNode: CUgraphNode,
     nodeParams: *const CUDA_BATCH_MEM_OP_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[151usize], &LIBRARY, 151usize) {
+    match crate::loader::load(&SLOTS[171usize], &LIBRARY, 171usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExecBatchMemOpNodeSetParams` when asked for version 11070; the loader
@@ -31818,7 +34121,7 @@ pub unsafe fn cuGraphExecChildGraphNodeSetParams(
     hNode: CUgraphNode,
     childGraph: CUgraph,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[152usize], &LIBRARY, 152usize) {
+    match crate::loader::load(&SLOTS[172usize], &LIBRARY, 172usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExecChildGraphNodeSetParams` when asked for version 11010; the loader
@@ -31872,7 +34175,7 @@ pub unsafe fn cuGraphExecChildGraphNodeSetParams(
  This calls the C function `cuGraphExecDestroy` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuGraphExecDestroy(hGraphExec: CUgraphExec) -> CUresult {
-    match crate::loader::load(&SLOTS[153usize], &LIBRARY, 153usize) {
+    match crate::loader::load(&SLOTS[173usize], &LIBRARY, 173usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExecDestroy` when asked for version 10000; the loader never asks below
@@ -31947,7 +34250,7 @@ pub unsafe fn cuGraphExecEventRecordNodeSetEvent(
     hNode: CUgraphNode,
     event: CUevent,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[154usize], &LIBRARY, 154usize) {
+    match crate::loader::load(&SLOTS[174usize], &LIBRARY, 174usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExecEventRecordNodeSetEvent` when asked for version 11010; the loader
@@ -32023,7 +34326,7 @@ pub unsafe fn cuGraphExecEventWaitNodeSetEvent(
     hNode: CUgraphNode,
     event: CUevent,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[155usize], &LIBRARY, 155usize) {
+    match crate::loader::load(&SLOTS[175usize], &LIBRARY, 175usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExecEventWaitNodeSetEvent` when asked for version 11010; the loader never
@@ -32102,7 +34405,7 @@ pub unsafe fn cuGraphExecExternalSemaphoresSignalNodeSetParams(
     hNode: CUgraphNode,
     nodeParams: *const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[156usize], &LIBRARY, 156usize) {
+    match crate::loader::load(&SLOTS[176usize], &LIBRARY, 176usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExecExternalSemaphoresSignalNodeSetParams` when asked for version 11020;
@@ -32187,7 +34490,7 @@ pub unsafe fn cuGraphExecExternalSemaphoresWaitNodeSetParams(
     hNode: CUgraphNode,
     nodeParams: *const CUDA_EXT_SEM_WAIT_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[157usize], &LIBRARY, 157usize) {
+    match crate::loader::load(&SLOTS[177usize], &LIBRARY, 177usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExecExternalSemaphoresWaitNodeSetParams` when asked for version 11020;
@@ -32247,7 +34550,7 @@ pub unsafe fn cuGraphExecGetFlags(
     hGraphExec: CUgraphExec,
     flags: *mut cuuint64_t,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[158usize], &LIBRARY, 158usize) {
+    match crate::loader::load(&SLOTS[178usize], &LIBRARY, 178usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExecGetFlags` when asked for version 12000; the loader never asks below
@@ -32300,7 +34603,7 @@ pub unsafe fn cuGraphExecGetId(
     hGraphExec: CUgraphExec,
     graphId: *mut ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[159usize], &LIBRARY, 159usize) {
+    match crate::loader::load(&SLOTS[179usize], &LIBRARY, 179usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExecGetId` when asked for version 13010; the loader never asks below
@@ -32375,7 +34678,7 @@ pub unsafe fn cuGraphExecHostNodeSetParams(
     hNode: CUgraphNode,
     nodeParams: *const CUDA_HOST_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[160usize], &LIBRARY, 160usize) {
+    match crate::loader::load(&SLOTS[180usize], &LIBRARY, 180usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExecHostNodeSetParams` when asked for version 10020; the loader never
@@ -32417,7 +34720,7 @@ pub unsafe fn cuGraphExecKernelNodeSetParams(
     hNode: CUgraphNode,
     nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[161usize], &LIBRARY, 161usize) {
+    match crate::loader::load(&SLOTS[181usize], &LIBRARY, 181usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExecKernelNodeSetParams` when asked for version 12000; the loader never
@@ -32506,7 +34809,7 @@ pub unsafe fn cuGraphExecMemcpyNodeSetParams(
     copyParams: *const CUDA_MEMCPY3D,
     ctx: CUcontext,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[162usize], &LIBRARY, 162usize) {
+    match crate::loader::load(&SLOTS[182usize], &LIBRARY, 182usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExecMemcpyNodeSetParams` when asked for version 10020; the loader never
@@ -32598,7 +34901,7 @@ pub unsafe fn cuGraphExecMemsetNodeSetParams(
     memsetParams: *const CUDA_MEMSET_NODE_PARAMS,
     ctx: CUcontext,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[163usize], &LIBRARY, 163usize) {
+    match crate::loader::load(&SLOTS[183usize], &LIBRARY, 183usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExecMemsetNodeSetParams` when asked for version 10020; the loader never
@@ -32683,7 +34986,7 @@ pub unsafe fn cuGraphExecNodeSetParams(
     hNode: CUgraphNode,
     nodeParams: *mut CUgraphNodeParams,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[164usize], &LIBRARY, 164usize) {
+    match crate::loader::load(&SLOTS[184usize], &LIBRARY, 184usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExecNodeSetParams` when asked for version 12020; the loader never asks
@@ -32724,7 +35027,7 @@ pub unsafe fn cuGraphExecUpdate(
     hGraph: CUgraph,
     resultInfo: *mut CUgraphExecUpdateResultInfo,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[165usize], &LIBRARY, 165usize) {
+    match crate::loader::load(&SLOTS[185usize], &LIBRARY, 185usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExecUpdate` when asked for version 12000; the loader never asks below
@@ -32795,7 +35098,7 @@ pub unsafe fn cuGraphExternalSemaphoresSignalNodeGetParams(
     hNode: CUgraphNode,
     params_out: *mut CUDA_EXT_SEM_SIGNAL_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[166usize], &LIBRARY, 166usize) {
+    match crate::loader::load(&SLOTS[186usize], &LIBRARY, 186usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExternalSemaphoresSignalNodeGetParams` when asked for version 11020; the
@@ -32860,7 +35163,7 @@ pub unsafe fn cuGraphExternalSemaphoresSignalNodeSetParams(
     hNode: CUgraphNode,
     nodeParams: *const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[167usize], &LIBRARY, 167usize) {
+    match crate::loader::load(&SLOTS[187usize], &LIBRARY, 187usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExternalSemaphoresSignalNodeSetParams` when asked for version 11020; the
@@ -32931,7 +35234,7 @@ pub unsafe fn cuGraphExternalSemaphoresWaitNodeGetParams(
     hNode: CUgraphNode,
     params_out: *mut CUDA_EXT_SEM_WAIT_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[168usize], &LIBRARY, 168usize) {
+    match crate::loader::load(&SLOTS[188usize], &LIBRARY, 188usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExternalSemaphoresWaitNodeGetParams` when asked for version 11020; the
@@ -32995,7 +35298,7 @@ pub unsafe fn cuGraphExternalSemaphoresWaitNodeSetParams(
     hNode: CUgraphNode,
     nodeParams: *const CUDA_EXT_SEM_WAIT_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[169usize], &LIBRARY, 169usize) {
+    match crate::loader::load(&SLOTS[189usize], &LIBRARY, 189usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphExternalSemaphoresWaitNodeSetParams` when asked for version 11020; the
@@ -33039,7 +35342,7 @@ pub unsafe fn cuGraphGetEdges(
     edgeData: *mut CUgraphEdgeData,
     numEdges: *mut usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[170usize], &LIBRARY, 170usize) {
+    match crate::loader::load(&SLOTS[190usize], &LIBRARY, 190usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphGetEdges` when asked for version 12030; the loader never asks below 12030
@@ -33100,7 +35403,7 @@ pub unsafe fn cuGraphGetId(
     hGraph: CUgraph,
     graphId: *mut ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[171usize], &LIBRARY, 171usize) {
+    match crate::loader::load(&SLOTS[191usize], &LIBRARY, 191usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphGetId` when asked for version 13010; the loader never asks below 13010
@@ -33163,7 +35466,7 @@ pub unsafe fn cuGraphGetNodes(
     nodes: *mut CUgraphNode,
     numNodes: *mut usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[172usize], &LIBRARY, 172usize) {
+    match crate::loader::load(&SLOTS[192usize], &LIBRARY, 192usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphGetNodes` when asked for version 10000; the loader never asks below 10000
@@ -33230,7 +35533,7 @@ pub unsafe fn cuGraphGetRootNodes(
     rootNodes: *mut CUgraphNode,
     numRootNodes: *mut usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[173usize], &LIBRARY, 173usize) {
+    match crate::loader::load(&SLOTS[193usize], &LIBRARY, 193usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphGetRootNodes` when asked for version 10000; the loader never asks below
@@ -33291,7 +35594,7 @@ pub unsafe fn cuGraphHostNodeGetParams(
     hNode: CUgraphNode,
     nodeParams: *mut CUDA_HOST_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[174usize], &LIBRARY, 174usize) {
+    match crate::loader::load(&SLOTS[194usize], &LIBRARY, 194usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphHostNodeGetParams` when asked for version 10000; the loader never asks
@@ -33351,7 +35654,7 @@ pub unsafe fn cuGraphHostNodeSetParams(
     hNode: CUgraphNode,
     nodeParams: *const CUDA_HOST_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[175usize], &LIBRARY, 175usize) {
+    match crate::loader::load(&SLOTS[195usize], &LIBRARY, 195usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphHostNodeSetParams` when asked for version 10000; the loader never asks
@@ -33391,7 +35694,7 @@ pub unsafe fn cuGraphInstantiate(
     hGraph: CUgraph,
     flags: ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[176usize], &LIBRARY, 176usize) {
+    match crate::loader::load(&SLOTS[196usize], &LIBRARY, 196usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphInstantiateWithFlags` when asked for version 11040; the loader never asks
@@ -33534,7 +35837,7 @@ pub unsafe fn cuGraphInstantiateWithParams(
     hGraph: CUgraph,
     instantiateParams: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[177usize], &LIBRARY, 177usize) {
+    match crate::loader::load(&SLOTS[197usize], &LIBRARY, 197usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphInstantiateWithParams` when asked for version 12000; the loader never
@@ -33591,7 +35894,7 @@ pub unsafe fn cuGraphKernelNodeCopyAttributes(
     dst: CUgraphNode,
     src: CUgraphNode,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[178usize], &LIBRARY, 178usize) {
+    match crate::loader::load(&SLOTS[198usize], &LIBRARY, 198usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphKernelNodeCopyAttributes` when asked for version 11000; the loader never
@@ -33645,7 +35948,7 @@ pub unsafe fn cuGraphKernelNodeGetAttribute(
     attr: CUkernelNodeAttrID,
     value_out: *mut CUkernelNodeAttrValue,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[179usize], &LIBRARY, 179usize) {
+    match crate::loader::load(&SLOTS[199usize], &LIBRARY, 199usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphKernelNodeGetAttribute` when asked for version 11000; the loader never
@@ -33686,7 +35989,7 @@ pub unsafe fn cuGraphKernelNodeGetParams(
     hNode: CUgraphNode,
     nodeParams: *mut CUDA_KERNEL_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[180usize], &LIBRARY, 180usize) {
+    match crate::loader::load(&SLOTS[200usize], &LIBRARY, 200usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphKernelNodeGetParams` when asked for version 12000; the loader never asks
@@ -33744,7 +36047,7 @@ pub unsafe fn cuGraphKernelNodeSetAttribute(
     attr: CUkernelNodeAttrID,
     value: *const CUkernelNodeAttrValue,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[181usize], &LIBRARY, 181usize) {
+    match crate::loader::load(&SLOTS[201usize], &LIBRARY, 201usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphKernelNodeSetAttribute` when asked for version 11000; the loader never
@@ -33785,7 +36088,7 @@ pub unsafe fn cuGraphKernelNodeSetParams(
     hNode: CUgraphNode,
     nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[182usize], &LIBRARY, 182usize) {
+    match crate::loader::load(&SLOTS[202usize], &LIBRARY, 202usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphKernelNodeSetParams` when asked for version 12000; the loader never asks
@@ -33848,7 +36151,7 @@ pub use self::cuGraphKernelNodeSetParams as cuGraphKernelNodeSetParams_v2;
  This calls the C function `cuGraphLaunch` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuGraphLaunch(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult {
-    match crate::loader::load(&SLOTS[183usize], &LIBRARY, 183usize) {
+    match crate::loader::load(&SLOTS[203usize], &LIBRARY, 203usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphLaunch` when asked for version 10000; the loader never asks below 10000
@@ -33908,7 +36211,7 @@ pub unsafe fn cuGraphMemAllocNodeGetParams(
     hNode: CUgraphNode,
     params_out: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[184usize], &LIBRARY, 184usize) {
+    match crate::loader::load(&SLOTS[204usize], &LIBRARY, 204usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphMemAllocNodeGetParams` when asked for version 11040; the loader never
@@ -33968,7 +36271,7 @@ pub unsafe fn cuGraphMemFreeNodeGetParams(
     hNode: CUgraphNode,
     dptr_out: *mut CUdeviceptr,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[185usize], &LIBRARY, 185usize) {
+    match crate::loader::load(&SLOTS[205usize], &LIBRARY, 205usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphMemFreeNodeGetParams` when asked for version 11040; the loader never asks
@@ -34025,7 +36328,7 @@ pub unsafe fn cuGraphMemcpyNodeGetParams(
     hNode: CUgraphNode,
     nodeParams: *mut CUDA_MEMCPY3D,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[186usize], &LIBRARY, 186usize) {
+    match crate::loader::load(&SLOTS[206usize], &LIBRARY, 206usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphMemcpyNodeGetParams` when asked for version 10000; the loader never asks
@@ -34082,7 +36385,7 @@ pub unsafe fn cuGraphMemcpyNodeSetParams(
     hNode: CUgraphNode,
     nodeParams: *const CUDA_MEMCPY3D,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[187usize], &LIBRARY, 187usize) {
+    match crate::loader::load(&SLOTS[207usize], &LIBRARY, 207usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphMemcpyNodeSetParams` when asked for version 10000; the loader never asks
@@ -34139,7 +36442,7 @@ pub unsafe fn cuGraphMemsetNodeGetParams(
     hNode: CUgraphNode,
     nodeParams: *mut CUDA_MEMSET_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[188usize], &LIBRARY, 188usize) {
+    match crate::loader::load(&SLOTS[208usize], &LIBRARY, 208usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphMemsetNodeGetParams` when asked for version 10000; the loader never asks
@@ -34199,7 +36502,7 @@ pub unsafe fn cuGraphMemsetNodeSetParams(
     hNode: CUgraphNode,
     nodeParams: *const CUDA_MEMSET_NODE_PARAMS,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[189usize], &LIBRARY, 189usize) {
+    match crate::loader::load(&SLOTS[209usize], &LIBRARY, 209usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphMemsetNodeSetParams` when asked for version 10000; the loader never asks
@@ -34260,7 +36563,7 @@ pub unsafe fn cuGraphNodeFindInClone(
     hOriginalNode: CUgraphNode,
     hClonedGraph: CUgraph,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[190usize], &LIBRARY, 190usize) {
+    match crate::loader::load(&SLOTS[210usize], &LIBRARY, 210usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphNodeFindInClone` when asked for version 10000; the loader never asks
@@ -34317,7 +36620,7 @@ pub unsafe fn cuGraphNodeGetContainingGraph(
     hNode: CUgraphNode,
     phGraph: *mut CUgraph,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[191usize], &LIBRARY, 191usize) {
+    match crate::loader::load(&SLOTS[211usize], &LIBRARY, 211usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphNodeGetContainingGraph` when asked for version 13010; the loader never
@@ -34356,7 +36659,7 @@ pub unsafe fn cuGraphNodeGetDependencies(
     edgeData: *mut CUgraphEdgeData,
     numDependencies: *mut usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[192usize], &LIBRARY, 192usize) {
+    match crate::loader::load(&SLOTS[212usize], &LIBRARY, 212usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphNodeGetDependencies` when asked for version 12030; the loader never asks
@@ -34401,7 +36704,7 @@ pub unsafe fn cuGraphNodeGetDependentNodes(
     edgeData: *mut CUgraphEdgeData,
     numDependentNodes: *mut usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[193usize], &LIBRARY, 193usize) {
+    match crate::loader::load(&SLOTS[213usize], &LIBRARY, 213usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphNodeGetDependentNodes` when asked for version 12030; the loader never
@@ -34478,7 +36781,7 @@ pub unsafe fn cuGraphNodeGetEnabled(
     hNode: CUgraphNode,
     isEnabled: *mut ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[194usize], &LIBRARY, 194usize) {
+    match crate::loader::load(&SLOTS[214usize], &LIBRARY, 214usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphNodeGetEnabled` when asked for version 11060; the loader never asks below
@@ -34536,7 +36839,7 @@ pub unsafe fn cuGraphNodeGetLocalId(
     hNode: CUgraphNode,
     nodeId: *mut ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[195usize], &LIBRARY, 195usize) {
+    match crate::loader::load(&SLOTS[215usize], &LIBRARY, 215usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphNodeGetLocalId` when asked for version 13010; the loader never asks below
@@ -34604,7 +36907,7 @@ pub unsafe fn cuGraphNodeGetParams(
     hNode: CUgraphNode,
     nodeParams: *mut CUgraphNodeParams,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[196usize], &LIBRARY, 196usize) {
+    match crate::loader::load(&SLOTS[216usize], &LIBRARY, 216usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphNodeGetParams` when asked for version 13020; the loader never asks below
@@ -34654,7 +36957,7 @@ pub unsafe fn cuGraphNodeGetToolsId(
     hNode: CUgraphNode,
     toolsNodeId: *mut ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[197usize], &LIBRARY, 197usize) {
+    match crate::loader::load(&SLOTS[217usize], &LIBRARY, 217usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphNodeGetToolsId` when asked for version 13010; the loader never asks below
@@ -34719,7 +37022,7 @@ pub unsafe fn cuGraphNodeGetType(
     hNode: CUgraphNode,
     type_: *mut CUgraphNodeType,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[198usize], &LIBRARY, 198usize) {
+    match crate::loader::load(&SLOTS[218usize], &LIBRARY, 218usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphNodeGetType` when asked for version 10000; the loader never asks below
@@ -34797,7 +37100,7 @@ pub unsafe fn cuGraphNodeSetEnabled(
     hNode: CUgraphNode,
     isEnabled: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[199usize], &LIBRARY, 199usize) {
+    match crate::loader::load(&SLOTS[219usize], &LIBRARY, 219usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphNodeSetEnabled` when asked for version 11060; the loader never asks below
@@ -34859,7 +37162,7 @@ pub unsafe fn cuGraphNodeSetParams(
     hNode: CUgraphNode,
     nodeParams: *mut CUgraphNodeParams,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[200usize], &LIBRARY, 200usize) {
+    match crate::loader::load(&SLOTS[220usize], &LIBRARY, 220usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphNodeSetParams` when asked for version 12020; the loader never asks below
@@ -34922,7 +37225,7 @@ pub unsafe fn cuGraphNodeSetParams_v2(
     hNode: CUgraphNode,
     nodeParams: *mut CUgraphNodeParams,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[201usize], &LIBRARY, 201usize) {
+    match crate::loader::load(&SLOTS[221usize], &LIBRARY, 221usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphNodeSetParams` when asked for a version from 12020 to 13040; the loader
@@ -34979,7 +37282,7 @@ pub unsafe fn cuGraphReleaseUserObject(
     object: CUuserObject,
     count: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[202usize], &LIBRARY, 202usize) {
+    match crate::loader::load(&SLOTS[222usize], &LIBRARY, 222usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphReleaseUserObject` when asked for version 11030; the loader never asks
@@ -35022,7 +37325,7 @@ pub unsafe fn cuGraphRemoveDependencies(
     edgeData: *const CUgraphEdgeData,
     numDependencies: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[203usize], &LIBRARY, 203usize) {
+    match crate::loader::load(&SLOTS[223usize], &LIBRARY, 223usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphRemoveDependencies` when asked for version 12030; the loader never asks
@@ -35091,7 +37394,7 @@ pub unsafe fn cuGraphRetainUserObject(
     count: ::core::ffi::c_uint,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[204usize], &LIBRARY, 204usize) {
+    match crate::loader::load(&SLOTS[224usize], &LIBRARY, 224usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphRetainUserObject` when asked for version 11030; the loader never asks
@@ -35150,7 +37453,7 @@ pub unsafe fn cuGraphRetainUserObject(
  This calls the C function `cuGraphUpload` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuGraphUpload(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult {
-    match crate::loader::load(&SLOTS[205usize], &LIBRARY, 205usize) {
+    match crate::loader::load(&SLOTS[225usize], &LIBRARY, 225usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphUpload` when asked for version 11010; the loader never asks below 11010
@@ -35169,6 +37472,264 @@ pub unsafe fn cuGraphUpload(hGraphExec: CUgraphExec, hStream: CUstream) -> CUres
             // function's `# Safety` requires, and the arguments go unchanged to a pointer of
             // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(hGraphExec, hStream) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Registers an EGL image
+
+ Registers the EGLImageKHR specified by \p image for access by
+ CUDA. A handle to the registered object is returned as \p pCudaResource.
+ Additional Mapping/Unmapping is not required for the registered resource and
+ ::cuGraphicsResourceGetMappedEglFrame can be directly called on the \p pCudaResource.
+
+ The application will be responsible for synchronizing access to shared objects.
+ The application must ensure that any pending operation which access the objects have completed
+ before passing control to CUDA. This may be accomplished by issuing and waiting for
+ glFinish command on all GLcontexts (for OpenGL and likewise for other APIs).
+ The application will be also responsible for ensuring that any pending operation on the
+ registered CUDA resource has completed prior to executing subsequent commands in other APIs
+ accesing the same memory objects.
+ This can be accomplished by calling cuCtxSynchronize or cuEventSynchronize (preferably).
+
+ The surface's intended usage is specified using \p flags, as follows:
+
+ - ::CU_GRAPHICS_MAP_RESOURCE_FLAGS_NONE: Specifies no hints about how this
+ resource will be used. It is therefore assumed that this resource will be
+ read from and written to by CUDA. This is the default value.
+ - ::CU_GRAPHICS_MAP_RESOURCE_FLAGS_READ_ONLY: Specifies that CUDA
+ will not write to this resource.
+ - ::CU_GRAPHICS_MAP_RESOURCE_FLAGS_WRITE_DISCARD: Specifies that
+ CUDA will not read from this resource and will write over the
+ entire contents of the resource, so none of the data previously
+ stored in the resource will be preserved.
+
+ The EGLImageKHR is an object which can be used to create EGLImage target resource. It is defined as a void pointer.
+ typedef void* EGLImageKHR
+
+ - parameter pCudaResource   - Pointer to the returned object handle
+ - parameter image           - An EGLImageKHR image which can be used to create target resource.
+ - parameter flags           - Map flags
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_HANDLE,
+ ::CUDA_ERROR_ALREADY_MAPPED,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+
+ See also: ::cuGraphicsEGLRegisterImage, ::cuGraphicsUnregisterResource,
+ ::cuGraphicsResourceSetMapFlags, ::cuGraphicsMapResources,
+ ::cuGraphicsUnmapResources,
+ ::cudaGraphicsEGLRegisterImage*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuGraphicsEGLRegisterImage` of `cudaEGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuGraphicsEGLRegisterImage(
+    pCudaResource: *mut CUgraphicsResource,
+    image: EGLImageKHR,
+    flags: ::core::ffi::c_uint,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[226usize], &LIBRARY, 226usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuGraphicsEGLRegisterImage` when asked for version 7000; the loader never asks
+            // below 7000 and the driver hands out its newest variant not newer than the version
+            // asked for. The generator checked that every `PFN_cuGraphicsEGLRegisterImage_v*`
+            // typedef of cudaEGLTypedefs.h from 7000 to 7000 has the signature `cudaEGL.h` declares
+            // for `cuGraphicsEGLRegisterImage`, so the address is a C function of exactly this
+            // type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUgraphicsResource,
+                        EGLImageKHR,
+                        ::core::ffi::c_uint,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuGraphicsEGLRegisterImage` from
+            // `cudaEGL.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(pCudaResource, image, flags) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Registers an OpenGL buffer object
+
+ Registers the buffer object specified by \p buffer for access by
+ CUDA.  A handle to the registered object is returned as \p
+ pCudaResource.  The register flags \p Flags specify the intended usage,
+ as follows:
+
+ - ::CU_GRAPHICS_REGISTER_FLAGS_NONE: Specifies no hints about how this
+ resource will be used. It is therefore assumed that this resource will be
+ read from and written to by CUDA. This is the default value.
+ - ::CU_GRAPHICS_REGISTER_FLAGS_READ_ONLY: Specifies that CUDA
+ will not write to this resource.
+ - ::CU_GRAPHICS_REGISTER_FLAGS_WRITE_DISCARD: Specifies that
+ CUDA will not read from this resource and will write over the
+ entire contents of the resource, so none of the data previously
+ stored in the resource will be preserved.
+
+ - parameter pCudaResource - Pointer to the returned object handle
+ - parameter buffer - name of buffer object to be registered
+ - parameter Flags - Register flags
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_HANDLE,
+ ::CUDA_ERROR_ALREADY_MAPPED,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+ ::CUDA_ERROR_OPERATING_SYSTEM
+
+
+ \sa
+ ::cuGraphicsUnregisterResource,
+ ::cuGraphicsMapResources,
+ ::cuGraphicsResourceGetMappedPointer,
+ ::cudaGraphicsGLRegisterBuffer*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuGraphicsGLRegisterBuffer` of `cudaGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuGraphicsGLRegisterBuffer(
+    pCudaResource: *mut CUgraphicsResource,
+    buffer: GLuint,
+    Flags: ::core::ffi::c_uint,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[227usize], &LIBRARY, 227usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuGraphicsGLRegisterBuffer` when asked for version 3000; the loader never asks
+            // below 3000 and the driver hands out its newest variant not newer than the version
+            // asked for. The generator checked that every `PFN_cuGraphicsGLRegisterBuffer_v*`
+            // typedef of cudaGLTypedefs.h from 3000 to 3000 has the signature `cudaGL.h` declares
+            // for `cuGraphicsGLRegisterBuffer`, so the address is a C function of exactly this
+            // type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUgraphicsResource,
+                        GLuint,
+                        ::core::ffi::c_uint,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuGraphicsGLRegisterBuffer` from
+            // `cudaGL.h`, as this function's `# Safety` requires, and the arguments go unchanged to
+            // a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(pCudaResource, buffer, Flags) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Register an OpenGL texture or renderbuffer object
+
+ Registers the texture or renderbuffer object specified by \p image for access by CUDA.
+ A handle to the registered object is returned as \p pCudaResource.
+
+ \p target must match the type of the object, and must be one of ::GL_TEXTURE_2D,
+ ::GL_TEXTURE_RECTANGLE, ::GL_TEXTURE_CUBE_MAP, ::GL_TEXTURE_3D, ::GL_TEXTURE_2D_ARRAY,
+ or ::GL_RENDERBUFFER.
+
+ The register flags \p Flags specify the intended usage, as follows:
+
+ - ::CU_GRAPHICS_REGISTER_FLAGS_NONE: Specifies no hints about how this
+ resource will be used. It is therefore assumed that this resource will be
+ read from and written to by CUDA. This is the default value.
+ - ::CU_GRAPHICS_REGISTER_FLAGS_READ_ONLY: Specifies that CUDA
+ will not write to this resource.
+ - ::CU_GRAPHICS_REGISTER_FLAGS_WRITE_DISCARD: Specifies that
+ CUDA will not read from this resource and will write over the
+ entire contents of the resource, so none of the data previously
+ stored in the resource will be preserved.
+ - ::CU_GRAPHICS_REGISTER_FLAGS_SURFACE_LDST: Specifies that CUDA will
+ bind this resource to a surface reference.
+ - ::CU_GRAPHICS_REGISTER_FLAGS_TEXTURE_GATHER: Specifies that CUDA will perform
+ texture gather operations on this resource.
+
+ The following image formats are supported. For brevity's sake, the list is abbreviated.
+ For ex., {GL_R, GL_RG} X {8, 16} would expand to the following 4 formats
+ {GL_R8, GL_R16, GL_RG8, GL_RG16} :
+ - GL_RED, GL_RG, GL_RGBA, GL_LUMINANCE, GL_ALPHA, GL_LUMINANCE_ALPHA, GL_INTENSITY
+ - {GL_R, GL_RG, GL_RGBA} X {8, 16, 16F, 32F, 8UI, 16UI, 32UI, 8I, 16I, 32I}
+ - {GL_LUMINANCE, GL_ALPHA, GL_LUMINANCE_ALPHA, GL_INTENSITY} X
+ {8, 16, 16F_ARB, 32F_ARB, 8UI_EXT, 16UI_EXT, 32UI_EXT, 8I_EXT, 16I_EXT, 32I_EXT}
+
+ The following image classes are currently disallowed:
+ - Textures with borders
+ - Multisampled renderbuffers
+
+ - parameter pCudaResource - Pointer to the returned object handle
+ - parameter image - name of texture or renderbuffer object to be registered
+ - parameter target - Identifies the type of object specified by \p image
+ - parameter Flags - Register flags
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_HANDLE,
+ ::CUDA_ERROR_ALREADY_MAPPED,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+ ::CUDA_ERROR_OPERATING_SYSTEM
+
+
+ \sa
+ ::cuGraphicsUnregisterResource,
+ ::cuGraphicsMapResources,
+ ::cuGraphicsSubResourceGetMappedArray,
+ ::cudaGraphicsGLRegisterImage*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuGraphicsGLRegisterImage` of `cudaGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuGraphicsGLRegisterImage(
+    pCudaResource: *mut CUgraphicsResource,
+    image: GLuint,
+    target: GLenum,
+    Flags: ::core::ffi::c_uint,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[228usize], &LIBRARY, 228usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuGraphicsGLRegisterImage` when asked for version 3000; the loader never asks
+            // below 3000 and the driver hands out its newest variant not newer than the version
+            // asked for. The generator checked that every `PFN_cuGraphicsGLRegisterImage_v*`
+            // typedef of cudaGLTypedefs.h from 3000 to 3000 has the signature `cudaGL.h` declares
+            // for `cuGraphicsGLRegisterImage`, so the address is a C function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUgraphicsResource,
+                        GLuint,
+                        GLenum,
+                        ::core::ffi::c_uint,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuGraphicsGLRegisterImage` from `cudaGL.h`,
+            // as this function's `# Safety` requires, and the arguments go unchanged to a pointer
+            // of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(pCudaResource, image, target, Flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
@@ -35223,7 +37784,7 @@ pub unsafe fn cuGraphicsMapResources(
     resources: *mut CUgraphicsResource,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[206usize], &LIBRARY, 206usize) {
+    match crate::loader::load(&SLOTS[229usize], &LIBRARY, 229usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphicsMapResources` when asked for a version from 3000 to 7000; the loader
@@ -35246,6 +37807,98 @@ pub unsafe fn cuGraphicsMapResources(
             // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
             // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(count, resources, hStream) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Get an eglFrame through which to access a registered EGL graphics resource.
+
+ Returns in \p *eglFrame an eglFrame pointer through which the registered graphics resource
+ \p resource may be accessed.
+ This API can only be called for registered EGL graphics resources.
+
+ The ::CUeglFrame is defined as:
+
+ ```text
+  typedef struct CUeglFrame_st {
+      union {
+          CUarray pArray[MAX_PLANES];
+          void*   pPitch[MAX_PLANES];
+      } frame;
+      unsigned int width;
+      unsigned int height;
+      unsigned int depth;
+      unsigned int pitch;
+      unsigned int planeCount;
+      unsigned int numChannels;
+      CUeglFrameType frameType;
+      CUeglColorFormat eglColorFormat;
+      CUarray_format cuFormat;
+  } CUeglFrame;
+ ```
+
+
+ If \p resource is not registered then ::CUDA_ERROR_NOT_MAPPED is returned.
+ *
+ - parameter eglFrame   - Returned eglFrame.
+ - parameter resource   - Registered resource to access.
+ - parameter index      - Index for cubemap surfaces.
+ - parameter mipLevel   - Mipmap level for the subresource to access.
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_DEINITIALIZED,
+ ::CUDA_ERROR_NOT_INITIALIZED,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+ ::CUDA_ERROR_INVALID_VALUE,
+ ::CUDA_ERROR_INVALID_HANDLE,
+ ::CUDA_ERROR_NOT_MAPPED
+
+ \sa
+ ::cuGraphicsMapResources,
+ ::cuGraphicsSubResourceGetMappedArray,
+ ::cuGraphicsResourceGetMappedPointer,
+ ::cudaGraphicsResourceGetMappedEglFrame*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuGraphicsResourceGetMappedEglFrame` of `cudaEGL.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuGraphicsResourceGetMappedEglFrame(
+    eglFrame: *mut CUeglFrame,
+    resource: CUgraphicsResource,
+    index: ::core::ffi::c_uint,
+    mipLevel: ::core::ffi::c_uint,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[230usize], &LIBRARY, 230usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuGraphicsResourceGetMappedEglFrame` when asked for version 7000; the loader
+            // never asks below 7000 and the driver hands out its newest variant not newer than the
+            // version asked for. The generator checked that every
+            // `PFN_cuGraphicsResourceGetMappedEglFrame_v*` typedef of cudaEGLTypedefs.h from 7000
+            // to 7000 has the signature `cudaEGL.h` declares for
+            // `cuGraphicsResourceGetMappedEglFrame`, so the address is a C function of exactly this
+            // type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUeglFrame,
+                        CUgraphicsResource,
+                        ::core::ffi::c_uint,
+                        ::core::ffi::c_uint,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuGraphicsResourceGetMappedEglFrame` from
+            // `cudaEGL.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(eglFrame, resource, index, mipLevel) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
@@ -35290,7 +37943,7 @@ pub unsafe fn cuGraphicsResourceGetMappedMipmappedArray(
     pMipmappedArray: *mut CUmipmappedArray,
     resource: CUgraphicsResource,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[207usize], &LIBRARY, 207usize) {
+    match crate::loader::load(&SLOTS[231usize], &LIBRARY, 231usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphicsResourceGetMappedMipmappedArray` when asked for version 5000; the
@@ -35332,7 +37985,7 @@ pub unsafe fn cuGraphicsResourceGetMappedPointer(
     pSize: *mut usize,
     resource: CUgraphicsResource,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[208usize], &LIBRARY, 208usize) {
+    match crate::loader::load(&SLOTS[232usize], &LIBRARY, 232usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphicsResourceGetMappedPointer` when asked for version 3020; the loader
@@ -35375,7 +38028,7 @@ pub unsafe fn cuGraphicsResourceSetMapFlags(
     resource: CUgraphicsResource,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[209usize], &LIBRARY, 209usize) {
+    match crate::loader::load(&SLOTS[233usize], &LIBRARY, 233usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphicsResourceSetMapFlags` when asked for a version from 3000 to 6050; the
@@ -35454,7 +38107,7 @@ pub unsafe fn cuGraphicsSubResourceGetMappedArray(
     arrayIndex: ::core::ffi::c_uint,
     mipLevel: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[210usize], &LIBRARY, 210usize) {
+    match crate::loader::load(&SLOTS[234usize], &LIBRARY, 234usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphicsSubResourceGetMappedArray` when asked for version 3000; the loader
@@ -35529,7 +38182,7 @@ pub unsafe fn cuGraphicsUnmapResources(
     resources: *mut CUgraphicsResource,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[211usize], &LIBRARY, 211usize) {
+    match crate::loader::load(&SLOTS[235usize], &LIBRARY, 235usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphicsUnmapResources` when asked for a version from 3000 to 7000; the loader
@@ -35592,7 +38245,7 @@ pub unsafe fn cuGraphicsUnmapResources(
  This calls the C function `cuGraphicsUnregisterResource` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuGraphicsUnregisterResource(resource: CUgraphicsResource) -> CUresult {
-    match crate::loader::load(&SLOTS[212usize], &LIBRARY, 212usize) {
+    match crate::loader::load(&SLOTS[236usize], &LIBRARY, 236usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGraphicsUnregisterResource` when asked for version 3000; the loader never asks
@@ -35610,6 +38263,217 @@ pub unsafe fn cuGraphicsUnregisterResource(resource: CUgraphicsResource) -> CUre
             // `cuda.h`, as this function's `# Safety` requires, and the arguments go unchanged to a
             // pointer of exactly that C signature (see above).
             unsafe { __cuda_sys_fn(resource) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Registers a VDPAU VdpOutputSurface object
+
+ Registers the VdpOutputSurface specified by \p vdpSurface for access by
+ CUDA. A handle to the registered object is returned as \p pCudaResource.
+ The surface's intended usage is specified using \p flags, as follows:
+
+ - ::CU_GRAPHICS_MAP_RESOURCE_FLAGS_NONE: Specifies no hints about how this
+ resource will be used. It is therefore assumed that this resource will be
+ read from and written to by CUDA. This is the default value.
+ - ::CU_GRAPHICS_MAP_RESOURCE_FLAGS_READ_ONLY: Specifies that CUDA
+ will not write to this resource.
+ - ::CU_GRAPHICS_MAP_RESOURCE_FLAGS_WRITE_DISCARD: Specifies that
+ CUDA will not read from this resource and will write over the
+ entire contents of the resource, so none of the data previously
+ stored in the resource will be preserved.
+
+ The VdpOutputSurface is presented as an array of subresources that may be
+ accessed using pointers returned by ::cuGraphicsSubResourceGetMappedArray.
+ The exact number of valid \p arrayIndex values depends on the VDPAU surface
+ format. The mapping is shown in the table below. \p mipLevel must be 0.
+
+ \htmlonly
+ <table>
+ <tr><th>VdpRGBAFormat              </th><th>arrayIndex</th><th>Size </th><th>Format </th><th>Content       </th></tr>
+ <tr><td>VDP_RGBA_FORMAT_B8G8R8A8   </td><td>0         </td><td>w x h</td><td>ARGB8  </td><td>Entire surface</td></tr>
+ <tr><td>VDP_RGBA_FORMAT_R10G10B10A2</td><td>0         </td><td>w x h</td><td>A2BGR10</td><td>Entire surface</td></tr>
+ </table>
+ \endhtmlonly
+
+ \latexonly
+ \begin{tabular}{|l|l|l|l|l|}
+ \hline
+ VdpRGBAFormat                  & arrayIndex & Size  & Format  & Content        \\
+ \hline
+ VDP\_RGBA\_FORMAT\_B8G8R8A8    & 0          & w x h & ARGB8   & Entire surface \\
+ VDP\_RGBA\_FORMAT\_R10G10B10A2 & 0          & w x h & A2BGR10 & Entire surface \\
+ \hline
+ \end{tabular}
+ \endlatexonly
+
+ - parameter pCudaResource - Pointer to the returned object handle
+ - parameter vdpSurface    - The VdpOutputSurface to be registered
+ - parameter flags         - Map flags
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_HANDLE,
+ ::CUDA_ERROR_ALREADY_MAPPED,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+
+
+ See also: ::cuCtxCreate, ::cuVDPAUCtxCreate,
+ ::cuGraphicsVDPAURegisterVideoSurface, ::cuGraphicsUnregisterResource,
+ ::cuGraphicsResourceSetMapFlags, ::cuGraphicsMapResources,
+ ::cuGraphicsUnmapResources, ::cuGraphicsSubResourceGetMappedArray,
+ ::cuVDPAUGetDevice,
+ ::cudaGraphicsVDPAURegisterOutputSurface*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuGraphicsVDPAURegisterOutputSurface` of `cudaVDPAU.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuGraphicsVDPAURegisterOutputSurface(
+    pCudaResource: *mut CUgraphicsResource,
+    vdpSurface: VdpOutputSurface,
+    flags: ::core::ffi::c_uint,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[237usize], &LIBRARY, 237usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuGraphicsVDPAURegisterOutputSurface` when asked for version 3010; the loader
+            // never asks below 3010 and the driver hands out its newest variant not newer than the
+            // version asked for. The generator checked that every
+            // `PFN_cuGraphicsVDPAURegisterOutputSurface_v*` typedef of cudaVDPAUTypedefs.h from
+            // 3010 to 3010 has the signature `cudaVDPAU.h` declares for
+            // `cuGraphicsVDPAURegisterOutputSurface`, so the address is a C function of exactly
+            // this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUgraphicsResource,
+                        VdpOutputSurface,
+                        ::core::ffi::c_uint,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuGraphicsVDPAURegisterOutputSurface` from
+            // `cudaVDPAU.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(pCudaResource, vdpSurface, flags) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/** Registers a VDPAU VdpVideoSurface object
+
+ Registers the VdpVideoSurface specified by \p vdpSurface for access by
+ CUDA. A handle to the registered object is returned as \p pCudaResource.
+ The surface's intended usage is specified using \p flags, as follows:
+
+ - ::CU_GRAPHICS_MAP_RESOURCE_FLAGS_NONE: Specifies no hints about how this
+ resource will be used. It is therefore assumed that this resource will be
+ read from and written to by CUDA. This is the default value.
+ - ::CU_GRAPHICS_MAP_RESOURCE_FLAGS_READ_ONLY: Specifies that CUDA
+ will not write to this resource.
+ - ::CU_GRAPHICS_MAP_RESOURCE_FLAGS_WRITE_DISCARD: Specifies that
+ CUDA will not read from this resource and will write over the
+ entire contents of the resource, so none of the data previously
+ stored in the resource will be preserved.
+
+ The VdpVideoSurface is presented as an array of subresources that may be
+ accessed using pointers returned by ::cuGraphicsSubResourceGetMappedArray.
+ The exact number of valid \p arrayIndex values depends on the VDPAU surface
+ format. The mapping is shown in the table below. \p mipLevel must be 0.
+
+ \htmlonly
+ <table>
+ <tr><th>VdpChromaType                               </th><th>arrayIndex</th><th>Size     </th><th>Format</th><th>Content            </th></tr>
+ <tr><td rowspan="4" valign="top">VDP_CHROMA_TYPE_420</td><td>0         </td><td>w   x h/2</td><td>R8    </td><td>Top-field luma     </td></tr>
+ <tr>                                                     <td>1         </td><td>w   x h/2</td><td>R8    </td><td>Bottom-field luma  </td></tr>
+ <tr>                                                     <td>2         </td><td>w/2 x h/4</td><td>R8G8  </td><td>Top-field chroma   </td></tr>
+ <tr>                                                     <td>3         </td><td>w/2 x h/4</td><td>R8G8  </td><td>Bottom-field chroma</td></tr>
+ <tr><td rowspan="4" valign="top">VDP_CHROMA_TYPE_422</td><td>0         </td><td>w   x h/2</td><td>R8    </td><td>Top-field luma     </td></tr>
+ <tr>                                                     <td>1         </td><td>w   x h/2</td><td>R8    </td><td>Bottom-field luma  </td></tr>
+ <tr>                                                     <td>2         </td><td>w/2 x h/2</td><td>R8G8  </td><td>Top-field chroma   </td></tr>
+ <tr>                                                     <td>3         </td><td>w/2 x h/2</td><td>R8G8  </td><td>Bottom-field chroma</td></tr>
+ </table>
+ \endhtmlonly
+
+ \latexonly
+ \begin{tabular}{|l|l|l|l|l|}
+ \hline
+ VdpChromaType          & arrayIndex & Size      & Format & Content             \\
+ \hline
+ VDP\_CHROMA\_TYPE\_420 & 0          & w x h/2   & R8     & Top-field luma      \\
+ & 1          & w x h/2   & R8     & Bottom-field luma   \\
+ & 2          & w/2 x h/4 & R8G8   & Top-field chroma    \\
+ & 3          & w/2 x h/4 & R8G8   & Bottom-field chroma \\
+ \hline
+ VDP\_CHROMA\_TYPE\_422 & 0          & w x h/2   & R8     & Top-field luma      \\
+ & 1          & w x h/2   & R8     & Bottom-field luma   \\
+ & 2          & w/2 x h/2 & R8G8   & Top-field chroma    \\
+ & 3          & w/2 x h/2 & R8G8   & Bottom-field chroma \\
+ \hline
+ \end{tabular}
+ \endlatexonly
+
+ - parameter pCudaResource - Pointer to the returned object handle
+ - parameter vdpSurface    - The VdpVideoSurface to be registered
+ - parameter flags         - Map flags
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_INVALID_HANDLE,
+ ::CUDA_ERROR_ALREADY_MAPPED,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+
+
+ See also: ::cuCtxCreate, ::cuVDPAUCtxCreate,
+ ::cuGraphicsVDPAURegisterOutputSurface, ::cuGraphicsUnregisterResource,
+ ::cuGraphicsResourceSetMapFlags, ::cuGraphicsMapResources,
+ ::cuGraphicsUnmapResources, ::cuGraphicsSubResourceGetMappedArray,
+ ::cuVDPAUGetDevice,
+ ::cudaGraphicsVDPAURegisterVideoSurface*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuGraphicsVDPAURegisterVideoSurface` of `cudaVDPAU.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuGraphicsVDPAURegisterVideoSurface(
+    pCudaResource: *mut CUgraphicsResource,
+    vdpSurface: VdpVideoSurface,
+    flags: ::core::ffi::c_uint,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[238usize], &LIBRARY, 238usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuGraphicsVDPAURegisterVideoSurface` when asked for version 3010; the loader
+            // never asks below 3010 and the driver hands out its newest variant not newer than the
+            // version asked for. The generator checked that every
+            // `PFN_cuGraphicsVDPAURegisterVideoSurface_v*` typedef of cudaVDPAUTypedefs.h from 3010
+            // to 3010 has the signature `cudaVDPAU.h` declares for
+            // `cuGraphicsVDPAURegisterVideoSurface`, so the address is a C function of exactly this
+            // type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUgraphicsResource,
+                        VdpVideoSurface,
+                        ::core::ffi::c_uint,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuGraphicsVDPAURegisterVideoSurface` from
+            // `cudaVDPAU.h`, as this function's `# Safety` requires, and the arguments go unchanged
+            // to a pointer of exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(pCudaResource, vdpSurface, flags) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
@@ -35669,7 +38533,7 @@ pub unsafe fn cuGreenCtxCreate(
     dev: CUdevice,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[213usize], &LIBRARY, 213usize) {
+    match crate::loader::load(&SLOTS[239usize], &LIBRARY, 239usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGreenCtxCreate` when asked for version 12040; the loader never asks below
@@ -35730,7 +38594,7 @@ pub unsafe fn cuGreenCtxCreate(
  This calls the C function `cuGreenCtxDestroy` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuGreenCtxDestroy(hCtx: CUgreenCtx) -> CUresult {
-    match crate::loader::load(&SLOTS[214usize], &LIBRARY, 214usize) {
+    match crate::loader::load(&SLOTS[240usize], &LIBRARY, 240usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGreenCtxDestroy` when asked for version 12040; the loader never asks below
@@ -35783,7 +38647,7 @@ pub unsafe fn cuGreenCtxGetDevResource(
     resource: *mut CUdevResource,
     type_: CUdevResourceType,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[215usize], &LIBRARY, 215usize) {
+    match crate::loader::load(&SLOTS[241usize], &LIBRARY, 241usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGreenCtxGetDevResource` when asked for version 12040; the loader never asks
@@ -35844,7 +38708,7 @@ pub unsafe fn cuGreenCtxGetId(
     greenCtx: CUgreenCtx,
     greenCtxId: *mut ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[216usize], &LIBRARY, 216usize) {
+    match crate::loader::load(&SLOTS[242usize], &LIBRARY, 242usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGreenCtxGetId` when asked for version 12090; the loader never asks below 12090
@@ -35908,7 +38772,7 @@ pub unsafe fn cuGreenCtxGetId(
  This calls the C function `cuGreenCtxRecordEvent` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuGreenCtxRecordEvent(hCtx: CUgreenCtx, hEvent: CUevent) -> CUresult {
-    match crate::loader::load(&SLOTS[217usize], &LIBRARY, 217usize) {
+    match crate::loader::load(&SLOTS[243usize], &LIBRARY, 243usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGreenCtxRecordEvent` when asked for version 12040; the loader never asks below
@@ -35997,7 +38861,7 @@ pub unsafe fn cuGreenCtxStreamCreate(
     flags: ::core::ffi::c_uint,
     priority: ::core::ffi::c_int,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[218usize], &LIBRARY, 218usize) {
+    match crate::loader::load(&SLOTS[244usize], &LIBRARY, 244usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGreenCtxStreamCreate` when asked for version 12050; the loader never asks
@@ -36064,7 +38928,7 @@ pub unsafe fn cuGreenCtxStreamCreate(
  This calls the C function `cuGreenCtxWaitEvent` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuGreenCtxWaitEvent(hCtx: CUgreenCtx, hEvent: CUevent) -> CUresult {
-    match crate::loader::load(&SLOTS[219usize], &LIBRARY, 219usize) {
+    match crate::loader::load(&SLOTS[245usize], &LIBRARY, 245usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuGreenCtxWaitEvent` when asked for version 12040; the loader never asks below
@@ -36274,7 +39138,7 @@ pub unsafe fn cuImportExternalMemory(
     extMem_out: *mut CUexternalMemory,
     memHandleDesc: *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[220usize], &LIBRARY, 220usize) {
+    match crate::loader::load(&SLOTS[246usize], &LIBRARY, 246usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuImportExternalMemory` when asked for version 10000; the loader never asks
@@ -36470,7 +39334,7 @@ pub unsafe fn cuImportExternalSemaphore(
     extSem_out: *mut CUexternalSemaphore,
     semHandleDesc: *const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[221usize], &LIBRARY, 221usize) {
+    match crate::loader::load(&SLOTS[247usize], &LIBRARY, 247usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuImportExternalSemaphore` when asked for version 10000; the loader never asks
@@ -36524,7 +39388,7 @@ pub unsafe fn cuImportExternalSemaphore(
  This calls the C function `cuInit` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuInit(Flags: ::core::ffi::c_uint) -> CUresult {
-    match crate::loader::load(&SLOTS[222usize], &LIBRARY, 222usize) {
+    match crate::loader::load(&SLOTS[248usize], &LIBRARY, 248usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuInit` when asked for version 2000; the loader never asks below 2000 and the
@@ -36589,7 +39453,7 @@ pub unsafe fn cuInit(Flags: ::core::ffi::c_uint) -> CUresult {
  This calls the C function `cuIpcCloseMemHandle` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CUresult {
-    match crate::loader::load(&SLOTS[223usize], &LIBRARY, 223usize) {
+    match crate::loader::load(&SLOTS[249usize], &LIBRARY, 249usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuIpcCloseMemHandle` when asked for version 4010; the loader never asks below
@@ -36668,7 +39532,7 @@ pub unsafe fn cuIpcGetEventHandle(
     pHandle: *mut CUipcEventHandle,
     event: CUevent,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[224usize], &LIBRARY, 224usize) {
+    match crate::loader::load(&SLOTS[250usize], &LIBRARY, 250usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuIpcGetEventHandle` when asked for version 4010; the loader never asks below
@@ -36743,7 +39607,7 @@ pub unsafe fn cuIpcGetMemHandle(
     pHandle: *mut CUipcMemHandle,
     dptr: CUdeviceptr,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[225usize], &LIBRARY, 225usize) {
+    match crate::loader::load(&SLOTS[251usize], &LIBRARY, 251usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuIpcGetMemHandle` when asked for version 4010; the loader never asks below 4010
@@ -36817,7 +39681,7 @@ pub unsafe fn cuIpcOpenEventHandle(
     phEvent: *mut CUevent,
     handle: CUipcEventHandle,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[226usize], &LIBRARY, 226usize) {
+    match crate::loader::load(&SLOTS[252usize], &LIBRARY, 252usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuIpcOpenEventHandle` when asked for version 4010; the loader never asks below
@@ -36854,7 +39718,7 @@ pub unsafe fn cuIpcOpenMemHandle(
     handle: CUipcMemHandle,
     Flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[227usize], &LIBRARY, 227usize) {
+    match crate::loader::load(&SLOTS[253usize], &LIBRARY, 253usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuIpcOpenMemHandle` when asked for a version from 4010 to 11000; the loader
@@ -36983,7 +39847,7 @@ pub unsafe fn cuKernelGetAttribute(
     kernel: CUkernel,
     dev: CUdevice,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[228usize], &LIBRARY, 228usize) {
+    match crate::loader::load(&SLOTS[254usize], &LIBRARY, 254usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuKernelGetAttribute` when asked for version 12000; the loader never asks below
@@ -37044,7 +39908,7 @@ pub unsafe fn cuKernelGetAttribute(
  This calls the C function `cuKernelGetFunction` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuKernelGetFunction(pFunc: *mut CUfunction, kernel: CUkernel) -> CUresult {
-    match crate::loader::load(&SLOTS[229usize], &LIBRARY, 229usize) {
+    match crate::loader::load(&SLOTS[255usize], &LIBRARY, 255usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuKernelGetFunction` when asked for version 12000; the loader never asks below
@@ -37095,7 +39959,7 @@ pub unsafe fn cuKernelGetFunction(pFunc: *mut CUfunction, kernel: CUkernel) -> C
  This calls the C function `cuKernelGetLibrary` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuKernelGetLibrary(pLib: *mut CUlibrary, kernel: CUkernel) -> CUresult {
-    match crate::loader::load(&SLOTS[230usize], &LIBRARY, 230usize) {
+    match crate::loader::load(&SLOTS[256usize], &LIBRARY, 256usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuKernelGetLibrary` when asked for version 12050; the loader never asks below
@@ -37146,7 +40010,7 @@ pub unsafe fn cuKernelGetName(
     name: *mut *const ::core::ffi::c_char,
     hfunc: CUkernel,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[231usize], &LIBRARY, 231usize) {
+    match crate::loader::load(&SLOTS[257usize], &LIBRARY, 257usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuKernelGetName` when asked for version 12030; the loader never asks below 12030
@@ -37197,7 +40061,7 @@ pub unsafe fn cuKernelGetParamCount(
     kernel: CUkernel,
     paramCount: *mut usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[232usize], &LIBRARY, 232usize) {
+    match crate::loader::load(&SLOTS[258usize], &LIBRARY, 258usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuKernelGetParamCount` when asked for version 13020; the loader never asks below
@@ -37254,7 +40118,7 @@ pub unsafe fn cuKernelGetParamInfo(
     paramOffset: *mut usize,
     paramSize: *mut usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[233usize], &LIBRARY, 233usize) {
+    match crate::loader::load(&SLOTS[259usize], &LIBRARY, 259usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuKernelGetParamInfo` when asked for version 12040; the loader never asks below
@@ -37375,7 +40239,7 @@ pub unsafe fn cuKernelSetAttribute(
     kernel: CUkernel,
     dev: CUdevice,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[234usize], &LIBRARY, 234usize) {
+    match crate::loader::load(&SLOTS[260usize], &LIBRARY, 260usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuKernelSetAttribute` when asked for version 12000; the loader never asks below
@@ -37471,7 +40335,7 @@ pub unsafe fn cuKernelSetCacheConfig(
     config: CUfunc_cache,
     dev: CUdevice,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[235usize], &LIBRARY, 235usize) {
+    match crate::loader::load(&SLOTS[261usize], &LIBRARY, 261usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuKernelSetCacheConfig` when asked for version 12000; the loader never asks
@@ -37551,7 +40415,7 @@ pub unsafe fn cuKernelSetCacheConfig(
  This calls the C function `cuLaunch` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuLaunch(f: CUfunction) -> CUresult {
-    match crate::loader::load(&SLOTS[236usize], &LIBRARY, 236usize) {
+    match crate::loader::load(&SLOTS[262usize], &LIBRARY, 262usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLaunch` when asked for version 2000; the loader never asks below 2000 and the
@@ -37680,7 +40544,7 @@ pub unsafe fn cuLaunchCooperativeKernel(
     hStream: CUstream,
     kernelParams: *mut *mut ::core::ffi::c_void,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[237usize], &LIBRARY, 237usize) {
+    match crate::loader::load(&SLOTS[263usize], &LIBRARY, 263usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLaunchCooperativeKernel` when asked for version 9000; the loader never asks
@@ -37879,7 +40743,7 @@ pub unsafe fn cuLaunchCooperativeKernelMultiDevice(
     numDevices: ::core::ffi::c_uint,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[238usize], &LIBRARY, 238usize) {
+    match crate::loader::load(&SLOTS[264usize], &LIBRARY, 264usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLaunchCooperativeKernelMultiDevice` when asked for version 9000; the loader
@@ -37970,7 +40834,7 @@ pub unsafe fn cuLaunchGrid(
     grid_width: ::core::ffi::c_int,
     grid_height: ::core::ffi::c_int,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[239usize], &LIBRARY, 239usize) {
+    match crate::loader::load(&SLOTS[265usize], &LIBRARY, 265usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLaunchGrid` when asked for version 2000; the loader never asks below 2000 and
@@ -38069,7 +40933,7 @@ pub unsafe fn cuLaunchGridAsync(
     grid_height: ::core::ffi::c_int,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[240usize], &LIBRARY, 240usize) {
+    match crate::loader::load(&SLOTS[266usize], &LIBRARY, 266usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLaunchGridAsync` when asked for version 2000; the loader never asks below 2000
@@ -38171,7 +41035,7 @@ pub unsafe fn cuLaunchHostFunc(
     fn_: CUhostFn,
     userData: *mut ::core::ffi::c_void,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[241usize], &LIBRARY, 241usize) {
+    match crate::loader::load(&SLOTS[267usize], &LIBRARY, 267usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLaunchHostFunc` when asked for version 10000; the loader never asks below
@@ -38275,7 +41139,7 @@ pub unsafe fn cuLaunchHostFunc_v2(
     userData: *mut ::core::ffi::c_void,
     syncMode: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[242usize], &LIBRARY, 242usize) {
+    match crate::loader::load(&SLOTS[268usize], &LIBRARY, 268usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLaunchHostFunc` when asked for version 13010; the loader never asks below
@@ -38444,7 +41308,7 @@ pub unsafe fn cuLaunchKernel(
     kernelParams: *mut *mut ::core::ffi::c_void,
     extra: *mut *mut ::core::ffi::c_void,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[243usize], &LIBRARY, 243usize) {
+    match crate::loader::load(&SLOTS[269usize], &LIBRARY, 269usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLaunchKernel` when asked for a version from 4000 to 7000; the loader never
@@ -38787,7 +41651,7 @@ pub unsafe fn cuLaunchKernelEx(
     kernelParams: *mut *mut ::core::ffi::c_void,
     extra: *mut *mut ::core::ffi::c_void,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[244usize], &LIBRARY, 244usize) {
+    match crate::loader::load(&SLOTS[270usize], &LIBRARY, 270usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLaunchKernelEx` when asked for version 11060; the loader never asks below
@@ -38844,7 +41708,7 @@ pub unsafe fn cuLibraryEnumerateKernels(
     numKernels: ::core::ffi::c_uint,
     lib: CUlibrary,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[245usize], &LIBRARY, 245usize) {
+    match crate::loader::load(&SLOTS[271usize], &LIBRARY, 271usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLibraryEnumerateKernels` when asked for version 12040; the loader never asks
@@ -38913,7 +41777,7 @@ pub unsafe fn cuLibraryGetGlobal(
     library: CUlibrary,
     name: *const ::core::ffi::c_char,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[246usize], &LIBRARY, 246usize) {
+    match crate::loader::load(&SLOTS[272usize], &LIBRARY, 272usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLibraryGetGlobal` when asked for version 12000; the loader never asks below
@@ -38977,7 +41841,7 @@ pub unsafe fn cuLibraryGetKernel(
     library: CUlibrary,
     name: *const ::core::ffi::c_char,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[247usize], &LIBRARY, 247usize) {
+    match crate::loader::load(&SLOTS[273usize], &LIBRARY, 273usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLibraryGetKernel` when asked for version 12000; the loader never asks below
@@ -39027,7 +41891,7 @@ pub unsafe fn cuLibraryGetKernelCount(
     count: *mut ::core::ffi::c_uint,
     lib: CUlibrary,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[248usize], &LIBRARY, 248usize) {
+    match crate::loader::load(&SLOTS[274usize], &LIBRARY, 274usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLibraryGetKernelCount` when asked for version 12040; the loader never asks
@@ -39089,7 +41953,7 @@ pub unsafe fn cuLibraryGetManaged(
     library: CUlibrary,
     name: *const ::core::ffi::c_char,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[249usize], &LIBRARY, 249usize) {
+    match crate::loader::load(&SLOTS[275usize], &LIBRARY, 275usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLibraryGetManaged` when asked for version 12000; the loader never asks below
@@ -39148,7 +42012,7 @@ pub unsafe fn cuLibraryGetManaged(
  This calls the C function `cuLibraryGetModule` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuLibraryGetModule(pMod: *mut CUmodule, library: CUlibrary) -> CUresult {
-    match crate::loader::load(&SLOTS[250usize], &LIBRARY, 250usize) {
+    match crate::loader::load(&SLOTS[276usize], &LIBRARY, 276usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLibraryGetModule` when asked for version 12000; the loader never asks below
@@ -39206,7 +42070,7 @@ pub unsafe fn cuLibraryGetUnifiedFunction(
     library: CUlibrary,
     symbol: *const ::core::ffi::c_char,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[251usize], &LIBRARY, 251usize) {
+    match crate::loader::load(&SLOTS[277usize], &LIBRARY, 277usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLibraryGetUnifiedFunction` when asked for version 12000; the loader never asks
@@ -39308,7 +42172,7 @@ pub unsafe fn cuLibraryLoadData(
     libraryOptionValues: *mut *mut ::core::ffi::c_void,
     numLibraryOptions: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[252usize], &LIBRARY, 252usize) {
+    match crate::loader::load(&SLOTS[278usize], &LIBRARY, 278usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLibraryLoadData` when asked for version 12000; the loader never asks below
@@ -39426,7 +42290,7 @@ pub unsafe fn cuLibraryLoadFromFile(
     libraryOptionValues: *mut *mut ::core::ffi::c_void,
     numLibraryOptions: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[253usize], &LIBRARY, 253usize) {
+    match crate::loader::load(&SLOTS[279usize], &LIBRARY, 279usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLibraryLoadFromFile` when asked for version 12000; the loader never asks below
@@ -39493,7 +42357,7 @@ pub unsafe fn cuLibraryLoadFromFile(
  This calls the C function `cuLibraryUnload` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuLibraryUnload(library: CUlibrary) -> CUresult {
-    match crate::loader::load(&SLOTS[254usize], &LIBRARY, 254usize) {
+    match crate::loader::load(&SLOTS[280usize], &LIBRARY, 280usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLibraryUnload` when asked for version 12000; the loader never asks below 12000
@@ -39535,7 +42399,7 @@ pub unsafe fn cuLinkAddData(
     options: *mut CUjit_option,
     optionValues: *mut *mut ::core::ffi::c_void,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[255usize], &LIBRARY, 255usize) {
+    match crate::loader::load(&SLOTS[281usize], &LIBRARY, 281usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLinkAddData` when asked for a version from 5050 to 6050; the loader never asks
@@ -39597,7 +42461,7 @@ pub unsafe fn cuLinkAddFile(
     options: *mut CUjit_option,
     optionValues: *mut *mut ::core::ffi::c_void,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[256usize], &LIBRARY, 256usize) {
+    match crate::loader::load(&SLOTS[282usize], &LIBRARY, 282usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLinkAddFile` when asked for a version from 5050 to 6050; the loader never asks
@@ -39665,7 +42529,7 @@ pub unsafe fn cuLinkComplete(
     cubinOut: *mut *mut ::core::ffi::c_void,
     sizeOut: *mut usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[257usize], &LIBRARY, 257usize) {
+    match crate::loader::load(&SLOTS[283usize], &LIBRARY, 283usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLinkComplete` when asked for version 5050; the loader never asks below 5050
@@ -39707,7 +42571,7 @@ pub unsafe fn cuLinkCreate(
     optionValues: *mut *mut ::core::ffi::c_void,
     stateOut: *mut CUlinkState,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[258usize], &LIBRARY, 258usize) {
+    match crate::loader::load(&SLOTS[284usize], &LIBRARY, 284usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLinkCreate` when asked for a version from 5050 to 6050; the loader never asks
@@ -39755,7 +42619,7 @@ pub use self::cuLinkCreate as cuLinkCreate_v2;
  This calls the C function `cuLinkDestroy` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuLinkDestroy(state: CUlinkState) -> CUresult {
-    match crate::loader::load(&SLOTS[259usize], &LIBRARY, 259usize) {
+    match crate::loader::load(&SLOTS[285usize], &LIBRARY, 285usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLinkDestroy` when asked for version 5050; the loader never asks below 5050 and
@@ -39833,7 +42697,7 @@ pub unsafe fn cuLogicalEndpointAddDevice(
     leId: CUlogicalEndpointId,
     dev: CUdevice,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[260usize], &LIBRARY, 260usize) {
+    match crate::loader::load(&SLOTS[286usize], &LIBRARY, 286usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogicalEndpointAddDevice` when asked for version 13030; the loader never asks
@@ -39945,7 +42809,7 @@ pub unsafe fn cuLogicalEndpointBindAddr(
     size: cuuint64_t,
     flags: ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[261usize], &LIBRARY, 261usize) {
+    match crate::loader::load(&SLOTS[287usize], &LIBRARY, 287usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogicalEndpointBindAddr` when asked for version 13030; the loader never asks
@@ -40066,7 +42930,7 @@ pub unsafe fn cuLogicalEndpointBindMem(
     size: cuuint64_t,
     flags: ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[262usize], &LIBRARY, 262usize) {
+    match crate::loader::load(&SLOTS[288usize], &LIBRARY, 288usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogicalEndpointBindMem` when asked for version 13030; the loader never asks
@@ -40167,7 +43031,7 @@ pub unsafe fn cuLogicalEndpointCreate(
     leId: CUlogicalEndpointId,
     prop: *const CUlogicalEndpointProp,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[263usize], &LIBRARY, 263usize) {
+    match crate::loader::load(&SLOTS[289usize], &LIBRARY, 289usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogicalEndpointCreate` when asked for version 13030; the loader never asks
@@ -40231,7 +43095,7 @@ pub unsafe fn cuLogicalEndpointCreate(
  This calls the C function `cuLogicalEndpointDestroy` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuLogicalEndpointDestroy(leId: CUlogicalEndpointId) -> CUresult {
-    match crate::loader::load(&SLOTS[264usize], &LIBRARY, 264usize) {
+    match crate::loader::load(&SLOTS[290usize], &LIBRARY, 290usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogicalEndpointDestroy` when asked for version 13030; the loader never asks
@@ -40303,7 +43167,7 @@ pub unsafe fn cuLogicalEndpointExport(
     leId: CUlogicalEndpointId,
     handleType: CUlogicalEndpointIpcHandleType,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[265usize], &LIBRARY, 265usize) {
+    match crate::loader::load(&SLOTS[291usize], &LIBRARY, 291usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogicalEndpointExport` when asked for version 13030; the loader never asks
@@ -40378,7 +43242,7 @@ pub unsafe fn cuLogicalEndpointGetLimits(
     maxSize: *mut cuuint64_t,
     prop: *const CUlogicalEndpointProp,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[266usize], &LIBRARY, 266usize) {
+    match crate::loader::load(&SLOTS[292usize], &LIBRARY, 292usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogicalEndpointGetLimits` when asked for version 13030; the loader never asks
@@ -40447,7 +43311,7 @@ pub unsafe fn cuLogicalEndpointIdRelease(
     baseLeId: CUlogicalEndpointId,
     count: cuuint32_t,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[267usize], &LIBRARY, 267usize) {
+    match crate::loader::load(&SLOTS[293usize], &LIBRARY, 293usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogicalEndpointIdRelease` when asked for version 13030; the loader never asks
@@ -40514,7 +43378,7 @@ pub unsafe fn cuLogicalEndpointIdReserve(
     baseLeId: *mut CUlogicalEndpointId,
     count: cuuint32_t,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[268usize], &LIBRARY, 268usize) {
+    match crate::loader::load(&SLOTS[294usize], &LIBRARY, 294usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogicalEndpointIdReserve` when asked for version 13030; the loader never asks
@@ -40591,7 +43455,7 @@ pub unsafe fn cuLogicalEndpointImport(
     handle: *const ::core::ffi::c_void,
     handleType: CUlogicalEndpointIpcHandleType,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[269usize], &LIBRARY, 269usize) {
+    match crate::loader::load(&SLOTS[295usize], &LIBRARY, 295usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogicalEndpointImport` when asked for version 13030; the loader never asks
@@ -40683,7 +43547,7 @@ pub unsafe fn cuLogicalEndpointQuery(
     count: cuuint32_t,
     queryStatus: *mut ::core::ffi::c_int,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[270usize], &LIBRARY, 270usize) {
+    match crate::loader::load(&SLOTS[296usize], &LIBRARY, 296usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogicalEndpointQuery` when asked for version 13030; the loader never asks
@@ -40765,7 +43629,7 @@ pub unsafe fn cuLogicalEndpointUnbind(
     offset: cuuint64_t,
     size: cuuint64_t,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[271usize], &LIBRARY, 271usize) {
+    match crate::loader::load(&SLOTS[297usize], &LIBRARY, 297usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogicalEndpointUnbind` when asked for version 13030; the loader never asks
@@ -40813,7 +43677,7 @@ pub unsafe fn cuLogsCurrent(
     iterator_out: *mut CUlogIterator,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[272usize], &LIBRARY, 272usize) {
+    match crate::loader::load(&SLOTS[298usize], &LIBRARY, 298usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogsCurrent` when asked for version 12090; the loader never asks below 12090
@@ -40872,7 +43736,7 @@ pub unsafe fn cuLogsDumpToFile(
     pathToFile: *const ::core::ffi::c_char,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[273usize], &LIBRARY, 273usize) {
+    match crate::loader::load(&SLOTS[299usize], &LIBRARY, 299usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogsDumpToFile` when asked for version 12090; the loader never asks below
@@ -40945,7 +43809,7 @@ pub unsafe fn cuLogsDumpToMemory(
     size: *mut usize,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[274usize], &LIBRARY, 274usize) {
+    match crate::loader::load(&SLOTS[300usize], &LIBRARY, 300usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogsDumpToMemory` when asked for version 12090; the loader never asks below
@@ -40995,7 +43859,7 @@ pub unsafe fn cuLogsRegisterCallback(
     userData: *mut ::core::ffi::c_void,
     callback_out: *mut CUlogsCallbackHandle,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[275usize], &LIBRARY, 275usize) {
+    match crate::loader::load(&SLOTS[301usize], &LIBRARY, 301usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogsRegisterCallback` when asked for version 12090; the loader never asks
@@ -41038,7 +43902,7 @@ pub unsafe fn cuLogsRegisterCallback(
  This calls the C function `cuLogsUnregisterCallback` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuLogsUnregisterCallback(callback: CUlogsCallbackHandle) -> CUresult {
-    match crate::loader::load(&SLOTS[276usize], &LIBRARY, 276usize) {
+    match crate::loader::load(&SLOTS[302usize], &LIBRARY, 302usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuLogsUnregisterCallback` when asked for version 12090; the loader never asks
@@ -41087,7 +43951,7 @@ pub unsafe fn cuLogsUnregisterCallback(callback: CUlogsCallbackHandle) -> CUresu
  This calls the C function `cuMemAddressFree` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
-    match crate::loader::load(&SLOTS[277usize], &LIBRARY, 277usize) {
+    match crate::loader::load(&SLOTS[303usize], &LIBRARY, 303usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemAddressFree` when asked for version 10020; the loader never asks below
@@ -41150,7 +44014,7 @@ pub unsafe fn cuMemAddressReserve(
     addr: CUdeviceptr,
     flags: ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[278usize], &LIBRARY, 278usize) {
+    match crate::loader::load(&SLOTS[304usize], &LIBRARY, 304usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemAddressReserve` when asked for version 10020; the loader never asks below
@@ -41194,7 +44058,7 @@ pub unsafe fn cuMemAdvise(
     advice: CUmem_advise,
     location: CUmemLocation,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[279usize], &LIBRARY, 279usize) {
+    match crate::loader::load(&SLOTS[305usize], &LIBRARY, 305usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemAdvise` when asked for version 12020; the loader never asks below 12020 and
@@ -41234,7 +44098,7 @@ pub use self::cuMemAdvise as cuMemAdvise_v2;
  This calls the C function `cuMemAlloc_v2` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuMemAlloc(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
-    match crate::loader::load(&SLOTS[280usize], &LIBRARY, 280usize) {
+    match crate::loader::load(&SLOTS[306usize], &LIBRARY, 306usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemAlloc` when asked for version 3020; the loader never asks below 3020 and
@@ -41302,7 +44166,7 @@ pub unsafe fn cuMemAllocAsync(
     bytesize: usize,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[281usize], &LIBRARY, 281usize) {
+    match crate::loader::load(&SLOTS[307usize], &LIBRARY, 307usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemAllocAsync` when asked for version 11020; the loader never asks below 11020
@@ -41376,7 +44240,7 @@ pub unsafe fn cuMemAllocFromPoolAsync(
     pool: CUmemoryPool,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[282usize], &LIBRARY, 282usize) {
+    match crate::loader::load(&SLOTS[308usize], &LIBRARY, 308usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemAllocFromPoolAsync` when asked for version 11020; the loader never asks
@@ -41418,7 +44282,7 @@ pub unsafe fn cuMemAllocHost(
     pp: *mut *mut ::core::ffi::c_void,
     bytesize: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[283usize], &LIBRARY, 283usize) {
+    match crate::loader::load(&SLOTS[309usize], &LIBRARY, 309usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemAllocHost` when asked for version 3020; the loader never asks below 3020
@@ -41565,7 +44429,7 @@ pub unsafe fn cuMemAllocManaged(
     bytesize: usize,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[284usize], &LIBRARY, 284usize) {
+    match crate::loader::load(&SLOTS[310usize], &LIBRARY, 310usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemAllocManaged` when asked for version 6000; the loader never asks below 6000
@@ -41608,7 +44472,7 @@ pub unsafe fn cuMemAllocPitch(
     Height: usize,
     ElementSizeBytes: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[285usize], &LIBRARY, 285usize) {
+    match crate::loader::load(&SLOTS[311usize], &LIBRARY, 311usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemAllocPitch` when asked for version 3020; the loader never asks below 3020
@@ -41656,7 +44520,7 @@ pub unsafe fn cuMemBatchDecompressAsync(
     errorIndex: *mut usize,
     stream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[286usize], &LIBRARY, 286usize) {
+    match crate::loader::load(&SLOTS[312usize], &LIBRARY, 312usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemBatchDecompressAsync` when asked for version 12060; the loader never asks
@@ -41772,7 +44636,7 @@ pub unsafe fn cuMemCreate(
     prop: *const CUmemAllocationProp,
     flags: ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[287usize], &LIBRARY, 287usize) {
+    match crate::loader::load(&SLOTS[313usize], &LIBRARY, 313usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemCreate` when asked for version 10020; the loader never asks below 10020 and
@@ -41818,7 +44682,7 @@ pub unsafe fn cuMemDiscardAndPrefetchBatchAsync(
     flags: ::core::ffi::c_ulonglong,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[288usize], &LIBRARY, 288usize) {
+    match crate::loader::load(&SLOTS[314usize], &LIBRARY, 314usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemDiscardAndPrefetchBatchAsync` when asked for version 13000; the loader
@@ -41878,7 +44742,7 @@ pub unsafe fn cuMemDiscardBatchAsync(
     flags: ::core::ffi::c_ulonglong,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[289usize], &LIBRARY, 289usize) {
+    match crate::loader::load(&SLOTS[315usize], &LIBRARY, 315usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemDiscardBatchAsync` when asked for version 13000; the loader never asks
@@ -41951,7 +44815,7 @@ pub unsafe fn cuMemExportToShareableHandle(
     handleType: CUmemAllocationHandleType,
     flags: ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[290usize], &LIBRARY, 290usize) {
+    match crate::loader::load(&SLOTS[316usize], &LIBRARY, 316usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemExportToShareableHandle` when asked for version 10020; the loader never
@@ -41990,7 +44854,7 @@ pub unsafe fn cuMemExportToShareableHandle(
  This calls the C function `cuMemFree_v2` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuMemFree(dptr: CUdeviceptr) -> CUresult {
-    match crate::loader::load(&SLOTS[291usize], &LIBRARY, 291usize) {
+    match crate::loader::load(&SLOTS[317usize], &LIBRARY, 317usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemFree` when asked for version 3020; the loader never asks below 3020 and the
@@ -42042,7 +44906,7 @@ pub use self::cuMemFree as cuMemFree_v2;
  This calls the C function `cuMemFreeAsync` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuMemFreeAsync(dptr: CUdeviceptr, hStream: CUstream) -> CUresult {
-    match crate::loader::load(&SLOTS[292usize], &LIBRARY, 292usize) {
+    match crate::loader::load(&SLOTS[318usize], &LIBRARY, 318usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemFreeAsync` when asked for version 11020; the loader never asks below 11020
@@ -42101,7 +44965,7 @@ pub unsafe fn cuMemFreeAsync(dptr: CUdeviceptr, hStream: CUstream) -> CUresult {
  This calls the C function `cuMemFreeHost` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuMemFreeHost(p: *mut ::core::ffi::c_void) -> CUresult {
-    match crate::loader::load(&SLOTS[293usize], &LIBRARY, 293usize) {
+    match crate::loader::load(&SLOTS[319usize], &LIBRARY, 319usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemFreeHost` when asked for version 2000; the loader never asks below 2000 and
@@ -42152,7 +45016,7 @@ pub unsafe fn cuMemGetAccess(
     location: *const CUmemLocation,
     ptr: CUdeviceptr,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[294usize], &LIBRARY, 294usize) {
+    match crate::loader::load(&SLOTS[320usize], &LIBRARY, 320usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemGetAccess` when asked for version 10020; the loader never asks below 10020
@@ -42193,7 +45057,7 @@ pub unsafe fn cuMemGetAddressRange(
     psize: *mut usize,
     dptr: CUdeviceptr,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[295usize], &LIBRARY, 295usize) {
+    match crate::loader::load(&SLOTS[321usize], &LIBRARY, 321usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemGetAddressRange` when asked for version 3020; the loader never asks below
@@ -42253,7 +45117,7 @@ pub unsafe fn cuMemGetAllocationGranularity(
     prop: *const CUmemAllocationProp,
     option: CUmemAllocationGranularity_flags,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[296usize], &LIBRARY, 296usize) {
+    match crate::loader::load(&SLOTS[322usize], &LIBRARY, 322usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemGetAllocationGranularity` when asked for version 10020; the loader never
@@ -42306,7 +45170,7 @@ pub unsafe fn cuMemGetAllocationPropertiesFromHandle(
     prop: *mut CUmemAllocationProp,
     handle: CUmemGenericAllocationHandle,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[297usize], &LIBRARY, 297usize) {
+    match crate::loader::load(&SLOTS[323usize], &LIBRARY, 323usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemGetAllocationPropertiesFromHandle` when asked for version 10020; the loader
@@ -42367,7 +45231,7 @@ pub unsafe fn cuMemGetDefaultMemPool(
     location: *mut CUmemLocation,
     type_: CUmemAllocationType,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[298usize], &LIBRARY, 298usize) {
+    match crate::loader::load(&SLOTS[324usize], &LIBRARY, 324usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemGetDefaultMemPool` when asked for version 13000; the loader never asks
@@ -42461,7 +45325,7 @@ pub unsafe fn cuMemGetHandleForAddressRange(
     handleType: CUmemRangeHandleType,
     flags: ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[299usize], &LIBRARY, 299usize) {
+    match crate::loader::load(&SLOTS[325usize], &LIBRARY, 325usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemGetHandleForAddressRange` when asked for version 11070; the loader never
@@ -42501,7 +45365,7 @@ pub unsafe fn cuMemGetHandleForAddressRange(
  This calls the C function `cuMemGetInfo_v2` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuMemGetInfo(free: *mut usize, total: *mut usize) -> CUresult {
-    match crate::loader::load(&SLOTS[300usize], &LIBRARY, 300usize) {
+    match crate::loader::load(&SLOTS[326usize], &LIBRARY, 326usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemGetInfo` when asked for version 3020; the loader never asks below 3020 and
@@ -42585,7 +45449,7 @@ pub unsafe fn cuMemGetLocationInfo(
     samplingGranularity: usize,
     location_out: *mut CUmemLocation,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[301usize], &LIBRARY, 301usize) {
+    match crate::loader::load(&SLOTS[327usize], &LIBRARY, 327usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemGetLocationInfo` when asked for version 13040; the loader never asks below
@@ -42658,7 +45522,7 @@ pub unsafe fn cuMemGetMemPool(
     location: *mut CUmemLocation,
     type_: CUmemAllocationType,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[302usize], &LIBRARY, 302usize) {
+    match crate::loader::load(&SLOTS[328usize], &LIBRARY, 328usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemGetMemPool` when asked for version 13000; the loader never asks below 13000
@@ -42778,7 +45642,7 @@ pub unsafe fn cuMemHostAlloc(
     bytesize: usize,
     Flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[303usize], &LIBRARY, 303usize) {
+    match crate::loader::load(&SLOTS[329usize], &LIBRARY, 329usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemHostAlloc` when asked for version 2020; the loader never asks below 2020
@@ -42819,7 +45683,7 @@ pub unsafe fn cuMemHostGetDevicePointer(
     p: *mut ::core::ffi::c_void,
     Flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[304usize], &LIBRARY, 304usize) {
+    match crate::loader::load(&SLOTS[330usize], &LIBRARY, 330usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemHostGetDevicePointer` when asked for version 3020; the loader never asks
@@ -42883,7 +45747,7 @@ pub unsafe fn cuMemHostGetFlags(
     pFlags: *mut ::core::ffi::c_uint,
     p: *mut ::core::ffi::c_void,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[305usize], &LIBRARY, 305usize) {
+    match crate::loader::load(&SLOTS[331usize], &LIBRARY, 331usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemHostGetFlags` when asked for version 2030; the loader never asks below 2030
@@ -42923,7 +45787,7 @@ pub unsafe fn cuMemHostRegister(
     bytesize: usize,
     Flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[306usize], &LIBRARY, 306usize) {
+    match crate::loader::load(&SLOTS[332usize], &LIBRARY, 332usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemHostRegister` when asked for a version from 4000 to 6050; the loader never
@@ -42983,7 +45847,7 @@ pub use self::cuMemHostRegister as cuMemHostRegister_v2;
  This calls the C function `cuMemHostUnregister` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuMemHostUnregister(p: *mut ::core::ffi::c_void) -> CUresult {
-    match crate::loader::load(&SLOTS[307usize], &LIBRARY, 307usize) {
+    match crate::loader::load(&SLOTS[333usize], &LIBRARY, 333usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemHostUnregister` when asked for version 4000; the loader never asks below
@@ -43046,7 +45910,7 @@ pub unsafe fn cuMemImportFromShareableHandle(
     osHandle: *mut ::core::ffi::c_void,
     shHandleType: CUmemAllocationHandleType,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[308usize], &LIBRARY, 308usize) {
+    match crate::loader::load(&SLOTS[334usize], &LIBRARY, 334usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemImportFromShareableHandle` when asked for version 10020; the loader never
@@ -43145,7 +46009,7 @@ pub unsafe fn cuMemMap(
     handle: CUmemGenericAllocationHandle,
     flags: ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[309usize], &LIBRARY, 309usize) {
+    match crate::loader::load(&SLOTS[335usize], &LIBRARY, 335usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemMap` when asked for version 10020; the loader never asks below 10020 and
@@ -43324,7 +46188,7 @@ pub unsafe fn cuMemMapArrayAsync(
     count: ::core::ffi::c_uint,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[310usize], &LIBRARY, 310usize) {
+    match crate::loader::load(&SLOTS[336usize], &LIBRARY, 336usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemMapArrayAsync` when asked for version 11010; the loader never asks below
@@ -43433,7 +46297,7 @@ pub unsafe fn cuMemPoolCreate(
     pool: *mut CUmemoryPool,
     poolProps: *const CUmemPoolProps,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[311usize], &LIBRARY, 311usize) {
+    match crate::loader::load(&SLOTS[337usize], &LIBRARY, 337usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemPoolCreate` when asked for version 11020; the loader never asks below 11020
@@ -43487,7 +46351,7 @@ pub unsafe fn cuMemPoolCreate(
  This calls the C function `cuMemPoolDestroy` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
-    match crate::loader::load(&SLOTS[312usize], &LIBRARY, 312usize) {
+    match crate::loader::load(&SLOTS[338usize], &LIBRARY, 338usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemPoolDestroy` when asked for version 11020; the loader never asks below
@@ -43538,7 +46402,7 @@ pub unsafe fn cuMemPoolExportPointer(
     shareData_out: *mut CUmemPoolPtrExportData,
     ptr: CUdeviceptr,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[313usize], &LIBRARY, 313usize) {
+    match crate::loader::load(&SLOTS[339usize], &LIBRARY, 339usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemPoolExportPointer` when asked for version 11020; the loader never asks
@@ -43603,7 +46467,7 @@ pub unsafe fn cuMemPoolExportToShareableHandle(
     handleType: CUmemAllocationHandleType,
     flags: ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[314usize], &LIBRARY, 314usize) {
+    match crate::loader::load(&SLOTS[340usize], &LIBRARY, 340usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemPoolExportToShareableHandle` when asked for version 11020; the loader never
@@ -43655,7 +46519,7 @@ pub unsafe fn cuMemPoolGetAccess(
     memPool: CUmemoryPool,
     location: *mut CUmemLocation,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[315usize], &LIBRARY, 315usize) {
+    match crate::loader::load(&SLOTS[341usize], &LIBRARY, 341usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemPoolGetAccess` when asked for version 11020; the loader never asks below
@@ -43768,7 +46632,7 @@ pub unsafe fn cuMemPoolGetAttribute(
     attr: CUmemPool_attribute,
     value: *mut ::core::ffi::c_void,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[316usize], &LIBRARY, 316usize) {
+    match crate::loader::load(&SLOTS[342usize], &LIBRARY, 342usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemPoolGetAttribute` when asked for version 11020; the loader never asks below
@@ -43833,7 +46697,7 @@ pub unsafe fn cuMemPoolImportFromShareableHandle(
     handleType: CUmemAllocationHandleType,
     flags: ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[317usize], &LIBRARY, 317usize) {
+    match crate::loader::load(&SLOTS[343usize], &LIBRARY, 343usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemPoolImportFromShareableHandle` when asked for version 11020; the loader
@@ -43900,7 +46764,7 @@ pub unsafe fn cuMemPoolImportPointer(
     pool: CUmemoryPool,
     shareData: *mut CUmemPoolPtrExportData,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[318usize], &LIBRARY, 318usize) {
+    match crate::loader::load(&SLOTS[344usize], &LIBRARY, 344usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemPoolImportPointer` when asked for version 11020; the loader never asks
@@ -43954,7 +46818,7 @@ pub unsafe fn cuMemPoolSetAccess(
     map: *const CUmemAccessDesc,
     count: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[319usize], &LIBRARY, 319usize) {
+    match crate::loader::load(&SLOTS[345usize], &LIBRARY, 345usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemPoolSetAccess` when asked for version 11020; the loader never asks below
@@ -44033,7 +46897,7 @@ pub unsafe fn cuMemPoolSetAttribute(
     attr: CUmemPool_attribute,
     value: *mut ::core::ffi::c_void,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[320usize], &LIBRARY, 320usize) {
+    match crate::loader::load(&SLOTS[346usize], &LIBRARY, 346usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemPoolSetAttribute` when asked for version 11020; the loader never asks below
@@ -44092,7 +46956,7 @@ pub unsafe fn cuMemPoolSetAttribute(
  This calls the C function `cuMemPoolTrimTo` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuMemPoolTrimTo(pool: CUmemoryPool, minBytesToKeep: usize) -> CUresult {
-    match crate::loader::load(&SLOTS[321usize], &LIBRARY, 321usize) {
+    match crate::loader::load(&SLOTS[347usize], &LIBRARY, 347usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemPoolTrimTo` when asked for version 11020; the loader never asks below 11020
@@ -44131,7 +46995,7 @@ pub unsafe fn cuMemPrefetchAsync(
     flags: ::core::ffi::c_uint,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[322usize], &LIBRARY, 322usize) {
+    match crate::loader::load(&SLOTS[348usize], &LIBRARY, 348usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemPrefetchAsync` when asked for version 12020; the loader never asks below
@@ -44181,7 +47045,7 @@ pub unsafe fn cuMemPrefetchBatchAsync(
     flags: ::core::ffi::c_ulonglong,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[323usize], &LIBRARY, 323usize) {
+    match crate::loader::load(&SLOTS[349usize], &LIBRARY, 349usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemPrefetchBatchAsync` when asked for version 13000; the loader never asks
@@ -44317,7 +47181,7 @@ pub unsafe fn cuMemRangeGetAttribute(
     devPtr: CUdeviceptr,
     count: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[324usize], &LIBRARY, 324usize) {
+    match crate::loader::load(&SLOTS[350usize], &LIBRARY, 350usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemRangeGetAttribute` when asked for version 8000; the loader never asks below
@@ -44402,7 +47266,7 @@ pub unsafe fn cuMemRangeGetAttributes(
     devPtr: CUdeviceptr,
     count: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[325usize], &LIBRARY, 325usize) {
+    match crate::loader::load(&SLOTS[351usize], &LIBRARY, 351usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemRangeGetAttributes` when asked for version 8000; the loader never asks
@@ -44466,7 +47330,7 @@ pub unsafe fn cuMemRangeGetAttributes(
  This calls the C function `cuMemRelease` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
-    match crate::loader::load(&SLOTS[326usize], &LIBRARY, 326usize) {
+    match crate::loader::load(&SLOTS[352usize], &LIBRARY, 352usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemRelease` when asked for version 10020; the loader never asks below 10020
@@ -44521,7 +47385,7 @@ pub unsafe fn cuMemRetainAllocationHandle(
     handle: *mut CUmemGenericAllocationHandle,
     addr: *mut ::core::ffi::c_void,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[327usize], &LIBRARY, 327usize) {
+    match crate::loader::load(&SLOTS[353usize], &LIBRARY, 353usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemRetainAllocationHandle` when asked for version 11000; the loader never asks
@@ -44591,7 +47455,7 @@ pub unsafe fn cuMemSetAccess(
     desc: *const CUmemAccessDesc,
     count: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[328usize], &LIBRARY, 328usize) {
+    match crate::loader::load(&SLOTS[354usize], &LIBRARY, 354usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemSetAccess` when asked for version 10020; the loader never asks below 10020
@@ -44659,7 +47523,7 @@ pub unsafe fn cuMemSetMemPool(
     type_: CUmemAllocationType,
     pool: CUmemoryPool,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[329usize], &LIBRARY, 329usize) {
+    match crate::loader::load(&SLOTS[355usize], &LIBRARY, 355usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemSetMemPool` when asked for version 13000; the loader never asks below 13000
@@ -44720,7 +47584,7 @@ pub unsafe fn cuMemSetMemPool(
  This calls the C function `cuMemUnmap` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
-    match crate::loader::load(&SLOTS[330usize], &LIBRARY, 330usize) {
+    match crate::loader::load(&SLOTS[356usize], &LIBRARY, 356usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemUnmap` when asked for version 10020; the loader never asks below 10020 and
@@ -44792,7 +47656,7 @@ pub unsafe fn cuMemcpy(
     src: CUdeviceptr,
     ByteCount: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[331usize], &LIBRARY, 331usize) {
+    match crate::loader::load(&SLOTS[357usize], &LIBRARY, 357usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpy` when asked for a version from 4000 to 7000; the loader never asks
@@ -44826,7 +47690,7 @@ pub unsafe fn cuMemcpy(
  This calls the C function `cuMemcpy2D_v2` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuMemcpy2D(pCopy: *const CUDA_MEMCPY2D) -> CUresult {
-    match crate::loader::load(&SLOTS[332usize], &LIBRARY, 332usize) {
+    match crate::loader::load(&SLOTS[358usize], &LIBRARY, 358usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpy2D` when asked for a version from 3020 to 7000; the loader never asks
@@ -44865,7 +47729,7 @@ pub unsafe fn cuMemcpy2DAsync(
     pCopy: *const CUDA_MEMCPY2D,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[333usize], &LIBRARY, 333usize) {
+    match crate::loader::load(&SLOTS[359usize], &LIBRARY, 359usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpy2DAsync` when asked for a version from 3020 to 7000; the loader never
@@ -44901,7 +47765,7 @@ pub use self::cuMemcpy2DAsync as cuMemcpy2DAsync_v2;
  This calls the C function `cuMemcpy2DUnaligned_v2` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuMemcpy2DUnaligned(pCopy: *const CUDA_MEMCPY2D) -> CUresult {
-    match crate::loader::load(&SLOTS[334usize], &LIBRARY, 334usize) {
+    match crate::loader::load(&SLOTS[360usize], &LIBRARY, 360usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpy2DUnaligned` when asked for a version from 3020 to 7000; the loader
@@ -44937,7 +47801,7 @@ pub use self::cuMemcpy2DUnaligned as cuMemcpy2DUnaligned_v2;
  This calls the C function `cuMemcpy3D_v2` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuMemcpy3D(pCopy: *const CUDA_MEMCPY3D) -> CUresult {
-    match crate::loader::load(&SLOTS[335usize], &LIBRARY, 335usize) {
+    match crate::loader::load(&SLOTS[361usize], &LIBRARY, 361usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpy3D` when asked for a version from 3020 to 7000; the loader never asks
@@ -44976,7 +47840,7 @@ pub unsafe fn cuMemcpy3DAsync(
     pCopy: *const CUDA_MEMCPY3D,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[336usize], &LIBRARY, 336usize) {
+    match crate::loader::load(&SLOTS[362usize], &LIBRARY, 362usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpy3DAsync` when asked for a version from 3020 to 7000; the loader never
@@ -45017,7 +47881,7 @@ pub unsafe fn cuMemcpy3DBatchAsync(
     flags: ::core::ffi::c_ulonglong,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[337usize], &LIBRARY, 337usize) {
+    match crate::loader::load(&SLOTS[363usize], &LIBRARY, 363usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpy3DBatchAsync` when asked for version 13000; the loader never asks below
@@ -45077,7 +47941,7 @@ pub use self::cuMemcpy3DBatchAsync as cuMemcpy3DBatchAsync_v2;
  This calls the C function `cuMemcpy3DPeer` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuMemcpy3DPeer(pCopy: *const CUDA_MEMCPY3D_PEER) -> CUresult {
-    match crate::loader::load(&SLOTS[338usize], &LIBRARY, 338usize) {
+    match crate::loader::load(&SLOTS[364usize], &LIBRARY, 364usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpy3DPeer` when asked for a version from 4000 to 7000; the loader never
@@ -45135,7 +47999,7 @@ pub unsafe fn cuMemcpy3DPeerAsync(
     pCopy: *const CUDA_MEMCPY3D_PEER,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[339usize], &LIBRARY, 339usize) {
+    match crate::loader::load(&SLOTS[365usize], &LIBRARY, 365usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpy3DPeerAsync` when asked for a version from 4000 to 7000; the loader
@@ -45172,7 +48036,7 @@ pub unsafe fn cuMemcpy3DWithAttributesAsync(
     flags: ::core::ffi::c_ulonglong,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[340usize], &LIBRARY, 340usize) {
+    match crate::loader::load(&SLOTS[366usize], &LIBRARY, 366usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpy3DWithAttributesAsync` when asked for version 13020; the loader never
@@ -45256,7 +48120,7 @@ pub unsafe fn cuMemcpyAsync(
     ByteCount: usize,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[341usize], &LIBRARY, 341usize) {
+    match crate::loader::load(&SLOTS[367usize], &LIBRARY, 367usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyAsync` when asked for a version from 4000 to 7000; the loader never asks
@@ -45301,7 +48165,7 @@ pub unsafe fn cuMemcpyAtoA(
     srcOffset: usize,
     ByteCount: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[342usize], &LIBRARY, 342usize) {
+    match crate::loader::load(&SLOTS[368usize], &LIBRARY, 368usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyAtoA` when asked for a version from 3020 to 7000; the loader never asks
@@ -45348,7 +48212,7 @@ pub unsafe fn cuMemcpyAtoD(
     srcOffset: usize,
     ByteCount: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[343usize], &LIBRARY, 343usize) {
+    match crate::loader::load(&SLOTS[369usize], &LIBRARY, 369usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyAtoD` when asked for a version from 3020 to 7000; the loader never asks
@@ -45389,7 +48253,7 @@ pub unsafe fn cuMemcpyAtoH(
     srcOffset: usize,
     ByteCount: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[344usize], &LIBRARY, 344usize) {
+    match crate::loader::load(&SLOTS[370usize], &LIBRARY, 370usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyAtoH` when asked for a version from 3020 to 7000; the loader never asks
@@ -45436,7 +48300,7 @@ pub unsafe fn cuMemcpyAtoHAsync(
     ByteCount: usize,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[345usize], &LIBRARY, 345usize) {
+    match crate::loader::load(&SLOTS[371usize], &LIBRARY, 371usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyAtoHAsync` when asked for a version from 3020 to 7000; the loader never
@@ -45487,7 +48351,7 @@ pub unsafe fn cuMemcpyBatchAsync(
     numAttrs: usize,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[346usize], &LIBRARY, 346usize) {
+    match crate::loader::load(&SLOTS[372usize], &LIBRARY, 372usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyBatchAsync` when asked for version 13000; the loader never asks below
@@ -45548,7 +48412,7 @@ pub unsafe fn cuMemcpyDtoA(
     srcDevice: CUdeviceptr,
     ByteCount: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[347usize], &LIBRARY, 347usize) {
+    match crate::loader::load(&SLOTS[373usize], &LIBRARY, 373usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyDtoA` when asked for a version from 3020 to 7000; the loader never asks
@@ -45588,7 +48452,7 @@ pub unsafe fn cuMemcpyDtoD(
     srcDevice: CUdeviceptr,
     ByteCount: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[348usize], &LIBRARY, 348usize) {
+    match crate::loader::load(&SLOTS[374usize], &LIBRARY, 374usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyDtoD` when asked for a version from 3020 to 7000; the loader never asks
@@ -45629,7 +48493,7 @@ pub unsafe fn cuMemcpyDtoDAsync(
     ByteCount: usize,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[349usize], &LIBRARY, 349usize) {
+    match crate::loader::load(&SLOTS[375usize], &LIBRARY, 375usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyDtoDAsync` when asked for a version from 3020 to 7000; the loader never
@@ -45674,7 +48538,7 @@ pub unsafe fn cuMemcpyDtoH(
     srcDevice: CUdeviceptr,
     ByteCount: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[350usize], &LIBRARY, 350usize) {
+    match crate::loader::load(&SLOTS[376usize], &LIBRARY, 376usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyDtoH` when asked for a version from 3020 to 7000; the loader never asks
@@ -45719,7 +48583,7 @@ pub unsafe fn cuMemcpyDtoHAsync(
     ByteCount: usize,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[351usize], &LIBRARY, 351usize) {
+    match crate::loader::load(&SLOTS[377usize], &LIBRARY, 377usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyDtoHAsync` when asked for a version from 3020 to 7000; the loader never
@@ -45765,7 +48629,7 @@ pub unsafe fn cuMemcpyHtoA(
     srcHost: *const ::core::ffi::c_void,
     ByteCount: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[352usize], &LIBRARY, 352usize) {
+    match crate::loader::load(&SLOTS[378usize], &LIBRARY, 378usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyHtoA` when asked for a version from 3020 to 7000; the loader never asks
@@ -45812,7 +48676,7 @@ pub unsafe fn cuMemcpyHtoAAsync(
     ByteCount: usize,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[353usize], &LIBRARY, 353usize) {
+    match crate::loader::load(&SLOTS[379usize], &LIBRARY, 379usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyHtoAAsync` when asked for a version from 3020 to 7000; the loader never
@@ -45858,7 +48722,7 @@ pub unsafe fn cuMemcpyHtoD(
     srcHost: *const ::core::ffi::c_void,
     ByteCount: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[354usize], &LIBRARY, 354usize) {
+    match crate::loader::load(&SLOTS[380usize], &LIBRARY, 380usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyHtoD` when asked for a version from 3020 to 7000; the loader never asks
@@ -45903,7 +48767,7 @@ pub unsafe fn cuMemcpyHtoDAsync(
     ByteCount: usize,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[355usize], &LIBRARY, 355usize) {
+    match crate::loader::load(&SLOTS[381usize], &LIBRARY, 381usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyHtoDAsync` when asked for a version from 3020 to 7000; the loader never
@@ -45975,7 +48839,7 @@ pub unsafe fn cuMemcpyPeer(
     srcContext: CUcontext,
     ByteCount: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[356usize], &LIBRARY, 356usize) {
+    match crate::loader::load(&SLOTS[382usize], &LIBRARY, 382usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyPeer` when asked for a version from 4000 to 7000; the loader never asks
@@ -46052,7 +48916,7 @@ pub unsafe fn cuMemcpyPeerAsync(
     ByteCount: usize,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[357usize], &LIBRARY, 357usize) {
+    match crate::loader::load(&SLOTS[383usize], &LIBRARY, 383usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyPeerAsync` when asked for a version from 4000 to 7000; the loader never
@@ -46107,7 +48971,7 @@ pub unsafe fn cuMemcpyWithAttributesAsync(
     attr: *mut CUmemcpyAttributes,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[358usize], &LIBRARY, 358usize) {
+    match crate::loader::load(&SLOTS[384usize], &LIBRARY, 384usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemcpyWithAttributesAsync` when asked for version 13020; the loader never asks
@@ -46151,7 +49015,7 @@ pub unsafe fn cuMemsetD16(
     us: ::core::ffi::c_ushort,
     N: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[359usize], &LIBRARY, 359usize) {
+    match crate::loader::load(&SLOTS[385usize], &LIBRARY, 385usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemsetD16` when asked for a version from 3020 to 7000; the loader never asks
@@ -46228,7 +49092,7 @@ pub unsafe fn cuMemsetD16Async(
     N: usize,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[360usize], &LIBRARY, 360usize) {
+    match crate::loader::load(&SLOTS[386usize], &LIBRARY, 386usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemsetD16Async` when asked for a version from 3020 to 7000; the loader never
@@ -46273,7 +49137,7 @@ pub unsafe fn cuMemsetD2D16(
     Width: usize,
     Height: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[361usize], &LIBRARY, 361usize) {
+    match crate::loader::load(&SLOTS[387usize], &LIBRARY, 387usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemsetD2D16` when asked for a version from 3020 to 7000; the loader never asks
@@ -46360,7 +49224,7 @@ pub unsafe fn cuMemsetD2D16Async(
     Height: usize,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[362usize], &LIBRARY, 362usize) {
+    match crate::loader::load(&SLOTS[388usize], &LIBRARY, 388usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemsetD2D16Async` when asked for a version from 3020 to 7000; the loader never
@@ -46407,7 +49271,7 @@ pub unsafe fn cuMemsetD2D32(
     Width: usize,
     Height: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[363usize], &LIBRARY, 363usize) {
+    match crate::loader::load(&SLOTS[389usize], &LIBRARY, 389usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemsetD2D32` when asked for a version from 3020 to 7000; the loader never asks
@@ -46494,7 +49358,7 @@ pub unsafe fn cuMemsetD2D32Async(
     Height: usize,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[364usize], &LIBRARY, 364usize) {
+    match crate::loader::load(&SLOTS[390usize], &LIBRARY, 390usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemsetD2D32Async` when asked for a version from 3020 to 7000; the loader never
@@ -46541,7 +49405,7 @@ pub unsafe fn cuMemsetD2D8(
     Width: usize,
     Height: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[365usize], &LIBRARY, 365usize) {
+    match crate::loader::load(&SLOTS[391usize], &LIBRARY, 391usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemsetD2D8` when asked for a version from 3020 to 7000; the loader never asks
@@ -46627,7 +49491,7 @@ pub unsafe fn cuMemsetD2D8Async(
     Height: usize,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[366usize], &LIBRARY, 366usize) {
+    match crate::loader::load(&SLOTS[392usize], &LIBRARY, 392usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemsetD2D8Async` when asked for a version from 3020 to 7000; the loader never
@@ -46672,7 +49536,7 @@ pub unsafe fn cuMemsetD32(
     ui: ::core::ffi::c_uint,
     N: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[367usize], &LIBRARY, 367usize) {
+    match crate::loader::load(&SLOTS[393usize], &LIBRARY, 393usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemsetD32` when asked for a version from 3020 to 7000; the loader never asks
@@ -46748,7 +49612,7 @@ pub unsafe fn cuMemsetD32Async(
     N: usize,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[368usize], &LIBRARY, 368usize) {
+    match crate::loader::load(&SLOTS[394usize], &LIBRARY, 394usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemsetD32Async` when asked for a version from 3020 to 7000; the loader never
@@ -46791,7 +49655,7 @@ pub unsafe fn cuMemsetD8(
     uc: ::core::ffi::c_uchar,
     N: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[369usize], &LIBRARY, 369usize) {
+    match crate::loader::load(&SLOTS[395usize], &LIBRARY, 395usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemsetD8` when asked for a version from 3020 to 7000; the loader never asks
@@ -46868,7 +49732,7 @@ pub unsafe fn cuMemsetD8Async(
     N: usize,
     hStream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[370usize], &LIBRARY, 370usize) {
+    match crate::loader::load(&SLOTS[396usize], &LIBRARY, 396usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMemsetD8Async` when asked for a version from 3020 to 7000; the loader never
@@ -47109,7 +49973,7 @@ pub unsafe fn cuMipmappedArrayCreate(
     pMipmappedArrayDesc: *const CUDA_ARRAY3D_DESCRIPTOR,
     numMipmapLevels: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[371usize], &LIBRARY, 371usize) {
+    match crate::loader::load(&SLOTS[397usize], &LIBRARY, 397usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMipmappedArrayCreate` when asked for version 5000; the loader never asks below
@@ -47166,7 +50030,7 @@ pub unsafe fn cuMipmappedArrayCreate(
  This calls the C function `cuMipmappedArrayDestroy` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuMipmappedArrayDestroy(hMipmappedArray: CUmipmappedArray) -> CUresult {
-    match crate::loader::load(&SLOTS[372usize], &LIBRARY, 372usize) {
+    match crate::loader::load(&SLOTS[398usize], &LIBRARY, 398usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMipmappedArrayDestroy` when asked for version 5000; the loader never asks
@@ -47228,7 +50092,7 @@ pub unsafe fn cuMipmappedArrayGetLevel(
     hMipmappedArray: CUmipmappedArray,
     level: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[373usize], &LIBRARY, 373usize) {
+    match crate::loader::load(&SLOTS[399usize], &LIBRARY, 399usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMipmappedArrayGetLevel` when asked for version 5000; the loader never asks
@@ -47288,7 +50152,7 @@ pub unsafe fn cuMipmappedArrayGetMemoryRequirements(
     mipmap: CUmipmappedArray,
     device: CUdevice,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[374usize], &LIBRARY, 374usize) {
+    match crate::loader::load(&SLOTS[400usize], &LIBRARY, 400usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMipmappedArrayGetMemoryRequirements` when asked for version 11060; the loader
@@ -47350,7 +50214,7 @@ pub unsafe fn cuMipmappedArrayGetSparseProperties(
     sparseProperties: *mut CUDA_ARRAY_SPARSE_PROPERTIES,
     mipmap: CUmipmappedArray,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[375usize], &LIBRARY, 375usize) {
+    match crate::loader::load(&SLOTS[401usize], &LIBRARY, 401usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMipmappedArrayGetSparseProperties` when asked for version 11010; the loader
@@ -47413,7 +50277,7 @@ pub unsafe fn cuModuleEnumerateFunctions(
     numFunctions: ::core::ffi::c_uint,
     mod_: CUmodule,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[376usize], &LIBRARY, 376usize) {
+    match crate::loader::load(&SLOTS[402usize], &LIBRARY, 402usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuModuleEnumerateFunctions` when asked for version 12040; the loader never asks
@@ -47479,7 +50343,7 @@ pub unsafe fn cuModuleGetFunction(
     hmod: CUmodule,
     name: *const ::core::ffi::c_char,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[377usize], &LIBRARY, 377usize) {
+    match crate::loader::load(&SLOTS[403usize], &LIBRARY, 403usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuModuleGetFunction` when asked for version 2000; the loader never asks below
@@ -47529,7 +50393,7 @@ pub unsafe fn cuModuleGetFunctionCount(
     count: *mut ::core::ffi::c_uint,
     mod_: CUmodule,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[378usize], &LIBRARY, 378usize) {
+    match crate::loader::load(&SLOTS[404usize], &LIBRARY, 404usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuModuleGetFunctionCount` when asked for version 12040; the loader never asks
@@ -47567,7 +50431,7 @@ pub unsafe fn cuModuleGetGlobal(
     hmod: CUmodule,
     name: *const ::core::ffi::c_char,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[379usize], &LIBRARY, 379usize) {
+    match crate::loader::load(&SLOTS[405usize], &LIBRARY, 405usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuModuleGetGlobal` when asked for version 3020; the loader never asks below 3020
@@ -47620,7 +50484,7 @@ pub use self::cuModuleGetGlobal as cuModuleGetGlobal_v2;
  This calls the C function `cuModuleGetLoadingMode` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuModuleGetLoadingMode(mode: *mut CUmoduleLoadingMode) -> CUresult {
-    match crate::loader::load(&SLOTS[380usize], &LIBRARY, 380usize) {
+    match crate::loader::load(&SLOTS[406usize], &LIBRARY, 406usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuModuleGetLoadingMode` when asked for version 11070; the loader never asks
@@ -47686,7 +50550,7 @@ pub unsafe fn cuModuleGetSurfRef(
     hmod: CUmodule,
     name: *const ::core::ffi::c_char,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[381usize], &LIBRARY, 381usize) {
+    match crate::loader::load(&SLOTS[407usize], &LIBRARY, 407usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuModuleGetSurfRef` when asked for version 3000; the loader never asks below
@@ -47758,7 +50622,7 @@ pub unsafe fn cuModuleGetTexRef(
     hmod: CUmodule,
     name: *const ::core::ffi::c_char,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[382usize], &LIBRARY, 382usize) {
+    match crate::loader::load(&SLOTS[408usize], &LIBRARY, 408usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuModuleGetTexRef` when asked for version 2000; the loader never asks below 2000
@@ -47835,7 +50699,7 @@ pub unsafe fn cuModuleLoad(
     module: *mut CUmodule,
     fname: *const ::core::ffi::c_char,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[383usize], &LIBRARY, 383usize) {
+    match crate::loader::load(&SLOTS[409usize], &LIBRARY, 409usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuModuleLoad` when asked for version 2000; the loader never asks below 2000 and
@@ -47905,7 +50769,7 @@ pub unsafe fn cuModuleLoadData(
     module: *mut CUmodule,
     image: *const ::core::ffi::c_void,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[384usize], &LIBRARY, 384usize) {
+    match crate::loader::load(&SLOTS[410usize], &LIBRARY, 410usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuModuleLoadData` when asked for version 2000; the loader never asks below 2000
@@ -47981,7 +50845,7 @@ pub unsafe fn cuModuleLoadDataEx(
     options: *mut CUjit_option,
     optionValues: *mut *mut ::core::ffi::c_void,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[385usize], &LIBRARY, 385usize) {
+    match crate::loader::load(&SLOTS[411usize], &LIBRARY, 411usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuModuleLoadDataEx` when asked for version 2010; the loader never asks below
@@ -48061,7 +50925,7 @@ pub unsafe fn cuModuleLoadFatBinary(
     module: *mut CUmodule,
     fatCubin: *const ::core::ffi::c_void,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[386usize], &LIBRARY, 386usize) {
+    match crate::loader::load(&SLOTS[412usize], &LIBRARY, 412usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuModuleLoadFatBinary` when asked for version 2000; the loader never asks below
@@ -48121,7 +50985,7 @@ pub unsafe fn cuModuleLoadFatBinary(
  This calls the C function `cuModuleUnload` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuModuleUnload(hmod: CUmodule) -> CUresult {
-    match crate::loader::load(&SLOTS[387usize], &LIBRARY, 387usize) {
+    match crate::loader::load(&SLOTS[413usize], &LIBRARY, 413usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuModuleUnload` when asked for version 2000; the loader never asks below 2000
@@ -48190,7 +51054,7 @@ pub unsafe fn cuMulticastAddDevice(
     mcHandle: CUmemGenericAllocationHandle,
     dev: CUdevice,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[388usize], &LIBRARY, 388usize) {
+    match crate::loader::load(&SLOTS[414usize], &LIBRARY, 414usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMulticastAddDevice` when asked for version 12010; the loader never asks below
@@ -48303,7 +51167,7 @@ pub unsafe fn cuMulticastBindAddr(
     size: usize,
     flags: ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[389usize], &LIBRARY, 389usize) {
+    match crate::loader::load(&SLOTS[415usize], &LIBRARY, 415usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMulticastBindAddr` when asked for version 12010; the loader never asks below
@@ -48427,7 +51291,7 @@ pub unsafe fn cuMulticastBindAddr_v2(
     size: usize,
     flags: ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[390usize], &LIBRARY, 390usize) {
+    match crate::loader::load(&SLOTS[416usize], &LIBRARY, 416usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMulticastBindAddr` when asked for version 13010; the loader never asks below
@@ -48547,7 +51411,7 @@ pub unsafe fn cuMulticastBindMem(
     size: usize,
     flags: ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[391usize], &LIBRARY, 391usize) {
+    match crate::loader::load(&SLOTS[417usize], &LIBRARY, 417usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMulticastBindMem` when asked for version 12010; the loader never asks below
@@ -48680,7 +51544,7 @@ pub unsafe fn cuMulticastBindMem_v2(
     size: usize,
     flags: ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[392usize], &LIBRARY, 392usize) {
+    match crate::loader::load(&SLOTS[418usize], &LIBRARY, 418usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMulticastBindMem` when asked for version 13010; the loader never asks below
@@ -48767,7 +51631,7 @@ pub unsafe fn cuMulticastCreate(
     mcHandle: *mut CUmemGenericAllocationHandle,
     prop: *const CUmulticastObjectProp,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[393usize], &LIBRARY, 393usize) {
+    match crate::loader::load(&SLOTS[419usize], &LIBRARY, 419usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMulticastCreate` when asked for version 12010; the loader never asks below
@@ -48827,7 +51691,7 @@ pub unsafe fn cuMulticastGetGranularity(
     prop: *const CUmulticastObjectProp,
     option: CUmulticastGranularity_flags,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[394usize], &LIBRARY, 394usize) {
+    match crate::loader::load(&SLOTS[420usize], &LIBRARY, 420usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMulticastGetGranularity` when asked for version 12010; the loader never asks
@@ -48899,7 +51763,7 @@ pub unsafe fn cuMulticastUnbind(
     mcOffset: usize,
     size: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[395usize], &LIBRARY, 395usize) {
+    match crate::loader::load(&SLOTS[421usize], &LIBRARY, 421usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuMulticastUnbind` when asked for version 12010; the loader never asks below
@@ -48963,7 +51827,7 @@ pub unsafe fn cuOccupancyAvailableDynamicSMemPerBlock(
     numBlocks: ::core::ffi::c_int,
     blockSize: ::core::ffi::c_int,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[396usize], &LIBRARY, 396usize) {
+    match crate::loader::load(&SLOTS[422usize], &LIBRARY, 422usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuOccupancyAvailableDynamicSMemPerBlock` when asked for version 10020; the
@@ -49033,7 +51897,7 @@ pub unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     blockSize: ::core::ffi::c_int,
     dynamicSMemSize: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[397usize], &LIBRARY, 397usize) {
+    match crate::loader::load(&SLOTS[423usize], &LIBRARY, 423usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuOccupancyMaxActiveBlocksPerMultiprocessor` when asked for version 6050; the
@@ -49122,7 +51986,7 @@ pub unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     dynamicSMemSize: usize,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[398usize], &LIBRARY, 398usize) {
+    match crate::loader::load(&SLOTS[424usize], &LIBRARY, 424usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags` when asked for version
@@ -49206,7 +52070,7 @@ pub unsafe fn cuOccupancyMaxActiveClusters(
     func: CUfunction,
     config: *const CUlaunchConfig,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[399usize], &LIBRARY, 399usize) {
+    match crate::loader::load(&SLOTS[425usize], &LIBRARY, 425usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuOccupancyMaxActiveClusters` when asked for version 11070; the loader never
@@ -49305,7 +52169,7 @@ pub unsafe fn cuOccupancyMaxPotentialBlockSize(
     dynamicSMemSize: usize,
     blockSizeLimit: ::core::ffi::c_int,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[400usize], &LIBRARY, 400usize) {
+    match crate::loader::load(&SLOTS[426usize], &LIBRARY, 426usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuOccupancyMaxPotentialBlockSize` when asked for version 6050; the loader never
@@ -49409,7 +52273,7 @@ pub unsafe fn cuOccupancyMaxPotentialBlockSizeWithFlags(
     blockSizeLimit: ::core::ffi::c_int,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[401usize], &LIBRARY, 401usize) {
+    match crate::loader::load(&SLOTS[427usize], &LIBRARY, 427usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuOccupancyMaxPotentialBlockSizeWithFlags` when asked for version 7000; the
@@ -49502,7 +52366,7 @@ pub unsafe fn cuOccupancyMaxPotentialClusterSize(
     func: CUfunction,
     config: *const CUlaunchConfig,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[402usize], &LIBRARY, 402usize) {
+    match crate::loader::load(&SLOTS[428usize], &LIBRARY, 428usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuOccupancyMaxPotentialClusterSize` when asked for version 11070; the loader
@@ -49570,7 +52434,7 @@ pub unsafe fn cuParamSetSize(
     hfunc: CUfunction,
     numbytes: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[403usize], &LIBRARY, 403usize) {
+    match crate::loader::load(&SLOTS[429usize], &LIBRARY, 429usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuParamSetSize` when asked for version 2000; the loader never asks below 2000
@@ -49626,7 +52490,7 @@ pub unsafe fn cuParamSetTexRef(
     texunit: ::core::ffi::c_int,
     hTexRef: CUtexref,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[404usize], &LIBRARY, 404usize) {
+    match crate::loader::load(&SLOTS[430usize], &LIBRARY, 430usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuParamSetTexRef` when asked for version 2000; the loader never asks below 2000
@@ -49695,7 +52559,7 @@ pub unsafe fn cuParamSetf(
     offset: ::core::ffi::c_int,
     value: f32,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[405usize], &LIBRARY, 405usize) {
+    match crate::loader::load(&SLOTS[431usize], &LIBRARY, 431usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuParamSetf` when asked for version 2000; the loader never asks below 2000 and
@@ -49760,7 +52624,7 @@ pub unsafe fn cuParamSeti(
     offset: ::core::ffi::c_int,
     value: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[406usize], &LIBRARY, 406usize) {
+    match crate::loader::load(&SLOTS[432usize], &LIBRARY, 432usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuParamSeti` when asked for version 2000; the loader never asks below 2000 and
@@ -49832,7 +52696,7 @@ pub unsafe fn cuParamSetv(
     ptr: *mut ::core::ffi::c_void,
     numbytes: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[407usize], &LIBRARY, 407usize) {
+    match crate::loader::load(&SLOTS[433usize], &LIBRARY, 433usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuParamSetv` when asked for version 2000; the loader never asks below 2000 and
@@ -50074,7 +52938,7 @@ pub unsafe fn cuPointerGetAttribute(
     attribute: CUpointer_attribute,
     ptr: CUdeviceptr,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[408usize], &LIBRARY, 408usize) {
+    match crate::loader::load(&SLOTS[434usize], &LIBRARY, 434usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuPointerGetAttribute` when asked for version 4000; the loader never asks below
@@ -50162,7 +53026,7 @@ pub unsafe fn cuPointerGetAttributes(
     data: *mut *mut ::core::ffi::c_void,
     ptr: CUdeviceptr,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[409usize], &LIBRARY, 409usize) {
+    match crate::loader::load(&SLOTS[435usize], &LIBRARY, 435usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuPointerGetAttributes` when asked for version 7000; the loader never asks below
@@ -50241,7 +53105,7 @@ pub unsafe fn cuPointerSetAttribute(
     attribute: CUpointer_attribute,
     ptr: CUdeviceptr,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[410usize], &LIBRARY, 410usize) {
+    match crate::loader::load(&SLOTS[436usize], &LIBRARY, 436usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuPointerSetAttribute` when asked for version 6000; the loader never asks below
@@ -50329,14 +53193,14 @@ pub unsafe fn cuProfilerInitialize(
     outputFile: *const ::core::ffi::c_char,
     outputMode: CUoutput_mode,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[411usize], &LIBRARY, 411usize) {
+    match crate::loader::load(&SLOTS[437usize], &LIBRARY, 437usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuProfilerInitialize` when asked for version 4000; the loader never asks below
             // 4000 and the driver hands out its newest variant not newer than the version asked
             // for. The generator checked that every `PFN_cuProfilerInitialize_v*` typedef of
-            // cudaTypedefs.h from 4000 to 4000 has the signature `cudaProfiler.h` declares for
-            // `cuProfilerInitialize`, so the address is a C function of exactly this type.
+            // cudaProfilerTypedefs.h from 4000 to 4000 has the signature `cudaProfiler.h` declares
+            // for `cuProfilerInitialize`, so the address is a C function of exactly this type.
             let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
@@ -50385,14 +53249,14 @@ pub unsafe fn cuProfilerInitialize(
  This calls the C function `cuProfilerStart` of `cudaProfiler.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuProfilerStart() -> CUresult {
-    match crate::loader::load(&SLOTS[412usize], &LIBRARY, 412usize) {
+    match crate::loader::load(&SLOTS[438usize], &LIBRARY, 438usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuProfilerStart` when asked for version 4000; the loader never asks below 4000
             // and the driver hands out its newest variant not newer than the version asked for. The
-            // generator checked that every `PFN_cuProfilerStart_v*` typedef of cudaTypedefs.h from
-            // 4000 to 4000 has the signature `cudaProfiler.h` declares for `cuProfilerStart`, so
-            // the address is a C function of exactly this type.
+            // generator checked that every `PFN_cuProfilerStart_v*` typedef of
+            // cudaProfilerTypedefs.h from 4000 to 4000 has the signature `cudaProfiler.h` declares
+            // for `cuProfilerStart`, so the address is a C function of exactly this type.
             let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
@@ -50436,14 +53300,14 @@ pub unsafe fn cuProfilerStart() -> CUresult {
  This calls the C function `cuProfilerStop` of `cudaProfiler.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuProfilerStop() -> CUresult {
-    match crate::loader::load(&SLOTS[413usize], &LIBRARY, 413usize) {
+    match crate::loader::load(&SLOTS[439usize], &LIBRARY, 439usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuProfilerStop` when asked for version 4000; the loader never asks below 4000
             // and the driver hands out its newest variant not newer than the version asked for. The
-            // generator checked that every `PFN_cuProfilerStop_v*` typedef of cudaTypedefs.h from
-            // 4000 to 4000 has the signature `cudaProfiler.h` declares for `cuProfilerStop`, so the
-            // address is a C function of exactly this type.
+            // generator checked that every `PFN_cuProfilerStop_v*` typedef of
+            // cudaProfilerTypedefs.h from 4000 to 4000 has the signature `cudaProfiler.h` declares
+            // for `cuProfilerStop`, so the address is a C function of exactly this type.
             let __cuda_sys_fn = unsafe {
                 ::core::mem::transmute::<
                     *mut ::core::ffi::c_void,
@@ -50564,7 +53428,7 @@ pub unsafe fn cuSignalExternalSemaphoresAsync(
     numExtSems: ::core::ffi::c_uint,
     stream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[414usize], &LIBRARY, 414usize) {
+    match crate::loader::load(&SLOTS[440usize], &LIBRARY, 440usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuSignalExternalSemaphoresAsync` when asked for version 10000; the loader never
@@ -50679,7 +53543,7 @@ pub unsafe fn cuStreamAddCallback(
     userData: *mut ::core::ffi::c_void,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[415usize], &LIBRARY, 415usize) {
+    match crate::loader::load(&SLOTS[441usize], &LIBRARY, 441usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamAddCallback` when asked for a version from 5000 to 7000; the loader
@@ -50806,7 +53670,7 @@ pub unsafe fn cuStreamAttachMemAsync(
     length: usize,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[416usize], &LIBRARY, 416usize) {
+    match crate::loader::load(&SLOTS[442usize], &LIBRARY, 442usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamAttachMemAsync` when asked for a version from 6000 to 7000; the loader
@@ -50850,7 +53714,7 @@ pub unsafe fn cuStreamBatchMemOp(
     paramArray: *mut CUstreamBatchMemOpParams,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[417usize], &LIBRARY, 417usize) {
+    match crate::loader::load(&SLOTS[443usize], &LIBRARY, 443usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamBatchMemOp` when asked for a version from 8000 to 11070; the loader
@@ -50894,7 +53758,7 @@ pub unsafe fn cuStreamBeginCapture(
     hStream: CUstream,
     mode: CUstreamCaptureMode,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[418usize], &LIBRARY, 418usize) {
+    match crate::loader::load(&SLOTS[444usize], &LIBRARY, 444usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamBeginCapture` when asked for version 10010; the loader never asks below
@@ -50932,7 +53796,7 @@ pub unsafe fn cuStreamBeginCaptureToCig(
     hStream: CUstream,
     streamCigCaptureParams: *mut CUstreamCigCaptureParams,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[419usize], &LIBRARY, 419usize) {
+    match crate::loader::load(&SLOTS[445usize], &LIBRARY, 445usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamBeginCaptureToCig` when asked for version 13010; the loader never asks
@@ -51017,7 +53881,7 @@ pub unsafe fn cuStreamBeginCaptureToGraph(
     numDependencies: usize,
     mode: CUstreamCaptureMode,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[420usize], &LIBRARY, 420usize) {
+    match crate::loader::load(&SLOTS[446usize], &LIBRARY, 446usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamBeginCaptureToGraph` when asked for version 12030; the loader never asks
@@ -51109,7 +53973,7 @@ pub unsafe fn cuStreamBeginRecaptureToGraph(
     callbackFunc: CUgraphRecaptureCallback,
     userData: *mut ::core::ffi::c_void,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[421usize], &LIBRARY, 421usize) {
+    match crate::loader::load(&SLOTS[447usize], &LIBRARY, 447usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamBeginRecaptureToGraph` when asked for version 13030; the loader never
@@ -51165,7 +54029,7 @@ pub unsafe fn cuStreamBeginRecaptureToGraph(
  This calls the C function `cuStreamCopyAttributes` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuStreamCopyAttributes(dst: CUstream, src: CUstream) -> CUresult {
-    match crate::loader::load(&SLOTS[422usize], &LIBRARY, 422usize) {
+    match crate::loader::load(&SLOTS[448usize], &LIBRARY, 448usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamCopyAttributes` when asked for version 11000; the loader never asks
@@ -51237,7 +54101,7 @@ pub unsafe fn cuStreamCreate(
     phStream: *mut CUstream,
     Flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[423usize], &LIBRARY, 423usize) {
+    match crate::loader::load(&SLOTS[449usize], &LIBRARY, 449usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamCreate` when asked for version 2000; the loader never asks below 2000
@@ -51323,7 +54187,7 @@ pub unsafe fn cuStreamCreateWithPriority(
     flags: ::core::ffi::c_uint,
     priority: ::core::ffi::c_int,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[424usize], &LIBRARY, 424usize) {
+    match crate::loader::load(&SLOTS[450usize], &LIBRARY, 450usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamCreateWithPriority` when asked for version 5050; the loader never asks
@@ -51360,7 +54224,7 @@ pub unsafe fn cuStreamCreateWithPriority(
  This calls the C function `cuStreamDestroy_v2` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuStreamDestroy(hStream: CUstream) -> CUresult {
-    match crate::loader::load(&SLOTS[425usize], &LIBRARY, 425usize) {
+    match crate::loader::load(&SLOTS[451usize], &LIBRARY, 451usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamDestroy` when asked for a version from 2000 to 4000; the loader never
@@ -51421,7 +54285,7 @@ pub use self::cuStreamDestroy as cuStreamDestroy_v2;
  This calls the C function `cuStreamEndCapture` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuStreamEndCapture(hStream: CUstream, phGraph: *mut CUgraph) -> CUresult {
-    match crate::loader::load(&SLOTS[426usize], &LIBRARY, 426usize) {
+    match crate::loader::load(&SLOTS[452usize], &LIBRARY, 452usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamEndCapture` when asked for version 10000; the loader never asks below
@@ -51454,7 +54318,7 @@ pub unsafe fn cuStreamEndCapture(hStream: CUstream, phGraph: *mut CUgraph) -> CU
  This calls the C function `cuStreamEndCaptureToCig` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuStreamEndCaptureToCig(hStream: CUstream) -> CUresult {
-    match crate::loader::load(&SLOTS[427usize], &LIBRARY, 427usize) {
+    match crate::loader::load(&SLOTS[453usize], &LIBRARY, 453usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamEndCaptureToCig` when asked for version 13010; the loader never asks
@@ -51508,7 +54372,7 @@ pub unsafe fn cuStreamGetAttribute(
     attr: CUstreamAttrID,
     value_out: *mut CUstreamAttrValue,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[428usize], &LIBRARY, 428usize) {
+    match crate::loader::load(&SLOTS[454usize], &LIBRARY, 454usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamGetAttribute` when asked for version 11000; the loader never asks below
@@ -51554,7 +54418,7 @@ pub unsafe fn cuStreamGetCaptureInfo(
     edgeData_out: *mut *const CUgraphEdgeData,
     numDependencies_out: *mut usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[429usize], &LIBRARY, 429usize) {
+    match crate::loader::load(&SLOTS[455usize], &LIBRARY, 455usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamGetCaptureInfo` when asked for version 12030; the loader never asks
@@ -51653,7 +54517,7 @@ pub use self::cuStreamGetCaptureInfo as cuStreamGetCaptureInfo_v3;
  This calls the C function `cuStreamGetCtx` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuStreamGetCtx(hStream: CUstream, pctx: *mut CUcontext) -> CUresult {
-    match crate::loader::load(&SLOTS[430usize], &LIBRARY, 430usize) {
+    match crate::loader::load(&SLOTS[456usize], &LIBRARY, 456usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamGetCtx` when asked for version 9020; the loader never asks below 9020
@@ -51744,7 +54608,7 @@ pub unsafe fn cuStreamGetCtx_v2(
     pCtx: *mut CUcontext,
     pGreenCtx: *mut CUgreenCtx,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[431usize], &LIBRARY, 431usize) {
+    match crate::loader::load(&SLOTS[457usize], &LIBRARY, 457usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamGetCtx` when asked for version 12050; the loader never asks below 12050
@@ -51812,7 +54676,7 @@ pub unsafe fn cuStreamGetDevResource(
     resource: *mut CUdevResource,
     type_: CUdevResourceType,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[432usize], &LIBRARY, 432usize) {
+    match crate::loader::load(&SLOTS[458usize], &LIBRARY, 458usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamGetDevResource` when asked for version 13010; the loader never asks
@@ -51871,7 +54735,7 @@ pub unsafe fn cuStreamGetDevResource(
  This calls the C function `cuStreamGetDevice` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuStreamGetDevice(hStream: CUstream, device: *mut CUdevice) -> CUresult {
-    match crate::loader::load(&SLOTS[433usize], &LIBRARY, 433usize) {
+    match crate::loader::load(&SLOTS[459usize], &LIBRARY, 459usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamGetDevice` when asked for version 12080; the loader never asks below
@@ -51933,7 +54797,7 @@ pub unsafe fn cuStreamGetFlags(
     hStream: CUstream,
     flags: *mut ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[434usize], &LIBRARY, 434usize) {
+    match crate::loader::load(&SLOTS[460usize], &LIBRARY, 460usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamGetFlags` when asked for a version from 5050 to 7000; the loader never
@@ -52018,7 +54882,7 @@ pub unsafe fn cuStreamGetGreenCtx(
     hStream: CUstream,
     phCtx: *mut CUgreenCtx,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[435usize], &LIBRARY, 435usize) {
+    match crate::loader::load(&SLOTS[461usize], &LIBRARY, 461usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamGetGreenCtx` when asked for version 12040; the loader never asks below
@@ -52082,7 +54946,7 @@ pub unsafe fn cuStreamGetId(
     hStream: CUstream,
     streamId: *mut ::core::ffi::c_ulonglong,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[436usize], &LIBRARY, 436usize) {
+    match crate::loader::load(&SLOTS[462usize], &LIBRARY, 462usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamGetId` when asked for version 12000; the loader never asks below 12000
@@ -52149,7 +55013,7 @@ pub unsafe fn cuStreamGetPriority(
     hStream: CUstream,
     priority: *mut ::core::ffi::c_int,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[437usize], &LIBRARY, 437usize) {
+    match crate::loader::load(&SLOTS[463usize], &LIBRARY, 463usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamGetPriority` when asked for a version from 5050 to 7000; the loader
@@ -52221,7 +55085,7 @@ pub unsafe fn cuStreamIsCapturing(
     hStream: CUstream,
     captureStatus: *mut CUstreamCaptureStatus,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[438usize], &LIBRARY, 438usize) {
+    match crate::loader::load(&SLOTS[464usize], &LIBRARY, 464usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamIsCapturing` when asked for version 10000; the loader never asks below
@@ -52283,7 +55147,7 @@ pub unsafe fn cuStreamIsCapturing(
  This calls the C function `cuStreamQuery` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuStreamQuery(hStream: CUstream) -> CUresult {
-    match crate::loader::load(&SLOTS[439usize], &LIBRARY, 439usize) {
+    match crate::loader::load(&SLOTS[465usize], &LIBRARY, 465usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamQuery` when asked for a version from 2000 to 7000; the loader never asks
@@ -52338,7 +55202,7 @@ pub unsafe fn cuStreamSetAttribute(
     attr: CUstreamAttrID,
     value: *const CUstreamAttrValue,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[440usize], &LIBRARY, 440usize) {
+    match crate::loader::load(&SLOTS[466usize], &LIBRARY, 466usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamSetAttribute` when asked for version 11000; the loader never asks below
@@ -52400,7 +55264,7 @@ pub unsafe fn cuStreamSetAttribute(
  This calls the C function `cuStreamSynchronize` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuStreamSynchronize(hStream: CUstream) -> CUresult {
-    match crate::loader::load(&SLOTS[441usize], &LIBRARY, 441usize) {
+    match crate::loader::load(&SLOTS[467usize], &LIBRARY, 467usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamSynchronize` when asked for a version from 2000 to 7000; the loader
@@ -52440,7 +55304,7 @@ pub unsafe fn cuStreamUpdateCaptureDependencies(
     numDependencies: usize,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[442usize], &LIBRARY, 442usize) {
+    match crate::loader::load(&SLOTS[468usize], &LIBRARY, 468usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamUpdateCaptureDependencies` when asked for version 12030; the loader
@@ -52527,7 +55391,7 @@ pub unsafe fn cuStreamWaitEvent(
     hEvent: CUevent,
     Flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[443usize], &LIBRARY, 443usize) {
+    match crate::loader::load(&SLOTS[469usize], &LIBRARY, 469usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamWaitEvent` when asked for a version from 3020 to 7000; the loader never
@@ -52570,7 +55434,7 @@ pub unsafe fn cuStreamWaitValue32(
     value: cuuint32_t,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[444usize], &LIBRARY, 444usize) {
+    match crate::loader::load(&SLOTS[470usize], &LIBRARY, 470usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamWaitValue32` when asked for a version from 8000 to 11070; the loader
@@ -52616,7 +55480,7 @@ pub unsafe fn cuStreamWaitValue64(
     value: cuuint64_t,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[445usize], &LIBRARY, 445usize) {
+    match crate::loader::load(&SLOTS[471usize], &LIBRARY, 471usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamWaitValue64` when asked for a version from 9000 to 11070; the loader
@@ -52662,7 +55526,7 @@ pub unsafe fn cuStreamWriteValue32(
     value: cuuint32_t,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[446usize], &LIBRARY, 446usize) {
+    match crate::loader::load(&SLOTS[472usize], &LIBRARY, 472usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamWriteValue32` when asked for a version from 8000 to 11070; the loader
@@ -52708,7 +55572,7 @@ pub unsafe fn cuStreamWriteValue64(
     value: cuuint64_t,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[447usize], &LIBRARY, 447usize) {
+    match crate::loader::load(&SLOTS[473usize], &LIBRARY, 473usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuStreamWriteValue64` when asked for a version from 9000 to 11070; the loader
@@ -52775,7 +55639,7 @@ pub unsafe fn cuSurfObjectCreate(
     pSurfObject: *mut CUsurfObject,
     pResDesc: *const CUDA_RESOURCE_DESC,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[448usize], &LIBRARY, 448usize) {
+    match crate::loader::load(&SLOTS[474usize], &LIBRARY, 474usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuSurfObjectCreate` when asked for version 5000; the loader never asks below
@@ -52826,7 +55690,7 @@ pub unsafe fn cuSurfObjectCreate(
  This calls the C function `cuSurfObjectDestroy` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuSurfObjectDestroy(surfObject: CUsurfObject) -> CUresult {
-    match crate::loader::load(&SLOTS[449usize], &LIBRARY, 449usize) {
+    match crate::loader::load(&SLOTS[475usize], &LIBRARY, 475usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuSurfObjectDestroy` when asked for version 5000; the loader never asks below
@@ -52878,7 +55742,7 @@ pub unsafe fn cuSurfObjectGetResourceDesc(
     pResDesc: *mut CUDA_RESOURCE_DESC,
     surfObject: CUsurfObject,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[450usize], &LIBRARY, 450usize) {
+    match crate::loader::load(&SLOTS[476usize], &LIBRARY, 476usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuSurfObjectGetResourceDesc` when asked for version 5000; the loader never asks
@@ -52932,7 +55796,7 @@ pub unsafe fn cuSurfObjectGetResourceDesc(
  This calls the C function `cuSurfRefGetArray` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuSurfRefGetArray(phArray: *mut CUarray, hSurfRef: CUsurfref) -> CUresult {
-    match crate::loader::load(&SLOTS[451usize], &LIBRARY, 451usize) {
+    match crate::loader::load(&SLOTS[477usize], &LIBRARY, 477usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuSurfRefGetArray` when asked for version 3000; the loader never asks below 3000
@@ -52992,7 +55856,7 @@ pub unsafe fn cuSurfRefSetArray(
     hArray: CUarray,
     Flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[452usize], &LIBRARY, 452usize) {
+    match crate::loader::load(&SLOTS[478usize], &LIBRARY, 478usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuSurfRefSetArray` when asked for version 3000; the loader never asks below 3000
@@ -53239,7 +56103,7 @@ pub unsafe fn cuTensorMapEncodeIm2col(
     l2Promotion: CUtensorMapL2promotion,
     oobFill: CUtensorMapFloatOOBfill,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[453usize], &LIBRARY, 453usize) {
+    match crate::loader::load(&SLOTS[479usize], &LIBRARY, 479usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTensorMapEncodeIm2col` when asked for version 12000; the loader never asks
@@ -53521,7 +56385,7 @@ pub unsafe fn cuTensorMapEncodeIm2colWide(
     l2Promotion: CUtensorMapL2promotion,
     oobFill: CUtensorMapFloatOOBfill,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[454usize], &LIBRARY, 454usize) {
+    match crate::loader::load(&SLOTS[480usize], &LIBRARY, 480usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTensorMapEncodeIm2colWide` when asked for version 12080; the loader never asks
@@ -53781,7 +56645,7 @@ pub unsafe fn cuTensorMapEncodeTiled(
     l2Promotion: CUtensorMapL2promotion,
     oobFill: CUtensorMapFloatOOBfill,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[455usize], &LIBRARY, 455usize) {
+    match crate::loader::load(&SLOTS[481usize], &LIBRARY, 481usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTensorMapEncodeTiled` when asked for version 12000; the loader never asks
@@ -53867,7 +56731,7 @@ pub unsafe fn cuTensorMapReplaceAddress(
     tensorMap: *mut CUtensorMap,
     globalAddress: *mut ::core::ffi::c_void,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[456usize], &LIBRARY, 456usize) {
+    match crate::loader::load(&SLOTS[482usize], &LIBRARY, 482usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTensorMapReplaceAddress` when asked for version 12000; the loader never asks
@@ -53959,7 +56823,7 @@ pub unsafe fn cuTensorMapSetAllocationClass(
     allocClass: CUtensorMapAllocClass,
     outAllocClass: *mut CUtensorMapAllocClass,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[457usize], &LIBRARY, 457usize) {
+    match crate::loader::load(&SLOTS[483usize], &LIBRARY, 483usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTensorMapSetAllocationClass` when asked for version 13050; the loader never
@@ -54234,7 +57098,7 @@ pub unsafe fn cuTexObjectCreate(
     pTexDesc: *const CUDA_TEXTURE_DESC,
     pResViewDesc: *const CUDA_RESOURCE_VIEW_DESC,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[458usize], &LIBRARY, 458usize) {
+    match crate::loader::load(&SLOTS[484usize], &LIBRARY, 484usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexObjectCreate` when asked for version 5000; the loader never asks below 5000
@@ -54287,7 +57151,7 @@ pub unsafe fn cuTexObjectCreate(
  This calls the C function `cuTexObjectDestroy` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuTexObjectDestroy(texObject: CUtexObject) -> CUresult {
-    match crate::loader::load(&SLOTS[459usize], &LIBRARY, 459usize) {
+    match crate::loader::load(&SLOTS[485usize], &LIBRARY, 485usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexObjectDestroy` when asked for version 5000; the loader never asks below
@@ -54339,7 +57203,7 @@ pub unsafe fn cuTexObjectGetResourceDesc(
     pResDesc: *mut CUDA_RESOURCE_DESC,
     texObject: CUtexObject,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[460usize], &LIBRARY, 460usize) {
+    match crate::loader::load(&SLOTS[486usize], &LIBRARY, 486usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexObjectGetResourceDesc` when asked for version 5000; the loader never asks
@@ -54395,7 +57259,7 @@ pub unsafe fn cuTexObjectGetResourceViewDesc(
     pResViewDesc: *mut CUDA_RESOURCE_VIEW_DESC,
     texObject: CUtexObject,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[461usize], &LIBRARY, 461usize) {
+    match crate::loader::load(&SLOTS[487usize], &LIBRARY, 487usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexObjectGetResourceViewDesc` when asked for version 5000; the loader never
@@ -54451,7 +57315,7 @@ pub unsafe fn cuTexObjectGetTextureDesc(
     pTexDesc: *mut CUDA_TEXTURE_DESC,
     texObject: CUtexObject,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[462usize], &LIBRARY, 462usize) {
+    match crate::loader::load(&SLOTS[488usize], &LIBRARY, 488usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexObjectGetTextureDesc` when asked for version 5000; the loader never asks
@@ -54504,7 +57368,7 @@ pub unsafe fn cuTexObjectGetTextureDesc(
  This calls the C function `cuTexRefCreate` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuTexRefCreate(pTexRef: *mut CUtexref) -> CUresult {
-    match crate::loader::load(&SLOTS[463usize], &LIBRARY, 463usize) {
+    match crate::loader::load(&SLOTS[489usize], &LIBRARY, 489usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefCreate` when asked for version 2000; the loader never asks below 2000
@@ -54552,7 +57416,7 @@ pub unsafe fn cuTexRefCreate(pTexRef: *mut CUtexref) -> CUresult {
  This calls the C function `cuTexRefDestroy` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuTexRefDestroy(hTexRef: CUtexref) -> CUresult {
-    match crate::loader::load(&SLOTS[464usize], &LIBRARY, 464usize) {
+    match crate::loader::load(&SLOTS[490usize], &LIBRARY, 490usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefDestroy` when asked for version 2000; the loader never asks below 2000
@@ -54588,7 +57452,7 @@ pub unsafe fn cuTexRefGetAddress(
     pdptr: *mut CUdeviceptr,
     hTexRef: CUtexref,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[465usize], &LIBRARY, 465usize) {
+    match crate::loader::load(&SLOTS[491usize], &LIBRARY, 491usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefGetAddress` when asked for version 3020; the loader never asks below
@@ -54650,7 +57514,7 @@ pub unsafe fn cuTexRefGetAddressMode(
     hTexRef: CUtexref,
     dim: ::core::ffi::c_int,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[466usize], &LIBRARY, 466usize) {
+    match crate::loader::load(&SLOTS[492usize], &LIBRARY, 492usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefGetAddressMode` when asked for version 2000; the loader never asks below
@@ -54709,7 +57573,7 @@ pub unsafe fn cuTexRefGetAddressMode(
  This calls the C function `cuTexRefGetArray` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuTexRefGetArray(phArray: *mut CUarray, hTexRef: CUtexref) -> CUresult {
-    match crate::loader::load(&SLOTS[467usize], &LIBRARY, 467usize) {
+    match crate::loader::load(&SLOTS[493usize], &LIBRARY, 493usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefGetArray` when asked for version 2000; the loader never asks below 2000
@@ -54769,7 +57633,7 @@ pub unsafe fn cuTexRefGetBorderColor(
     pBorderColor: *mut f32,
     hTexRef: CUtexref,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[468usize], &LIBRARY, 468usize) {
+    match crate::loader::load(&SLOTS[494usize], &LIBRARY, 494usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefGetBorderColor` when asked for version 8000; the loader never asks below
@@ -54826,7 +57690,7 @@ pub unsafe fn cuTexRefGetFilterMode(
     pfm: *mut CUfilter_mode,
     hTexRef: CUtexref,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[469usize], &LIBRARY, 469usize) {
+    match crate::loader::load(&SLOTS[495usize], &LIBRARY, 495usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefGetFilterMode` when asked for version 2000; the loader never asks below
@@ -54882,7 +57746,7 @@ pub unsafe fn cuTexRefGetFlags(
     pFlags: *mut ::core::ffi::c_uint,
     hTexRef: CUtexref,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[470usize], &LIBRARY, 470usize) {
+    match crate::loader::load(&SLOTS[496usize], &LIBRARY, 496usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefGetFlags` when asked for version 2000; the loader never asks below 2000
@@ -54942,7 +57806,7 @@ pub unsafe fn cuTexRefGetFormat(
     pNumChannels: *mut ::core::ffi::c_int,
     hTexRef: CUtexref,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[471usize], &LIBRARY, 471usize) {
+    match crate::loader::load(&SLOTS[497usize], &LIBRARY, 497usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefGetFormat` when asked for version 2000; the loader never asks below 2000
@@ -55003,7 +57867,7 @@ pub unsafe fn cuTexRefGetMaxAnisotropy(
     pmaxAniso: *mut ::core::ffi::c_int,
     hTexRef: CUtexref,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[472usize], &LIBRARY, 472usize) {
+    match crate::loader::load(&SLOTS[498usize], &LIBRARY, 498usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefGetMaxAnisotropy` when asked for version 5000; the loader never asks
@@ -55060,7 +57924,7 @@ pub unsafe fn cuTexRefGetMipmapFilterMode(
     pfm: *mut CUfilter_mode,
     hTexRef: CUtexref,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[473usize], &LIBRARY, 473usize) {
+    match crate::loader::load(&SLOTS[499usize], &LIBRARY, 499usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefGetMipmapFilterMode` when asked for version 5000; the loader never asks
@@ -55117,7 +57981,7 @@ pub unsafe fn cuTexRefGetMipmapLevelBias(
     pbias: *mut f32,
     hTexRef: CUtexref,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[474usize], &LIBRARY, 474usize) {
+    match crate::loader::load(&SLOTS[500usize], &LIBRARY, 500usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefGetMipmapLevelBias` when asked for version 5000; the loader never asks
@@ -55176,7 +58040,7 @@ pub unsafe fn cuTexRefGetMipmapLevelClamp(
     pmaxMipmapLevelClamp: *mut f32,
     hTexRef: CUtexref,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[475usize], &LIBRARY, 475usize) {
+    match crate::loader::load(&SLOTS[501usize], &LIBRARY, 501usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefGetMipmapLevelClamp` when asked for version 5000; the loader never asks
@@ -55234,7 +58098,7 @@ pub unsafe fn cuTexRefGetMipmappedArray(
     phMipmappedArray: *mut CUmipmappedArray,
     hTexRef: CUtexref,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[476usize], &LIBRARY, 476usize) {
+    match crate::loader::load(&SLOTS[502usize], &LIBRARY, 502usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefGetMipmappedArray` when asked for version 5000; the loader never asks
@@ -55272,7 +58136,7 @@ pub unsafe fn cuTexRefSetAddress(
     dptr: CUdeviceptr,
     bytes: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[477usize], &LIBRARY, 477usize) {
+    match crate::loader::load(&SLOTS[503usize], &LIBRARY, 503usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefSetAddress` when asked for version 3020; the loader never asks below
@@ -55317,7 +58181,7 @@ pub unsafe fn cuTexRefSetAddress2D(
     dptr: CUdeviceptr,
     Pitch: usize,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[478usize], &LIBRARY, 478usize) {
+    match crate::loader::load(&SLOTS[504usize], &LIBRARY, 504usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefSetAddress2D` when asked for a version from 3020 to 4010; the loader
@@ -55401,7 +58265,7 @@ pub unsafe fn cuTexRefSetAddressMode(
     dim: ::core::ffi::c_int,
     am: CUaddress_mode,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[479usize], &LIBRARY, 479usize) {
+    match crate::loader::load(&SLOTS[505usize], &LIBRARY, 505usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefSetAddressMode` when asked for version 2000; the loader never asks below
@@ -55468,7 +58332,7 @@ pub unsafe fn cuTexRefSetArray(
     hArray: CUarray,
     Flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[480usize], &LIBRARY, 480usize) {
+    match crate::loader::load(&SLOTS[506usize], &LIBRARY, 506usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefSetArray` when asked for version 2000; the loader never asks below 2000
@@ -55536,7 +58400,7 @@ pub unsafe fn cuTexRefSetBorderColor(
     hTexRef: CUtexref,
     pBorderColor: *mut f32,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[481usize], &LIBRARY, 481usize) {
+    match crate::loader::load(&SLOTS[507usize], &LIBRARY, 507usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefSetBorderColor` when asked for version 8000; the loader never asks below
@@ -55602,7 +58466,7 @@ pub unsafe fn cuTexRefSetBorderColor(
  This calls the C function `cuTexRefSetFilterMode` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuTexRefSetFilterMode(hTexRef: CUtexref, fm: CUfilter_mode) -> CUresult {
-    match crate::loader::load(&SLOTS[482usize], &LIBRARY, 482usize) {
+    match crate::loader::load(&SLOTS[508usize], &LIBRARY, 508usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefSetFilterMode` when asked for version 2000; the loader never asks below
@@ -55675,7 +58539,7 @@ pub unsafe fn cuTexRefSetFlags(
     hTexRef: CUtexref,
     Flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[483usize], &LIBRARY, 483usize) {
+    match crate::loader::load(&SLOTS[509usize], &LIBRARY, 509usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefSetFlags` when asked for version 2000; the loader never asks below 2000
@@ -55739,7 +58603,7 @@ pub unsafe fn cuTexRefSetFormat(
     fmt: CUarray_format,
     NumPackedComponents: ::core::ffi::c_int,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[484usize], &LIBRARY, 484usize) {
+    match crate::loader::load(&SLOTS[510usize], &LIBRARY, 510usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefSetFormat` when asked for version 2000; the loader never asks below 2000
@@ -55803,7 +58667,7 @@ pub unsafe fn cuTexRefSetMaxAnisotropy(
     hTexRef: CUtexref,
     maxAniso: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[485usize], &LIBRARY, 485usize) {
+    match crate::loader::load(&SLOTS[511usize], &LIBRARY, 511usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefSetMaxAnisotropy` when asked for version 5000; the loader never asks
@@ -55872,7 +58736,7 @@ pub unsafe fn cuTexRefSetMipmapFilterMode(
     hTexRef: CUtexref,
     fm: CUfilter_mode,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[486usize], &LIBRARY, 486usize) {
+    match crate::loader::load(&SLOTS[512usize], &LIBRARY, 512usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefSetMipmapFilterMode` when asked for version 5000; the loader never asks
@@ -55929,7 +58793,7 @@ pub unsafe fn cuTexRefSetMipmapFilterMode(
  This calls the C function `cuTexRefSetMipmapLevelBias` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
 #[inline]
 pub unsafe fn cuTexRefSetMipmapLevelBias(hTexRef: CUtexref, bias: f32) -> CUresult {
-    match crate::loader::load(&SLOTS[487usize], &LIBRARY, 487usize) {
+    match crate::loader::load(&SLOTS[513usize], &LIBRARY, 513usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefSetMipmapLevelBias` when asked for version 5000; the loader never asks
@@ -55992,7 +58856,7 @@ pub unsafe fn cuTexRefSetMipmapLevelClamp(
     minMipmapLevelClamp: f32,
     maxMipmapLevelClamp: f32,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[488usize], &LIBRARY, 488usize) {
+    match crate::loader::load(&SLOTS[514usize], &LIBRARY, 514usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefSetMipmapLevelClamp` when asked for version 5000; the loader never asks
@@ -56054,7 +58918,7 @@ pub unsafe fn cuTexRefSetMipmappedArray(
     hMipmappedArray: CUmipmappedArray,
     Flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[489usize], &LIBRARY, 489usize) {
+    match crate::loader::load(&SLOTS[515usize], &LIBRARY, 515usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuTexRefSetMipmappedArray` when asked for version 5000; the loader never asks
@@ -56143,7 +59007,7 @@ pub unsafe fn cuTexRefSetMipmappedArray(
 pub unsafe fn cuThreadExchangeStreamCaptureMode(
     mode: *mut CUstreamCaptureMode,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[490usize], &LIBRARY, 490usize) {
+    match crate::loader::load(&SLOTS[516usize], &LIBRARY, 516usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuThreadExchangeStreamCaptureMode` when asked for version 10010; the loader
@@ -56214,7 +59078,7 @@ pub unsafe fn cuUserObjectCreate(
     initialRefcount: ::core::ffi::c_uint,
     flags: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[491usize], &LIBRARY, 491usize) {
+    match crate::loader::load(&SLOTS[517usize], &LIBRARY, 517usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuUserObjectCreate` when asked for version 11030; the loader never asks below
@@ -56279,7 +59143,7 @@ pub unsafe fn cuUserObjectRelease(
     object: CUuserObject,
     count: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[492usize], &LIBRARY, 492usize) {
+    match crate::loader::load(&SLOTS[518usize], &LIBRARY, 518usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuUserObjectRelease` when asked for version 11030; the loader never asks below
@@ -56334,7 +59198,7 @@ pub unsafe fn cuUserObjectRetain(
     object: CUuserObject,
     count: ::core::ffi::c_uint,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[493usize], &LIBRARY, 493usize) {
+    match crate::loader::load(&SLOTS[519usize], &LIBRARY, 519usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuUserObjectRetain` when asked for version 11030; the loader never asks below
@@ -56352,6 +59216,115 @@ pub unsafe fn cuUserObjectRetain(
             // function's `# Safety` requires, and the arguments go unchanged to a pointer of
             // exactly that C signature (see above).
             unsafe { __cuda_sys_fn(object, count) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+ The header declares this function as `cuVDPAUCtxCreate_v2`.
+*/
+/** # Safety
+
+ This calls the C function `cuVDPAUCtxCreate_v2` of `cuda.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuVDPAUCtxCreate(
+    pCtx: *mut CUcontext,
+    flags: ::core::ffi::c_uint,
+    device: CUdevice,
+    vdpDevice: VdpDevice,
+    vdpGetProcAddress: VdpGetProcAddress,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[520usize], &LIBRARY, 520usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuVDPAUCtxCreate` when asked for a version from 3010 to 3020; the loader never
+            // asks below 3010 and the driver hands out its newest variant not newer than the
+            // version asked for. The generator checked that every `PFN_cuVDPAUCtxCreate_v*` typedef
+            // of cudaVDPAUTypedefs.h from 3010 to 3020 has the signature `cuda.h` declares for
+            // `cuVDPAUCtxCreate_v2`, so the address is a C function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUcontext,
+                        ::core::ffi::c_uint,
+                        CUdevice,
+                        VdpDevice,
+                        VdpGetProcAddress,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuVDPAUCtxCreate_v2` from `cuda.h`, as this
+            // function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(pCtx, flags, device, vdpDevice, vdpGetProcAddress) }
+        }
+        Err(e) => crate::loader::StatusCode::from_load_error(e),
+    }
+}
+/// `cuVDPAUCtxCreate_v2`, the name the header's macros give [`cuVDPAUCtxCreate`].
+pub use self::cuVDPAUCtxCreate as cuVDPAUCtxCreate_v2;
+/** Gets the CUDA device associated with a VDPAU device
+
+ Returns in \p *pDevice the CUDA device associated with a \p vdpDevice, if
+ applicable.
+
+ - parameter pDevice           - Device associated with vdpDevice
+ - parameter vdpDevice         - A VdpDevice handle
+ - parameter vdpGetProcAddress - VDPAU's VdpGetProcAddress function pointer
+
+ \return
+ ::CUDA_SUCCESS,
+ ::CUDA_ERROR_DEINITIALIZED,
+ ::CUDA_ERROR_NOT_INITIALIZED,
+ ::CUDA_ERROR_INVALID_CONTEXT,
+ ::CUDA_ERROR_INVALID_VALUE
+
+
+ See also: ::cuCtxCreate, ::cuVDPAUCtxCreate, ::cuGraphicsVDPAURegisterVideoSurface,
+ ::cuGraphicsVDPAURegisterOutputSurface, ::cuGraphicsUnregisterResource,
+ ::cuGraphicsResourceSetMapFlags, ::cuGraphicsMapResources,
+ ::cuGraphicsUnmapResources, ::cuGraphicsSubResourceGetMappedArray,
+ ::cudaVDPAUGetDevice*/
+///
+/** # Loading
+
+ The function is resolved on first call. If the library or the function cannot be loaded, it returns an error code outside the range the headers define; `.result()` on it gives an error that says what was missing and what to do (see [`crate::LoadError`]).
+*/
+/** # Safety
+
+ This calls the C function `cuVDPAUGetDevice` of `cudaVDPAU.h` directly: the caller must meet its contract as the documentation above and NVIDIA's describe. Every pointer must be valid for the reads and writes the function makes, handles must be live, and the call must respect the library's threading rules.*/
+#[inline]
+pub unsafe fn cuVDPAUGetDevice(
+    pDevice: *mut CUdevice,
+    vdpDevice: VdpDevice,
+    vdpGetProcAddress: VdpGetProcAddress,
+) -> CUresult {
+    match crate::loader::load(&SLOTS[521usize], &LIBRARY, 521usize) {
+        Ok(__cuda_sys_fn) => {
+            // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
+            // for `cuVDPAUGetDevice` when asked for version 3010; the loader never asks below 3010
+            // and the driver hands out its newest variant not newer than the version asked for. The
+            // generator checked that every `PFN_cuVDPAUGetDevice_v*` typedef of cudaVDPAUTypedefs.h
+            // from 3010 to 3010 has the signature `cudaVDPAU.h` declares for `cuVDPAUGetDevice`, so
+            // the address is a C function of exactly this type.
+            let __cuda_sys_fn = unsafe {
+                ::core::mem::transmute::<
+                    *mut ::core::ffi::c_void,
+                    unsafe extern "C" fn(
+                        *mut CUdevice,
+                        VdpDevice,
+                        VdpGetProcAddress,
+                    ) -> CUresult,
+                >(__cuda_sys_fn)
+            };
+            // SAFETY: the caller meets the contract of `cuVDPAUGetDevice` from `cudaVDPAU.h`, as
+            // this function's `# Safety` requires, and the arguments go unchanged to a pointer of
+            // exactly that C signature (see above).
+            unsafe { __cuda_sys_fn(pDevice, vdpDevice, vdpGetProcAddress) }
         }
         Err(e) => crate::loader::StatusCode::from_load_error(e),
     }
@@ -56443,7 +59416,7 @@ pub unsafe fn cuWaitExternalSemaphoresAsync(
     numExtSems: ::core::ffi::c_uint,
     stream: CUstream,
 ) -> CUresult {
-    match crate::loader::load(&SLOTS[494usize], &LIBRARY, 494usize) {
+    match crate::loader::load(&SLOTS[522usize], &LIBRARY, 522usize) {
         Ok(__cuda_sys_fn) => {
             // SAFETY: `load` returns `Ok` only with the non-null address cuGetProcAddress_v2 gave
             // for `cuWaitExternalSemaphoresAsync` when asked for version 10000; the loader never
