@@ -163,6 +163,10 @@ fn a_graph_that_used_the_mapping_keeps_it_mapped_until_it_goes() {
     assert!(resource.is_mapped(), "the graph holds the mapping");
     let e = resource.map(&s).unwrap_err().to_string();
     assert!(e.starts_with("GraphicsResource is already mapped"), "{e}");
+    // Closing is refused while the graph holds the mapping: the resource stays open and mapped.
+    let e = resource.close().unwrap_err().to_string();
+    assert!(e.contains("still mapped"), "{e}");
+    assert!(!resource.is_closed() && resource.is_mapped());
     graph.launch(&s).unwrap();
     graph.launch(&s).unwrap();
     drop(graph);

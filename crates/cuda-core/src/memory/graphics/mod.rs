@@ -343,19 +343,30 @@ impl GraphicsResource {
     /// be alive here (they borrow the resource). An unmap still parked is queued first (its error
     /// is returned, and the resource stays open).
     ///
-    /// A mapping that a graph still holds keeps the registration until that graph lets it go:
-    /// if its release then runs off this thread (the release thread, say), the driver can
-    /// neither unmap nor unregister there, and the resource stays mapped and registered for the
-    /// process (an error is recorded). So keep the resource until [`is_mapped`](Self::is_mapped)
-    /// says `false` after such graphs are gone, as the GL object must be kept anyway.
+    /// A mapping still held (by a graph that recorded work on it, or a guard that was leaked)
+    /// keeps the registration: `close` is then an error and the resource stays open and mapped
+    /// ([`is_mapped`](Self::is_mapped) keeps saying so), so that the GL object is not deleted
+    /// while CUDA may still use it. Close again once such graphs are gone (a leaked guard keeps
+    /// the mapping, and so the GL object, for the rest of the process).
     pub fn close(&mut self) -> Result<()> {
         crate::reaper::refuse_in_callback()?;
         if let Some(r) = &self.registered {
             r.unmap_parked()?;
+            if Arc::strong_count(r) > 1 || r.is_mapped() {
+                return Err(CudaError::InvalidArgument(
+                    "GraphicsResource is still mapped: a graph that recorded work on the mapping (or a leaked guard) holds it; close the resource once it is unmapped (see is_mapped)".into(),
+                ));
+            }
         }
         match self.registered.take().map(Arc::try_unwrap) {
-            None | Some(Err(_)) => Ok(()),
+            None => Ok(()),
             Some(Ok(mut registered)) => registered.unregister(),
+            Some(Err(shared)) => {
+                // Shared since the check above (cannot happen: the resource is not Sync and no
+                // guard is alive): keep it open.
+                self.registered = Some(shared);
+                Err(CudaError::InvalidArgument("GraphicsResource is still mapped".into()))
+            }
         }
     }
 

@@ -166,10 +166,20 @@ impl Registered {
         let Some(stream) = parked.as_ref() else {
             return Ok(false);
         };
-        // SAFETY: parked by a release: mapped, and its stream has every use of the mapping
-        // queued before (the release ordered them there), and anything queued since is later.
-        match unsafe { self.unmap_now(stream) } {
-            Ok(()) => {}
+        // Queued as an operation on the stream: never on a stream being captured (it would be
+        // refused, and could invalidate that capture); it stays parked until the capture ends.
+        let queued = stream.enqueue(|capture| {
+            if capture.is_some() {
+                return Ok(false);
+            }
+            // SAFETY: parked by a release: mapped, and its stream has every use of the mapping
+            // queued before (the release ordered them there), and anything queued since is later;
+            // the stream is not capturing (inside its operation).
+            unsafe { self.unmap_now(stream) }.map(|()| true)
+        });
+        match queued {
+            Ok(false) => return Ok(false),
+            Ok(true) => {}
             Err(e) if e.driver_status() == Some(driver::CUresult::CUDA_ERROR_NOT_MAPPED) => {
                 self.mapped.store(false, Ordering::Release);
             }
