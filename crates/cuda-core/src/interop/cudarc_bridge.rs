@@ -24,7 +24,7 @@
 
 use crate::device::Context;
 use crate::error::Check;
-use crate::memory::{Buffer, Element, Pod, StridedMemoryView};
+use crate::memory::{wait_for_fence, Buffer, Element, Pod, StridedMemoryView};
 use crate::stream::{relaxed_capture_mode, Stream};
 use crate::{CudaError, Result};
 use ::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, DriverError};
@@ -239,20 +239,6 @@ fn after_cudarc_work<T>(slice: &mut CudaSlice<T>, stream: &Stream) -> Result<dri
     Ok(ptr as driver::CUdeviceptr)
 }
 
-/// Waits on the host until `fence`'s work is done (polling on past a failed wait: the work must
-/// not outlive the handover).
-fn wait_for(fence: driver::CUevent) -> Result<()> {
-    // SAFETY: the event is live (a fence lent for the call) and was recorded outside a capture.
-    let waited = relaxed_capture_mode(|| unsafe { driver::cuEventSynchronize(fence) }).check("cuEventSynchronize");
-    if waited.is_err() {
-        // SAFETY: as above.
-        while unsafe { driver::cuEventQuery(fence) } == driver::CUresult::CUDA_ERROR_NOT_READY {
-            std::thread::sleep(std::time::Duration::from_micros(50));
-        }
-    }
-    waited
-}
-
 impl Buffer {
     /// Takes cudarc's `slice` as a buffer of the same memory, without a copy, for work on
     /// `stream` (its deallocation stream, of the slice's device). The buffer owns the slice:
@@ -329,7 +315,7 @@ impl Buffer {
         if let Err(e) = crate::reaper::refuse_in_callback() {
             return refuse(self, e);
         }
-        let mut wait = |fence: driver::CUevent| wait_for(fence);
+        let mut wait = |fence: driver::CUevent| wait_for_fence(fence);
         if self.cudarc_slice::<T>().is_some() {
             let owner = self
                 .reclaim_owner(&mut wait)

@@ -37,6 +37,8 @@ mod vmm;
 
 pub(crate) use buffer::{enqueue_using, PointerInfo, SharedAllocation};
 pub use buffer::{Buffer, BufferView, Pod};
+#[cfg(feature = "cudarc")]
+pub(crate) use copy::wait_for_fence;
 pub use copy::{BatchCopyOptions, CopyOptions, HostCopy, MemcpyOverlapMode, MemcpySrcAccessOrder, Region2D, Region3D};
 pub use graph_memory::GraphMemoryResource;
 pub use ipc::{IpcBufferDescriptor, IpcPoolResource};

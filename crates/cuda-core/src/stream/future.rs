@@ -90,7 +90,7 @@ impl Signal {
 /// Called by the driver once, on a thread of its own, when the work queued before it is done
 /// (or failed: `status`).
 unsafe extern "C" fn fired(_stream: driver::CUstream, status: driver::CUresult, data: *mut c_void) {
-    // SAFETY: `data` is the `Arc<Signal>` leaked by `signal_keeping` for this one call (a
+    // SAFETY: `data` is the `Arc<Signal>` leaked by `add_callback` for this one call (a
     // capturing stream is refused, so no graph calls it again).
     let signal = unsafe { Arc::from_raw(data as *const Signal) };
     crate::reaper::run_as_callback("a Completion's waker", || signal.fire(status));
@@ -139,35 +139,39 @@ impl Future for Completion {
     }
 }
 
-/// Queues on `stream` a callback that fires `signal` with the stream's status, `keep` held
-/// until then. Refused on a stream being captured (a graph cannot hold a stream callback, and
-/// its work runs at its launches, which this future would never see). On an error nothing was
-/// queued, and `keep` is dropped at once (no work queued after this call uses it).
-fn signal_keeping(stream: &Stream, signal: &Arc<Signal>, keep: Option<Box<dyn Any + Send>>) -> Result<()> {
+/// Queues on `stream` a callback that fires `signal` with the stream's status. Call inside an
+/// operation on the stream, which is not capturing.
+fn add_callback(stream: &Stream, signal: &Arc<Signal>) -> Result<()> {
+    let data = Arc::into_raw(signal.clone());
+    // SAFETY: the stream is live and not capturing (the caller's operation); the driver calls
+    // `fired` once with `data`, which owns one reference.
+    let status = unsafe { driver::cuStreamAddCallback(stream.handle(), Some(fired), data as *mut c_void, 0) };
+    if let Err(e) = status.check("cuStreamAddCallback") {
+        // SAFETY: the driver did not take `data`: the reference comes back.
+        drop(unsafe { Arc::from_raw(data) });
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// A [`Completion`] of the work queued on `stream` so far, keeping `source` while it may be
+/// polled. Refused on a stream being captured (a graph cannot hold a stream callback, and its
+/// work runs at its launches, which this future would never see).
+fn completion(stream: &Stream, source: Source) -> Result<Completion> {
     crate::reaper::start();
-    signal.lock().keep = keep;
-    let queued = stream.enqueue(|capture| {
+    let signal = Arc::new(Signal::default());
+    stream.enqueue(|capture| {
         if capture.is_some() {
             return Err(CudaError::InvalidArgument(
                 "a Completion cannot wait on a stream being captured into a graph (its work runs when the graph is launched): await a stream that launches the graph instead".into(),
             ));
         }
-        let data = Arc::into_raw(signal.clone());
-        // SAFETY: the stream is live and not capturing (inside its operation); the driver calls
-        // `fired` once with `data`, which owns one reference.
-        let status = unsafe { driver::cuStreamAddCallback(stream.handle(), Some(fired), data as *mut c_void, 0) };
-        if let Err(e) = status.check("cuStreamAddCallback") {
-            // SAFETY: the driver did not take `data`: the reference comes back.
-            drop(unsafe { Arc::from_raw(data) });
-            return Err(e);
-        }
-        Ok(())
-    });
-    if queued.is_err() {
-        let keep = signal.lock().keep.take();
-        drop(keep);
-    }
-    queued
+        add_callback(stream, &signal)
+    })?;
+    Ok(Completion {
+        signal,
+        _source: source,
+    })
 }
 
 impl Stream {
@@ -177,12 +181,7 @@ impl Stream {
     /// waits for that call, which only stores the status and wakes the task. Futures of one
     /// stream resolve in the order they were made. On a stream being captured this is an error.
     pub fn synchronized(&self) -> Result<Completion> {
-        let signal = Arc::new(Signal::default());
-        signal_keeping(self, &signal, None)?;
-        Ok(Completion {
-            signal,
-            _source: Source::Stream(self.clone()),
-        })
+        completion(self, Source::Stream(self.clone()))
     }
 }
 
@@ -210,16 +209,7 @@ impl Armed {
 
     /// Queues the callback on `stream`: inside an operation on it, the stream not capturing.
     pub(crate) fn queue(&self, stream: &Stream) -> Result<()> {
-        let data = Arc::into_raw(self.signal.clone());
-        // SAFETY: the stream is live and not capturing (the caller's operation); the driver calls
-        // `fired` once with `data`, which owns one reference.
-        let status = unsafe { driver::cuStreamAddCallback(stream.handle(), Some(fired), data as *mut c_void, 0) };
-        if let Err(e) = status.check("cuStreamAddCallback") {
-            // SAFETY: the driver did not take `data`: the reference comes back.
-            drop(unsafe { Arc::from_raw(data) });
-            return Err(e);
-        }
-        Ok(())
+        add_callback(stream, &self.signal)
     }
 
     /// The future, once the operation ended with `queued`: `keep` stays alive until the callback
@@ -273,11 +263,6 @@ impl Event {
                 "the event was recorded in a capture that is still running (waiting for it joined that capture): await an event recorded outside captures, or the stream that launches the graph".into(),
             ));
         }
-        let signal = Arc::new(Signal::default());
-        signal_keeping(&waiter, &signal, None)?;
-        Ok(Completion {
-            signal,
-            _source: Source::Event(self.clone(), waiter),
-        })
+        completion(&waiter, Source::Event(self.clone(), waiter.clone()))
     }
 }

@@ -63,12 +63,19 @@ pub(super) fn copy_with_host(
         }
         recorded
     })?;
-    // SAFETY: the event is live and was recorded outside any capture.
-    let waited =
-        relaxed_capture_mode(|| unsafe { driver::cuEventSynchronize(fence.handle()) }).check("cuEventSynchronize");
+    wait_for_fence(fence.handle())
+}
+
+/// Waits on the host until the work before `fence`'s record is done, in relaxed capture mode
+/// (a capture on another thread does not refuse it); when the wait fails, the work is still
+/// polled until it is done or stopped by an error, so that what the work uses is never let go
+/// of early. `fence` must be live and recorded outside any capture.
+pub(crate) fn wait_for_fence(fence: driver::CUevent) -> Result<()> {
+    // SAFETY: the caller's event, live and recorded outside any capture.
+    let waited = relaxed_capture_mode(|| unsafe { driver::cuEventSynchronize(fence) }).check("cuEventSynchronize");
     if waited.is_err() {
         // SAFETY: as above.
-        poll_until_settled(|| unsafe { driver::cuEventQuery(fence.handle()) });
+        poll_until_settled(|| unsafe { driver::cuEventQuery(fence) });
     }
     waited
 }

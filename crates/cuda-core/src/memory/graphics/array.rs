@@ -4,13 +4,18 @@
 
 use super::{GraphicsRegisterFlags, Registered};
 use crate::error::Check;
-use crate::memory::buffer::{enqueue_using, Buffer, Pod};
-use crate::memory::copy::copy_with_host;
+use crate::memory::buffer::{Buffer, Pod};
+use crate::memory::texture::copies::WholeArray;
 use crate::memory::texture::ArrayFormat;
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::fmt;
+
+const FROM_HOST_REFUSAL: &str =
+    "MappedArray::copy_from_host waits for its copy, which a stream being captured never runs: copy from a buffer";
+const TO_HOST_REFUSAL: &str =
+    "MappedArray::copy_to_host waits for its copy, which a stream being captured never runs: copy into a buffer";
 
 /// A CUDA array of a mapped OpenGL image or EGL frame ([`super::MappedImage::array`],
 /// [`super::EglFrame::array`]): the driver owns it, and it is valid while the mapping lives, which
@@ -120,47 +125,17 @@ impl<'m> MappedArray<'m> {
         self.surface_load_store
     }
 
-    /// `(width in bytes, height, depth)` of a whole-array copy (their product is `size_bytes`).
-    fn extent(&self) -> (usize, usize, usize) {
-        (
-            self.shape[0] * self.element_bytes(),
-            self.shape.get(1).copied().unwrap_or(1),
-            self.shape.get(2).copied().unwrap_or(1),
-        )
-    }
-
-    /// A whole-array copy with the array on one side; `other` fills in the other side.
-    fn params(
-        &self,
-        into_array: bool,
-        other: impl FnOnce(&mut driver::CUDA_MEMCPY3D, usize, usize),
-    ) -> driver::CUDA_MEMCPY3D {
-        let (width, height, depth) = self.extent();
-        let mut p = driver::CUDA_MEMCPY3D {
-            WidthInBytes: width,
-            Height: height,
-            Depth: depth,
-            ..Default::default()
-        };
-        if into_array {
-            p.dstMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_ARRAY;
-            p.dstArray = self.raw;
-        } else {
-            p.srcMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_ARRAY;
-            p.srcArray = self.raw;
+    /// The array as whole-array copies see it (every copy is work on the mapping's lifeline,
+    /// so the unmap waits for it).
+    fn whole(&self) -> WholeArray<'_> {
+        WholeArray {
+            raw: self.raw,
+            shape: &self.shape,
+            element_bytes: self.element_bytes(),
+            size_bytes: self.size_bytes,
+            lifeline: self.lifeline,
+            copy_to_what: "MappedArray::copy_to",
         }
-        other(&mut p, width, height);
-        p
-    }
-
-    fn check_room(&self, have: usize, what: &str) -> Result<()> {
-        if have < self.size_bytes {
-            return Err(CudaError::InvalidArgument(format!(
-                "{what} has {have} bytes, smaller than the array extent ({} bytes)",
-                self.size_bytes
-            )));
-        }
-        Ok(())
     }
 
     fn check_writable(&self, what: &str) -> Result<()> {
@@ -177,98 +152,31 @@ impl<'m> MappedArray<'m> {
     /// mapping, and the unmap waits for it).
     pub fn copy_from(&self, src: &Buffer, stream: &Stream) -> Result<()> {
         self.check_writable("MappedArray::copy_from")?;
-        self.check_room(src.size(), "the source buffer")?;
-        let p = self.params(true, |p, pitch, height| {
-            p.srcMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED;
-            p.srcDevice = src.handle();
-            p.srcPitch = pitch;
-            p.srcHeight = height;
-        });
-        enqueue_using(stream, &[self.lifeline, src], |_| {
-            // SAFETY: the array stays mapped until the copy is done (the lifeline's free, the
-            // unmap, is ordered after it), the buffer's first size_bytes bytes stay alive
-            // (`enqueue_using` holds it); the parameters are a local.
-            unsafe { driver::cuMemcpy3DAsync(&p, stream.handle()) }.check("cuMemcpy3DAsync")
-        })
+        self.whole().copy_from(src, stream)
     }
 
     /// Copies the whole array into the first [`size_bytes`](Self::size_bytes) bytes of `dst`,
     /// ordered on `stream`.
     pub fn copy_to(&self, dst: &Buffer, stream: &Stream) -> Result<()> {
-        self.check_room(dst.size(), "the destination buffer")?;
-        dst.check_writable("MappedArray::copy_to")?;
-        let p = self.params(false, |p, pitch, height| {
-            p.dstMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED;
-            p.dstDevice = dst.handle();
-            p.dstPitch = pitch;
-            p.dstHeight = height;
-        });
-        enqueue_using(stream, &[self.lifeline, dst], |_| {
-            // SAFETY: as in `copy_from`.
-            unsafe { driver::cuMemcpy3DAsync(&p, stream.handle()) }.check("cuMemcpy3DAsync")
-        })
+        self.whole().copy_to(dst, stream)
     }
 
     /// Copies host data into the array, ordered on `stream`, and waits for the copy. `src` must
     /// hold at least [`size_bytes`](Self::size_bytes) bytes. Not on a stream being captured.
     pub fn copy_from_host<T: Pod>(&self, src: &[T], stream: &Stream) -> Result<()> {
         self.check_writable("MappedArray::copy_from_host")?;
-        self.check_room(std::mem::size_of_val(src), "the host slice")?;
-        let p = self.params(true, |p, pitch, height| {
-            p.srcMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_HOST;
-            p.srcHost = src.as_ptr().cast();
-            p.srcPitch = pitch;
-            p.srcHeight = height;
-        });
-        copy_with_host(
-            stream,
-            &[self.lifeline],
-            "MappedArray::copy_from_host waits for its copy, which a stream being captured never runs: copy from a buffer",
-            || {
-                // SAFETY: src holds size_bytes bytes and is borrowed until the copy is waited for
-                // (`copy_with_host`); the array stays mapped (the lifeline orders the unmap after).
-                unsafe { driver::cuMemcpy3DAsync(&p, stream.handle()) }.check("cuMemcpy3DAsync")
-            },
-        )
+        self.whole().copy_from_host(src, stream, FROM_HOST_REFUSAL)
     }
 
     /// Copies the whole array into host memory, ordered on `stream`, and waits for the copy.
     /// `dst` must hold at least [`size_bytes`](Self::size_bytes) bytes. Not on a stream being
     /// captured.
     pub fn copy_to_host<T: Pod>(&self, dst: &mut [T], stream: &Stream) -> Result<()> {
-        self.check_room(std::mem::size_of_val(dst), "the host slice")?;
-        let dst_ptr = dst.as_mut_ptr();
-        let p = self.params(false, |p, pitch, height| {
-            p.dstMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_HOST;
-            p.dstHost = dst_ptr.cast();
-            p.dstPitch = pitch;
-            p.dstHeight = height;
-        });
-        copy_with_host(
-            stream,
-            &[self.lifeline],
-            "MappedArray::copy_to_host waits for its copy, which a stream being captured never runs: copy into a buffer",
-            || {
-                // SAFETY: dst holds size_bytes bytes, exclusively borrowed until the copy is
-                // waited for (`copy_with_host`); the array stays mapped.
-                unsafe { driver::cuMemcpy3DAsync(&p, stream.handle()) }.check("cuMemcpy3DAsync")
-            },
-        )
+        self.whole().copy_to_host(dst, stream, TO_HOST_REFUSAL)
     }
 
     /// The whole array as a vector of `T` (waits for the copy).
     pub fn to_vec<T: Pod>(&self, stream: &Stream) -> Result<Vec<T>> {
-        let size = std::mem::size_of::<T>().max(1);
-        let n = self.size_bytes.div_ceil(size);
-        let mut out = Vec::new();
-        out.try_reserve_exact(n).map_err(|e| {
-            CudaError::InvalidArgument(format!(
-                "to_vec: cannot hold {} bytes on the host: {e}",
-                self.size_bytes
-            ))
-        })?;
-        out.resize(n, T::zeroed());
-        self.copy_to_host(&mut out, stream)?;
-        Ok(out)
+        self.whole().to_vec(stream, TO_HOST_REFUSAL)
     }
 }

@@ -1,17 +1,20 @@
 //! [`OpaqueArray`]: a CUDA array (`CUarray`), and whole-array copies between it and buffers or
 //! host memory (`cuMemcpy3DAsync`).
 
+use super::copies::WholeArray;
 use super::mipmap::MipmapHandle;
 use super::{check_shape, current_context, device_context, element_bytes, lifeline, private_stream, ArrayFormat};
 use crate::device::{Context, Device};
 use crate::error::{record_drop_error, Check};
-use crate::memory::buffer::{enqueue_using, Buffer, Pod};
-use crate::memory::copy::copy_with_host;
+use crate::memory::buffer::{Buffer, Pod};
 use crate::stream::Stream;
-use crate::{CudaError, Result};
+use crate::Result;
 use cuda_sys::driver;
 use std::fmt;
 use std::sync::Arc;
+
+const FROM_HOST_REFUSAL: &str = "OpaqueArray::copy_from_host waits for its copy, which a stream being captured never runs: copy before the capture, or from a buffer";
+const TO_HOST_REFUSAL: &str = "OpaqueArray::copy_to_host waits for its copy, which a stream being captured never runs: copy after the graph ran, from a stream that is not capturing";
 
 /// A `CUarray`, destroyed with its last holder (an [`OpaqueArray`], the lifeline of one, or a
 /// texture or surface built on it). A mipmap level is not destroyed: its mipmapped array owns
@@ -257,48 +260,16 @@ impl OpaqueArray {
         &self.handle
     }
 
-    /// `(width in bytes, height, depth)` of a whole-array copy.
-    fn extent(&self) -> (usize, usize, usize) {
-        // The product of these is `size_bytes`, which fits in usize.
-        (
-            self.shape[0] * self.element_bytes(),
-            self.shape.get(1).copied().unwrap_or(1),
-            self.shape.get(2).copied().unwrap_or(1),
-        )
-    }
-
-    /// A whole-array copy with the array on one side; `other` fills in the other side.
-    fn params(
-        &self,
-        into_array: bool,
-        other: impl FnOnce(&mut driver::CUDA_MEMCPY3D, usize, usize),
-    ) -> driver::CUDA_MEMCPY3D {
-        let (width, height, depth) = self.extent();
-        let mut p = driver::CUDA_MEMCPY3D {
-            WidthInBytes: width,
-            Height: height,
-            Depth: depth,
-            ..Default::default()
-        };
-        if into_array {
-            p.dstMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_ARRAY;
-            p.dstArray = self.handle.raw;
-        } else {
-            p.srcMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_ARRAY;
-            p.srcArray = self.handle.raw;
+    /// The array as whole-array copies see it.
+    fn whole(&self) -> WholeArray<'_> {
+        WholeArray {
+            raw: self.handle.raw,
+            shape: &self.shape,
+            element_bytes: self.element_bytes(),
+            size_bytes: self.size_bytes,
+            lifeline: &self.lifeline,
+            copy_to_what: "OpaqueArray::copy_to",
         }
-        other(&mut p, width, height);
-        p
-    }
-
-    fn check_room(&self, have: usize, what: &str) -> Result<()> {
-        if have < self.size_bytes {
-            return Err(CudaError::InvalidArgument(format!(
-                "{what} has {have} bytes, smaller than the array extent ({} bytes)",
-                self.size_bytes
-            )));
-        }
-        Ok(())
     }
 
     /// Copies the first [`size_bytes`](Self::size_bytes) bytes of `src` into the array, ordered
@@ -306,98 +277,32 @@ impl OpaqueArray {
     /// that many. Recorded into a graph when `stream` is being captured (the graph then holds
     /// the array and the buffer).
     pub fn copy_from(&self, src: &Buffer, stream: &Stream) -> Result<()> {
-        self.check_room(src.size(), "the source buffer")?;
-        let p = self.params(true, |p, pitch, height| {
-            p.srcMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED;
-            p.srcDevice = src.handle();
-            p.srcPitch = pitch;
-            p.srcHeight = height;
-        });
-        enqueue_using(stream, &[&self.lifeline, src], |_| {
-            // SAFETY: the array and the buffer's first size_bytes bytes stay alive until the copy
-            // is done (`enqueue_using` holds both); the parameters are a local.
-            unsafe { driver::cuMemcpy3DAsync(&p, stream.handle()) }.check("cuMemcpy3DAsync")
-        })
+        self.whole().copy_from(src, stream)
     }
 
     /// Copies the whole array into the first [`size_bytes`](Self::size_bytes) bytes of `dst`,
     /// ordered on `stream` (`cuda.core`'s `copy_to` with a `Buffer`).
     pub fn copy_to(&self, dst: &Buffer, stream: &Stream) -> Result<()> {
-        self.check_room(dst.size(), "the destination buffer")?;
-        dst.check_writable("OpaqueArray::copy_to")?;
-        let p = self.params(false, |p, pitch, height| {
-            p.dstMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED;
-            p.dstDevice = dst.handle();
-            p.dstPitch = pitch;
-            p.dstHeight = height;
-        });
-        enqueue_using(stream, &[&self.lifeline, dst], |_| {
-            // SAFETY: as in `copy_from`.
-            unsafe { driver::cuMemcpy3DAsync(&p, stream.handle()) }.check("cuMemcpy3DAsync")
-        })
+        self.whole().copy_to(dst, stream)
     }
 
     /// Copies host data into the array, ordered on `stream`, and waits for the copy (so `src`
     /// may be reused at once; `cuda.core`'s `copy_from` with a host buffer). `src` must hold at
     /// least [`size_bytes`](Self::size_bytes) bytes. Not on a stream being captured.
     pub fn copy_from_host<T: Pod>(&self, src: &[T], stream: &Stream) -> Result<()> {
-        self.check_room(std::mem::size_of_val(src), "the host slice")?;
-        let p = self.params(true, |p, pitch, height| {
-            p.srcMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_HOST;
-            p.srcHost = src.as_ptr().cast();
-            p.srcPitch = pitch;
-            p.srcHeight = height;
-        });
-        copy_with_host(
-            stream,
-            &[&self.lifeline],
-            "OpaqueArray::copy_from_host waits for its copy, which a stream being captured never runs: copy before the capture, or from a buffer",
-            || {
-                // SAFETY: src holds size_bytes bytes and is borrowed until the copy is waited
-                // for (`copy_with_host`); the array is held by its lifeline.
-                unsafe { driver::cuMemcpy3DAsync(&p, stream.handle()) }.check("cuMemcpy3DAsync")
-            },
-        )
+        self.whole().copy_from_host(src, stream, FROM_HOST_REFUSAL)
     }
 
     /// Copies the whole array into host memory, ordered on `stream`, and waits for the copy.
     /// `dst` must hold at least [`size_bytes`](Self::size_bytes) bytes. Not on a stream being
     /// captured.
     pub fn copy_to_host<T: Pod>(&self, dst: &mut [T], stream: &Stream) -> Result<()> {
-        self.check_room(std::mem::size_of_val(dst), "the host slice")?;
-        let dst_ptr = dst.as_mut_ptr();
-        let p = self.params(false, |p, pitch, height| {
-            p.dstMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_HOST;
-            p.dstHost = dst_ptr.cast();
-            p.dstPitch = pitch;
-            p.dstHeight = height;
-        });
-        copy_with_host(
-            stream,
-            &[&self.lifeline],
-            "OpaqueArray::copy_to_host waits for its copy, which a stream being captured never runs: copy after the graph ran, from a stream that is not capturing",
-            || {
-                // SAFETY: dst holds size_bytes bytes, exclusively borrowed until the copy is
-                // waited for (`copy_with_host`); the array is held by its lifeline.
-                unsafe { driver::cuMemcpy3DAsync(&p, stream.handle()) }.check("cuMemcpy3DAsync")
-            },
-        )
+        self.whole().copy_to_host(dst, stream, TO_HOST_REFUSAL)
     }
 
     /// The whole array as a vector of `T` (waits for the copy).
     pub fn to_vec<T: Pod>(&self, stream: &Stream) -> Result<Vec<T>> {
-        let size = std::mem::size_of::<T>().max(1);
-        let n = self.size_bytes.div_ceil(size);
-        let mut out = Vec::new();
-        out.try_reserve_exact(n).map_err(|e| {
-            CudaError::InvalidArgument(format!(
-                "to_vec: cannot hold {} bytes on the host: {e}",
-                self.size_bytes
-            ))
-        })?;
-        out.resize(n, T::zeroed());
-        self.copy_to_host(&mut out, stream)?;
-        Ok(out)
+        self.whole().to_vec(stream, TO_HOST_REFUSAL)
     }
 }
 

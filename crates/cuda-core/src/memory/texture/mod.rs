@@ -27,6 +27,7 @@
 //! so that launches (a layer above) can take its handles as kernel arguments.
 
 mod array;
+pub(crate) mod copies;
 mod descriptor;
 mod mipmap;
 mod object;
