@@ -159,7 +159,37 @@ impl LaunchConfig {
         self.check(device.limits()?)
     }
 
+    #[inline]
     pub(crate) fn check(&self, l: &Limits) -> Result<()> {
+        if self.plainly_fits(l) {
+            return Ok(());
+        }
+        self.check_in_full(l)
+    }
+
+    /// The common case, in a few comparisons: no cluster, not cooperative, every dimension
+    /// non-zero and within the device's limits. `false` sends the configuration to the full check
+    /// (which accepts what this does not cover, or says what is wrong).
+    #[inline]
+    fn plainly_fits(&self, l: &Limits) -> bool {
+        let (g, b) = (self.grid, self.block);
+        let nonzero = g.x != 0 && g.y != 0 && g.z != 0 && b.x != 0 && b.y != 0 && b.z != 0;
+        nonzero
+            && self.cluster.is_none()
+            && !self.cooperative_launch
+            && b.x <= l.max_block[0]
+            && b.y <= l.max_block[1]
+            && b.z <= l.max_block[2]
+            && b.volume() <= u64::from(l.max_threads_per_block)
+            && g.x <= l.max_grid[0]
+            && g.y <= l.max_grid[1]
+            && g.z <= l.max_grid[2]
+            && self.shmem_size <= l.max_shared_optin
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn check_in_full(&self, l: &Limits) -> Result<()> {
         let bad = |m: String| Err(CudaError::InvalidArgument(format!("LaunchConfig: {m}")));
         let (g, b) = (self.grid, self.block);
         if g.volume() == 0 || b.volume() == 0 {

@@ -44,13 +44,14 @@ use cuda_sys::driver;
 /// the [`Kernel`] (or its [`crate::ObjectCode`]) until the stream has passed the launch.
 #[inline]
 pub unsafe fn launch<A: KernelArgs>(stream: &Stream, config: &LaunchConfig, kernel: &Kernel, args: A) -> Result<()> {
-    let device = match stream.device() {
-        Some(d) => d,
-        None => Device::current()?,
+    // The stream carries its device's limits (a default stream: the current device's).
+    let limits = match stream.limits() {
+        Some(l) => l,
+        None => launch_device(stream)?.limits()?,
     };
-    config.check(device.limits()?)?;
+    config.check(limits)?;
     if config.cooperative_launch {
-        check_cooperative_grid(config, kernel, &device)?;
+        check_cooperative_grid(config, kernel, &launch_device(stream)?)?;
     }
     let op = |capture: Option<&mut Capture<'_>>| {
         if let Some(capture) = capture {
@@ -66,6 +67,16 @@ pub unsafe fn launch<A: KernelArgs>(stream: &Stream, config: &LaunchConfig, kern
         return args.with_buffers(|buffers| enqueue_using(stream, buffers, op));
     }
     stream.enqueue(op)
+}
+
+/// The device a launch on `stream` runs on: the stream's, or for a default stream the current
+/// one.
+#[cold]
+fn launch_device(stream: &Stream) -> Result<Device> {
+    match stream.device() {
+        Some(d) => Ok(d),
+        None => Device::current(),
+    }
 }
 
 /// A cooperative launch's grid must fit on the device at once (as `cuda.core` checks): at most

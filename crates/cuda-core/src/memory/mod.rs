@@ -35,7 +35,7 @@ mod strided;
 pub mod texture;
 mod vmm;
 
-pub(crate) use buffer::{enqueue_using, PointerInfo, SharedAllocation};
+pub(crate) use buffer::{enqueue_using, Holder, PointerInfo, SharedAllocation};
 pub use buffer::{Buffer, BufferView, Pod};
 #[cfg(feature = "cudarc")]
 pub(crate) use copy::wait_for_fence;

@@ -14,7 +14,7 @@
 //! otherwise both sides use full fences.
 
 use std::cell::Cell;
-use std::sync::atomic::{compiler_fence, fence, AtomicUsize, Ordering};
+use std::sync::atomic::{compiler_fence, fence, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// A thread's mark: how deep it is in operations on the quiet path. One per cache line: every
@@ -84,10 +84,25 @@ fn register() -> Option<&'static Slot> {
     Some(slot)
 }
 
-/// Whether process-wide barriers are available (registered on first use).
+/// Whether process-wide barriers are available (registered on first use): one load once known.
+#[inline(always)]
 fn membarrier() -> bool {
+    match MEMBARRIER.load(Ordering::Relaxed) {
+        YES => true,
+        NO => false,
+        _ => register_membarrier(),
+    }
+}
+
+const YES: u8 = 1;
+const NO: u8 = 2;
+/// 0 until [`register_membarrier`] has run, then `YES` or `NO`.
+static MEMBARRIER: AtomicU8 = AtomicU8::new(0);
+
+#[cold]
+fn register_membarrier() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
+    let available = *AVAILABLE.get_or_init(|| {
         #[cfg(target_os = "linux")]
         {
             const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
@@ -99,7 +114,11 @@ fn membarrier() -> bool {
         {
             false
         }
-    })
+    });
+    // Published only after the registration (inside the OnceLock) has completed: a thread that
+    // reads YES relies on barriers that are registered.
+    MEMBARRIER.store(if available { YES } else { NO }, Ordering::Release);
+    available
 }
 
 /// The operation side's fence between storing its mark and loading the count.

@@ -86,6 +86,9 @@ impl Default for StreamOptions {
 struct StreamInner {
     handle: driver::CUstream,
     context: Option<Context>,
+    /// The launch limits of the context's device, read when the stream is made (so a launch
+    /// reads them here, next to the handle).
+    limits: Option<&'static crate::device::Limits>,
     owned: bool,
     /// Shared by every operation queued on the stream, exclusive for beginning, ending or joining
     /// a capture (see the module documentation).
@@ -109,6 +112,7 @@ impl Drop for StreamInner {
             let later = StreamInner {
                 handle: self.handle,
                 context: self.context.take(),
+                limits: self.limits,
                 owned: self.owned,
                 capture_lock: RwLock::new(()),
                 owner: self.owner.take(),
@@ -177,6 +181,7 @@ impl Stream {
         Stream {
             inner: Arc::new(StreamInner {
                 handle,
+                limits: context.as_ref().and_then(|c| c.device().limits().ok()),
                 context,
                 owned,
                 capture_lock: RwLock::new(()),
@@ -237,6 +242,7 @@ impl Stream {
         let inner = StreamInner {
             handle,
             context: stream.inner.context.clone(),
+            limits: stream.inner.limits,
             owned: false,
             capture_lock: RwLock::new(()),
             owner: Some(owner),
@@ -301,6 +307,12 @@ impl Stream {
                 None => Device::current()?.primary_context(),
             },
         }
+    }
+
+    /// The launch limits of the stream's device (`None` for the default streams).
+    #[inline]
+    pub(crate) fn limits(&self) -> Option<&'static crate::device::Limits> {
+        self.inner.limits
     }
 
     /// The device of the stream's context.

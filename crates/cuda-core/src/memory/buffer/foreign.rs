@@ -2,7 +2,7 @@
 //! size, mr=None, owner=None)`): a plain view, memory a resource frees, or memory an owner
 //! keeps alive until the last work on it is done.
 
-use super::{Buffer, PointerInfo};
+use super::{Buffer, Foreign, Holder, PointerInfo};
 use crate::device::Device;
 use crate::memory::MemoryResource;
 use crate::stream::Stream;
@@ -23,7 +23,7 @@ impl Buffer {
     pub unsafe fn from_handle(ptr: driver::CUdeviceptr, size: usize, stream: &Stream) -> Result<Buffer> {
         let access = PointerInfo::of(ptr)?.access()?;
         let mut buffer = Buffer::from_parts(ptr, size, None, stream)?;
-        buffer.access = Some(access);
+        buffer.foreign = Some(Box::new(Foreign { access, owner: None }));
         Ok(buffer)
     }
 
@@ -52,8 +52,10 @@ impl Buffer {
             (access.device, access.host),
         ));
         let mut buffer = Buffer::from_parts(ptr, size, Some(keeper), stream)?;
-        buffer.access = Some(access);
-        buffer.owner = Some(owner);
+        buffer.foreign = Some(Box::new(Foreign {
+            access,
+            owner: Some(owner),
+        }));
         Ok(buffer)
     }
 
@@ -88,7 +90,7 @@ impl Buffer {
         wait: &mut dyn FnMut(driver::CUevent) -> Result<()>,
     ) -> std::result::Result<Arc<dyn Any + Send + Sync>, (CudaError, Buffer)> {
         let refuse = |buffer: Buffer, why: &str| Err((CudaError::InvalidArgument(why.into()), buffer));
-        if self.owner.is_none() {
+        if self.owner().is_none() {
             return refuse(self, "the buffer has no owner to hand back");
         }
         if self.is_used_by_graph() {
@@ -98,8 +100,12 @@ impl Buffer {
             );
         }
         // The buffer's owner and its keeper's are the only references (no graph holds the keeper).
-        let unique = self.resource.as_ref().is_some_and(|r| Arc::strong_count(r) == 1)
-            && self.owner.as_ref().is_some_and(|o| Arc::strong_count(o) == 2);
+        let unique = self.resource.as_ref().is_some_and(Holder::is_unique)
+            && self
+                .foreign
+                .as_ref()
+                .and_then(|f| f.owner.as_ref())
+                .is_some_and(|o| Arc::strong_count(o) == 2);
         if !unique {
             return refuse(self, "the buffer's memory is still held elsewhere (a pending free)");
         }
@@ -109,7 +115,7 @@ impl Buffer {
         // The keeper goes without its wait (the next user was ordered above), then the owner is
         // the only reference; Drop finds nothing left.
         self.resource = None;
-        match self.owner.take() {
+        match self.foreign.as_mut().and_then(|f| f.owner.take()) {
             Some(owner) => Ok(owner),
             None => Err((
                 CudaError::InvalidArgument("the buffer has no owner to hand back".into()),

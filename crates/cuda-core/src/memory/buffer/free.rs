@@ -3,9 +3,8 @@
 //! that must wait for a capture to end go to the release thread; graph memory is freed by the
 //! capture that allocated it.
 
-use super::Buffer;
+use super::{Buffer, Holder};
 use crate::error::{record_drop_error, Check};
-use crate::memory::MemoryResource;
 use crate::stream::capture::{capture_info, Capture};
 use crate::stream::graph_core::GraphAllocState;
 use crate::stream::{Fence, Site, Stream};
@@ -18,7 +17,7 @@ use std::sync::{Arc, Mutex};
 pub(crate) struct Allocation {
     ptr: driver::CUdeviceptr,
     size: usize,
-    resource: Option<Arc<dyn MemoryResource>>,
+    resource: Option<Holder>,
     pub(super) dealloc: Site,
     pub(super) uses: Vec<Site>,
 }
@@ -173,7 +172,7 @@ impl Drop for SharedAllocation {
 
 impl Buffer {
     /// What frees the memory through `resource`, on the deallocation stream after `uses`.
-    pub(super) fn allocation(&self, resource: Option<Arc<dyn MemoryResource>>, uses: Vec<Site>) -> Allocation {
+    pub(super) fn allocation(&self, resource: Option<Holder>, uses: Vec<Site>) -> Allocation {
         Allocation {
             ptr: self.ptr,
             size: self.size,

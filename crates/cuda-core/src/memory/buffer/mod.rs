@@ -22,11 +22,13 @@
 
 mod foreign;
 mod free;
+mod holder;
 mod uses;
 mod view;
 
 pub(crate) use foreign::Keeper;
 pub(crate) use free::SharedAllocation;
+pub(crate) use holder::Holder;
 pub(crate) use uses::enqueue_using;
 pub use view::BufferView;
 
@@ -56,7 +58,7 @@ pub use bytemuck::Pod;
 pub struct Buffer {
     ptr: driver::CUdeviceptr,
     size: usize,
-    resource: Option<Arc<dyn MemoryResource>>,
+    resource: Option<Holder>,
     /// Where the buffer is freed; its first uses elsewhere are ordered after it.
     dealloc: Site,
     /// Other streams that queued work on the buffer: its free waits for them.
@@ -69,11 +71,18 @@ pub struct Buffer {
     /// Set the first time a graph uses the buffer: a fence after its allocation, which launches
     /// of such graphs wait for (`None`: the allocation was known to be done).
     ready: OnceLock<Option<Arc<FenceEvent>>>,
-    /// For foreign memory (`from_handle`, `from_handle_with_owner`): who can reach it, as the
-    /// driver says.
-    access: Option<Access>,
-    /// What keeps foreign memory alive (`from_handle_with_owner`), handed back by `owner()`;
-    /// the last reference goes after the last work on the memory is done.
+    /// For foreign memory (`from_handle`, `from_handle_with_owner`): what the driver says of it
+    /// and what keeps it alive (boxed: most buffers are not foreign, and a small buffer moves
+    /// and drops cheaply).
+    foreign: Option<Box<Foreign>>,
+}
+
+/// What a buffer over foreign memory knows of it.
+struct Foreign {
+    /// Who can reach it, as the driver says.
+    access: Access,
+    /// What keeps it alive (`from_handle_with_owner`), handed back by `owner()`; the last
+    /// reference goes after the last work on the memory is done.
     owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
@@ -164,9 +173,30 @@ impl Buffer {
     /// gives graph memory (see [`Buffer`]).
     #[inline]
     pub fn allocate(resource: Arc<dyn MemoryResource>, size: usize, stream: &Stream) -> Result<Buffer> {
+        Buffer::allocate_held(Holder::Counted(resource), size, stream)
+    }
+
+    /// [`allocate`](Self::allocate), holding the resource as `resource` says.
+    #[inline]
+    pub(crate) fn allocate_held(resource: Holder, size: usize, stream: &Stream) -> Result<Buffer> {
+        Buffer::allocate_with(resource, size, stream, |resource, stream| {
+            resource.allocate(size, stream)
+        })
+    }
+
+    /// [`allocate_held`](Self::allocate_held) with the allocation made by `allocate` (the
+    /// resource's own `allocate`, called without dynamic dispatch by resources that know their
+    /// type), inside the stream's operation.
+    #[inline]
+    pub(crate) fn allocate_with(
+        resource: Holder,
+        size: usize,
+        stream: &Stream,
+        allocate: impl FnOnce(&Holder, &Stream) -> Result<driver::CUdeviceptr>,
+    ) -> Result<Buffer> {
         let dealloc = Site::of(stream)?;
         stream.enqueue(move |capture| {
-            let ptr = resource.allocate(size, stream)?;
+            let ptr = allocate(&resource, stream)?;
             let graph = match capture {
                 Some(capture) => graph_allocation(capture, stream, ptr)?,
                 None => None,
@@ -180,7 +210,7 @@ impl Buffer {
     fn new(
         ptr: driver::CUdeviceptr,
         size: usize,
-        resource: Option<Arc<dyn MemoryResource>>,
+        resource: Option<Holder>,
         dealloc: Site,
         graph: Option<GraphAllocation>,
     ) -> Buffer {
@@ -193,8 +223,7 @@ impl Buffer {
             shared: OnceLock::new(),
             graph,
             ready: OnceLock::new(),
-            access: None,
-            owner: None,
+            foreign: None,
         }
     }
 
@@ -206,7 +235,13 @@ impl Buffer {
         resource: Option<Arc<dyn MemoryResource>>,
         stream: &Stream,
     ) -> Result<Buffer> {
-        Ok(Buffer::new(ptr, size, resource, Site::of(stream)?, None))
+        Ok(Buffer::new(
+            ptr,
+            size,
+            resource.map(Holder::Counted),
+            Site::of(stream)?,
+            None,
+        ))
     }
 
     /// The device address.
@@ -227,17 +262,23 @@ impl Buffer {
         self.size
     }
 
+    /// What the driver says of foreign memory (`None` for memory of a resource).
+    #[inline]
+    fn access(&self) -> Option<&Access> {
+        self.foreign.as_ref().map(|f| &f.access)
+    }
+
     /// The resource it came from (`None` for foreign memory).
     pub fn memory_resource(&self) -> Option<&Arc<dyn MemoryResource>> {
-        match self.access {
+        match self.access() {
             Some(_) => None,
-            None => self.resource.as_ref(),
+            None => self.resource.as_ref().map(Holder::arc),
         }
     }
 
     /// Whether kernels can read and write the memory.
     pub fn is_device_accessible(&self) -> bool {
-        match (&self.access, &self.resource) {
+        match (self.access(), &self.resource) {
             (Some(a), _) => a.device,
             (None, Some(r)) => r.is_device_accessible(),
             (None, None) => true,
@@ -246,7 +287,7 @@ impl Buffer {
 
     /// Whether the host can read and write the memory directly.
     pub fn is_host_accessible(&self) -> bool {
-        match (&self.access, &self.resource) {
+        match (self.access(), &self.resource) {
             (Some(a), _) => a.host,
             (None, Some(r)) => r.is_host_accessible(),
             (None, None) => false,
@@ -257,7 +298,7 @@ impl Buffer {
     /// says -1, for host memory of no device): its resource's device, or for foreign memory the
     /// driver's answer.
     pub fn device_id(&self) -> Option<usize> {
-        match (&self.access, &self.resource) {
+        match (self.access(), &self.resource) {
             (Some(a), _) => a.ordinal,
             (None, Some(r)) => r.device().map(|d| d.device_id()),
             (None, None) => None,
@@ -266,7 +307,7 @@ impl Buffer {
 
     /// Whether the memory is managed (unified) memory: managed-memory operations apply to it.
     pub fn is_managed(&self) -> bool {
-        match (&self.access, &self.resource) {
+        match (self.access(), &self.resource) {
             (Some(a), _) => a.managed,
             (None, Some(r)) => r.is_managed(),
             (None, None) => false,
@@ -275,12 +316,12 @@ impl Buffer {
 
     /// Whether the memory was opened from another process (`Buffer::from_ipc_descriptor`).
     pub fn is_mapped(&self) -> bool {
-        self.access.is_none() && self.resource.as_ref().is_some_and(|r| r.is_mapped())
+        self.foreign.is_none() && self.resource.as_ref().is_some_and(|r| r.is_mapped())
     }
 
     /// What keeps foreign memory alive ([`Buffer::from_handle_with_owner`]), if anything.
     pub fn owner(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
-        self.owner.as_deref()
+        self.foreign.as_ref()?.owner.as_deref()
     }
 
     /// Whether the buffer is graph memory: allocated by the capture of a graph, and usable only
@@ -443,8 +484,7 @@ impl Drop for Buffer {
                 shared: std::mem::take(&mut self.shared),
                 graph: self.graph.take(),
                 ready: std::mem::take(&mut self.ready),
-                access: self.access,
-                owner: self.owner.take(),
+                foreign: self.foreign.take(),
             };
             crate::reaper::drop_later(Box::new(later));
             return;

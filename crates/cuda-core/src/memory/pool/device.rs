@@ -3,11 +3,11 @@
 
 use super::{deref_to_pool, MemoryPool};
 use crate::device::Device;
-use crate::memory::{device_location, Buffer, MemoryResource};
+use crate::memory::{device_location, Buffer, Holder, MemoryResource};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Options of a new [`DeviceMemoryResource`] pool.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -36,6 +36,9 @@ pub struct DeviceMemoryResource {
     device: Device,
     /// Serialises changes of the peers' access (read, compare, set).
     peers: Mutex<()>,
+    /// Set for a device's default resource ([`Device::memory_resource`]), which lives in a
+    /// `static`: its buffers hold it without counting (see [`Holder`]).
+    process: OnceLock<&'static Arc<dyn MemoryResource>>,
 }
 
 deref_to_pool!(DeviceMemoryResource);
@@ -65,6 +68,7 @@ impl DeviceMemoryResource {
             pool,
             device: *device,
             peers: Mutex::new(()),
+            process: OnceLock::new(),
         }
     }
 
@@ -98,7 +102,14 @@ impl DeviceMemoryResource {
     /// `size` bytes ordered on `stream`, freed on the same stream when the buffer goes.
     #[inline]
     pub fn allocate(self: &Arc<Self>, size: usize, stream: &Stream) -> Result<Buffer> {
-        Buffer::allocate(self.clone(), size, stream)
+        let holder = match self.process.get() {
+            Some(resource) => Holder::Process(resource),
+            None => Holder::Counted(self.clone()),
+        };
+        // (`self` is the holder's resource: its pool allocates, without a dynamic call.)
+        Buffer::allocate_with(holder, size, stream, |_, stream| {
+            self.pool.allocate(size, stream, "DeviceMemoryResource")
+        })
     }
 
     /// The other devices whose kernels may read and write the pool's memory (`cuda.core`'s
@@ -222,29 +233,54 @@ unsafe impl MemoryResource for DeviceMemoryResource {
     }
 }
 
+/// A device's default resource, kept for the whole process: as its own type, and as the
+/// resource buffers hold (the same allocation).
+struct DefaultResource {
+    typed: Arc<DeviceMemoryResource>,
+    erased: Arc<dyn MemoryResource>,
+}
+
 impl Device {
-    /// The device's default memory resource (its current pool), made once per device.
-    pub fn memory_resource(&self) -> Result<Arc<DeviceMemoryResource>> {
-        static DEFAULTS: std::sync::OnceLock<Vec<std::sync::OnceLock<Arc<DeviceMemoryResource>>>> =
-            std::sync::OnceLock::new();
+    /// The device's default resource, made on first use and kept in a `static` (never dropped).
+    /// `None` for a device the driver did not count when the table was made.
+    fn default_resource(&self) -> Result<Option<&'static DefaultResource>> {
+        static DEFAULTS: OnceLock<Vec<OnceLock<DefaultResource>>> = OnceLock::new();
         let slots = DEFAULTS.get_or_init(|| {
             (0..crate::device_count().unwrap_or(0))
-                .map(|_| std::sync::OnceLock::new())
+                .map(|_| OnceLock::new())
                 .collect()
         });
         let Some(slot) = slots.get(self.device_id()) else {
-            return DeviceMemoryResource::default_pool(self);
+            return Ok(None);
         };
-        if let Some(r) = slot.get() {
-            return Ok(r.clone());
+        if let Some(d) = slot.get() {
+            return Ok(Some(d));
         }
-        let r = DeviceMemoryResource::default_pool(self)?;
-        Ok(slot.get_or_init(|| r).clone())
+        let typed = DeviceMemoryResource::default_pool(self)?;
+        let stored = slot.get_or_init(|| DefaultResource {
+            erased: typed.clone(),
+            typed,
+        });
+        // The resource in the static (not one a racing thread made and dropped) learns where it
+        // lives: its buffers hold it from there, uncounted.
+        stored.typed.process.get_or_init(|| &stored.erased);
+        Ok(Some(stored))
+    }
+
+    /// The device's default memory resource (its current pool), made once per device.
+    pub fn memory_resource(&self) -> Result<Arc<DeviceMemoryResource>> {
+        match self.default_resource()? {
+            Some(d) => Ok(d.typed.clone()),
+            None => DeviceMemoryResource::default_pool(self),
+        }
     }
 
     /// `size` bytes from the default pool, ordered on `stream`.
     pub fn allocate(&self, size: usize, stream: &Stream) -> Result<Buffer> {
-        self.memory_resource()?.allocate(size, stream)
+        match self.default_resource()? {
+            Some(d) => d.typed.allocate(size, stream),
+            None => DeviceMemoryResource::default_pool(self)?.allocate(size, stream),
+        }
     }
 
     /// A buffer from the default pool holding a copy of `data`, ordered on `stream`; waits for
