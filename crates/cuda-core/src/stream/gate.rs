@@ -84,10 +84,11 @@ fn register() -> Option<&'static Slot> {
     Some(slot)
 }
 
-/// Whether process-wide barriers are available (registered on first use): one load once known.
+/// Whether process-wide barriers are available (registered on first use): one load once known
+/// (an acquire load: a plain load on x86).
 #[inline(always)]
 fn membarrier() -> bool {
-    match MEMBARRIER.load(Ordering::Relaxed) {
+    match MEMBARRIER.load(Ordering::Acquire) {
         YES => true,
         NO => false,
         _ => register_membarrier(),
@@ -115,8 +116,9 @@ fn register_membarrier() -> bool {
             false
         }
     });
-    // Published only after the registration (inside the OnceLock) has completed: a thread that
-    // reads YES relies on barriers that are registered.
+    // Published after the registration (inside the OnceLock) has completed, and never changed:
+    // every thread reads the one answer of `AVAILABLE` (one that reads 0 waits for it above), so
+    // operations skip their full fence exactly when captures issue the process-wide barrier.
     MEMBARRIER.store(if available { YES } else { NO }, Ordering::Release);
     available
 }
