@@ -351,6 +351,19 @@ impl Stream {
         if let Some(_quiet) = gate::enter(&CAPTURES) {
             return op(None);
         }
+        self.operation_locked(exclusive, op)
+    }
+
+    /// An operation while captures run somewhere: under the stream's capture lock, with the
+    /// capture the stream records into, if any. (Out of line: the quiet path above is the one
+    /// place the common case calls `op`, so it can be inlined there.)
+    #[cold]
+    #[inline(never)]
+    fn operation_locked<T>(
+        &self,
+        exclusive: bool,
+        op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>,
+    ) -> Result<T> {
         let (_shared, _exclusive);
         if exclusive {
             _exclusive = self.capture_exclusive();

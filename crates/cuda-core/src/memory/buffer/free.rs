@@ -299,11 +299,9 @@ impl Buffer {
     #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
     pub(crate) fn order_after_uses(&mut self, wait: &mut dyn FnMut(driver::CUevent) -> Result<()>) -> Result<()> {
         let sites: Vec<Site> = {
-            let uses = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
-            uses.iter()
-                .cloned()
-                .chain(std::iter::once(self.dealloc.clone()))
-                .collect()
+            let dealloc = self.dealloc.clone();
+            let uses: &[Site] = self.uses_mut().map_or(&[][..], |u| &u[..]);
+            uses.iter().cloned().chain(std::iter::once(dealloc)).collect()
         };
         for site in &sites {
             match site.fence()? {

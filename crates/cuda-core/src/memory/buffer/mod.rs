@@ -61,20 +61,28 @@ pub struct Buffer {
     resource: Option<Holder>,
     /// Where the buffer is freed; its first uses elsewhere are ordered after it.
     dealloc: Site,
+    /// What the buffer learns once another stream or a graph uses it; made on first need
+    /// (boxed: a buffer used only on its deallocation stream moves and drops cheaply).
+    track: OnceLock<Box<Tracking>>,
+    /// For graph memory: the capture that allocated it.
+    graph: Option<GraphAllocation>,
+    /// For foreign memory (`from_handle`, `from_handle_with_owner`): what the driver says of it
+    /// and what keeps it alive (boxed: most buffers are not foreign, and a small buffer moves
+    /// and drops cheaply).
+    foreign: Option<Box<Foreign>>,
+}
+
+/// What a buffer learns once a stream other than its deallocation stream, or a graph, uses it.
+#[derive(Default)]
+struct Tracking {
     /// Other streams that queued work on the buffer: its free waits for them.
     uses: Mutex<Vec<Site>>,
     /// Set once a graph records work on the buffer: from then on the memory is freed when the
     /// last of the buffer and those graphs goes.
     shared: OnceLock<Arc<SharedAllocation>>,
-    /// For graph memory: the capture that allocated it.
-    graph: Option<GraphAllocation>,
     /// Set the first time a graph uses the buffer: a fence after its allocation, which launches
     /// of such graphs wait for (`None`: the allocation was known to be done).
     ready: OnceLock<Option<Arc<FenceEvent>>>,
-    /// For foreign memory (`from_handle`, `from_handle_with_owner`): what the driver says of it
-    /// and what keeps it alive (boxed: most buffers are not foreign, and a small buffer moves
-    /// and drops cheaply).
-    foreign: Option<Box<Foreign>>,
 }
 
 /// What a buffer over foreign memory knows of it.
@@ -219,10 +227,8 @@ impl Buffer {
             size,
             resource,
             dealloc,
-            uses: Mutex::new(Vec::new()),
-            shared: OnceLock::new(),
+            track: OnceLock::new(),
             graph,
-            ready: OnceLock::new(),
             foreign: None,
         }
     }
@@ -260,6 +266,24 @@ impl Buffer {
     #[inline]
     pub fn size(&self) -> usize {
         self.size
+    }
+
+    /// What the buffer has learnt of its uses, made now if nothing was yet.
+    #[inline]
+    fn tracking(&self) -> &Tracking {
+        self.track.get_or_init(Box::default)
+    }
+
+    /// What the buffer has learnt of its uses, if anything.
+    #[inline]
+    fn tracked(&self) -> Option<&Tracking> {
+        self.track.get().map(|t| &**t)
+    }
+
+    /// The other streams that used the buffer (through `&mut self`: no lock taken).
+    fn uses_mut(&mut self) -> Option<&mut Vec<Site>> {
+        let t = self.track.get_mut()?;
+        Some(t.uses.get_mut().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// What the driver says of foreign memory (`None` for memory of a resource).
@@ -363,20 +387,24 @@ impl Buffer {
             }
             Fence::Unreachable => self.dealloc.synchronize()?,
         }
-        let uses = self.uses.get_mut().unwrap_or_else(|p| p.into_inner());
-        uses.retain(|u| !u.same(&site));
+        if let Some(uses) = self.uses_mut() {
+            uses.retain(|u| !u.same(&site));
+        }
         let old = std::mem::replace(&mut self.dealloc, site);
         // The free waits for the old stream too (unless it is another thread's per-thread
         // stream, synchronised above: this thread cannot name it).
         if old.reachable() {
-            uses.push(old);
+            self.tracking();
+            if let Some(uses) = self.uses_mut() {
+                uses.push(old);
+            }
         }
         Ok(())
     }
 
     /// Whether a graph holds the memory (see [`crate::graph`]): it then cannot move.
     pub fn is_used_by_graph(&self) -> bool {
-        self.shared.get().is_some()
+        self.tracked().is_some_and(|t| t.shared.get().is_some())
     }
 
     /// Frees the buffer now (stream-ordered on `stream`, or its deallocation stream, after every
@@ -391,12 +419,27 @@ impl Buffer {
 
     #[inline]
     fn release(&mut self) -> Result<()> {
+        if self.graph.is_some() || self.track.get().is_some() {
+            return self.release_tracked();
+        }
+        // The common case: no other stream and no graph used the buffer.
+        let Some(resource) = self.resource.take() else {
+            return Ok(());
+        };
+        self.free_where_used(resource, Vec::new())
+    }
+
+    /// [`release`](Self::release) of graph memory, or of a buffer that other streams or graphs
+    /// used.
+    #[cold]
+    #[inline(never)]
+    fn release_tracked(&mut self) -> Result<()> {
         if let Some(g) = &self.graph {
             self.resource = None;
             return free_graph_memory(g, self.dealloc.stream());
         }
-        let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(|p| p.into_inner()));
-        if let Some(shared) = self.shared.get() {
+        let uses = self.uses_mut().map(std::mem::take).unwrap_or_default();
+        if let Some(shared) = self.tracked().and_then(|t| t.shared.get()) {
             // Graphs hold the memory: the shared allocation frees it, after this buffer's uses,
             // when the last of them goes.
             let mut slot = shared.allocation.lock().unwrap_or_else(|p| p.into_inner());
@@ -404,12 +447,21 @@ impl Buffer {
                 a.dealloc = self.dealloc.clone();
                 a.uses = uses;
             }
+            drop(slot);
             self.resource = None;
             return Ok(());
         }
         let Some(resource) = self.resource.take() else {
             return Ok(());
         };
+        self.free_where_used(resource, uses)
+    }
+
+    /// Frees the memory through `resource` on the deallocation stream after `uses`: queued here
+    /// when only that stream used it, else through an [`free::Allocation`] (which waits for the
+    /// other streams, or hands the free to the release thread during a capture).
+    #[inline]
+    fn free_where_used(&mut self, resource: Holder, uses: Vec<Site>) -> Result<()> {
         if uses.is_empty() {
             // The common case: freed where it was used.
             let stream = self.dealloc.stream();
@@ -462,11 +514,13 @@ impl Buffer {
     /// [`super::VirtualMemoryResource::grow`]); afterwards only the deallocation stream is
     /// remembered.
     pub(crate) fn synchronize_uses(&mut self) -> Result<()> {
-        for site in self.uses.get_mut().unwrap_or_else(|p| p.into_inner()).iter() {
+        for site in self.uses_mut().map_or(&[][..], |u| &u[..]) {
             site.synchronize()?;
         }
         self.dealloc.synchronize()?;
-        self.uses.get_mut().unwrap_or_else(|p| p.into_inner()).clear();
+        if let Some(uses) = self.uses_mut() {
+            uses.clear();
+        }
         Ok(())
     }
 }
@@ -480,10 +534,8 @@ impl Drop for Buffer {
                 size: self.size,
                 resource: self.resource.take(),
                 dealloc: self.dealloc.clone(),
-                uses: Mutex::new(std::mem::take(self.uses.get_mut().unwrap_or_else(|p| p.into_inner()))),
-                shared: std::mem::take(&mut self.shared),
+                track: std::mem::take(&mut self.track),
                 graph: self.graph.take(),
-                ready: std::mem::take(&mut self.ready),
                 foreign: self.foreign.take(),
             };
             crate::reaper::drop_later(Box::new(later));

@@ -16,7 +16,8 @@ impl Buffer {
     /// The memory as graphs hold it: from the first call on, the buffer no longer frees it
     /// alone; the last of the buffer and the graphs holding the returned value does.
     pub(crate) fn share(&self) -> Arc<SharedAllocation> {
-        self.shared
+        self.tracking()
+            .shared
             .get_or_init(|| {
                 Arc::new(SharedAllocation {
                     allocation: Mutex::new(Some(self.allocation(self.resource.clone(), Vec::new()))),
@@ -31,7 +32,7 @@ impl Buffer {
     /// recorded just before that stream began the capture it is in. Call it holding no stream
     /// or graph lock.
     pub(crate) fn graph_fence(&self) -> Result<Option<Arc<FenceEvent>>> {
-        if let Some(f) = self.ready.get() {
+        if let Some(f) = self.tracked().and_then(|t| t.ready.get()) {
             return Ok(f.clone());
         }
         let fence = match self.dealloc.fence()? {
@@ -49,7 +50,7 @@ impl Buffer {
                 None
             }
         };
-        Ok(self.ready.get_or_init(|| fence).clone())
+        Ok(self.tracking().ready.get_or_init(|| fence).clone())
     }
 
     /// Whether work the calling thread queues on `stream` is already ordered for this buffer (it
@@ -68,12 +69,13 @@ impl Buffer {
         if site.same(&self.dealloc) {
             return Ok(true);
         }
-        Ok(self
-            .uses
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|u| u.same(&site)))
+        Ok(self.tracked().is_some_and(|t| {
+            t.uses
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .any(|u| u.same(&site))
+        }))
     }
 
     /// Makes `stream` known: ordered after the buffer's deallocation stream (and so after the
@@ -97,7 +99,7 @@ impl Buffer {
             }
             Fence::Unreachable => self.dealloc.synchronize()?,
         }
-        let mut uses = self.uses.lock().unwrap_or_else(|p| p.into_inner());
+        let mut uses = self.tracking().uses.lock().unwrap_or_else(|p| p.into_inner());
         if !uses.iter().any(|u| u.same(&site)) {
             uses.push(site);
         }
@@ -124,7 +126,7 @@ impl Buffer {
                 Ok(true)
             }
             None => {
-                let Some(ready) = self.ready.get() else {
+                let Some(ready) = self.tracked().and_then(|t| t.ready.get()) else {
                     return Ok(false);
                 };
                 if let Some(f) = ready {

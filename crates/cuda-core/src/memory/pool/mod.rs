@@ -270,16 +270,24 @@ impl MemoryPool {
     /// # Safety
     /// As [`super::MemoryResource::deallocate`]: `ptr` came from this pool, is freed once, and
     /// nothing uses it after the work queued on `stream`.
+    #[inline]
     pub(crate) unsafe fn free(&self, ptr: driver::CUdeviceptr, stream: &Stream) -> Result<()> {
         // SAFETY: forwarded to the caller.
         unsafe { super::free_async(ptr, stream) }?;
         if self.imported {
-            match super::wait_before_free(stream) {
-                Ok(()) => self.forget_import(ptr),
-                Err(e) => record_drop_error(e),
-            }
+            self.forget_freed_import(ptr, stream);
         }
         Ok(())
+    }
+
+    /// After the free of an imported pointer was queued: waits for it, then lets the pointer be
+    /// imported again (see [`free`](Self::free)).
+    #[cold]
+    fn forget_freed_import(&self, ptr: driver::CUdeviceptr, stream: &Stream) {
+        match super::wait_before_free(stream) {
+            Ok(()) => self.forget_import(ptr),
+            Err(e) => record_drop_error(e),
+        }
     }
 
     /// The `CUmemoryPool`.
