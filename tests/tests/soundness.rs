@@ -278,6 +278,45 @@ fn f05_a_buffer_is_freed_after_every_stream_that_used_it() {
     }
 }
 
+// Review of issue 21's buffer change (a bug older than it): `close` handed the streams a buffer
+// was used on to the graph holding its memory, then the buffer's drop handed over the (now
+// empty) list again, so the graph's free waited for none of them.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_closed_buffer_that_a_graph_holds_is_freed_after_every_stream_that_used_it() {
+    let (d, s1) = setup();
+    let s2 = d.create_stream(Default::default()).unwrap();
+    let k = kernels();
+    let pool = DeviceMemoryResource::new(&d, Default::default()).unwrap();
+    let n = 64 << 20;
+    let src = filled(&d, &s1, n, 0x55);
+    for _ in 0..3 {
+        let doomed = pool.allocate(n, &s1).unwrap();
+        s1.sync().unwrap();
+        // The graph holds the memory from here on.
+        let graph = s1
+            .capture_graph(CaptureMode::ThreadLocal, |c| doomed.fill_u8(0, c))
+            .unwrap();
+        busy(&k, &s2, 100);
+        doomed.copy_from(&src, &s2).unwrap(); // still queued behind the spin
+        doomed.close(None).unwrap();
+        drop(graph); // the last holder: its free must wait for s2's copy
+                     // The graph lets go of the memory through the driver's user-object release, on the
+                     // release thread: wait until the free is queued, so the next allocation may reuse it.
+        eventually("the graph's free", || pool.used_mem_current().unwrap() == 0);
+        let live = pool.allocate(n, &s1).unwrap();
+        live.fill_u8(0xAA, &s1).unwrap();
+        s1.sync().unwrap();
+        s2.sync().unwrap();
+        assert!(
+            all_equal(&live, &s1, 0xAA),
+            "a live buffer was overwritten by the copy into a closed buffer a graph held"
+        );
+    }
+    let errors = cuda_core::take_drop_errors();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
 // Finding 5, the other side: a stream that first uses a buffer allocated on another stream is
 // ordered after the allocation (the memory may still be in use there by its previous owner).
 #[test]

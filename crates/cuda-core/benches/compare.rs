@@ -1052,6 +1052,7 @@ fn main() {
                 )
             })
             .collect();
+        std::fs::create_dir_all(&out).unwrap();
         let path = std::path::Path::new(&out).join("bench.json");
         std::fs::write(&path, format!("[\n{}\n]\n", json.join(",\n"))).unwrap();
         println!("wrote {}", path.display());

@@ -61,8 +61,9 @@ pub struct Buffer {
     resource: Option<Holder>,
     /// Where the buffer is freed; its first uses elsewhere are ordered after it.
     dealloc: Site,
-    /// What the buffer learns once another stream or a graph uses it; made on first need
-    /// (boxed: a buffer used only on its deallocation stream moves and drops cheaply).
+    /// What the buffer learns once another stream or a graph uses it (or its deallocation
+    /// stream changes); made on first need (boxed: a buffer used only on its deallocation stream
+    /// moves and drops cheaply).
     track: OnceLock<Box<Tracking>>,
     /// For graph memory: the capture that allocated it.
     graph: Option<GraphAllocation>,
@@ -394,10 +395,8 @@ impl Buffer {
         // The free waits for the old stream too (unless it is another thread's per-thread
         // stream, synchronised above: this thread cannot name it).
         if old.reachable() {
-            self.tracking();
-            if let Some(uses) = self.uses_mut() {
-                uses.push(old);
-            }
+            // (Through the lock, uncontended here: `&mut self`.)
+            self.tracking().uses.lock().unwrap_or_else(|p| p.into_inner()).push(old);
         }
         Ok(())
     }
@@ -438,14 +437,23 @@ impl Buffer {
             self.resource = None;
             return free_graph_memory(g, self.dealloc.stream());
         }
+        if self.resource.is_none() {
+            // Released already (`close`, then the drop), or never ours to free: what the buffer
+            // knew was handed on then.
+            return Ok(());
+        }
         let uses = self.uses_mut().map(std::mem::take).unwrap_or_default();
         if let Some(shared) = self.tracked().and_then(|t| t.shared.get()) {
             // Graphs hold the memory: the shared allocation frees it, after this buffer's uses,
-            // when the last of them goes.
+            // when the last of them goes. (Added to what it has: it never forgets a stream.)
             let mut slot = shared.allocation.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(a) = slot.as_mut() {
                 a.dealloc = self.dealloc.clone();
-                a.uses = uses;
+                for u in uses {
+                    if !a.uses.iter().any(|known| known.same(&u)) {
+                        a.uses.push(u);
+                    }
+                }
             }
             drop(slot);
             self.resource = None;
