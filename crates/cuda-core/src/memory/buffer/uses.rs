@@ -80,16 +80,22 @@ impl Buffer {
 
     /// Makes `stream` known: ordered after the buffer's deallocation stream (and so after the
     /// allocation), and remembered so that the free waits for it. Nothing is done while
-    /// `stream` is being captured (captured work is held by the graph instead).
-    fn learn(&self, stream: &Stream) -> Result<()> {
-        if self.graph.is_some() || self.knows(stream)? {
-            return Ok(());
+    /// `stream` is being captured (captured work is held by the graph instead). `true` when the
+    /// stream is known now (it stays known: streams are only ever added while the buffer is
+    /// shared), so work queued outside a capture needs no further check; `false` for graph
+    /// memory and for a stream being captured.
+    fn learn(&self, stream: &Stream) -> Result<bool> {
+        if self.graph.is_some() {
+            return Ok(false);
+        }
+        if self.knows(stream)? {
+            return Ok(true);
         }
         let site = Site::of(stream)?;
         match self.dealloc.fence()? {
             Fence::Event(e) => {
                 if !site.wait(&e)? {
-                    return Ok(()); // capturing: the operation will be recorded and held
+                    return Ok(false); // capturing: the operation will be recorded and held
                 }
             }
             Fence::Capturing => {
@@ -103,7 +109,7 @@ impl Buffer {
         if !uses.iter().any(|u| u.same(&site)) {
             uses.push(site);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Hands the memory to the graph `capture` records into, for an operation on `stream`;
@@ -169,8 +175,10 @@ pub(crate) fn enqueue_using<T, B: BufferRef>(
     let mut op = Some(op);
     let mut for_graphs = false;
     loop {
+        // Whether every buffer knows the stream (then uncaptured work needs no second look).
+        let mut known = true;
         for b in buffers.iter().filter_map(BufferRef::get) {
-            b.learn(stream)?;
+            known &= b.learn(stream)?;
             if for_graphs && b.graph.is_none() {
                 b.graph_fence()?;
             }
@@ -188,16 +196,18 @@ pub(crate) fn enqueue_using<T, B: BufferRef>(
                     run_once(&mut op, Some(capture)).map(Some)
                 }
                 None => {
-                    for b in buffers.iter().filter_map(BufferRef::get) {
-                        if b.graph.is_some() {
-                            return Err(CudaError::InvalidArgument(
-                                "graph memory is usable only on the stream whose capture allocated it, while that capture records"
-                                    .into(),
-                            ));
-                        }
-                        if !b.knows(stream)? {
-                            // A capture ended since `learn` skipped the stream: learn it now.
-                            return Ok(None);
+                    if !known {
+                        for b in buffers.iter().filter_map(BufferRef::get) {
+                            if b.graph.is_some() {
+                                return Err(CudaError::InvalidArgument(
+                                    "graph memory is usable only on the stream whose capture allocated it, while that capture records"
+                                        .into(),
+                                ));
+                            }
+                            if !b.knows(stream)? {
+                                // A capture ended since `learn` skipped the stream: learn it now.
+                                return Ok(None);
+                            }
                         }
                     }
                     run_once(&mut op, None).map(Some)
