@@ -23,6 +23,7 @@
 mod foreign;
 mod free;
 mod holder;
+mod lazy;
 mod uses;
 mod view;
 
@@ -39,6 +40,7 @@ use crate::stream::{Fence, Site, Stream};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use free::{capture_refusal, free_graph_memory, graph_allocation, GraphAllocation};
+use lazy::LazyBox;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -64,9 +66,9 @@ pub struct Buffer {
     /// What the buffer learns once another stream or a graph uses it (or its deallocation
     /// stream changes); made on first need (boxed: a buffer used only on its deallocation stream
     /// moves and drops cheaply).
-    track: OnceLock<Box<Tracking>>,
-    /// For graph memory: the capture that allocated it.
-    graph: Option<GraphAllocation>,
+    track: LazyBox<Tracking>,
+    /// For graph memory: the capture that allocated it (boxed: rare).
+    graph: Option<Box<GraphAllocation>>,
     /// For foreign memory (`from_handle`, `from_handle_with_owner`): what the driver says of it
     /// and what keeps it alive (boxed: most buffers are not foreign, and a small buffer moves
     /// and drops cheaply).
@@ -207,7 +209,7 @@ impl Buffer {
         stream.enqueue(move |capture| {
             let ptr = allocate(&resource, stream)?;
             let graph = match capture {
-                Some(capture) => graph_allocation(capture, stream, ptr)?,
+                Some(capture) => graph_allocation(capture, stream, ptr)?.map(Box::new),
                 None => None,
             };
             Ok(Buffer::new(ptr, size, Some(resource), dealloc, graph))
@@ -221,14 +223,14 @@ impl Buffer {
         size: usize,
         resource: Option<Holder>,
         dealloc: Site,
-        graph: Option<GraphAllocation>,
+        graph: Option<Box<GraphAllocation>>,
     ) -> Buffer {
         Buffer {
             ptr,
             size,
             resource,
             dealloc,
-            track: OnceLock::new(),
+            track: LazyBox::default(),
             graph,
             foreign: None,
         }
@@ -272,13 +274,13 @@ impl Buffer {
     /// What the buffer has learnt of its uses, made now if nothing was yet.
     #[inline]
     fn tracking(&self) -> &Tracking {
-        self.track.get_or_init(Box::default)
+        self.track.get_or_init()
     }
 
     /// What the buffer has learnt of its uses, if anything.
     #[inline]
     fn tracked(&self) -> Option<&Tracking> {
-        self.track.get().map(|t| &**t)
+        self.track.get()
     }
 
     /// The other streams that used the buffer (through `&mut self`: no lock taken).
@@ -425,7 +427,41 @@ impl Buffer {
         let Some(resource) = self.resource.take() else {
             return Ok(());
         };
-        self.free_where_used(resource, Vec::new())
+        match self.free_here(&resource) {
+            Ok(true) => Ok(()),
+            Err(e) if !capture_refusal(&e) => Err(e),
+            // Must wait for a capture: the general path hands it on.
+            _ => self.allocation(Some(resource), Vec::new()).release(),
+        }
+    }
+
+    /// Frees the memory on the deallocation stream now, when that is a plain stream being
+    /// captured by nothing and the only one that used the memory: `Ok(false)` when it is not (the
+    /// caller takes the general path).
+    #[inline]
+    fn free_here(&self, resource: &Holder) -> Result<bool> {
+        let stream = self.dealloc.stream();
+        if !self.dealloc.is_plainly(stream) {
+            return Ok(false);
+        }
+        let (ptr, size) = (self.ptr, self.size);
+        // (A plain stream names its context: no context needs to be made current.)
+        stream.enqueue(|capture| {
+            if capture.is_some() {
+                return Ok(false);
+            }
+            // A device's default resource frees through its pool, as its `deallocate` does,
+            // without a dynamic call.
+            match resource {
+                // SAFETY: ptr came from this pool (the resource's) and is freed once (the caller
+                // took the resource); the only stream that used it is this one, not capturing
+                // (inside its operation), so the free follows all that work.
+                Holder::Process(_, pool) => unsafe { pool.free(ptr, stream) }?,
+                // SAFETY: as above, with this resource and this size.
+                _ => unsafe { resource.deallocate(ptr, size, stream) }?,
+            }
+            Ok(true)
+        })
     }
 
     /// [`release`](Self::release) of graph memory, or of a buffer that other streams or graphs
@@ -468,30 +504,12 @@ impl Buffer {
     /// Frees the memory through `resource` on the deallocation stream after `uses`: queued here
     /// when only that stream used it, else through an [`free::Allocation`] (which waits for the
     /// other streams, or hands the free to the release thread during a capture).
-    #[inline]
     fn free_where_used(&mut self, resource: Holder, uses: Vec<Site>) -> Result<()> {
         if uses.is_empty() {
-            // The common case: freed where it was used.
-            let stream = self.dealloc.stream();
-            if self.dealloc.is_plainly(stream) {
-                let ptr = self.ptr;
-                let size = self.size;
-                // (A plain stream names its context: no context needs to be made current.)
-                let done = stream.enqueue(|capture| {
-                    if capture.is_some() {
-                        return Ok(false);
-                    }
-                    // SAFETY: ptr came from this resource with this size and is freed once (the
-                    // resource was taken); the only stream that used it is this one, not
-                    // capturing (inside its operation), so the free follows all that work.
-                    unsafe { resource.deallocate(ptr, size, stream) }?;
-                    Ok(true)
-                });
-                match done {
-                    Ok(true) => return Ok(()),
-                    Err(e) if !capture_refusal(&e) => return Err(e),
-                    _ => {} // must wait for a capture: the general path hands it on
-                }
+            match self.free_here(&resource) {
+                Ok(true) => return Ok(()),
+                Err(e) if !capture_refusal(&e) => return Err(e),
+                _ => {} // must wait for a capture: the general path hands it on
             }
         }
         self.allocation(Some(resource), uses).release()
