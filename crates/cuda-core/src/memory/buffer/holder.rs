@@ -1,6 +1,6 @@
 //! [`Holder`]: what keeps a buffer's memory resource alive.
 
-use crate::memory::{MemoryPool, MemoryResource};
+use crate::memory::{DeviceMemoryResource, MemoryResource};
 use std::sync::Arc;
 
 /// A buffer's hold on its resource: a counted reference, or a reference to a resource that
@@ -13,9 +13,9 @@ use std::sync::Arc;
 pub(crate) enum Holder {
     /// The buffer holds a reference of its own.
     Counted(Arc<dyn MemoryResource>),
-    /// A device's default resource, stored in a `static`: never dropped, so not counted; with
-    /// its pool, which frees its memory (as its `deallocate` does) without a dynamic call.
-    Process(&'static Arc<dyn MemoryResource>, &'static MemoryPool),
+    /// A device's default resource, stored in a `static`: never dropped, so not counted; also
+    /// as its own type, so that its memory is freed without a dynamic call.
+    Process(&'static Arc<dyn MemoryResource>, &'static DeviceMemoryResource),
 }
 
 impl Holder {

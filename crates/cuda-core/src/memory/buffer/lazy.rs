@@ -13,11 +13,10 @@ pub(crate) struct LazyBox<T> {
     _owns: PhantomData<Box<T>>,
 }
 
-// SAFETY: the box is made, read and dropped as a `Box<T>` shared between threads would be: the
-// value is created on one thread and read by others (`T: Send + Sync`), and dropped by the
-// owner of the `LazyBox`.
-unsafe impl<T: Send + Sync> Send for LazyBox<T> {}
-// SAFETY: as above; `&LazyBox` hands out `&T` only.
+// SAFETY: moving a `LazyBox` moves the box it owns (as `Box<T>: Send` needs `T: Send`).
+unsafe impl<T: Send> Send for LazyBox<T> {}
+// SAFETY: `&LazyBox` hands out `&T` to any thread (`T: Sync`), and may make the value on one
+// thread that the owner later drops on another (`T: Send`), as `OnceLock<T>` requires.
 unsafe impl<T: Send + Sync> Sync for LazyBox<T> {}
 
 impl<T> Default for LazyBox<T> {
@@ -29,7 +28,7 @@ impl<T> Default for LazyBox<T> {
     }
 }
 
-impl<T: Default> LazyBox<T> {
+impl<T> LazyBox<T> {
     /// The value, if it was made.
     #[inline]
     pub(crate) fn get(&self) -> Option<&T> {
@@ -40,6 +39,15 @@ impl<T: Default> LazyBox<T> {
         unsafe { p.as_ref() }
     }
 
+    /// The value, if it was made, through exclusive access.
+    #[inline]
+    pub(crate) fn get_mut(&mut self) -> Option<&mut T> {
+        // SAFETY: exclusive access: no other reference to the value exists.
+        unsafe { self.ptr.get_mut().as_mut() }
+    }
+}
+
+impl<T: Default> LazyBox<T> {
     /// The value, made now if it was not.
     #[inline]
     pub(crate) fn get_or_init(&self) -> &T {
@@ -54,7 +62,7 @@ impl<T: Default> LazyBox<T> {
         let new = Box::into_raw(Box::<T>::default());
         match self
             .ptr
-            .compare_exchange(ptr::null_mut(), new, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(ptr::null_mut(), new, Ordering::Release, Ordering::Acquire)
         {
             // SAFETY: `new` was just published and lives as long as `self` (never replaced).
             Ok(_) => unsafe { &*new },
@@ -67,13 +75,6 @@ impl<T: Default> LazyBox<T> {
                 }
             }
         }
-    }
-
-    /// The value, if it was made, through exclusive access.
-    #[inline]
-    pub(crate) fn get_mut(&mut self) -> Option<&mut T> {
-        // SAFETY: exclusive access: no other reference to the value exists.
-        unsafe { self.ptr.get_mut().as_mut() }
     }
 }
 

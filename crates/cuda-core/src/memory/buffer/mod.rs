@@ -411,6 +411,12 @@ impl Buffer {
     /// Frees the buffer now (stream-ordered on `stream`, or its deallocation stream, after every
     /// stream that used it) and returns what the driver said.
     pub fn close(mut self, stream: Option<&Stream>) -> Result<()> {
+        if crate::reaper::in_callback() {
+            // On a driver thread no CUDA call may be made: freed on the release thread, as a
+            // drop there is (`stream` is not used: nothing may be queued here).
+            drop(self);
+            return Ok(());
+        }
         if let Some(s) = stream {
             self.set_deallocation_stream(s)?;
         }
@@ -429,9 +435,17 @@ impl Buffer {
         };
         match self.free_here(&resource) {
             Ok(true) => Ok(()),
-            Err(e) if !capture_refusal(&e) => Err(e),
-            // Must wait for a capture: the general path hands it on.
-            _ => self.allocation(Some(resource), Vec::new()).release(),
+            // Must wait for a capture (or for a green context current on another thread): the
+            // general path hands it on.
+            Ok(false) => self.allocation(Some(resource), Vec::new()).release(),
+            Err(e) if capture_refusal(&e) || crate::device::green_context_busy(&e) => {
+                self.allocation(Some(resource), Vec::new()).release()
+            }
+            Err(e) => {
+                // The memory may still be in use: keep it (and its resource) rather than free it.
+                std::mem::forget(resource);
+                Err(e)
+            }
         }
     }
 
@@ -453,10 +467,10 @@ impl Buffer {
             // A device's default resource frees through its pool, as its `deallocate` does,
             // without a dynamic call.
             match resource {
-                // SAFETY: ptr came from this pool (the resource's) and is freed once (the caller
-                // took the resource); the only stream that used it is this one, not capturing
-                // (inside its operation), so the free follows all that work.
-                Holder::Process(_, pool) => unsafe { pool.free(ptr, stream) }?,
+                // SAFETY: ptr came from this resource with this size and is freed once (the
+                // caller took the resource); the only stream that used it is this one, not
+                // capturing (inside its operation), so the free follows all that work.
+                Holder::Process(_, r) => unsafe { MemoryResource::deallocate(*r, ptr, size, stream) }?,
                 // SAFETY: as above, with this resource and this size.
                 _ => unsafe { resource.deallocate(ptr, size, stream) }?,
             }
@@ -508,8 +522,14 @@ impl Buffer {
         if uses.is_empty() {
             match self.free_here(&resource) {
                 Ok(true) => return Ok(()),
-                Err(e) if !capture_refusal(&e) => return Err(e),
-                _ => {} // must wait for a capture: the general path hands it on
+                Ok(false) => {}
+                // Must wait: the general path hands it on.
+                Err(e) if capture_refusal(&e) || crate::device::green_context_busy(&e) => {}
+                Err(e) => {
+                    // The memory may still be in use: keep it rather than free it.
+                    std::mem::forget(resource);
+                    return Err(e);
+                }
             }
         }
         self.allocation(Some(resource), uses).release()
@@ -579,8 +599,10 @@ impl fmt::Debug for Buffer {
     }
 }
 
-// SAFETY: device addresses are process-wide; the resource, sites and locks are Send + Sync (the
-// graph handle is only compared).
-unsafe impl Send for Buffer {}
-// SAFETY: shared access reads the address and size, locks `uses`, or queues driver work.
-unsafe impl Sync for Buffer {}
+// Every field is `Send + Sync` (device addresses are process-wide; the resource, sites, locks
+// and lazy records are thread-safe; the graph handle is only compared): a buffer is both by
+// construction, and a field that is not fails this assertion instead of being vouched for.
+const _: () = {
+    const fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<Buffer>();
+};

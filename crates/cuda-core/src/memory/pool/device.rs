@@ -38,7 +38,7 @@ pub struct DeviceMemoryResource {
     peers: Mutex<()>,
     /// Set for a device's default resource ([`Device::memory_resource`]), which lives in a
     /// `static`: its buffers hold it without counting (see [`Holder`]).
-    process: OnceLock<(&'static Arc<dyn MemoryResource>, &'static MemoryPool)>,
+    process: OnceLock<(&'static Arc<dyn MemoryResource>, &'static DeviceMemoryResource)>,
 }
 
 deref_to_pool!(DeviceMemoryResource);
@@ -103,7 +103,7 @@ impl DeviceMemoryResource {
     #[inline]
     pub fn allocate(self: &Arc<Self>, size: usize, stream: &Stream) -> Result<Buffer> {
         let holder = match self.process.get() {
-            Some(&(resource, pool)) => Holder::Process(resource, pool),
+            Some(&(resource, typed)) => Holder::Process(resource, typed),
             None => Holder::Counted(self.clone()),
         };
         // (`self` is the holder's resource: its pool allocates, without a dynamic call.)
@@ -263,10 +263,7 @@ impl Device {
         });
         // The resource in the static (not one a racing thread made and dropped) learns where it
         // lives: its buffers hold it from there, uncounted.
-        stored
-            .typed
-            .process
-            .get_or_init(|| (&stored.erased, &stored.typed.pool));
+        stored.typed.process.get_or_init(|| (&stored.erased, &*stored.typed));
         Ok(Some(stored))
     }
 
