@@ -68,6 +68,18 @@ fn alternate_n(rounds: usize, mut safe: impl FnMut() -> f64, mut raw: impl FnMut
     (median(s), median(r), median(q))
 }
 
+/// Milliseconds from starting this executable as a child with `env` (one of its child modes) to
+/// its exit, which must be a success.
+fn child_ms(exe: &std::path::Path, env: &[(&str, &std::ffi::OsStr)]) -> f64 {
+    let t = Instant::now();
+    let status = std::process::Command::new(exe)
+        .envs(env.iter().copied())
+        .status()
+        .unwrap();
+    assert!(status.success(), "the child {env:?} failed");
+    t.elapsed().as_secs_f64() * 1e3
+}
+
 fn us(d: Duration, n: usize) -> f64 {
     d.as_secs_f64() * 1e6 / n as f64
 }
@@ -983,15 +995,14 @@ fn main() {
     let cubin_path = std::env::temp_dir().join(format!("cuda-core-bench-{}.cubin", std::process::id()));
     std::fs::write(&cubin_path, code.bytes().unwrap()).unwrap();
     let exe = std::env::current_exe().unwrap();
-    let spawn = |mode: &str| -> f64 {
-        let t = Instant::now();
-        let status = std::process::Command::new(&exe)
-            .env("CUDA_CORE_BENCH_FIRST_KERNEL", mode)
-            .env("CUDA_CORE_BENCH_CUBIN", &cubin_path)
-            .status()
-            .unwrap();
-        assert!(status.success(), "the {mode} start-up child failed");
-        t.elapsed().as_secs_f64() * 1e3
+    let spawn = |mode: &str| {
+        child_ms(
+            &exe,
+            &[
+                ("CUDA_CORE_BENCH_FIRST_KERNEL", mode.as_ref()),
+                ("CUDA_CORE_BENCH_CUBIN", cubin_path.as_os_str()),
+            ],
+        )
     };
     let (s, r, q) = alternate_n(STARTUP_ROUNDS, || spawn("safe"), || spawn("raw"));
     let _ = std::fs::remove_file(&cubin_path);
@@ -1017,16 +1028,15 @@ fn main() {
         ("first compile in a process, arch given", sm.as_str()),
         ("first compile in a process, device's arch", "device"),
     ] {
-        let spawn = |mode: &str| -> f64 {
-            let t = Instant::now();
-            let status = std::process::Command::new(&exe)
-                .env("CUDA_CORE_BENCH_FIRST_COMPILE", mode)
-                .env("CUDA_CORE_BENCH_ARCH", arch)
-                .env("CUDA_CORE_BENCH_NVRTC", &nvrtc_path)
-                .status()
-                .unwrap();
-            assert!(status.success(), "the {mode} first-compile child failed");
-            t.elapsed().as_secs_f64() * 1e3
+        let spawn = |mode: &str| {
+            child_ms(
+                &exe,
+                &[
+                    ("CUDA_CORE_BENCH_FIRST_COMPILE", mode.as_ref()),
+                    ("CUDA_CORE_BENCH_ARCH", arch.as_ref()),
+                    ("CUDA_CORE_BENCH_NVRTC", nvrtc_path.as_os_str()),
+                ],
+            )
         };
         let (s, r, q) = alternate_n(FIRST_COMPILE_ROUNDS, || spawn("safe"), || spawn("raw"));
         rows.push(Row {

@@ -42,10 +42,3 @@ impl std::ops::Deref for Holder {
         &**self.arc()
     }
 }
-
-impl From<Arc<dyn MemoryResource>> for Holder {
-    #[inline]
-    fn from(resource: Arc<dyn MemoryResource>) -> Holder {
-        Holder::Counted(resource)
-    }
-}

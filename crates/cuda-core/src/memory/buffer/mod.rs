@@ -184,20 +184,14 @@ impl Buffer {
     /// gives graph memory (see [`Buffer`]).
     #[inline]
     pub fn allocate(resource: Arc<dyn MemoryResource>, size: usize, stream: &Stream) -> Result<Buffer> {
-        Buffer::allocate_held(Holder::Counted(resource), size, stream)
-    }
-
-    /// [`allocate`](Self::allocate), holding the resource as `resource` says.
-    #[inline]
-    pub(crate) fn allocate_held(resource: Holder, size: usize, stream: &Stream) -> Result<Buffer> {
-        Buffer::allocate_with(resource, size, stream, |resource, stream| {
+        Buffer::allocate_with(Holder::Counted(resource), size, stream, |resource, stream| {
             resource.allocate(size, stream)
         })
     }
 
-    /// [`allocate_held`](Self::allocate_held) with the allocation made by `allocate` (the
-    /// resource's own `allocate`, called without dynamic dispatch by resources that know their
-    /// type), inside the stream's operation.
+    /// [`allocate`](Self::allocate), holding the resource as `resource` says, with the
+    /// allocation made by `allocate` (the resource's own `allocate`, called without dynamic
+    /// dispatch by resources that know their type), inside the stream's operation.
     #[inline]
     pub(crate) fn allocate_with(
         resource: Holder,
@@ -433,16 +427,23 @@ impl Buffer {
         let Some(resource) = self.resource.take() else {
             return Ok(());
         };
+        match self.try_free_here(resource)? {
+            None => Ok(()),
+            Some(resource) => self.allocation(Some(resource), Vec::new()).release(),
+        }
+    }
+
+    /// [`free_here`](Self::free_here), and what follows from it: `None` when freed,
+    /// `Some(resource)` when the general path must take the free on (a capture, or a green
+    /// context current on another thread, is in the way), and an error when the free failed (the
+    /// memory may still be in use: it and its resource are kept).
+    #[inline]
+    fn try_free_here(&self, resource: Holder) -> Result<Option<Holder>> {
         match self.free_here(&resource) {
-            Ok(true) => Ok(()),
-            // Must wait for a capture (or for a green context current on another thread): the
-            // general path hands it on.
-            Ok(false) => self.allocation(Some(resource), Vec::new()).release(),
-            Err(e) if capture_refusal(&e) || crate::device::green_context_busy(&e) => {
-                self.allocation(Some(resource), Vec::new()).release()
-            }
+            Ok(true) => Ok(None),
+            Ok(false) => Ok(Some(resource)),
+            Err(e) if capture_refusal(&e) || crate::device::green_context_busy(&e) => Ok(Some(resource)),
             Err(e) => {
-                // The memory may still be in use: keep it (and its resource) rather than free it.
                 std::mem::forget(resource);
                 Err(e)
             }
@@ -487,11 +488,11 @@ impl Buffer {
             self.resource = None;
             return free_graph_memory(g, self.dealloc.stream());
         }
-        if self.resource.is_none() {
+        let Some(resource) = self.resource.take() else {
             // Released already (`close`, then the drop), or never ours to free: what the buffer
             // knew was handed on then.
             return Ok(());
-        }
+        };
         let uses = self.uses_mut().map(std::mem::take).unwrap_or_default();
         if let Some(shared) = self.tracked().and_then(|t| t.shared.get()) {
             // Graphs hold the memory: the shared allocation frees it, after this buffer's uses,
@@ -505,13 +506,9 @@ impl Buffer {
                     }
                 }
             }
-            drop(slot);
-            self.resource = None;
+            // The shared allocation holds the resource; this buffer's reference goes.
             return Ok(());
         }
-        let Some(resource) = self.resource.take() else {
-            return Ok(());
-        };
         self.free_where_used(resource, uses)
     }
 
@@ -519,19 +516,14 @@ impl Buffer {
     /// when only that stream used it, else through an [`free::Allocation`] (which waits for the
     /// other streams, or hands the free to the release thread during a capture).
     fn free_where_used(&mut self, resource: Holder, uses: Vec<Site>) -> Result<()> {
-        if uses.is_empty() {
-            match self.free_here(&resource) {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
-                // Must wait: the general path hands it on.
-                Err(e) if capture_refusal(&e) || crate::device::green_context_busy(&e) => {}
-                Err(e) => {
-                    // The memory may still be in use: keep it rather than free it.
-                    std::mem::forget(resource);
-                    return Err(e);
-                }
+        let resource = if uses.is_empty() {
+            match self.try_free_here(resource)? {
+                None => return Ok(()),
+                Some(resource) => resource,
             }
-        }
+        } else {
+            resource
+        };
         self.allocation(Some(resource), uses).release()
     }
 
