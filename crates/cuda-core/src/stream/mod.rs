@@ -343,6 +343,18 @@ impl Stream {
         self.operation(true, op)
     }
 
+    /// The quiet path of an operation, for callers that make their one driver call themselves:
+    /// `Some` while the guard lives when no capture runs anywhere (none begins before it is
+    /// dropped) and the thread is not running a host function; `None` sends the caller to its
+    /// general path (through [`enqueue`](Self::enqueue), which refuses or locks as needed).
+    #[inline]
+    pub(crate) fn quietly(&self) -> Option<gate::Quiet> {
+        if crate::reaper::in_callback() {
+            return None;
+        }
+        gate::enter(&CAPTURES)
+    }
+
     #[inline]
     fn operation<T>(&self, exclusive: bool, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
         refuse_in_callback()?;

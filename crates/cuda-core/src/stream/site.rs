@@ -72,6 +72,27 @@ impl Site {
         })
     }
 
+    /// `stream` when it is a plain stream (not a default stream) with a context: the site of
+    /// it, which is the same on every thread. `None` for the others (see [`of`](Self::of)).
+    #[inline]
+    pub(crate) fn plain(stream: &Stream) -> Option<Site> {
+        if stream.is_default() || stream.context().is_none() {
+            return None;
+        }
+        Some(Site {
+            stream: stream.clone(),
+            context: None,
+            thread: None,
+        })
+    }
+
+    /// Whether the site is a plain stream (see [`plain`](Self::plain)): the same on every thread,
+    /// and queued on without making a context current.
+    #[inline]
+    pub(crate) fn is_plain(&self) -> bool {
+        !self.stream.is_default()
+    }
+
     /// The legacy default stream of `context` (reachable from every thread).
     pub(crate) fn of_legacy(context: &Context) -> Site {
         Site {

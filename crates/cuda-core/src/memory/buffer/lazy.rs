@@ -39,6 +39,12 @@ impl<T> LazyBox<T> {
         unsafe { p.as_ref() }
     }
 
+    /// Whether the value was not made (through exclusive access: a plain load).
+    #[inline]
+    pub(crate) fn is_empty(&mut self) -> bool {
+        self.ptr.get_mut().is_null()
+    }
+
     /// The value, if it was made, through exclusive access.
     #[inline]
     pub(crate) fn get_mut(&mut self) -> Option<&mut T> {

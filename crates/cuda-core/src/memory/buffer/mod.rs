@@ -230,6 +230,13 @@ impl Buffer {
         }
     }
 
+    /// A buffer of pool memory just allocated on `dealloc` (its only use so far), freed by
+    /// `resource` (see [`Holder::frees_async`]).
+    #[inline]
+    pub(crate) fn from_pool(ptr: driver::CUdeviceptr, size: usize, resource: Holder, dealloc: Site) -> Buffer {
+        Buffer::new(ptr, size, Some(resource), dealloc, None)
+    }
+
     /// A buffer over `ptr` that `resource` frees (or, without one, nobody does).
     #[inline]
     pub(crate) fn from_parts(
@@ -465,16 +472,10 @@ impl Buffer {
             if capture.is_some() {
                 return Ok(false);
             }
-            // A device's default resource frees through its pool, as its `deallocate` does,
-            // without a dynamic call.
-            match resource {
-                // SAFETY: ptr came from this resource with this size and is freed once (the
-                // caller took the resource); the only stream that used it is this one, not
-                // capturing (inside its operation), so the free follows all that work.
-                Holder::Process(_, r) => unsafe { MemoryResource::deallocate(*r, ptr, size, stream) }?,
-                // SAFETY: as above, with this resource and this size.
-                _ => unsafe { resource.deallocate(ptr, size, stream) }?,
-            }
+            // SAFETY: ptr came from this resource with this size and is freed once (the caller
+            // took the resource); the only stream that used it is this one, not capturing
+            // (inside its operation), so the free follows all that work.
+            unsafe { resource.deallocate(ptr, size, stream) }?;
             Ok(true)
         })
     }
@@ -564,7 +565,37 @@ impl Buffer {
 }
 
 impl Drop for Buffer {
+    #[inline]
     fn drop(&mut self) {
+        // The common case, in one driver call: pool memory used only on its deallocation stream,
+        // a plain stream, and no capture anywhere (none begins until `quiet` goes).
+        if let Some(resource) = &self.resource {
+            if resource.frees_async() && self.graph.is_none() && self.track.is_empty() && self.dealloc.is_plain() {
+                let stream = self.dealloc.stream();
+                if let Some(_quiet) = stream.quietly() {
+                    // SAFETY: ptr came from a pool with `cuMemFreeAsync` as its free (see
+                    // `Holder::frees_async`) and is freed once (on success the buffer is gone:
+                    // its fields drop next, its resource with them); the only stream that used
+                    // it is this one, not capturing (quiet), so the free follows all that work,
+                    // and the pool is kept alive by the resource until the free is queued.
+                    let status = unsafe { driver::cuMemFreeAsync(self.ptr, stream.handle()) };
+                    if status == driver::CUresult::CUDA_SUCCESS {
+                        return;
+                    }
+                }
+                // A failed free freed nothing: the general path tries again and says why.
+            }
+        }
+        self.drop_in_general();
+    }
+}
+
+impl Buffer {
+    /// [`Drop`] of graph memory, of memory other streams or graphs used, on a host function's
+    /// thread or during a capture somewhere.
+    #[cold]
+    #[inline(never)]
+    fn drop_in_general(&mut self) {
         if crate::reaper::in_callback() && (self.resource.is_some() || self.graph.is_some()) {
             // On a driver thread (a host function let go of it): freed on the release thread.
             let later = Buffer {

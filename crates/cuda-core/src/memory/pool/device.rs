@@ -4,7 +4,7 @@
 use super::{deref_to_pool, MemoryPool};
 use crate::device::Device;
 use crate::memory::{device_location, Buffer, Holder, MemoryResource};
-use crate::stream::Stream;
+use crate::stream::{Site, Stream};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -38,7 +38,7 @@ pub struct DeviceMemoryResource {
     peers: Mutex<()>,
     /// Set for a device's default resource ([`Device::memory_resource`]), which lives in a
     /// `static`: its buffers hold it without counting (see [`Holder`]).
-    process: OnceLock<(&'static Arc<dyn MemoryResource>, &'static DeviceMemoryResource)>,
+    process: OnceLock<&'static Arc<dyn MemoryResource>>,
 }
 
 deref_to_pool!(DeviceMemoryResource);
@@ -102,14 +102,54 @@ impl DeviceMemoryResource {
     /// `size` bytes ordered on `stream`, freed on the same stream when the buffer goes.
     #[inline]
     pub fn allocate(self: &Arc<Self>, size: usize, stream: &Stream) -> Result<Buffer> {
-        let holder = match self.process.get() {
-            Some(&(resource, typed)) => Holder::Process(resource, typed),
-            None => Holder::Counted(self.clone()),
+        // The common case, in one driver call: a plain stream (the buffer's deallocation site,
+        // the same on every thread), no capture anywhere (none begins until `quiet` goes, so the
+        // allocation is not recorded into a graph), a pool made in this process.
+        if !self.pool.imported {
+            if let Some(site) = Site::plain(stream) {
+                if let Some(quiet) = stream.quietly() {
+                    let mut ptr = 0;
+                    // SAFETY: the pool and the stream are live (held by `self` and `stream`);
+                    // out-pointer to a local.
+                    let status =
+                        unsafe { driver::cuMemAllocFromPoolAsync(&mut ptr, size, self.pool.handle, stream.handle()) };
+                    drop(quiet);
+                    if status != driver::CUresult::CUDA_SUCCESS {
+                        return Err(super::allocation_error(status));
+                    }
+                    // The memory is freed with `cuMemFreeAsync` on the buffer's deallocation
+                    // stream, which is exactly this resource's `deallocate` (not imported).
+                    return Ok(Buffer::from_pool(ptr, size, self.holder(), site));
+                }
+            }
+        }
+        self.allocate_in_general(size, stream)
+    }
+
+    /// [`allocate`](Self::allocate) on a default stream, during a capture somewhere, on a host
+    /// function's thread, or from an imported pool (refused).
+    #[cold]
+    #[inline(never)]
+    fn allocate_in_general(self: &Arc<Self>, size: usize, stream: &Stream) -> Result<Buffer> {
+        let holder = if self.pool.imported {
+            Holder::Counted(self.clone())
+        } else {
+            self.holder()
         };
         // (`self` is the holder's resource: its pool allocates, without a dynamic call.)
         Buffer::allocate_with(holder, size, stream, |_, stream| {
             self.pool.allocate(size, stream, "DeviceMemoryResource")
         })
+    }
+
+    /// How a buffer of this (not imported) pool holds it: uncounted for a device's default
+    /// resource, which lives in a `static`; freed with `cuMemFreeAsync` either way.
+    #[inline]
+    fn holder(self: &Arc<Self>) -> Holder {
+        match self.process.get() {
+            Some(&resource) => Holder::Process(resource),
+            None => Holder::Pool(self.clone()),
+        }
     }
 
     /// The other devices whose kernels may read and write the pool's memory (`cuda.core`'s
@@ -263,7 +303,7 @@ impl Device {
         });
         // The resource in the static (not one a racing thread made and dropped) learns where it
         // lives: its buffers hold it from there, uncounted.
-        stored.typed.process.get_or_init(|| (&stored.erased, &*stored.typed));
+        stored.typed.process.get_or_init(|| &stored.erased);
         Ok(Some(stored))
     }
 
