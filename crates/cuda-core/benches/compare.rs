@@ -17,10 +17,11 @@ use std::time::{Duration, Instant};
 /// 2% verdict (101 rounds left the launch rows' medians a percent or two apart from one run to
 /// the next).
 const ROUNDS: usize = 201;
-/// Rounds for the start-up row, where each sample is a new process.
-const STARTUP_ROUNDS: usize = 9;
+/// Rounds for the start-up row, where each sample is a new process (with 9, one run in three
+/// landed a few percent away from the others).
+const STARTUP_ROUNDS: usize = 15;
 /// Rounds for the first-compile rows (a new process and a compile of tens of milliseconds each).
-const FIRST_COMPILE_ROUNDS: usize = 15;
+const FIRST_COMPILE_ROUNDS: usize = 21;
 const BURST: usize = 128;
 
 struct Row {
@@ -71,13 +72,38 @@ fn alternate_n(rounds: usize, mut safe: impl FnMut() -> f64, mut raw: impl FnMut
 /// Milliseconds from starting this executable as a child with `env` (one of its child modes) to
 /// its exit, which must be a success.
 fn child_ms(exe: &std::path::Path, env: &[(&str, &std::ffi::OsStr)]) -> f64 {
-    let t = Instant::now();
-    let status = std::process::Command::new(exe)
+    let start = monotonic_ns();
+    let out = std::process::Command::new(exe)
         .envs(env.iter().copied())
-        .status()
+        .stderr(std::process::Stdio::inherit())
+        .output()
         .unwrap();
-    assert!(status.success(), "the child {env:?} failed");
-    t.elapsed().as_secs_f64() * 1e3
+    assert!(out.status.success(), "the child {env:?} failed");
+    let reached = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix(MILESTONE)?.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("the child {env:?} did not report its milestone"));
+    reached.saturating_sub(start) as f64 / 1e6
+}
+
+/// What a child prints, with [`monotonic_ns`], when it reaches what its row measures (the kernel
+/// finished, the cubin in memory): the time from its start to there, not its teardown, is the
+/// sample.
+const MILESTONE: &str = "milestone ";
+
+/// Reports the milestone to the parent (see [`child_ms`]).
+fn milestone() {
+    println!("{MILESTONE}{}", monotonic_ns());
+}
+
+/// The system's monotonic clock, in nanoseconds: one clock for the parent and its children.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: out-pointer to a local; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }
 
 fn us(d: Duration, n: usize) -> f64 {
@@ -105,6 +131,7 @@ fn first_kernel(mode: &str, path: &str) {
         // SAFETY: k2(float*, unsigned) with a null pointer, which it does not dereference.
         unsafe { launch(&stream, &LaunchConfig::new(1, 32), &kernel, (0u64, 1u32)).unwrap() };
         stream.sync().unwrap();
+        milestone();
     } else {
         // SAFETY: the raw sequence, each out-pointer a local; the cubin outlives the load.
         unsafe {
@@ -149,6 +176,7 @@ fn first_kernel(mode: &str, path: &str) {
             ));
             check(driver::cuStreamSynchronize(stream));
         }
+        milestone();
     }
 }
 
@@ -180,6 +208,7 @@ fn first_compile(mode: &str, arch: &str, lib: &str) {
             .compile(CodeType::Cubin, &[])
             .unwrap();
         assert!(!code.bytes().unwrap().is_empty());
+        milestone();
         return;
     }
     use std::ffi::{c_char, c_int, CStr, CString};
@@ -256,6 +285,7 @@ fn first_compile(mode: &str, arch: &str, lib: &str) {
         assert_eq!(size(prog, &mut n), 0);
         let mut cubin = vec![0u8; n];
         assert_eq!(get(prog, cubin.as_mut_ptr().cast()), 0);
+        milestone();
         assert_eq!(destroy(&mut prog), 0);
         assert!(!cubin.is_empty());
     }
@@ -991,7 +1021,9 @@ fn main() {
         higher_is_better: false,
     });
     // From process start to the first kernel finished: a fresh process per sample, loading a
-    // prebuilt cubin (compilation is measured above).
+    // prebuilt cubin (compilation is measured above). The child reports when the kernel finished
+    // (see `child_ms`): the safe process's teardown (unloading the library, destroying the
+    // stream), which the raw process skips, is not part of the sample.
     let cubin_path = std::env::temp_dir().join(format!("cuda-core-bench-{}.cubin", std::process::id()));
     std::fs::write(&cubin_path, code.bytes().unwrap()).unwrap();
     let exe = std::env::current_exe().unwrap();

@@ -90,9 +90,20 @@ impl<T> Drop for LazyBox<T> {
         let p = *self.ptr.get_mut();
         if !p.is_null() {
             // SAFETY: made by `Box::into_raw` and owned by this `LazyBox` alone (dropped once).
-            drop(unsafe { Box::from_raw(p) });
+            unsafe { drop_box(p) };
         }
     }
+}
+
+/// Drops a made value (out of line: an empty `LazyBox` drops with a load and a compare).
+///
+/// # Safety
+/// `p` came from `Box::into_raw` and nothing else owns or uses it.
+#[cold]
+#[inline(never)]
+unsafe fn drop_box<T>(p: *mut T) {
+    // SAFETY: as the caller promises.
+    drop(unsafe { Box::from_raw(p) });
 }
 
 #[cfg(test)]
