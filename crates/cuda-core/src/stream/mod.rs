@@ -83,9 +83,6 @@ impl Default for StreamOptions {
     }
 }
 
-/// Aligned to a cache-line pair: every buffer allocated on a stream counts a reference to it,
-/// and streams used by different threads must not share the line their counts are written on.
-#[repr(align(128))]
 struct StreamInner {
     handle: driver::CUstream,
     context: Option<Context>,
