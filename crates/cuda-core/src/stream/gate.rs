@@ -12,9 +12,16 @@
 //! stores the count, then loads every mark. The operation's fence is a compiler fence when the
 //! kernel provides process-wide barriers (`membarrier`, issued by the capture, which is rare);
 //! otherwise both sides use full fences.
+//!
+//! Registering for those barriers waits until every CPU has passed a quiescent state once the
+//! process has several threads (tens of milliseconds on a busy machine), so the first operation
+//! does not wait for it: it asks a thread of its own to register and uses a full fence, as every
+//! operation does until the registration is known to be done. A capture that begins meanwhile
+//! waits for the registration, so it issues the process-wide barrier whenever an operation may
+//! have skipped its fence.
 
 use std::cell::Cell;
-use std::sync::atomic::{compiler_fence, fence, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// A thread's mark: how deep it is in operations on the quiet path. One per cache line: every
@@ -84,8 +91,8 @@ fn register() -> Option<&'static Slot> {
     Some(slot)
 }
 
-/// Whether process-wide barriers are available (registered on first use): one load once known
-/// (an acquire load: a plain load on x86).
+/// Whether process-wide barriers are available, registering for them now if nobody has yet
+/// (for captures: see [`heavy_fence`]).
 #[inline(always)]
 fn membarrier() -> bool {
     match MEMBARRIER.load(Ordering::Acquire) {
@@ -117,20 +124,39 @@ fn register_membarrier() -> bool {
         }
     });
     // Published after the registration (inside the OnceLock) has completed, and never changed:
-    // every thread reads the one answer of `AVAILABLE` (one that reads 0 waits for it above), so
-    // operations skip their full fence exactly when captures issue the process-wide barrier.
+    // every thread reads the one answer of `AVAILABLE` (a capture that reads 0 waits for it
+    // above), so an operation skips its full fence only when every capture from then on issues
+    // the process-wide barrier.
     MEMBARRIER.store(if available { YES } else { NO }, Ordering::Release);
     available
 }
 
-/// The operation side's fence between storing its mark and loading the count.
+/// The operation side's fence between storing its mark and loading the count: a compiler fence
+/// once the registration for process-wide barriers is done (one acquire load: a plain load on
+/// x86), a full fence before that or without them.
 #[inline(always)]
 fn light_fence() {
-    if membarrier() {
+    if MEMBARRIER.load(Ordering::Acquire) == YES {
         compiler_fence(Ordering::SeqCst);
     } else {
-        fence(Ordering::SeqCst);
+        full_fence();
     }
+}
+
+/// [`light_fence`] while process-wide barriers are not known to be registered: a full fence,
+/// and the first time, the registration asked of a thread of its own (the operation does not
+/// wait for it).
+#[cold]
+#[inline(never)]
+fn full_fence() {
+    static ASKED: AtomicBool = AtomicBool::new(false);
+    if MEMBARRIER.load(Ordering::Relaxed) == 0 && !ASKED.swap(true, Ordering::Relaxed) {
+        // If no thread can start, the first capture registers (and waits) instead.
+        let _ = std::thread::Builder::new()
+            .name("cuda-core-membarrier".into())
+            .spawn(register_membarrier);
+    }
+    fence(Ordering::SeqCst);
 }
 
 /// The capture side's fence between storing the count and loading the marks: with membarrier,
@@ -233,4 +259,39 @@ pub(crate) fn drain() -> bool {
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_operation_does_not_wait_for_the_barrier_registration_and_a_capture_sees_it_done() {
+        let running = AtomicUsize::new(0);
+        // Operations work before the registration is known (full fence), and ask for it.
+        for _ in 0..3 {
+            let quiet = enter(&running).expect("no capture runs: the quiet path");
+            assert!(in_operation());
+            drop(quiet);
+        }
+        assert!(!in_operation());
+        // The registration runs on a thread of its own; it ends with an answer.
+        let start = std::time::Instant::now();
+        while MEMBARRIER.load(Ordering::Acquire) == 0 {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(30),
+                "the registration never finished"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // A capture's side agrees with it, and an operation counted out by a capture is refused.
+        assert_eq!(membarrier(), MEMBARRIER.load(Ordering::Acquire) == YES);
+        running.store(1, Ordering::SeqCst);
+        assert!(drain(), "no other thread is inside an operation");
+        assert!(
+            enter(&running).is_none(),
+            "a counted capture sends operations to the locked path"
+        );
+        assert!(!in_operation());
+    }
 }

@@ -1,6 +1,6 @@
 //! [`Holder`]: what keeps a buffer's memory resource alive, and how its memory is freed.
 
-use crate::memory::MemoryResource;
+use crate::memory::{DeviceMemoryResource, MemoryResource};
 use std::sync::Arc;
 
 /// A buffer's hold on its resource: a counted reference, or a reference to a resource that
@@ -16,16 +16,31 @@ pub(crate) enum Holder {
     /// The buffer holds a reference of its own; the memory is freed by the resource's
     /// `deallocate`.
     Counted(Arc<dyn MemoryResource>),
-    /// A counted pool resource whose `deallocate` is exactly `cuMemFreeAsync` on the stream
-    /// given (a [`DeviceMemoryResource`](crate::memory::DeviceMemoryResource) made in this
-    /// process, not imported): the memory is freed without a dynamic call.
+    /// A counted [`DeviceMemoryResource`] that is not imported, whose `deallocate` is exactly
+    /// `cuMemFreeAsync` on the stream given: the memory is freed without a dynamic call. Made
+    /// only by [`of_device_pool`](Self::of_device_pool).
     Pool(Arc<dyn MemoryResource>),
     /// A device's default resource, stored in a `static`: never dropped, so not counted. Its
-    /// `deallocate` is exactly `cuMemFreeAsync` too.
+    /// `deallocate` is exactly `cuMemFreeAsync` too. Made only by
+    /// [`of_device_pool`](Self::of_device_pool).
     Process(&'static Arc<dyn MemoryResource>),
 }
 
 impl Holder {
+    /// How a buffer of `resource` holds it: uncounted for a device's default resource (it lives
+    /// in a `static`), counted otherwise; freed with `cuMemFreeAsync` directly unless the pool
+    /// was imported from another process (whose free also forgets the import).
+    #[inline]
+    pub(crate) fn of_device_pool(resource: &Arc<DeviceMemoryResource>) -> Holder {
+        if resource.is_imported() {
+            return Holder::Counted(resource.clone());
+        }
+        match resource.process_resource() {
+            Some(r) => Holder::Process(r),
+            None => Holder::Pool(resource.clone()),
+        }
+    }
+
     /// The resource as an `Arc` (for [`super::Buffer::memory_resource`]).
     #[inline]
     pub(crate) fn arc(&self) -> &Arc<dyn MemoryResource> {

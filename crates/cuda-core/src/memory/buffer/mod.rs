@@ -230,11 +230,15 @@ impl Buffer {
         }
     }
 
-    /// A buffer of pool memory just allocated on `dealloc` (its only use so far), freed by
-    /// `resource` (see [`Holder::frees_async`]).
+    /// A buffer of memory `resource` just allocated on `dealloc` (its only use so far).
     #[inline]
-    pub(crate) fn from_pool(ptr: driver::CUdeviceptr, size: usize, resource: Holder, dealloc: Site) -> Buffer {
-        Buffer::new(ptr, size, Some(resource), dealloc, None)
+    pub(crate) fn from_pool(
+        ptr: driver::CUdeviceptr,
+        size: usize,
+        resource: &Arc<crate::memory::DeviceMemoryResource>,
+        dealloc: Site,
+    ) -> Buffer {
+        Buffer::new(ptr, size, Some(Holder::of_device_pool(resource)), dealloc, None)
     }
 
     /// A buffer over `ptr` that `resource` frees (or, without one, nobody does).
@@ -572,18 +576,22 @@ impl Drop for Buffer {
         if let Some(resource) = &self.resource {
             if resource.frees_async() && self.graph.is_none() && self.track.is_empty() && self.dealloc.is_plain() {
                 let stream = self.dealloc.stream();
-                if let Some(_quiet) = stream.quietly() {
+                if let Some(quiet) = stream.quietly() {
                     // SAFETY: ptr came from a pool with `cuMemFreeAsync` as its free (see
                     // `Holder::frees_async`) and is freed once (on success the buffer is gone:
-                    // its fields drop next, its resource with them); the only stream that used
-                    // it is this one, not capturing (quiet), so the free follows all that work,
-                    // and the pool is kept alive by the resource until the free is queued.
+                    // its fields drop next, its resource with them). Work on it was queued on
+                    // this stream, which is not capturing (quiet), or on streams that were
+                    // synchronised (`set_deallocation_stream` from another thread's per-thread
+                    // stream): other streams and graphs would be in `track`, which is empty. So
+                    // the free follows all that work; the resource keeps the pool alive until it
+                    // is queued.
                     let status = unsafe { driver::cuMemFreeAsync(self.ptr, stream.handle()) };
                     if status == driver::CUresult::CUDA_SUCCESS {
                         return;
                     }
+                    drop(quiet);
+                    return self.fast_free_failed(status);
                 }
-                // A failed free freed nothing: the general path tries again and says why.
             }
         }
         self.drop_in_general();
@@ -591,6 +599,23 @@ impl Drop for Buffer {
 }
 
 impl Buffer {
+    /// After the fast free in [`Drop`] failed: the general path when a capture or a green
+    /// context current elsewhere was in the way (it hands the free to the release thread), else
+    /// the error is recorded and the memory kept with its resource (it may still be in use), as
+    /// the general path does.
+    #[cold]
+    #[inline(never)]
+    fn fast_free_failed(&mut self, status: driver::CUresult) {
+        let Err(e) = status.check("cuMemFreeAsync") else {
+            return;
+        };
+        if capture_refusal(&e) || crate::device::green_context_busy(&e) {
+            return self.drop_in_general();
+        }
+        std::mem::forget(self.resource.take());
+        record_drop_error(e);
+    }
+
     /// [`Drop`] of graph memory, of memory other streams or graphs used, on a host function's
     /// thread or during a capture somewhere.
     #[cold]

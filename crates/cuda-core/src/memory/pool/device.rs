@@ -117,9 +117,7 @@ impl DeviceMemoryResource {
                     if status != driver::CUresult::CUDA_SUCCESS {
                         return Err(super::allocation_error(status));
                     }
-                    // The memory is freed with `cuMemFreeAsync` on the buffer's deallocation
-                    // stream, which is exactly this resource's `deallocate` (not imported).
-                    return Ok(Buffer::from_pool(ptr, size, self.holder(), site));
+                    return Ok(Buffer::from_pool(ptr, size, self, site));
                 }
             }
         }
@@ -131,25 +129,17 @@ impl DeviceMemoryResource {
     #[cold]
     #[inline(never)]
     fn allocate_in_general(self: &Arc<Self>, size: usize, stream: &Stream) -> Result<Buffer> {
-        let holder = if self.pool.imported {
-            Holder::Counted(self.clone())
-        } else {
-            self.holder()
-        };
         // (`self` is the holder's resource: its pool allocates, without a dynamic call.)
-        Buffer::allocate_with(holder, size, stream, |_, stream| {
+        Buffer::allocate_with(Holder::of_device_pool(self), size, stream, |_, stream| {
             self.pool.allocate(size, stream, "DeviceMemoryResource")
         })
     }
 
-    /// How a buffer of this (not imported) pool holds it: uncounted for a device's default
-    /// resource, which lives in a `static`; freed with `cuMemFreeAsync` either way.
+    /// For a device's default resource, which lives in a `static`: itself as its buffers hold
+    /// it (uncounted; see [`Holder`]).
     #[inline]
-    fn holder(self: &Arc<Self>) -> Holder {
-        match self.process.get() {
-            Some(&resource) => Holder::Process(resource),
-            None => Holder::Pool(self.clone()),
-        }
+    pub(crate) fn process_resource(&self) -> Option<&'static Arc<dyn MemoryResource>> {
+        self.process.get().copied()
     }
 
     /// The other devices whose kernels may read and write the pool's memory (`cuda.core`'s
