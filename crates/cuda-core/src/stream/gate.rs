@@ -17,8 +17,8 @@
 //! process has several threads (tens of milliseconds on a busy machine), so the first operation
 //! does not wait for it: it asks a thread of its own to register and uses a full fence, as every
 //! operation does until the registration is known to be done. A capture that begins meanwhile
-//! waits for the registration, so it issues the process-wide barrier whenever an operation may
-//! have skipped its fence.
+//! registers too (registering again is harmless) and issues the barrier: a capture issues it
+//! whenever an operation may have skipped its fence.
 
 use std::cell::Cell;
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -91,42 +91,61 @@ fn register() -> Option<&'static Slot> {
     Some(slot)
 }
 
-/// Whether process-wide barriers are available, registering for them now if nobody has yet
-/// (for captures: see [`heavy_fence`]).
-#[inline(always)]
-fn membarrier() -> bool {
-    match MEMBARRIER.load(Ordering::Acquire) {
-        YES => true,
-        NO => false,
-        _ => register_membarrier(),
-    }
-}
-
 const YES: u8 = 1;
 const NO: u8 = 2;
 /// 0 until [`register_membarrier`] has run, then `YES` or `NO`.
 static MEMBARRIER: AtomicU8 = AtomicU8::new(0);
+/// Set once an operation asked for the registration (see [`full_fence`]).
+static ASKED: AtomicBool = AtomicBool::new(false);
+/// Held by a test to keep the registration of [`register_membarrier`] waiting.
+#[cfg(test)]
+static HOLD_REGISTRATION: Mutex<()> = Mutex::new(());
 
+/// Registers the process for expedited process-wide barriers: `true` when it is registered
+/// (registering again is harmless).
+fn register_syscall() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+        // SAFETY: a syscall with plain integer arguments; registration affects only this
+        // process's later membarrier calls.
+        unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+/// Every running thread of the process executes a full barrier before this returns (`false` if
+/// the call failed). Only after a successful [`register_syscall`].
+fn barrier_syscall() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+        // SAFETY: a syscall with plain integer arguments.
+        unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+/// Registers once and publishes the answer in `MEMBARRIER`: whether process-wide barriers are
+/// available.
 #[cold]
 fn register_membarrier() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     let available = *AVAILABLE.get_or_init(|| {
-        #[cfg(target_os = "linux")]
-        {
-            const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
-            // SAFETY: a syscall with plain integer arguments; registration affects only this
-            // process's later membarrier calls.
-            unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 }
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            false
-        }
+        #[cfg(test)]
+        let _held = HOLD_REGISTRATION.lock().unwrap_or_else(|p| p.into_inner());
+        register_syscall()
     });
     // Published after the registration (inside the OnceLock) has completed, and never changed:
-    // every thread reads the one answer of `AVAILABLE` (a capture that reads 0 waits for it
-    // above), so an operation skips its full fence only when every capture from then on issues
-    // the process-wide barrier.
+    // every thread that publishes stores the one answer of `AVAILABLE`. An operation skips its
+    // full fence only after reading YES, and from then on every capture issues the barrier (see
+    // `heavy_fence`).
     MEMBARRIER.store(if available { YES } else { NO }, Ordering::Release);
     available
 }
@@ -149,9 +168,8 @@ fn light_fence() {
 #[cold]
 #[inline(never)]
 fn full_fence() {
-    static ASKED: AtomicBool = AtomicBool::new(false);
     if MEMBARRIER.load(Ordering::Relaxed) == 0 && !ASKED.swap(true, Ordering::Relaxed) {
-        // If no thread can start, the first capture registers (and waits) instead.
+        // If no thread can start, the first capture registers instead.
         let _ = std::thread::Builder::new()
             .name("cuda-core-membarrier".into())
             .spawn(register_membarrier);
@@ -161,17 +179,29 @@ fn full_fence() {
 
 /// The capture side's fence between storing the count and loading the marks: with membarrier,
 /// every thread of the process runs a full barrier before this returns. `false` if it failed.
+///
+/// Whenever an operation may have read YES (and skipped its fence), this issues the barrier:
+/// after YES, directly; before the answer is known, it registers itself (harmless if the
+/// registration's thread did already, and no wait for that thread, which a forked child would
+/// never see finish) and issues it; only where registering fails, which is where the answer is
+/// NO, it waits for that answer and uses a full fence.
 fn heavy_fence() -> bool {
-    if membarrier() {
-        #[cfg(target_os = "linux")]
-        {
-            const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
-            // SAFETY: a syscall with plain integer arguments, after registration.
-            return unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0 };
+    match MEMBARRIER.load(Ordering::Acquire) {
+        YES => barrier_syscall(),
+        NO => {
+            fence(Ordering::SeqCst);
+            true
+        }
+        _ if register_syscall() => barrier_syscall(),
+        _ => {
+            if register_membarrier() {
+                barrier_syscall()
+            } else {
+                fence(Ordering::SeqCst);
+                true
+            }
         }
     }
-    fence(Ordering::SeqCst);
-    true
 }
 
 /// A thread inside an operation on the quiet path; unmarks it when dropped (also on a panic).
@@ -264,28 +294,74 @@ pub(crate) fn drain() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, Instant};
+
+    /// Whether the kernel offers expedited process-wide barriers (`MEMBARRIER_CMD_QUERY`).
+    fn expedited_available() -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: a syscall with plain integer arguments; the query changes nothing.
+            let commands = unsafe { libc::syscall(libc::SYS_membarrier, 0, 0, 0) };
+            commands > 0 && commands & (1 << 3) != 0
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            false
+        }
+    }
+
+    fn wait_for(what: &str, done: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            assert!(start.elapsed() < Duration::from_secs(30), "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 
     #[test]
-    fn the_first_operation_does_not_wait_for_the_barrier_registration_and_a_capture_sees_it_done() {
+    fn operations_and_captures_do_not_wait_for_the_barrier_registration() {
         let running = AtomicUsize::new(0);
-        // Operations work before the registration is known (full fence), and ask for it.
+        let held = HOLD_REGISTRATION.lock().unwrap_or_else(|p| p.into_inner());
+        // (Only this test enters operations in this binary; if another did first, the
+        // registration may be done already and there is nothing left to hold up.)
+        let first = !ASKED.load(Ordering::Relaxed);
         for _ in 0..3 {
             let quiet = enter(&running).expect("no capture runs: the quiet path");
             assert!(in_operation());
             drop(quiet);
         }
         assert!(!in_operation());
-        // The registration runs on a thread of its own; it ends with an answer.
-        let start = std::time::Instant::now();
-        while MEMBARRIER.load(Ordering::Acquire) == 0 {
+        if first {
             assert!(
-                start.elapsed() < std::time::Duration::from_secs(30),
-                "the registration never finished"
+                ASKED.load(Ordering::Relaxed),
+                "the first operation asked for the registration"
             );
-            std::thread::sleep(std::time::Duration::from_millis(1));
+            assert_eq!(
+                MEMBARRIER.load(Ordering::Acquire),
+                0,
+                "the operations went on while the registration was held up"
+            );
+            if expedited_available() {
+                // A capture's fence registers itself rather than wait for the held thread.
+                let capture = std::thread::spawn(heavy_fence);
+                wait_for("a capture's fence waited for the registration's thread", || {
+                    capture.is_finished()
+                });
+                assert!(capture.join().unwrap(), "the capture's barrier was issued");
+            }
         }
-        // A capture's side agrees with it, and an operation counted out by a capture is refused.
-        assert_eq!(membarrier(), MEMBARRIER.load(Ordering::Acquire) == YES);
+        drop(held);
+        wait_for("the registration never finished", || {
+            MEMBARRIER.load(Ordering::Acquire) != 0
+        });
+        assert_eq!(
+            MEMBARRIER.load(Ordering::Acquire) == YES,
+            expedited_available(),
+            "the answer is the kernel's"
+        );
+        // A capture now: its fence works, it waits for no operation (none runs), and operations
+        // counted out by it take the locked path.
+        assert!(heavy_fence());
         running.store(1, Ordering::SeqCst);
         assert!(drain(), "no other thread is inside an operation");
         assert!(

@@ -599,17 +599,17 @@ impl Drop for Buffer {
 }
 
 impl Buffer {
-    /// After the fast free in [`Drop`] failed: the general path when a capture or a green
-    /// context current elsewhere was in the way (it hands the free to the release thread), else
-    /// the error is recorded and the memory kept with its resource (it may still be in use), as
-    /// the general path does.
+    /// After the fast free in [`Drop`] failed: the general path when a capture was in the way
+    /// (one this crate did not begin: it hands the free to the release thread), else the error
+    /// is recorded and the memory kept with its resource (it may still be in use), as the
+    /// general path does with an error it does not retry.
     #[cold]
     #[inline(never)]
     fn fast_free_failed(&mut self, status: driver::CUresult) {
         let Err(e) = status.check("cuMemFreeAsync") else {
             return;
         };
-        if capture_refusal(&e) || crate::device::green_context_busy(&e) {
+        if capture_refusal(&e) {
             return self.drop_in_general();
         }
         std::mem::forget(self.resource.take());
