@@ -164,17 +164,41 @@ fn light_fence() {
 
 /// [`light_fence`] while process-wide barriers are not known to be registered: a full fence,
 /// and the first time, the registration asked of a thread of its own (the operation does not
-/// wait for it).
+/// wait for it: see [`register_in_background`]).
 #[cold]
 #[inline(never)]
 fn full_fence() {
     if MEMBARRIER.load(Ordering::Relaxed) == 0 && !ASKED.swap(true, Ordering::Relaxed) {
-        // If no thread can start, the first capture registers instead.
-        let _ = std::thread::Builder::new()
-            .name("cuda-core-membarrier".into())
-            .spawn(register_membarrier);
+        register_in_background();
     }
     fence(Ordering::SeqCst);
+}
+
+/// Runs [`register_membarrier`] on a detached thread of its own, started with `pthread_create`:
+/// unlike a `std` thread, it allocates nothing on the heap, so the operation that asks (and the
+/// operations running while it registers) stay free of heap allocations. If no thread can
+/// start, the first capture registers instead.
+#[cfg(target_os = "linux")]
+fn register_in_background() {
+    extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
+        // (A `OnceLock` and a syscall: nothing here panics.)
+        register_membarrier();
+        std::ptr::null_mut()
+    }
+    let mut thread: libc::pthread_t = 0;
+    // SAFETY: `run` has the signature pthread_create expects and ignores its argument; default
+    // attributes; the out-value is a local.
+    let started = unsafe { libc::pthread_create(&mut thread, std::ptr::null(), run, std::ptr::null_mut()) } == 0;
+    if started {
+        // SAFETY: a thread just created, neither joined nor detached yet: nothing joins it.
+        unsafe { libc::pthread_detach(thread) };
+    }
+}
+
+/// Without Linux's `membarrier` there is nothing to wait for: the answer (none) is known at once.
+#[cfg(not(target_os = "linux"))]
+fn register_in_background() {
+    register_membarrier();
 }
 
 /// The capture side's fence between storing the count and loading the marks: with membarrier,
