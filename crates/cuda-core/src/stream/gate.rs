@@ -155,16 +155,16 @@ fn register_membarrier() -> bool {
 /// x86), a full fence before that or without them.
 #[inline(always)]
 fn light_fence() {
-    if MEMBARRIER.load(Ordering::Acquire) == YES {
-        compiler_fence(Ordering::SeqCst);
-    } else {
-        full_fence();
+    match MEMBARRIER.load(Ordering::Acquire) {
+        YES => compiler_fence(Ordering::SeqCst),
+        NO => fence(Ordering::SeqCst),
+        _ => full_fence(),
     }
 }
 
-/// [`light_fence`] while process-wide barriers are not known to be registered: a full fence,
-/// and the first time, the registration asked of a thread of its own (the operation does not
-/// wait for it: see [`register_in_background`]).
+/// [`light_fence`] before the answer on process-wide barriers is known: a full fence, and the
+/// first time, the registration asked of a thread of its own (the operation does not wait for
+/// it: see [`register_in_background`]).
 #[cold]
 #[inline(never)]
 fn full_fence() {
