@@ -553,6 +553,82 @@ fn f13_no_operation_slips_into_a_capture_unheld() {
     assert!(queued.load(Ordering::SeqCst) > 0);
 }
 
+// The same race for pool memory, whose allocation and free skip the operation's closure (one
+// driver call each inside the capture gate): none may be recorded into a capture begun on their
+// stream by another thread, and every free is done once the capture is over.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn f13_pool_allocations_and_frees_never_slip_into_a_capture() {
+    let (d, s) = setup();
+    let owned = DeviceMemoryResource::new(&d, Default::default()).unwrap();
+    let start = owned.used_mem_current().unwrap();
+    let default = d.memory_resource().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (allocated, refused) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    std::thread::scope(|scope| {
+        for t in 0..2 {
+            let (s, stop, owned, default) = (s.clone(), stop.clone(), owned.clone(), default.clone());
+            let (allocated, refused) = (allocated.clone(), refused.clone());
+            scope.spawn(move || {
+                d.set_current().unwrap();
+                while !stop.load(Ordering::SeqCst) {
+                    let got = if t == 0 {
+                        owned.allocate(1 << 16, &s)
+                    } else {
+                        default.allocate(1 << 16, &s)
+                    };
+                    match got {
+                        // Dropped at once: freed on `s`, or after the capture on it ends.
+                        Ok(buffer) => drop(buffer),
+                        Err(e) => {
+                            assert!(e.to_string().contains("captur"), "{e}");
+                            refused.fetch_add(1, Ordering::SeqCst);
+                            continue;
+                        }
+                    }
+                    allocated.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+        struct Stop(Arc<AtomicBool>);
+        impl Drop for Stop {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let _stop = Stop(stop.clone());
+        let mut captures = 0;
+        let begun = Instant::now();
+        while begun.elapsed() < Duration::from_secs(3) {
+            let mut b = s.begin_capture(CaptureMode::Relaxed).unwrap();
+            std::thread::sleep(Duration::from_micros(200));
+            b.end_building().unwrap();
+            for node in b.graph_definition().unwrap().nodes().unwrap() {
+                let kind = node.node_type().unwrap();
+                assert!(
+                    !matches!(
+                        kind,
+                        cuda_core::graph::NodeType::MemAlloc | cuda_core::graph::NodeType::MemFree
+                    ),
+                    "a pool allocation or free was recorded into a graph ({kind:?})"
+                );
+            }
+            drop(b);
+            captures += 1;
+        }
+        stop.store(true, Ordering::SeqCst);
+        assert!(captures > 10, "{captures} captures");
+    });
+    assert!(allocated.load(Ordering::SeqCst) > 100, "the allocating threads ran");
+    s.sync().unwrap();
+    // Frees handed to the release thread during a capture are done after it: the pool is back
+    // where it started.
+    eventually("every deferred free", || {
+        s.sync().unwrap();
+        owned.used_mem_current().unwrap() == start
+    });
+}
+
 // Finding 14: a host function's captures were dropped on the driver's callback thread.
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
