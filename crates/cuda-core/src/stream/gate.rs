@@ -101,33 +101,23 @@ static ASKED: AtomicBool = AtomicBool::new(false);
 #[cfg(test)]
 static HOLD_REGISTRATION: Mutex<()> = Mutex::new(());
 
-/// Registers the process for expedited process-wide barriers: `true` when it is registered
-/// (registering again is harmless).
-fn register_syscall() -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
-        // SAFETY: a syscall with plain integer arguments; registration affects only this
-        // process's later membarrier calls.
-        unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        false
-    }
-}
+/// `membarrier` commands: register for expedited barriers (registering again is harmless), and
+/// the barrier itself (every running thread of the process executes a full barrier before it
+/// returns; only after a successful registration).
+const REGISTER_PRIVATE_EXPEDITED: i32 = 1 << 4;
+const PRIVATE_EXPEDITED: i32 = 1 << 3;
 
-/// Every running thread of the process executes a full barrier before this returns (`false` if
-/// the call failed). Only after a successful [`register_syscall`].
-fn barrier_syscall() -> bool {
+/// Issues a `membarrier` command: `true` when it succeeded (never without Linux's `membarrier`).
+fn membarrier(command: i32) -> bool {
     #[cfg(target_os = "linux")]
     {
-        const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
-        // SAFETY: a syscall with plain integer arguments.
-        unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0 }
+        // SAFETY: a syscall with plain integer arguments; these commands affect only this
+        // process's barriers.
+        unsafe { libc::syscall(libc::SYS_membarrier, libc::c_long::from(command), 0, 0) == 0 }
     }
     #[cfg(not(target_os = "linux"))]
     {
+        let _ = command;
         false
     }
 }
@@ -140,7 +130,7 @@ fn register_membarrier() -> bool {
     let available = *AVAILABLE.get_or_init(|| {
         #[cfg(test)]
         let _held = HOLD_REGISTRATION.lock().unwrap_or_else(|p| p.into_inner());
-        register_syscall()
+        membarrier(REGISTER_PRIVATE_EXPEDITED)
     });
     // Published after the registration (inside the OnceLock) has completed, and never changed:
     // every thread that publishes stores the one answer of `AVAILABLE`. An operation skips its
@@ -168,7 +158,8 @@ fn light_fence() {
 #[cold]
 #[inline(never)]
 fn full_fence() {
-    if MEMBARRIER.load(Ordering::Relaxed) == 0 && !ASKED.swap(true, Ordering::Relaxed) {
+    // (A load first: the operations of every thread come here until the answer is known.)
+    if !ASKED.load(Ordering::Relaxed) && !ASKED.swap(true, Ordering::Relaxed) {
         register_in_background();
     }
     fence(Ordering::SeqCst);
@@ -211,15 +202,15 @@ fn register_in_background() {
 /// NO, it waits for that answer and uses a full fence.
 fn heavy_fence() -> bool {
     match MEMBARRIER.load(Ordering::Acquire) {
-        YES => barrier_syscall(),
+        YES => membarrier(PRIVATE_EXPEDITED),
         NO => {
             fence(Ordering::SeqCst);
             true
         }
-        _ if register_syscall() => barrier_syscall(),
+        _ if membarrier(REGISTER_PRIVATE_EXPEDITED) => membarrier(PRIVATE_EXPEDITED),
         _ => {
             if register_membarrier() {
-                barrier_syscall()
+                membarrier(PRIVATE_EXPEDITED)
             } else {
                 fence(Ordering::SeqCst);
                 true

@@ -357,12 +357,12 @@ impl Stream {
 
     #[inline]
     fn operation<T>(&self, exclusive: bool, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
-        refuse_in_callback()?;
         // No capture runs anywhere, and none begins before this is done (see `gate`): nothing
         // is recorded, and nothing can be joined.
-        if let Some(_quiet) = gate::enter(&CAPTURES) {
+        if let Some(_quiet) = self.quietly() {
             return op(None);
         }
+        refuse_in_callback()?;
         self.operation_locked(exclusive, op)
     }
 

@@ -49,14 +49,7 @@ impl Site {
     #[inline]
     pub(crate) fn of(stream: &Stream) -> Result<Site> {
         if !stream.is_default() {
-            if stream.context().is_none() {
-                return Err(CudaError::InvalidArgument("the stream has no context".into()));
-            }
-            return Ok(Site {
-                stream: stream.clone(),
-                context: None,
-                thread: None,
-            });
+            return Site::plain(stream).ok_or_else(|| CudaError::InvalidArgument("the stream has no context".into()));
         }
         let context = Context::current()?.ok_or_else(|| {
             CudaError::InvalidArgument(

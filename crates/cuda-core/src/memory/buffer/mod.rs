@@ -431,17 +431,14 @@ impl Buffer {
 
     #[inline]
     fn release(&mut self) -> Result<()> {
-        if self.graph.is_some() || self.track.get().is_some() {
+        if self.graph.is_some() || !self.track.is_empty() {
             return self.release_tracked();
         }
         // The common case: no other stream and no graph used the buffer.
         let Some(resource) = self.resource.take() else {
             return Ok(());
         };
-        match self.try_free_here(resource)? {
-            None => Ok(()),
-            Some(resource) => self.allocation(Some(resource), Vec::new()).release(),
-        }
+        self.free_where_used(resource, Vec::new())
     }
 
     /// [`free_here`](Self::free_here), and what follows from it: `None` when freed,
@@ -466,10 +463,10 @@ impl Buffer {
     /// caller takes the general path).
     #[inline]
     fn free_here(&self, resource: &Holder) -> Result<bool> {
-        let stream = self.dealloc.stream();
-        if !self.dealloc.is_plainly(stream) {
+        if !self.dealloc.is_plain() {
             return Ok(false);
         }
+        let stream = self.dealloc.stream();
         let (ptr, size) = (self.ptr, self.size);
         // (A plain stream names its context: no context needs to be made current.)
         stream.enqueue(|capture| {

@@ -6,7 +6,7 @@ use super::{GraphicsRegisterFlags, Registered};
 use crate::error::Check;
 use crate::memory::buffer::{Buffer, Pod};
 use crate::memory::texture::copies::WholeArray;
-use crate::memory::texture::ArrayFormat;
+use crate::memory::texture::{descriptor_shape, element_bytes, ArrayFormat};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
@@ -57,11 +57,7 @@ impl<'m> MappedArray<'m> {
             // SAFETY: out-pointer to a local; the array belongs to the live mapping.
             unsafe { driver::cuArray3DGetDescriptor(&mut desc, raw) }.check("cuArray3DGetDescriptor")
         })?;
-        let shape = match (desc.Height, desc.Depth) {
-            (_, d) if d > 0 => vec![desc.Width, desc.Height, d],
-            (h, _) if h > 0 => vec![desc.Width, h],
-            _ => vec![desc.Width],
-        };
+        let shape = descriptor_shape(&desc);
         let format = ArrayFormat::from_driver(desc.Format)?;
         if !matches!(desc.NumChannels, 1 | 2 | 4) {
             return Err(CudaError::InvalidArgument(format!(
@@ -71,7 +67,7 @@ impl<'m> MappedArray<'m> {
         }
         let size_bytes = shape
             .iter()
-            .try_fold(format.bytes() * desc.NumChannels as usize, |n, &d| n.checked_mul(d))
+            .try_fold(element_bytes(format, desc.NumChannels), |n, &d| n.checked_mul(d))
             .ok_or_else(|| {
                 CudaError::InvalidArgument(format!(
                     "a mapped array of shape {shape:?} has more bytes than fit in usize"
@@ -111,7 +107,7 @@ impl<'m> MappedArray<'m> {
 
     /// Bytes per element.
     pub fn element_bytes(&self) -> usize {
-        self.format.bytes() * self.num_channels as usize
+        element_bytes(self.format, self.num_channels)
     }
 
     /// The array's bytes.

@@ -3,6 +3,7 @@
 
 use super::{deref_to_pool, MemoryPool};
 use crate::device::Device;
+use crate::error::Check;
 use crate::memory::{device_location, Buffer, Holder, MemoryResource};
 use crate::stream::{Site, Stream};
 use crate::{CudaError, Result};
@@ -49,7 +50,6 @@ impl DeviceMemoryResource {
     /// raised to `u64::MAX` when it is 0, so that freed memory stays in the pool across
     /// synchronisations.
     pub fn default_pool(device: &Device) -> Result<Arc<DeviceMemoryResource>> {
-        use crate::error::Check;
         let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         unsafe { driver::cuDeviceGetMemPool(&mut handle, device.handle()) }.check("cuDeviceGetMemPool")?;
@@ -114,9 +114,9 @@ impl DeviceMemoryResource {
                     let status =
                         unsafe { driver::cuMemAllocFromPoolAsync(&mut ptr, size, self.pool.handle, stream.handle()) };
                     drop(quiet);
-                    if status != driver::CUresult::CUDA_SUCCESS {
-                        return Err(super::allocation_error(status));
-                    }
+                    status
+                        .check("cuMemAllocFromPoolAsync")
+                        .map_err(super::allocation_error)?;
                     return Ok(Buffer::from_pool(ptr, size, self, site));
                 }
             }

@@ -249,7 +249,7 @@ impl MemoryPool {
         // SAFETY: the pool and stream are live; out-pointer to a local.
         unsafe { driver::cuMemAllocFromPoolAsync(&mut ptr, size, self.handle, stream.handle()) }
             .check("cuMemAllocFromPoolAsync")
-            .map_err(allocation_error_of)?;
+            .map_err(allocation_error)?;
         Ok(ptr)
     }
 
@@ -507,21 +507,9 @@ macro_rules! deref_to_pool {
 }
 pub(crate) use deref_to_pool;
 
-/// The error of a failed `cuMemAllocFromPoolAsync`.
-#[cold]
-#[inline(never)]
-pub(crate) fn allocation_error(status: driver::CUresult) -> CudaError {
-    use crate::error::Check;
-    match status.check("cuMemAllocFromPoolAsync") {
-        Err(e) => allocation_error_of(e),
-        // (Not called with success.)
-        Ok(()) => CudaError::InvalidArgument("cuMemAllocFromPoolAsync failed without a status".into()),
-    }
-}
-
 /// `e`, from `cuMemAllocFromPoolAsync`, with what to do when a capture was in the way.
 #[cold]
-fn allocation_error_of(e: CudaError) -> CudaError {
+fn allocation_error(e: CudaError) -> CudaError {
     if e.driver_status() == Some(driver::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
         CudaError::InvalidArgument(format!(
             "{e}: a memory pool cannot allocate on a stream being captured, nor while the calling thread captures one (such a capture is now invalidated): allocate graph memory with GraphMemoryResource, other memory before the capture"

@@ -3,7 +3,10 @@
 
 use super::copies::WholeArray;
 use super::mipmap::MipmapHandle;
-use super::{check_shape, current_context, device_context, element_bytes, lifeline, private_stream, ArrayFormat};
+use super::{
+    check_shape, current_context, descriptor_shape, device_context, element_bytes, lifeline, private_stream,
+    ArrayFormat,
+};
 use crate::device::{Context, Device};
 use crate::error::{record_drop_error, Check};
 use crate::memory::buffer::{Buffer, Pod};
@@ -199,11 +202,7 @@ impl OpaqueArray {
         let mut desc = driver::CUDA_ARRAY3D_DESCRIPTOR::default();
         // SAFETY: out-pointer to a local; the level belongs to the live mipmapped array.
         unsafe { driver::cuArray3DGetDescriptor(&mut desc, raw) }.check("cuArray3DGetDescriptor")?;
-        let shape = match (desc.Height, desc.Depth) {
-            (_, d) if d > 0 => vec![desc.Width, desc.Height, d],
-            (h, _) if h > 0 => vec![desc.Width, h],
-            _ => vec![desc.Width],
-        };
+        let shape = descriptor_shape(&desc);
         let format = ArrayFormat::from_driver(desc.Format)?;
         let size = check_shape(&shape, format, desc.NumChannels)?;
         let handle = Arc::new(ArrayHandle {

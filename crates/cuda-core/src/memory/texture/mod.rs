@@ -166,8 +166,18 @@ fn check_channels(num_channels: u32) -> Result<()> {
 }
 
 /// Bytes per element: the format's size times the channels.
-fn element_bytes(format: ArrayFormat, num_channels: u32) -> usize {
+pub(crate) fn element_bytes(format: ArrayFormat, num_channels: u32) -> usize {
     format.bytes() * num_channels as usize
+}
+
+/// The extents a driver's array descriptor gives (`[width]`, `[width, height]` or `[width,
+/// height, depth]`: the missing ones are 0 there).
+pub(crate) fn descriptor_shape(desc: &driver::CUDA_ARRAY3D_DESCRIPTOR) -> Vec<usize> {
+    match (desc.Height, desc.Depth) {
+        (_, d) if d > 0 => vec![desc.Width, desc.Height, d],
+        (h, _) if h > 0 => vec![desc.Width, h],
+        _ => vec![desc.Width],
+    }
 }
 
 /// `cuda.core`'s check of an array shape (rank 1 to 3, every extent at least 1), and the
