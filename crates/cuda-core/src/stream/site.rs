@@ -69,14 +69,25 @@ impl Site {
     /// it, which is the same on every thread. `None` for the others (see [`of`](Self::of)).
     #[inline]
     pub(crate) fn plain(stream: &Stream) -> Option<Site> {
-        if stream.is_default() || stream.context().is_none() {
-            return None;
-        }
-        Some(Site {
+        Site::is_plain_stream(stream).then(|| Site::of_plain(stream))
+    }
+
+    /// Whether `stream` is a plain stream with a context (see [`plain`](Self::plain)), without
+    /// making its site (which takes a reference on the stream).
+    #[inline]
+    pub(crate) fn is_plain_stream(stream: &Stream) -> bool {
+        !stream.is_default() && stream.context().is_some()
+    }
+
+    /// The site of `stream`, which [`is_plain_stream`](Self::is_plain_stream) accepted.
+    #[inline]
+    pub(crate) fn of_plain(stream: &Stream) -> Site {
+        debug_assert!(Site::is_plain_stream(stream));
+        Site {
             stream: stream.clone(),
             context: None,
             thread: None,
-        })
+        }
     }
 
     /// Whether the site is a plain stream (see [`plain`](Self::plain)): the same on every thread,

@@ -105,20 +105,20 @@ impl DeviceMemoryResource {
         // The common case, in one driver call: a plain stream (the buffer's deallocation site,
         // the same on every thread), no capture anywhere (none begins until `quiet` goes, so the
         // allocation is not recorded into a graph), a pool made in this process.
-        if !self.pool.imported {
-            if let Some(site) = Site::plain(stream) {
-                if let Some(quiet) = stream.quietly() {
-                    let mut ptr = 0;
-                    // SAFETY: the pool and the stream are live (held by `self` and `stream`);
-                    // out-pointer to a local.
-                    let status =
-                        unsafe { driver::cuMemAllocFromPoolAsync(&mut ptr, size, self.pool.handle, stream.handle()) };
-                    drop(quiet);
-                    status
-                        .check("cuMemAllocFromPoolAsync")
-                        .map_err(super::allocation_error)?;
-                    return Ok(Buffer::from_pool(ptr, size, self, site));
-                }
+        if !self.pool.imported && Site::is_plain_stream(stream) {
+            if let Some(quiet) = stream.quietly() {
+                let mut ptr = 0;
+                // SAFETY: the pool and the stream are live (held by `self` and `stream`);
+                // out-pointer to a local.
+                let status =
+                    unsafe { driver::cuMemAllocFromPoolAsync(&mut ptr, size, self.pool.handle, stream.handle()) };
+                drop(quiet);
+                status
+                    .check("cuMemAllocFromPoolAsync")
+                    .map_err(super::allocation_error)?;
+                // The buffer's references (on the stream, on this resource) are taken after the
+                // call: nothing to undo when it fails, and no atomic operation right before it.
+                return Ok(Buffer::from_pool(ptr, size, self, Site::of_plain(stream)));
             }
         }
         self.allocate_in_general(size, stream)
