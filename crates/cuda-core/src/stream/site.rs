@@ -79,7 +79,9 @@ impl Site {
         !stream.is_default() && stream.context().is_some()
     }
 
-    /// The site of `stream`, which [`is_plain_stream`](Self::is_plain_stream) accepted.
+    /// The site of `stream`, which must be one [`is_plain_stream`](Self::is_plain_stream)
+    /// accepts. (Given a default stream, the site would have no context: every use of it would
+    /// fail with "the stream has no context", and the memory freed there would be kept.)
     #[inline]
     pub(crate) fn of_plain(stream: &Stream) -> Site {
         debug_assert!(Site::is_plain_stream(stream));

@@ -116,8 +116,9 @@ impl DeviceMemoryResource {
                 status
                     .check("cuMemAllocFromPoolAsync")
                     .map_err(super::allocation_error)?;
-                // The buffer's references (on the stream, on this resource) are taken after the
-                // call: nothing to undo when it fails, and no atomic operation right before it.
+                // The buffer's references (on the stream, and on this resource unless it is a
+                // device's default one) are taken after the call: nothing to undo when it fails,
+                // and no atomic read-modify-write right before it.
                 return Ok(Buffer::from_pool(ptr, size, self, Site::of_plain(stream)));
             }
         }
