@@ -4,7 +4,7 @@
 //! Races get stress loops; results are verified on the GPU, and `run.sh --sanitize` runs these
 //! under compute-sanitizer as well.
 
-use cuda_core::graph::{CaptureMode, GraphDefinition};
+use cuda_core::graph::{CaptureMode, GraphBuilder, GraphDefinition};
 use cuda_core::{
     launch, Buffer, CodeType, Context, ContextFlags, Device, DeviceMemoryResource, GraphMemoryResource, Kernel,
     LaunchConfig, LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryResource, Program, ProgramOptions, Region2D,
@@ -103,6 +103,33 @@ impl Gate {
     fn open(&self) {
         self.0.store(true, Ordering::SeqCst);
     }
+}
+
+/// Sets its flag when dropped: worker threads that race the test's thread stop also when that
+/// thread panics (the scope that runs them waits for them).
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Begins captures on `s` for 3 seconds, each kept open for `open` before its building ends,
+/// and hands each builder to `each`; returns how many there were.
+fn capture_repeatedly(s: &Stream, open: Duration, mut each: impl FnMut(GraphBuilder)) -> usize {
+    let mut captures = 0;
+    let begun = Instant::now();
+    while begun.elapsed() < Duration::from_secs(3) {
+        let mut b = s.begin_capture(CaptureMode::Relaxed).unwrap();
+        if !open.is_zero() {
+            std::thread::sleep(open);
+        }
+        b.end_building().unwrap();
+        each(b);
+        captures += 1;
+    }
+    captures
 }
 
 // Finding 1: the closures given by Graph::set_callback were freed while a launch in a created
@@ -517,19 +544,8 @@ fn f13_no_operation_slips_into_a_capture_unheld() {
                 }
             });
         }
-        // The worker stops also when this thread panics (the scope waits for it).
-        struct Stop(Arc<AtomicBool>);
-        impl Drop for Stop {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::SeqCst);
-            }
-        }
-        let _stop = Stop(stop.clone());
-        let mut captures = 0;
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(3) {
-            let mut b = s.begin_capture(CaptureMode::Relaxed).unwrap();
-            b.end_building().unwrap();
+        let _stop = StopOnDrop(stop.clone());
+        let captures = capture_repeatedly(&s, Duration::ZERO, |b| {
             let definition = b.graph_definition().unwrap();
             for node in definition.nodes().unwrap() {
                 assert_ne!(
@@ -541,8 +557,7 @@ fn f13_no_operation_slips_into_a_capture_unheld() {
             // A captured fill holds its buffer: launching the graph is safe whatever it holds.
             let graph = b.complete(&Default::default()).unwrap();
             graph.launch(&s).unwrap();
-            captures += 1;
-        }
+        });
         stop.store(true, Ordering::SeqCst);
         assert!(captures > 10);
     });
@@ -590,19 +605,8 @@ fn f13_pool_allocations_and_frees_never_slip_into_a_capture() {
                 }
             });
         }
-        struct Stop(Arc<AtomicBool>);
-        impl Drop for Stop {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::SeqCst);
-            }
-        }
-        let _stop = Stop(stop.clone());
-        let mut captures = 0;
-        let begun = Instant::now();
-        while begun.elapsed() < Duration::from_secs(3) {
-            let mut b = s.begin_capture(CaptureMode::Relaxed).unwrap();
-            std::thread::sleep(Duration::from_micros(200));
-            b.end_building().unwrap();
+        let _stop = StopOnDrop(stop.clone());
+        let captures = capture_repeatedly(&s, Duration::from_micros(200), |b| {
             for node in b.graph_definition().unwrap().nodes().unwrap() {
                 let kind = node.node_type().unwrap();
                 assert!(
@@ -613,9 +617,7 @@ fn f13_pool_allocations_and_frees_never_slip_into_a_capture() {
                     "a pool allocation or free was recorded into a graph ({kind:?})"
                 );
             }
-            drop(b);
-            captures += 1;
-        }
+        });
         stop.store(true, Ordering::SeqCst);
         assert!(captures > 10, "{captures} captures");
     });

@@ -18,11 +18,11 @@ pub(crate) enum Holder {
     Counted(Arc<dyn MemoryResource>),
     /// A counted [`DeviceMemoryResource`] that is not imported, whose `deallocate` is exactly
     /// `cuMemFreeAsync` on the stream given: the memory is freed without a dynamic call. Made
-    /// only by [`of_device_pool`](Self::of_device_pool).
+    /// only by [`of_local_pool`](Self::of_local_pool).
     Pool(Arc<dyn MemoryResource>),
     /// A device's default resource, stored in a `static`: never dropped, so not counted. Its
     /// `deallocate` is exactly `cuMemFreeAsync` too. Made only by
-    /// [`of_device_pool`](Self::of_device_pool).
+    /// [`of_local_pool`](Self::of_local_pool).
     Process(&'static Arc<dyn MemoryResource>),
 }
 
@@ -35,6 +35,14 @@ impl Holder {
         if resource.is_imported() {
             return Holder::Counted(resource.clone());
         }
+        Holder::of_local_pool(resource)
+    }
+
+    /// [`of_device_pool`](Self::of_device_pool) for a resource whose pool was made in this
+    /// process (the caller checked that it is not imported).
+    #[inline]
+    pub(crate) fn of_local_pool(resource: &Arc<DeviceMemoryResource>) -> Holder {
+        debug_assert!(!resource.is_imported());
         match resource.process_resource() {
             Some(r) => Holder::Process(r),
             None => Holder::Pool(resource.clone()),

@@ -230,15 +230,16 @@ impl Buffer {
         }
     }
 
-    /// A buffer of memory `resource` just allocated on `dealloc` (its only use so far).
+    /// A buffer of memory `resource`, whose pool was made in this process, just allocated on
+    /// `dealloc` (its only use so far).
     #[inline]
-    pub(crate) fn from_pool(
+    pub(crate) fn from_local_pool(
         ptr: driver::CUdeviceptr,
         size: usize,
         resource: &Arc<crate::memory::DeviceMemoryResource>,
         dealloc: Site,
     ) -> Buffer {
-        Buffer::new(ptr, size, Some(Holder::of_device_pool(resource)), dealloc, None)
+        Buffer::new(ptr, size, Some(Holder::of_local_pool(resource)), dealloc, None)
     }
 
     /// A buffer over `ptr` that `resource` frees (or, without one, nobody does).
@@ -429,9 +430,16 @@ impl Buffer {
         self.release()
     }
 
+    /// Whether only the deallocation stream used the memory (no other stream, no graph, and it
+    /// is not graph memory): then its free is queued there with nothing to wait for.
+    #[inline]
+    fn used_only_where_freed(&mut self) -> bool {
+        self.graph.is_none() && self.track.is_empty()
+    }
+
     #[inline]
     fn release(&mut self) -> Result<()> {
-        if self.graph.is_some() || !self.track.is_empty() {
+        if !self.used_only_where_freed() {
             return self.release_tracked();
         }
         // The common case: no other stream and no graph used the buffer.
@@ -570,25 +578,23 @@ impl Drop for Buffer {
     fn drop(&mut self) {
         // The common case, in one driver call: pool memory used only on its deallocation stream,
         // a plain stream, and no capture anywhere (none begins until `quiet` goes).
-        if let Some(resource) = &self.resource {
-            if resource.frees_async() && self.graph.is_none() && self.track.is_empty() && self.dealloc.is_plain() {
-                let stream = self.dealloc.stream();
-                if let Some(quiet) = stream.quietly() {
-                    // SAFETY: ptr came from a pool with `cuMemFreeAsync` as its free (see
-                    // `Holder::frees_async`) and is freed once (on success the buffer is gone:
-                    // its fields drop next, its resource with them). Work on it was queued on
-                    // this stream, which is not capturing (quiet), or on streams that were
-                    // synchronised (`set_deallocation_stream` from another thread's per-thread
-                    // stream): other streams and graphs would be in `track`, which is empty. So
-                    // the free follows all that work; the resource keeps the pool alive until it
-                    // is queued.
-                    let status = unsafe { driver::cuMemFreeAsync(self.ptr, stream.handle()) };
-                    if status == driver::CUresult::CUDA_SUCCESS {
-                        return;
-                    }
-                    drop(quiet);
-                    return self.fast_free_failed(status);
+        let frees_async = self.resource.as_ref().is_some_and(Holder::frees_async);
+        if frees_async && self.used_only_where_freed() && self.dealloc.is_plain() {
+            let stream = self.dealloc.stream();
+            if let Some(quiet) = stream.quietly() {
+                // SAFETY: ptr came from a pool with `cuMemFreeAsync` as its free (see
+                // `Holder::frees_async`) and is freed once (on success the buffer is gone: its
+                // fields drop next, its resource with them). Work on it was queued on this
+                // stream, which is not capturing (quiet), or on streams that were synchronised
+                // (`set_deallocation_stream` from another thread's per-thread stream): other
+                // streams and graphs would be in `track`, which is empty. So the free follows
+                // all that work; the resource keeps the pool alive until it is queued.
+                let status = unsafe { driver::cuMemFreeAsync(self.ptr, stream.handle()) };
+                if status == driver::CUresult::CUDA_SUCCESS {
+                    return;
                 }
+                drop(quiet);
+                return self.fast_free_failed(status);
             }
         }
         self.drop_in_general();

@@ -119,7 +119,7 @@ impl DeviceMemoryResource {
                 // The buffer's references (on the stream, and on this resource unless it is a
                 // device's default one) are taken after the call: nothing to undo when it fails,
                 // and no atomic read-modify-write right before it.
-                return Ok(Buffer::from_pool(ptr, size, self, Site::of_plain(stream)));
+                return Ok(Buffer::from_local_pool(ptr, size, self, Site::of_plain(stream)));
             }
         }
         self.allocate_in_general(size, stream)
