@@ -100,7 +100,7 @@ fn build_tests() -> Result<Vec<PathBuf>> {
 }
 
 /// Runs cargo with `args`, and returns the `compiler-artifact` messages it printed.
-fn cargo_artifacts(args: &[&str], what: &str) -> Result<Vec<serde_json::Value>> {
+pub(crate) fn cargo_artifacts(args: &[&str], what: &str) -> Result<Vec<serde_json::Value>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let output = Command::new(cargo)
         .current_dir(util::root())
@@ -120,7 +120,7 @@ fn cargo_artifacts(args: &[&str], what: &str) -> Result<Vec<serde_json::Value>> 
 }
 
 /// The executables among `artifacts` that `keep` selects.
-fn executables(artifacts: &[serde_json::Value], keep: impl Fn(&serde_json::Value) -> bool) -> Vec<PathBuf> {
+pub(crate) fn executables(artifacts: &[serde_json::Value], keep: impl Fn(&serde_json::Value) -> bool) -> Vec<PathBuf> {
     artifacts
         .iter()
         .filter(|m| keep(m))
@@ -129,7 +129,7 @@ fn executables(artifacts: &[serde_json::Value], keep: impl Fn(&serde_json::Value
 }
 
 /// The bundle folder: `bundle` (made absolute) or `default` under the workspace.
-fn bundle_dir(bundle: Option<String>, default: &str) -> Result<PathBuf> {
+pub(crate) fn bundle_dir(bundle: Option<String>, default: &str) -> Result<PathBuf> {
     let dir = bundle.map(PathBuf::from).unwrap_or_else(|| util::root().join(default));
     if dir.is_absolute() {
         Ok(dir)
@@ -140,7 +140,7 @@ fn bundle_dir(bundle: Option<String>, default: &str) -> Result<PathBuf> {
 
 /// Runs a bundle's `run.sh` here, with NVRTC and friends from the wheels unless the environment
 /// already names a Python environment.
-fn run_bundle(dir: &Path, args: &[String]) -> Result {
+pub(crate) fn run_bundle(dir: &Path, args: &[String]) -> Result {
     let mut cmd = Command::new(dir.join("run.sh"));
     if std::env::var_os("VIRTUAL_ENV").is_none() {
         let venv = util::root().join(".cuda-venv");
@@ -176,14 +176,14 @@ fn build_report() -> Result<PathBuf> {
 }
 
 #[cfg(unix)]
-fn make_executable(path: &Path) -> Result {
+pub(crate) fn make_executable(path: &Path) -> Result {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 #[cfg(not(unix))]
-fn make_executable(_: &Path) -> Result {
+pub(crate) fn make_executable(_: &Path) -> Result {
     Ok(())
 }
 
@@ -281,66 +281,4 @@ line="$passed passed, $failed failed"
 [ "$skipped" -gt 0 ] && line="$line, $skipped skipped"
 echo "$line" | tee -a "$log"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
-"#;
-
-/// `cargo xtask bench-gpu [--bundle DIR]`: the safe-versus-raw comparison
-/// (`crates/cuda-core/benches/compare.rs`), bundled like the tests, or run here.
-pub fn bench(args: &[String]) -> Result {
-    let mut args = args.to_vec();
-    let bundle = util::take_option(&mut args, "--bundle")?;
-    util::no_more(&args)?;
-    let run_here = bundle.is_none();
-    let dir = bundle_dir(bundle, "target/bench-bundle")?;
-    let artifacts = cargo_artifacts(
-        &[
-            "bench",
-            "--package",
-            "cuda-core",
-            "--bench",
-            "compare",
-            "--bench",
-            "criterion",
-            "--no-run",
-        ],
-        "the benchmarks",
-    )?;
-    let executable = |name: &str| -> Result<PathBuf> {
-        executables(&artifacts, |m| m["target"]["name"] == name)
-            .pop()
-            .ok_or_else(|| format!("cargo built no `{name}` benchmark executable"))
-    };
-    let exe = executable("compare")?;
-    let criterion = executable("criterion")?;
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    for (from, to) in [(&exe, "compare"), (&criterion, "criterion")] {
-        std::fs::copy(from, dir.join(to)).map_err(|e| format!("copy {}: {e}", from.display()))?;
-    }
-    util::write(&dir.join("run.sh"), BENCH_RUN_SH.as_bytes())?;
-    make_executable(&dir.join("run.sh"))?;
-    if run_here {
-        run_bundle(&dir, &[])
-    } else {
-        println!(
-            "bench bundle ready: copy {} to the GPU machine and run its run.sh",
-            dir.display()
-        );
-        Ok(())
-    }
-}
-
-const BENCH_RUN_SH: &str = r#"#!/usr/bin/env bash
-# Runs the safe-versus-raw comparison (written by cargo xtask bench-gpu). Prints one table;
-# with OUT set, writes $OUT/bench.json too. `run.sh --criterion` runs the Criterion benchmarks
-# instead (reports under $OUT/criterion, or /tmp/criterion).
-set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-if [ "${1:-}" = "--criterion" ]; then
-  shift
-  export CRITERION_HOME="${OUT:-/tmp}/criterion"
-  exec "$here/criterion" --bench "$@"
-fi
-exec "$here/compare" "$@"
 "#;

@@ -8,6 +8,7 @@
 //! cargo xtask test-gpu [--bundle DIR]        build (and run, without --bundle) the GPU test suite
 //! ```
 
+mod bench;
 mod bindings;
 mod gpu;
 mod test;
@@ -39,7 +40,7 @@ fn main() -> ExitCode {
         Some("test") => test::run(&args[1..]),
         Some("quickstart") => test::quickstart(&args[1..]),
         Some("test-gpu") => gpu::run(&args[1..]),
-        Some("bench-gpu") => gpu::bench(&args[1..]),
+        Some("bench-gpu") => bench::run(&args[1..]),
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");
             Ok(())
