@@ -1,9 +1,59 @@
 //! The workspace's GPU integration suite. Every test here needs an NVIDIA GPU, is marked
 //! `#[ignore]`, and runs through `cargo xtask test-gpu` (or the bundle it builds); without a GPU
-//! the tests fail, they never pass by finding nothing to test.
+//! the tests fail, they never pass by finding nothing to test. A test that finds the GPU but not
+//! what it needs besides (a second GPU, a newer driver, a NUMA node) says so with [`skip`], and
+//! the bundle's `run.sh` counts it as skipped, not passed. (This library's own test, of [`skip`],
+//! needs no GPU.)
 
 use cuda_sys::driver;
 use std::ffi::CString;
+use std::fmt::Display;
+use std::io::Write;
+
+/// The environment variable naming the file that [`skip`] and [`skip_part`] append to; the
+/// bundle's `run.sh` sets it for each test executable it runs.
+pub const SKIPS_VAR: &str = "CUDA_TESTS_SKIPS";
+
+/// Records that the running test does not run because the machine lacks what it needs (a second
+/// GPU, a newer driver, a NUMA node, ...); the test then returns: `return skip("...")`. Only for
+/// what the machine lacks: a test whose early return is an expected outcome is not skipped.
+///
+/// libtest shows a passing test's output only when asked, so the reason goes (besides stdout) to
+/// the file named by [`SKIPS_VAR`], where `run.sh` counts the test as skipped and lists why.
+/// Call it on the test's own thread: libtest names that thread after the test.
+pub fn skip(reason: impl Display) {
+    record("skip", "skipped", reason);
+}
+
+/// Records that the running test leaves out one of its checks because the machine lacks what it
+/// needs, and goes on with the rest: `run.sh` lists the reason and counts the test by its result.
+pub fn skip_part(reason: impl Display) {
+    record("part", "skipped in part", reason);
+}
+
+/// Prints `test: what: reason` and appends `kind<TAB>test<TAB>reason` to the skips file (one
+/// line: tabs and line breaks in the reason become spaces). Tests run on parallel threads, and
+/// helpers in child processes inherit the variable: each line is one `write` to a file opened for
+/// appending, so lines from several writers never interleave.
+fn record(kind: &str, what: &str, reason: impl Display) {
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("<unnamed thread>");
+    let reason = reason.to_string().replace(['\t', '\n', '\r'], " ");
+    println!("{test}: {what}: {reason}");
+    let Some(path) = std::env::var_os(SKIPS_VAR) else {
+        return;
+    };
+    let line = format!("{kind}\t{test}\t{reason}\n");
+    let written = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&path)
+        .and_then(|mut file| file.write_all(line.as_bytes()));
+    // Unrecorded, the skip would count as a pass: fail the test instead.
+    if let Err(e) = written {
+        panic!("cannot record the skip in {}: {e}", path.to_string_lossy());
+    }
+}
 
 /// Panics with the full error when a driver call fails.
 #[track_caller]
@@ -144,5 +194,40 @@ pub unsafe fn launch_1d(function: driver::CUfunction, threads: u32, params: &mut
             std::ptr::null_mut(),
         ));
         check(driver::cuCtxSynchronize());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Set in the child process of [`skips_reach_the_file_as_lines_naming_the_test`].
+    const CHILD: &str = "CUDA_TESTS_SKIP_CHILD";
+
+    // run.sh counts a skip by the test name on its line: the test runs itself in a child process
+    // (one test thread, as under the sanitizer) that records into a file of its own. Needs no GPU.
+    #[test]
+    fn skips_reach_the_file_as_lines_naming_the_test() {
+        const NAME: &str = "tests::skips_reach_the_file_as_lines_naming_the_test";
+        if std::env::var_os(CHILD).is_some() {
+            skip_part("a check\tleft out,\nwith its reason on one line");
+            return skip("the reason");
+        }
+        let file = std::env::temp_dir().join(format!("cuda-tests-skips-{}", std::process::id()));
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--test-threads=1", "--nocapture"])
+            .env(CHILD, "1")
+            .env(SKIPS_VAR, &file)
+            .output()
+            .unwrap();
+        let lines = std::fs::read_to_string(&file);
+        let _ = std::fs::remove_file(&file);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            lines.unwrap(),
+            format!("part\t{NAME}\ta check left out, with its reason on one line\nskip\t{NAME}\tthe reason\n")
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains(&format!("{NAME}: skipped: the reason")), "{stdout}");
     }
 }
