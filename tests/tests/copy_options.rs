@@ -9,6 +9,7 @@ use cuda_core::{
     MemcpyOverlapMode, MemcpySrcAccessOrder, MemoryLocation, Program, ProgramOptions, SourceType, Stream,
 };
 use cuda_sys::driver;
+use cuda_tests::{skip, skip_part};
 
 fn setup() -> (Device, Stream) {
     let d = Device::new(0).expect("a GPU");
@@ -351,8 +352,7 @@ impl Drop for Managed {
 fn copy_batch_with_location_hints_on_managed_memory() {
     let (d, s) = setup();
     if d.properties().managed_memory().unwrap() == 0 {
-        println!("skipped: the device has no managed memory");
-        return;
+        return skip("the device has no managed memory");
     }
     let mut managed = Managed(Vec::new());
     let srcs = managed.buffers(&s, N, 2);
@@ -370,7 +370,7 @@ fn copy_batch_with_location_hints_on_managed_memory() {
     assert_holds(&s, &dsts, &[N; 2], 80, "device and host hints");
     let numa = d.properties().host_numa_id().unwrap_or(-1);
     if numa < 0 {
-        println!("skipped (NUMA hints): the system reports no host NUMA node for the device");
+        skip_part("NUMA hints: the system reports no host NUMA node for the device");
     } else {
         for hint in [MemoryLocation::HostNuma(numa as u32), MemoryLocation::HostNumaCurrent] {
             let dsts = managed.buffers(&s, N, 2);
@@ -394,8 +394,10 @@ fn copy_batch_with_location_hints_on_managed_memory() {
 fn copy_batch_during_api_call_reads_the_source_before_returning() {
     let (d, s) = setup();
     if driver_version() < (13, 0) {
-        println!("skipped: cuMemcpyBatchAsync needs a CUDA 13.0 driver");
-        return;
+        return skip(format!(
+            "cuMemcpyBatchAsync needs a CUDA 13.0 driver, this one supports {:?}",
+            driver_version()
+        ));
     }
     // DURING_API_CALL: the source is read by the time the call returns, even with the stream
     // busy (the driver may wait for the stream's work first): overwriting it afterwards does not

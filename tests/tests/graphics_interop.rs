@@ -4,15 +4,16 @@
 //! mapped arrays and checked with `glGetTexImage`, an EGL image of a GL texture read as an EGL
 //! frame, mappings held by graphs (their unmap parked by the release thread for the GL thread),
 //! maps and unmaps without a current GL context (errors, retried), and `cuda.core`'s errors.
-//! Each test prints why it skips when no EGL display or GL context can be made (no libEGL.so.1,
-//! no NVIDIA EGL driver); it fails on anything else. The tests run one at a time (a lock), so
-//! that the errors recorded in `Drop` are each test's own.
+//! Each test skips (`cuda_tests::skip`, with the reason) when no EGL display or GL context can be
+//! made (no libEGL.so.1, no NVIDIA EGL driver); it fails on anything else. The tests run one at a
+//! time (a lock), so that the errors recorded in `Drop` are each test's own.
 
 use cuda_core::graph::CaptureMode;
 use cuda_core::graphics::{EglFrameType, GraphicsRegisterFlags, GraphicsResource, GraphicsResourceKind};
 use cuda_core::texture::ArrayFormat;
 use cuda_core::{launch, CodeType, Device, Kernel, LaunchConfig, Program, ProgramOptions, SourceType, Stream};
 use cuda_sys::driver;
+use cuda_tests::skip;
 use gl_context::{c_text, egl, gl, Gl};
 use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard};
@@ -28,9 +29,9 @@ fn drop_errors() -> Vec<String> {
     cuda_core::take_drop_errors().iter().map(|e| e.to_string()).collect()
 }
 
-/// The device and stream, and a GL context current on this thread; `None` (after printing
-/// why) where no EGL display or GL context can be made. Holds the lock of [`SERIAL`].
-fn setup(test: &str) -> Option<(MutexGuard<'static, ()>, Device, Stream, Gl)> {
+/// The device and stream, and a GL context current on this thread; `None` (the test's skip
+/// recorded) where no EGL display or GL context can be made. Holds the lock of [`SERIAL`].
+fn setup() -> Option<(MutexGuard<'static, ()>, Device, Stream, Gl)> {
     let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let _ = drop_errors();
     let d = Device::new(0).expect("a GPU");
@@ -38,11 +39,11 @@ fn setup(test: &str) -> Option<(MutexGuard<'static, ()>, Device, Stream, Gl)> {
     let s = d.create_stream(Default::default()).unwrap();
     match Gl::new(0) {
         Ok(gl) => {
-            println!("{test}: {}", gl.description);
+            println!("{}", gl.description);
             Some((serial, d, s, gl))
         }
         Err(why) => {
-            println!("{test}: skipped, no OpenGL context: {why}");
+            skip(format!("no OpenGL context: {why}"));
             None
         }
     }
@@ -88,9 +89,7 @@ fn wait_unmapped(resource: &GraphicsResource) {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn a_gl_buffer_written_by_a_kernel_reads_back_in_gl() {
-    let Some((_serial, d, s, gl)) = setup("a_gl_buffer_written_by_a_kernel_reads_back_in_gl") else {
-        return;
-    };
+    let Some((_serial, d, s, gl)) = setup() else { return };
     let k = kernel(&d);
     const N: u32 = 1 << 16;
     let name = gl.buffer(&vec![0xAB; N as usize * 4]);
@@ -143,9 +142,7 @@ fn a_gl_buffer_written_by_a_kernel_reads_back_in_gl() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn a_graph_that_used_the_mapping_keeps_it_mapped_until_it_goes() {
-    let Some((_serial, d, s, gl)) = setup("a_graph_that_used_the_mapping_keeps_it_mapped_until_it_goes") else {
-        return;
-    };
+    let Some((_serial, d, s, gl)) = setup() else { return };
     let k = kernel(&d);
     const N: u32 = 4096;
     let name = gl.buffer(&vec![0; N as usize * 4]);
@@ -182,9 +179,7 @@ fn a_graph_that_used_the_mapping_keeps_it_mapped_until_it_goes() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn maps_and_unmaps_need_the_gl_context_current() {
-    let Some((_serial, _d, s, gl)) = setup("maps_and_unmaps_need_the_gl_context_current") else {
-        return;
-    };
+    let Some((_serial, _d, s, gl)) = setup() else { return };
     const N: usize = 1024;
     let name = gl.buffer(&vec![0; N * 4]);
     // SAFETY: as in the first test; the only GL context this thread makes current is `gl`'s.
@@ -270,9 +265,7 @@ fn maps_and_unmaps_need_the_gl_context_current() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn a_mapping_held_by_a_graph_past_its_resource_is_released_with_it() {
-    let Some((_serial, d, s, gl)) = setup("a_mapping_held_by_a_graph_past_its_resource_is_released_with_it") else {
-        return;
-    };
+    let Some((_serial, d, s, gl)) = setup() else { return };
     let k = kernel(&d);
     const N: u32 = 1024;
     let name = gl.buffer(&vec![0; N as usize * 4]);
@@ -311,9 +304,7 @@ fn a_mapping_held_by_a_graph_past_its_resource_is_released_with_it() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn gl_textures_are_read_and_written_through_mapped_arrays() {
-    let Some((_serial, d, s, gl)) = setup("gl_textures_are_read_and_written_through_mapped_arrays") else {
-        return;
-    };
+    let Some((_serial, d, s, gl)) = setup() else { return };
     const W: usize = 64;
     const H: usize = 32;
     let rgba: Vec<u8> = (0..W * H)
@@ -385,14 +376,11 @@ fn gl_textures_are_read_and_written_through_mapped_arrays() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn an_egl_image_of_a_gl_texture_maps_as_an_egl_frame() {
-    let Some((_serial, _d, s, gl)) = setup("an_egl_image_of_a_gl_texture_maps_as_an_egl_frame") else {
-        return;
-    };
+    let Some((_serial, _d, s, gl)) = setup() else { return };
     // SAFETY: the display is initialised.
     let extensions = c_text(unsafe { (gl.query_string)(gl.display, egl::EXTENSIONS) });
     if !extensions.contains("EGL_KHR_gl_texture_2D_image") {
-        println!("an_egl_image_of_a_gl_texture_maps_as_an_egl_frame: skipped, the display lacks EGL_KHR_gl_texture_2D_image ({extensions})");
-        return;
+        return skip(format!("the display lacks EGL_KHR_gl_texture_2D_image ({extensions})"));
     }
     // SAFETY: eglGetProcAddress of EGL 1.5 functions, with their signatures.
     let (create_image, destroy_image) = unsafe {

@@ -11,6 +11,7 @@ use cuda_core::{
     WorkqueueResourceOptions, WorkqueueSharingScope,
 };
 use cuda_sys::driver::CUresult;
+use cuda_tests::{skip, skip_part};
 use std::collections::BTreeSet;
 
 fn device() -> Device {
@@ -31,12 +32,12 @@ fn structured_split() -> bool {
         .is_ok()
 }
 
-/// The device's SMs, or `None` (with the reason printed) on a driver without green contexts.
+/// The device's SMs, or `None` (the test's skip recorded) on a driver without green contexts.
 fn sm_resource(d: &Device) -> Option<SMResource> {
     match d.resources().sm() {
         Ok(sm) => Some(sm),
         Err(e) if e.load_error().is_some() => {
-            println!("skipped: green contexts need a CUDA 12.4 driver: {e}");
+            skip(format!("green contexts need a CUDA 12.4 driver: {e}"));
             None
         }
         Err(e) => panic!("{e}"),
@@ -50,7 +51,8 @@ fn refused_configuration(e: &CudaError) -> bool {
     )
 }
 
-/// Two groups of one size, as large as the driver makes them: `(groups, remainder)`.
+/// Two groups of one size, as large as the driver makes them: `(groups, remainder)`, or `None`
+/// (the test's skip recorded) where the device has no such split.
 fn two_groups(sm: &SMResource) -> Option<(Vec<SMResource>, SMResource)> {
     let step = sm.coscheduled_alignment().max(2);
     let smallest = sm.min_partition_size().max(step).div_ceil(step) * step;
@@ -64,6 +66,7 @@ fn two_groups(sm: &SMResource) -> Option<(Vec<SMResource>, SMResource)> {
         }
         count -= step;
     }
+    skip("the device has no split into two groups");
     None
 }
 
@@ -284,8 +287,13 @@ fn splits_the_driver_does_not_take_are_refused() {
             let m = message(rest.split(&SMResourceOptions::default(), false));
             assert!(m.contains("no SMs") || m.contains("cannot be split again"), "{m}");
         }
-        Ok((_, rest)) => println!("skipped: one group of every SM left {} SMs", rest.sm_count()),
-        Err(e) if refused_configuration(&e) => println!("skipped: one group of every SM was refused: {e}"),
+        Ok((_, rest)) => skip_part(format!(
+            "an empty remainder: one group of every SM left {} SMs",
+            rest.sm_count()
+        )),
+        Err(e) if refused_configuration(&e) => {
+            skip_part(format!("an empty remainder: one group of every SM was refused: {e}"))
+        }
         Err(e) => panic!("{e}"),
     }
     // More groups than SMs: refused before anything is allocated (the CUDA 13.1 split), or as
@@ -309,10 +317,7 @@ fn splits_the_driver_does_not_take_are_refused() {
 fn a_green_context_reports_the_sms_of_its_partition() {
     let d = device();
     let Some(sm) = sm_resource(&d) else { return };
-    let Some((groups, rest)) = two_groups(&sm) else {
-        println!("skipped: the device has no split into two groups");
-        return;
-    };
+    let Some((groups, rest)) = two_groups(&sm) else { return };
     let total = groups[0].sm_count() + groups[1].sm_count() + rest.sm_count();
     assert!(total <= sm.sm_count(), "{groups:?} {rest:?}");
     for group in &groups {
@@ -341,10 +346,7 @@ fn a_green_context_reports_the_sms_of_its_partition() {
 fn kernels_on_two_green_contexts_compute_on_their_own_sms() {
     let d = device();
     let Some(sm) = sm_resource(&d) else { return };
-    let Some((groups, _)) = two_groups(&sm) else {
-        println!("skipped: the device has no split into two groups");
-        return;
-    };
+    let Some((groups, _)) = two_groups(&sm) else { return };
     let kernel = fill_kernel();
     let contexts: Vec<Context> = groups
         .iter()
@@ -630,10 +632,7 @@ fn with_current_and_set_current_keep_the_stack_in_step() {
 fn a_fence_orders_green_streams() {
     let d = device();
     let Some(sm) = sm_resource(&d) else { return };
-    let Some((groups, _)) = two_groups(&sm) else {
-        println!("skipped: the device has no split into two groups");
-        return;
-    };
+    let Some((groups, _)) = two_groups(&sm) else { return };
     let source = r#"
         extern "C" __global__ void slow_fill(int* out, int value, int n, long long spin) {
             long long start = clock64();
@@ -724,10 +723,7 @@ fn a_capture_on_a_green_stream_refuses_context_synchronisation() {
 fn a_partition_of_a_green_context_keeps_that_context() {
     let d = device();
     let Some(sm) = sm_resource(&d) else { return };
-    let Some((groups, _)) = two_groups(&sm) else {
-        println!("skipped: the device has no split into two groups");
-        return;
-    };
+    let Some((groups, _)) = two_groups(&sm) else { return };
     let outer = d.create_context(ContextOptions::new([groups[0].clone()])).unwrap();
     let outer_sm = outer.resources().sm().unwrap();
     let inner_groups = match outer_sm.split(&SMResourceOptions::default(), false) {
@@ -735,8 +731,7 @@ fn a_partition_of_a_green_context_keeps_that_context() {
         Err(e)
             if refused_configuration(&e) || e.driver_status() == Some(CUresult::CUDA_ERROR_INVALID_RESOURCE_TYPE) =>
         {
-            println!("skipped: the driver does not split a green context's SMs: {e}");
-            return;
+            return skip(format!("the driver does not split a green context's SMs: {e}"));
         }
         Err(e) => panic!("{e}"),
     };
@@ -808,7 +803,7 @@ fn every_validation_error_is_cuda_cores() {
             assert!(m.contains("a resource of Device(1)"), "{m}");
             d.set_current().unwrap();
         }
-        Err(_) => println!("skipped (one GPU): a resource of another device"),
+        Err(_) => skip_part("a resource of another device: one GPU"),
     }
 }
 
@@ -821,10 +816,6 @@ fn per_group_counts_need_the_cuda_13_1_split() {
     let small = sm.min_partition_size().max(step).div_ceil(step) * step;
     let options = SMResourceOptions::with_counts([small, 2 * small]);
     if !structured_split() {
-        println!(
-            "skipped: per-group counts, co-scheduling and backfill need a CUDA 13.1 driver (this one supports {:?}); checking the refusals",
-            driver_version()
-        );
         let m = message(sm.split(&options, false));
         assert!(
             m.starts_with("CUDA 12 SM splitting only supports homogeneous count values"),
@@ -861,7 +852,11 @@ fn per_group_counts_need_the_cuda_13_1_split() {
                 "{m}"
             );
         }
-        return;
+        return skip(format!(
+            "per-group counts, co-scheduling and backfill need a CUDA 13.1 driver (this one supports {:?}); \
+             checked the refusals",
+            driver_version()
+        ));
     }
     match sm.split(&options, false) {
         Ok((groups, _)) => {
@@ -895,7 +890,6 @@ fn workqueue_resources_need_a_cuda_13_1_driver() {
     let Some(sm) = sm_resource(&d) else { return };
     let version = driver_version();
     if version < (13, 1) {
-        println!("skipped: workqueue resources need a CUDA 13.1 driver (this one supports {version:?}); checking the refusal");
         let m = message(d.resources().workqueue());
         assert!(
             m.starts_with(&format!(
@@ -904,7 +898,9 @@ fn workqueue_resources_need_a_cuda_13_1_driver() {
             )),
             "{m}"
         );
-        return;
+        return skip(format!(
+            "workqueue resources need a CUDA 13.1 driver (this one supports {version:?}); checked the refusal"
+        ));
     }
     let mut wq = d.resources().workqueue().unwrap();
     assert_eq!(wq.device(), d);
@@ -932,8 +928,9 @@ fn workqueue_resources_need_a_cuda_13_1_driver() {
     }) {
         Ok(g) => g,
         Err(e) if refused_configuration(&e) => {
-            println!("the driver refused a green context with a workqueue resource: {e}");
-            return;
+            return skip(format!(
+                "the driver refuses a green context with a workqueue resource: {e}"
+            ));
         }
         Err(e) => panic!("{e}"),
     };

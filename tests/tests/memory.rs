@@ -5,6 +5,7 @@ use cuda_core::{
     LaunchConfig, LegacyPinnedMemoryResource, ManagedMemoryResource, PinnedMemoryResource, Program, ProgramOptions,
     SourceType, Stream,
 };
+use cuda_tests::skip;
 use std::sync::Arc;
 
 fn setup() -> (Device, Stream) {
@@ -581,8 +582,7 @@ fn buffers_travel_through_dlpack_both_ways() {
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn peer_devices_copy_and_reach_pool_memory() {
     if cuda_core::device_count().unwrap() < 2 {
-        eprintln!("a single GPU: the peer test needs two (the nvidia-h200-x2 machine has them)");
-        return;
+        return skip("a single GPU: the peer test needs two (the nvidia-h200-x2 machine has them)");
     }
     let (d0, s0) = setup();
     let d1 = Device::new(1).unwrap();

@@ -6,6 +6,7 @@ use cuda_core::{
     Buffer, Device, DeviceMemoryResource, ManagedMemoryResource, ManagedMemoryResourceOptions, MemoryLocation,
     MemoryResource, PinnedMemoryResource, PinnedMemoryResourceOptions, Stream,
 };
+use cuda_tests::{skip, skip_part};
 use std::sync::Arc;
 
 fn setup() -> (Device, Stream) {
@@ -72,7 +73,7 @@ fn pool_attributes_of_every_pool_resource() {
         let pool = managed.pool().expect("a CUDA 13 driver gives a managed pool");
         check_attributes("managed pool", pool, || managed.allocate(1024, &s).unwrap());
     } else {
-        println!("skipped the managed pool: no concurrent managed access on this device");
+        skip_part("the managed pool: no concurrent managed access on this device");
     }
     // The default pool: the driver's, not ours, with the threshold cuda.core sets.
     let default = d.memory_resource().unwrap();
@@ -147,7 +148,7 @@ fn pinned_pools_with_options_and_the_default_host_pool() {
             assert!(shared.is_ipc_enabled());
             assert_eq!(shared.numa_id(), Some(node));
         }
-        None => println!("skipped NUMA placement: the device reports no host NUMA node"),
+        None => skip_part("NUMA placement: the device reports no host NUMA node"),
     }
     let host = PinnedMemoryResource::default_pool().unwrap();
     assert!(!host.is_handle_owned());
@@ -190,8 +191,7 @@ fn peers_of_a_pool_on_one_device() {
 fn managed_pools_with_preferred_locations() {
     let (d, s) = setup();
     if !concurrent_managed_access(&d) {
-        println!("skipped: no concurrent managed access on this device");
-        return;
+        return skip("no concurrent managed access on this device");
     }
     let data: Vec<u32> = (0..1024).map(|i| i * 3 + 1).collect();
     let default = ManagedMemoryResource::new(None).unwrap();
@@ -306,8 +306,7 @@ fn managed_advice_reads_back() {
 fn prefetch_and_discard_single_and_batched() {
     let (d, s) = setup();
     if !concurrent_managed_access(&d) {
-        println!("skipped: no concurrent managed access on this device");
-        return;
+        return skip("no concurrent managed access on this device");
     }
     let mr = ManagedMemoryResource::unpooled(None);
     let mut bufs: Vec<Buffer> = (0..3)
@@ -531,8 +530,7 @@ fn a_pinned_pool_is_shared_with_another_process() {
     use std::os::fd::AsFd;
     let (d, s) = setup();
     if host_numa_id(&d).is_none() {
-        println!("skipped: shareable host pools need a host NUMA node, and the device reports none");
-        return;
+        return skip("shareable host pools need a host NUMA node, and the device reports none");
     }
     let pool = PinnedMemoryResource::new(PinnedMemoryResourceOptions {
         ipc_enabled: true,

@@ -6,6 +6,7 @@ use cuda_core::{
     launch, CodeType, Device, DeviceMemoryResource, EventOptions, Kernel, LaunchConfig, PinnedMemoryResource, Program,
     ProgramOptions, SourceType, Stream,
 };
+use cuda_tests::skip;
 
 fn setup() -> (Device, Stream) {
     let d = Device::new(0).expect("a GPU");
@@ -42,8 +43,7 @@ fn kernels() -> (Kernel, Kernel) {
 fn with_a_cluster_the_grid_counts_clusters() {
     let (d, s) = setup();
     if d.compute_capability().unwrap().major < 9 {
-        println!("skipped: thread block clusters need compute capability 9.0");
-        return;
+        return skip("thread block clusters need compute capability 9.0");
     }
     let (count, _) = kernels();
     let counter = d.allocate(4, &s).unwrap();

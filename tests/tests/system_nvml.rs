@@ -10,6 +10,7 @@ use cuda_core::system::{
     ThermalTarget,
 };
 use cuda_core::{CudaError, Device, StreamOptions};
+use cuda_tests::skip;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -567,8 +568,7 @@ fn checkpoint_cycle_of_a_child_process() {
         Err(_) => {
             let _ = child.kill();
             let _ = child.wait();
-            println!("skipped: the checkpoint cycle did not complete within a minute on this driver");
-            return;
+            return skip("the checkpoint cycle did not complete within a minute on this driver");
         }
     };
     let mut stdin = child.stdin.take().unwrap();
@@ -578,8 +578,7 @@ fn checkpoint_cycle_of_a_child_process() {
             let _ = writeln!(stdin, "GO");
             drop(stdin);
             let _ = child.wait();
-            println!("skipped: the driver refuses to checkpoint here: {why}");
-            return;
+            return skip(format!("the driver refuses to checkpoint here: {why}"));
         }
         Err(why) => {
             let _ = child.kill();

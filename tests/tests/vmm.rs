@@ -9,6 +9,7 @@ use cuda_core::{
     VirtualMemoryLocationType as Location, VirtualMemoryResource, VirtualMemoryResourceOptions as Options,
 };
 use cuda_sys::driver;
+use cuda_tests::{skip, skip_part};
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -40,12 +41,13 @@ fn err<T: std::fmt::Debug>(r: cuda_core::Result<T>) -> String {
     r.unwrap_err().to_string()
 }
 
-/// The resource, or (when the device has no virtual memory management) the checked refusal.
+/// The resource, or (when the device has no virtual memory management) the checked refusal and
+/// the test's skip recorded.
 fn resource(d: &Device, options: Options) -> Option<Arc<VirtualMemoryResource>> {
     if !supported(d.properties().virtual_memory_management_supported()) {
         let e = err(VirtualMemoryResource::new(d, options));
         assert!(e.contains("VirtualMemoryResource requires CUDA VMM API support"), "{e}");
-        println!("skipped: device {} has no virtual memory management", d.device_id());
+        skip(format!("device {} has no virtual memory management", d.device_id()));
         return None;
     }
     if options.handle_type == Some(Handle::PosixFd)
@@ -53,7 +55,7 @@ fn resource(d: &Device, options: Options) -> Option<Arc<VirtualMemoryResource>> 
     {
         let e = err(VirtualMemoryResource::new(d, options));
         assert!(e.contains("PosixFd is not supported"), "{e}");
-        println!("skipped: device {} cannot export POSIX file descriptors", d.device_id());
+        skip(format!("device {} cannot export POSIX file descriptors", d.device_id()));
         return None;
     }
     Some(VirtualMemoryResource::new(d, options).unwrap())
@@ -405,7 +407,7 @@ fn vmm_gpu_direct_rdma_and_fabric_handles_are_checked_before_the_driver() {
     } else {
         let e = err(VirtualMemoryResource::new(&d, rdma));
         assert!(e.contains("GPU Direct RDMA is not supported on this device"), "{e}");
-        println!("skipped RDMA allocation (tested the refusal): the device has no GPUDirect RDMA for VMM");
+        skip_part("RDMA allocation (tested the refusal): the device has no GPUDirect RDMA for VMM");
     }
     let fabric = Options {
         handle_type: Some(Handle::Fabric),
@@ -416,11 +418,11 @@ fn vmm_gpu_direct_rdma_and_fabric_handles_are_checked_before_the_driver() {
         Ok(b) => println!("fabric-exportable memory allocated: {b:?}"),
         Err(e) if !supported(p.handle_type_fabric_supported()) => {
             assert!(e.to_string().contains("Fabric is not supported"), "{e}");
-            println!("skipped fabric allocation (tested the refusal): handle_type_fabric_supported is 0");
+            skip_part("fabric allocation (tested the refusal): handle_type_fabric_supported is 0");
         }
         Err(e) if !imex => {
             assert!(e.to_string().contains("IMEX channel"), "refused before the driver: {e}");
-            println!("skipped fabric allocation (tested the refusal): no IMEX channel here");
+            skip_part("fabric allocation (tested the refusal): no IMEX channel here");
         }
         // An IMEX channel the driver still refuses (another user's, say): its answer.
         Err(e) => println!("fabric memory refused by the driver: {e}"),
@@ -511,8 +513,7 @@ fn vmm_host_memory_is_host_accessible_or_refused() {
     if !supported(d.properties().host_virtual_memory_management_supported()) {
         let e = err(VirtualMemoryResource::new(&d, host));
         assert!(e.contains("requires CUDA VMM API support for host memory"), "{e}");
-        println!("skipped host memory (tested the refusal): host_virtual_memory_management_supported is 0");
-        return;
+        return skip("host memory (tested the refusal): host_virtual_memory_management_supported is 0");
     }
     host_memory_round_trip("host");
     // Without peers no device is granted access.
@@ -543,11 +544,10 @@ fn vmm_host_numa_memory_is_host_accessible_or_refused() {
                 Ok(_) => assert!(supported(p.host_numa_virtual_memory_management_supported())),
             }
         }
-        println!(
-            "skipped host NUMA memory (tested the refusal): host_numa_id {numa}, host_numa_virtual_memory_management_supported {:?}",
+        return skip(format!(
+            "host NUMA memory (tested the refusal): host_numa_id {numa}, host_numa_virtual_memory_management_supported {:?}",
             p.host_numa_virtual_memory_management_supported()
-        );
-        return;
+        ));
     }
     host_memory_round_trip(&numa.to_string());
     host_memory_round_trip("numa_current");
