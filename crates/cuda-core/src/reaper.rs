@@ -1,12 +1,14 @@
 //! The release thread: where values are dropped when the thread that lets go of them must not
 //! call CUDA, and where releases that must wait are retried.
 //!
-//! The driver calls host functions and user-object destructors on threads of its own, on which
-//! CUDA must not be called; values those callbacks let go of (a graph's buffers, a host
-//! function's captures) may call CUDA in their `Drop`. Such values are posted here and dropped on
-//! this thread. Releases that cannot be queued yet (the stream they must be ordered on is being
-//! captured into a graph) are [`Retry`] jobs, tried again whenever a capture ends and every few
-//! milliseconds while any is pending.
+//! The driver calls host functions and graph callbacks on threads of its own, on which CUDA must
+//! not be called; values those callbacks let go of (a graph's buffers, a host function's
+//! captures) may call CUDA in their `Drop`. Such values are posted here and dropped on this
+//! thread. Releases that must wait for the GPU are [`Retry`] jobs, tried again whenever a capture
+//! ends and every few milliseconds while any is pending: a release ordered after work still
+//! queued (a graph dropped while its launches run, memory a resource frees only once its stream
+//! is idle), or one that cannot be queued yet (the stream it must be ordered on is being captured
+//! into a graph). So no `Drop` of this crate waits for the GPU.
 //!
 //! This module uses only the error module and the raw bindings: every other module may use it.
 

@@ -8,7 +8,7 @@ use crate::device::{Context, FenceEvent};
 use crate::error::{record_drop_error, Check};
 use crate::launch::KernelArgs;
 use crate::stream::graph_core::Registry;
-use crate::stream::{Event, Fence, Site, Stream};
+use crate::stream::{release_after, Event, Site, Stream};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::any::Any;
@@ -123,12 +123,14 @@ impl GraphDebugPrintOptions {
 /// An executable graph (`CUgraphExec`): launch it as often as needed. It keeps the definition it
 /// came from (for per-node updates).
 ///
-/// **Lifetimes.** What the definition's nodes use is held by the executable through CUDA user
-/// objects (see [`crate::graph`]). Values given by per-node updates ([`set_callback`](Self::set_callback),
-/// [`set_event`](Self::set_event)) and the definition of a whole-graph [`update`](Self::update)
-/// are held by the `Graph`; a value replaced by a later update, and everything when the graph
-/// is dropped, is released on a background thread once the launches queued before that on
-/// every stream the graph was launched on are done.
+/// **Lifetimes.** The executable holds the definition it was instantiated from, and so
+/// everything the definition's nodes use (see [`crate::graph`]). Values given by per-node
+/// updates ([`set_callback`](Self::set_callback), [`set_event`](Self::set_event)) and the
+/// definition of a whole-graph [`update`](Self::update) are held by the `Graph` too. A value
+/// replaced by a later update, and everything (the executable itself included) when the graph is
+/// dropped, is released on a background thread once the launches queued before that on every
+/// stream the graph was launched or uploaded on are done: dropping a `Graph` never waits for the
+/// GPU, and a launch costs what `cuGraphLaunch` costs (nothing is attached to the driver's graph).
 pub struct Graph {
     handle: driver::CUgraphExec,
     source: GraphDefinition,
@@ -230,70 +232,6 @@ impl Launches {
     }
 }
 
-/// Values released once the work queued so far on some streams is done: fences are recorded on
-/// the release thread (waiting out captures on those streams), then polled; the values are
-/// dropped there.
-struct Retired {
-    values: Vec<Box<dyn Any + Send + Sync>>,
-    waiting: Vec<Site>,
-    fences: Vec<FenceEvent>,
-}
-
-impl crate::reaper::Retry for Retired {
-    fn attempt(&mut self) -> bool {
-        let mut still = Vec::new();
-        for site in std::mem::take(&mut self.waiting) {
-            match site.fence() {
-                Ok(Fence::Event(e)) => self.fences.push(e),
-                Ok(Fence::Capturing) => still.push(site),
-                Ok(Fence::Unreachable) => {
-                    // Not while a capture runs in its context (or when it fails): tried again.
-                    if !matches!(site.try_synchronize(), Ok(true)) {
-                        still.push(site);
-                    }
-                }
-                Err(e) => {
-                    // The stream cannot be reached (its context is broken): the values may still
-                    // be in use, so they are kept.
-                    record_drop_error(e);
-                    std::mem::forget(std::mem::take(&mut self.values));
-                    return true;
-                }
-            }
-        }
-        self.waiting = still;
-        if !self.waiting.is_empty() {
-            return false;
-        }
-        for fence in &self.fences {
-            // SAFETY: a live event of the pool.
-            let status = unsafe { driver::cuEventQuery(fence.handle()) };
-            if status == driver::CUresult::CUDA_ERROR_NOT_READY {
-                return false;
-            }
-            if let Err(e) = status.check("cuEventQuery") {
-                record_drop_error(e);
-                std::mem::forget(std::mem::take(&mut self.values));
-                return true;
-            }
-        }
-        self.values.clear();
-        true
-    }
-}
-
-/// Releases `values` once the launches queued so far on `sites` are done.
-fn retire(values: Vec<Box<dyn Any + Send + Sync>>, sites: Vec<Site>) {
-    if values.is_empty() {
-        return;
-    }
-    crate::reaper::retry(Box::new(Retired {
-        values,
-        waiting: sites,
-        fences: Vec::new(),
-    }));
-}
-
 // SAFETY: a CUgraphExec may be launched from any thread; updates take &mut self; the held values
 // and launch sites are Send + Sync.
 unsafe impl Send for Graph {}
@@ -381,6 +319,8 @@ impl Graph {
     /// Uploads the graph to the device ahead of its first launch.
     pub fn upload(&self, stream: &Stream) -> Result<()> {
         crate::reaper::refuse_in_callback()?;
+        // The upload is work on the stream: the graph is released after it, as after a launch.
+        self.launches.note(stream, &self.ready)?;
         let _one_call = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: both handles are live; calls on the executable are serialised.
         unsafe { driver::cuGraphUpload(self.handle, stream.handle()) }.check("cuGraphUpload")
@@ -411,7 +351,7 @@ impl Graph {
     /// an earlier update held for it).
     fn hold(&mut self, node: &GraphNode, kind: HeldKind, value: Box<dyn Any + Send + Sync>) {
         if let Some(old) = self.held.insert((node.handle() as usize, kind), value) {
-            retire(vec![old], self.launches.sites());
+            release_after(vec![old], self.launches.sites());
         }
     }
 
@@ -440,14 +380,14 @@ impl Graph {
             )));
         }
         // The graph now runs what `definition` holds (its nodes keep their identity as nodes of
-        // the definition instantiated, which per-node updates still name). The driver moves the
-        // executable's user-object references to the new definition's; holding the definition
-        // too keeps that true whatever the driver does. What earlier updates held is replaced.
-        let mut old: Vec<Box<dyn Any + Send + Sync>> = self.held.drain().map(|(_, v)| v).collect();
+        // the definition instantiated, which per-node updates still name): holding the
+        // definition holds that. What earlier updates held is replaced, and released after the
+        // launches that may still use it.
+        let mut old: Vec<Box<dyn Any + Send>> = self.held.drain().map(|(_, v)| v as Box<dyn Any + Send>).collect();
         if let Some(previous) = self.updated_from.replace(definition.clone()) {
             old.push(Box::new(previous));
         }
-        retire(old, self.launches.sites());
+        release_after(old, self.launches.sites());
         // Buffers the new definition uses: every stream's next launch follows their allocation.
         self.note_ready(ready);
         Ok(())
@@ -583,38 +523,48 @@ impl Graph {
     }
 }
 
-impl Drop for Graph {
+/// An executable graph's handle, destroyed when dropped: by [`Graph`]'s drop, once the launches
+/// on every stream it was launched on are done (the driver's destroy can wait for launches in
+/// flight, with host or conditional nodes: a drop must not).
+struct ExecHandle(driver::CUgraphExec);
+
+// SAFETY: a CUgraphExec may be destroyed from any thread; the one holding this is its only user.
+unsafe impl Send for ExecHandle {}
+// SAFETY: nothing is reachable through a shared reference.
+unsafe impl Sync for ExecHandle {}
+
+impl Drop for ExecHandle {
     fn drop(&mut self) {
-        if self.handle.is_null() {
-            return; // moved to the release thread
-        }
-        if crate::reaper::in_callback() {
-            // On a driver thread: destroyed on the release thread instead.
-            let later = Graph {
-                handle: std::mem::replace(&mut self.handle, std::ptr::null_mut()),
-                source: self.source.clone(),
-                held: std::mem::take(&mut self.held),
-                updated_from: self.updated_from.take(),
-                launches: std::mem::take(&mut self.launches),
-                ready: std::mem::take(&mut self.ready),
-                _context: self._context.take(),
-                calls: Mutex::new(()),
-            };
-            crate::reaper::drop_later(Box::new(later));
-            return;
-        }
-        // SAFETY: made by instantiation, destroyed once (launches in flight finish first, and
-        // the user objects the executable holds are released after them).
-        if let Err(e) = unsafe { driver::cuGraphExecDestroy(self.handle) }.check("cuGraphExecDestroy") {
+        // SAFETY: made by instantiation and destroyed once, here; no launch of it is in flight
+        // (see `Graph`'s drop).
+        if let Err(e) = unsafe { driver::cuGraphExecDestroy(self.0) }.check("cuGraphExecDestroy") {
             record_drop_error(e);
         }
-        // What updates handed the graph may be in use by launches still running: released once
-        // they are done, on every stream the graph was launched on.
-        let mut values: Vec<Box<dyn Any + Send + Sync>> = self.held.drain().map(|(_, v)| v).collect();
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // Everything the graph's launches may use, the executable itself first (a Vec drops in
+        // order; the context it was made in last): released once the launches queued so far on
+        // every stream it was launched or uploaded on are done, on the release thread. A graph
+        // never launched is released here (on a driver thread, on the release thread).
+        let mut values: Vec<Box<dyn Any + Send>> = Vec::with_capacity(self.held.len() + 4);
+        values.push(Box::new(ExecHandle(self.handle)));
+        values.push(Box::new(self.source.clone()));
         if let Some(d) = self.updated_from.take() {
             values.push(Box::new(d));
         }
-        retire(values, self.launches.sites());
+        values.extend(self.held.drain().map(|(_, v)| v as Box<dyn Any + Send>));
+        if let Some(c) = self._context.take() {
+            values.push(Box::new(c));
+        }
+        let sites = self.launches.sites();
+        if sites.is_empty() && !crate::reaper::in_callback() {
+            drop(values);
+        } else {
+            release_after(values, sites);
+        }
     }
 }
 

@@ -12,11 +12,14 @@
 //! a changed definition, and changes single nodes (kernel arguments, memset values, events,
 //! callbacks, enabled or not) without instantiating again.
 //!
-//! **Lifetimes.** Whatever a node uses (buffers copied or filled, events, host callbacks, embedded
-//! graphs) is handed to the graph through CUDA user objects: it stays alive as long as any graph,
-//! clone or executable graph refers to it and until their launches finish, then a background
-//! thread releases it (the driver's own thread must not call CUDA). Kernel arguments are raw
-//! values: nodes that take them are `unsafe`, and [`GraphDefinition::keep_alive`] /
+//! **Lifetimes.** Whatever a node uses (kernels' code, buffers copied, filled or passed to
+//! kernels, events, host callbacks, the values of embedded graphs and conditional bodies) is held
+//! by the graph on the Rust side: the definition holds it, a copy or an embedding of the graph
+//! holds it too, and an executable [`Graph`] holds the definition it runs (and those of its
+//! updates) until the launches it made on every stream are done; then a background thread
+//! releases it. Nothing is attached to the driver's graph, so a launch costs one `cuGraphLaunch`,
+//! and dropping any of these types never waits for the GPU. Kernel arguments are raw values:
+//! nodes that take them are `unsafe`, and [`GraphDefinition::keep_alive`] /
 //! [`GraphBuilder::keep_alive`] tie the memory they point to to the graph.
 //!
 //! **Layout.** `builder` ([`GraphBuilder`]: captures), `definition` ([`GraphDefinition`],

@@ -55,8 +55,9 @@ pub unsafe fn launch<A: KernelArgs>(stream: &Stream, config: &LaunchConfig, kern
     }
     let op = |capture: Option<&mut Capture<'_>>| {
         if let Some(capture) = capture {
-            // The graph runs the kernel at every launch: it keeps the kernel's code loaded.
-            capture.attach(kernel.clone())?;
+            // The graph runs the kernel at every launch: it keeps the kernel's code loaded (held
+            // once, however many launches of it the capture records).
+            capture.hold_shared(kernel.object_code().keeper());
         }
         // SAFETY: forwarded to the caller; the kernel is live (and held by a capturing graph).
         unsafe { launch_now(stream, config, kernel, &args) }

@@ -105,6 +105,9 @@ unsafe impl MemoryResource for GraphMemoryResource {
         // SAFETY: forwarded to the caller; graph memory may be freed in the graph or outside it.
         unsafe { free_async(ptr, stream) }
     }
+    fn frees_in_stream_order(&self) -> bool {
+        true
+    }
     fn is_device_accessible(&self) -> bool {
         true
     }

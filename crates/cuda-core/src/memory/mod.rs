@@ -136,6 +136,16 @@ pub unsafe trait MemoryResource: Send + Sync + 'static {
     fn is_mapped(&self) -> bool {
         false
     }
+    /// Whether [`deallocate`](Self::deallocate) only queues the free on the stream and returns
+    /// (a stream-ordered pool's `cuMemFreeAsync`), rather than waiting for the stream's work
+    /// first. When `false` (the default, right for any resource that frees at once), a
+    /// [`crate::Buffer`] dropped while work that uses it is pending is freed on a background
+    /// thread once that work is done, so the drop never waits for the GPU;
+    /// [`crate::Buffer::close`] calls `deallocate` at once, as `cuda.core` does. A wrong `true`
+    /// makes drops wait, nothing worse: the free is still ordered after the work.
+    fn frees_in_stream_order(&self) -> bool {
+        false
+    }
     /// Not for other implementations (they cannot name the argument's type, so keep this
     /// default): the device whose memory this resource allocates from a stream-ordered pool
     /// this process owns, one allocation per buffer, so that `cuMemFreeAsync` on any stream of

@@ -1,6 +1,6 @@
 //! The captures in progress: captures started by this crate are registered by the graph they
-//! record into, so that an operation on a capturing stream finds the [`GraphInner`] to attach to
-//! (and lock): see [`with_capture`]. While none runs, operations take the quiet path
+//! record into, so that an operation on a capturing stream finds the [`GraphInner`] that holds what it
+//! uses (and locks it): see [`with_capture`]. While none runs, operations take the quiet path
 //! ([`super::gate`]).
 
 use super::graph_core::{GraphInner, Registry};
@@ -169,9 +169,15 @@ pub(crate) struct Capture<'a> {
 }
 
 impl Capture<'_> {
-    /// Hands `value` to the root of the graph recorded into.
-    pub(crate) fn attach<T: Any + Send + Sync>(&mut self, value: T) -> Result<()> {
-        self.graph.attach_locked(self.reg, value)
+    /// Hands `value` to the graph recorded into (its hierarchy holds it: see
+    /// [`super::graph_core::Holdings`]).
+    pub(crate) fn hold<T: Any + Send + Sync>(&mut self, value: T) {
+        self.reg.held.hold(value);
+    }
+
+    /// Hands a shared value to the graph recorded into (held once however often it is given).
+    pub(crate) fn hold_shared(&mut self, value: Arc<dyn Any + Send + Sync>) {
+        self.reg.held.hold_shared(value);
     }
 
     /// The `CUgraph` recorded into.

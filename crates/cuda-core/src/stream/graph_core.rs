@@ -4,10 +4,12 @@
 //! - [`GraphInner`] is one `CUgraph` (a root, or a body or child graph nested in one) and the
 //!   hierarchy's [`Registry`], whose mutex serialises every driver call this crate makes on any
 //!   graph of the hierarchy (the driver does not synchronise graph objects itself).
-//! - [`GraphInner::attach`] hands a value to the root graph through a CUDA user object: the value
-//!   lives until every graph, clone and executable graph holding the object is gone and their
-//!   launches are done; the driver then calls a destructor on one of its threads, which posts the
-//!   value to the release thread ([`crate::reaper`]) to be dropped there.
+//! - [`Holdings`] is what the hierarchy's nodes use (kernels' code, buffers, callbacks, events,
+//!   values given to `keep_alive`), held on the Rust side: the registry holds it as long as the
+//!   hierarchy lives, a copy or an embedding shares it, and an executable graph holds the
+//!   definition it runs until its launches are done (see `crate::graph`). No CUDA user object is
+//!   involved: a graph retaining one costs the driver a reference count on every launch and its
+//!   release after it, which doubled a graph launch's host cost.
 //!
 //! The public graph types ([`crate::graph`]) are built on `GraphInner`; captures find it through
 //! the registry in [`super::capture`].
@@ -17,8 +19,7 @@ use crate::error::{record_drop_error, Check};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::any::Any;
-use std::collections::HashMap;
-use std::ffi::c_void;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -62,6 +63,9 @@ unsafe impl Sync for GraphAllocState {}
 /// mutex also serialises every driver call on the hierarchy.
 #[derive(Default)]
 pub(crate) struct Registry {
+    /// What the hierarchy's nodes use. (Declared before `contexts`: fields drop in order, and
+    /// the values may need their contexts while they drop.)
+    pub(crate) held: Holdings,
     pub(crate) live: HashMap<usize, u64>,
     next: u64,
     pub(crate) conditionals: HashMap<usize, ConditionalInfo>,
@@ -135,6 +139,7 @@ impl Registry {
 
     /// What another hierarchy brings along when its graph is copied into this one.
     pub(crate) fn absorb(&mut self, other: &Registry) {
+        self.held.absorb(&other.held);
         self.has_graph_memory |= other.has_graph_memory;
         for f in &other.ready {
             self.note_ready(f);
@@ -177,8 +182,8 @@ impl Drop for GraphInner {
         if self.owner.is_none() {
             // SAFETY: owned and destroyed once. No capture records into it any more: a builder
             // keeps its graph until the capture has really ended (see `GraphBuilder`), and the
-            // capture registry holds only weak references. Executable graphs and user objects
-            // are independent of the definition.
+            // capture registry holds only weak references. Executable graphs are independent of
+            // the definition (and hold it until their launches are done).
             if let Err(e) = unsafe { driver::cuGraphDestroy(self.handle) }.check("cuGraphDestroy") {
                 record_drop_error(e);
             }
@@ -222,9 +227,7 @@ impl GraphInner {
         Ok(())
     }
 
-    /// The outermost graph: what instantiation starts from, and so where attachments go (an
-    /// executable graph holds the user objects of the graph it was instantiated from, not those
-    /// of bodies nested in it).
+    /// The outermost graph: what instantiation starts from (conditions are made on it).
     pub(crate) fn root(&self) -> driver::CUgraph {
         let mut at = self;
         while let Some((parent, _)) = &at.owner {
@@ -233,68 +236,77 @@ impl GraphInner {
         at.handle
     }
 
-    /// Hands `value` to the root graph: it is dropped after the graph, every clone and executable
-    /// graph made from it, and every launch of those, are gone.
-    pub(crate) fn attach<T: Any + Send + Sync>(&self, value: T) -> Result<()> {
-        let mut reg = self.lock();
-        self.attach_locked(&mut reg, value)
+    /// Hands `value` to the hierarchy: see [`Holdings::hold`].
+    pub(crate) fn hold<T: Any + Send + Sync>(&self, value: T) {
+        self.lock().held.hold(value);
+    }
+}
+
+/// What a graph hierarchy's nodes use, held for as long as the hierarchy (and everything that
+/// shares its holdings) lives: values are only ever added, so whatever an executable graph runs
+/// stays held while it holds the definition it was instantiated from.
+///
+/// Shared values (a buffer's allocation, a kernel's code) are held once however many nodes use
+/// them, so a capture that launches the same kernel on the same buffers a thousand times holds
+/// two values, not two thousand.
+#[derive(Default)]
+pub(crate) struct Holdings {
+    values: Vec<Arc<dyn Any + Send + Sync>>,
+    /// The addresses of the shared values held: each stays held (so its address is not reused)
+    /// as long as it is listed here.
+    shared: HashSet<usize>,
+}
+
+impl Holdings {
+    /// Holds `value`, which is dropped with the context current now made current again (freeing
+    /// some memory needs one).
+    pub(crate) fn hold<T: Any + Send + Sync>(&mut self, value: T) {
+        let context = Context::current().ok().flatten();
+        self.values.push(Arc::new(Held {
+            value: Some(value),
+            context,
+        }));
     }
 
-    /// [`attach`](Self::attach) for a caller already holding the hierarchy's lock (`_reg` proves
-    /// it).
-    pub(crate) fn attach_locked<T: Any + Send + Sync>(&self, _reg: &mut Registry, value: T) -> Result<()> {
-        crate::reaper::start();
-        let data = Box::into_raw(Box::new(Held {
-            value: Some(Box::new(value)),
-            context: Context::current().ok().flatten(),
-        }));
-        let mut object: driver::CUuserObject = std::ptr::null_mut();
-        // SAFETY: data is a leaked box that `release` reclaims once; NO_DESTRUCTOR_SYNC is
-        // required by the driver for user objects.
-        let created = unsafe {
-            driver::cuUserObjectCreate(
-                &mut object,
-                data.cast(),
-                Some(release),
-                1,
-                driver::CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC.0,
-            )
+    /// Holds a shared value, once.
+    pub(crate) fn hold_shared(&mut self, value: Arc<dyn Any + Send + Sync>) {
+        if self.shared.insert(Arc::as_ptr(&value).cast::<()>() as usize) {
+            self.values.push(value);
         }
-        .check("cuUserObjectCreate");
-        if let Err(e) = created {
-            // SAFETY: the driver did not take data. (Dropped on the release thread: this one
-            // holds locks the value's drop may need.)
-            crate::reaper::drop_later(unsafe { Box::from_raw(data) });
-            return Err(e);
+    }
+
+    /// Holds everything `other` holds (a copy of its graph now runs what it runs).
+    pub(crate) fn absorb(&mut self, other: &Holdings) {
+        for v in &other.values {
+            self.hold_shared(v.clone());
         }
-        // SAFETY: the root graph is live (self keeps it) and its lock is held; MOVE hands it the
-        // one reference made above.
-        let retained = unsafe {
-            driver::cuGraphRetainUserObject(
-                self.root(),
-                object,
-                1,
-                driver::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE.0,
-            )
+    }
+
+    /// How many values are held.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.values.len()
+    }
+}
+
+impl Drop for Holdings {
+    fn drop(&mut self) {
+        if crate::reaper::in_callback() && !self.values.is_empty() {
+            // On a driver thread (a graph let go of in a callback): the values may call CUDA as
+            // they drop, so they go to the release thread.
+            crate::reaper::drop_later(Box::new(std::mem::take(&mut self.values)));
         }
-        .check("cuGraphRetainUserObject");
-        if let Err(e) = retained {
-            // SAFETY: the reference is still ours; releasing it runs `release` (which only posts).
-            let _ = unsafe { driver::cuUserObjectRelease(object, 1) };
-            return Err(e);
-        }
-        Ok(())
     }
 }
 
 /// A value a graph holds, and the context current when it was handed over (made current again to
 /// drop it: freeing some memory needs one).
-struct Held {
-    value: Option<Box<dyn Any + Send + Sync>>,
+struct Held<T> {
+    value: Option<T>,
     context: Option<Context>,
 }
 
-impl Drop for Held {
+impl<T> Drop for Held<T> {
     fn drop(&mut self) {
         let value = self.value.take();
         match &self.context {
@@ -309,10 +321,55 @@ impl Drop for Held {
     }
 }
 
-/// Called by the driver, on a thread of its own, once the user object's last reference is gone:
-/// posts the value to the release thread (CUDA must not be called here).
-unsafe extern "C" fn release(data: *mut c_void) {
-    // SAFETY: data is the Box<Held> leaked in `attach_locked`; the driver calls this exactly once.
-    let held = unsafe { Box::from_raw(data as *mut Held) };
-    crate::reaper::drop_later(held);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// Reports the name of the thread it is dropped on.
+    struct Reporter(mpsc::Sender<Option<String>>);
+
+    impl Drop for Reporter {
+        fn drop(&mut self) {
+            let _ = self.0.send(std::thread::current().name().map(str::to_owned));
+        }
+    }
+
+    #[test]
+    fn a_shared_value_is_held_once_and_copies_share_it() {
+        let value: Arc<dyn Any + Send + Sync> = Arc::new(7u32);
+        let mut held = Holdings::default();
+        for _ in 0..1000 {
+            held.hold_shared(value.clone());
+        }
+        assert_eq!(held.len(), 1, "a thousand uses of one buffer or kernel hold it once");
+        held.hold(String::from("a callback"));
+        assert_eq!(held.len(), 2);
+        let mut copy = Holdings::default();
+        copy.absorb(&held);
+        copy.absorb(&held);
+        assert_eq!(copy.len(), 2, "absorbing twice holds nothing twice");
+        assert_eq!(Arc::strong_count(&value), 3, "the test's, the graph's and the copy's");
+        drop(held);
+        assert_eq!(Arc::strong_count(&value), 2, "the copy still holds it");
+        drop(copy);
+        assert_eq!(Arc::strong_count(&value), 1);
+    }
+
+    #[test]
+    fn values_let_go_of_on_a_driver_thread_drop_on_the_release_thread() {
+        let (tx, rx) = mpsc::channel();
+        let mut held = Holdings::default();
+        held.hold(Reporter(tx.clone()));
+        // Dropped outside a callback: right here.
+        let mut here = Holdings::default();
+        here.hold(Reporter(tx));
+        drop(here);
+        let name = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+        assert_eq!(name, std::thread::current().name().map(str::to_owned));
+        // Dropped as a driver callback would: on the release thread, never on the callback's.
+        crate::reaper::run_as_callback("test", move || drop(held));
+        let name = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+        assert_eq!(name.as_deref(), Some("cuda-core-release"));
+    }
 }

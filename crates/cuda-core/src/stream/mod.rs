@@ -6,9 +6,10 @@
 //!   [`Completion`], the future of [`Stream::synchronized`] and [`Event::completed`];
 //! - `gate`: the quiet path operations take while no capture runs anywhere;
 //! - `capture`: the registry of captures in progress, and the view an operation gets of the one
-//!   its stream is in; `graph_core`: the part of a graph that captured work attaches values to
+//!   its stream is in; `graph_core`: the part of a graph that holds what captured work uses
 //!   (the public graph types in [`crate::graph`] are built on it);
-//! - `site`: [`Site`] and [`Fence`], which order one stream after another across threads.
+//! - `site`: [`Site`] and [`Fence`], which order one stream after another across threads;
+//!   `retire`: releases after the work queued on some streams, on the release thread.
 //!
 //! **Captures and operations.** Every operation this crate queues on a stream runs as one
 //! *operation* ([`Stream::enqueue`]): no capture begins, ends or is joined on the stream while it
@@ -28,12 +29,14 @@ mod future;
 mod gate;
 pub(crate) mod graph_core;
 mod host_fn;
+mod retire;
 mod site;
 
 use crate::reaper::refuse_in_callback;
 pub use event::{Event, EventOptions, IpcEventDescriptor};
 pub(crate) use future::Armed;
 pub use future::Completion;
+pub(crate) use retire::release_after;
 pub(crate) use site::{Fence, Site, SiteKey};
 
 use crate::device::{Context, Device};

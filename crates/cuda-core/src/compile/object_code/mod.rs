@@ -145,6 +145,11 @@ pub struct ObjectCode {
 }
 
 impl ObjectCode {
+    /// What keeps the code's library (and so its kernels) loaded, for a graph to hold.
+    pub(crate) fn keeper(&self) -> Arc<dyn std::any::Any + Send + Sync> {
+        self.inner.clone()
+    }
+
     fn new(code: Code, code_type: CodeType, name: &str, symbol_mapping: HashMap<String, String>) -> Result<ObjectCode> {
         let code = match code {
             Code::Bytes(bytes) => Code::Bytes(prepare_image(bytes, code_type, name)?),

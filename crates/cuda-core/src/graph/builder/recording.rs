@@ -154,10 +154,11 @@ impl GraphBuilder {
         // The child's lock is taken inside the parent's (see `embedding`).
         let _one_at_a_time = embedding();
         self.with_capture("embed", |capture| {
-            // The copy shares what the child holds: keep the child (and so that) alive.
-            capture.attach(definition.clone())?;
             let child_reg = definition.inner.lock();
             definition.inner.check_live(&child_reg)?;
+            // The copy runs what the child runs: it holds what the child holds, after the same
+            // allocations, in the same contexts, with the same graph memory.
+            capture.reg.absorb(&child_reg);
             let mut node: driver::CUgraphNode = std::ptr::null_mut();
             // SAFETY: both graphs are live and locked; the dependencies come from the capture;
             // the driver clones the child.
@@ -186,7 +187,7 @@ impl GraphBuilder {
         let mut boxed = Some(boxed);
         let recorded = self.with_capture("callback", |capture| {
             if let Some(b) = boxed.take() {
-                capture.attach(b)?;
+                capture.hold(b);
             }
             // SAFETY: the stream is capturing (its lock is held); p points into the boxed
             // closure, which the graph holds (handed over just before).
@@ -200,9 +201,11 @@ impl GraphBuilder {
     /// memory that captured kernels use.
     pub fn keep_alive<T: std::any::Any + Send + Sync>(&self, value: T) -> Result<()> {
         let mut value = Some(value);
-        let held = self.with_capture("keep_alive", |capture| match value.take() {
-            Some(v) => capture.attach(v),
-            None => Ok(()),
+        let held = self.with_capture("keep_alive", |capture| {
+            if let Some(v) = value.take() {
+                capture.hold(v);
+            }
+            Ok(())
         });
         drop(value);
         held

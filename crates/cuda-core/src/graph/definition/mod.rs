@@ -159,10 +159,7 @@ impl Append<'_> {
             check_node(&reg, e.node)?;
             deps.push(e.node.handle);
         }
-        hold(&mut Holder {
-            graph: self.graph,
-            reg: &mut reg,
-        })?;
+        hold(&mut Holder { reg: &mut reg })?;
         let handle = f(&mut reg, self.graph.handle, &deps)?;
         Ok(GraphNode::new(self.graph, &mut reg, handle))
     }
@@ -170,13 +167,13 @@ impl Append<'_> {
 
 /// Hands values to a graph whose lock is held.
 struct Holder<'a> {
-    graph: &'a Arc<GraphInner>,
     reg: &'a mut Registry,
 }
 
 impl Holder<'_> {
     fn hold<T: std::any::Any + Send + Sync>(&mut self, value: T) -> Result<()> {
-        self.graph.attach_locked(self.reg, value)
+        self.reg.held.hold(value);
+        Ok(())
     }
 
     /// Holds `buffer`'s memory for the graph, and notes the fence launches wait for before they
@@ -185,7 +182,8 @@ impl Holder<'_> {
         if let Some(f) = ready {
             self.reg.note_ready(f);
         }
-        self.hold(buffer.share())
+        self.reg.held.hold_shared(buffer.share());
+        Ok(())
     }
 }
 
@@ -293,7 +291,8 @@ impl GraphDefinition {
     /// Hands `value` to the graph: it is dropped once the graph, its clones and executable
     /// graphs, and all their launches, are gone. Use it for memory that kernel nodes use.
     pub fn keep_alive<T: std::any::Any + Send + Sync>(&self, value: T) -> Result<()> {
-        self.inner.attach(value)
+        self.inner.hold(value);
+        Ok(())
     }
 
     /// An independent copy of the graph (`cuGraphClone`), holding what this one holds.
@@ -306,13 +305,10 @@ impl GraphDefinition {
         let copy = GraphDefinition {
             inner: GraphInner::owned(handle),
         };
-        // (The copy's lock is new: nobody else can hold it.)
+        // The copy runs what the original runs: it holds the same values (of the whole hierarchy,
+        // for a nested graph). (The copy's lock is new: nobody else can hold it.)
         copy.inner.lock().absorb(&reg);
         drop(reg);
-        // Values attached to nested graphs hang off the root: keep the original's root too.
-        if self.inner.owner.is_some() {
-            copy.keep_alive(self.clone())?;
-        }
         Ok(copy)
     }
 

@@ -26,12 +26,12 @@ fn kernel_params(config: &LaunchConfig, kernel: &Kernel, params: *mut *mut c_voi
 type Callback = Box<dyn Fn() + Send + Sync + 'static>;
 
 unsafe extern "C" fn run_callback(data: *mut c_void) {
-    // SAFETY: data points to a Callback the graph holds (attached) for as long as it can run.
+    // SAFETY: data points to a Callback the graph holds for as long as it can run.
     let f = unsafe { &*(data as *const Callback) };
     crate::reaper::run_as_callback("a graph host callback", f);
 }
 
-/// Boxes `f` for a host node: the returned params point into the box, which must be attached.
+/// Boxes `f` for a host node: the returned params point into the box, which the graph must hold.
 pub(crate) fn host_params(f: impl Fn() + Send + Sync + 'static) -> (Box<Callback>, driver::CUDA_HOST_NODE_PARAMS) {
     let boxed: Box<Callback> = Box::new(Box::new(f));
     let params = driver::CUDA_HOST_NODE_PARAMS {
@@ -115,8 +115,9 @@ macro_rules! node_adders {
                 append.add(
                     &[],
                     |h| {
-                        h.hold(kernel.clone())?;
-                        buffers.attach(h.graph, h.reg)
+                        h.reg.held.hold_shared(kernel.object_code().keeper());
+                        buffers.hold(h.reg);
+                        Ok(())
                     },
                     |_, g, deps| {
                         args.with_params(|params| {
@@ -146,32 +147,22 @@ macro_rules! node_adders {
                 // in each other at once would take them in opposite orders, so only one embed runs
                 // at a time.
                 let _one_at_a_time = embedding();
-                // The copy shares what the child holds: keep the child (and so that) alive.
-                append.add(
-                    &[],
-                    |h| h.hold(child.clone()),
-                    |reg, g, deps| {
-                        let child_reg = child.inner.lock();
-                        child.inner.check_live(&child_reg)?;
-                        // The copy runs what the child runs: after the same allocations, in the
-                        // same contexts, with the same graph memory.
-                        reg.absorb(&child_reg);
-                        let mut node = std::ptr::null_mut();
-                        // SAFETY: both graphs are live and both locks are held; the driver clones the
-                        // child.
-                        unsafe {
-                            driver::cuGraphAddChildGraphNode(
-                                &mut node,
-                                g,
-                                deps.as_ptr(),
-                                deps.len(),
-                                child.inner.handle,
-                            )
-                        }
-                        .check("cuGraphAddChildGraphNode")?;
-                        Ok(node)
-                    },
-                )
+                append.add(&[], nothing, |reg, g, deps| {
+                    let child_reg = child.inner.lock();
+                    child.inner.check_live(&child_reg)?;
+                    // The copy runs what the child runs: it holds what the child holds, after
+                    // the same allocations, in the same contexts, with the same graph memory.
+                    // (Held before the node exists: a failed add leaves only extra holds.)
+                    reg.absorb(&child_reg);
+                    let mut node = std::ptr::null_mut();
+                    // SAFETY: both graphs are live and both locks are held; the driver clones the
+                    // child.
+                    unsafe {
+                        driver::cuGraphAddChildGraphNode(&mut node, g, deps.as_ptr(), deps.len(), child.inner.handle)
+                    }
+                    .check("cuGraphAddChildGraphNode")?;
+                    Ok(node)
+                })
             }
 
             /// A node recording `event` (held by the graph).

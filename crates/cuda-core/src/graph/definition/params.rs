@@ -122,7 +122,7 @@ impl GraphNode {
         let buffers = ArgBuffers::of(&args, "set_kernel_args")?;
         self.with_live(|reg, h| {
             reg.refuse_while_capturing(self.graph.handle)?;
-            buffers.attach(&self.graph, reg)?;
+            buffers.hold(reg);
             with_kernel_args(h, &args, |p| {
                 // SAFETY: the node is live; the arguments are copied during the call.
                 unsafe { driver::cuGraphKernelNodeSetParams(h, p) }.check("cuGraphKernelNodeSetParams")
@@ -135,7 +135,7 @@ impl GraphNode {
         self.with_live(|reg, h| {
             reg.refuse_while_capturing(self.graph.handle)?;
             event_node(h)?;
-            self.graph.attach_locked(reg, event.clone())?;
+            reg.held.hold(event.clone());
             // SAFETY: the node and event are live (the graph holds the event).
             unsafe {
                 match event_node(h)? {
@@ -155,7 +155,7 @@ impl GraphNode {
         self.with_live(|reg, h| {
             reg.refuse_while_capturing(self.graph.handle)?;
             check_host_node(h)?;
-            self.graph.attach_locked(reg, boxed)?;
+            reg.held.hold(boxed);
             // SAFETY: the node is live; p points into the boxed closure, which the graph holds
             // (handed over just before).
             unsafe { driver::cuGraphHostNodeSetParams(h, &p) }.check("cuGraphHostNodeSetParams")
@@ -204,15 +204,14 @@ impl ArgBuffers {
         Ok(out)
     }
 
-    /// Hands the buffers to `graph`, whose lock `reg` is.
-    pub(crate) fn attach(self, graph: &Arc<GraphInner>, reg: &mut Registry) -> Result<()> {
+    /// Hands the buffers to the graph whose lock `reg` is.
+    pub(crate) fn hold(self, reg: &mut Registry) {
         for f in &self.ready {
             reg.note_ready(f);
         }
         for shared in self.held {
-            graph.attach_locked(reg, shared)?;
+            reg.held.hold_shared(shared);
         }
-        Ok(())
     }
 }
 

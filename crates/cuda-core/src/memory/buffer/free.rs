@@ -77,6 +77,29 @@ impl Allocation {
         }
     }
 
+    /// Frees the memory on the release thread once the work queued so far on every stream that
+    /// used it (the deallocation stream included) is done: for a drop, when the resource's free
+    /// waits for the stream (see [`Holder::waits_to_free`]), which a drop must not.
+    pub(super) fn release_later(self) {
+        /// The release, when the values handed over are dropped (on the release thread).
+        struct Deferred(Option<Allocation>);
+        impl Drop for Deferred {
+            fn drop(&mut self) {
+                if let Some(Err(e)) = self.0.take().map(Allocation::release) {
+                    record_drop_error(e);
+                }
+            }
+        }
+        let mut sites = self.uses.clone();
+        sites.push(self.dealloc.clone());
+        crate::stream::release_after(vec![Box::new(Deferred(Some(self)))], sites);
+    }
+
+    /// Whether the free waits for the stream's work (see [`Holder::waits_to_free`]).
+    fn waits_to_free(&self) -> bool {
+        self.resource.as_ref().is_some_and(Holder::waits_to_free)
+    }
+
     /// One attempt at the free: `Ok(false)` when a stream involved is being captured.
     fn try_free(&mut self) -> Result<bool> {
         let Some(resource) = self.resource.clone() else {
@@ -163,6 +186,10 @@ impl Drop for SharedAllocation {
             return;
         }
         if let Some(a) = allocation {
+            // The last graph or buffer let go of the memory: a drop, which must not wait.
+            if a.waits_to_free() {
+                return a.release_later();
+            }
             if let Err(e) = a.release() {
                 record_drop_error(e);
             }

@@ -65,6 +65,13 @@ impl Holder {
         !matches!(self, Holder::Counted(_))
     }
 
+    /// Whether the resource's free waits for the stream's work (it is not stream-ordered): a
+    /// drop then hands it to the release thread, to be done after that work.
+    #[inline]
+    pub(crate) fn waits_to_free(&self) -> bool {
+        !self.frees_async() && !self.arc().frees_in_stream_order()
+    }
+
     /// Whether this is the only reference to a counted resource.
     pub(crate) fn is_unique(&self) -> bool {
         matches!(self, Holder::Counted(a) | Holder::Pool(a) if Arc::strong_count(a) == 1)

@@ -10,8 +10,9 @@
 //! meaning.
 //!
 //! **Graphs.** Work recorded into a graph is not run by the stream it was queued on but by every
-//! launch of the graph: the graph holds the memory (a [`SharedAllocation`] handed to it as a CUDA
-//! user object), and the memory is freed when the buffer and every graph holding it are gone.
+//! launch of the graph: the graph holds the memory (a [`SharedAllocation`], shared by every graph
+//! and node that uses the buffer), and the memory is freed when the buffer and every graph holding
+//! it (and their launches) are gone.
 //! Memory a graph allocates (graph memory: an allocation node recorded by a capture) exists only
 //! while the graph runs: such a buffer is usable only on its stream while it captures into that
 //! graph, and the capture frees it (a free node) when the buffer is dropped or the capture ends.
@@ -427,7 +428,7 @@ impl Buffer {
             self.set_deallocation_stream(s)?;
         }
         // Drop then finds nothing left to free.
-        self.release()
+        self.release(false)
     }
 
     /// Whether only the deallocation stream used the memory (no other stream, no graph, and it
@@ -437,16 +438,18 @@ impl Buffer {
         self.graph.is_none() && self.track.is_empty()
     }
 
+    /// Frees the memory (see [`free_where_used`](Self::free_where_used)); `on_drop`: for a
+    /// drop, which must not wait for the GPU.
     #[inline]
-    fn release(&mut self) -> Result<()> {
+    fn release(&mut self, on_drop: bool) -> Result<()> {
         if !self.used_only_where_freed() {
-            return self.release_tracked();
+            return self.release_tracked(on_drop);
         }
         // The common case: no other stream and no graph used the buffer.
         let Some(resource) = self.resource.take() else {
             return Ok(());
         };
-        self.free_where_used(resource, Vec::new())
+        self.free_where_used(resource, Vec::new(), on_drop)
     }
 
     /// [`free_here`](Self::free_here), and what follows from it: `None` when freed,
@@ -493,7 +496,7 @@ impl Buffer {
     /// used.
     #[cold]
     #[inline(never)]
-    fn release_tracked(&mut self) -> Result<()> {
+    fn release_tracked(&mut self, on_drop: bool) -> Result<()> {
         if let Some(g) = &self.graph {
             self.resource = None;
             return free_graph_memory(g, self.dealloc.stream());
@@ -519,13 +522,19 @@ impl Buffer {
             // The shared allocation holds the resource; this buffer's reference goes.
             return Ok(());
         }
-        self.free_where_used(resource, uses)
+        self.free_where_used(resource, uses, on_drop)
     }
 
     /// Frees the memory through `resource` on the deallocation stream after `uses`: queued here
     /// when only that stream used it, else through an [`free::Allocation`] (which waits for the
-    /// other streams, or hands the free to the release thread during a capture).
-    fn free_where_used(&mut self, resource: Holder, uses: Vec<Site>) -> Result<()> {
+    /// other streams, or hands the free to the release thread during a capture). For a drop
+    /// (`on_drop`), a resource whose free waits for the stream frees on the release thread, once
+    /// the work of every stream that used the memory is done: the drop returns at once.
+    fn free_where_used(&mut self, resource: Holder, uses: Vec<Site>, on_drop: bool) -> Result<()> {
+        if on_drop && resource.waits_to_free() {
+            self.allocation(Some(resource), uses).release_later();
+            return Ok(());
+        }
         let resource = if uses.is_empty() {
             match self.try_free_here(resource)? {
                 None => return Ok(()),
@@ -638,7 +647,7 @@ impl Buffer {
             crate::reaper::drop_later(Box::new(later));
             return;
         }
-        if let Err(e) = self.release() {
+        if let Err(e) = self.release(true) {
             record_drop_error(e);
         }
     }

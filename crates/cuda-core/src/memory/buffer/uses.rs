@@ -138,7 +138,7 @@ impl Buffer {
                 if let Some(f) = ready {
                     capture.reg.note_ready(f);
                 }
-                capture.attach(self.share())?;
+                capture.hold_shared(self.share());
                 Ok(true)
             }
         }

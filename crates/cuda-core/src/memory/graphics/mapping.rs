@@ -59,6 +59,15 @@ unsafe impl MemoryResource for Mapping {
         // work already queued on `stream`; it is mapped (each mapping has one buffer, freed once).
         unsafe { registered.release_mapping(stream) }
     }
+    fn frees_in_stream_order(&self) -> bool {
+        // The unmap is queued on the stream (or parked for the registering thread), except for
+        // EGL images, whose release waits for the stream.
+        self.registered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_none_or(|r| r.driver_maps())
+    }
     fn is_device_accessible(&self) -> bool {
         self.writable
     }

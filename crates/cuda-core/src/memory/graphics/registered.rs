@@ -75,7 +75,7 @@ impl Registered {
     }
 
     /// Whether the driver maps it (OpenGL), or CUDA reads it directly (EGL).
-    fn driver_maps(&self) -> bool {
+    pub(super) fn driver_maps(&self) -> bool {
         self.kind != GraphicsResourceKind::EglImage
     }
 

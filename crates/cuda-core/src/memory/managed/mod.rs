@@ -260,6 +260,10 @@ unsafe impl MemoryResource for ManagedMemoryResource {
             }),
         }
     }
+    fn frees_in_stream_order(&self) -> bool {
+        // (An imported pool's free waits for its stream: see `MemoryPool::free`.)
+        matches!(&self.backend, Backend::Pool(p) if !p.is_mapped())
+    }
     fn is_device_accessible(&self) -> bool {
         true
     }

@@ -258,6 +258,10 @@ unsafe impl MemoryResource for DeviceMemoryResource {
     fn is_mapped(&self) -> bool {
         self.pool.is_mapped()
     }
+    fn frees_in_stream_order(&self) -> bool {
+        // An imported pool's free waits for its stream (see `MemoryPool::free`).
+        !self.pool.is_mapped()
+    }
     fn freed_by_mem_free_async(&self, _: crate::memory::sealed::Token) -> Option<Device> {
         // Imported pointers are tracked in the registry of imported pools and freed through it.
         (!self.pool.is_mapped()).then_some(self.device)

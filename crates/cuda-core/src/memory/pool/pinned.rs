@@ -155,4 +155,8 @@ unsafe impl MemoryResource for PinnedMemoryResource {
     fn is_mapped(&self) -> bool {
         self.pool.is_mapped()
     }
+    fn frees_in_stream_order(&self) -> bool {
+        // An imported pool's free waits for its stream (see `MemoryPool::free`).
+        !self.pool.is_mapped()
+    }
 }

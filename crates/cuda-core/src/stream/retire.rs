@@ -1,0 +1,81 @@
+//! Releases that wait for the GPU without making anyone wait: [`release_after`] hands values to
+//! the release thread, which drops them once the work queued so far on some streams is done.
+//! What a graph's launches may still use, and memory whose resource frees it at once (not
+//! stream-ordered), are let go of this way, so that no `Drop` waits for the GPU.
+
+use super::{Fence, Site};
+use crate::device::FenceEvent;
+use crate::error::{record_drop_error, Check};
+use cuda_sys::driver;
+use std::any::Any;
+
+/// Values released once the work queued so far on some streams is done: fences are recorded on
+/// the release thread (waiting out captures on those streams), then polled; the values are
+/// dropped there, in order.
+struct Retired {
+    values: Vec<Box<dyn Any + Send>>,
+    waiting: Vec<Site>,
+    fences: Vec<FenceEvent>,
+}
+
+impl crate::reaper::Retry for Retired {
+    fn attempt(&mut self) -> bool {
+        let mut still = Vec::new();
+        for site in std::mem::take(&mut self.waiting) {
+            match site.fence() {
+                Ok(Fence::Event(e)) => self.fences.push(e),
+                Ok(Fence::Capturing) => still.push(site),
+                Ok(Fence::Unreachable) => {
+                    // Not while a capture runs in its context (or when it fails): tried again.
+                    if !matches!(site.try_synchronize(), Ok(true)) {
+                        still.push(site);
+                    }
+                }
+                Err(e) => {
+                    // The stream cannot be reached (its context is broken): the values may still
+                    // be in use, so they are kept.
+                    record_drop_error(e);
+                    std::mem::forget(std::mem::take(&mut self.values));
+                    return true;
+                }
+            }
+        }
+        self.waiting = still;
+        if !self.waiting.is_empty() {
+            return false;
+        }
+        while let Some(fence) = self.fences.last() {
+            // SAFETY: a live event of the pool.
+            let status = unsafe { driver::cuEventQuery(fence.handle()) };
+            if status == driver::CUresult::CUDA_ERROR_NOT_READY {
+                return false;
+            }
+            if let Err(e) = status.check("cuEventQuery") {
+                record_drop_error(e);
+                std::mem::forget(std::mem::take(&mut self.values));
+                return true;
+            }
+            // Passed: not asked again.
+            self.fences.pop();
+        }
+        // In order: the first value handed over is dropped first.
+        for value in self.values.drain(..) {
+            drop(value);
+        }
+        true
+    }
+}
+
+/// Drops `values` on the release thread once the work queued so far on `sites` is done (at
+/// once, there, when `sites` is empty). Safe to call anywhere, a driver callback thread
+/// included: it only posts.
+pub(crate) fn release_after(values: Vec<Box<dyn Any + Send>>, sites: Vec<Site>) {
+    if values.is_empty() {
+        return;
+    }
+    crate::reaper::retry(Box::new(Retired {
+        values,
+        waiting: sites,
+        fences: Vec::new(),
+    }));
+}

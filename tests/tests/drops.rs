@@ -1,0 +1,322 @@
+//! Drops never wait for the GPU: each value is dropped while a host function holds the stream its
+//! work is queued on, the drop must return at once (well under a second), and what the value
+//! kept alive is released only once the held work is done, on the release thread.
+//!
+//! "Released" is observed through what the release lets go of: a graph's callback (a token its
+//! closure holds), memory freed by a resource whose free is not stream-ordered (a wrapper that
+//! counts its `deallocate` calls), the buffer behind a texture.
+
+use cuda_core::graph::{CaptureMode, GraphDefinition};
+use cuda_core::texture::{ArrayFormat, ResourceDescriptor, TextureDescriptor, TextureObject};
+use cuda_core::{
+    launch, Buffer, CodeType, Device, EventOptions, HostAllocFlags, LaunchConfig, LegacyPinnedMemoryResource,
+    MemoryResource, Program, ProgramOptions, SourceType, Stream, VirtualMemoryResource,
+};
+use cuda_sys::driver::CUdeviceptr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What "at once" means: a drop that waited for the held work would take the whole hold.
+const AT_ONCE: Duration = Duration::from_millis(250);
+/// How long the tests keep the work held after the drop, to see nothing released meanwhile.
+const HELD_AFTER_DROP: Duration = Duration::from_millis(300);
+
+fn setup() -> (Device, Stream) {
+    let d = Device::new(0).expect("a GPU");
+    d.set_current().unwrap();
+    let s = d.create_stream(Default::default()).unwrap();
+    (d, s)
+}
+
+/// A gate a host function waits at, holding its stream until the test opens it (or 30 s pass:
+/// a failing test never leaves a stream held). Dropping the gate opens it.
+#[derive(Clone, Default)]
+struct Gate(Arc<AtomicBool>);
+
+impl Gate {
+    /// Holds `stream`: the work queued on it from now on waits for the gate.
+    fn hold(&self, stream: &Stream) {
+        let gate = self.clone();
+        stream.launch_host_func(move || gate.wait()).unwrap();
+    }
+
+    fn wait(&self) {
+        let start = Instant::now();
+        while !self.0.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn open(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.open();
+    }
+}
+
+/// Set when dropped: held by what a graph or stream must keep alive.
+struct Token(Arc<AtomicBool>);
+
+impl Drop for Token {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+fn new_token() -> (Token, Arc<AtomicBool>) {
+    let released = Arc::new(AtomicBool::new(false));
+    (Token(released.clone()), released)
+}
+
+/// Drops `value`, and fails unless the drop returned at once.
+fn drop_at_once<T>(what: &str, value: T) {
+    let start = Instant::now();
+    drop(value);
+    let took = start.elapsed();
+    assert!(took < AT_ONCE, "dropping {what} waited {took:?} for the GPU");
+}
+
+/// Checks that `released` stays false while the gate holds the work, then becomes true once it
+/// is opened.
+fn released_after_the_work(what: &str, gate: &Gate, released: impl Fn() -> bool) {
+    std::thread::sleep(HELD_AFTER_DROP);
+    assert!(
+        !released(),
+        "{what} was released while the work using it was still held"
+    );
+    gate.open();
+    let start = Instant::now();
+    while !released() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{what} was not released after the work was done"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A resource whose free is not stream-ordered (legacy pinned memory, virtual memory: the free
+/// waits for the stream), counting the frees it was asked for.
+struct Counted {
+    inner: Arc<dyn MemoryResource>,
+    frees: AtomicUsize,
+}
+
+// SAFETY: every call is forwarded to a resource that keeps the contract.
+unsafe impl MemoryResource for Counted {
+    fn allocate(&self, size: usize, stream: &Stream) -> cuda_core::Result<CUdeviceptr> {
+        self.inner.allocate(size, stream)
+    }
+    unsafe fn deallocate(&self, ptr: CUdeviceptr, size: usize, stream: &Stream) -> cuda_core::Result<()> {
+        self.frees.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: forwarded from the caller.
+        unsafe { self.inner.deallocate(ptr, size, stream) }
+    }
+    fn is_device_accessible(&self) -> bool {
+        self.inner.is_device_accessible()
+    }
+    fn is_host_accessible(&self) -> bool {
+        self.inner.is_host_accessible()
+    }
+    fn device(&self) -> Option<Device> {
+        self.inner.device()
+    }
+}
+
+fn counted(inner: Arc<dyn MemoryResource>) -> Arc<Counted> {
+    Arc::new(Counted {
+        inner,
+        frees: AtomicUsize::new(0),
+    })
+}
+
+/// A graph running a callback that holds the stream it is launched on.
+fn graph_holding(gate: &Gate, token: Token) -> GraphDefinition {
+    let g = GraphDefinition::new().unwrap();
+    let gate = gate.clone();
+    g.callback(move || {
+        gate.wait();
+        let _ = &token;
+    })
+    .unwrap();
+    g
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn dropping_a_launched_graph_returns_at_once() {
+    let (_d, s) = setup();
+    let gate = Gate::default();
+    let (token, released) = new_token();
+    let definition = graph_holding(&gate, token);
+    let exec = definition.instantiate(&Default::default()).unwrap();
+    exec.launch(&s).unwrap();
+    drop_at_once("the definition", definition);
+    drop_at_once("an executable graph whose launch is held", exec);
+    released_after_the_work("the graph's callback", &gate, || released.load(Ordering::SeqCst));
+    s.sync().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn dropping_a_graph_definition_and_builder_returns_at_once() {
+    let (d, s) = setup();
+    // An explicit definition whose graph is launched: the executable keeps what it runs.
+    let gate = Gate::default();
+    let (token, released) = new_token();
+    let definition = graph_holding(&gate, token);
+    let exec = definition.instantiate(&Default::default()).unwrap();
+    exec.launch(&s).unwrap();
+    drop_at_once("a launched graph's definition", definition);
+    drop_at_once("its executable graph", exec);
+    released_after_the_work("the definition's callback", &gate, || released.load(Ordering::SeqCst));
+
+    // A builder's capture, holding a buffer of a resource whose free waits for the stream.
+    let gate = Gate::default();
+    let (token, released) = new_token();
+    let resource = counted(LegacyPinnedMemoryResource::new(HostAllocFlags::default()));
+    let buffer = Buffer::allocate(resource.clone(), 1 << 16, &s).unwrap();
+    let mut builder = d.create_graph_builder().unwrap();
+    builder.begin_building(CaptureMode::ThreadLocal).unwrap();
+    {
+        let gate = gate.clone();
+        builder
+            .callback(move || {
+                gate.wait();
+                let _ = &token;
+            })
+            .unwrap();
+    }
+    buffer.fill_u8(7, builder.stream()).unwrap();
+    builder.end_building().unwrap();
+    let exec = builder.complete(&Default::default()).unwrap();
+    exec.launch(&s).unwrap();
+    drop_at_once("the graph's buffer", buffer);
+    drop_at_once("a graph builder whose graph's launch is held", builder);
+    drop_at_once("its executable graph", exec);
+    std::thread::sleep(HELD_AFTER_DROP);
+    assert_eq!(
+        resource.frees.load(Ordering::SeqCst),
+        0,
+        "freed while the graph may write it"
+    );
+    released_after_the_work("the builder's callback", &gate, || released.load(Ordering::SeqCst));
+    let start = Instant::now();
+    while resource.frees.load(Ordering::SeqCst) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(20), "the buffer was never freed");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    s.sync().unwrap();
+}
+
+/// Drops a buffer of `resource` that a copy queued behind the gate writes, and checks the drop
+/// returns at once and the free waits for the copy.
+fn drop_buffer_behind_the_gate(what: &str, s: &Stream, resource: Arc<Counted>) {
+    let gate = Gate::default();
+    let buffer = Buffer::allocate(resource.clone(), 1 << 16, s).unwrap();
+    gate.hold(s);
+    buffer.fill_u8(3, s).unwrap();
+    drop_at_once(what, buffer);
+    released_after_the_work(what, &gate, || resource.frees.load(Ordering::SeqCst) == 1);
+    s.sync().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn dropping_buffers_whose_free_waits_returns_at_once() {
+    let (d, s) = setup();
+    drop_buffer_behind_the_gate(
+        "a legacy pinned buffer",
+        &s,
+        counted(LegacyPinnedMemoryResource::new(HostAllocFlags::default())),
+    );
+    // Virtual memory: its free unmaps, which waits for the stream.
+    let vmm = VirtualMemoryResource::new(&d, Default::default()).unwrap();
+    drop_buffer_behind_the_gate("a virtual memory mapping", &s, counted(vmm));
+    // Used on a second stream too: the free waits for both.
+    let resource = counted(LegacyPinnedMemoryResource::new(HostAllocFlags::default()));
+    let other = d.create_stream(Default::default()).unwrap();
+    let buffer = Buffer::allocate(resource.clone(), 4096, &s).unwrap();
+    s.sync().unwrap();
+    let gate = Gate::default();
+    gate.hold(&other);
+    buffer.fill_u8(1, &other).unwrap();
+    drop_at_once("a buffer used on a held second stream", buffer);
+    released_after_the_work("a buffer used on a held second stream", &gate, || {
+        resource.frees.load(Ordering::SeqCst) == 1
+    });
+    // A pool buffer: its free is queued on the stream, nothing to wait for.
+    let gate = Gate::default();
+    let buffer = d.allocate(1 << 20, &s).unwrap();
+    gate.hold(&s);
+    buffer.fill_u8(9, &s).unwrap();
+    drop_at_once("a pool buffer", buffer);
+    gate.open();
+    s.sync().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn dropping_a_stream_or_an_event_with_held_work_returns_at_once() {
+    let (d, _) = setup();
+    let s = d.create_stream(Default::default()).unwrap();
+    let gate = Gate::default();
+    let (token, released) = new_token();
+    gate.hold(&s);
+    s.launch_host_func(move || {
+        let _ = &token;
+    })
+    .unwrap();
+    let event = d.create_event(EventOptions::default()).unwrap();
+    s.record(&event).unwrap();
+    drop_at_once("an event recorded behind held work", event);
+    drop_at_once("a stream with held work", s);
+    released_after_the_work("the stream's host function", &gate, || released.load(Ordering::SeqCst));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn dropping_a_texture_in_use_returns_at_once() {
+    let (d, s) = setup();
+    let code = Program::new(
+        r#"extern "C" __global__ void fetch(cudaTextureObject_t tex, float* out, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) out[i] = tex1Dfetch<float>(tex, i);
+        }"#,
+        SourceType::Cxx,
+        ProgramOptions {
+            arch: Some(format!("sm_{}", d.arch().unwrap())),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .compile(CodeType::Cubin, &[])
+    .unwrap();
+    let fetch = code.get_kernel("fetch").unwrap();
+    let n = 256usize;
+    let resource = counted(LegacyPinnedMemoryResource::new(HostAllocFlags::default()));
+    let data = Buffer::allocate(resource.clone(), n * 4, &s).unwrap();
+    data.copy_from_host(&vec![2.5f32; n], &s).unwrap();
+    let linear = ResourceDescriptor::from_linear(data, ArrayFormat::Float32, 1, None).unwrap();
+    let tex = TextureObject::from_descriptor(&linear, &TextureDescriptor::default()).unwrap();
+    drop(linear);
+    let out = d.allocate(n * 4, &s).unwrap();
+    let gate = Gate::default();
+    gate.hold(&s);
+    // SAFETY: fetch(tex, float*, int) reads n texels and writes n floats of `out`.
+    unsafe { launch(&s, &LaunchConfig::new(1, n as u32), &fetch, (&tex, &out, n as i32)) }.unwrap();
+    drop_at_once("a texture a held kernel reads", tex);
+    released_after_the_work("the texture's memory", &gate, || {
+        resource.frees.load(Ordering::SeqCst) == 1
+    });
+    assert_eq!(
+        out.to_vec::<f32>(&s).unwrap(),
+        vec![2.5f32; n],
+        "the kernel read the texture"
+    );
+}
