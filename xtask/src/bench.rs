@@ -1,12 +1,14 @@
 //! `cargo xtask bench-gpu [--bundle DIR]`: the benchmark bundle (`crates/cuda-core/benches/`),
-//! built like the GPU test bundle (see `gpu`) and run on the machine with the GPU.
+//! built like the GPU test bundle (see `gpu`) and run on the machine with the GPU. The bundle
+//! carries the comparison's C program and Python script as sources: its run.sh compiles the C
+//! program against the GPU machine's toolkit and finds a Python with cuda.core there.
 
 use crate::gpu::{bundle_dir, cargo_artifacts, executables, make_executable, run_bundle};
 use crate::util::{self, Result};
 use std::path::PathBuf;
 
-/// `cargo xtask bench-gpu [--bundle DIR]`: the safe-versus-raw comparison
-/// (`crates/cuda-core/benches/compare.rs`), bundled like the tests, or run here.
+/// `cargo xtask bench-gpu [--bundle DIR]`: the comparison (`crates/cuda-core/benches/compare/`)
+/// of the safe API with C, raw Rust, cudarc and cuda.core, bundled like the tests, or run here.
 pub fn run(args: &[String]) -> Result {
     let mut args = args.to_vec();
     let bundle = util::take_option(&mut args, "--bundle")?;
@@ -22,6 +24,9 @@ pub fn run(args: &[String]) -> Result {
             "compare",
             "--bench",
             "criterion",
+            // The cudarc column.
+            "--features",
+            "cudarc",
             "--no-run",
         ],
         "the benchmarks",
@@ -37,8 +42,14 @@ pub fn run(args: &[String]) -> Result {
         std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    for (from, to) in [(&exe, "compare"), (&criterion, "criterion")] {
-        std::fs::copy(from, dir.join(to)).map_err(|e| format!("copy {}: {e}", from.display()))?;
+    let benches = util::root().join("crates/cuda-core/benches");
+    for (from, to) in [
+        (exe, "compare"),
+        (criterion, "criterion"),
+        (benches.join("c/compare.c"), "compare.c"),
+        (benches.join("python/compare.py"), "compare.py"),
+    ] {
+        std::fs::copy(&from, dir.join(to)).map_err(|e| format!("copy {}: {e}", from.display()))?;
     }
     util::write(&dir.join("run.sh"), BENCH_RUN_SH.as_bytes())?;
     make_executable(&dir.join("run.sh"))?;
@@ -54,9 +65,12 @@ pub fn run(args: &[String]) -> Result {
 }
 
 const BENCH_RUN_SH: &str = r#"#!/usr/bin/env bash
-# Runs the safe-versus-raw comparison (written by cargo xtask bench-gpu). Prints one table;
-# with OUT set, writes $OUT/bench.json too. `run.sh --criterion` runs the Criterion benchmarks
-# instead (reports under $OUT/criterion, or /tmp/criterion).
+# Runs the comparison (written by cargo xtask bench-gpu): the safe API against C, raw Rust, cudarc
+# and cuda.core, in one table. With OUT set, writes $OUT/bench.json and $OUT/bench.log too.
+# Rounds: CUDA_CORE_BENCH_ROUNDS (default 151), CUDA_CORE_BENCH_PROCESS_ROUNDS (default 15).
+# A column whose program is missing here (gcc and the toolkit for C, a Python with cuda.core)
+# shows "-" and the run goes on. `run.sh --criterion` runs the Criterion benchmarks instead
+# (reports under $OUT/criterion, or /tmp/criterion).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 if [ "${1:-}" = "--criterion" ]; then
@@ -64,5 +78,41 @@ if [ "${1:-}" = "--criterion" ]; then
   export CRITERION_HOME="${OUT:-/tmp}/criterion"
   exec "$here/criterion" --bench "$@"
 fi
-exec "$here/compare" "$@"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# The C column, built against this machine's toolkit. The stub libcuda.so only resolves the
+# link: at run time the driver's libcuda.so.1 loads (the stubs folder is not in the rpath).
+cuda=${CUDA_HOME:-/usr/local/cuda}
+if command -v gcc >/dev/null 2>&1 && [ -e "$cuda/include/cuda.h" ] &&
+  gcc -O2 -std=c11 -Wall -Wextra -o "$work/compare_c" "$here/compare.c" -I"$cuda/include" \
+    -L"$cuda/lib64" -L"$cuda/lib64/stubs" -Wl,-rpath,"$cuda/lib64" -lnvrtc -lcuda; then
+  export CUDA_CORE_BENCH_C="$work/compare_c"
+else
+  echo "run.sh: no C column: gcc, or the CUDA toolkit at $cuda, is missing or failed" >&2
+fi
+
+# The cuda.core column: the first Python that imports cuda.core.
+python=
+for candidate in ${CUDA_CORE_BENCH_PYTHON:-} /opt/torch/.venv/bin/python3 python3; do
+  if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c "import cuda.core, numpy" 2>/dev/null; then
+    python=$candidate
+    break
+  fi
+done
+if [ -n "$python" ]; then
+  export CUDA_CORE_BENCH_PYTHON="$python" CUDA_CORE_BENCH_PYTHON_SCRIPT="$here/compare.py"
+  echo "cuda.core $("$python" -c 'import cuda.core; print(cuda.core.__version__)') from $python"
+else
+  unset CUDA_CORE_BENCH_PYTHON
+  echo "run.sh: no cuda.core column: no Python here imports cuda.core" >&2
+fi
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true
+
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT"
+  "$here/compare" "$@" 2>&1 | tee "$OUT/bench.log"
+else
+  "$here/compare" "$@"
+fi
 "#;
