@@ -204,8 +204,9 @@ mod tests {
     /// Set in the child process of [`skips_reach_the_file_as_lines_naming_the_test`].
     const CHILD: &str = "CUDA_TESTS_SKIP_CHILD";
 
-    // run.sh counts a skip by the test name on its line: the test runs itself in a child process
-    // (one test thread, as under the sanitizer) that records into a file of its own. Needs no GPU.
+    // run.sh counts a skip by the test name on its line: the test runs itself in child processes
+    // (with one test thread, as under the sanitizer, and with several) that record into a file of
+    // their own. Needs no GPU.
     #[test]
     fn skips_reach_the_file_as_lines_naming_the_test() {
         const NAME: &str = "tests::skips_reach_the_file_as_lines_naming_the_test";
@@ -213,21 +214,24 @@ mod tests {
             skip_part("a check\tleft out,\nwith its reason on one line");
             return skip("the reason");
         }
-        let file = std::env::temp_dir().join(format!("cuda-tests-skips-{}", std::process::id()));
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", NAME, "--test-threads=1", "--nocapture"])
-            .env(CHILD, "1")
-            .env(SKIPS_VAR, &file)
-            .output()
-            .unwrap();
-        let lines = std::fs::read_to_string(&file);
-        let _ = std::fs::remove_file(&file);
-        assert!(out.status.success(), "{out:?}");
-        assert_eq!(
-            lines.unwrap(),
-            format!("part\t{NAME}\ta check left out, with its reason on one line\nskip\t{NAME}\tthe reason\n")
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(stdout.contains(&format!("{NAME}: skipped: the reason")), "{stdout}");
+        for threads in ["--test-threads=1", "--test-threads=4"] {
+            let file = std::env::temp_dir().join(format!("cuda-tests-skips-{}", std::process::id()));
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", NAME, threads, "--nocapture"])
+                .env(CHILD, "1")
+                .env(SKIPS_VAR, &file)
+                .output()
+                .unwrap();
+            let lines = std::fs::read_to_string(&file);
+            let _ = std::fs::remove_file(&file);
+            assert!(out.status.success(), "{threads}: {out:?}");
+            assert_eq!(
+                lines.unwrap(),
+                format!("part\t{NAME}\ta check left out, with its reason on one line\nskip\t{NAME}\tthe reason\n"),
+                "{threads}"
+            );
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(stdout.contains(&format!("{NAME}: skipped: the reason")), "{stdout}");
+        }
     }
 }
