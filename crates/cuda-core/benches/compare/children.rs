@@ -1,8 +1,9 @@
 //! The child modes of this executable: a fresh process for each sample of the process rows
 //! (first kernel, first compile), chosen by environment variables.
 
-use crate::measure::{Arch, Op};
+use crate::measure::{Arch, Contender, Op};
 use crate::peer::{child_ms, milestone};
+use crate::raw::Raw;
 use crate::SOURCE;
 use cuda_core::{launch, CodeType, Device, LaunchConfig, Program, ProgramOptions, SourceType, StreamOptions};
 use cuda_sys::driver;
@@ -62,8 +63,16 @@ impl Children {
     }
 }
 
-/// Runs the child mode the environment names, if any; true when this process was a child.
+/// Runs the child mode the environment (or `serve CUBIN`) names, if any; true when this process
+/// was a child.
 pub fn run_if_child() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    if let [_, serve, cubin] = args.as_slice() {
+        if serve == "serve" {
+            serve_raw(cubin);
+            return true;
+        }
+    }
     let var = |name| std::env::var(name).ok();
     if let (Some(mode), Some(arch), Some(lib)) = (var(FIRST_COMPILE), var(ARCH), var(NVRTC)) {
         first_compile(&mode, &arch, &lib);
@@ -74,6 +83,26 @@ pub fn run_if_child() -> bool {
         return true;
     }
     false
+}
+
+/// The raw side in a process of its own, a server as the C program is (`compare_c serve
+/// CUBIN`): the same raw loops as in the benchmark's process, with none of the other sides'
+/// objects and threads beside them.
+fn serve_raw(cubin_path: &str) {
+    // SAFETY: no other call precedes it in this process.
+    check(unsafe { driver::cuInit(0) });
+    let cubin = std::fs::read(cubin_path).unwrap();
+    // Only the loops' requests come: nothing here starts a process or compiles.
+    let children = Children {
+        cubin_path: cubin_path.into(),
+        nvrtc_path: PathBuf::new(),
+        sm: String::new(),
+    };
+    let mut raw = Raw::new(&cubin, children);
+    for line in std::io::stdin().lines() {
+        let figure = Op::from_request(&line.unwrap()).and_then(|op| raw.measure(op));
+        println!("{}", figure.map_or("-".to_string(), |f| format!("{f:.6}")));
+    }
 }
 
 pub fn check(status: driver::CUresult) {

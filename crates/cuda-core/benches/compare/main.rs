@@ -10,7 +10,9 @@
 //! - cudarc (`cudarc_side.rs`, feature `cudarc`) through its safe API.
 //!
 //! Run with `cargo xtask bench-gpu` (or its bundle's run.sh). Prints one table, and writes
-//! `$OUT/bench.json` when `OUT` is set. Rounds: `CUDA_CORE_BENCH_ROUNDS` (default 151) for the
+//! `$OUT/bench.json` when `OUT` is set. Every process runs on one CPU, the one the benchmark
+//! starts on (`CUDA_CORE_BENCH_PIN=0` leaves them where the system puts them; the 8-thread rows'
+//! threads run anywhere). Rounds: `CUDA_CORE_BENCH_ROUNDS` (default 151) for the
 //! cheap rows, a third of that for the dear ones, `CUDA_CORE_BENCH_PROCESS_ROUNDS` (default 15)
 //! for those that start a process per sample. Needs a GPU; fails loudly without one.
 
@@ -294,7 +296,11 @@ fn sides(setup: &Setup) -> Vec<Box<dyn Contender>> {
         None => eprintln!("compare: no C column (CUDA_CORE_BENCH_C names no C program; run.sh builds it)"),
     }
     sides.push(Box::new(safe::Safe::new(setup)));
-    sides.push(Box::new(raw::Raw::new(setup)));
+    sides.push(Box::new(raw::Raw::new(&setup.cubin, setup.children.clone())));
+    match peer::Peer::raw_alone(setup) {
+        Some(alone) => sides.push(Box::new(alone)),
+        None => eprintln!("compare: no column for the raw side in a process of its own"),
+    }
     #[cfg(feature = "cudarc")]
     match cudarc_side::Cudarc::new(setup) {
         Ok(cudarc) => sides.push(Box::new(cudarc)),
@@ -310,8 +316,9 @@ fn sides(setup: &Setup) -> Vec<Box<dyn Contender>> {
 }
 
 /// The device, its driver and what ran, for the JSON.
-fn meta(setup: &Setup, rounds: &Rounds, seconds: f64) -> serde_json::Value {
+fn meta(setup: &Setup, rounds: &Rounds, cpu: Option<usize>, seconds: f64) -> serde_json::Value {
     serde_json::json!({
+        "pinned_to_cpu": cpu,
         "device": setup.device.name().ok(),
         "driver": cuda_core::system::get_kernel_mode_driver_version().ok(),
         "cuda": cuda_core::system::get_user_mode_driver_version().ok().map(|(a, b)| format!("{a}.{b}")),
@@ -327,6 +334,10 @@ fn main() {
     }
     let started = Instant::now();
     let rounds = Rounds::from_env();
+    let cpu = match std::env::var("CUDA_CORE_BENCH_PIN").as_deref() {
+        Ok("0") => None,
+        _ => measure::pin_to_one_cpu(),
+    };
     let setup = Setup::new();
     let mut sides = sides(&setup);
     let rows: Vec<Row> = ROWS
@@ -341,7 +352,7 @@ fn main() {
         .collect();
     drop(sides);
     let seconds = started.elapsed().as_secs_f64();
-    let meta = meta(&setup, &rounds, seconds);
+    let meta = meta(&setup, &rounds, cpu, seconds);
     println!("{}", meta);
     report::print(&rows);
     println!("the whole run took {seconds:.0} s");

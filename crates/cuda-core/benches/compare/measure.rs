@@ -1,5 +1,6 @@
 //! What a row measures, the sides that measure it, and the interleaved rounds.
 
+use std::sync::OnceLock;
 use std::time::Instant;
 
 /// One implementation of the loops: a column of the table.
@@ -11,6 +12,9 @@ pub enum Column {
     Safe,
     /// Raw `cuda-sys` calls on objects made by raw calls.
     Raw,
+    /// The same raw side in a process of its own (this executable as a child server): what the
+    /// raw loops cost without the other sides' objects and threads in the process.
+    RawAlone,
     /// cudarc's safe API (feature `cudarc`).
     Cudarc,
     /// cuda.core from Python (`benches/python/compare.py`), a child server.
@@ -18,7 +22,14 @@ pub enum Column {
 }
 
 impl Column {
-    pub const ALL: [Column; 5] = [Column::C, Column::Safe, Column::Raw, Column::Cudarc, Column::Python];
+    pub const ALL: [Column; 6] = [
+        Column::C,
+        Column::Safe,
+        Column::Raw,
+        Column::RawAlone,
+        Column::Cudarc,
+        Column::Python,
+    ];
 
     /// The key in the JSON.
     pub fn key(self) -> &'static str {
@@ -26,6 +37,7 @@ impl Column {
             Column::C => "c",
             Column::Safe => "cuda_core",
             Column::Raw => "raw_rust",
+            Column::RawAlone => "raw_rust_own_process",
             Column::Cudarc => "cudarc",
             Column::Python => "cuda_core_python",
         }
@@ -37,6 +49,7 @@ impl Column {
             Column::C => "C",
             Column::Safe => "cuda-core",
             Column::Raw => "raw Rust",
+            Column::RawAlone => "raw Rust alone",
             Column::Cudarc => "cudarc",
             Column::Python => "cuda.core",
         }
@@ -134,6 +147,25 @@ impl Op {
         };
         Some(format!("{name} {} {}", l.count, l.bursts))
     }
+
+    /// The operation of a [`request`](Op::request) line (launches as the typed rows).
+    pub fn from_request(line: &str) -> Option<Op> {
+        let mut words = line.split_whitespace();
+        let name = words.next()?;
+        let count = words.next()?.parse().ok()?;
+        let l = Loop {
+            count,
+            bursts: words.next()?.parse().ok()?,
+        };
+        Some(match name {
+            "launch2" => Op::TypedLaunch2(l),
+            "launch8" => Op::TypedLaunch8(l),
+            "graph" => Op::Graph(l),
+            "pool" => Op::Pool(l),
+            "event" => Op::Event(l),
+            _ => return None,
+        })
+    }
 }
 
 /// One implementation of the operations.
@@ -163,6 +195,42 @@ pub fn per_call_us(l: Loop, mut op: impl FnMut(), mut settle: impl FnMut()) -> f
     total * 1e6 / (l.count * l.bursts) as f64
 }
 
+/// Every CPU this process may run on, as [`pin_to_one_cpu`] found it.
+static ALL_CPUS: OnceLock<libc::cpu_set_t> = OnceLock::new();
+
+/// Pins the calling thread, and the processes it starts from now on (they inherit its mask),
+/// to the CPU it runs on, so that every side of a single-thread row runs on the same core. In
+/// the first run on the H100 machine (a virtual machine) the same raw launch loop cost 4-17%
+/// more in one process than in another, by row: the kind of difference that which core the
+/// scheduler gives each process (and the load on its sibling) makes. Returns the CPU, or `None`
+/// where the system refused.
+pub fn pin_to_one_cpu() -> Option<usize> {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: out-pointers to zeroed locals of the type the calls take, with its size.
+    unsafe {
+        let mut all: libc::cpu_set_t = std::mem::zeroed();
+        let cpu = usize::try_from(libc::sched_getcpu()).ok()?;
+        if libc::sched_getaffinity(0, size, &mut all) != 0 {
+            return None;
+        }
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        if libc::sched_setaffinity(0, size, &one) != 0 {
+            return None;
+        }
+        let _ = ALL_CPUS.set(all);
+        Some(cpu)
+    }
+}
+
+/// Lets the calling thread run on every CPU again (the threads of the 8-thread rows).
+fn unpin() {
+    if let Some(all) = ALL_CPUS.get() {
+        // SAFETY: a CPU set the system gave, with its size.
+        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), all) };
+    }
+}
+
 /// Threads of the 8-thread rows, and calls per thread.
 pub const THREADS: usize = 8;
 pub const PER_THREAD: usize = 1000;
@@ -177,6 +245,7 @@ pub fn in_threads(warm: &(dyn Fn(usize) + Sync), work: &(dyn Fn(usize) + Sync)) 
         for i in 0..THREADS {
             let ready = &ready;
             scope.spawn(move || {
+                unpin();
                 warm(i);
                 ready.wait();
                 work(i);
@@ -233,7 +302,8 @@ pub fn median(mut v: Vec<f64>) -> Option<f64> {
 }
 
 impl Samples {
-    fn of(&self, column: Column) -> Option<&[Option<f64>]> {
+    /// A column's figures, round by round (`None` where it gave none).
+    pub fn of(&self, column: Column) -> Option<&[Option<f64>]> {
         self.columns
             .iter()
             .find(|(c, _)| *c == column)

@@ -132,6 +132,12 @@ impl Peer {
         Peer::start(Column::Python, program, setup)
     }
 
+    /// The raw side in a process of its own: this executable as a server (see `children`).
+    pub fn raw_alone(setup: &Setup) -> Option<Peer> {
+        let program = vec![std::env::current_exe().ok()?.into_os_string()];
+        Peer::start(Column::RawAlone, program, setup)
+    }
+
     fn start(column: Column, program: Vec<OsString>, setup: &Setup) -> Option<Peer> {
         let server = Server::start(&program, &setup.children.cubin_path)
             .map_err(|e| eprintln!("compare: cannot start the {} side {program:?}: {e}", column.title()))
@@ -166,7 +172,10 @@ impl Contender for Peer {
 
     fn measure(&mut self, op: Op) -> Option<f64> {
         if let Op::FirstCompile(Arch::Given) = op {
-            return self.first_compile();
+            // The raw side's own process compiles in the Raw column's rows already.
+            return (self.column != Column::RawAlone)
+                .then(|| self.first_compile())
+                .flatten();
         }
         let request = op.request()?;
         match self.server.as_mut()?.ask(&request) {

@@ -7,7 +7,7 @@
 use crate::children::check;
 use crate::children::Children;
 use crate::measure::{gb_per_s, in_threads, ms, per_call_us, Column, Contender, Loop, Op, PER_THREAD, THREADS};
-use crate::{Setup, COPY_BYTES, SOURCE};
+use crate::{COPY_BYTES, SOURCE};
 use cuda_sys::driver;
 use std::ffi::{c_void, CString};
 use std::ptr::null_mut;
@@ -61,7 +61,8 @@ fn made<T>(f: impl FnOnce(*mut T) -> driver::CUresult) -> T {
 // In `Raw::new`, each `unsafe` call makes an object: a driver call on live handles made just
 // before, with an out-pointer `made` provides and pointers to locals that outlive the call.
 impl Raw {
-    pub fn new(setup: &Setup) -> Raw {
+    /// The raw objects, with k2 and k8 from `cubin`; `children` serve the process rows.
+    pub fn new(cubin: &[u8], children: Children) -> Raw {
         let flags = driver::CUstream_flags::CU_STREAM_NON_BLOCKING.0;
         // SAFETY: as above.
         let new_stream = || made(|s| unsafe { driver::cuStreamCreate(s, flags) });
@@ -74,7 +75,7 @@ impl Raw {
         };
         let stream = new_stream();
         // SAFETY: as above; the cubin outlives the load.
-        let module = made(|m| unsafe { driver::cuModuleLoadData(m, setup.cubin.as_ptr().cast()) });
+        let module = made(|m| unsafe { driver::cuModuleLoadData(m, cubin.as_ptr().cast()) });
         // SAFETY: as above.
         let function =
             |name: &std::ffi::CStr| made(|f| unsafe { driver::cuModuleGetFunction(f, module, name.as_ptr()) });
@@ -98,9 +99,9 @@ impl Raw {
             // SAFETY: as above.
             device_b: made(|p| unsafe { driver::cuMemAlloc(p, COPY_BYTES) }),
             context,
-            arch_option: CString::new(format!("--gpu-architecture={}", setup.children.sm)).unwrap(),
+            arch_option: CString::new(format!("--gpu-architecture={}", children.sm)).unwrap(),
             variant: 0,
-            children: setup.children.clone(),
+            children,
         };
         raw.graph = raw.capture_graph();
         raw

@@ -123,7 +123,9 @@ impl Row {
             .filter_map(|c| {
                 let median = self.samples.median(c)?;
                 let ratio = base.filter(|&b| b != c).and_then(|b| self.samples.ratio(c, b));
-                Some((c.key().to_string(), json!({ "median": median, "ratio": ratio })))
+                let samples = self.samples.of(c);
+                let figure = json!({ "median": median, "ratio": ratio, "samples": samples });
+                Some((c.key().to_string(), figure))
             })
             .collect();
         json!({

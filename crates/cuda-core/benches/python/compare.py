@@ -67,7 +67,7 @@ class Bench:
             np.int64(6),
             np.float64(7.0),
         )
-        self.event = self.device.create_event(EventOptions(enable_timing=False))
+        self.event = self.device.create_event(EventOptions())  # without timing by default
         self.memory = self.device.memory_resource
         builder = self.stream.create_graph_builder().begin_building("thread_local")
         for _ in range(10):
