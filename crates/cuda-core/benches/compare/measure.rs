@@ -199,11 +199,11 @@ pub fn per_call_us(l: Loop, mut op: impl FnMut(), mut settle: impl FnMut()) -> f
 static ALL_CPUS: OnceLock<libc::cpu_set_t> = OnceLock::new();
 
 /// Pins the calling thread, and the processes it starts from now on (they inherit its mask),
-/// to the CPU it runs on, so that every side of a single-thread row runs on the same core. In
-/// the first run on the H100 machine (a virtual machine) the same raw launch loop cost 4-17%
-/// more in one process than in another, by row: the kind of difference that which core the
-/// scheduler gives each process (and the load on its sibling) makes. Returns the CPU, or `None`
-/// where the system refused.
+/// to the CPU it runs on, so that every side of a single-thread row runs on the same core. On
+/// the H100 machine (a virtual machine), unpinned, the same raw launch loop cost 4-17% more in
+/// the benchmark's process than in the C program's, by row; pinned, within 1% (2026-11-27):
+/// which core the scheduler gives each process, and the load on its sibling, moved them apart.
+/// Returns the CPU, or `None` where the system refused.
 pub fn pin_to_one_cpu() -> Option<usize> {
     let size = std::mem::size_of::<libc::cpu_set_t>();
     // SAFETY: out-pointers to zeroed locals of the type the calls take, with its size.
