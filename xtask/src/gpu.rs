@@ -80,9 +80,21 @@ fn build_bundle(dir: &Path) -> Result {
 
 /// The folder a bundle is put together in, empty: `dir` itself for a bundle run where it is built;
 /// for one to carry (`packed`), a folder under `target/bundle-stage/` that [`pack_bundle`] then
-/// packs into `dir`.
+/// packs into `dir`. A bundle to carry needs `tar` and `xz`: checked here, before the build.
 pub(crate) fn fresh_stage(dir: &Path, packed: bool) -> Result<PathBuf> {
     let stage = if packed {
+        for tool in ["tar", "xz"] {
+            let found = Command::new(tool)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !found {
+                return Err(format!(
+                    "packing the bundle needs the `{tool}` command (Debian and Ubuntu: apt-get install tar xz-utils)"
+                ));
+            }
+        }
         let name = dir.file_name().map_or("bundle".into(), |n| n.to_string_lossy());
         util::root().join("target/bundle-stage").join(&*name)
     } else {
@@ -97,9 +109,9 @@ pub(crate) fn fresh_stage(dir: &Path, packed: bool) -> Result<PathBuf> {
 
 /// The archive a packed bundle holds its files in, and the `xz` level it is compressed at. The GPU
 /// bundle (66.5 MiB of stripped executables) on the 2 cores of the build machine: level 6 gives
-/// 6.3 MiB in 17-23 s, on both cores (blocks of 24 MiB); level 9 gives 5.3 MiB in 40 s, on one
-/// (its blocks are 192 MiB). Either is far under the limit, so the faster one. Unpacking takes
-/// under a second either way.
+/// 6.3 MiB in 17-23 s with both cores free (its blocks are 24 MiB, compressed in parallel); level
+/// 9 gives 5.3 MiB in 36-41 s, on one core (its blocks are 192 MiB). Either is far under the
+/// limit, so the faster one. Unpacking takes under a second either way.
 const ARCHIVE: &str = "bundle.tar.xz";
 const XZ_LEVEL: &str = "-6";
 
@@ -113,22 +125,10 @@ const UNPACKED_WARNING: u64 = 1 << 30;
 /// Packs the bundle put together in `stage` (its `run.sh` and everything that runs) into `dir`,
 /// which then holds only [`ARCHIVE`] and a `run.sh` that unpacks it into a temporary folder (the
 /// copy in `dir` may be read-only), runs the staged `run.sh` there with the arguments it was
-/// given, and removes the folder as it exits. Stripped executables compress about eightfold with
-/// xz, which a 64 MiB limit on what is carried makes worth it. Fails without `tar` and `xz`, or
-/// where the archive is not well under the limit; `stage` is removed once packed.
+/// given, and removes the folder as it exits. Stripped executables compress about tenfold with
+/// xz, which a 64 MiB limit on what is carried makes worth it. Fails where the archive is not
+/// well under the limit; `stage` is removed once packed.
 pub(crate) fn pack_bundle(stage: &Path, dir: &Path) -> Result {
-    for tool in ["tar", "xz"] {
-        let found = Command::new(tool)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            return Err(format!(
-                "packing the bundle needs the `{tool}` command (Debian and Ubuntu: apt-get install tar xz-utils)"
-            ));
-        }
-    }
     if dir.exists() {
         std::fs::remove_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
