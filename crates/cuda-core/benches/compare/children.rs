@@ -1,13 +1,17 @@
-//! The child modes of this executable: a fresh process for each sample of the process rows
-//! (first kernel, first compile), chosen by environment variables.
+//! The child modes of this executable: the servers of the cuda-core, raw Rust and cudarc
+//! columns (`serve CUBIN SIDE`), one process per side for the whole run, and a fresh process for
+//! each sample of the process rows (first kernel, first compile), chosen by environment
+//! variables.
 
-use crate::measure::{Arch, Contender, Op};
+use crate::measure::{self, Arch, Contender, Op};
 use crate::peer::{child_ms, milestone};
 use crate::raw::Raw;
+use crate::safe::Safe;
 use crate::SOURCE;
 use cuda_core::{launch, CodeType, Device, LaunchConfig, Program, ProgramOptions, SourceType, StreamOptions};
 use cuda_sys::driver;
 use std::ffi::c_void;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -63,15 +67,20 @@ impl Children {
     }
 }
 
-/// Runs the child mode the environment (or `serve CUBIN`) names, if any; true when this process
-/// was a child.
+/// Runs the child mode the arguments (`serve CUBIN [SIDE]`) or the environment name, if any;
+/// true when this process was a child.
 pub fn run_if_child() -> bool {
     let args: Vec<String> = std::env::args().collect();
-    if let [_, serve, cubin] = args.as_slice() {
-        if serve == "serve" {
-            serve_raw(cubin);
+    match args.as_slice() {
+        [_, serve, cubin] if serve == "serve" => {
+            serve_side(cubin, "raw");
             return true;
         }
+        [_, serve, cubin, side] if serve == "serve" => {
+            serve_side(cubin, side);
+            return true;
+        }
+        _ => {}
     }
     let var = |name| std::env::var(name).ok();
     if let (Some(mode), Some(arch), Some(lib)) = (var(FIRST_COMPILE), var(ARCH), var(NVRTC)) {
@@ -85,23 +94,60 @@ pub fn run_if_child() -> bool {
     false
 }
 
-/// The raw side in a process of its own, a server as the C program is (`compare_c serve
-/// CUBIN`): the same raw loops as in the benchmark's process, with none of the other sides'
-/// objects and threads beside them.
-fn serve_raw(cubin_path: &str) {
-    // SAFETY: no other call precedes it in this process.
-    check(unsafe { driver::cuInit(0) });
-    let cubin = std::fs::read(cubin_path).unwrap();
-    // Only the loops' requests come: nothing here starts a process or compiles.
-    let children = Children {
-        cubin_path: cubin_path.into(),
-        nvrtc_path: PathBuf::new(),
-        sm: String::new(),
+/// A server's start failed (no GPU, most likely): says so and exits with 1, which the benchmark's
+/// process reads as the end of the column.
+fn cannot_start(side: &str, why: impl std::fmt::Display) -> ! {
+    eprintln!("compare: the {side} server cannot start: {why}");
+    std::process::exit(1)
+}
+
+/// One side (`safe`, `raw`, `cudarc`) in a process of its own, a server as the C program is
+/// (`compare_c serve CUBIN`): it makes its objects as a program using only that library would
+/// (its own context use, module from CUBIN, streams, pools, events, graph), then answers each
+/// request line on stdin ([`Op::request`]) with one figure line, "-" for an operation the side
+/// does not have, until its input ends. Nothing of the other sides is in the process.
+fn serve_side(cubin_path: &str, side: &str) {
+    // The threads of the 8-thread rows may run anywhere, as in the benchmark's process.
+    measure::adopt_all_cpus();
+    let cubin = std::fs::read(cubin_path).unwrap_or_else(|e| cannot_start(side, format!("{cubin_path}: {e}")));
+    let mut contender: Box<dyn Contender> = match side {
+        "safe" => {
+            let device = Device::new(0).unwrap_or_else(|e| cannot_start(side, e));
+            Box::new(Safe::new(device, &cubin))
+        }
+        "raw" => {
+            // SAFETY: no other driver call precedes it in this process.
+            if let Err(e) = unsafe { driver::cuInit(0) }.result() {
+                cannot_start(side, format!("cuInit: {e}"));
+            }
+            Box::new(Raw::new(&cubin))
+        }
+        #[cfg(feature = "cudarc")]
+        "cudarc" => {
+            // cudarc panics where it cannot load the driver.
+            let made = std::panic::catch_unwind(|| crate::cudarc_side::Cudarc::new(&cubin));
+            match made {
+                Ok(Ok(cudarc)) => Box::new(cudarc),
+                Ok(Err(e)) => cannot_start(side, e),
+                Err(_) => cannot_start(side, "cudarc panicked (above)"),
+            }
+        }
+        _ => cannot_start(
+            side,
+            "no such side in this build (safe, raw, or cudarc with the `cudarc` feature)",
+        ),
     };
-    let mut raw = Raw::new(&cubin, children);
+    let mut out = std::io::stdout().lock();
     for line in std::io::stdin().lines() {
-        let figure = Op::from_request(&line.unwrap()).and_then(|op| raw.measure(op));
-        println!("{}", figure.map_or("-".to_string(), |f| format!("{f:.6}")));
+        let Ok(line) = line else { break };
+        let answer = match Op::from_request(&line) {
+            Some(op) => contender.measure(op).map_or("-".to_string(), |f| f.to_string()),
+            // Not a figure: the benchmark's process takes the column as failed.
+            None => format!("unknown request {line:?}"),
+        };
+        if writeln!(out, "{answer}").and_then(|()| out.flush()).is_err() {
+            break;
+        }
     }
 }
 

@@ -1,11 +1,10 @@
-//! cudarc's side (feature `cudarc`): its safe API as a user writes it, in this process, on
-//! objects it made itself, with its event tracking off (as the reference measurement had it:
+//! cudarc's side (feature `cudarc`): its safe API as a user writes it, in a server process of its
+//! own (`serve CUBIN cudarc`, see `children`), on objects it made itself, with its event tracking off (as the reference measurement had it:
 //! with it on, every allocation and launch records events).
 
-use crate::children::Children;
-use crate::measure::{per_call_us, Arch, Column, Contender, Loop, Op};
+use crate::measure::{per_call_us, Contender, Loop, Op};
 use crate::peer::milestone;
-use crate::{Setup, SOURCE};
+use crate::SOURCE;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
@@ -16,14 +15,13 @@ use std::sync::Arc;
 pub struct Cudarc {
     /// `CudaContext::new(0)` (the primary context) and `new_stream` (non-blocking).
     stream: Arc<CudaStream>,
-    /// k2 and k8 from `load_module` of the setup's cubin.
+    /// k2 and k8 from `load_module` of the benchmark's cubin.
     k2: CudaFunction,
     k8: CudaFunction,
     /// 10 launches of k2, captured with `begin_capture` / `end_capture`.
     graph: CudaGraph,
     /// `new_event(None)`: without timing.
     event: CudaEvent,
-    children: Children,
 }
 
 const CONFIG: LaunchConfig = LaunchConfig {
@@ -34,12 +32,12 @@ const CONFIG: LaunchConfig = LaunchConfig {
 
 impl Cudarc {
     /// cudarc's objects, or why they could not be made (the column then stays empty).
-    pub fn new(setup: &Setup) -> Result<Cudarc, DriverError> {
+    pub fn new(cubin: &[u8]) -> Result<Cudarc, DriverError> {
         let ctx = CudaContext::new(0)?;
         // SAFETY: no slice is used on a stream other than its own here.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream()?;
-        let module = ctx.load_module(Ptx::from_binary(setup.cubin.clone()))?;
+        let module = ctx.load_module(Ptx::from_binary(cubin.to_vec()))?;
         let (k2, k8) = (module.load_function("k2")?, module.load_function("k8")?);
         stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
         for _ in 0..10 {
@@ -54,7 +52,6 @@ impl Cudarc {
             k2,
             k8,
             graph,
-            children: setup.children.clone(),
         })
     }
 
@@ -80,10 +77,6 @@ fn launch8(stream: &CudaStream, k8: &CudaFunction) -> Result<(), DriverError> {
 }
 
 impl Contender for Cudarc {
-    fn column(&self) -> Column {
-        Column::Cudarc
-    }
-
     fn measure(&mut self, op: Op) -> Option<f64> {
         let s = &self.stream;
         Some(match op {
@@ -100,7 +93,7 @@ impl Contender for Cudarc {
                 self.event.record(s)?;
                 self.event.synchronize()
             }),
-            Op::FirstCompile(Arch::Given) => return self.children.sample(op, "cudarc"),
+            // The first compile is a fresh process, started by the benchmark's process.
             _ => return None,
         })
     }

@@ -1,20 +1,40 @@
 //! The safe API against the same loops in C, in raw `cuda-sys` calls, in cudarc and in
 //! cuda.core (Python): one table, interleaved rounds, medians.
 //!
-//! Every side makes its own objects (context aside: all use the device's primary context):
-//! - the safe API (`safe.rs`) through `cuda_core`, with its defaults;
-//! - raw Rust (`raw.rs`) with raw driver calls and the flags a C program uses;
+//! Every side makes its own objects (context aside: all use the device's primary context), and
+//! runs in a process of its own, a child server that answers one request line (an operation and
+//! its loop) with one figure line:
+//! - the safe API (`safe.rs`) through `cuda_core`, with its defaults: this executable as
+//!   `serve CUBIN safe`;
+//! - raw Rust (`raw.rs`) with raw driver calls and the flags a C program uses: `serve CUBIN raw`
+//!   (`serve CUBIN` alone too);
+//! - cudarc (`cudarc_side.rs`, feature `cudarc`) through its safe API: `serve CUBIN cudarc`;
 //! - the C program (`benches/c/compare.c`), compiled on the GPU machine by the bundle's run.sh,
-//!   and the Python script (`benches/python/compare.py`), as child servers: each round sends
-//!   them one request line and reads back their figure, so they run in the same rounds;
-//! - cudarc (`cudarc_side.rs`, feature `cudarc`) through its safe API.
+//!   and the Python script (`benches/python/compare.py`): `serve CUBIN`, for the rows they have.
+//!
+//! Why a process each: on the H100 (2026-11-27), the same raw loop cost 4.6% more (pool
+//! allocation + free) and 18-20% more (event record + sync) in the benchmark's process, beside
+//! the other sides' objects and threads, than in a process of its own, while the raw side in a
+//! process of its own matched C within 1% on every row. So a side's figure is what a program
+//! using only that library sees, and the safe API's ratio to C is not the other sides' doing.
+//!
+//! This process only schedules: it compiles the kernels once (NVRTC, for device 0's arch from
+//! two attribute queries: no context, stream, pool or module here) into a cubin file every server
+//! loads, starts the servers, sends each its request in every round (one server at a time, the
+//! first rotating), and collects the figures. The process rows (process start to first kernel,
+//! first compiles) start a fresh process per sample, from here, as before: fresh processes are
+//! clean already. A server that fails (no GPU, a failed call) or gives no answer within a
+//! minute ends its column: "-" from then on, and the run goes on.
 //!
 //! Run with `cargo xtask bench-gpu` (or its bundle's run.sh). Prints one table, and writes
 //! `$OUT/bench.json` when `OUT` is set. Every process runs on one CPU, the one the benchmark
-//! starts on (`CUDA_CORE_BENCH_PIN=0` leaves them where the system puts them; the 8-thread rows'
-//! threads run anywhere). Rounds: `CUDA_CORE_BENCH_ROUNDS` (default 151) for the
-//! cheap rows, a third of that for the dear ones, `CUDA_CORE_BENCH_PROCESS_ROUNDS` (default 15)
-//! for those that start a process per sample. Needs a GPU; fails loudly without one.
+//! starts on (the servers inherit it: they run one at a time, so they never compete for it;
+//! `CUDA_CORE_BENCH_PIN=0` leaves them where the system puts them; the 8-thread rows' threads run
+//! anywhere). Rounds: `CUDA_CORE_BENCH_ROUNDS` (default 151) for the cheap rows, a third of that
+//! for the dear ones, `CUDA_CORE_BENCH_PROCESS_ROUNDS` (default 15) for those that start a
+//! process per sample. Needs a GPU, and fails with a message without one; `CUDA_CORE_BENCH_SM`
+//! (`sm_XY`) skips the device query, for trying the orchestration on a machine without a GPU
+//! (every GPU side then fails to start and shows "-").
 
 mod children;
 #[cfg(feature = "cudarc")]
@@ -26,8 +46,9 @@ mod report;
 mod safe;
 
 use children::Children;
-use cuda_core::{CodeType, Context, Device, Program, ProgramOptions, SourceType};
-use measure::{interleave, Arch, Contender, Op, BURST, POOL_PAIRS, POOL_SYNCS, SUSTAINED, SUSTAINED_GRAPHS, SYNCS};
+use cuda_core::{CodeType, Device, Program, ProgramOptions, SourceType};
+use measure::{interleave, Arch, Column, Op, BURST, POOL_PAIRS, POOL_SYNCS, SUSTAINED, SUSTAINED_GRAPHS, SYNCS};
+use peer::Peer;
 use report::Cost::{self, Cheap, Dear, Process};
 use report::Goal::{self, AtLeast, Reference, Under, Within};
 use report::{Row, Spec};
@@ -238,46 +259,63 @@ impl Rounds {
     }
 }
 
-/// What every side starts from: device 0, current, and the kernels compiled once (by the safe
-/// API; the cubin is data every side loads into a module of its own), in files for the child
-/// processes.
+/// What the benchmark's process holds: the kernels compiled once (by the safe API's NVRTC
+/// wrapper; the cubin is data every server loads into a module of its own) in files for the child
+/// processes, and what the process rows' children are given. Only this process makes one; its
+/// drop removes the files (the servers never make one, so never remove them).
 pub struct Setup {
-    device: Device,
-    _context: Context,
-    cubin: Vec<u8>,
+    /// Device 0's name, for the JSON (`None` with `CUDA_CORE_BENCH_SM`).
+    device_name: Option<String>,
     source_path: PathBuf,
     children: Children,
 }
 
 impl Setup {
-    fn new() -> Setup {
-        let device = Device::new(0).expect("the benchmarks need a GPU");
-        let context = device.set_current().unwrap();
-        let code = Program::new(SOURCE, SourceType::Cxx, ProgramOptions::default())
-            .unwrap()
-            .compile(CodeType::Cubin, &[])
-            .unwrap();
-        let cubin = code.bytes().unwrap().to_vec();
+    /// Device 0's arch (two attribute queries after `cuInit`: no context) or the one
+    /// `CUDA_CORE_BENCH_SM` names, the kernels compiled for it, the files written.
+    fn new() -> Result<Setup, String> {
+        let (sm, device_name) = match std::env::var("CUDA_CORE_BENCH_SM") {
+            Ok(sm) => (sm, None),
+            Err(_) => {
+                let device = Device::new(0).map_err(|e| {
+                    format!(
+                        "the benchmark needs a GPU: device 0: {e} (CUDA_CORE_BENCH_SM=sm_XY tries the rest without)"
+                    )
+                })?;
+                let arch = device.arch().map_err(|e| format!("device 0's arch: {e}"))?;
+                (format!("sm_{arch}"), device.name().ok())
+            }
+        };
+        // The arch given: `ProgramOptions::default()` would take it from the current device
+        // (`cuInit` and the same queries; no context either), given here to be explicit.
+        let options = ProgramOptions {
+            arch: Some(sm.clone()),
+            ..Default::default()
+        };
+        let code = Program::new(SOURCE, SourceType::Cxx, options)
+            .and_then(|mut p| p.compile(CodeType::Cubin, &[]))
+            .map_err(|e| format!("compiling the kernels for {sm}: {e}"))?;
+        let cubin = code.bytes().map_err(|e| format!("the cubin: {e}"))?;
         let file = |ext: &str| std::env::temp_dir().join(format!("cuda-core-bench-{}.{ext}", std::process::id()));
         let (cubin_path, source_path) = (file("cubin"), file("cu"));
-        std::fs::write(&cubin_path, &cubin).unwrap();
-        std::fs::write(&source_path, SOURCE).unwrap();
+        let write =
+            |path: &PathBuf, bytes: &[u8]| std::fs::write(path, bytes).map_err(|e| format!("{}: {e}", path.display()));
+        write(&cubin_path, &cubin)?;
+        write(&source_path, SOURCE.as_bytes())?;
         let nvrtc_path = cuda_sys::LibraryId::Nvrtc
             .library()
             .path()
             .expect("NVRTC was loaded by the compile above")
             .to_path_buf();
-        Setup {
+        Ok(Setup {
+            device_name,
+            source_path,
             children: Children {
                 cubin_path,
                 nvrtc_path,
-                sm: format!("sm_{}", device.arch().unwrap()),
+                sm,
             },
-            device,
-            _context: context,
-            cubin,
-            source_path,
-        }
+        })
     }
 }
 
@@ -288,28 +326,22 @@ impl Drop for Setup {
     }
 }
 
-/// Every side that could be set up here, the C program first (its absence is said on stderr).
-fn sides(setup: &Setup) -> Vec<Box<dyn Contender>> {
-    let mut sides: Vec<Box<dyn Contender>> = Vec::new();
-    match peer::Peer::c(setup) {
-        Some(c) => sides.push(Box::new(c)),
+/// Every side that could be started here, each a server of its own, the C program first (a
+/// missing program is said on stderr; a server that fails to start says so when first asked).
+fn sides(setup: &Setup) -> Vec<Peer> {
+    let mut sides = Vec::new();
+    match Peer::c(setup) {
+        Some(c) => sides.push(c),
         None => eprintln!("compare: no C column (CUDA_CORE_BENCH_C names no C program; run.sh builds it)"),
     }
-    sides.push(Box::new(safe::Safe::new(setup)));
-    sides.push(Box::new(raw::Raw::new(&setup.cubin, setup.children.clone())));
-    match peer::Peer::raw_alone(setup) {
-        Some(alone) => sides.push(Box::new(alone)),
-        None => eprintln!("compare: no column for the raw side in a process of its own"),
-    }
+    sides.extend(Peer::ours(Column::Safe, "safe", setup));
+    sides.extend(Peer::ours(Column::Raw, "raw", setup));
     #[cfg(feature = "cudarc")]
-    match cudarc_side::Cudarc::new(setup) {
-        Ok(cudarc) => sides.push(Box::new(cudarc)),
-        Err(e) => eprintln!("compare: no cudarc column: {e}"),
-    }
+    sides.extend(Peer::ours(Column::Cudarc, "cudarc", setup));
     #[cfg(not(feature = "cudarc"))]
     eprintln!("compare: no cudarc column (built without the `cudarc` feature)");
-    match peer::Peer::python(setup) {
-        Some(python) => sides.push(Box::new(python)),
+    match Peer::python(setup) {
+        Some(python) => sides.push(python),
         None => eprintln!("compare: no cuda.core column (run.sh found no Python with cuda.core)"),
     }
     sides
@@ -319,7 +351,9 @@ fn sides(setup: &Setup) -> Vec<Box<dyn Contender>> {
 fn meta(setup: &Setup, rounds: &Rounds, cpu: Option<usize>, seconds: f64) -> serde_json::Value {
     serde_json::json!({
         "pinned_to_cpu": cpu,
-        "device": setup.device.name().ok(),
+        "processes": "each side a server process of its own; the process rows a fresh process per sample",
+        "device": setup.device_name,
+        "sm": setup.children.sm,
         "driver": cuda_core::system::get_kernel_mode_driver_version().ok(),
         "cuda": cuda_core::system::get_user_mode_driver_version().ok().map(|(a, b)| format!("{a}.{b}")),
         "nvrtc": setup.children.nvrtc_path,
@@ -334,11 +368,22 @@ fn main() {
     }
     let started = Instant::now();
     let rounds = Rounds::from_env();
+    for spec in ROWS {
+        let op = spec.op;
+        let served = op.request().and_then(|line| Op::from_request(&line));
+        assert!(
+            op.is_process() || served == Some(op),
+            "{op:?} does not survive its request line"
+        );
+    }
     let cpu = match std::env::var("CUDA_CORE_BENCH_PIN").as_deref() {
         Ok("0") => None,
         _ => measure::pin_to_one_cpu(),
     };
-    let setup = Setup::new();
+    let setup = Setup::new().unwrap_or_else(|e| {
+        eprintln!("compare: {e}");
+        std::process::exit(1)
+    });
     let mut sides = sides(&setup);
     let rows: Vec<Row> = ROWS
         .iter()
@@ -350,6 +395,7 @@ fn main() {
             Row { spec, samples, seconds }
         })
         .collect();
+    // Each server ends at the end of its input; waits for them.
     drop(sides);
     let seconds = started.elapsed().as_secs_f64();
     let meta = meta(&setup, &rounds, cpu, seconds);
@@ -359,5 +405,10 @@ fn main() {
     if let Some(out) = std::env::var_os("OUT") {
         let path = report::write_json(&rows, meta, std::path::Path::new(&out)).unwrap();
         println!("wrote {}", path.display());
+    }
+    if !rows.iter().any(|row| row.samples.median(Column::Safe).is_some()) {
+        eprintln!("compare: the cuda-core side gave no figure (its server's error is above)");
+        drop(setup);
+        std::process::exit(1);
     }
 }

@@ -1,35 +1,29 @@
 //! What a row measures, the sides that measure it, and the interleaved rounds.
 
+use crate::peer::Peer;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-/// One implementation of the loops: a column of the table.
+/// One implementation of the loops: a column of the table. Each runs in a process of its own
+/// (see main's module doc for why).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Column {
     /// The C program (`benches/c/compare.c`), a child server.
     C,
-    /// This crate's safe API.
+    /// This crate's safe API (`safe.rs`): this executable as a child server (`serve CUBIN safe`).
     Safe,
-    /// Raw `cuda-sys` calls on objects made by raw calls.
+    /// Raw `cuda-sys` calls on objects made by raw calls (`raw.rs`): this executable as a child
+    /// server (`serve CUBIN raw`).
     Raw,
-    /// The same raw side in a process of its own (this executable as a child server): what the
-    /// raw loops cost without the other sides' objects and threads in the process.
-    RawAlone,
-    /// cudarc's safe API (feature `cudarc`).
+    /// cudarc's safe API (`cudarc_side.rs`, feature `cudarc`): this executable as a child server
+    /// (`serve CUBIN cudarc`).
     Cudarc,
     /// cuda.core from Python (`benches/python/compare.py`), a child server.
     Python,
 }
 
 impl Column {
-    pub const ALL: [Column; 6] = [
-        Column::C,
-        Column::Safe,
-        Column::Raw,
-        Column::RawAlone,
-        Column::Cudarc,
-        Column::Python,
-    ];
+    pub const ALL: [Column; 5] = [Column::C, Column::Safe, Column::Raw, Column::Cudarc, Column::Python];
 
     /// The key in the JSON.
     pub fn key(self) -> &'static str {
@@ -37,7 +31,6 @@ impl Column {
             Column::C => "c",
             Column::Safe => "cuda_core",
             Column::Raw => "raw_rust",
-            Column::RawAlone => "raw_rust_own_process",
             Column::Cudarc => "cudarc",
             Column::Python => "cuda_core_python",
         }
@@ -49,7 +42,6 @@ impl Column {
             Column::C => "C",
             Column::Safe => "cuda-core",
             Column::Raw => "raw Rust",
-            Column::RawAlone => "raw Rust alone",
             Column::Cudarc => "cudarc",
             Column::Python => "cuda.core",
         }
@@ -57,7 +49,7 @@ impl Column {
 }
 
 /// `bursts` bursts of `count` calls (see [`per_call_us`]).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Loop {
     pub count: usize,
     pub bursts: usize,
@@ -77,9 +69,10 @@ pub const SYNCS: Loop = Loop { count: 2000, bursts: 1 };
 /// Allocation + free + stream sync, each a few microseconds.
 pub const POOL_SYNCS: Loop = Loop { count: 100, bursts: 1 };
 
-/// What a row measures. Every side answers the operations it has; the C program and the Python
-/// script answer those with a [`request`](Op::request).
-#[derive(Clone, Copy, Debug)]
+/// What a row measures. The servers answer the operations they have, one
+/// [`request`](Op::request) line each (the C program and the Python script: the
+/// [`common_request`](Op::common_request)s); the process rows start fresh processes instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     /// k2(float*, unsigned): through the generic `launch` on the safe side.
     Launch2(Loop),
@@ -134,9 +127,87 @@ pub enum Arch {
     Device,
 }
 
+/// A loop for the request lines of the operations that have none (the figure is one operation,
+/// or the operation times its own loop).
+const ONCE: Loop = Loop { count: 1, bursts: 1 };
+
+/// Makes an operation from a request line's loop.
+type MakeOp = fn(Loop) -> Op;
+
+/// The operations a server answers, by their name in a request line, with how to make each from
+/// the line's loop: one table for both directions, so [`Op::request`] and [`Op::from_request`]
+/// agree by construction.
+const SERVED: &[(&str, MakeOp)] = &[
+    ("launch2-generic", Op::Launch2),
+    ("launch2", Op::TypedLaunch2),
+    ("launch8", Op::TypedLaunch8),
+    ("buffer-launch", Op::BufferLaunch),
+    ("graph", Op::Graph),
+    ("pool", Op::Pool),
+    ("owned-pool", Op::OwnedPool),
+    ("pool-sync", Op::PoolSync),
+    ("event", Op::Event),
+    ("stream-sync", Op::StreamSync),
+    ("thread-launches", |_| Op::ThreadLaunches),
+    ("thread-pool", |_| Op::ThreadPool),
+    ("h2d", |_| Op::HostToDevice),
+    ("d2h", |_| Op::DeviceToHost),
+    ("d2d", |_| Op::DeviceToDevice),
+    ("compile-cold", |_| Op::CompileCold),
+    ("compile-store", |_| Op::CompileStore),
+    ("compile-hit", |_| Op::CompileHit),
+    ("strided-view", |_| Op::StridedView),
+];
+
 impl Op {
-    /// The request line the child servers (C, Python) answer, for the operations they have.
+    /// Whether a sample is a fresh process (started by the benchmark's process, not a server).
+    pub fn is_process(self) -> bool {
+        matches!(self, Op::FirstKernel | Op::FirstCompile(_))
+    }
+
+    /// The loop of the request line.
+    fn wire_loop(self) -> Loop {
+        match self {
+            Op::Launch2(l)
+            | Op::TypedLaunch2(l)
+            | Op::TypedLaunch8(l)
+            | Op::BufferLaunch(l)
+            | Op::Graph(l)
+            | Op::Pool(l)
+            | Op::OwnedPool(l)
+            | Op::PoolSync(l)
+            | Op::Event(l)
+            | Op::StreamSync(l) => l,
+            _ => ONCE,
+        }
+    }
+
+    /// The request line this executable's servers answer (`serve CUBIN SIDE`): every operation
+    /// but the process rows'.
     pub fn request(self) -> Option<String> {
+        let l = self.wire_loop();
+        let (name, _) = SERVED.iter().find(|(_, make)| make(l) == self)?;
+        Some(format!("{name} {} {}", l.count, l.bursts))
+    }
+
+    /// The operation of a [`request`](Op::request) line.
+    pub fn from_request(line: &str) -> Option<Op> {
+        let mut words = line.split_whitespace();
+        let name = words.next()?;
+        let l = Loop {
+            count: words.next()?.parse().ok()?,
+            bursts: words.next()?.parse().ok()?,
+        };
+        if words.next().is_some() {
+            return None;
+        }
+        SERVED.iter().find(|(n, _)| *n == name).map(|(_, make)| make(l))
+    }
+
+    /// The request line the C program and the Python script answer, for the operations they
+    /// have (`OP COUNT BURSTS`, OP one of launch2, launch8, graph, pool, event; the generic
+    /// launch row's is their one 2-argument launch loop).
+    pub fn common_request(self) -> Option<String> {
         let (name, l) = match self {
             Op::Launch2(l) | Op::TypedLaunch2(l) => ("launch2", l),
             Op::TypedLaunch8(l) => ("launch8", l),
@@ -147,30 +218,10 @@ impl Op {
         };
         Some(format!("{name} {} {}", l.count, l.bursts))
     }
-
-    /// The operation of a [`request`](Op::request) line (launches as the typed rows).
-    pub fn from_request(line: &str) -> Option<Op> {
-        let mut words = line.split_whitespace();
-        let name = words.next()?;
-        let count = words.next()?.parse().ok()?;
-        let l = Loop {
-            count,
-            bursts: words.next()?.parse().ok()?,
-        };
-        Some(match name {
-            "launch2" => Op::TypedLaunch2(l),
-            "launch8" => Op::TypedLaunch8(l),
-            "graph" => Op::Graph(l),
-            "pool" => Op::Pool(l),
-            "event" => Op::Event(l),
-            _ => return None,
-        })
-    }
 }
 
-/// One implementation of the operations.
+/// One implementation of the operations, in the server process of its side (see `children`).
 pub trait Contender {
-    fn column(&self) -> Column;
     /// One sample of `op` in its row's unit, or `None` where this side has no such operation
     /// (or cannot run it here).
     fn measure(&mut self, op: Op) -> Option<f64>;
@@ -195,15 +246,22 @@ pub fn per_call_us(l: Loop, mut op: impl FnMut(), mut settle: impl FnMut()) -> f
     total * 1e6 / (l.count * l.bursts) as f64
 }
 
-/// Every CPU this process may run on, as [`pin_to_one_cpu`] found it.
+/// Every CPU the benchmark may run on, as [`pin_to_one_cpu`] found it (in a server: as its
+/// parent found it, see [`adopt_all_cpus`]).
 static ALL_CPUS: OnceLock<libc::cpu_set_t> = OnceLock::new();
 
+/// The environment variable that hands [`ALL_CPUS`] to this executable's servers (the CPUs'
+/// numbers, comma-separated): they start with the parent's one-CPU mask and need the whole set
+/// for the threads of the 8-thread rows.
+pub const ALL_CPUS_VAR: &str = "CUDA_CORE_BENCH_ALL_CPUS";
+
 /// Pins the calling thread, and the processes it starts from now on (they inherit its mask),
-/// to the CPU it runs on, so that every side of a single-thread row runs on the same core. On
-/// the H100 machine (a virtual machine), unpinned, the same raw launch loop cost 4-17% more in
-/// the benchmark's process than in the C program's, by row; pinned, within 1% (2026-11-27):
-/// which core the scheduler gives each process, and the load on its sibling, moved them apart.
-/// Returns the CPU, or `None` where the system refused.
+/// to the CPU it runs on, so that every side of a single-thread row runs on the same core: the
+/// servers run one request at a time, in turn, so they never compete for it. On the H100 machine
+/// (a virtual machine), unpinned, the same raw launch loop cost 4-17% more in the benchmark's
+/// process than in the C program's, by row; pinned, within 1% (2026-11-27): which core the
+/// scheduler gives each process, and the load on its sibling, moved them apart. Returns the CPU,
+/// or `None` where the system refused.
 pub fn pin_to_one_cpu() -> Option<usize> {
     let size = std::mem::size_of::<libc::cpu_set_t>();
     // SAFETY: out-pointers to zeroed locals of the type the calls take, with its size.
@@ -221,6 +279,35 @@ pub fn pin_to_one_cpu() -> Option<usize> {
         let _ = ALL_CPUS.set(all);
         Some(cpu)
     }
+}
+
+/// [`ALL_CPUS`] as [`ALL_CPUS_VAR`] carries it; `None` when this process did not pin itself.
+pub fn all_cpus_text() -> Option<String> {
+    let all = ALL_CPUS.get()?;
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: a CPU set the system filled; every index is below its capacity.
+    let cpus: Vec<String> = (0..max)
+        .filter(|&i| unsafe { libc::CPU_ISSET(i, all) })
+        .map(|i| i.to_string())
+        .collect();
+    Some(cpus.join(","))
+}
+
+/// In a server: takes the CPUs the parent may run on from [`ALL_CPUS_VAR`], for [`unpin`].
+pub fn adopt_all_cpus() {
+    let Ok(text) = std::env::var(ALL_CPUS_VAR) else {
+        return;
+    };
+    // SAFETY: a zeroed set of the type the macros take.
+    let mut all: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    for cpu in text.split(',').filter_map(|c| c.trim().parse::<usize>().ok()) {
+        if cpu < max {
+            // SAFETY: the index is below the set's capacity.
+            unsafe { libc::CPU_SET(cpu, &mut all) };
+        }
+    }
+    let _ = ALL_CPUS.set(all);
 }
 
 /// Lets the calling thread run on every CPU again (the threads of the 8-thread rows).
@@ -278,10 +365,11 @@ pub struct Samples {
 }
 
 /// Runs `op` on every side that has it for `rounds` rounds, after one warm-up each (which also
-/// tells which sides have it). Each round runs every side once, the first one rotating from
-/// round to round, so no side always runs on a warmer or colder machine; a noisy machine moves
-/// the sides of one round together, which the per-round ratios ([`ratio`]) cancel.
-pub fn interleave(rounds: usize, op: Op, sides: &mut [Box<dyn Contender>]) -> Samples {
+/// tells which sides have it). Each round asks every side for one sample (a request to its
+/// server, or a fresh process), one side at a time, the first one rotating from round to round,
+/// so no side always runs on a warmer or colder machine; a noisy machine moves the sides of one
+/// round together, which the per-round ratios ([`ratio`]) cancel.
+pub fn interleave(rounds: usize, op: Op, sides: &mut [Peer]) -> Samples {
     let live: Vec<usize> = (0..sides.len()).filter(|&i| sides[i].measure(op).is_some()).collect();
     let mut samples = vec![Vec::with_capacity(rounds); live.len()];
     for round in 0..rounds {

@@ -1,12 +1,15 @@
-//! The sides in other processes: the C program and the Python script as long-lived child
-//! servers, and the fresh processes of the process rows.
+//! Every side runs in a process of its own (see main's module doc): a long-lived child server
+//! per column (the C program, this executable for cuda-core, raw Rust and cudarc, the Python
+//! script), which answers one request line with one figure line, and the fresh processes of the
+//! process rows, which this process starts itself.
 
 use crate::children::Children;
-use crate::measure::{Arch, Column, Contender, Op};
+use crate::measure::{self, Arch, Column, Op};
 use crate::Setup;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// What a child prints, with [`monotonic_ns`], when it reaches what its row measures (the kernel
 /// finished, the cubin in memory): the time from its start to there, not its teardown, is the
@@ -58,57 +61,132 @@ fn failed(command: &Command, why: &str) -> Option<f64> {
     None
 }
 
-/// A child process that answers one request line with one figure line.
+/// A child process that answers one request line with one figure line ("-" for an operation it
+/// does not have).
 struct Server {
+    /// The column's title, for messages.
+    name: &'static str,
     child: Child,
-    stdin: ChildStdin,
+    /// `None` once closed: the server's loop ends at the end of its input.
+    stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
 }
 
+/// How long a server may take to answer a request (its first answer comes after its setup: a
+/// context, 256 MiB of pinned memory, Python's imports; a sample takes milliseconds) before its
+/// column is given up, so that a server that hangs cannot hang the benchmark.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a server may take to exit once its input is closed (the safe side removes its
+/// program cache's folder then) before it is killed.
+const EXIT_GRACE: Duration = Duration::from_secs(10);
+
 impl Server {
-    fn start(program: &[OsString], cubin: &std::path::Path) -> std::io::Result<Server> {
-        let mut child = Command::new(&program[0])
-            .args(&program[1..])
-            .arg("serve")
-            .arg(cubin)
+    fn start(name: &'static str, mut command: Command) -> std::io::Result<Server> {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()?;
-        let stdin = child.stdin.take().expect("piped");
+        let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().expect("piped"));
-        Ok(Server { child, stdin, stdout })
+        Ok(Server {
+            name,
+            child,
+            stdin,
+            stdout,
+        })
     }
 
     /// The figure for `request`: `Ok(None)` for "-" (an operation the server does not have).
     fn ask(&mut self, request: &str) -> std::io::Result<Option<f64>> {
-        writeln!(self.stdin, "{request}")?;
-        self.stdin.flush()?;
+        let stdin = self.stdin.as_mut().ok_or_else(|| std::io::Error::other("closed"))?;
+        writeln!(stdin, "{request}")?;
+        stdin.flush()?;
+        if !self.answer_ready()? {
+            return Err(std::io::Error::other(format!(
+                "no answer in {} s",
+                ANSWER_TIMEOUT.as_secs()
+            )));
+        }
         let mut line = String::new();
         if self.stdout.read_line(&mut line)? == 0 {
             return Err(std::io::Error::other("it exited"));
         }
         match line.trim() {
             "-" => Ok(None),
-            figure => figure.parse().map(Some).map_err(std::io::Error::other),
+            figure => figure
+                .parse()
+                .map(Some)
+                .map_err(|_| std::io::Error::other(format!("it answered {figure:?}"))),
+        }
+    }
+}
+
+impl Server {
+    /// Whether an answer (or the end of its output) comes within [`ANSWER_TIMEOUT`].
+    fn answer_ready(&self) -> std::io::Result<bool> {
+        use std::os::fd::AsRawFd;
+        if !self.stdout.buffer().is_empty() {
+            return Ok(true);
+        }
+        let mut fd = libc::pollfd {
+            fd: self.stdout.get_ref().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        loop {
+            // SAFETY: one live pollfd, its count 1.
+            let ready = unsafe { libc::poll(&mut fd, 1, ANSWER_TIMEOUT.as_millis() as libc::c_int) };
+            if ready >= 0 {
+                return Ok(ready > 0);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
         }
     }
 }
 
 impl Drop for Server {
+    /// Closes its input, which ends its loop, and waits for it (so no zombie is left and its
+    /// objects' teardown is over); kills it if it takes longer than [`EXIT_GRACE`]. Says how it
+    /// ended when that was not a success (a server that failed to start exits with 1).
     fn drop(&mut self) {
-        // Its stdin closes with it, which ends its loop; wait so no zombie is left.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        drop(self.stdin.take());
+        let deadline = Instant::now() + EXIT_GRACE;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                Ok(None) | Err(_) => {
+                    eprintln!("compare: the {} server did not exit; killed", self.name);
+                    let _ = self.child.kill();
+                    break self.child.wait().ok();
+                }
+            }
+        };
+        if let Some(status) = status.filter(|s| !s.success()) {
+            eprintln!("compare: the {} server ended with {status}", self.name);
+        }
     }
 }
 
-/// The C program or the Python script: a server for the loops, and a fresh process per first
-/// compile.
+/// How a side's programs are started.
+enum Program {
+    /// The C program or the Python script (with its interpreter): `serve CUBIN` answers the
+    /// [`common_request`](Op::common_request)s, `first-compile SOURCE SM` is a first compile.
+    Foreign(Vec<OsString>),
+    /// This executable: `serve CUBIN SIDE` answers every [`request`](Op::request), and the
+    /// process rows' children are this executable in a child mode (see `children`).
+    Ours(&'static str),
+}
+
+/// One column: its server for the loops, and the fresh processes of its process rows.
 pub struct Peer {
     column: Column,
-    /// The program and its leading arguments (`compare_c`, or `python3 compare.py`).
-    program: Vec<OsString>,
+    program: Program,
     /// `None` once it failed (said on stderr): the column then has no more figures.
     server: Option<Server>,
     source: std::path::PathBuf,
@@ -119,7 +197,7 @@ impl Peer {
     /// The C program the bundle's run.sh compiled (`CUDA_CORE_BENCH_C`), if any.
     pub fn c(setup: &Setup) -> Option<Peer> {
         let program = vec![std::env::var_os("CUDA_CORE_BENCH_C")?];
-        Peer::start(Column::C, program, setup)
+        Peer::start(Column::C, Program::Foreign(program), setup)
     }
 
     /// The Python script (`CUDA_CORE_BENCH_PYTHON_SCRIPT`) under the interpreter run.sh found
@@ -129,18 +207,33 @@ impl Peer {
             std::env::var_os("CUDA_CORE_BENCH_PYTHON")?,
             std::env::var_os("CUDA_CORE_BENCH_PYTHON_SCRIPT")?,
         ];
-        Peer::start(Column::Python, program, setup)
+        Peer::start(Column::Python, Program::Foreign(program), setup)
     }
 
-    /// The raw side in a process of its own: this executable as a server (see `children`).
-    pub fn raw_alone(setup: &Setup) -> Option<Peer> {
-        let program = vec![std::env::current_exe().ok()?.into_os_string()];
-        Peer::start(Column::RawAlone, program, setup)
+    /// One of this executable's sides (`safe`, `raw`, `cudarc`) in a server of its own.
+    pub fn ours(column: Column, side: &'static str, setup: &Setup) -> Option<Peer> {
+        Peer::start(column, Program::Ours(side), setup)
     }
 
-    fn start(column: Column, program: Vec<OsString>, setup: &Setup) -> Option<Peer> {
-        let server = Server::start(&program, &setup.children.cubin_path)
-            .map_err(|e| eprintln!("compare: cannot start the {} side {program:?}: {e}", column.title()))
+    fn start(column: Column, program: Program, setup: &Setup) -> Option<Peer> {
+        let cubin = &setup.children.cubin_path;
+        let command = match &program {
+            Program::Foreign(words) => {
+                let mut command = Command::new(&words[0]);
+                command.args(&words[1..]).arg("serve").arg(cubin);
+                command
+            }
+            Program::Ours(side) => {
+                let mut command = Command::new(std::env::current_exe().ok()?);
+                command.arg("serve").arg(cubin).arg(side);
+                if let Some(cpus) = measure::all_cpus_text() {
+                    command.env(measure::ALL_CPUS_VAR, cpus);
+                }
+                command
+            }
+        };
+        let server = Server::start(column.title(), command)
+            .map_err(|e| eprintln!("compare: cannot start the {} side: {e}", column.title()))
             .ok()?;
         Some(Peer {
             column,
@@ -151,33 +244,42 @@ impl Peer {
         })
     }
 
-    fn first_compile(&self) -> Option<f64> {
-        let mut command = Command::new(&self.program[0]);
-        command
-            .args(&self.program[1..])
-            .arg("first-compile")
-            .arg(&self.source)
-            .arg(&self.children.sm);
-        if self.column == Column::C {
-            self.children.with_parents_nvrtc(&mut command);
-        }
-        child_ms(command)
-    }
-}
-
-impl Contender for Peer {
-    fn column(&self) -> Column {
+    pub fn column(&self) -> Column {
         self.column
     }
 
-    fn measure(&mut self, op: Op) -> Option<f64> {
-        if let Op::FirstCompile(Arch::Given) = op {
-            // The raw side's own process compiles in the Raw column's rows already.
-            return (self.column != Column::RawAlone)
-                .then(|| self.first_compile())
-                .flatten();
+    /// One sample of a process row from a fresh process, for the rows this side has: all
+    /// three for cuda-core and raw Rust, the first compile for the others.
+    fn fresh_process(&self, op: Op) -> Option<f64> {
+        match (&self.program, self.column, op) {
+            (Program::Foreign(words), _, Op::FirstCompile(Arch::Given)) => {
+                let mut command = Command::new(&words[0]);
+                command
+                    .args(&words[1..])
+                    .arg("first-compile")
+                    .arg(&self.source)
+                    .arg(&self.children.sm);
+                if self.column == Column::C {
+                    self.children.with_parents_nvrtc(&mut command);
+                }
+                child_ms(command)
+            }
+            (Program::Ours(side), Column::Safe | Column::Raw, Op::FirstKernel | Op::FirstCompile(_))
+            | (Program::Ours(side), Column::Cudarc, Op::FirstCompile(Arch::Given)) => self.children.sample(op, side),
+            _ => None,
         }
-        let request = op.request()?;
+    }
+
+    /// One sample of `op` in its row's unit, or `None` where this side has no such operation
+    /// (or its server failed).
+    pub fn measure(&mut self, op: Op) -> Option<f64> {
+        if op.is_process() {
+            return self.fresh_process(op);
+        }
+        let request = match self.program {
+            Program::Foreign(_) => op.common_request()?,
+            Program::Ours(_) => op.request()?,
+        };
         match self.server.as_mut()?.ask(&request) {
             Ok(figure) => figure,
             Err(e) => {

@@ -2,11 +2,11 @@
 //! with the flags a C program uses (the C program, `benches/c/compare.c`, makes the same). Nothing
 //! of the safe side's is used: not its stream, module, graph, event or pools.
 //!
-//! Its objects live until the process ends, as the C program's do.
+//! It runs in a server process of its own (`serve CUBIN raw`, see `children`), as the C program
+//! does. Its objects live until the process ends, as the C program's do.
 
 use crate::children::check;
-use crate::children::Children;
-use crate::measure::{gb_per_s, in_threads, ms, per_call_us, Column, Contender, Loop, Op, PER_THREAD, THREADS};
+use crate::measure::{gb_per_s, in_threads, ms, per_call_us, Contender, Loop, Op, PER_THREAD, THREADS};
 use crate::{COPY_BYTES, SOURCE};
 use cuda_sys::driver;
 use std::ffi::{c_void, CString};
@@ -16,7 +16,7 @@ pub struct Raw {
     /// `cuStreamCreate(CU_STREAM_NON_BLOCKING)`, in the device's primary context, retained with
     /// `cuDevicePrimaryCtxRetain` (the context the runtime, and a C program using it, use).
     stream: driver::CUstream,
-    /// k2 and k8 from `cuModuleLoadData` of the setup's cubin and `cuModuleGetFunction`.
+    /// k2 and k8 from `cuModuleLoadData` of the benchmark's cubin and `cuModuleGetFunction`.
     k2: driver::CUfunction,
     k8: driver::CUfunction,
     /// 10 launches of k2, captured on `stream` (thread-local mode) and instantiated raw.
@@ -25,9 +25,10 @@ pub struct Raw {
     event: driver::CUevent,
     /// A pool made with `cuMemPoolCreate` and the default properties: configured as the driver
     /// configures a device's default pool (release threshold 0). Not the device's default pool
-    /// itself: the safe side raised that one's release threshold in this process (as cuda.core
-    /// does), so it is no longer as the driver configures it. The difference shows only after a
-    /// synchronisation (threshold 0 gives the pool's memory back, and the next allocation maps
+    /// itself (the C program's): made when the safe side shared this process and had raised that
+    /// one's release threshold (as cuda.core does), and kept so that the raw figures compare
+    /// with earlier runs' (in a process of its own, the raw side on this pool matched C's default
+    /// pool within 1% on the H100). The difference shows only after a synchronisation (threshold 0 gives the pool's memory back, and the next allocation maps
     /// it again), which no timed loop of the rows using this pool contains (see `per_call_us`).
     pool: driver::CUmemoryPool,
     /// The same with the release threshold raised to `u64::MAX`, as the safe side's default
@@ -45,9 +46,9 @@ pub struct Raw {
     device_a: driver::CUdeviceptr,
     device_b: driver::CUdeviceptr,
     context: driver::CUcontext,
+    /// `--gpu-architecture=sm_XY` of device 0, from two attribute queries, for the cold compile.
     arch_option: CString,
     variant: u32,
-    children: Children,
 }
 
 /// Every raw object below is made by a call that writes it through an out-pointer.
@@ -61,17 +62,22 @@ fn made<T>(f: impl FnOnce(*mut T) -> driver::CUresult) -> T {
 // In `Raw::new`, each `unsafe` call makes an object: a driver call on live handles made just
 // before, with an out-pointer `made` provides and pointers to locals that outlive the call.
 impl Raw {
-    /// The raw objects, with k2 and k8 from `cubin`; `children` serve the process rows.
-    pub fn new(cubin: &[u8], children: Children) -> Raw {
+    /// The raw objects, with k2 and k8 from `cubin` (after `cuInit`).
+    pub fn new(cubin: &[u8]) -> Raw {
         let flags = driver::CUstream_flags::CU_STREAM_NON_BLOCKING.0;
         // SAFETY: as above.
         let new_stream = || made(|s| unsafe { driver::cuStreamCreate(s, flags) });
         // SAFETY: as above.
-        let context = unsafe {
+        let (context, sm) = unsafe {
             let device = made(|d| driver::cuDeviceGet(d, 0));
             let context = made(|c| driver::cuDevicePrimaryCtxRetain(c, device));
             check(driver::cuCtxSetCurrent(context));
-            context
+            use driver::CUdevice_attribute as A;
+            let major =
+                made(|v| driver::cuDeviceGetAttribute(v, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device));
+            let minor =
+                made(|v| driver::cuDeviceGetAttribute(v, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
+            (context, format!("sm_{major}{minor}"))
         };
         let stream = new_stream();
         // SAFETY: as above; the cubin outlives the load.
@@ -99,9 +105,8 @@ impl Raw {
             // SAFETY: as above.
             device_b: made(|p| unsafe { driver::cuMemAlloc(p, COPY_BYTES) }),
             context,
-            arch_option: CString::new(format!("--gpu-architecture={}", children.sm)).unwrap(),
+            arch_option: CString::new(format!("--gpu-architecture={sm}")).unwrap(),
             variant: 0,
-            children,
         };
         raw.graph = raw.capture_graph();
         raw
@@ -303,10 +308,6 @@ fn pool_pair(pool: driver::CUmemoryPool, stream: driver::CUstream) {
 }
 
 impl Contender for Raw {
-    fn column(&self) -> Column {
-        Column::Raw
-    }
-
     fn measure(&mut self, op: Op) -> Option<f64> {
         let (stream, sync) = (self.stream, || self.sync());
         Some(match op {
@@ -336,9 +337,9 @@ impl Contender for Raw {
             Op::HostToDevice | Op::DeviceToHost | Op::DeviceToDevice => self.copy(op),
             // NVRTC called directly.
             Op::CompileCold => self.compile_cold(),
-            // Fresh processes making everything raw (see `children`).
-            Op::FirstKernel | Op::FirstCompile(_) => return self.children.sample(op, "raw"),
-            Op::CompileStore | Op::CompileHit | Op::StridedView => return None,
+            // Fresh processes making everything raw, started by the benchmark's process (see
+            // `children`); no program cache or DLPack here.
+            Op::FirstKernel | Op::FirstCompile(_) | Op::CompileStore | Op::CompileHit | Op::StridedView => return None,
         })
     }
 }

@@ -163,8 +163,8 @@ pub fn print(rows: &[Row]) {
     let ok = judged.iter().filter(|&&ok| ok).count();
     println!("{ok} of {} rows ok", judged.len());
     println!(
-        "Medians over interleaved rounds; in brackets, the median of the per-round ratios to C where the row has a C \
-         figure, else to raw Rust. Times are host time per operation (lower is better); M/s, GB/s and TB/s are \
+        "Every side runs in a process of its own. Medians over interleaved rounds; in brackets, the median of the \
+         per-round ratios to C where the row has a C figure, else to raw Rust. Times are host time per operation (lower is better); M/s, GB/s and TB/s are \
          throughput (higher is better). cuda.core's first compile starts after the interpreter's start and imports."
     );
 }

@@ -1,13 +1,13 @@
-//! The safe API's side: every object made through `cuda_core`, with its defaults.
+//! The safe API's side: every object made through `cuda_core`, with its defaults, in a server
+//! process of its own (`serve CUBIN safe`, see `children`).
 
-use crate::children::Children;
-use crate::measure::{gb_per_s, in_threads, ms, per_call_us, Column, Contender, Op, BURST, PER_THREAD, THREADS};
-use crate::{Setup, COPY_BYTES, SOURCE};
+use crate::measure::{gb_per_s, in_threads, ms, per_call_us, Contender, Op, BURST, PER_THREAD, THREADS};
+use crate::{COPY_BYTES, SOURCE};
 use cuda_core::graph::{CaptureMode, Graph};
 use cuda_core::{
-    launch, Buffer, BufferView, CodeType, Device, DeviceMemoryResource, Event, EventOptions, FileStreamProgramCache,
-    Kernel, LaunchConfig, ObjectCode, PinnedMemoryResource, Program, ProgramOptions, SourceType, Stream, StreamOptions,
-    TypedKernel,
+    launch, Buffer, BufferView, CodeType, Context, Device, DeviceMemoryResource, Event, EventOptions,
+    FileStreamProgramCache, Kernel, LaunchConfig, ObjectCode, PinnedMemoryResource, Program, ProgramOptions,
+    SourceType, Stream, StreamOptions, TypedKernel,
 };
 use std::cell::Cell;
 use std::sync::Arc;
@@ -17,10 +17,12 @@ const ARGS8: Args8 = (0, 1, 2, 3, 4.0, 5.0, 6, 7.0);
 
 pub struct Safe {
     device: Device,
+    /// Its primary context, current on the server's thread.
+    _context: Context,
     /// A stream with the default options (non-blocking).
     stream: Stream,
     config: LaunchConfig,
-    /// k2 from the setup's cubin, as a kernel and typed.
+    /// k2 from the benchmark's cubin, as a kernel and typed.
     k2: Kernel,
     t2: TypedKernel<(u64, u32)>,
     t8: TypedKernel<Args8>,
@@ -46,15 +48,15 @@ pub struct Safe {
     cache: FileStreamProgramCache,
     cache_dir: std::path::PathBuf,
     variant: Cell<u32>,
-    children: Children,
 }
 
 impl Safe {
-    pub fn new(setup: &Setup) -> Safe {
-        let device = setup.device;
+    /// The objects, on `device` made current, with k2 and k8 from `cubin`.
+    pub fn new(device: Device, cubin: &[u8]) -> Safe {
+        let context = device.set_current().unwrap();
         let stream = device.create_stream(StreamOptions::default()).unwrap();
         let config = LaunchConfig::new(1, 32);
-        let code = ObjectCode::from_cubin(setup.cubin.clone(), "compare").unwrap();
+        let code = ObjectCode::from_cubin(cubin.to_vec(), "compare").unwrap();
         let k2 = code.get_kernel("k2").unwrap();
         let t2 = k2.typed::<(u64, u32)>().unwrap();
         let graph = stream
@@ -70,6 +72,7 @@ impl Safe {
         let cache_dir = std::env::temp_dir().join(format!("cuda-rs-bench-cache-{}", std::process::id()));
         let safe = Safe {
             device,
+            _context: context,
             config,
             t8: code.get_kernel("k8").unwrap().typed().unwrap(),
             tb: k2.typed().unwrap(),
@@ -89,7 +92,6 @@ impl Safe {
             cache: FileStreamProgramCache::new(Some(cache_dir.clone()), None).unwrap(),
             cache_dir,
             variant: Cell::new(0),
-            children: setup.children.clone(),
             stream,
         };
         safe.stream.sync().unwrap();
@@ -166,10 +168,6 @@ impl Safe {
 }
 
 impl Contender for Safe {
-    fn column(&self) -> Column {
-        Column::Safe
-    }
-
     fn measure(&mut self, op: Op) -> Option<f64> {
         let (s, config, k2, pool, streams) = (&self.stream, &self.config, &self.k2, &self.pool, &self.streams);
         let sync = || s.sync().unwrap();
@@ -233,7 +231,8 @@ impl Contender for Safe {
             // The first call (the warm-up) stores it.
             Op::CompileHit => self.compile(&format!("{SOURCE}\n// hit"), true),
             Op::StridedView => self.strided_views(),
-            Op::FirstKernel | Op::FirstCompile(_) => return self.children.sample(op, "safe"),
+            // Fresh processes, started by the benchmark's process (see `children`).
+            Op::FirstKernel | Op::FirstCompile(_) => return None,
         })
     }
 }
