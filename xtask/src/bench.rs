@@ -66,7 +66,8 @@ pub fn run(args: &[String]) -> Result {
 
 const BENCH_RUN_SH: &str = r#"#!/usr/bin/env bash
 # Runs the comparison (written by cargo xtask bench-gpu): the safe API against C, raw Rust, cudarc
-# and cuda.core, in one table. With OUT set, writes $OUT/bench.json and $OUT/bench.log too.
+# and cuda.core, each in a process of its own (compare starts them as servers), in one table.
+# With OUT set, writes $OUT/bench.json and $OUT/bench.log too.
 # Rounds: CUDA_CORE_BENCH_ROUNDS (default 151), CUDA_CORE_BENCH_PROCESS_ROUNDS (default 15).
 # A column whose program is missing here (gcc and the toolkit for C, a Python with cuda.core)
 # shows "-" and the run goes on. `run.sh --criterion` runs the Criterion benchmarks instead
