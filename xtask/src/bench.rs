@@ -3,7 +3,7 @@
 //! carries the comparison's C program and Python script as sources: its run.sh compiles the C
 //! program against the GPU machine's toolkit and finds a Python with cuda.core there.
 
-use crate::gpu::{bundle_dir, cargo_artifacts, executables, make_executable, run_bundle};
+use crate::gpu::{bundle_dir, cargo_artifacts, executables, fresh_stage, make_executable, pack_bundle, run_bundle};
 use crate::util::{self, Result};
 use std::path::PathBuf;
 
@@ -38,10 +38,8 @@ pub fn run(args: &[String]) -> Result {
     };
     let exe = executable("compare")?;
     let criterion = executable("criterion")?;
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // Put together where it runs, or in a stage that is packed into `dir` to be carried.
+    let stage = fresh_stage(&dir, !run_here)?;
     let benches = util::root().join("crates/cuda-core/benches");
     for (from, to) in [
         (exe, "compare"),
@@ -49,13 +47,14 @@ pub fn run(args: &[String]) -> Result {
         (benches.join("c/compare.c"), "compare.c"),
         (benches.join("python/compare.py"), "compare.py"),
     ] {
-        std::fs::copy(&from, dir.join(to)).map_err(|e| format!("copy {}: {e}", from.display()))?;
+        std::fs::copy(&from, stage.join(to)).map_err(|e| format!("copy {}: {e}", from.display()))?;
     }
-    util::write(&dir.join("run.sh"), BENCH_RUN_SH.as_bytes())?;
-    make_executable(&dir.join("run.sh"))?;
+    util::write(&stage.join("run.sh"), BENCH_RUN_SH.as_bytes())?;
+    make_executable(&stage.join("run.sh"))?;
     if run_here {
         run_bundle(&dir, &[])
     } else {
+        pack_bundle(&stage, &dir)?;
         println!(
             "bench bundle ready: copy {} to the GPU machine and run its run.sh",
             dir.display()
