@@ -264,8 +264,8 @@ fn a_taken_slice_outlives_its_buffer_until_the_work_on_it_is_done() {
     let (_d, s, _ctx, cs) = setup();
     let slice = cs.clone_htod(&vec![0u32; BIG]).unwrap();
     let buffer = Buffer::from_cudarc(slice, &s).unwrap();
-    // Work held back by a host function, then the buffer let go of at once: the slice (and so
-    // its memory) goes only after that work, which ran first.
+    // Work held back by a host function, then the buffer let go of: the drop returns at once,
+    // before that work, and the slice (and so its memory) goes only after it.
     let ran = Arc::new(AtomicBool::new(false));
     let flag = ran.clone();
     s.launch_host_func(move || {
@@ -276,9 +276,14 @@ fn a_taken_slice_outlives_its_buffer_until_the_work_on_it_is_done() {
     buffer.fill_u32(7, &s).unwrap();
     drop(buffer);
     assert!(
-        ran.load(Ordering::SeqCst),
-        "the slice was freed before the work queued on it ran"
+        !ran.load(Ordering::SeqCst),
+        "dropping the buffer waited for the work on it"
     );
+    // cudarc allocates as much again and fills it while the fill is held: had the slice's memory
+    // been given back already, this allocation could take it and the held fill overwrite it.
+    let again = cs.clone_htod(&vec![5u32; BIG]).unwrap();
     s.sync().unwrap();
+    assert!(ran.load(Ordering::SeqCst));
+    assert_eq!(cs.clone_dtoh(&again).unwrap(), vec![5u32; BIG]);
     assert!(cuda_core::take_drop_errors().is_empty());
 }

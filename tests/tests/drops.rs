@@ -14,13 +14,20 @@ use cuda_core::{
 };
 use cuda_sys::driver::CUdeviceptr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// What "at once" means: a drop that waited for the held work would take the whole hold.
 const AT_ONCE: Duration = Duration::from_millis(250);
 /// How long the tests keep the work held after the drop, to see nothing released meanwhile.
 const HELD_AFTER_DROP: Duration = Duration::from_millis(300);
+
+/// One test at a time: the driver runs host functions on few threads, so a gate held by one test
+/// can keep another test's host functions (and so its releases) from running.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn setup() -> (Device, Stream) {
     let d = Device::new(0).expect("a GPU");
@@ -32,7 +39,12 @@ fn setup() -> (Device, Stream) {
 /// A gate a host function waits at, holding its stream until the test opens it (or 30 s pass:
 /// a failing test never leaves a stream held). Dropping the gate opens it.
 #[derive(Clone, Default)]
-struct Gate(Arc<AtomicBool>);
+struct Gate {
+    open: Arc<AtomicBool>,
+    /// Host functions that entered the gate, and those that left it.
+    entered: Arc<AtomicUsize>,
+    left: Arc<AtomicUsize>,
+}
 
 impl Gate {
     /// Holds `stream`: the work queued on it from now on waits for the gate.
@@ -42,14 +54,28 @@ impl Gate {
     }
 
     fn wait(&self) {
+        self.entered.fetch_add(1, Ordering::SeqCst);
         let start = Instant::now();
-        while !self.0.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(30) {
+        while !self.open.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(30) {
             std::thread::sleep(Duration::from_millis(1));
         }
+        self.left.fetch_add(1, Ordering::SeqCst);
     }
 
     fn open(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.open.store(true, Ordering::SeqCst);
+    }
+
+    /// The gate and `stream` as they are, for a failure's message.
+    fn state(&self, stream: &Stream) -> String {
+        // SAFETY: the stream is live and not capturing.
+        let status = unsafe { cuda_sys::driver::cuStreamQuery(stream.handle()) };
+        format!(
+            "gate open: {}, host functions entered {} and left {}, the stream: {status:?}",
+            self.open.load(Ordering::SeqCst),
+            self.entered.load(Ordering::SeqCst),
+            self.left.load(Ordering::SeqCst)
+        )
     }
 }
 
@@ -101,10 +127,21 @@ fn released_after_the_work(what: &str, gate: &Gate, released: impl Fn() -> bool)
 }
 
 /// A resource whose free is not stream-ordered (legacy pinned memory, virtual memory: the free
-/// waits for the stream), counting the frees it was asked for.
+/// waits for the stream), noting the frees it was asked for: on which thread, when.
 struct Counted {
     inner: Arc<dyn MemoryResource>,
-    frees: AtomicUsize,
+    frees: Mutex<Vec<(Option<String>, Instant)>>,
+}
+
+impl Counted {
+    fn freed(&self) -> usize {
+        self.frees.lock().unwrap().len()
+    }
+
+    /// The frees so far, for a failure's message.
+    fn log(&self) -> String {
+        format!("{:?}", self.frees.lock().unwrap())
+    }
 }
 
 // SAFETY: every call is forwarded to a resource that keeps the contract.
@@ -113,7 +150,8 @@ unsafe impl MemoryResource for Counted {
         self.inner.allocate(size, stream)
     }
     unsafe fn deallocate(&self, ptr: CUdeviceptr, size: usize, stream: &Stream) -> cuda_core::Result<()> {
-        self.frees.fetch_add(1, Ordering::SeqCst);
+        let thread = std::thread::current().name().map(str::to_owned);
+        self.frees.lock().unwrap().push((thread, Instant::now()));
         // SAFETY: forwarded from the caller.
         unsafe { self.inner.deallocate(ptr, size, stream) }
     }
@@ -131,7 +169,7 @@ unsafe impl MemoryResource for Counted {
 fn counted(inner: Arc<dyn MemoryResource>) -> Arc<Counted> {
     Arc::new(Counted {
         inner,
-        frees: AtomicUsize::new(0),
+        frees: Mutex::new(Vec::new()),
     })
 }
 
@@ -150,6 +188,7 @@ fn graph_holding(gate: &Gate, token: Token) -> GraphDefinition {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn dropping_a_launched_graph_returns_at_once() {
+    let _one = one_at_a_time();
     let (_d, s) = setup();
     let gate = Gate::default();
     let (token, released) = new_token();
@@ -165,6 +204,7 @@ fn dropping_a_launched_graph_returns_at_once() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn dropping_a_graph_definition_and_builder_returns_at_once() {
+    let _one = one_at_a_time();
     let (d, s) = setup();
     // An explicit definition whose graph is launched: the executable keeps what it runs.
     let gate = Gate::default();
@@ -201,13 +241,14 @@ fn dropping_a_graph_definition_and_builder_returns_at_once() {
     drop_at_once("its executable graph", exec);
     std::thread::sleep(HELD_AFTER_DROP);
     assert_eq!(
-        resource.frees.load(Ordering::SeqCst),
+        resource.freed(),
         0,
-        "freed while the graph may write it"
+        "freed while the graph may write it: {}",
+        resource.log()
     );
     released_after_the_work("the builder's callback", &gate, || released.load(Ordering::SeqCst));
     let start = Instant::now();
-    while resource.frees.load(Ordering::SeqCst) == 0 {
+    while resource.freed() == 0 {
         assert!(start.elapsed() < Duration::from_secs(20), "the buffer was never freed");
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -222,13 +263,14 @@ fn drop_buffer_behind_the_gate(what: &str, s: &Stream, resource: Arc<Counted>) {
     gate.hold(s);
     buffer.fill_u8(3, s).unwrap();
     drop_at_once(what, buffer);
-    released_after_the_work(what, &gate, || resource.frees.load(Ordering::SeqCst) == 1);
+    released_after_the_work(what, &gate, || resource.freed() == 1);
     s.sync().unwrap();
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn dropping_buffers_whose_free_waits_returns_at_once() {
+    let _one = one_at_a_time();
     let (d, s) = setup();
     drop_buffer_behind_the_gate(
         "a legacy pinned buffer",
@@ -247,9 +289,7 @@ fn dropping_buffers_whose_free_waits_returns_at_once() {
     gate.hold(&other);
     buffer.fill_u8(1, &other).unwrap();
     drop_at_once("a buffer used on a held second stream", buffer);
-    released_after_the_work("a buffer used on a held second stream", &gate, || {
-        resource.frees.load(Ordering::SeqCst) == 1
-    });
+    released_after_the_work("a buffer used on a held second stream", &gate, || resource.freed() == 1);
     // A pool buffer: its free is queued on the stream, nothing to wait for.
     let gate = Gate::default();
     let buffer = d.allocate(1 << 20, &s).unwrap();
@@ -263,6 +303,7 @@ fn dropping_buffers_whose_free_waits_returns_at_once() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn dropping_a_stream_or_an_event_with_held_work_returns_at_once() {
+    let _one = one_at_a_time();
     let (d, _) = setup();
     let s = d.create_stream(Default::default()).unwrap();
     let gate = Gate::default();
@@ -282,6 +323,7 @@ fn dropping_a_stream_or_an_event_with_held_work_returns_at_once() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn dropping_a_texture_in_use_returns_at_once() {
+    let _one = one_at_a_time();
     let (d, s) = setup();
     let code = Program::new(
         r#"extern "C" __global__ void fetch(cudaTextureObject_t tex, float* out, int n) {
@@ -306,14 +348,29 @@ fn dropping_a_texture_in_use_returns_at_once() {
     let tex = TextureObject::from_descriptor(&linear, &TextureDescriptor::default()).unwrap();
     drop(linear);
     let out = d.allocate(n * 4, &s).unwrap();
+    let fetch_all = |tex: &TextureObject| {
+        // SAFETY: fetch(tex, float*, int) reads n texels and writes n floats of `out`.
+        unsafe { launch(&s, &LaunchConfig::new(1, n as u32), &fetch, (tex, &out, n as i32)) }.unwrap();
+    };
+    // The first launch loads the kernel into the context (lazy loading), which waits for the
+    // context's work: done before the gate holds the stream.
+    fetch_all(&tex);
+    s.sync().unwrap();
     let gate = Gate::default();
     gate.hold(&s);
-    // SAFETY: fetch(tex, float*, int) reads n texels and writes n floats of `out`.
-    unsafe { launch(&s, &LaunchConfig::new(1, n as u32), &fetch, (&tex, &out, n as i32)) }.unwrap();
+    fetch_all(&tex);
+    let launched = gate.state(&s);
     drop_at_once("a texture a held kernel reads", tex);
-    released_after_the_work("the texture's memory", &gate, || {
-        resource.frees.load(Ordering::SeqCst) == 1
-    });
+    let dropped = Instant::now();
+    std::thread::sleep(HELD_AFTER_DROP);
+    assert_eq!(
+        resource.freed(),
+        0,
+        "the texture's memory was freed while the kernel reading it was held (dropped at {dropped:?}; after the launch {launched}; now {}): {}",
+        gate.state(&s),
+        resource.log()
+    );
+    released_after_the_work("the texture's memory", &gate, || resource.freed() == 1);
     assert_eq!(
         out.to_vec::<f32>(&s).unwrap(),
         vec![2.5f32; n],

@@ -125,12 +125,58 @@ impl Drop for StreamInner {
             return;
         }
         if self.owned {
+            if !is_idle(self.handle) {
+                // The driver lets work already queued finish, but its destroy was seen to wait
+                // for a host function pending on the stream (30 s, under compute-sanitizer): a
+                // stream with work pending is destroyed on the release thread once it is idle.
+                crate::reaper::retry(Box::new(DestroyWhenIdle {
+                    handle: crate::reaper::SendHandle(self.handle),
+                    _context: self.context.take(),
+                }));
+                return;
+            }
             // SAFETY: made by cuStreamCreateWithPriority (or cuGreenCtxStreamCreate, for a green
-            // context) and destroyed once; the driver lets work already queued finish.
+            // context) and destroyed once; no work is queued on it.
             if let Err(e) = unsafe { driver::cuStreamDestroy(self.handle) }.check("cuStreamDestroy") {
                 record_drop_error(e);
             }
         }
+    }
+}
+
+/// Whether nothing is queued on the stream, and it is not being captured (by another library,
+/// through its handle: querying a capturing stream would invalidate the capture).
+fn is_idle(handle: driver::CUstream) -> bool {
+    let mut status = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: the stream is live; out-pointer to a local.
+    let capturing = unsafe { driver::cuStreamIsCapturing(handle, &mut status) };
+    if capturing != driver::CUresult::CUDA_SUCCESS
+        || status != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+    {
+        return false;
+    }
+    // SAFETY: the stream is live and not capturing.
+    let status = unsafe { driver::cuStreamQuery(handle) };
+    status == driver::CUresult::CUDA_SUCCESS
+}
+
+/// An owned stream dropped with work pending: destroyed by the release thread once it is idle.
+struct DestroyWhenIdle {
+    handle: crate::reaper::SendHandle<driver::CUstream>,
+    /// The stream's context, kept until the stream is destroyed.
+    _context: Option<Context>,
+}
+
+impl crate::reaper::Retry for DestroyWhenIdle {
+    fn attempt(&mut self) -> bool {
+        if !is_idle(self.handle.0) {
+            return false;
+        }
+        // SAFETY: the dropped stream's handle, handed over here and destroyed once; idle.
+        if let Err(e) = unsafe { driver::cuStreamDestroy(self.handle.0) }.check("cuStreamDestroy") {
+            record_drop_error(e);
+        }
+        true
     }
 }
 
