@@ -26,15 +26,31 @@
 //! clean already. A server that fails (no GPU, a failed call) or gives no answer within a
 //! minute ends its column: "-" from then on, and the run goes on.
 //!
+//! Why the servers restart: on the H100 (2026-11-27), the same raw loop in two processes (C and raw
+//! Rust, which make the same driver calls) ran 2-5% apart in one run (raw Rust to C: burst launches
+//! 1.020-1.025, event record + sync 1.052), and within 1% in another, on another instance of the
+//! machine (0.99-1.006): each process has a bias of its own (its address space's layout, the pages
+//! behind the driver's queues...), as large as the 2% goals, which no number of rounds against that
+//! one process averages out. So the rows the servers answer run in passes: the servers' first
+//! instances give the first share of every row's rounds, then all of them restart together, and the
+//! next instances give the next share, and so on (`CUDA_CORE_BENCH_RESTART_EVERY`, default 12: at
+//! most 12 rounds of a cheap row per instance, so 13 instances of each server, each giving a
+//! thirteenth of every row's rounds). In each pass every row starts with one untimed request to
+//! each server (its first request after a restart waits for its setup), and the rounds' rotation
+//! goes on from the last pass. The process rows run last (their samples are fresh processes), the
+//! last instances of the servers idle.
+//!
 //! Run with `cargo xtask bench-gpu` (or its bundle's run.sh). Prints one table, and writes
 //! `$OUT/bench.json` when `OUT` is set. Every process runs on one CPU, the one the benchmark
 //! starts on (the servers inherit it: they run one at a time, so they never compete for it;
 //! `CUDA_CORE_BENCH_PIN=0` leaves them where the system puts them; the 8-thread rows' threads run
 //! anywhere). Rounds: `CUDA_CORE_BENCH_ROUNDS` (default 151) for the cheap rows, a third of that
 //! for the dear ones, `CUDA_CORE_BENCH_PROCESS_ROUNDS` (default 15) for those that start a
-//! process per sample. Needs a GPU, and fails with a message without one; `CUDA_CORE_BENCH_SM`
-//! (`sm_XY`) skips the device query, for trying the orchestration on a machine without a GPU
-//! (every GPU side then fails to start and shows "-").
+//! process per sample; `CUDA_CORE_BENCH_RESTART_EVERY` (default 12; at least
+//! `CUDA_CORE_BENCH_ROUNDS`: no restart) rounds of a cheap row per instance of the servers at
+//! most. Needs a GPU, and fails with a message without one; `CUDA_CORE_BENCH_SM` (`sm_XY`) skips
+//! the device query, for trying the orchestration on a machine without a GPU (every GPU side then
+//! fails to start and shows "-").
 
 mod children;
 #[cfg(feature = "cudarc")]
@@ -227,12 +243,17 @@ const ROWS: &[Spec] = &[
 ];
 const STORE: Goal = Reference("a cold compile plus the file write");
 
-/// Rounds per row, by the cost of its samples. The defaults keep the whole run near two
-/// minutes on an H100 while the cheap rows' medians settle within a percent (a sample there is
-/// 1024 launches, or 1000-2000 pairs, so one round is a few milliseconds).
+/// Rounds per row, by the cost of its samples, and how often the servers restart. The defaults
+/// keep the whole run near two minutes on an H100 (an estimate: 69 s with one instance of each
+/// server, 2026-11-27, and about 3 s per further instance, see below) while the cheap rows'
+/// medians settle within a percent (a sample there is 1024 launches, or 1000-2000 pairs, so one
+/// round is a few milliseconds).
 struct Rounds {
     cheap: usize,
     process: usize,
+    /// At most this many rounds of a cheap row (and as large a share of the others') per
+    /// instance of the servers.
+    restart_every: usize,
 }
 
 impl Rounds {
@@ -247,7 +268,23 @@ impl Rounds {
         Rounds {
             cheap: var("CUDA_CORE_BENCH_ROUNDS", 151),
             process: var("CUDA_CORE_BENCH_PROCESS_ROUNDS", 15),
+            restart_every: var("CUDA_CORE_BENCH_RESTART_EVERY", 12),
         }
+    }
+
+    /// The instances of every server: each gives a row's rounds from `row * i / n` to
+    /// `row * (i + 1) / n` (13 by default: 11-12 rounds of a cheap row, 3-4 of a dear one). On
+    /// the H100 a further instance costs about 3 s (an estimate: its start, about 2 s for the five
+    /// servers started together, as the first row's time shows, plus one untimed request per
+    /// row, 0.7 s in all).
+    fn instances(&self) -> usize {
+        self.cheap.div_ceil(self.restart_every)
+    }
+
+    /// The rounds of a row of `cost` that instance `i` of the servers gives.
+    fn of_instance(&self, cost: Cost, i: usize) -> std::ops::Range<usize> {
+        let (all, n) = (self.of(cost), self.instances());
+        all * i / n..all * (i + 1) / n
     }
 
     fn of(&self, cost: Cost) -> usize {
@@ -348,10 +385,21 @@ fn sides(setup: &Setup) -> Vec<Peer> {
 }
 
 /// The device, its driver and what ran, for the JSON.
-fn meta(setup: &Setup, rounds: &Rounds, cpu: Option<usize>, seconds: f64) -> serde_json::Value {
+fn meta(
+    setup: &Setup,
+    rounds: &Rounds,
+    instances: &[(Column, usize)],
+    cpu: Option<usize>,
+    seconds: f64,
+) -> serde_json::Value {
     serde_json::json!({
         "pinned_to_cpu": cpu,
-        "processes": "each side a server process of its own; the process rows a fresh process per sample",
+        "processes": "each side a server process of its own, restarted together between passes over the rows, \
+                      so that each row's samples come from several instances of each server (`instances`: those \
+                      that answered, per side; every row's `rounds_per_instance`); the process rows a fresh process \
+                      per sample",
+        "restart_every": rounds.restart_every,
+        "instances": instances.iter().map(|&(c, n)| (c.key().to_string(), n.into())).collect::<serde_json::Map<_, _>>(),
         "device": setup.device_name,
         "sm": setup.children.sm,
         "driver": cuda_core::system::get_kernel_mode_driver_version().ok(),
@@ -385,22 +433,52 @@ fn main() {
         std::process::exit(1)
     });
     let mut sides = sides(&setup);
-    let rows: Vec<Row> = ROWS
+    let mut rows: Vec<Row> = ROWS
         .iter()
-        .map(|spec| {
-            let t = Instant::now();
-            let samples = interleave(rounds.of(spec.cost), spec.op, &mut sides);
-            let seconds = t.elapsed().as_secs_f64();
-            eprintln!("compare: {} ({seconds:.1} s)", spec.name);
-            Row { spec, samples, seconds }
+        .map(|spec| Row {
+            spec,
+            samples: Default::default(),
+            seconds: 0.0,
         })
         .collect();
+    // The rows the servers answer, in passes: each instance of the servers gives its share of
+    // every row's rounds, then all restart (see `peer::restart`).
+    let instances = rounds.instances();
+    for i in 0..instances {
+        let t = Instant::now();
+        if i > 0 {
+            peer::restart(&mut sides);
+        }
+        let restart = t.elapsed().as_secs_f64();
+        for row in rows.iter_mut().filter(|row| !row.spec.op.is_process()) {
+            let share = rounds.of_instance(row.spec.cost, i);
+            if share.is_empty() {
+                continue;
+            }
+            let t = Instant::now();
+            row.samples.append(interleave(share, row.spec.op, &mut sides));
+            row.seconds += t.elapsed().as_secs_f64();
+        }
+        eprintln!(
+            "compare: the servers' instance {} of {instances} ({:.1} s, {restart:.1} s of it to end the last ones)",
+            i + 1,
+            t.elapsed().as_secs_f64()
+        );
+    }
+    // The process rows start fresh processes: no restart.
+    for row in rows.iter_mut().filter(|row| row.spec.op.is_process()) {
+        let t = Instant::now();
+        row.samples = interleave(0..rounds.of(row.spec.cost), row.spec.op, &mut sides);
+        row.seconds = t.elapsed().as_secs_f64();
+        eprintln!("compare: {} ({:.1} s)", row.spec.name, row.seconds);
+    }
+    let per_side: Vec<(Column, usize)> = sides.iter().map(|side| (side.column(), side.instances())).collect();
     // Each server ends at the end of its input; waits for them.
     drop(sides);
     let seconds = started.elapsed().as_secs_f64();
-    let meta = meta(&setup, &rounds, cpu, seconds);
+    let meta = meta(&setup, &rounds, &per_side, cpu, seconds);
     println!("{}", meta);
-    report::print(&rows);
+    report::print(&rows, instances, &per_side);
     println!("the whole run took {seconds:.0} s");
     if let Some(out) = std::env::var_os("OUT") {
         let path = report::write_json(&rows, meta, std::path::Path::new(&out)).unwrap();

@@ -1,6 +1,7 @@
 //! What a row measures, the sides that measure it, and the interleaved rounds.
 
 use crate::peer::Peer;
+use std::ops::Range;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -360,19 +361,26 @@ pub fn ms(f: impl FnOnce()) -> f64 {
 }
 
 /// Every sample of one row: per column that has the operation, its figure in each round.
+#[derive(Default)]
 pub struct Samples {
     pub columns: Vec<(Column, Vec<Option<f64>>)>,
+    /// The rounds of each [`interleave`] call [`append`](Samples::append)ed, in order: for the
+    /// rows the servers answer, the rounds each instance of the servers gave.
+    pub blocks: Vec<usize>,
 }
 
-/// Runs `op` on every side that has it for `rounds` rounds, after one warm-up each (which also
-/// tells which sides have it). Each round asks every side for one sample (a request to its
-/// server, or a fresh process), one side at a time, the first one rotating from round to round,
-/// so no side always runs on a warmer or colder machine; a noisy machine moves the sides of one
-/// round together, which the per-round ratios ([`ratio`]) cancel.
-pub fn interleave(rounds: usize, op: Op, sides: &mut [Peer]) -> Samples {
+/// Runs `op` on every side that has it for the rounds `rounds` of its row (numbered within the
+/// row), after one untimed request each (which also tells which sides have it, and warms a server
+/// started since its last request: its first answer comes after its setup, and a first launch
+/// loads the kernel). Each round asks every side for one sample (a request to its server, or a
+/// fresh process), one side at a time, the first one rotating from round to round (by the round's
+/// number, so it goes on rotating across a row's calls), so no side always runs on a warmer or
+/// colder machine; a noisy machine moves the sides of one round together, which the per-round
+/// ratios ([`ratio`](Samples::ratio)) cancel.
+pub fn interleave(rounds: Range<usize>, op: Op, sides: &mut [Peer]) -> Samples {
     let live: Vec<usize> = (0..sides.len()).filter(|&i| sides[i].measure(op).is_some()).collect();
-    let mut samples = vec![Vec::with_capacity(rounds); live.len()];
-    for round in 0..rounds {
+    let mut samples = vec![Vec::with_capacity(rounds.len()); live.len()];
+    for round in rounds.clone() {
         for k in 0..live.len() {
             // Each column gets one sample per round, in round order.
             let i = (round + k) % live.len();
@@ -381,6 +389,8 @@ pub fn interleave(rounds: usize, op: Op, sides: &mut [Peer]) -> Samples {
     }
     Samples {
         columns: live.iter().map(|&i| sides[i].column()).zip(samples).collect(),
+        // No side: no rounds were run.
+        blocks: vec![if live.is_empty() { 0 } else { rounds.len() }],
     }
 }
 
@@ -390,6 +400,33 @@ pub fn median(mut v: Vec<f64>) -> Option<f64> {
 }
 
 impl Samples {
+    /// The rounds so far (every column has a figure or `None` for each).
+    fn rounds(&self) -> usize {
+        self.blocks.iter().sum()
+    }
+
+    /// Appends the rounds of `more` (the same row, later rounds) after these: a column that one
+    /// of them lacks (a side that gave no figure in those rounds) has `None` for those rounds, so
+    /// that the columns' figures stay round by round.
+    pub fn append(&mut self, more: Samples) {
+        let before = self.rounds();
+        for (column, figures) in more.columns {
+            match self.columns.iter_mut().find(|(c, _)| *c == column) {
+                Some((_, v)) => v.extend(figures),
+                None => {
+                    let mut v = vec![None; before];
+                    v.extend(figures);
+                    self.columns.push((column, v));
+                }
+            }
+        }
+        self.blocks.extend(more.blocks);
+        let after = self.rounds();
+        for (_, v) in &mut self.columns {
+            v.resize(after, None);
+        }
+    }
+
     /// A column's figures, round by round (`None` where it gave none).
     pub fn of(&self, column: Column) -> Option<&[Option<f64>]> {
         self.columns

@@ -70,6 +70,8 @@ struct Server {
     /// `None` once closed: the server's loop ends at the end of its input.
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
+    /// Whether it has answered a request (its setup is over).
+    answered: bool,
 }
 
 /// How long a server may take to answer a request (its first answer comes after its setup: a
@@ -95,7 +97,13 @@ impl Server {
             child,
             stdin,
             stdout,
+            answered: false,
         })
+    }
+
+    /// Closes its input, which ends its loop; dropping it then waits for it.
+    fn close(&mut self) {
+        drop(self.stdin.take());
     }
 
     /// The figure for `request`: `Ok(None)` for "-" (an operation the server does not have).
@@ -113,6 +121,7 @@ impl Server {
         if self.stdout.read_line(&mut line)? == 0 {
             return Err(std::io::Error::other("it exited"));
         }
+        self.answered = true;
         match line.trim() {
             "-" => Ok(None),
             figure => figure
@@ -154,7 +163,7 @@ impl Drop for Server {
     /// objects' teardown is over); kills it if it takes longer than [`EXIT_GRACE`]. Says how it
     /// ended when that was not a success (a server that failed to start exits with 1).
     fn drop(&mut self) {
-        drop(self.stdin.take());
+        self.close();
         let deadline = Instant::now() + EXIT_GRACE;
         let status = loop {
             match self.child.try_wait() {
@@ -183,12 +192,16 @@ enum Program {
     Ours(&'static str),
 }
 
-/// One column: its server for the loops, and the fresh processes of its process rows.
+/// One column: its server for the loops (one instance after another, see [`restart`]), and the
+/// fresh processes of its process rows.
 pub struct Peer {
     column: Column,
     program: Program,
-    /// `None` once it failed (said on stderr): the column then has no more figures.
+    /// `None` once it failed (said on stderr): the column then has no more figures, and no
+    /// restart.
     server: Option<Server>,
+    /// The instances of its server that answered a request, the one running included.
+    instances: usize,
     source: std::path::PathBuf,
     children: Children,
 }
@@ -216,15 +229,29 @@ impl Peer {
     }
 
     fn start(column: Column, program: Program, setup: &Setup) -> Option<Peer> {
-        let cubin = &setup.children.cubin_path;
-        let command = match &program {
+        let mut peer = Peer {
+            column,
+            program,
+            server: None,
+            instances: 0,
+            source: setup.source_path.clone(),
+            children: setup.children.clone(),
+        };
+        peer.server = Some(peer.start_server().map_err(|e| peer.cannot("start", e)).ok()?);
+        Some(peer)
+    }
+
+    /// A new instance of its server (which makes its objects, and answers once they are made).
+    fn start_server(&self) -> std::io::Result<Server> {
+        let cubin = &self.children.cubin_path;
+        let command = match &self.program {
             Program::Foreign(words) => {
                 let mut command = Command::new(&words[0]);
                 command.args(&words[1..]).arg("serve").arg(cubin);
                 command
             }
             Program::Ours(side) => {
-                let mut command = Command::new(std::env::current_exe().ok()?);
+                let mut command = Command::new(std::env::current_exe()?);
                 command.arg("serve").arg(cubin).arg(side);
                 if let Some(cpus) = measure::all_cpus_text() {
                     command.env(measure::ALL_CPUS_VAR, cpus);
@@ -232,20 +259,20 @@ impl Peer {
                 command
             }
         };
-        let server = Server::start(column.title(), command)
-            .map_err(|e| eprintln!("compare: cannot start the {} side: {e}", column.title()))
-            .ok()?;
-        Some(Peer {
-            column,
-            program,
-            server: Some(server),
-            source: setup.source_path.clone(),
-            children: setup.children.clone(),
-        })
+        Server::start(self.column.title(), command)
+    }
+
+    fn cannot(&self, what: &str, e: std::io::Error) {
+        eprintln!("compare: cannot {what} the {} side: {e}", self.column.title());
     }
 
     pub fn column(&self) -> Column {
         self.column
+    }
+
+    /// How many instances of its server answered a request.
+    pub fn instances(&self) -> usize {
+        self.instances
     }
 
     /// One sample of a process row from a fresh process, for the rows this side has: all
@@ -280,13 +307,37 @@ impl Peer {
             Program::Foreign(_) => op.common_request()?,
             Program::Ours(_) => op.request()?,
         };
-        match self.server.as_mut()?.ask(&request) {
-            Ok(figure) => figure,
+        let server = self.server.as_mut()?;
+        let first = !server.answered;
+        match server.ask(&request) {
+            Ok(figure) => {
+                self.instances += usize::from(first);
+                figure
+            }
             Err(e) => {
                 eprintln!("compare: the {} side failed on `{request}`: {e}", self.column.title());
                 self.server = None;
                 None
             }
         }
+    }
+}
+
+/// Ends every side's server and starts a new instance of each, so that a column's samples come
+/// from several processes (see main's module doc for why). All of them together: every input is
+/// closed first, then each is waited for (they exit side by side: their objects' teardown), and
+/// only then the new ones start, side by side too, on a machine without the old ones. A side
+/// whose server failed stays without one (its column "-"); one that cannot start again ends its
+/// column, said on stderr, as does one whose new instance fails its setup (at its first request).
+/// The caller's next request to each is untimed: it waits for the server's setup and warms it
+/// (see [`interleave`](measure::interleave)).
+pub fn restart(sides: &mut [Peer]) {
+    let mut running: Vec<&mut Peer> = sides.iter_mut().filter(|side| side.server.is_some()).collect();
+    let mut old: Vec<Server> = running.iter_mut().filter_map(|side| side.server.take()).collect();
+    old.iter_mut().for_each(Server::close);
+    // Waits for each (see `Server`'s drop).
+    drop(old);
+    for side in running {
+        side.server = side.start_server().map_err(|e| side.cannot("restart", e)).ok();
     }
 }

@@ -136,6 +136,8 @@ impl Row {
             "ratios_to": base.map(Column::key),
             "cuda_core_to_cudarc": self.samples.ratio(Column::Safe, Column::Cudarc),
             "rounds": self.samples.columns.first().map_or(0, |(_, v)| v.len()),
+            // The samples of each instance of the servers, in order (the process rows: null).
+            "rounds_per_instance": (!self.spec.op.is_process()).then_some(&self.samples.blocks),
             "seconds": self.seconds,
             "columns": columns,
         })
@@ -146,7 +148,9 @@ const NAME: usize = 48;
 const UNIT: usize = 5;
 const CELL: usize = 17;
 
-pub fn print(rows: &[Row]) {
+/// The table, with its footnote: `instances` of every server gave each row's samples (fewer
+/// where a server failed: `per_side`, the instances of each side's server that answered).
+pub fn print(rows: &[Row], instances: usize, per_side: &[(Column, usize)]) {
     let mut header = format!("{:<NAME$} {:<UNIT$}", "operation", "unit");
     for c in Column::ALL {
         header += &format!(" {:>CELL$}", c.title());
@@ -162,10 +166,23 @@ pub fn print(rows: &[Row]) {
     let judged: Vec<bool> = rows.iter().filter_map(Row::verdict).collect();
     let ok = judged.iter().filter(|&&ok| ok).count();
     println!("{ok} of {} rows ok", judged.len());
+    let fewer: Vec<String> = per_side
+        .iter()
+        .filter(|&&(_, n)| n > 0 && n < instances)
+        .map(|&(c, n)| format!("{} {n}", c.title()))
+        .collect();
+    let fewer = if fewer.is_empty() {
+        String::new()
+    } else {
+        format!(" (fewer where a server failed: {})", fewer.join(", "))
+    };
     println!(
-        "Every side runs in a process of its own. Medians over interleaved rounds; in brackets, the median of the \
-         per-round ratios to C where the row has a C figure, else to raw Rust. Times are host time per operation (lower is better); M/s, GB/s and TB/s are \
-         throughput (higher is better). cuda.core's first compile starts after the interpreter's start and imports."
+        "Every side runs in a process of its own, a server restarted between passes over the rows: each row's \
+         samples come from {instances} process instances per side{fewer}, the process rows' from a fresh process \
+         each. Medians over interleaved rounds; in brackets, the median of the per-round ratios to C where the row \
+         has a C figure, else to raw Rust. Times are host time per operation (lower is better); M/s, GB/s and TB/s \
+         are throughput (higher is better). cuda.core's first compile starts after the interpreter's start and \
+         imports."
     );
 }
 
