@@ -931,6 +931,41 @@ fn graph_launches_follow_the_allocation_of_what_they_use() {
     }
 }
 
+// Review of the Rust-side graph holdings: a launch or upload refused because its stream was being
+// captured noted the stream as having waited for the allocations of what the graph uses, so the
+// next launch there skipped those waits.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_launch_refused_during_a_capture_still_waits_for_allocations_later() {
+    let (d, s1) = setup();
+    let s3 = d.create_stream(Default::default()).unwrap();
+    let k = kernels();
+    let n = 64 << 20;
+    for upload in [true, false] {
+        let previous = d.allocate(n, &s1).unwrap();
+        busy(&k, &s1, 100);
+        previous.fill_u8(0xEE, &s1).unwrap(); // after the spin
+        drop(previous);
+        let b = d.allocate(n, &s1).unwrap(); // may reuse previous's memory, in s1's order
+        let g = GraphDefinition::new().unwrap();
+        g.memset(&b, 0x11u8, n).unwrap();
+        let graph = g.instantiate(&Default::default()).unwrap();
+        let mut capture = s3.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let refused = if upload { graph.upload(&s3) } else { graph.launch(&s3) };
+        let err = refused.unwrap_err();
+        assert!(err.to_string().contains("being captured"), "{err}");
+        capture.end_building().unwrap();
+        graph.launch(&s3).unwrap(); // must not overtake the fill of the freed buffer
+        s3.sync().unwrap();
+        s1.sync().unwrap();
+        assert!(
+            all_equal(&b, &s1, 0x11),
+            "after a refused {}, a freed buffer's late fill overwrote the graph's",
+            if upload { "upload" } else { "launch" }
+        );
+    }
+}
+
 // Review, H2 and H3: what a capture records into, and what graph memory's order depends on,
 // cannot be changed through the explicit API.
 #[test]

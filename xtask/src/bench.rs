@@ -67,7 +67,9 @@ const BENCH_RUN_SH: &str = r#"#!/usr/bin/env bash
 # Runs the comparison (written by cargo xtask bench-gpu): the safe API against C, raw Rust, cudarc
 # and cuda.core, each in a process of its own (compare starts them as servers), in one table.
 # With OUT set, writes $OUT/bench.json and $OUT/bench.log too.
-# Rounds: CUDA_CORE_BENCH_ROUNDS (default 151), CUDA_CORE_BENCH_PROCESS_ROUNDS (default 15).
+# Rounds: CUDA_CORE_BENCH_ROUNDS (default 151), CUDA_CORE_BENCH_PROCESS_ROUNDS (default 15); every
+# server restarts after CUDA_CORE_BENCH_RESTART_EVERY rounds of a row (default 12), so that each
+# row's samples come from many process instances per side.
 # A column whose program is missing here (gcc and the toolkit for C, a Python with cuda.core)
 # shows "-" and the run goes on. `run.sh --criterion` runs the Criterion benchmarks instead
 # (reports under $OUT/criterion, or /tmp/criterion).

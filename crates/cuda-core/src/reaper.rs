@@ -152,10 +152,11 @@ pub(crate) fn drop_later(value: Box<dyn Any + Send>) {
 }
 
 /// Tries `job` on the release thread until it is done. If the release thread cannot run, the job
-/// is tried once here and kept (leaked) when not done.
+/// is tried once here (never on a driver thread, where CUDA must not be called) and kept
+/// (leaked) when not done.
 pub(crate) fn retry(job: Box<dyn Retry>) {
     if let Err(Job::Retry(mut job)) = post(Job::Retry(job)) {
-        if !job.attempt() {
+        if in_callback() || !job.attempt() {
             std::mem::forget(job);
         }
     }

@@ -185,10 +185,13 @@ impl Launches {
     #[cold]
     fn note_slow(&self, stream: &Stream, ready: &[Arc<FenceEvent>]) -> Result<()> {
         let site = Site::of(stream)?;
-        // The fences from `from` on, which the site has not waited for.
+        // The fences from `from` on, which the site has not waited for. A stream being captured
+        // queues no wait: refused (and not noted as having waited), as the launch itself is.
         let wait_from = |from: usize| -> Result<()> {
             for fence in ready.get(from..).unwrap_or_default() {
-                site.wait(fence)?;
+                if !site.wait(fence)? {
+                    return Err(launch_into_capture());
+                }
             }
             Ok(())
         };
@@ -215,6 +218,17 @@ impl Launches {
             if !first && !more.iter().any(|(s, _)| s.same(&site)) {
                 more.push((site, ready.len()));
             }
+        }
+        Ok(())
+    }
+
+    /// Notes `stream`, which the graph was uploaded on, without waiting for anything there (its
+    /// first launch, if any, waits for every fence).
+    fn uploaded_on(&self, stream: &Stream) -> Result<()> {
+        let site = Site::of(stream)?;
+        if let Err(site) = self.first.set(site) {
+            let mut more = self.more.lock().unwrap_or_else(|p| p.into_inner());
+            more.push((site, 0));
         }
         Ok(())
     }
@@ -255,6 +269,13 @@ fn instantiate_error(result: driver::CUgraphInstantiateResult, cause: CudaError)
     CudaError::InvalidArgument(format!("graph instantiation failed: {why} ({cause})"))
 }
 
+/// The error for a launch or upload on a stream being captured.
+fn launch_into_capture() -> CudaError {
+    CudaError::InvalidArgument(
+        "an executable graph cannot be launched on a stream being captured: embed its definition (GraphBuilder::embed, GraphDefinition::embed) instead".into(),
+    )
+}
+
 fn update_reason(result: driver::CUgraphExecUpdateResult) -> &'static str {
     use driver::CUgraphExecUpdateResult as R;
     match result {
@@ -293,7 +314,7 @@ impl Graph {
         if let Err(e) = status {
             return Err(instantiate_error(params.result_out, e));
         }
-        Ok(Graph {
+        let graph = Graph {
             handle: exec,
             source: definition.clone(),
             held: HashMap::new(),
@@ -302,7 +323,12 @@ impl Graph {
             ready: reg.ready.clone(),
             _context: Context::current().ok().flatten(),
             calls: Mutex::new(()),
-        })
+        };
+        if let Some(stream) = &options.upload_stream {
+            // The upload is work on that stream: the graph is released after it.
+            graph.launches.uploaded_on(stream)?;
+        }
+        Ok(graph)
     }
 
     /// The `CUgraphExec`.
@@ -316,14 +342,21 @@ impl Graph {
         &self.source
     }
 
-    /// Uploads the graph to the device ahead of its first launch.
+    /// Uploads the graph to the device ahead of its first launch. Not on a stream being
+    /// captured.
     pub fn upload(&self, stream: &Stream) -> Result<()> {
         crate::reaper::refuse_in_callback()?;
         // The upload is work on the stream: the graph is released after it, as after a launch.
         self.launches.note(stream, &self.ready)?;
-        let _one_call = self.calls.lock().unwrap_or_else(|p| p.into_inner());
-        // SAFETY: both handles are live; calls on the executable are serialised.
-        unsafe { driver::cuGraphUpload(self.handle, stream.handle()) }.check("cuGraphUpload")
+        stream.enqueue(|capture| {
+            if capture.is_some() {
+                return Err(launch_into_capture());
+            }
+            let _one_call = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+            // SAFETY: both handles are live; calls on the executable are serialised; the stream
+            // is not capturing (inside its operation).
+            unsafe { driver::cuGraphUpload(self.handle, stream.handle()) }.check("cuGraphUpload")
+        })
     }
 
     /// Runs the graph on `stream` (one `cuGraphLaunch`). Everything the graph's nodes use is
@@ -334,9 +367,7 @@ impl Graph {
         self.launches.note(stream, &self.ready)?;
         stream.enqueue(|capture| {
             if capture.is_some() {
-                return Err(CudaError::InvalidArgument(
-                    "an executable graph cannot be launched on a stream being captured: embed its definition (GraphBuilder::embed, GraphDefinition::embed) instead".into(),
-                ));
+                return Err(launch_into_capture());
             }
             let _one_call = self.calls.lock().unwrap_or_else(|p| p.into_inner());
             // SAFETY: both handles are live; calls on the executable are serialised. The graph

@@ -138,11 +138,12 @@ pub unsafe trait MemoryResource: Send + Sync + 'static {
     }
     /// Whether [`deallocate`](Self::deallocate) only queues the free on the stream and returns
     /// (a stream-ordered pool's `cuMemFreeAsync`), rather than waiting for the stream's work
-    /// first. When `false` (the default, right for any resource that frees at once), a
-    /// [`crate::Buffer`] dropped while work that uses it is pending is freed on a background
-    /// thread once that work is done, so the drop never waits for the GPU;
-    /// [`crate::Buffer::close`] calls `deallocate` at once, as `cuda.core` does. A wrong `true`
-    /// makes drops wait, nothing worse: the free is still ordered after the work.
+    /// and then freeing. When `false` (the default, right for a resource that waits), a
+    /// [`crate::Buffer`] dropped while its memory may still be in use (another stream used it,
+    /// or its deallocation stream is busy) is freed on a background thread once that work is
+    /// done, so the drop never waits for the GPU; [`crate::Buffer::close`] calls `deallocate` at
+    /// once, as `cuda.core` does. Either answer is sound (the free is ordered after the work
+    /// either way): a wrong `true` makes drops wait, a wrong `false` defers frees.
     fn frees_in_stream_order(&self) -> bool {
         false
     }

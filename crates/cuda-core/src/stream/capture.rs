@@ -109,6 +109,20 @@ pub(crate) fn before_capture(site: &Site) -> Option<Arc<FenceEvent>> {
         .and_then(|m| m.get(&site.key()).map(|(_, f)| f.clone()))
 }
 
+/// Whether `e` is a refusal because of a capture (of the stream, or one that a call would have
+/// invalidated): what a release tries again once the capture is over.
+pub(crate) fn capture_refusal(e: &CudaError) -> bool {
+    use driver::CUresult as R;
+    matches!(
+        e.driver_status(),
+        Some(
+            R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+                | R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                | R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+        )
+    ) || matches!(e, CudaError::InvalidArgument(m) if m.contains("capture was invalidated"))
+}
+
 /// Whether any capture started by this crate is running.
 #[inline]
 pub(crate) fn captures_running() -> bool {

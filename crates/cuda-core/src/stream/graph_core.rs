@@ -193,6 +193,9 @@ impl Drop for GraphInner {
 
 impl GraphInner {
     pub(crate) fn owned(handle: driver::CUgraph) -> Arc<GraphInner> {
+        // What the graph holds may be let go of on a driver thread, which must find the release
+        // thread running (starting it there would call into the system from a callback).
+        crate::reaper::start();
         Arc::new(GraphInner {
             handle,
             owner: None,
@@ -291,9 +294,10 @@ impl Holdings {
 
 impl Drop for Holdings {
     fn drop(&mut self) {
-        if crate::reaper::in_callback() && !self.values.is_empty() {
-            // On a driver thread (a graph let go of in a callback): the values may call CUDA as
-            // they drop, so they go to the release thread.
+        if (crate::reaper::in_callback() || super::gate::in_operation()) && !self.values.is_empty() {
+            // On a driver thread (a graph let go of in a callback), the values may not call CUDA
+            // as they drop; inside an operation on a stream (the last reference let go of there),
+            // they may need that stream's lock again: they go to the release thread.
             crate::reaper::drop_later(Box::new(std::mem::take(&mut self.values)));
         }
     }

@@ -125,10 +125,11 @@ impl Drop for StreamInner {
             return;
         }
         if self.owned {
-            if !is_idle(self.handle) {
+            if pending(self.handle) == Some(true) {
                 // The driver lets work already queued finish, but its destroy was seen to wait
                 // for a host function pending on the stream (30 s, under compute-sanitizer): a
                 // stream with work pending is destroyed on the release thread once it is idle.
+                // (A stream whose context failed runs nothing more: destroyed here.)
                 crate::reaper::retry(Box::new(DestroyWhenIdle {
                     handle: crate::reaper::SendHandle(self.handle),
                     _context: self.context.take(),
@@ -136,7 +137,7 @@ impl Drop for StreamInner {
                 return;
             }
             // SAFETY: made by cuStreamCreateWithPriority (or cuGreenCtxStreamCreate, for a green
-            // context) and destroyed once; no work is queued on it.
+            // context) and destroyed once; no work is queued on it (or its context failed).
             if let Err(e) = unsafe { driver::cuStreamDestroy(self.handle) }.check("cuStreamDestroy") {
                 record_drop_error(e);
             }
@@ -144,20 +145,29 @@ impl Drop for StreamInner {
     }
 }
 
-/// Whether nothing is queued on the stream, and it is not being captured (by another library,
-/// through its handle: querying a capturing stream would invalidate the capture).
-fn is_idle(handle: driver::CUstream) -> bool {
-    let mut status = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    // SAFETY: the stream is live; out-pointer to a local.
-    let capturing = unsafe { driver::cuStreamIsCapturing(handle, &mut status) };
-    if capturing != driver::CUresult::CUDA_SUCCESS
-        || status != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
-    {
-        return false;
-    }
-    // SAFETY: the stream is live and not capturing.
-    let status = unsafe { driver::cuStreamQuery(handle) };
-    status == driver::CUresult::CUDA_SUCCESS
+/// Whether work is pending on the created stream `handle`: `Some(true)` while work is queued or
+/// the stream is being captured (by another library, through its handle: querying a capturing
+/// stream would invalidate the capture), `Some(false)` when it is idle, `None` when the driver
+/// answers an error (the context failed: nothing will run there any more). Asked in relaxed
+/// capture mode, so that a capture on this or another thread neither refuses nor is
+/// invalidated by the query.
+pub(crate) fn pending(handle: driver::CUstream) -> Option<bool> {
+    relaxed_capture_mode(|| {
+        let mut capture = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: the stream is live; out-pointer to a local.
+        unsafe { driver::cuStreamIsCapturing(handle, &mut capture) }
+            .result()
+            .ok()?;
+        if capture != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Some(true);
+        }
+        // SAFETY: the stream is live and not capturing.
+        match unsafe { driver::cuStreamQuery(handle) } {
+            driver::CUresult::CUDA_SUCCESS => Some(false),
+            driver::CUresult::CUDA_ERROR_NOT_READY => Some(true),
+            _ => None,
+        }
+    })
 }
 
 /// An owned stream dropped with work pending: destroyed by the release thread once it is idle.
@@ -169,10 +179,11 @@ struct DestroyWhenIdle {
 
 impl crate::reaper::Retry for DestroyWhenIdle {
     fn attempt(&mut self) -> bool {
-        if !is_idle(self.handle.0) {
+        if pending(self.handle.0) == Some(true) {
             return false;
         }
-        // SAFETY: the dropped stream's handle, handed over here and destroyed once; idle.
+        // SAFETY: the dropped stream's handle, handed over here and destroyed once; idle (or
+        // its context failed).
         if let Err(e) = unsafe { driver::cuStreamDestroy(self.handle.0) }.check("cuStreamDestroy") {
             record_drop_error(e);
         }

@@ -3,6 +3,7 @@
 //! What a graph's launches may still use, and memory whose resource frees it at once (not
 //! stream-ordered), are let go of this way, so that no `Drop` waits for the GPU.
 
+use super::capture::capture_refusal;
 use super::{Fence, Site};
 use crate::device::FenceEvent;
 use crate::error::{record_drop_error, Check};
@@ -18,6 +19,22 @@ struct Retired {
     fences: Vec<FenceEvent>,
 }
 
+impl Retired {
+    /// Records a fence on each site the calling thread can reach now (its own per-thread default
+    /// stream included, which the release thread could only wait for by synchronising the whole
+    /// context); the others are left for the release thread.
+    fn fence_reachable(&mut self) {
+        let mut still = Vec::new();
+        for site in std::mem::take(&mut self.waiting) {
+            match site.reachable().then(|| site.fence()) {
+                Some(Ok(Fence::Event(e))) => self.fences.push(e),
+                _ => still.push(site),
+            }
+        }
+        self.waiting = still;
+    }
+}
+
 impl crate::reaper::Retry for Retired {
     fn attempt(&mut self) -> bool {
         let mut still = Vec::new();
@@ -26,11 +43,16 @@ impl crate::reaper::Retry for Retired {
                 Ok(Fence::Event(e)) => self.fences.push(e),
                 Ok(Fence::Capturing) => still.push(site),
                 Ok(Fence::Unreachable) => {
-                    // Not while a capture runs in its context (or when it fails): tried again.
+                    // Another thread's per-thread default stream: only a synchronisation of its
+                    // context waits for it (not while a capture runs there, or when it fails:
+                    // tried again).
                     if !matches!(site.try_synchronize(), Ok(true)) {
                         still.push(site);
                     }
                 }
+                // Refused for a capture (another library's, on the stream), or a green context
+                // current on another thread: tried again.
+                Err(e) if capture_refusal(&e) || crate::device::green_context_busy(&e) => still.push(site),
                 Err(e) => {
                     // The stream cannot be reached (its context is broken): the values may still
                     // be in use, so they are kept.
@@ -67,15 +89,20 @@ impl crate::reaper::Retry for Retired {
 }
 
 /// Drops `values` on the release thread once the work queued so far on `sites` is done (at
-/// once, there, when `sites` is empty). Safe to call anywhere, a driver callback thread
-/// included: it only posts.
+/// once, there, when `sites` is empty). The fences are recorded here where this thread can (a
+/// `cuEventRecord` each, never a wait); on a driver callback thread, or inside an operation on a
+/// stream (whose lock a fence would take again), it only posts.
 pub(crate) fn release_after(values: Vec<Box<dyn Any + Send>>, sites: Vec<Site>) {
     if values.is_empty() {
         return;
     }
-    crate::reaper::retry(Box::new(Retired {
+    let mut job = Retired {
         values,
         waiting: sites,
         fences: Vec::new(),
-    }));
+    };
+    if !crate::reaper::in_callback() && !super::gate::in_operation() {
+        job.fence_reachable();
+    }
+    crate::reaper::retry(Box::new(job));
 }

@@ -99,6 +99,12 @@ impl Site {
         !self.stream.is_default()
     }
 
+    /// Whether nothing is queued on the site's stream: a created stream the driver says is idle
+    /// (default streams are not asked: `false`).
+    pub(crate) fn is_idle(&self) -> bool {
+        self.is_plain() && super::pending(self.stream.handle()) == Some(false)
+    }
+
     /// The legacy default stream of `context` (reachable from every thread).
     pub(crate) fn of_legacy(context: &Context) -> Site {
         Site {

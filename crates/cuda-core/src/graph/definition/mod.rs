@@ -288,8 +288,11 @@ impl GraphDefinition {
         GraphCondition::create(self.inner.root(), default_value)
     }
 
-    /// Hands `value` to the graph: it is dropped once the graph, its clones and executable
-    /// graphs, and all their launches, are gone. Use it for memory that kernel nodes use.
+    /// Hands `value` to the graph: it is dropped once the graph, its copies and executable
+    /// graphs, and all their launches, are gone (on the thread that lets go of the last of them,
+    /// or on the release thread after the last launch). Use it for memory that kernel nodes use.
+    /// A value that holds the graph itself (a clone of this definition, or an executable graph
+    /// made from it) keeps it alive for ever.
     pub fn keep_alive<T: std::any::Any + Send + Sync>(&self, value: T) -> Result<()> {
         self.inner.hold(value);
         Ok(())

@@ -5,7 +5,7 @@
 
 use super::{Buffer, Holder};
 use crate::error::{record_drop_error, Check};
-use crate::stream::capture::{capture_info, Capture};
+use crate::stream::capture::{capture_info, capture_refusal, Capture};
 use crate::stream::graph_core::GraphAllocState;
 use crate::stream::{Fence, Site, Stream};
 use crate::{CudaError, Result};
@@ -39,18 +39,6 @@ pub(super) struct GraphAllocation {
 unsafe impl Send for GraphAllocation {}
 // SAFETY: as above.
 unsafe impl Sync for GraphAllocation {}
-
-pub(super) fn capture_refusal(e: &CudaError) -> bool {
-    use driver::CUresult as R;
-    matches!(
-        e.driver_status(),
-        Some(
-            R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
-                | R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
-                | R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
-        )
-    ) || matches!(e, CudaError::InvalidArgument(m) if m.contains("capture was invalidated"))
-}
 
 impl Allocation {
     /// Frees the memory, or hands the free to the release thread when it must wait for a

@@ -37,10 +37,11 @@ pub use view::BufferView;
 use super::MemoryResource;
 use crate::device::FenceEvent;
 use crate::error::{record_drop_error, Check};
+use crate::stream::capture::capture_refusal;
 use crate::stream::{Fence, Site, Stream};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
-use free::{capture_refusal, free_graph_memory, graph_allocation, GraphAllocation};
+use free::{free_graph_memory, graph_allocation, GraphAllocation};
 use lazy::LazyBox;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -531,7 +532,7 @@ impl Buffer {
     /// (`on_drop`), a resource whose free waits for the stream frees on the release thread, once
     /// the work of every stream that used the memory is done: the drop returns at once.
     fn free_where_used(&mut self, resource: Holder, uses: Vec<Site>, on_drop: bool) -> Result<()> {
-        if on_drop && resource.waits_to_free() {
+        if on_drop && resource.waits_to_free() && !(uses.is_empty() && self.dealloc.is_idle()) {
             self.allocation(Some(resource), uses).release_later();
             return Ok(());
         }
