@@ -264,12 +264,16 @@ fn a_taken_slice_outlives_its_buffer_until_the_work_on_it_is_done() {
     let (_d, s, _ctx, cs) = setup();
     let slice = cs.clone_htod(&vec![0u32; BIG]).unwrap();
     let buffer = Buffer::from_cudarc(slice, &s).unwrap();
-    // Work held back by a host function, then the buffer let go of: the drop returns at once,
-    // before that work, and the slice (and so its memory) goes only after it.
-    let ran = Arc::new(AtomicBool::new(false));
-    let flag = ran.clone();
+    // Work held back by a host function until the test opens its gate (or 20 s pass), then the
+    // buffer let go of: the drop returns at once, before that work, and the slice (and so its
+    // memory) goes only after it.
+    let (gate, ran) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let (open, flag) = (gate.clone(), ran.clone());
     s.launch_host_func(move || {
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        let start = std::time::Instant::now();
+        while !open.load(Ordering::SeqCst) && start.elapsed() < std::time::Duration::from_secs(20) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         flag.store(true, Ordering::SeqCst);
     })
     .unwrap();
@@ -282,6 +286,7 @@ fn a_taken_slice_outlives_its_buffer_until_the_work_on_it_is_done() {
     // cudarc allocates as much again and fills it while the fill is held: had the slice's memory
     // been given back already, this allocation could take it and the held fill overwrite it.
     let again = cs.clone_htod(&vec![5u32; BIG]).unwrap();
+    gate.store(true, Ordering::SeqCst);
     s.sync().unwrap();
     assert!(ran.load(Ordering::SeqCst));
     assert_eq!(cs.clone_dtoh(&again).unwrap(), vec![5u32; BIG]);
