@@ -905,11 +905,7 @@ fn graph_launches_follow_the_allocation_of_what_they_use() {
     let k = kernels();
     let n = 64 << 20;
     for explicit in [true, false] {
-        let previous = d.allocate(n, &s1).unwrap();
-        busy(&k, &s1, 100);
-        previous.fill_u8(0xEE, &s1).unwrap(); // after the spin
-        drop(previous);
-        let b = d.allocate(n, &s1).unwrap(); // may reuse previous's memory, in s1's order
+        let b = after_a_late_fill(&d, &s1, &k, n);
         let graph = if explicit {
             let g = GraphDefinition::new().unwrap();
             g.memset(&b, 0x11u8, n).unwrap();
@@ -931,6 +927,17 @@ fn graph_launches_follow_the_allocation_of_what_they_use() {
     }
 }
 
+/// A buffer of `n` bytes allocated on `s1` right after another was freed there behind 100 ms of
+/// work and a fill of 0xEE: it may reuse the freed memory, which the late fill writes, in `s1`'s
+/// order. Work on it that does not follow its allocation sees its bytes overwritten.
+fn after_a_late_fill(d: &Device, s1: &Stream, k: &Kernels, n: usize) -> Buffer {
+    let previous = d.allocate(n, s1).unwrap();
+    busy(k, s1, 100);
+    previous.fill_u8(0xEE, s1).unwrap(); // after the spin
+    drop(previous);
+    d.allocate(n, s1).unwrap()
+}
+
 // Review of the Rust-side graph holdings: a launch or upload refused because its stream was being
 // captured noted the stream as having waited for the allocations of what the graph uses, so the
 // next launch there skipped those waits.
@@ -942,11 +949,7 @@ fn a_launch_refused_during_a_capture_still_waits_for_allocations_later() {
     let k = kernels();
     let n = 64 << 20;
     for upload in [true, false] {
-        let previous = d.allocate(n, &s1).unwrap();
-        busy(&k, &s1, 100);
-        previous.fill_u8(0xEE, &s1).unwrap(); // after the spin
-        drop(previous);
-        let b = d.allocate(n, &s1).unwrap(); // may reuse previous's memory, in s1's order
+        let b = after_a_late_fill(&d, &s1, &k, n);
         let g = GraphDefinition::new().unwrap();
         g.memset(&b, 0x11u8, n).unwrap();
         let graph = g.instantiate(&Default::default()).unwrap();
