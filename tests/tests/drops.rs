@@ -6,7 +6,7 @@
 //! closure holds), memory freed by a resource whose free is not stream-ordered (a wrapper that
 //! counts its `deallocate` calls), the buffer behind a texture.
 
-use cuda_core::graph::{CaptureMode, GraphDefinition};
+use cuda_core::graph::{CaptureMode, Graph, GraphDefinition};
 use cuda_core::texture::{ArrayFormat, ResourceDescriptor, TextureDescriptor, TextureObject};
 use cuda_core::{
     launch, Buffer, CodeType, Device, EventOptions, HostAllocFlags, LaunchConfig, LegacyPinnedMemoryResource,
@@ -173,16 +173,25 @@ fn counted(inner: Arc<dyn MemoryResource>) -> Arc<Counted> {
     })
 }
 
-/// A graph running a callback that holds the stream it is launched on.
-fn graph_holding(gate: &Gate, token: Token) -> GraphDefinition {
-    let g = GraphDefinition::new().unwrap();
+/// A graph callback that waits at `gate` (holding the stream the graph is launched on) and holds
+/// `token`.
+fn holding_callback(gate: &Gate, token: Token) -> impl Fn() + Send + Sync + 'static {
     let gate = gate.clone();
-    g.callback(move || {
+    move || {
         gate.wait();
         let _ = &token;
-    })
-    .unwrap();
-    g
+    }
+}
+
+/// An explicit graph of one callback waiting at `gate`, instantiated and launched on `s`; and
+/// whether what the callback holds was released.
+fn launched_held_graph(s: &Stream, gate: &Gate) -> (GraphDefinition, Graph, Arc<AtomicBool>) {
+    let (token, released) = new_token();
+    let definition = GraphDefinition::new().unwrap();
+    definition.callback(holding_callback(gate, token)).unwrap();
+    let exec = definition.instantiate(&Default::default()).unwrap();
+    exec.launch(s).unwrap();
+    (definition, exec, released)
 }
 
 #[test]
@@ -191,10 +200,7 @@ fn dropping_a_launched_graph_returns_at_once() {
     let _one = one_at_a_time();
     let (_d, s) = setup();
     let gate = Gate::default();
-    let (token, released) = new_token();
-    let definition = graph_holding(&gate, token);
-    let exec = definition.instantiate(&Default::default()).unwrap();
-    exec.launch(&s).unwrap();
+    let (definition, exec, released) = launched_held_graph(&s, &gate);
     drop_at_once("the definition", definition);
     drop_at_once("an executable graph whose launch is held", exec);
     released_after_the_work("the graph's callback", &gate, || released.load(Ordering::SeqCst));
@@ -206,14 +212,12 @@ fn dropping_a_launched_graph_returns_at_once() {
 fn dropping_a_graph_definition_and_builder_returns_at_once() {
     let _one = one_at_a_time();
     let (d, s) = setup();
-    // An explicit definition whose graph is launched: the executable keeps what it runs.
+    // An explicit definition whose graph is launched, let go of after its executable graph: the
+    // executable keeps what it runs.
     let gate = Gate::default();
-    let (token, released) = new_token();
-    let definition = graph_holding(&gate, token);
-    let exec = definition.instantiate(&Default::default()).unwrap();
-    exec.launch(&s).unwrap();
-    drop_at_once("a launched graph's definition", definition);
+    let (definition, exec, released) = launched_held_graph(&s, &gate);
     drop_at_once("its executable graph", exec);
+    drop_at_once("a launched graph's definition", definition);
     released_after_the_work("the definition's callback", &gate, || released.load(Ordering::SeqCst));
 
     // A builder's capture, holding a buffer of a resource whose free waits for the stream.
@@ -223,15 +227,7 @@ fn dropping_a_graph_definition_and_builder_returns_at_once() {
     let buffer = Buffer::allocate(resource.clone(), 1 << 16, &s).unwrap();
     let mut builder = d.create_graph_builder().unwrap();
     builder.begin_building(CaptureMode::ThreadLocal).unwrap();
-    {
-        let gate = gate.clone();
-        builder
-            .callback(move || {
-                gate.wait();
-                let _ = &token;
-            })
-            .unwrap();
-    }
+    builder.callback(holding_callback(&gate, token)).unwrap();
     buffer.fill_u8(7, builder.stream()).unwrap();
     builder.end_building().unwrap();
     let exec = builder.complete(&Default::default()).unwrap();

@@ -210,27 +210,29 @@ impl Launches {
         }
         // A new stream: its launches follow the allocation of everything the graph uses.
         wait_from(0)?;
-        if self.first.set(site.clone()).is_ok() {
-            self.first_waited.fetch_max(ready.len(), Ordering::AcqRel);
-        } else {
-            let mut more = self.more.lock().unwrap_or_else(|p| p.into_inner());
-            let first = self.first.get().is_some_and(|f| f.same(&site));
-            if !first && !more.iter().any(|(s, _)| s.same(&site)) {
-                more.push((site, ready.len()));
-            }
-        }
+        self.add(site, ready.len());
         Ok(())
     }
 
     /// Notes `stream`, which the graph was uploaded on, without waiting for anything there (its
     /// first launch, if any, waits for every fence).
     fn uploaded_on(&self, stream: &Stream) -> Result<()> {
-        let site = Site::of(stream)?;
-        if let Err(site) = self.first.set(site) {
-            let mut more = self.more.lock().unwrap_or_else(|p| p.into_inner());
-            more.push((site, 0));
-        }
+        self.add(Site::of(stream)?, 0);
         Ok(())
+    }
+
+    /// Adds `site`, which has waited for the first `waited` fences (unless another thread added
+    /// it meanwhile).
+    fn add(&self, site: Site, waited: usize) {
+        if self.first.set(site.clone()).is_ok() {
+            self.first_waited.fetch_max(waited, Ordering::AcqRel);
+            return;
+        }
+        let mut more = self.more.lock().unwrap_or_else(|p| p.into_inner());
+        let first = self.first.get().is_some_and(|f| f.same(&site));
+        if !first && !more.iter().any(|(s, _)| s.same(&site)) {
+            more.push((site, waited));
+        }
     }
 
     fn sites(&self) -> Vec<Site> {
@@ -347,12 +349,7 @@ impl Graph {
     pub fn upload(&self, stream: &Stream) -> Result<()> {
         crate::reaper::refuse_in_callback()?;
         // The upload is work on the stream: the graph is released after it, as after a launch.
-        self.launches.note(stream, &self.ready)?;
-        stream.enqueue(|capture| {
-            if capture.is_some() {
-                return Err(launch_into_capture());
-            }
-            let _one_call = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        self.on_stream(stream, || {
             // SAFETY: both handles are live; calls on the executable are serialised; the stream
             // is not capturing (inside its operation).
             unsafe { driver::cuGraphUpload(self.handle, stream.handle()) }.check("cuGraphUpload")
@@ -364,17 +361,28 @@ impl Graph {
     /// stream being captured: embed the graph's definition instead.
     #[inline]
     pub fn launch(&self, stream: &Stream) -> Result<()> {
+        self.on_stream(stream, || {
+            // SAFETY: both handles are live; calls on the executable are serialised. The graph
+            // holds what its nodes use, and what it holds goes only after the launches on every
+            // stream noted by `on_stream` are done; those streams waited for the allocation of
+            // every buffer the nodes use before their first launch.
+            unsafe { driver::cuGraphLaunch(self.handle, stream.handle()) }.check("cuGraphLaunch")
+        })
+    }
+
+    /// Makes `call` (a launch or an upload of the executable) on `stream`: the stream is noted
+    /// (waiting for what it has not of the graph's allocations), then `call` runs inside the
+    /// stream's operation, refused on a stream being captured, with calls on the executable
+    /// serialised.
+    #[inline]
+    fn on_stream(&self, stream: &Stream, call: impl FnOnce() -> Result<()>) -> Result<()> {
         self.launches.note(stream, &self.ready)?;
         stream.enqueue(|capture| {
             if capture.is_some() {
                 return Err(launch_into_capture());
             }
             let _one_call = self.calls.lock().unwrap_or_else(|p| p.into_inner());
-            // SAFETY: both handles are live; calls on the executable are serialised. The graph
-            // holds what its nodes use, and what it holds goes only after the launches on every
-            // stream noted above are done; those streams waited for the allocation of every
-            // buffer the nodes use before their first launch.
-            unsafe { driver::cuGraphLaunch(self.handle, stream.handle()) }.check("cuGraphLaunch")
+            call()
         })
     }
 

@@ -10,9 +10,9 @@ use crate::error::{record_drop_error, Check};
 use cuda_sys::driver;
 use std::any::Any;
 
-/// Values released once the work queued so far on some streams is done: fences are recorded on
-/// the release thread (waiting out captures on those streams), then polled; the values are
-/// dropped there, in order.
+/// Values released once the work queued so far on some streams is done: fences are recorded
+/// where the values were let go of when that thread can, else on the release thread (waiting out
+/// captures on those streams), then polled there; the values are dropped there, in order.
 struct Retired {
     values: Vec<Box<dyn Any + Send>>,
     waiting: Vec<Site>,

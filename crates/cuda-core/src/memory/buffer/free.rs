@@ -68,7 +68,7 @@ impl Allocation {
     /// Frees the memory on the release thread once the work queued so far on every stream that
     /// used it (the deallocation stream included) is done: for a drop, when the resource's free
     /// waits for the stream (see [`Holder::waits_to_free`]), which a drop must not.
-    pub(super) fn release_later(self) {
+    fn release_later(self) {
         /// The release, when the values handed over are dropped (on the release thread).
         struct Deferred(Option<Allocation>);
         impl Drop for Deferred {
@@ -83,9 +83,17 @@ impl Allocation {
         crate::stream::release_after(vec![Box::new(Deferred(Some(self)))], sites);
     }
 
-    /// Whether the free waits for the stream's work (see [`Holder::waits_to_free`]).
-    fn waits_to_free(&self) -> bool {
-        self.resource.as_ref().is_some_and(Holder::waits_to_free)
+    /// [`release`](Self::release) for a drop, which must not wait for the GPU: when the
+    /// resource's free waits for the stream (see [`Holder::waits_to_free`]), it is done on the
+    /// release thread ([`release_later`](Self::release_later)), unless only the deallocation
+    /// stream used the memory and it is idle.
+    pub(super) fn release_dropped(self) -> Result<()> {
+        let waits = self.resource.as_ref().is_some_and(Holder::waits_to_free);
+        if waits && !(self.uses.is_empty() && self.dealloc.is_idle()) {
+            self.release_later();
+            return Ok(());
+        }
+        self.release()
     }
 
     /// One attempt at the free: `Ok(false)` when a stream involved is being captured.
@@ -175,10 +183,7 @@ impl Drop for SharedAllocation {
         }
         if let Some(a) = allocation {
             // The last graph or buffer let go of the memory: a drop, which must not wait.
-            if a.waits_to_free() {
-                return a.release_later();
-            }
-            if let Err(e) = a.release() {
+            if let Err(e) = a.release_dropped() {
                 record_drop_error(e);
             }
         }

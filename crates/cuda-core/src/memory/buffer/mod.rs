@@ -532,9 +532,8 @@ impl Buffer {
     /// (`on_drop`), a resource whose free waits for the stream frees on the release thread, once
     /// the work of every stream that used the memory is done: the drop returns at once.
     fn free_where_used(&mut self, resource: Holder, uses: Vec<Site>, on_drop: bool) -> Result<()> {
-        if on_drop && resource.waits_to_free() && !(uses.is_empty() && self.dealloc.is_idle()) {
-            self.allocation(Some(resource), uses).release_later();
-            return Ok(());
+        if on_drop && resource.waits_to_free() {
+            return self.allocation(Some(resource), uses).release_dropped();
         }
         let resource = if uses.is_empty() {
             match self.try_free_here(resource)? {
