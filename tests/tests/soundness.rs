@@ -10,6 +10,8 @@ use cuda_core::{
     LaunchConfig, LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryResource, Program, ProgramOptions, Region2D,
     Region3D, SourceType, Stream, VirtualMemoryResource,
 };
+use cuda_tests::check;
+use cuda_sys::driver;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -1216,7 +1218,9 @@ fn capture_counts_survive_refused_begins_per_thread_streams_and_context_switches
                 ctx.set_current().unwrap();
                 let pt = Stream::per_thread_default();
                 let mut b = pt.create_graph_builder();
-                b.begin_building(CaptureMode::ThreadLocal).unwrap();
+                assert!(b.begin_building(CaptureMode::ThreadLocal).is_err(), "a shared stream");
+                // SAFETY: nothing outside this crate queues on this thread's per-thread stream.
+                unsafe { b.begin_building_shared(CaptureMode::ThreadLocal) }.unwrap();
                 barrier.wait(); // both capture
                 assert!(ctx.synchronize().is_err(), "refused while captures run");
                 barrier.wait();
@@ -1229,13 +1233,106 @@ fn capture_counts_survive_refused_begins_per_thread_streams_and_context_switches
 
     let pt = Stream::per_thread_default();
     let mut b = pt.create_graph_builder();
-    b.begin_building(CaptureMode::ThreadLocal).unwrap();
+    // SAFETY: nothing outside this crate queues on this thread's per-thread stream.
+    unsafe { b.begin_building_shared(CaptureMode::ThreadLocal) }.unwrap();
     d.set_current().unwrap(); // another context's per-thread stream is not capturing
     assert!(b.is_building().unwrap(), "asked in the capture's own context");
     assert!(ctx.synchronize().is_err(), "refused while the capture runs");
     b.end_building().unwrap();
     ctx.synchronize().unwrap();
     drop(b);
+    let errors = cuda_core::take_drop_errors();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+// Round 3, finding 2: a capture of the per-thread default stream records whatever other code on
+// the thread queues there (another library's work, which the graph does not hold). A safe call
+// refuses it (every capture entry point); the unsafe one, whose caller vouches for the other
+// code, captures it and records this crate's work with what it uses held.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_default_stream_is_captured_only_by_the_unsafe_call() {
+    let (d, s) = setup();
+    let pt = Stream::per_thread_default();
+    for stream in [&pt, &Stream::legacy_default(), &d.default_stream()] {
+        let err = stream.begin_capture(CaptureMode::ThreadLocal).unwrap_err().to_string();
+        assert!(err.contains("default stream") && err.contains("begin_building_shared"), "{err}");
+        assert!(stream.capture_graph(CaptureMode::Relaxed, |_| Ok(())).is_err());
+    }
+    let buffer = filled(&d, &s, 1 << 20, 0);
+    s.sync().unwrap();
+    let mut builder = pt.create_graph_builder();
+    // SAFETY: nothing outside this crate queues on this thread's per-thread stream meanwhile.
+    unsafe { builder.begin_building_shared(CaptureMode::ThreadLocal) }.unwrap();
+    buffer.fill_u8(0x5A, builder.stream()).unwrap();
+    builder.end_building().unwrap();
+    let graph = builder.complete(&Default::default()).unwrap();
+    drop(builder);
+    graph.launch(&s).unwrap();
+    s.sync().unwrap();
+    assert!(all_equal(&buffer, &s, 0x5A));
+    drop((graph, buffer));
+    s.sync().unwrap();
+    let errors = cuda_core::take_drop_errors();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+// Round 3, finding 1, from a raw driver user (as cudarc does it: see cudarc_bridge.rs): a
+// capture of the per-thread stream this crate did not begin refuses every operation of this
+// crate there, whether or not a capture of this crate runs elsewhere, instead of recording it
+// into a graph that holds nothing it uses.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_raw_capture_of_the_per_thread_stream_refuses_this_crates_work() {
+    const PER_THREAD: driver::CUstream = 0x2 as driver::CUstream;
+    let (d, s) = setup();
+    let buffer = filled(&d, &s, 4096, 0);
+    let other = filled(&d, &s, 4096, 0);
+    s.sync().unwrap();
+    let pt = Stream::per_thread_default();
+    for with_own_capture in [false, true] {
+        // A capture of this crate elsewhere (the locked path), or none (the quiet path).
+        let mut own = d.create_graph_builder().unwrap();
+        if with_own_capture {
+            own.begin_building(CaptureMode::ThreadLocal).unwrap();
+        }
+        // SAFETY: the calling thread's per-thread stream; ended below.
+        check(unsafe {
+            driver::cuStreamBeginCapture(
+                PER_THREAD,
+                driver::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        });
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        let errors = [
+            pt.launch_host_func(move || flag.store(true, Ordering::SeqCst)).unwrap_err(),
+            buffer.fill_u8(1, &pt).unwrap_err(),
+            d.allocate(4096, &pt).map(drop).unwrap_err(),
+            buffer.copy_from(&other, &pt).unwrap_err(),
+        ];
+        for e in errors {
+            assert!(e.to_string().contains("outside this crate"), "{e}");
+        }
+        let mut graph: driver::CUgraph = std::ptr::null_mut();
+        // SAFETY: ends the capture begun above; out-pointer to a local.
+        check(unsafe { driver::cuStreamEndCapture(PER_THREAD, &mut graph) });
+        let mut n = 0usize;
+        // SAFETY: the graph the capture made; a null array asks for the count.
+        check(unsafe { driver::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n) });
+        assert_eq!(n, 0, "this crate's work was recorded into the raw capture");
+        // SAFETY: made above, destroyed once.
+        check(unsafe { driver::cuGraphDestroy(graph) });
+        if with_own_capture {
+            own.end_building().unwrap();
+        }
+        assert!(!ran.load(Ordering::SeqCst));
+    }
+    buffer.fill_u8(3, &pt).unwrap();
+    pt.sync().unwrap();
+    assert!(all_equal(&buffer, &pt, 3));
+    drop((buffer, other));
+    s.sync().unwrap();
     let errors = cuda_core::take_drop_errors();
     assert!(errors.is_empty(), "{errors:?}");
 }

@@ -7,10 +7,14 @@
 //! buffer handed to cudarc ([`Buffer::into_cudarc`]) is cudarc's once the work every stream
 //! queued on it here is done (the host waits for it), and cudarc frees it.
 //!
-//! **Captures.** Neither library sees the other's captures: work this crate queues on a stream
-//! cudarc is capturing would be recorded into cudarc's graph without the graph holding what the
+//! **Captures.** Neither library holds what the other's work uses: work this crate queued on a
+//! stream cudarc is capturing would be recorded into cudarc's graph, and cudarc's work on a
+//! stream this crate is capturing into this crate's graph, without the graph holding what the
 //! work uses. So lending streams across is `unsafe` (the caller promises no capture through
-//! cudarc on them), and the safe memory handovers order the two sides without sharing a stream:
+//! cudarc on them, and no cudarc work on them while this crate captures them). The default
+//! streams are every library's: this crate's operations on them ask the driver and refuse a
+//! capture cudarc began, and a safe call never captures them. The safe memory handovers order
+//! the two sides without sharing a stream:
 //! taking a slice waits on the host for cudarc's work on it (unless the buffer's stream is the
 //! slice's own, lent here), and a slice whose stream cudarc is capturing is handed back
 //! untouched; handing a buffer over waits on the host for the work queued on it here.
@@ -107,11 +111,18 @@ impl Stream {
     /// [`per_thread_default`](Self::per_thread_default)), whose context is the calling thread's
     /// current one where they are used.
     ///
+    /// Wrapping one cudarc stream twice (or a stream this crate lent with
+    /// [`to_cudarc`](Self::to_cudarc)) gives the `Stream` already wrapping it: every wrapper of a
+    /// stream shares its capture lock.
+    ///
     /// # Safety
-    /// No capture may be begun on the stream through cudarc (`CudaStream::begin_capture`) or any
-    /// way other than this crate while the returned `Stream` or a clone lives: this crate would
-    /// not know its work is being recorded into a graph, which would then use memory that is
-    /// freed meanwhile.
+    /// While the returned `Stream` or a clone lives: no capture may be begun on the stream
+    /// through cudarc (`CudaStream::begin_capture`) or any way other than this crate (this crate
+    /// would not know its work is being recorded into a graph, which would then use memory that
+    /// is freed meanwhile); and while this crate captures it, no work may be queued on it through
+    /// cudarc (this crate's graph would replay that work without holding its memory). A default
+    /// stream needs neither promise: this crate refuses to work in another library's capture of
+    /// it, and captures it only through `unsafe` calls with contracts of their own.
     pub unsafe fn from_cudarc(stream: &Arc<CudaStream>) -> Result<Stream> {
         let owner: Arc<dyn Any + Send + Sync> = stream.clone();
         // SAFETY: the handle is valid while the `Arc` lives, which the result holds; the caller
@@ -127,8 +138,8 @@ impl Stream {
     /// # Safety
     /// The returned stream, and every cudarc object holding it (slices allocated on it, events),
     /// must not be used after the last clone of this `Stream` is gone (cudarc does not keep this
-    /// crate's stream alive); and no capture may be begun on it through cudarc (see
-    /// [`from_cudarc`](Self::from_cudarc)).
+    /// crate's stream alive); no capture may be begun on it through cudarc, and no work queued on
+    /// it through cudarc while this crate captures it (see [`from_cudarc`](Self::from_cudarc)).
     pub unsafe fn to_cudarc(&self, context: &Arc<CudaContext>) -> Result<Arc<CudaStream>> {
         if self.is_default() {
             return Err(CudaError::InvalidArgument(

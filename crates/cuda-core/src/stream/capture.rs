@@ -120,7 +120,7 @@ pub(crate) fn capture_refusal(e: &CudaError) -> bool {
                 | R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
                 | R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
         )
-    ) || matches!(e, CudaError::InvalidArgument(m) if m.contains("capture was invalidated"))
+    ) || matches!(e, CudaError::InvalidArgument(m) if m.contains("capture was invalidated") || m.starts_with(FOREIGN_CAPTURE))
 }
 
 /// Whether any capture started by this crate is running.
@@ -216,6 +216,27 @@ pub(crate) fn with_capture<T>(
 
 #[cold]
 fn with_capture_slow<T>(stream: driver::CUstream, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
+    with_capture_asked(stream, op)
+}
+
+/// What an operation on a stream captured by code outside this crate is refused with (and what
+/// [`capture_refusal`] knows: a release tries again once that capture is over).
+const FOREIGN_CAPTURE: &str = "the stream is being captured into a graph by code outside this crate";
+
+/// The refusal of an operation on a stream another library (or raw driver code) is capturing.
+pub(crate) fn foreign_capture() -> CudaError {
+    CudaError::InvalidArgument(format!(
+        "{FOREIGN_CAPTURE} (another library, such as cudarc's CudaStream::begin_capture, or raw driver calls): that graph could not hold what the operation uses. End that capture first, through the library that began it, or queue this work on a stream of your own"
+    ))
+}
+
+/// [`with_capture`] that asks the driver whatever this crate's count of captures says: for
+/// default streams, which other code on the thread may capture (see
+/// `Stream::operation_on_default`).
+pub(crate) fn with_capture_asked<T>(
+    stream: driver::CUstream,
+    op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>,
+) -> Result<T> {
     loop {
         let Some(info) = capture_info(stream)? else {
             return op(None);
@@ -224,12 +245,7 @@ fn with_capture_slow<T>(stream: driver::CUstream, op: impl FnOnce(Option<&mut Ca
             .as_ref()
             .and_then(|m| m.get(&(info.graph as usize)))
             .and_then(Weak::upgrade)
-            .ok_or_else(|| {
-                CudaError::InvalidArgument(
-                    "the stream is being captured into a graph this crate did not start (a raw capture): what the operation uses could not be held by the graph"
-                        .into(),
-                )
-            })?;
+            .ok_or_else(foreign_capture)?;
         let mut reg = graph.lock();
         // Asked again under the graph's lock, which ending a capture holds: a stream that joined
         // the capture leaves it when the capture ends (under the origin stream's lock, not this

@@ -45,7 +45,8 @@ use crate::{CudaError, Result};
 use capture::{with_capture, Capture, CAPTURES};
 use cuda_sys::driver;
 use std::fmt;
-use std::sync::{Arc, OnceLock, RwLock, RwLockWriteGuard};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockWriteGuard, Weak};
 
 /// Runs `f` with the calling thread in relaxed capture mode: captures (global-mode ones on other
 /// threads, or this thread's own) do not refuse its waits. For waits on work recorded outside any
@@ -107,8 +108,24 @@ unsafe impl Send for StreamInner {}
 // SAFETY: as above.
 unsafe impl Sync for StreamInner {}
 
+/// The live wrappers of stream handles (not default ones), by handle: see [`Stream::registered`].
+static WRAPPERS: Mutex<BTreeMap<usize, Weak<StreamInner>>> = Mutex::new(BTreeMap::new());
+
+fn wrappers() -> MutexGuard<'static, BTreeMap<usize, Weak<StreamInner>>> {
+    WRAPPERS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Drop for StreamInner {
     fn drop(&mut self) {
+        if self.handle as usize > PER_THREAD {
+            // Unregistered before the handle can be destroyed (and so made again by the driver);
+            // a later wrapper of the handle replaces this entry otherwise.
+            let mut map = wrappers();
+            let me: *const StreamInner = self;
+            if map.get(&(self.handle as usize)).is_some_and(|w| std::ptr::eq(w.as_ptr(), me)) {
+                map.remove(&(self.handle as usize));
+            }
+        }
         if (self.owned || self.owner.is_some()) && crate::reaper::in_callback() {
             // On a driver thread: destroyed (or its owner, another library's stream, dropped) on
             // the release thread instead.
@@ -238,16 +255,33 @@ impl Stream {
     }
 
     fn wrap(handle: driver::CUstream, context: Option<Context>, owned: bool) -> Stream {
-        Stream {
-            inner: Arc::new(StreamInner {
-                handle,
-                limits: context.as_ref().and_then(|c| c.device().limits().ok()),
-                context,
-                owned,
-                capture_lock: RwLock::new(()),
-                owner: None,
-            }),
+        let inner = StreamInner {
+            handle,
+            limits: context.as_ref().and_then(|c| c.device().limits().ok()),
+            context,
+            owned,
+            capture_lock: RwLock::new(()),
+            owner: None,
+        };
+        let stream = Stream { inner: Arc::new(inner) };
+        if owned {
+            // A new stream: no wrapper of its handle can be alive.
+            wrappers().insert(handle as usize, Arc::downgrade(&stream.inner));
         }
+        stream
+    }
+
+    /// The live wrapper of `handle` (a stream this crate made, or one wrapped before), or the
+    /// one `make` makes, registered: every `Stream` naming one stream shares its capture lock.
+    /// (Not for default stream handles, whose values are process-wide.)
+    fn registered(handle: driver::CUstream, make: impl FnOnce() -> Result<StreamInner>) -> Result<Stream> {
+        let mut map = wrappers();
+        if let Some(inner) = map.get(&(handle as usize)).and_then(Weak::upgrade) {
+            return Ok(Stream { inner });
+        }
+        let stream = Stream { inner: Arc::new(make()?) };
+        map.insert(handle as usize, Arc::downgrade(&stream.inner));
+        Ok(stream)
     }
 
     /// The process-wide value of a default stream handle (NULL, legacy or per-thread).
@@ -263,22 +297,34 @@ impl Stream {
     /// values as [`legacy_default`](Self::legacy_default) and
     /// [`per_thread_default`](Self::per_thread_default).
     ///
+    /// A handle wrapped before (or a stream this crate made) gives that `Stream` again: every
+    /// wrapper of one stream shares its capture lock.
+    ///
     /// # Safety
     /// `handle` must be a valid stream for as long as the returned `Stream`, its clones and
-    /// anything holding them (buffers freed on it, graphs launched on it) are used, and no
-    /// capture may be begun or ended on it other than through this crate. It must not be a
-    /// stream this crate made (clone that `Stream` instead): two wrappers of one stream would not
-    /// share its capture lock.
+    /// anything holding them (buffers freed on it, graphs launched on it) are used. No capture
+    /// may be begun or ended on it other than through this crate, and while this crate captures
+    /// it no code outside this crate may queue work on it (the graph would replay that work
+    /// without holding what it uses).
     pub unsafe fn from_handle(handle: driver::CUstream) -> Result<Stream> {
         if handle as usize <= PER_THREAD {
             return Ok(Stream::default_stream(handle as usize));
         }
-        let mut ctx: driver::CUcontext = std::ptr::null_mut();
-        // SAFETY: the caller vouches for the stream; out-pointer to a local.
-        unsafe { driver::cuStreamGetCtx(handle, &mut ctx) }.check("cuStreamGetCtx")?;
-        // SAFETY: a live stream's context is live.
-        let context = unsafe { Context::from_raw(ctx) }?;
-        Ok(Stream::wrap(handle, Some(context), false))
+        Stream::registered(handle, || {
+            let mut ctx: driver::CUcontext = std::ptr::null_mut();
+            // SAFETY: the caller vouches for the stream; out-pointer to a local.
+            unsafe { driver::cuStreamGetCtx(handle, &mut ctx) }.check("cuStreamGetCtx")?;
+            // SAFETY: a live stream's context is live.
+            let context = unsafe { Context::from_raw(ctx) }?;
+            Ok(StreamInner {
+                handle,
+                limits: context.device().limits().ok(),
+                context: Some(context),
+                owned: false,
+                capture_lock: RwLock::new(()),
+                owner: None,
+            })
+        })
     }
 
     /// [`from_handle`](Self::from_handle) for a stream that `owner` keeps alive: the `Stream` and
@@ -286,9 +332,14 @@ impl Stream {
     /// stream objects). A default stream handle gives the process-wide value, as `from_handle`
     /// does (it is always valid, and `owner` is not needed).
     ///
+    /// A handle wrapped before gives that `Stream` again (which keeps the stream valid by the
+    /// promise it was made with; `owner` then goes): every wrapper of one stream shares its
+    /// capture lock.
+    ///
     /// # Safety
-    /// `handle` must be a valid stream while `owner` lives, and no capture may be begun or ended
-    /// on it other than through this crate while the returned `Stream` or a clone lives.
+    /// `handle` must be a valid stream while `owner` lives, and while the returned `Stream` or a
+    /// clone lives no capture may be begun or ended on it other than through this crate, and
+    /// no code outside this crate may queue work on it while this crate captures it.
     #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
     pub(crate) unsafe fn from_handle_with_owner(
         handle: driver::CUstream,
@@ -297,17 +348,21 @@ impl Stream {
         if handle as usize <= PER_THREAD {
             return Ok(Stream::default_stream(handle as usize));
         }
-        // SAFETY: the caller vouches for the stream while `owner` lives, which the result holds.
-        let stream = unsafe { Stream::from_handle(handle) }?;
-        let inner = StreamInner {
-            handle,
-            context: stream.inner.context.clone(),
-            limits: stream.inner.limits,
-            owned: false,
-            capture_lock: RwLock::new(()),
-            owner: Some(owner),
-        };
-        Ok(Stream { inner: Arc::new(inner) })
+        Stream::registered(handle, || {
+            let mut ctx: driver::CUcontext = std::ptr::null_mut();
+            // SAFETY: the caller vouches for the stream while `owner` lives; out-pointer to a local.
+            unsafe { driver::cuStreamGetCtx(handle, &mut ctx) }.check("cuStreamGetCtx")?;
+            // SAFETY: a live stream's context is live.
+            let context = unsafe { Context::from_raw(ctx) }?;
+            Ok(StreamInner {
+                handle,
+                limits: context.device().limits().ok(),
+                context: Some(context),
+                owned: false,
+                capture_lock: RwLock::new(()),
+                owner: Some(owner),
+            })
+        })
     }
 
     /// The legacy default stream (`CU_STREAM_LEGACY`) of whatever context is current where it is
@@ -407,9 +462,13 @@ impl Stream {
     /// `Some` while the guard lives when no capture runs anywhere (none begins before it is
     /// dropped) and the thread is not running a host function; `None` sends the caller to its
     /// general path (through [`enqueue`](Self::enqueue), which refuses or locks as needed).
+    ///
+    /// Never for a default stream: other code on the thread (another library) can begin a
+    /// capture of it that this crate does not count, so its operations ask the driver (see
+    /// [`operation_on_default`](Self::operation_on_default)).
     #[inline]
     pub(crate) fn quietly(&self) -> Option<gate::Quiet> {
-        if crate::reaper::in_callback() {
+        if crate::reaper::in_callback() || self.is_default() {
             return None;
         }
         gate::enter(&CAPTURES)
@@ -423,7 +482,30 @@ impl Stream {
             return op(None);
         }
         refuse_in_callback()?;
+        if self.is_default() {
+            return self.operation_on_default(op);
+        }
         self.operation_locked(exclusive, op)
+    }
+
+    /// An operation on a default stream: the driver is asked whether the stream is being
+    /// captured, every time, and a capture this crate did not begin is refused.
+    ///
+    /// Why not the quiet path: the per-thread default stream (and the NULL handle, which names
+    /// it in per-thread mode) is shared with every library on the thread; cudarc's safe
+    /// `per_thread_stream().begin_capture()` captures it without this crate's count of captures
+    /// moving. Work queued there would be recorded into a graph that holds nothing it uses.
+    ///
+    /// Why asking once suffices (no lock, no race): the per-thread stream can be named, captured
+    /// and queued on only by the calling thread, so no capture begins between the question and
+    /// the queued work; the legacy stream cannot be captured at all. A capture this crate began
+    /// on the per-thread stream ([`crate::GraphBuilder::begin_building_shared`], `unsafe`) is
+    /// found by its graph and recorded into as on any stream.
+    #[cold]
+    #[inline(never)]
+    fn operation_on_default<T>(&self, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
+        let _mark = gate::enter_locked();
+        capture::with_capture_asked(self.inner.handle, op)
     }
 
     /// An operation while captures run somewhere: under the stream's capture lock, with the
@@ -495,6 +577,15 @@ impl Stream {
             ));
         }
         refuse_in_callback()?;
+        if self.is_default() {
+            // A capture point of another library's capture of the per-thread stream would let
+            // a stream waiting for the event join that capture: refused (see
+            // `operation_on_default`).
+            return self.operation_on_default(|_| {
+                // SAFETY: both handles are live; not in a capture this crate did not begin.
+                unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")
+            });
+        }
         // SAFETY: both handles are live. Recording changes no capture state of this stream, and
         // nothing the record uses must outlive it (so no capture lock is needed).
         unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")

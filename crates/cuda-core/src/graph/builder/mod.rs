@@ -186,7 +186,34 @@ impl GraphBuilder {
     /// ([`Context::synchronize`], which is refused while the capture runs: it would invalidate
     /// it). An error inside an operation on a stream (from a [`crate::MemoryResource`]'s
     /// `allocate`, say), and inside host functions.
+    ///
+    /// Refused on a default stream: other code on the thread (another library, such as cudarc's
+    /// `per_thread_stream()`) can queue work on the per-thread default stream while it is
+    /// captured, and the graph would replay that work without holding what it uses. Capture a
+    /// stream of your own ([`Device::create_graph_builder`]), or see
+    /// [`begin_building_shared`](Self::begin_building_shared).
     pub fn begin_building(&mut self, mode: CaptureMode) -> Result<&mut Self> {
+        if self.stream.is_default() {
+            return Err(CudaError::InvalidArgument(
+                "a default stream cannot be captured by a safe call: other libraries on the thread queue work on the per-thread default stream, which the graph would replay without holding what it uses (and the legacy default stream cannot be captured at all). Capture a stream of your own (Device::create_graph_builder), or use the unsafe GraphBuilder::begin_building_shared".into(),
+            ));
+        }
+        self.begin(mode)
+    }
+
+    /// [`begin_building`](Self::begin_building) that also captures the per-thread default
+    /// stream (a capture of the legacy default stream is refused by the driver).
+    ///
+    /// # Safety
+    /// Until the capture ends, no code outside this crate queues work on the captured stream
+    /// (another library's calls on the calling thread's per-thread default stream, or on the NULL
+    /// stream where it names that stream): the graph would record that work without holding what
+    /// it uses, and replay it after that memory is freed.
+    pub unsafe fn begin_building_shared(&mut self, mode: CaptureMode) -> Result<&mut Self> {
+        self.begin(mode)
+    }
+
+    fn begin(&mut self, mode: CaptureMode) -> Result<&mut Self> {
         match (self.state, self.kind) {
             (State::Building, _) => {
                 return Err(CudaError::InvalidArgument(
