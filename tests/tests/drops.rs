@@ -373,3 +373,73 @@ fn dropping_a_texture_in_use_returns_at_once() {
         "the kernel read the texture"
     );
 }
+
+// Round 3, finding 10: an owned managed pool destroyed while its last free was still queued
+// crashed the driver (SIGSEGV in cuMemPoolDestroy, driver 580). A pool made here is destroyed
+// once the frees queued into it have run, never by the thread that dropped it while they are
+// pending. Every kind of pool the crate makes, with the free held behind a host function.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_pool_dropped_with_its_last_free_pending_waits_for_it() {
+    use cuda_core::{DeviceMemoryResource, ManagedMemoryResource, ManagedMemoryResourceOptions, PinnedMemoryResource};
+    let _serial = one_at_a_time();
+    let (d, s) = setup();
+    let kinds: Vec<&str> = if d.properties().concurrent_managed_access().unwrap_or(0) != 0 {
+        vec!["device", "pinned", "managed"]
+    } else {
+        cuda_tests::skip_part("the managed pool: no concurrent managed access on this device");
+        vec!["device", "pinned"]
+    };
+    for kind in kinds {
+        for _ in 0..4 {
+            let gate = Gate::default();
+            let (buffer, resource, used): (Buffer, Box<dyn std::any::Any>, Box<dyn Fn() -> u64>) = match kind {
+                "device" => {
+                    let mr = DeviceMemoryResource::new(&d, Default::default()).unwrap();
+                    let m = mr.clone();
+                    (
+                        mr.allocate(1 << 20, &s).unwrap(),
+                        Box::new(mr),
+                        Box::new(move || m.used_mem_current().unwrap()),
+                    )
+                }
+                "pinned" => {
+                    let mr = PinnedMemoryResource::new(Default::default()).unwrap();
+                    let m = mr.clone();
+                    (
+                        mr.allocate(1 << 20, &s).unwrap(),
+                        Box::new(mr),
+                        Box::new(move || m.used_mem_current().unwrap()),
+                    )
+                }
+                _ => {
+                    let mr = ManagedMemoryResource::new(Some(ManagedMemoryResourceOptions::default())).unwrap();
+                    let m = mr.clone();
+                    (
+                        mr.allocate(1 << 20, &s).unwrap(),
+                        Box::new(mr),
+                        Box::new(move || m.pool().expect("a managed pool").used_mem_current().unwrap()),
+                    )
+                }
+            };
+            buffer.fill_u8(0x11, &s).unwrap();
+            gate.hold(&s);
+            buffer.fill_u8(0x22, &s).unwrap();
+            drop_at_once("a pool buffer whose work is held", buffer);
+            // What the fix relies on: a queued free counts as used until it runs.
+            assert!(
+                used() > 0,
+                "{kind} pool: a free queued behind held work no longer counts as used memory: the pool's destroy cannot wait for it this way"
+            );
+            drop(used);
+            drop_at_once("the last reference to the pool's resource", resource);
+            std::thread::sleep(Duration::from_millis(50));
+            gate.open();
+            s.sync().unwrap();
+        }
+    }
+    // The release thread destroys the pools once their frees ran.
+    std::thread::sleep(Duration::from_millis(100));
+    let errors = cuda_core::take_drop_errors();
+    assert!(errors.is_empty(), "{errors:?}");
+}

@@ -79,6 +79,18 @@ impl Drop for MemoryPool {
         if !self.owned {
             return;
         }
+        if !self.imported {
+            // A pool made here: destroyed once the frees queued into it are done (see
+            // `DestroyWhenUnused`), here when nothing is outstanding.
+            let mut job = DestroyWhenUnused {
+                handle: crate::reaper::SendHandle(self.handle),
+                since: std::time::Instant::now(),
+            };
+            if !crate::reaper::Retry::attempt(&mut job) {
+                crate::reaper::retry(Box::new(job));
+            }
+            return;
+        }
         // (Peer access is not revoked here: that takes effect at once, while the work queued on
         // the pool's memory may still run. A new device pool revokes what it may inherit.)
         let _registry = if self.imported {
@@ -101,6 +113,47 @@ impl Drop for MemoryPool {
         if let Err(e) = unsafe { driver::cuMemPoolDestroy(self.handle) }.check("cuMemPoolDestroy") {
             record_drop_error(e);
         }
+    }
+}
+
+/// A pool made here whose resource is gone, destroyed once no memory from it is in use: once
+/// the stream-ordered frees queued into it have run (`CU_MEMPOOL_ATTR_USED_MEM_CURRENT` counts
+/// memory until its free runs). `cuda.h` allows destroying a pool with frees outstanding, but
+/// driver 580 crashes doing so for managed pools (in `cuMemPoolDestroy`, and the same raw calls
+/// crash a C program); so no pool is destroyed before its frees are done, and never by the
+/// dropping thread while they are pending (the release thread tries again).
+struct DestroyWhenUnused {
+    handle: crate::reaper::SendHandle<driver::CUmemoryPool>,
+    since: std::time::Instant,
+}
+
+/// How long a pool whose memory stays in use is waited for before it is kept (never destroyed):
+/// memory is in use that long only when a buffer was leaked or a free was kept because the
+/// memory might still be in use.
+const POOL_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl crate::reaper::Retry for DestroyWhenUnused {
+    fn attempt(&mut self) -> bool {
+        let mut used = 0u64;
+        // SAFETY: the pool is live (destroyed below, once); `USED_MEM_CURRENT` is a 64-bit value.
+        let asked = unsafe {
+            driver::cuMemPoolGetAttribute(
+                self.handle.0,
+                driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+                (&mut used as *mut u64).cast(),
+            )
+        };
+        if asked == driver::CUresult::CUDA_SUCCESS && used != 0 {
+            // Kept (leaked) after the limit: destroying it could crash the driver.
+            return self.since.elapsed() > POOL_WAIT_LIMIT;
+        }
+        // SAFETY: made by cuMemPoolCreate, destroyed once (the job is dropped when this returns
+        // true); no memory from it is in use (or the driver cannot say: its context failed, and
+        // nothing runs there any more); buffers from it held the resource until they were freed.
+        if let Err(e) = unsafe { driver::cuMemPoolDestroy(self.handle.0) }.check("cuMemPoolDestroy") {
+            record_drop_error(e);
+        }
+        true
     }
 }
 
