@@ -562,6 +562,9 @@ fn checkpoint_cycle_of_a_child_process() {
         panic!("the child did not get ready: {:?}", child.wait());
     }
     let pid = child.id();
+    // Held past the child's end: once it has exited, calls naming it are refused before the
+    // driver (its id may belong to another task by then, a thread of this process included).
+    let watched = Process::new(pid).unwrap();
     // The driver calls can block in the driver where the platform cannot complete them: run them
     // on a thread, and give up (killing the child) after a minute.
     let (done_tx, done) = mpsc::channel();
@@ -597,5 +600,8 @@ fn checkpoint_cycle_of_a_child_process() {
     let status = child.wait().unwrap();
     assert_eq!(verdict.as_deref(), Some("CHILD PATTERN OK"), "child exit {status:?}");
     assert!(status.success(), "child exit {status:?}");
-    println!("checkpoint cycle of child {pid}: lock, checkpoint, restore, unlock; its 64 MiB pattern survived");
+    let e = watched.lock(Some(Duration::from_secs(1))).unwrap_err();
+    assert!(e.to_string().starts_with(&format!("process {pid} has exited")), "{e}");
+    assert_eq!(e.driver_status(), None, "{e}");
+    println!("checkpoint cycle of child {pid}: lock, checkpoint, restore, unlock; its 64 MiB pattern survived; the exited child is refused: {e}");
 }

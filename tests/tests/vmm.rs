@@ -523,6 +523,80 @@ fn vmm_host_memory_is_host_accessible_or_refused() {
     assert!(b.is_host_accessible() && !b.is_device_accessible());
 }
 
+/// Host memory only the host may reach (host location, no device peers): fills and copies, which
+/// the device runs, are refused before the driver with an error that says why (the device's
+/// access would fault the context: finding 3 of the third audit, where the write check let them
+/// through because the host may write the memory). With the device as a read-write peer the same
+/// operations run, and the context is unharmed.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn vmm_host_memory_the_device_cannot_reach_is_refused_to_fills_and_copies() {
+    let (d, s) = setup();
+    let host = Options {
+        location_type: Location::Host,
+        ..private()
+    };
+    if !supported(d.properties().host_virtual_memory_management_supported()) {
+        return skip("host memory: host_virtual_memory_management_supported is 0");
+    }
+    let alone = VirtualMemoryResource::new(&d, host.clone()).unwrap();
+    let b = alone.allocate(1, &s).unwrap();
+    assert!(b.is_host_accessible() && !b.is_device_accessible());
+    let n = b.size();
+    let pool = d.memory_resource().unwrap();
+    let dev = Buffer::allocate(pool.clone(), n, &s).unwrap();
+    dev.fill_u8(0x5A, &s).unwrap();
+    let written = |e: String, what: &str| {
+        assert!(
+            e.starts_with(&format!(
+                "{what}: the device may not write this buffer's memory, which only the host may reach"
+            )),
+            "{e}"
+        );
+    };
+    let read = |e: String, what: &str| {
+        assert!(e.starts_with(&format!("{what}: device 0 may not")), "{e}");
+    };
+    // Writes the device would make.
+    written(err(b.fill_u8(1, &s)), "fill_u8");
+    written(err(b.fill_u32(1, &s)), "fill_u32");
+    written(err(dev.copy_to(&b, &s)), "copy_to");
+    written(err(b.copy_from(&dev, &s)), "copy_to");
+    written(err(b.copy_from_host(&pattern(n, 1), &s)), "copy_from_host");
+    written(err(Buffer::copy_batch(&[(&dev, &b)], &s)), "copy_batch");
+    let region = |buffer| cuda_core::Region2D {
+        buffer,
+        offset: 0,
+        pitch: 64,
+    };
+    written(err(Buffer::copy_2d(region(&b), region(&dev), 64, 4, &s)), "copy_2d");
+    // Reads the device would make.
+    let other = Buffer::allocate(pool, n, &s).unwrap();
+    read(err(b.copy_to(&other, &s)), "copy_to");
+    read(err(b.to_vec::<u8>(&s)), "copy_to_host");
+    read(b.to_vec_async::<u8>(&s).err().unwrap().to_string(), "to_vec_async");
+    read(err(Buffer::copy_batch(&[(&b, &other)], &s)), "copy_batch");
+    read(err(Buffer::copy_2d(region(&other), region(&b), 64, 4, &s)), "copy_2d");
+    // None reached the device: the context is unharmed.
+    s.sync().unwrap();
+    assert!(dev.to_vec::<u8>(&s).unwrap().iter().all(|&v| v == 0x5A));
+    drop(b);
+
+    // With the device as a read-write peer, the same operations run.
+    let shared = VirtualMemoryResource::new(&d, Options { peers: vec![d], ..host }).unwrap();
+    let b = shared.allocate(1, &s).unwrap();
+    assert!(b.is_host_accessible() && b.is_device_accessible());
+    b.fill_u8(1, &s).unwrap();
+    dev.copy_to(&b, &s).unwrap();
+    assert!(b.to_vec::<u8>(&s).unwrap().iter().all(|&v| v == 0x5A));
+    let data = pattern(n, 3);
+    b.copy_from_host(&data, &s).unwrap();
+    b.copy_to(&other, &s).unwrap();
+    assert_eq!(other.to_vec::<u8>(&s).unwrap(), data);
+    drop((b, dev, other));
+    no_vmm_errors();
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn vmm_host_numa_memory_is_host_accessible_or_refused() {

@@ -2,7 +2,9 @@
 //! device memory to the host, restore it (optionally onto other GPUs), unlock.
 //!
 //! A coordinator drives a target process by its id, much as a debugger attaches: Linux and the
-//! driver enforce permissions (another user's process may need `CAP_SYS_PTRACE`). These calls
+//! driver enforce permissions (another user's process may need `CAP_SYS_PTRACE`). A [`Process`]
+//! names the process that had the id when it was made: its calls refuse the calling process and
+//! its threads, and (with a pidfd) a process that has exited, whose id may have gone to another. These calls
 //! prepare the GPU side only; a full process checkpoint also needs a CPU-side tool such as CRIU
 //! between [`Process::checkpoint`] and [`Process::restore`].
 //!
@@ -29,8 +31,9 @@ use crate::error::Check;
 use crate::{CudaError, Result};
 use cuda_sys::{driver, StatusCode};
 use std::fmt;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::str::FromStr;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// What `call` is named in an error when the driver cannot checkpoint: the call and `cuda.core`'s
@@ -219,10 +222,116 @@ fn thread_group_of(id: u32) -> Option<u32> {
         .ok()
 }
 
+/// Whether task `id` is the calling process or one of its threads (`/proc/self/task/<id>`, or
+/// the `Tgid` of `/proc/<id>/status`; where `/proc` cannot tell, only the process id counts).
+fn is_this_process(id: u32) -> bool {
+    id == std::process::id()
+        || std::path::Path::new(&format!("/proc/self/task/{id}")).exists()
+        || thread_group_of(id) == Some(std::process::id())
+}
+
+/// The refusal of `pid` as the calling process.
+fn this_process(pid: u32) -> CudaError {
+    CudaError::InvalidArgument(format!(
+        "pid {pid} is the calling process (or one of its threads): a process cannot checkpoint \
+         itself, as locking it would block its every later CUDA call; run the coordinator in \
+         another process"
+    ))
+}
+
+/// A pidfd of a process (`pidfd_open`, Linux 5.3): it names that process, never one that reuses
+/// its id, and reads as readable once the process has exited.
+#[derive(Debug)]
+struct Pidfd(OwnedFd);
+
+impl Pidfd {
+    /// A pidfd of process `pid`: `Ok(None)` where the kernel offers none (`ENOSYS` before Linux
+    /// 5.3, `EPERM` or `EACCES` under a seccomp policy) or `pid` names a thread rather than a
+    /// process (`EINVAL`); an error when no process has that id (`ESRCH`) or no descriptor can be
+    /// had.
+    fn open(pid: i32) -> Result<Option<Pidfd>> {
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = pid;
+            Ok(None)
+        }
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: pidfd_open takes a pid and flags (0) and returns a new descriptor or -1; no
+            // memory is passed.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+            if fd >= 0 {
+                let fd = i32::try_from(fd).map_err(|_| {
+                    CudaError::InvalidArgument(format!("pidfd_open({pid}) returned {fd}, not a descriptor"))
+                })?;
+                // SAFETY: a descriptor pidfd_open just opened, owned by this value alone.
+                return Ok(Some(Pidfd(unsafe { OwnedFd::from_raw_fd(fd) })));
+            }
+            let error = std::io::Error::last_os_error();
+            match error.raw_os_error() {
+                Some(libc::ENOSYS | libc::EPERM | libc::EACCES | libc::EINVAL) => Ok(None),
+                Some(libc::ESRCH) => Err(CudaError::InvalidArgument(format!("no process has the id {pid}"))),
+                _ => Err(CudaError::InvalidArgument(format!(
+                    "pid {pid}: pidfd_open failed: {error}"
+                ))),
+            }
+        }
+    }
+
+    /// Whether the process has exited (the pidfd polls readable then).
+    fn exited(&self) -> Result<bool> {
+        let mut poll = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd, a local; a zero timeout returns at once.
+        let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+        if ready < 0 {
+            return Err(CudaError::InvalidArgument(format!(
+                "poll of the process's pidfd failed: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(ready > 0 && poll.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0)
+    }
+}
+
 /// A CUDA process to lock, checkpoint, restore and unlock (`cuda.core.checkpoint.Process`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// It names the process that had the id when it was made, not whichever task has the id later:
+/// every call that hands the id to the driver first checks that the id is not the calling process
+/// or one of its threads (a thread of this process may get the id of a process that exited), and,
+/// where the kernel offers pidfds (Linux 5.3), that the process named at [`new`](Self::new) has
+/// not exited (its pidfd, held by the value and its clones, tells). Either is an error
+/// (`InvalidArgument`) before the driver is called. Without pidfds only the first check is made.
+/// What is left is the time between the check and the driver's call.
+#[derive(Debug, Clone)]
 pub struct Process {
     pid: i32,
+    /// The process named at `new` (`None` where the kernel offers no pidfd).
+    pidfd: Option<Arc<Pidfd>>,
+}
+
+/// Processes are equal when they name one process: the same id, and the same pidfd (the same
+/// [`Process::new`] call, or clones of it) where they hold one.
+impl PartialEq for Process {
+    fn eq(&self, other: &Process) -> bool {
+        self.pid == other.pid
+            && match (&self.pidfd, &other.pidfd) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+    }
+}
+
+impl Eq for Process {}
+
+impl std::hash::Hash for Process {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.pid.hash(state);
+    }
 }
 
 impl Process {
@@ -231,24 +340,25 @@ impl Process {
     ///
     /// The calling process is refused (`InvalidArgument`), by its process id or the id of any of
     /// its threads: locking itself would block every later CUDA call of the process, those that
-    /// would unlock it included. A thread id is told from a process id by the `Tgid` of
-    /// `/proc/<pid>/status`; where that cannot be read, `pid` is compared with this process's id
-    /// only.
+    /// would unlock it included. A thread id is told from a process id by
+    /// `/proc/self/task/<pid>` or the `Tgid` of `/proc/<pid>/status`; where `/proc` cannot tell,
+    /// `pid` is compared with this process's id only. Where the kernel offers pidfds, an id no
+    /// process has is refused too, and the process is held by a pidfd from here on (see
+    /// [`Process`]).
     pub fn new(pid: u32) -> Result<Process> {
         let Some(id) = i32::try_from(pid).ok().filter(|&p| p > 0) else {
             return Err(CudaError::InvalidArgument(format!(
                 "pid must be a positive int, got {pid}"
             )));
         };
-        let me = std::process::id();
-        if pid == me || thread_group_of(pid) == Some(me) {
-            return Err(CudaError::InvalidArgument(format!(
-                "pid {pid} is the calling process (or one of its threads): a process cannot \
-                 checkpoint itself, as locking it would block its every later CUDA call; run the \
-                 coordinator in another process"
-            )));
+        if is_this_process(pid) {
+            return Err(this_process(pid));
         }
-        Ok(Process { pid: id })
+        let pidfd = Pidfd::open(id)?.map(Arc::new);
+        let process = Process { pid: id, pidfd };
+        // The id may have been reused between the check above and the pidfd.
+        process.target()?;
+        Ok(process)
     }
 
     /// The process id.
@@ -256,12 +366,31 @@ impl Process {
         self.pid as u32
     }
 
+    /// Whether this value still names the process [`new`](Self::new) found under its id: not this
+    /// process nor one of its threads, and, where the value holds a pidfd, not exited. Called
+    /// before each call that hands the id to the driver; nothing here reaches the driver.
+    fn target(&self) -> Result<i32> {
+        let pid = self.pid as u32;
+        if is_this_process(pid) {
+            return Err(this_process(pid));
+        }
+        if let Some(fd) = &self.pidfd {
+            if fd.exited()? {
+                return Err(CudaError::InvalidArgument(format!(
+                    "process {pid} has exited: a Process names the process that had the id when it was made, and its id may now belong to another (make a new Process for that one)"
+                )));
+            }
+        }
+        Ok(self.pid)
+    }
+
     /// The process's checkpoint state.
     pub fn state(&self) -> Result<ProcessState> {
+        let pid = self.target()?;
         require_driver()?;
         let mut state = driver::CUprocessState_enum::CU_PROCESS_STATE_FAILED;
         // SAFETY: `state` is a live out-pointer; the pid is a plain integer.
-        let status = unsafe { driver::cuCheckpointProcessGetState(self.pid, &mut state) };
+        let status = unsafe { driver::cuCheckpointProcessGetState(pid, &mut state) };
         check(
             status,
             "cuCheckpointProcessGetState",
@@ -273,10 +402,11 @@ impl Process {
     /// The thread of the process that restores it: a coordinator restores through that thread
     /// (CRIU, say, needs to know it).
     pub fn restore_thread_id(&self) -> Result<u32> {
+        let pid = self.target()?;
         require_driver()?;
         let mut tid = 0;
         // SAFETY: `tid` is a live out-pointer; the pid is a plain integer.
-        let status = unsafe { driver::cuCheckpointProcessGetRestoreThreadId(self.pid, &mut tid) };
+        let status = unsafe { driver::cuCheckpointProcessGetRestoreThreadId(pid, &mut tid) };
         check(
             status,
             "cuCheckpointProcessGetRestoreThreadId",
@@ -298,13 +428,14 @@ impl Process {
                 })?
             }
         };
+        let pid = self.target()?;
         require_driver()?;
         let mut args = driver::CUcheckpointLockArgs {
             timeoutMs: timeout_ms,
             ..Default::default()
         };
         // SAFETY: `args` is a live structure with its reserved fields zeroed.
-        let status = unsafe { driver::cuCheckpointProcessLock(self.pid, &mut args) };
+        let status = unsafe { driver::cuCheckpointProcessLock(pid, &mut args) };
         check(
             status,
             "cuCheckpointProcessLock",
@@ -315,9 +446,10 @@ impl Process {
     /// Checkpoints the locked process: its device memory goes to host memory and its GPU state
     /// is released.
     pub fn checkpoint(&self) -> Result<()> {
+        let pid = self.target()?;
         require_driver()?;
         // SAFETY: null arguments are allowed (memory goes to the host).
-        let status = unsafe { driver::cuCheckpointProcessCheckpoint(self.pid, std::ptr::null_mut()) };
+        let status = unsafe { driver::cuCheckpointProcessCheckpoint(pid, std::ptr::null_mut()) };
         check(
             status,
             "cuCheckpointProcessCheckpoint",
@@ -329,6 +461,7 @@ impl Process {
     /// checkpointed GPU to another: `(old, new)` pairs. The process stays locked, as the driver
     /// leaves it: [`Process::unlock`] it to let its CUDA calls run.
     pub fn restore(&self, gpu_mapping: &[(GpuUuid, GpuUuid)]) -> Result<()> {
+        let pid = self.target()?;
         require_driver()?;
         let mut pairs: Vec<driver::CUcheckpointGpuPair> = gpu_mapping
             .iter()
@@ -351,7 +484,7 @@ impl Process {
         };
         // SAFETY: `args_ptr` is null (restore onto the same GPUs) or a live structure whose
         // reserved fields are zeroed and whose pairs array of `count` entries lives across the call.
-        let status = unsafe { driver::cuCheckpointProcessRestore(self.pid, args_ptr) };
+        let status = unsafe { driver::cuCheckpointProcessRestore(pid, args_ptr) };
         check(
             status,
             "cuCheckpointProcessRestore",
@@ -361,9 +494,10 @@ impl Process {
 
     /// Unlocks the process: its CUDA calls run again.
     pub fn unlock(&self) -> Result<()> {
+        let pid = self.target()?;
         require_driver()?;
         // SAFETY: null arguments are allowed.
-        let status = unsafe { driver::cuCheckpointProcessUnlock(self.pid, std::ptr::null_mut()) };
+        let status = unsafe { driver::cuCheckpointProcessUnlock(pid, std::ptr::null_mut()) };
         check(
             status,
             "cuCheckpointProcessUnlock",
@@ -373,121 +507,4 @@ impl Process {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn processes_cross_threads() {
-        fn send_and_sync<T: Send + Sync>() {}
-        send_and_sync::<Process>();
-        send_and_sync::<GpuUuid>();
-    }
-
-    #[test]
-    fn pids_are_positive_ints() {
-        assert_eq!(Process::new(1).unwrap().pid(), 1);
-        for bad in [0, u32::MAX, i32::MAX as u32 + 1] {
-            let e = Process::new(bad).unwrap_err();
-            assert!(e.to_string().contains("pid must be a positive int"), "{e}");
-        }
-    }
-
-    #[test]
-    fn the_calling_process_and_its_threads_are_refused() {
-        let e = Process::new(std::process::id()).unwrap_err();
-        assert!(e.to_string().contains("cannot checkpoint itself"), "{e}");
-        // A thread of this process, by its thread id, while it runs.
-        let other_thread = std::thread::spawn(|| {
-            // SAFETY: gettid has no preconditions.
-            let mine = unsafe { libc::gettid() };
-            (mine, Process::new(mine as u32).map(|p| p.pid()))
-        });
-        let (thread_id, result) = other_thread.join().unwrap();
-        assert!(thread_id > 0 && thread_id as u32 != std::process::id());
-        if thread_group_of(std::process::id()).is_some() {
-            let e = result.unwrap_err();
-            assert!(e.to_string().contains("cannot checkpoint itself"), "{e}");
-        }
-        // Another process is accepted.
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
-        let accepted = Process::new(child.id());
-        let _ = child.kill();
-        let _ = child.wait();
-        assert_eq!(accepted.unwrap().pid(), child.id());
-    }
-
-    #[test]
-    fn uuids_parse_as_cuda_writes_them() {
-        let text = "3a6a1c8e-2f0e-5d44-b1c4-0d1e2f3a4b5c";
-        let uuid: GpuUuid = text.parse().unwrap();
-        assert_eq!(uuid.to_string(), text);
-        assert_eq!(format!("GPU-{text}").parse::<GpuUuid>().unwrap(), uuid);
-        assert_eq!(text.replace('-', "").parse::<GpuUuid>().unwrap(), uuid);
-        let raw: driver::CUuuid = uuid.into();
-        assert_eq!(GpuUuid::from(raw), uuid);
-        for bad in [
-            "",
-            "3a6a1c8e",
-            "zz6a1c8e-2f0e-5d44-b1c4-0d1e2f3a4b5c",
-            "é6a1c8e-2f0e-5d44-b1c4-0d1e2f3a4b5c",
-            "+a6a1c8e-2f0e-5d44-b1c4-0d1e2f3a4b5c",
-            "3a6a1c8e-2f0e-5d44-b1c4-0d1e2f3a4b+c",
-            "3a6a1c8e-2f0e-5d44-b1c4-0d1e2f3a4b c",
-        ] {
-            let e = bad.parse::<GpuUuid>().unwrap_err();
-            assert!(e.to_string().contains("32 hex characters"), "{e}");
-        }
-    }
-
-    #[test]
-    fn states_and_unsupported_drivers() {
-        use driver::CUprocessState_enum as S;
-        use driver::CUresult as R;
-        assert_eq!(
-            ProcessState::from_raw(S::CU_PROCESS_STATE_LOCKED).unwrap(),
-            ProcessState::Locked
-        );
-        assert_eq!(ProcessState::Checkpointed.to_string(), "checkpointed");
-        assert!(ProcessState::from_raw(driver::CUprocessState_enum(99)).is_err());
-        // A function that could not be loaded is the driver that cannot checkpoint: the status
-        // `LoadError::to_status` encodes (0x7C, the library, the function's index).
-        let encoded = 0x7C00_0000 | (cuda_sys::LibraryId::Driver as u32) << 16;
-        let missing = cuda_sys::LoadError::from_status(encoded).expect("an encoded load error");
-        let e = check(
-            R(missing.to_status()),
-            "cuCheckpointProcessLock",
-            unsupported!("cuCheckpointProcessLock"),
-        )
-        .unwrap_err();
-        assert!(is_not_supported(&e), "{e}");
-        assert!(e
-            .to_string()
-            .contains("CUDA checkpointing is not supported by the installed NVIDIA driver"));
-        // A 12.8 driver's NOT_SUPPORTED or NOT_FOUND, and any other status, is what it is.
-        for status in [
-            R::CUDA_ERROR_NOT_SUPPORTED,
-            R::CUDA_ERROR_NOT_FOUND,
-            R::CUDA_ERROR_INVALID_VALUE,
-        ] {
-            let e = check(
-                status,
-                "cuCheckpointProcessLock",
-                unsupported!("cuCheckpointProcessLock"),
-            )
-            .unwrap_err();
-            assert!(!is_not_supported(&e), "{e}");
-            assert_eq!(e.driver_status(), Some(status));
-            assert!(e.to_string().starts_with("cuCheckpointProcessLock: CUDA_ERROR_"), "{e}");
-            assert!(!e.to_string().contains("upgrade"), "{e}");
-        }
-    }
-
-    #[test]
-    fn without_a_driver_the_error_says_checkpointing_is_unavailable() {
-        if cuda_pathfinder::load_nvidia_dynamic_lib("cuda").is_ok() {
-            return; // the GPU suite runs the real cycle
-        }
-        let e = Process::new(1).unwrap().state().unwrap_err();
-        assert!(e.load_error().is_some(), "{e}");
-    }
-}
+mod tests;

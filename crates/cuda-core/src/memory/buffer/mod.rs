@@ -546,17 +546,8 @@ impl Buffer {
         self.allocation(Some(resource), uses).release()
     }
 
-    /// Refuses to write into memory neither kernels nor the host may write (the resource says
-    /// so: read-only virtual memory, say), which would fault the GPU and lose its context.
-    pub(crate) fn check_writable(&self, what: &str) -> Result<()> {
-        if !self.is_device_accessible() && !self.is_host_accessible() {
-            return Err(CudaError::InvalidArgument(format!(
-                "{what}: neither kernels nor the host may write this buffer's memory (its resource says so: read-only virtual memory, for one); write into a buffer with read-write access"
-            )));
-        }
-        Ok(())
-    }
-
+    /// (What the device may do with the memory, `check_writable` and `check_device_reads`, is
+    /// checked in `memory/copy/reach.rs`.)
     pub(crate) fn check_fits(&self, bytes: usize, what: &str) -> Result<()> {
         if bytes > self.size {
             return Err(CudaError::InvalidArgument(format!(

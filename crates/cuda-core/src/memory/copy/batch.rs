@@ -129,6 +129,7 @@ impl Buffer {
                 )));
             }
             dst.check_writable("copy_batch")?;
+            src.check_device_reads(stream, "copy_batch")?;
         }
         refuse_dependent_copies(pairs)?;
         options.check(n)?;
@@ -246,6 +247,7 @@ fn refuse_dependent_copies(pairs: &[(&Buffer, &Buffer)]) -> Result<()> {
 fn copy_with_options(dst: &Buffer, src: &Buffer, stream: &Stream, options: &CopyOptions, method: &str) -> Result<()> {
     super::check_same_size(src, dst)?;
     dst.check_writable(method)?;
+    src.check_device_reads(stream, method)?;
     if is_legacy_default(stream) {
         return Err(single_legacy(method));
     }

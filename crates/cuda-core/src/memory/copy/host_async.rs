@@ -101,6 +101,7 @@ impl Buffer {
         let item = std::mem::size_of::<T>().max(1);
         let len = self.size() / item;
         let bytes = len * item;
+        self.check_device_reads(stream, "to_vec_async")?;
         // Refused before the staging allocation (page-locked allocations are calls a capture
         // prohibits; the copy below is refused on a capturing stream too).
         stream.enqueue(|capture| match capture {

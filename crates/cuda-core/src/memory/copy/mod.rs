@@ -6,11 +6,15 @@
 //! - here: host copies, whole-buffer, 2D, 3D and peer copies, fills;
 //! - `options`: [`CopyOptions`] and its enums, [`BatchCopyOptions`], their driver form;
 //! - `batch`: batched copies and copies with options (`copy_batch`, `copy_to_with`, ...);
-//! - `host_async`: awaited copies with host memory (`to_vec_async`, `copy_from_vec_async`).
+//! - `host_async`: awaited copies with host memory (`to_vec_async`, `copy_from_vec_async`);
+//! - `reach`: what the device may do with a buffer's memory, checked before every fill and copy
+//!   (`check_writable`, `check_device_reads`): the device runs them, and memory it cannot reach
+//!   would fault the context.
 
 mod batch;
 mod host_async;
 mod options;
+mod reach;
 
 pub use host_async::HostCopy;
 pub use options::{BatchCopyOptions, CopyOptions, MemcpyOverlapMode, MemcpySrcAccessOrder};
@@ -119,6 +123,7 @@ impl Buffer {
     pub fn copy_to_host<T: Pod>(&self, dst: &mut [T], stream: &Stream) -> Result<()> {
         let bytes = std::mem::size_of_val(dst);
         self.check_fits(bytes, "copy_to_host")?;
+        self.check_device_reads(stream, "copy_to_host")?;
         let dst_ptr = dst.as_mut_ptr();
         copy_with_host(
             stream,
@@ -171,6 +176,7 @@ impl Buffer {
     pub fn copy_to(&self, dst: &Buffer, stream: &Stream) -> Result<()> {
         check_same_size(self, dst)?;
         dst.check_writable("copy_to")?;
+        self.check_device_reads(stream, "copy_to")?;
         enqueue_using(stream, &[self, dst], |_| {
             // SAFETY: both ranges lie in their buffers, whose memory stays alive until the copy
             // is done (`enqueue_using`).
@@ -348,6 +354,7 @@ impl Buffer {
         let dst_ptr = dst.check(width, height, depth, "destination")?;
         dst.buffer.check_writable("copy_3d")?;
         let src_ptr = src.check(width, height, depth, "source")?;
+        src.buffer.check_device_reads(stream, "copy_3d")?;
         let copy = driver::CUDA_MEMCPY3D {
             srcMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
             srcDevice: src_ptr,
@@ -375,6 +382,7 @@ impl Buffer {
         let dst_ptr = dst.check(width, height, "destination")?;
         dst.buffer.check_writable("copy_2d")?;
         let src_ptr = src.check(width, height, "source")?;
+        src.buffer.check_device_reads(stream, "copy_2d")?;
         let copy = driver::CUDA_MEMCPY2D {
             srcMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
             srcDevice: src_ptr,
@@ -397,6 +405,7 @@ impl Buffer {
     pub fn copy_to_peer(&self, dst: &Buffer, stream: &Stream) -> Result<()> {
         dst.check_fits(self.size(), "copy_to_peer")?;
         dst.check_writable("copy_to_peer")?;
+        self.check_device_reads(stream, "copy_to_peer")?;
         let context = |b: &Buffer| -> Result<driver::CUcontext> {
             let device = b
                 .memory_resource()

@@ -25,9 +25,12 @@
 //! current (elsewhere: `CUDA_ERROR_INVALID_GRAPHICS_CONTEXT`), so a [`GraphicsResource`] and its
 //! guards stay on the registering thread. A mapping released elsewhere (a graph holding it goes
 //! on the release thread) parks its unmap, still ordered on its stream, for that thread's next
-//! call on the resource. EGL images are not mapped by the driver at all (NVIDIA documents that
-//! their frames are read directly and the application synchronises): their "unmap" waits for
-//! the work queued on the frames, from any thread.
+//! call on the resource. When the resource is gone by then (the graph held the mapping past
+//! it), the registration goes with the mapping, also on the registering thread: its next
+//! graphics call (any resource's, or [`release_parked`]) queues the unmap and unregisters it.
+//! EGL images are not mapped by the driver at all (NVIDIA documents that their frames are read
+//! directly and the application synchronises): their "unmap" waits for the work queued on the
+//! frames, from any thread.
 //!
 //! Graphics interop uses buffers, streams and contexts: it lives in `memory`, a layer above them.
 
@@ -198,9 +201,28 @@ impl fmt::Debug for GraphicsResource {
     }
 }
 
+/// On the calling thread, unmaps and unregisters the OpenGL resources registered here whose last
+/// holder went on another thread, and returns how many were unregistered.
+///
+/// A graph that recorded work on a mapping holds the mapping, and the mapping holds the
+/// registration, past the [`GraphicsResource`] itself; when the graph goes (on this crate's
+/// release thread, after its launches) the mapping's unmap and the unregistration need the GL
+/// context, current only on the registering thread. They wait there for that thread's next
+/// graphics call: registering a resource, a map, [`GraphicsResource::is_mapped`],
+/// [`GraphicsResource::close`], dropping a resource, or this function, which a thread that has no
+/// other resource to call on can use. The unmap is queued on the mapping's stream (after every use
+/// of the mapping), with the GL context current here, then the resource is unregistered. An unmap
+/// that cannot be queued yet (its stream is being captured) waits for a later call; failures
+/// (no GL context current, say) are recorded for [`crate::take_drop_errors`] and tried again
+/// later. A registering thread that makes no further graphics call leaves them registered.
+pub fn release_parked() -> usize {
+    registered::release_orphans()
+}
+
 /// The calling thread's current CUDA context, which resources are registered in.
 fn current_context(what: &str) -> Result<Context> {
     crate::reaper::refuse_in_callback()?;
+    registered::release_orphans();
     Context::current()?.ok_or_else(|| {
         CudaError::InvalidArgument(format!(
             "{what} registers in the current CUDA context, and none is current: make a device current first (Device::set_current)"
@@ -326,6 +348,7 @@ impl GraphicsResource {
     /// thread, where the GL context is current: a failure leaves the resource mapped, and the next
     /// map or [`close`](Self::close) reports it.
     pub fn is_mapped(&self) -> bool {
+        registered::release_orphans();
         self.registered.as_ref().is_some_and(|r| {
             let _ = r.unmap_parked();
             r.is_mapped()
@@ -350,6 +373,7 @@ impl GraphicsResource {
     /// the mapping, and so the GL object, for the rest of the process).
     pub fn close(&mut self) -> Result<()> {
         crate::reaper::refuse_in_callback()?;
+        registered::release_orphans();
         if let Some(r) = &self.registered {
             r.unmap_parked()?;
             if Arc::strong_count(r) > 1 || r.is_mapped() {
@@ -383,6 +407,7 @@ impl GraphicsResource {
             .as_ref()
             .ok_or_else(|| CudaError::InvalidArgument("GraphicsResource has been closed".into()))?;
         crate::reaper::refuse_in_callback()?;
+        registered::release_orphans();
         registered.unmap_parked()?;
         if registered.is_mapped() {
             return Err(CudaError::InvalidArgument(

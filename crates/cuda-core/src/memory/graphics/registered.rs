@@ -10,9 +10,20 @@
 //! before it. An unmap the driver refused for want of a GL context is parked the same way; on
 //! driver 580 the refusal has already ended CUDA's side of the mapping (the retry hears
 //! `CUDA_ERROR_NOT_MAPPED`, taken as unmapped), and the driver refuses to map that resource again
-//! (`CUDA_ERROR_ALREADY_MAPPED`): an error, never a mapping used after it ended. EGL images are never mapped by the driver (NVIDIA's documentation: their frames
-//! are read directly, and the application synchronises): releasing one waits for the work
-//! instead, from any thread.
+//! (`CUDA_ERROR_ALREADY_MAPPED`): an error, never a mapping used after it ended. EGL images are
+//! never mapped by the driver (NVIDIA's documentation: their frames are read directly, and the
+//! application synchronises): releasing one waits for the work instead, from any thread.
+//!
+//! The registration goes with its last holder. When that is a mapping released off the
+//! registering thread (a graph that held the mapping past its resource, let go on the release
+//! thread), its unmap is parked and nothing on that thread can unregister it either: the driver
+//! refuses to unregister a mapped resource (`CUDA_ERROR_ALREADY_MAPPED`, seen on driver 580) and
+//! unmaps only where the GL context is current. So an OpenGL registration whose last holder goes
+//! off its thread becomes an *orphan*, kept in a process-wide list until the registering thread's
+//! next graphics call ([`release_orphans`]: registering, mapping, `is_mapped`, `close`, dropping
+//! a resource, or [`crate::graphics::release_parked`]), which queues its parked unmap on its
+//! stream and unregisters it there. A registering thread that makes no further graphics call (or
+//! has ended) leaves its orphans registered: the GL context they need is current nowhere else.
 
 use super::{GraphicsRegisterFlags, GraphicsResourceKind};
 use crate::device::Context;
@@ -24,8 +35,52 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::thread::ThreadId;
 
+/// OpenGL registrations whose last holder went off the registering thread: unregistered by that
+/// thread's next graphics call ([`release_orphans`]).
+static ORPHANS: Mutex<Vec<Registered>> = Mutex::new(Vec::new());
+
+/// On the calling thread, unmaps and unregisters the orphans it registered (see the module
+/// documentation); returns how many were unregistered. An orphan whose unmap cannot be queued
+/// yet (its stream is being captured) stays for the next call; a failure (no GL context current,
+/// say) is recorded for [`crate::take_drop_errors`] and the orphan stays too. Nothing is done
+/// inside a callback on a driver thread, nor while the calling thread registered no orphan.
+pub(super) fn release_orphans() -> usize {
+    if crate::reaper::in_callback() {
+        return 0;
+    }
+    let me = std::thread::current().id();
+    let mine: Vec<Registered> = {
+        let mut all = ORPHANS.lock().unwrap_or_else(|p| p.into_inner());
+        if !all.iter().any(|r| r.owner == me) {
+            return 0;
+        }
+        let (mine, others) = std::mem::take(&mut *all).into_iter().partition(|r| r.owner == me);
+        *all = others;
+        mine
+    };
+    let mut released = 0;
+    let mut kept = Vec::new();
+    for mut orphan in mine {
+        match orphan.unregister_orphan() {
+            Ok(true) => released += 1,
+            Ok(false) => kept.push(orphan),
+            Err(e) => {
+                record_drop_error(e);
+                if !orphan.raw.is_null() {
+                    kept.push(orphan);
+                }
+            }
+        }
+    }
+    if !kept.is_empty() {
+        ORPHANS.lock().unwrap_or_else(|p| p.into_inner()).extend(kept);
+    }
+    released
+}
+
 /// A registered `CUgraphicsResource`, unregistered with its last holder: the
-/// [`GraphicsResource`](super::GraphicsResource) (until it is closed) and every mapping of it.
+/// [`GraphicsResource`](super::GraphicsResource) (until it is closed) and every mapping of it
+/// (an OpenGL one on the registering thread: see the module documentation on orphans).
 pub(super) struct Registered {
     raw: driver::CUgraphicsResource,
     /// The CUDA context it was registered in, current for every call on it.
@@ -40,10 +95,11 @@ pub(super) struct Registered {
     parked: Mutex<Option<Stream>>,
 }
 
-// SAFETY: calls that need the graphics context (map, unmap) are made only on the owner thread
-// (checked against `owner`); other threads only park an unmap (a lock), read the atomic, or, as
-// the last holder, unregister after waiting for the work queued on the mapping. The handle is
-// unregistered once, by the last holder.
+// SAFETY: calls that need the graphics context (map, unmap, and unregistering an OpenGL
+// resource) are made only on the owner thread (checked against `owner`); other threads only park
+// an unmap (a lock), read the atomic, or, as the last holder, hand an OpenGL registration to the
+// owner thread (`ORPHANS`) or unregister an EGL image after waiting for the work queued on it.
+// The handle is unregistered once, by the last holder or the owner thread it was handed to.
 unsafe impl Send for Registered {}
 // SAFETY: as above: shared access is the lock, the atomic and the checked calls.
 unsafe impl Sync for Registered {}
@@ -189,9 +245,36 @@ impl Registered {
         Ok(true)
     }
 
+    /// An orphan's end, on the owner thread: its parked unmap is queued, then it is unregistered
+    /// (`Ok(true)`). `Ok(false)` while the unmap stays parked (its stream is being captured); an
+    /// error when the unmap fails (it stays registered, to be tried again) or the unregistration
+    /// does (it is gone: the driver keeps what it kept).
+    fn unregister_orphan(&mut self) -> Result<bool> {
+        self.unmap_parked()?;
+        if self.parked.get_mut().unwrap_or_else(|p| p.into_inner()).is_some() {
+            return Ok(false);
+        }
+        self.unregister().map(|()| true)
+    }
+
+    /// Moves the registration out into a new value, leaving this one unregistered-looking (a
+    /// null handle), for a drop that hands it on.
+    fn take(&mut self) -> Registered {
+        Registered {
+            raw: std::mem::replace(&mut self.raw, std::ptr::null_mut()),
+            context: self.context.clone(),
+            flags: self.flags,
+            kind: self.kind,
+            owner: self.owner,
+            mapped: AtomicBool::new(self.is_mapped()),
+            parked: Mutex::new(self.parked.get_mut().unwrap_or_else(|p| p.into_inner()).take()),
+        }
+    }
+
     /// Unregisters (`cuGraphicsUnregisterResource`), once. A parked unmap is queued first (on
     /// the owner thread); elsewhere its stream's work is waited for, so that nothing still uses
-    /// the mapping when the registration goes.
+    /// the mapping when the registration goes. (An OpenGL registration's last holder off the
+    /// owner thread hands it to the owner instead: see `Drop`.)
     pub(super) fn unregister(&mut self) -> Result<()> {
         if self.raw.is_null() {
             return Ok(());
@@ -223,22 +306,36 @@ impl Drop for Registered {
         if self.raw.is_null() {
             return;
         }
+        if self.driver_maps() && !self.on_owner_thread() {
+            // An OpenGL registration off its thread (a driver thread included): neither its
+            // parked unmap nor the unregistration can be done here. The owner's next graphics
+            // call does both.
+            let orphan = self.take();
+            ORPHANS.lock().unwrap_or_else(|p| p.into_inner()).push(orphan);
+            return;
+        }
         if crate::reaper::in_callback() {
             // On a driver thread: unregistered on the release thread.
-            let later = Registered {
-                raw: std::mem::replace(&mut self.raw, std::ptr::null_mut()),
-                context: self.context.clone(),
-                flags: self.flags,
-                kind: self.kind,
-                owner: self.owner,
-                mapped: AtomicBool::new(self.is_mapped()),
-                parked: Mutex::new(self.parked.get_mut().unwrap_or_else(|p| p.into_inner()).take()),
-            };
-            crate::reaper::drop_later(Box::new(later));
+            crate::reaper::drop_later(Box::new(self.take()));
             return;
+        }
+        if self.driver_maps() {
+            // On the owner thread: an unmap still parked (its stream is being captured, or no GL
+            // context is current to queue it) keeps the registration until a later call.
+            if let Err(e) = self.unmap_parked() {
+                record_drop_error(e);
+            }
+            if self.parked.get_mut().unwrap_or_else(|p| p.into_inner()).is_some() {
+                let orphan = self.take();
+                ORPHANS.lock().unwrap_or_else(|p| p.into_inner()).push(orphan);
+                return;
+            }
         }
         if let Err(e) = self.unregister() {
             record_drop_error(e);
+        }
+        if self.driver_maps() {
+            release_orphans();
         }
     }
 }

@@ -20,11 +20,13 @@
 //!
 //! **Read-only and inaccessible memory.** `self_access` other than read-write (or host memory
 //! without read-write peers, for the device) makes the resource report its memory as not
-//! device- (or host-) accessible, since the crate's promise is read *and* write. Copies, fills
-//! and graph memory nodes refuse to write memory neither side may write (`Buffer`'s write
-//! check); reading memory no one may access still reaches the driver, which faults the context
-//! (an error, not undefined behaviour). A growth's own options must grant the owner at least
-//! what the resource reports, so the answers stay true for every chunk.
+//! device- (or host-) accessible, since the crate's promise is read *and* write. Fills, copies
+//! and graph memory nodes are run by the device, so they refuse to write memory the device may
+//! not write (read-only memory, and host memory only the host may reach), and copies refuse to
+//! read memory the driver grants the copying device no access to (`cuMemGetAccess`), before the
+//! driver sees them: the device's access would fault the context (see `memory/copy/reach.rs`).
+//! Read-only memory is read as usual. A growth's own options must grant the owner at least what
+//! the resource reports, so the answers stay true for every chunk.
 
 mod grow;
 mod ipc;

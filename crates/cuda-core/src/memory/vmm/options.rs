@@ -152,7 +152,8 @@ pub struct VirtualMemoryResourceOptions {
     pub allocation_type: VirtualMemoryAllocationType,
     /// Where the memory lies (default the resource's device). Host locations have no device
     /// (`device()` is `None`); the host reaches them directly when `self_access` is read-write,
-    /// and devices through `peers`.
+    /// and devices through `peers`: without a read-write peer, fills and copies into the memory
+    /// (which the device runs) are refused, and copies out of it too unless a peer may read it.
     pub location_type: VirtualMemoryLocationType,
     /// How the memory can be shared with other processes; `None` for not at all (default
     /// [`VirtualMemoryHandleType::PosixFd`], as `cuda.core`).

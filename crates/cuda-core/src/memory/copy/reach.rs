@@ -1,0 +1,196 @@
+//! What the device may do with a buffer's memory, checked before the driver is asked to fill it
+//! or to copy into or out of it.
+//!
+//! Fills (`cuMemsetD*Async`), copies between buffers or with host slices (`cuMemcpy*Async`,
+//! batches, 2D and 3D copies), graph memset and memcpy nodes and array copies are run by the
+//! device: its engines read and write the memory through the device's own mapping of it. Memory
+//! the device has no mapping of faults the GPU, and the fault loses the context (every later call
+//! of the process on it fails): host-location virtual memory granted to the host alone, or
+//! virtual memory whose `self_access` is `None`. These checks refuse such work before the driver
+//! sees it, on what the buffer knows:
+//!
+//! - a write needs memory kernels may read and write ([`Buffer::is_device_accessible`], what its
+//!   resource, or for foreign memory the driver, says); memory only the host may write is refused
+//!   as memory nobody may write is;
+//! - a read needs memory the device may at least read: device-accessible memory, or memory the
+//!   driver says the executing device (the stream's) may read (`cuMemGetAccess`: read-only virtual
+//!   memory). Host memory whose resource says kernels may not use it, and whose mapping the driver
+//!   cannot describe, is refused too; other memory the driver cannot describe (a read-only
+//!   graphics mapping, which the device reads) is read;
+//! - both accept foreign host memory the driver does not know (pageable memory under
+//!   `Buffer::from_handle`): the device never maps it, the driver copies it through staging
+//!   memory of its own or answers with an error.
+
+use super::super::buffer::Buffer;
+use crate::device::Device;
+use crate::stream::{relaxed_capture_mode, Stream};
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+
+/// Who may reach a buffer's memory, as far as the checks need to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Reach {
+    /// Kernels may read and write it.
+    device: bool,
+    /// The host may read and write it.
+    host: bool,
+    /// Host memory the driver does not know: a foreign buffer over pageable memory (foreign
+    /// memory the driver knows, device, pinned or managed, is device-accessible).
+    unknown_to_driver: bool,
+}
+
+impl Reach {
+    fn of(buffer: &Buffer) -> Reach {
+        let device = buffer.is_device_accessible();
+        Reach {
+            device,
+            host: buffer.is_host_accessible(),
+            unknown_to_driver: !device && buffer.memory_resource().is_none(),
+        }
+    }
+}
+
+/// Why a write by the device into memory reached as `reach` is refused (`None`: it is not).
+fn write_refusal(reach: Reach, what: &str) -> Option<String> {
+    if reach.device || reach.unknown_to_driver {
+        return None;
+    }
+    Some(if reach.host {
+        format!(
+            "{what}: the device may not write this buffer's memory, which only the host may reach (host-location virtual memory without read-write device peers, for one), and fills and copies are run by the device, whose write would fault the context: grant the device read-write access (peers), or write the memory on the host"
+        )
+    } else {
+        format!(
+            "{what}: neither kernels nor the host may write this buffer's memory (its resource says so: read-only virtual memory, for one); write into a buffer with read-write access"
+        )
+    })
+}
+
+/// Why a read by device `device` of memory reached as `reach` is refused (`None`: it is not);
+/// `granted` is what the driver says that device may do with it: `Some(true)` read, `Some(false)`
+/// nothing, `None` when the driver cannot say (memory not mapped through virtual memory
+/// management).
+fn read_refusal(reach: Reach, granted: Option<bool>, device: usize, what: &str) -> Option<String> {
+    if reach.device || reach.unknown_to_driver {
+        return None;
+    }
+    match granted {
+        Some(true) => None,
+        Some(false) => Some(format!(
+            "{what}: device {device} may not read this buffer's memory (the driver grants it no access: host-location virtual memory without device peers, or virtual memory whose self_access is None, for two), and copies are run by the device, whose read would fault the context: grant the device access, or read the memory on the host"
+        )),
+        None if reach.host => Some(format!(
+            "{what}: device {device} may not be able to read this buffer's memory (host memory its resource says kernels may not use, whose access the driver does not describe), and copies are run by the device, whose read would fault the context: read the memory on the host"
+        )),
+        None => None,
+    }
+}
+
+/// What the driver says `device` may do with the memory at `ptr` (`cuMemGetAccess`): `Some(true)`
+/// read (or read and write), `Some(false)` nothing, `None` when it does not say (memory not
+/// mapped through virtual memory management).
+fn granted_read(ptr: driver::CUdeviceptr, device: &Device) -> Option<bool> {
+    let location = crate::memory::device_location(device);
+    let mut flags: std::ffi::c_ulonglong = 0;
+    // SAFETY: out-pointer to a local, the location a local; the driver only reads its mapping
+    // records for `ptr` (an unknown address is an error). In relaxed capture mode: a global
+    // capture on another thread neither refuses the query nor is invalidated by it.
+    let status = relaxed_capture_mode(|| unsafe { driver::cuMemGetAccess(&mut flags, &location, ptr) });
+    if status != driver::CUresult::CUDA_SUCCESS {
+        return None;
+    }
+    let read = driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ.0 as std::ffi::c_ulonglong;
+    Some(flags & read != 0)
+}
+
+impl Buffer {
+    /// Refuses a write the device makes into the buffer (fills, copies, graph memset and memcpy
+    /// nodes, array copies) where the device may not write its memory: memory nobody may write
+    /// (read-only virtual memory) and memory only the host may reach (host-location virtual
+    /// memory without read-write device peers), whose write by the device would fault the GPU
+    /// and lose its context. See the `reach` module.
+    pub(crate) fn check_writable(&self, what: &str) -> Result<()> {
+        if self.is_device_accessible() {
+            return Ok(());
+        }
+        match write_refusal(Reach::of(self), what) {
+            Some(refusal) => Err(CudaError::InvalidArgument(refusal)),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses a read of the buffer by the device of `stream` (a copy from it) where that device
+    /// may not read its memory, as far as the buffer and the driver know (see the `reach`
+    /// module). Device-accessible memory is accepted without asking the driver.
+    pub(crate) fn check_device_reads(&self, stream: &Stream, what: &str) -> Result<()> {
+        if self.is_device_accessible() {
+            return Ok(());
+        }
+        let reach = Reach::of(self);
+        if reach.unknown_to_driver {
+            return Ok(());
+        }
+        let device = stream.context_or_current()?.device();
+        match read_refusal(reach, granted_read(self.handle(), &device), device.device_id(), what) {
+            Some(refusal) => Err(CudaError::InvalidArgument(refusal)),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reach(device: bool, host: bool, unknown_to_driver: bool) -> Reach {
+        Reach {
+            device,
+            host,
+            unknown_to_driver,
+        }
+    }
+
+    #[test]
+    fn device_writes_need_memory_the_device_may_write() {
+        // Device, pinned, managed memory; host memory with read-write device peers.
+        assert_eq!(write_refusal(reach(true, false, false), "fill_u8"), None);
+        assert_eq!(write_refusal(reach(true, true, false), "copy_to"), None);
+        // Pageable memory the driver does not know: the driver stages it (or refuses).
+        assert_eq!(write_refusal(reach(false, true, true), "copy_to"), None);
+        // Host-location virtual memory without device peers: the host may write it, the device
+        // may not (finding 3 of the third audit: this passed the old check).
+        let host_only = write_refusal(reach(false, true, false), "fill_u8").unwrap();
+        assert!(
+            host_only.starts_with("fill_u8: the device may not write"),
+            "{host_only}"
+        );
+        assert!(host_only.contains("host-location virtual memory"), "{host_only}");
+        // Read-only virtual memory: nobody may write it.
+        let nobody = write_refusal(reach(false, false, false), "copy_2d").unwrap();
+        assert!(
+            nobody.starts_with("copy_2d: neither kernels nor the host may write"),
+            "{nobody}"
+        );
+    }
+
+    #[test]
+    fn device_reads_need_memory_the_device_may_read() {
+        // Device-accessible memory is read without asking the driver.
+        for granted in [None, Some(false), Some(true)] {
+            assert_eq!(read_refusal(reach(true, false, false), granted, 0, "copy_to"), None);
+            assert_eq!(read_refusal(reach(false, true, true), granted, 0, "copy_to"), None);
+        }
+        // Read-only virtual memory: the driver grants the device reads.
+        assert_eq!(read_refusal(reach(false, false, false), Some(true), 0, "copy_to"), None);
+        // Memory the driver grants the device nothing on: refused, host memory or not.
+        for host in [false, true] {
+            let e = read_refusal(reach(false, host, false), Some(false), 3, "to_vec").unwrap();
+            assert!(e.starts_with("to_vec: device 3 may not read"), "{e}");
+        }
+        // The driver cannot say: host memory kernels may not use is refused, the rest (a
+        // read-only graphics mapping) read.
+        let e = read_refusal(reach(false, true, false), None, 0, "copy_batch").unwrap();
+        assert!(e.starts_with("copy_batch: device 0 may not be able to read"), "{e}");
+        assert_eq!(read_refusal(reach(false, false, false), None, 0, "copy_to"), None);
+    }
+}
