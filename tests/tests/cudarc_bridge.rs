@@ -314,7 +314,10 @@ fn operations_on_the_per_thread_stream_cudarc_captures_are_refused() {
     let calls = Arc::new(AtomicUsize::new(0));
     let refused = |e: cuda_core::CudaError| {
         let text = e.to_string();
-        assert!(text.contains("outside this crate") && text.contains("End that capture"), "{text}");
+        assert!(
+            text.contains("outside this crate") && text.contains("End that capture"),
+            "{text}"
+        );
     };
     let counter = calls.clone();
     refused(
@@ -328,7 +331,10 @@ fn operations_on_the_per_thread_stream_cudarc_captures_are_refused() {
     refused(pt.record(&event).unwrap_err());
     refused(pt.wait(&s).unwrap_err());
     // A capture of this crate there is refused by a safe call in any case.
-    assert!(pt.create_graph_builder().begin_building(CaptureMode::ThreadLocal).is_err());
+    assert!(pt
+        .create_graph_builder()
+        .begin_building(CaptureMode::ThreadLocal)
+        .is_err());
     // Nothing of this crate's was recorded: cudarc's graph is empty.
     let graph = theirs
         .end_capture(sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
@@ -374,7 +380,11 @@ fn every_wrapper_of_a_stream_is_one_stream() {
     // SAFETY: as above.
     let second = unsafe { Stream::from_cudarc(&cs) }.unwrap();
     assert_eq!(first, second);
-    assert_eq!(Arc::strong_count(&cs), before + 1, "the second wrapper is the first one");
+    assert_eq!(
+        Arc::strong_count(&cs),
+        before + 1,
+        "the second wrapper is the first one"
+    );
     drop((first, second));
     assert_eq!(Arc::strong_count(&cs), before, "the wrapper let go of cudarc's stream");
     // Ours, lent to cudarc and back: the same value (which does not hold cudarc's wrapper).
@@ -383,7 +393,10 @@ fn every_wrapper_of_a_stream_is_one_stream() {
     // SAFETY: as above.
     let back = unsafe { Stream::from_cudarc(&theirs) }.unwrap();
     let held = Arc::strong_count(&theirs);
-    assert_eq!(held, 1, "the stream came back as the one this crate made, holding nothing");
+    assert_eq!(
+        held, 1,
+        "the stream came back as the one this crate made, holding nothing"
+    );
     // SAFETY: `s`'s handle, made by this crate and alive.
     let again = unsafe { Stream::from_handle(s.handle()) }.unwrap();
     assert_eq!(again, s);

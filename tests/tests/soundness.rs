@@ -10,8 +10,8 @@ use cuda_core::{
     LaunchConfig, LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryResource, Program, ProgramOptions, Region2D,
     Region3D, SourceType, Stream, VirtualMemoryResource,
 };
-use cuda_tests::check;
 use cuda_sys::driver;
+use cuda_tests::check;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -1256,7 +1256,10 @@ fn a_default_stream_is_captured_only_by_the_unsafe_call() {
     let pt = Stream::per_thread_default();
     for stream in [&pt, &Stream::legacy_default(), &d.default_stream()] {
         let err = stream.begin_capture(CaptureMode::ThreadLocal).unwrap_err().to_string();
-        assert!(err.contains("default stream") && err.contains("begin_building_shared"), "{err}");
+        assert!(
+            err.contains("default stream") && err.contains("begin_building_shared"),
+            "{err}"
+        );
         assert!(stream.capture_graph(CaptureMode::Relaxed, |_| Ok(())).is_err());
     }
     let buffer = filled(&d, &s, 1 << 20, 0);
@@ -1306,7 +1309,8 @@ fn a_raw_capture_of_the_per_thread_stream_refuses_this_crates_work() {
         let ran = Arc::new(AtomicBool::new(false));
         let flag = ran.clone();
         let errors = [
-            pt.launch_host_func(move || flag.store(true, Ordering::SeqCst)).unwrap_err(),
+            pt.launch_host_func(move || flag.store(true, Ordering::SeqCst))
+                .unwrap_err(),
             buffer.fill_u8(1, &pt).unwrap_err(),
             d.allocate(4096, &pt).map(drop).unwrap_err(),
             buffer.copy_from(&other, &pt).unwrap_err(),

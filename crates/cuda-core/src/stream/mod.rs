@@ -44,8 +44,8 @@ use crate::error::{record_drop_error, Check};
 use crate::{CudaError, Result};
 use capture::{with_capture, Capture, CAPTURES};
 use cuda_sys::driver;
-use std::fmt;
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockWriteGuard, Weak};
 
 /// Runs `f` with the calling thread in relaxed capture mode: captures (global-mode ones on other
@@ -122,7 +122,10 @@ impl Drop for StreamInner {
             // a later wrapper of the handle replaces this entry otherwise.
             let mut map = wrappers();
             let me: *const StreamInner = self;
-            if map.get(&(self.handle as usize)).is_some_and(|w| std::ptr::eq(w.as_ptr(), me)) {
+            if map
+                .get(&(self.handle as usize))
+                .is_some_and(|w| std::ptr::eq(w.as_ptr(), me))
+            {
                 map.remove(&(self.handle as usize));
             }
         }
@@ -279,7 +282,9 @@ impl Stream {
         if let Some(inner) = map.get(&(handle as usize)).and_then(Weak::upgrade) {
             return Ok(Stream { inner });
         }
-        let stream = Stream { inner: Arc::new(make()?) };
+        let stream = Stream {
+            inner: Arc::new(make()?),
+        };
         map.insert(handle as usize, Arc::downgrade(&stream.inner));
         Ok(stream)
     }
