@@ -391,47 +391,55 @@ fn a_pool_dropped_with_its_last_free_pending_waits_for_it() {
         vec!["device", "pinned"]
     };
     for kind in kinds {
-        for _ in 0..4 {
+        for round in 0..4 {
             let gate = Gate::default();
-            let (buffer, resource, used): (Buffer, Box<dyn std::any::Any>, Box<dyn Fn() -> u64>) = match kind {
+            let (buffer, resource, pool): (Buffer, Box<dyn std::any::Any>, cuda_sys::driver::CUmemoryPool) = match kind
+            {
                 "device" => {
                     let mr = DeviceMemoryResource::new(&d, Default::default()).unwrap();
-                    let m = mr.clone();
-                    (
-                        mr.allocate(1 << 20, &s).unwrap(),
-                        Box::new(mr),
-                        Box::new(move || m.used_mem_current().unwrap()),
-                    )
+                    (mr.allocate(1 << 20, &s).unwrap(), Box::new(mr.clone()), mr.handle())
                 }
                 "pinned" => {
                     let mr = PinnedMemoryResource::new(Default::default()).unwrap();
-                    let m = mr.clone();
-                    (
-                        mr.allocate(1 << 20, &s).unwrap(),
-                        Box::new(mr),
-                        Box::new(move || m.used_mem_current().unwrap()),
-                    )
+                    (mr.allocate(1 << 20, &s).unwrap(), Box::new(mr.clone()), mr.handle())
                 }
                 _ => {
                     let mr = ManagedMemoryResource::new(Some(ManagedMemoryResourceOptions::default())).unwrap();
-                    let m = mr.clone();
-                    (
-                        mr.allocate(1 << 20, &s).unwrap(),
-                        Box::new(mr),
-                        Box::new(move || m.pool().expect("a managed pool").used_mem_current().unwrap()),
-                    )
+                    let pool = mr.pool().expect("a managed pool").handle();
+                    (mr.allocate(1 << 20, &s).unwrap(), Box::new(mr), pool)
+                }
+            };
+            // What the pool's destroy waits for: memory whose free is queued and has not run
+            // cannot be trimmed (it still holds reserved memory), once it ran it can.
+            let trimmed_reserve = || {
+                // SAFETY: the pool is alive (its resource is held while this is called).
+                unsafe {
+                    cuda_tests::check(cuda_sys::driver::cuMemPoolTrimTo(pool, 0));
+                    let mut reserved = 0u64;
+                    cuda_tests::check(cuda_sys::driver::cuMemPoolGetAttribute(
+                        pool,
+                        cuda_sys::driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                        (&mut reserved as *mut u64).cast(),
+                    ));
+                    reserved
                 }
             };
             buffer.fill_u8(0x11, &s).unwrap();
             gate.hold(&s);
             buffer.fill_u8(0x22, &s).unwrap();
             drop_at_once("a pool buffer whose work is held", buffer);
-            // What the fix relies on: a queued free counts as used until it runs.
             assert!(
-                used() > 0,
-                "{kind} pool: a free queued behind held work no longer counts as used memory: the pool's destroy cannot wait for it this way"
+                trimmed_reserve() > 0,
+                "{kind} pool: memory whose free is queued behind held work was trimmed: the pool's destroy cannot wait for its frees this way"
             );
-            drop(used);
+            if round == 0 {
+                // Once the free ran, nothing is left (checked on a pool kept alive meanwhile).
+                gate.open();
+                s.sync().unwrap();
+                assert_eq!(trimmed_reserve(), 0, "{kind} pool: memory kept after its free ran");
+                drop(resource);
+                continue;
+            }
             drop_at_once("the last reference to the pool's resource", resource);
             std::thread::sleep(Duration::from_millis(50));
             gate.open();

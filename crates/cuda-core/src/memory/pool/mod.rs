@@ -116,40 +116,49 @@ impl Drop for MemoryPool {
     }
 }
 
-/// A pool made here whose resource is gone, destroyed once no memory from it is in use: once
-/// the stream-ordered frees queued into it have run (`CU_MEMPOOL_ATTR_USED_MEM_CURRENT` counts
-/// memory until its free runs). `cuda.h` allows destroying a pool with frees outstanding, but
-/// driver 580 crashes doing so for managed pools (in `cuMemPoolDestroy`, and the same raw calls
-/// crash a C program); so no pool is destroyed before its frees are done, and never by the
-/// dropping thread while they are pending (the release thread tries again).
+/// A pool made here whose resource is gone, destroyed once the stream-ordered frees queued into
+/// it have run. `cuda.h` allows destroying a pool with frees outstanding, but driver 580 crashes
+/// doing so for managed pools (in `cuMemPoolDestroy`; the same raw calls crash a C program), so
+/// no pool made here is destroyed before its frees are done, and never by the dropping thread
+/// while they are pending: the release thread tries again.
+///
+/// How it knows: the pool is trimmed to nothing (`cuMemPoolTrimTo(0)`), which gives back every
+/// block that is free, and memory whose free has not run yet is not; so the reserved memory left
+/// (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`) is zero only once every free ran. (The used-memory
+/// count does not tell: it drops when a free is queued.) `tests/tests/drops.rs` checks both
+/// facts on every kind of pool, so a driver that changes them is seen.
 struct DestroyWhenUnused {
     handle: crate::reaper::SendHandle<driver::CUmemoryPool>,
     since: std::time::Instant,
 }
 
-/// How long a pool whose memory stays in use is waited for before it is kept (never destroyed):
-/// memory is in use that long only when a buffer was leaked or a free was kept because the
-/// memory might still be in use.
+/// How long a pool that keeps memory is waited for before it is kept (never destroyed): memory
+/// stays that long only when a buffer was leaked or a free was kept because the memory might
+/// still be in use.
 const POOL_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl crate::reaper::Retry for DestroyWhenUnused {
     fn attempt(&mut self) -> bool {
-        let mut used = 0u64;
-        // SAFETY: the pool is live (destroyed below, once); `USED_MEM_CURRENT` is a 64-bit value.
+        let mut reserved = 0u64;
+        // SAFETY: the pool is live (destroyed below, once); trimming frees only blocks no
+        // allocation or pending free uses; `RESERVED_MEM_CURRENT` is a 64-bit value.
         let asked = unsafe {
-            driver::cuMemPoolGetAttribute(
-                self.handle.0,
-                driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
-                (&mut used as *mut u64).cast(),
-            )
+            driver::cuMemPoolTrimTo(self.handle.0, 0).result().and_then(|()| {
+                driver::cuMemPoolGetAttribute(
+                    self.handle.0,
+                    driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                    (&mut reserved as *mut u64).cast(),
+                )
+                .result()
+            })
         };
-        if asked == driver::CUresult::CUDA_SUCCESS && used != 0 {
+        if asked.is_ok() && reserved != 0 {
             // Kept (leaked) after the limit: destroying it could crash the driver.
             return self.since.elapsed() > POOL_WAIT_LIMIT;
         }
         // SAFETY: made by cuMemPoolCreate, destroyed once (the job is dropped when this returns
-        // true); no memory from it is in use (or the driver cannot say: its context failed, and
-        // nothing runs there any more); buffers from it held the resource until they were freed.
+        // true); every free queued into it ran (or the driver cannot say: its context failed,
+        // and nothing runs there any more); buffers from it held the resource until then.
         if let Err(e) = unsafe { driver::cuMemPoolDestroy(self.handle.0) }.check("cuMemPoolDestroy") {
             record_drop_error(e);
         }
