@@ -81,6 +81,10 @@ pub(crate) struct Registry {
     pub(crate) ready: Vec<Arc<FenceEvent>>,
     /// The contexts the hierarchy's nodes run in (they name them by handle).
     pub(crate) contexts: Vec<Context>,
+    /// A capture into one of the hierarchy's graphs was invalidated: the driver destroyed the
+    /// graph it recorded into (see [`GraphInner::capture_invalidated`]), so the hierarchy is
+    /// refused from then on.
+    pub(crate) broken: bool,
 }
 
 impl Registry {
@@ -156,6 +160,9 @@ pub(crate) struct GraphInner {
     /// that owns this one. `None`: owned here, destroyed on drop.
     pub(crate) owner: Option<(Arc<GraphInner>, NodeRef)>,
     pub(crate) registry: Arc<Mutex<Registry>>,
+    /// The driver destroyed the handle (an invalidated capture into it ended): never destroyed
+    /// here.
+    destroyed_by_driver: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: CUgraph handles may be used from any thread; every driver call this crate makes on the
@@ -167,6 +174,9 @@ unsafe impl Sync for GraphInner {}
 
 impl Drop for GraphInner {
     fn drop(&mut self) {
+        if *self.destroyed_by_driver.get_mut() {
+            return;
+        }
         if self.owner.is_none() && crate::reaper::in_callback() {
             // On a driver thread: destroyed on the release thread instead.
             let handle = crate::reaper::SendHandle(self.handle);
@@ -200,6 +210,7 @@ impl GraphInner {
             handle,
             owner: None,
             registry: Arc::default(),
+            destroyed_by_driver: Default::default(),
         })
     }
 
@@ -208,6 +219,7 @@ impl GraphInner {
             handle,
             owner: Some((parent.clone(), node)),
             registry: parent.registry.clone(),
+            destroyed_by_driver: Default::default(),
         })
     }
 
@@ -216,8 +228,26 @@ impl GraphInner {
         self.registry.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Fails when the node owning this graph (or one of its owners) was destroyed.
+    /// Notes that a capture into this graph was invalidated and has ended (the caller holds
+    /// the hierarchy's lock, `reg`). The driver destroys the graph given to
+    /// `cuStreamBeginCaptureToGraph` then (driver 580: the handle is invalid afterwards, and a
+    /// second destroy was seen to crash under concurrent captures): it is never destroyed here,
+    /// and the hierarchy, which may have lost a conditional body, is refused from now on.
+    /// `tests/tests/graphs.rs` checks the driver's behaviour.
+    pub(crate) fn capture_invalidated(&self, reg: &mut Registry) {
+        self.destroyed_by_driver
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        reg.broken = true;
+    }
+
+    /// Fails when the node owning this graph (or one of its owners) was destroyed, or when a
+    /// capture into the hierarchy was invalidated.
     pub(crate) fn check_live(&self, reg: &Registry) -> Result<()> {
+        if reg.broken {
+            return Err(CudaError::InvalidArgument(
+                "a capture into this graph (or a graph nested in it) was invalidated, and the driver destroyed the graph it recorded into: build the graph again".into(),
+            ));
+        }
         let mut at = self;
         while let Some((parent, node)) = &at.owner {
             if !reg.is_live(*node) {

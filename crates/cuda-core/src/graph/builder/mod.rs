@@ -399,6 +399,10 @@ impl GraphBuilder {
         if !capturing {
             reg.capturing.retain(|g| *g != graph.handle as usize);
             capture_over(graph.handle, site);
+            if ended.is_null() {
+                // Invalidated: the driver destroyed the graph recorded into.
+                graph.capture_invalidated(&mut reg);
+            }
         }
         drop(reg);
         let result = match status {
