@@ -451,3 +451,60 @@ fn a_pool_dropped_with_its_last_free_pending_waits_for_it() {
     let errors = cuda_core::take_drop_errors();
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+// Round 3, finding 7: after `Graph::update`, the definition the graph was instantiated from (and
+// the values its nodes held: here a callback's captured token) stayed alive until the graph went.
+// It is released once the launches that used it are done, as cuda.core releases the owners an
+// update replaces; what the graph runs now stays held, and per-node updates need the old
+// definition only while someone keeps it.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn an_update_releases_the_instantiated_definition_after_its_launches() {
+    let _one = one_at_a_time();
+    let (_d, s) = setup();
+    let gate = Gate::default();
+    let (first, mut graph, first_released) = launched_held_graph(&s, &gate);
+    let (token, second_released) = new_token();
+    let second = GraphDefinition::new().unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counter = ran.clone();
+    second
+        .callback(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let _ = &token;
+        })
+        .unwrap();
+    assert!(graph.definition().is_some());
+    graph.update(&second).unwrap();
+    drop_at_once("the instantiated definition", first);
+    drop_at_once("the update's definition", second);
+    // The held launch still runs the first definition's callback: released only after it.
+    released_after_the_work("the instantiated definition's callback", &gate, || {
+        first_released.load(Ordering::SeqCst)
+    });
+    assert!(
+        graph.definition().is_none(),
+        "nothing else holds the instantiated definition"
+    );
+    // The graph runs the update's callback, which it holds.
+    graph.launch(&s).unwrap();
+    graph.launch(&s).unwrap();
+    s.sync().unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 2);
+    assert!(
+        !second_released.load(Ordering::SeqCst),
+        "the graph runs what it was updated with"
+    );
+    assert!(graph.kernel_nodes().is_err(), "no definition to name nodes of");
+    drop(graph);
+    let start = Instant::now();
+    while !second_released.load(Ordering::SeqCst) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the update's callback was never released"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let errors = cuda_core::take_drop_errors();
+    assert!(errors.is_empty(), "{errors:?}");
+}

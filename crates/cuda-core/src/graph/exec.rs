@@ -7,14 +7,14 @@ use super::definition::{
 use crate::device::{Context, FenceEvent};
 use crate::error::{record_drop_error, Check};
 use crate::launch::KernelArgs;
-use crate::stream::graph_core::Registry;
+use crate::stream::graph_core::{GraphInner, Registry};
 use crate::stream::{release_after, Event, Site, Stream};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// How [`GraphDefinition::instantiate`] (and [`super::GraphBuilder::complete`]) build the
 /// executable graph (`CUDA_GRAPH_INSTANTIATE_FLAG_*`).
@@ -124,16 +124,23 @@ impl GraphDebugPrintOptions {
 /// came from (for per-node updates).
 ///
 /// **Lifetimes.** The executable holds the definition it was instantiated from, and so
-/// everything the definition's nodes use (see [`crate::graph`]). Values given by per-node
-/// updates ([`set_callback`](Self::set_callback), [`set_event`](Self::set_event)) and the
-/// definition of a whole-graph [`update`](Self::update) are held by the `Graph` too. A value
-/// replaced by a later update, and everything (the executable itself included) when the graph is
-/// dropped, is released on a background thread once the launches queued before that on every
-/// stream the graph was launched or uploaded on are done: dropping a `Graph` never waits for the
-/// GPU, and a launch costs what `cuGraphLaunch` costs (nothing is attached to the driver's graph).
+/// everything the definition's nodes use (see [`crate::graph`]), until a whole-graph
+/// [`update`](Self::update) makes it run another definition, which it then holds instead (as
+/// `cuda.core` releases the owners an update replaces). Values given by per-node updates
+/// ([`set_callback`](Self::set_callback), [`set_event`](Self::set_event)) are held by the
+/// `Graph` too. A value replaced by a later update (the instantiated definition included), and
+/// everything (the executable itself included) when the graph is dropped, is released on a
+/// background thread once the launches queued before that on every stream the graph was
+/// launched or uploaded on are done: dropping a `Graph` never waits for the GPU, and a launch
+/// costs what `cuGraphLaunch` costs (nothing is attached to the driver's graph).
 pub struct Graph {
     handle: driver::CUgraphExec,
-    source: GraphDefinition,
+    /// The definition instantiated, whose nodes per-node updates name: held until the first
+    /// whole-graph update (the graph runs what it holds), named weakly afterwards (whoever still
+    /// holds it, or one of its nodes, keeps it).
+    source: Weak<GraphInner>,
+    /// The instantiated definition while the graph runs what it holds (until the first update).
+    instantiated_from: Option<GraphDefinition>,
     /// Values per-node updates made the graph use, by node and kind.
     held: HashMap<(usize, HeldKind), Box<dyn Any + Send + Sync>>,
     /// The definition the last whole-graph update made the graph run.
@@ -318,7 +325,8 @@ impl Graph {
         }
         let graph = Graph {
             handle: exec,
-            source: definition.clone(),
+            source: Arc::downgrade(&definition.inner),
+            instantiated_from: Some(definition.clone()),
             held: HashMap::new(),
             updated_from: None,
             launches: Launches::default(),
@@ -338,10 +346,20 @@ impl Graph {
         self.handle
     }
 
-    /// The definition the graph was instantiated from: per-node updates name its nodes (also
-    /// after whole-graph [`update`](Self::update)s).
-    pub fn definition(&self) -> &GraphDefinition {
-        &self.source
+    /// The definition the graph was instantiated from, whose nodes per-node updates name (also
+    /// after whole-graph [`update`](Self::update)s). `None` once an update replaced it and
+    /// nothing else holds it (no clone of it, none of its nodes): it was released then.
+    pub fn definition(&self) -> Option<GraphDefinition> {
+        self.source.upgrade().map(|inner| GraphDefinition { inner })
+    }
+
+    /// [`definition`](Self::definition), or the error per-node updates give without it.
+    fn source(&self) -> Result<GraphDefinition> {
+        self.definition().ok_or_else(|| {
+            CudaError::InvalidArgument(
+                "the definition this graph was instantiated from was released (an update replaced it, and nothing else held it): keep it, or one of its nodes, to update nodes".into(),
+            )
+        })
     }
 
     /// Uploads the graph to the device ahead of its first launch. Not on a stream being
@@ -426,6 +444,10 @@ impl Graph {
         if let Some(previous) = self.updated_from.replace(definition.clone()) {
             old.push(Box::new(previous));
         }
+        // The instantiated definition too: its nodes' values are no longer what the graph runs.
+        if let Some(first) = self.instantiated_from.take() {
+            old.push(Box::new(first));
+        }
         release_after(old, self.launches.sites());
         // Buffers the new definition uses: every stream's next launch follows their allocation.
         self.note_ready(ready);
@@ -448,7 +470,8 @@ impl Graph {
         node: &GraphNode,
         f: impl FnOnce(driver::CUgraphExec, driver::CUgraphNode) -> Result<R>,
     ) -> Result<R> {
-        if !Arc::ptr_eq(node.graph_inner(), &self.source.inner) {
+        // (Compared while the node holds its graph: a live pointer cannot be another's.)
+        if !std::ptr::eq(Arc::as_ptr(node.graph_inner()), self.source.as_ptr()) {
             return Err(CudaError::InvalidArgument(
                 "the node is not a node of the definition this graph was instantiated from".into(),
             ));
@@ -463,7 +486,7 @@ impl Graph {
     /// The kernel nodes of the definition, for [`set_kernel_args`](Self::set_kernel_args).
     pub fn kernel_nodes(&self) -> Result<Vec<GraphNode>> {
         let mut out = Vec::new();
-        for n in self.source.nodes()? {
+        for n in self.source()?.nodes()? {
             if n.with_live(|_, h| node_type(h))? == driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
                 out.push(n);
             }
@@ -590,7 +613,9 @@ impl Drop for Graph {
         // never launched is released here (on a driver thread, on the release thread).
         let mut values: Vec<Box<dyn Any + Send>> = Vec::with_capacity(self.held.len() + 4);
         values.push(Box::new(ExecHandle(self.handle)));
-        values.push(Box::new(self.source.clone()));
+        if let Some(d) = self.instantiated_from.take() {
+            values.push(Box::new(d));
+        }
         if let Some(d) = self.updated_from.take() {
             values.push(Box::new(d));
         }
