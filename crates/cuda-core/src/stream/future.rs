@@ -107,7 +107,11 @@ unsafe extern "C" fn fired(_stream: driver::CUstream, status: driver::CUresult, 
 ///
 /// Wakers are woken on a driver thread, which runs the callbacks of the stream's context in
 /// order: a waker that blocks holds them up, and one that waits for another `Completion` of the
-/// same context may never return.
+/// same context may never return. Like a host function
+/// ([`Stream::launch_host_func`](crate::Stream::launch_host_func)), a waker must not call CUDA:
+/// this crate refuses its own calls there, and another library's call may fail or deadlock
+/// (an error or a hang, never memory corruption). Executors' wakers only schedule a task, which
+/// then runs on the executor's own threads.
 #[must_use = "a Completion does nothing unless awaited"]
 pub struct Completion {
     signal: Arc<Signal>,

@@ -24,7 +24,14 @@ impl Stream {
     /// Runs `f` once, on a driver thread, when the work queued on the stream so far is done; the
     /// stream's later work waits for it to return (`cuLaunchHostFunc`).
     ///
-    /// `f` must not call CUDA: this crate's operations called from it return an error. What `f`
+    /// `f` must not call CUDA: this crate's operations called from it return an error. Other
+    /// libraries' calls (cudarc's, raw driver calls) are not refused, and the driver's answer to
+    /// them is `CUDA_ERROR_NOT_PERMITTED` or a deadlock (a call that waits for work queued after
+    /// `f`, such as a synchronisation, never returns); that is a limitation of this safe entry
+    /// point, not a hole in it: the outcome is an error or a hang, never memory corruption, as
+    /// with a thread that locks a mutex it holds. (Making the call `unsafe` would put `unsafe`
+    /// on every program's everyday path for a hazard that is not undefined behaviour, and a
+    /// future's waker could not be covered that way at all: see `docs/architecture.md`.) What `f`
     /// holds is dropped afterwards on a thread of this crate, not the driver's, so it may hold
     /// buffers, streams or anything else that calls CUDA when dropped (the natural way to keep
     /// memory alive until the stream gets there). A panic in `f` is caught and recorded for
