@@ -183,7 +183,8 @@ impl Drop for GraphInner {
             crate::reaper::run_later(move || {
                 let handle = handle;
                 // SAFETY: owned and destroyed once, here (see below).
-                if let Err(e) = unsafe { driver::cuGraphDestroy(handle.0) }.check("cuGraphDestroy") {
+                let destroyed = super::relaxed_capture_mode(|| unsafe { driver::cuGraphDestroy(handle.0) });
+                if let Err(e) = destroyed.check("cuGraphDestroy") {
                     record_drop_error(e);
                 }
             });
@@ -193,8 +194,11 @@ impl Drop for GraphInner {
             // SAFETY: owned and destroyed once. No capture records into it any more: a builder
             // keeps its graph until the capture has really ended (see `GraphBuilder`), and the
             // capture registry holds only weak references. Executable graphs are independent of
-            // the definition (and hold it until their launches are done).
-            if let Err(e) = unsafe { driver::cuGraphDestroy(self.handle) }.check("cuGraphDestroy") {
+            // the definition (and hold it until their launches are done). In relaxed capture
+            // mode: another thread's global-mode capture would refuse it, and no capture records
+            // into this graph.
+            let destroyed = super::relaxed_capture_mode(|| unsafe { driver::cuGraphDestroy(self.handle) });
+            if let Err(e) = destroyed.check("cuGraphDestroy") {
                 record_drop_error(e);
             }
         }
