@@ -1340,3 +1340,39 @@ fn a_raw_capture_of_the_per_thread_stream_refuses_this_crates_work() {
     let errors = cuda_core::take_drop_errors();
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+// Review of round 3: a default stream waiting for an event recorded in one of this crate's
+// captures (or for a capturing stream) joined that capture, so other libraries' work on the
+// per-thread stream would have been recorded into the graph unheld. Refused; the stream stays
+// out of the capture, and waits for events recorded outside captures still work.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_default_stream_never_joins_a_capture() {
+    const PER_THREAD: driver::CUstream = 0x2 as driver::CUstream;
+    let (d, s) = setup();
+    let pt = Stream::per_thread_default();
+    let event = d.create_event(Default::default()).unwrap();
+    let mut builder = d.create_graph_builder().unwrap();
+    builder.begin_building(CaptureMode::ThreadLocal).unwrap();
+    builder.stream().record(&event).unwrap();
+    for (what, joined) in [
+        ("wait_event", pt.wait_event(&event)),
+        ("wait", pt.wait(builder.stream())),
+        ("legacy wait_event", Stream::legacy_default().wait_event(&event)),
+    ] {
+        let err = joined.expect_err(what).to_string();
+        assert!(err.contains("join the capture"), "{what}: {err}");
+    }
+    let mut status = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: the calling thread's per-thread stream; out-pointer to a local.
+    check(unsafe { driver::cuStreamIsCapturing(PER_THREAD, &mut status) });
+    assert_eq!(status, driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE);
+    builder.end_building().unwrap();
+    // Recorded outside a capture: waited for as usual.
+    s.record(&event).unwrap();
+    pt.wait_event(&event).unwrap();
+    pt.wait(&s).unwrap();
+    pt.sync().unwrap();
+    let errors = cuda_core::take_drop_errors();
+    assert!(errors.is_empty(), "{errors:?}");
+}

@@ -27,6 +27,11 @@ struct EventInner {
     options: EventOptions,
     /// Opened from another process's IPC descriptor: it can be waited for, not recorded.
     imported: bool,
+    /// Whether its last record by this crate was into a capture (see [`Event::recorded_in_capture`]).
+    in_capture: std::sync::atomic::AtomicBool,
+    /// Held across a record into a capture and across a default stream's wait (see
+    /// `Stream::wait_event`), so the wait never follows a record it did not see.
+    records: std::sync::Mutex<()>,
 }
 
 /// What another process needs to open an IPC event: 64 opaque bytes, serializable.
@@ -165,6 +170,8 @@ impl Event {
                 _context: context.clone(),
                 options,
                 imported: false,
+                in_capture: Default::default(),
+                records: Default::default(),
             }),
         })
     }
@@ -206,8 +213,29 @@ impl Event {
                 _context: context.clone(),
                 options,
                 imported: true,
+                in_capture: Default::default(),
+                records: Default::default(),
             }),
         })
+    }
+
+    /// Notes where the event was last recorded: into a capture, or not (the caller holds
+    /// [`records`](Self::records) for a record into a capture).
+    pub(crate) fn note_recorded(&self, in_capture: bool) {
+        self.inner
+            .in_capture
+            .store(in_capture, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether this crate last recorded the event into a capture: a stream that waits for it
+    /// joins that capture.
+    pub(crate) fn recorded_in_capture(&self) -> bool {
+        self.inner.in_capture.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The lock a record into a capture and a default stream's wait for the event hold.
+    pub(crate) fn records(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.inner.records.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether the event was opened from another process.

@@ -509,7 +509,11 @@ impl Stream {
     #[cold]
     #[inline(never)]
     fn operation_on_default<T>(&self, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
-        let _mark = gate::enter_locked();
+        // In the gate when no capture of this crate runs (one beginning waits for this, as for
+        // the quiet path: the legacy stream becomes unusable while a blocking stream captures),
+        // else marked as an operation (no capture begins inside it).
+        let quiet = gate::enter(&CAPTURES);
+        let _mark = quiet.is_none().then(gate::enter_locked);
         capture::with_capture_asked(self.inner.handle, op)
     }
 
@@ -581,26 +585,46 @@ impl Stream {
                 "an event opened from another process cannot be recorded".into(),
             ));
         }
-        refuse_in_callback()?;
-        if self.is_default() {
-            // A capture point of another library's capture of the per-thread stream would let
-            // a stream waiting for the event join that capture: refused (see
-            // `operation_on_default`).
-            return self.operation_on_default(|_| {
-                // SAFETY: both handles are live; not in a capture this crate did not begin.
-                unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")
-            });
+        // No capture runs anywhere, and none begins meanwhile: not a capture point.
+        if let Some(_quiet) = self.quietly() {
+            // SAFETY: both handles are live; the stream is not capturing (quiet).
+            unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")?;
+            event.note_recorded(false);
+            return Ok(());
         }
-        // SAFETY: both handles are live. Recording changes no capture state of this stream, and
-        // nothing the record uses must outlive it (so no capture lock is needed).
-        unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")
+        refuse_in_callback()?;
+        // On a default stream, a capture point of another library's capture would let a stream
+        // waiting for the event join that capture: refused (see `operation_on_default`). A
+        // record into a capture of this crate is noted (a default stream must not join it: see
+        // `wait_event`), under the event's lock.
+        let record = |capture: Option<&mut Capture<'_>>| {
+            let _records = capture.is_some().then(|| event.records());
+            // SAFETY: both handles are live; recording changes no capture state of this stream,
+            // and nothing the record uses must outlive it.
+            unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")?;
+            event.note_recorded(capture.is_some());
+            Ok(())
+        };
+        if self.is_default() {
+            return self.operation_on_default(record);
+        }
+        self.operation_locked(false, record)
     }
 
     /// Makes later work on this stream wait for `event` (waiting for an event recorded in a
     /// capture makes the stream join that capture: so this excludes every other operation on the
     /// stream meanwhile).
+    ///
+    /// A default stream does not wait for an event this crate last recorded into a capture that
+    /// the stream is not part of: it would join that capture, and other libraries' work queued
+    /// on the per-thread default stream would be recorded into the graph without the graph
+    /// holding what it uses (the same reason a safe call never captures a default stream).
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        self.enqueue_exclusive(|_| {
+        self.enqueue_exclusive(|capture| {
+            let _records = (self.is_default() && capture.is_none()).then(|| event.records());
+            if _records.is_some() && event.recorded_in_capture() {
+                return Err(default_stream_join());
+            }
             // SAFETY: both handles are live; a wait records no node using the event.
             unsafe { driver::cuStreamWaitEvent(self.inner.handle, event.handle(), 0) }.check("cuStreamWaitEvent")
         })
@@ -610,7 +634,12 @@ impl Stream {
     /// devices): a timing-free event recorded on `other` (from its context's pool).
     pub fn wait(&self, other: &Stream) -> Result<()> {
         let fence = other.context_or_current()?.fence()?;
-        other.enqueue(|_| {
+        other.enqueue(|capture| {
+            if capture.is_some() && self.is_default() {
+                // The fence would be a capture point: waiting for it, this default stream would
+                // join the capture (see `wait_event`).
+                return Err(default_stream_join());
+            }
             // SAFETY: both handles are live; the event belongs to the stream's context (for a green
             // context, to its primary context, whose events the driver takes on its streams).
             unsafe { driver::cuEventRecord(fence.handle(), other.handle()) }.check("cuEventRecord")
@@ -620,6 +649,13 @@ impl Stream {
             unsafe { driver::cuStreamWaitEvent(self.inner.handle, fence.handle(), 0) }.check("cuStreamWaitEvent")
         })
     }
+}
+
+/// The refusal of a default stream's wait that would join a capture.
+fn default_stream_join() -> CudaError {
+    CudaError::InvalidArgument(
+        "a default stream cannot wait for work recorded in a capture: it would join the capture, and other libraries' work on it (the per-thread default stream is every library's) would be recorded into the graph without the graph holding what it uses. Wait with a stream of your own, or after the capture ends".into(),
+    )
 }
 
 impl Device {

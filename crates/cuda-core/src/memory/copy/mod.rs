@@ -30,11 +30,20 @@ use std::sync::Arc;
 
 /// Polls `done` until it reports anything but "not ready" (in relaxed capture mode, so that no
 /// capture elsewhere refuses it): a failed wait must still not return before the work is done
-/// or can no longer run (an error stops a context's work).
+/// or can no longer run (an error stops a context's work). A refusal because of a capture is
+/// not an answer either: while a blocking stream of the context is captured (by this crate or
+/// another library), the legacy default stream is unusable and its queries say so
+/// (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`), although a copy queued on it before is still running.
 fn poll_until_settled(done: impl Fn() -> driver::CUresult) {
+    use driver::CUresult as R;
     relaxed_capture_mode(|| {
-        while done() == driver::CUresult::CUDA_ERROR_NOT_READY {
-            std::thread::sleep(std::time::Duration::from_micros(50));
+        let mut pause = std::time::Duration::from_micros(50);
+        while matches!(
+            done(),
+            R::CUDA_ERROR_NOT_READY | R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT | R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+        ) {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(1));
         }
     })
 }
@@ -436,6 +445,34 @@ impl Buffer {
 mod tests {
     use super::{address, region_end};
     use proptest::prelude::*;
+
+    // Review of round 3: a copy queued on the legacy stream, whose fence could not be recorded
+    // because a blocking stream began a capture meanwhile, was polled once and left running
+    // (the query answered "capture implicit"): capture refusals are no answer.
+    #[test]
+    fn polling_outlasts_capture_refusals() {
+        use cuda_sys::driver::CUresult as R;
+        let answers = [
+            R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+            R::CUDA_ERROR_NOT_READY,
+            R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+            R::CUDA_SUCCESS,
+            R::CUDA_ERROR_NOT_READY,
+        ];
+        let asked = std::cell::Cell::new(0);
+        super::poll_until_settled(|| {
+            asked.set(asked.get() + 1);
+            answers[asked.get() - 1]
+        });
+        assert_eq!(asked.get(), 4, "polled until the work was done");
+        // A sticky error ends the polling too: nothing runs any more.
+        asked.set(0);
+        super::poll_until_settled(|| {
+            asked.set(asked.get() + 1);
+            [R::CUDA_ERROR_NOT_READY, R::CUDA_ERROR_ILLEGAL_ADDRESS][asked.get() - 1]
+        });
+        assert_eq!(asked.get(), 2);
+    }
 
     #[test]
     fn addresses_do_not_wrap() {
