@@ -141,6 +141,8 @@ pub struct Graph {
     source: Weak<GraphInner>,
     /// The instantiated definition while the graph runs what it holds (until the first update).
     instantiated_from: Option<GraphDefinition>,
+    /// Whether the definition instantiated allocates graph memory (see [`update`](Self::update)).
+    has_graph_memory: bool,
     /// Values per-node updates made the graph use, by node and kind.
     held: HashMap<(usize, HeldKind), Box<dyn Any + Send + Sync>>,
     /// The definition the last whole-graph update made the graph run.
@@ -307,6 +309,9 @@ impl Graph {
         options: &GraphCompleteOptions,
     ) -> Result<Graph> {
         reg.refuse_while_capturing(definition.handle())?;
+        // A graph whose owning node was destroyed, or whose hierarchy lost a graph to an
+        // invalidated capture, is gone (or partly so) in the driver.
+        definition.inner.check_live(reg)?;
         let mut params = driver::CUDA_GRAPH_INSTANTIATE_PARAMS {
             flags: options.flags(),
             hUploadStream: options
@@ -327,6 +332,7 @@ impl Graph {
             handle: exec,
             source: Arc::downgrade(&definition.inner),
             instantiated_from: Some(definition.clone()),
+            has_graph_memory: reg.has_graph_memory,
             held: HashMap::new(),
             updated_from: None,
             launches: Launches::default(),
@@ -415,7 +421,18 @@ impl Graph {
     /// Makes the executable graph do what `definition` describes, without instantiating again
     /// (`cuGraphExecUpdate`). The topology must be the same; only node parameters may differ.
     /// Per-node updates afterwards still name the nodes of the definition instantiated.
+    ///
+    /// Refused for a body or child graph (update with its root), a graph whose owning node was
+    /// destroyed or whose hierarchy lost a graph to an invalidated capture, and when either
+    /// graph allocates graph memory (the driver keeps the executable's allocations, whose
+    /// addresses the new definition's nodes do not use).
     pub fn update(&mut self, definition: &GraphDefinition) -> Result<()> {
+        crate::reaper::refuse_in_callback()?;
+        if definition.inner.owner.is_some() {
+            return Err(CudaError::InvalidArgument(
+                "a body or child graph runs as part of its parent: update with the parent".into(),
+            ));
+        }
         let mut info = driver::CUgraphExecUpdateResultInfo {
             result: driver::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
             errorNode: std::ptr::null_mut(),
@@ -424,6 +441,12 @@ impl Graph {
         let (status, ready) = {
             let reg = definition.inner.lock();
             reg.refuse_while_capturing(definition.handle())?;
+            definition.inner.check_live(&reg)?;
+            if reg.has_graph_memory || self.has_graph_memory {
+                return Err(CudaError::InvalidArgument(
+                    "graph update: a graph that allocates graph memory cannot be updated (its allocations stay where the executable made them): instantiate the new definition".into(),
+                ));
+            }
             // SAFETY: both graphs are live (the definition's lock is held, the executable is
             // borrowed mutably); out-value is a local.
             let status = unsafe { driver::cuGraphExecUpdate(self.handle, definition.handle(), &mut info) }

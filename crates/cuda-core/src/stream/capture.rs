@@ -120,7 +120,7 @@ pub(crate) fn capture_refusal(e: &CudaError) -> bool {
                 | R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
                 | R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
         )
-    ) || matches!(e, CudaError::InvalidArgument(m) if m.contains("capture was invalidated") || m.starts_with(FOREIGN_CAPTURE))
+    ) || matches!(e, CudaError::InvalidArgument(m) if m.contains("capture was invalidated") || m.starts_with(FOREIGN_CAPTURE) || m == super::graph_core::BROKEN)
 }
 
 /// Whether any capture started by this crate is running.

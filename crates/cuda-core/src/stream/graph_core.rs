@@ -21,7 +21,7 @@ use cuda_sys::driver;
 use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// A node handle with the generation it was registered under: a node destroyed through this API
 /// leaves its generation behind, so stale handles are recognised even when the driver reuses the
@@ -47,14 +47,25 @@ pub(crate) struct ConditionalInfo {
 /// ends.
 pub(crate) struct GraphAllocState {
     pub(crate) ptr: driver::CUdeviceptr,
-    /// The graph whose capture recorded the allocation.
-    pub(crate) graph: driver::CUgraph,
-    /// Set by whoever records the allocation's free (once).
+    /// The graph whose capture recorded the allocation: compared by identity (the weak
+    /// reference keeps its address from being reused), never by handle, which the driver may
+    /// give a new graph once this one is destroyed (an invalidated capture's graph is destroyed
+    /// by the driver as the capture ends).
+    pub(crate) graph: Weak<GraphInner>,
+    /// Set by whoever records the allocation's free (once), or when its capture was
+    /// invalidated (the memory is gone with its graph).
     pub(crate) freed: AtomicBool,
 }
 
-// SAFETY: the handles are compared, or used to record the one free (guarded by `freed`) under
-// the graph's lock.
+impl GraphAllocState {
+    /// Whether the allocation was recorded into `graph` (by identity).
+    pub(crate) fn is_of(&self, graph: &Arc<GraphInner>) -> bool {
+        std::ptr::eq(self.graph.as_ptr(), Arc::as_ptr(graph))
+    }
+}
+
+// SAFETY: the pointer is used only to record the one free (guarded by `freed`) under the
+// graph's lock.
 unsafe impl Send for GraphAllocState {}
 // SAFETY: as above.
 unsafe impl Sync for GraphAllocState {}
@@ -85,6 +96,9 @@ pub(crate) struct Registry {
     /// graph it recorded into (see [`GraphInner::capture_invalidated`]), so the hierarchy is
     /// refused from then on.
     pub(crate) broken: bool,
+    /// A capture into a graph nested in the hierarchy was invalidated: the root is kept
+    /// (leaked), never destroyed (see [`GraphInner::capture_invalidated`]).
+    pub(crate) keep_root: bool,
 }
 
 impl Registry {
@@ -172,9 +186,16 @@ unsafe impl Send for GraphInner {}
 // SAFETY: as above.
 unsafe impl Sync for GraphInner {}
 
+/// The refusal of a hierarchy that lost a graph to an invalidated capture (a release waiting
+/// on one of its captures tries again once it ends: see `capture::capture_refusal`).
+pub(crate) const BROKEN: &str = "a capture into this graph (or a graph nested in it) was invalidated, and the driver destroyed the graph it recorded into: build the graph again";
+
 impl Drop for GraphInner {
     fn drop(&mut self) {
         if *self.destroyed_by_driver.get_mut() {
+            return;
+        }
+        if self.owner.is_none() && self.lock().keep_root {
             return;
         }
         if self.owner.is_none() && crate::reaper::in_callback() {
@@ -238,19 +259,31 @@ impl GraphInner {
     /// second destroy was seen to crash under concurrent captures): it is never destroyed here,
     /// and the hierarchy, which may have lost a conditional body, is refused from now on.
     /// `tests/tests/graphs.rs` checks the driver's behaviour.
-    pub(crate) fn capture_invalidated(&self, reg: &mut Registry) {
+    pub(crate) fn capture_invalidated(self: &Arc<Self>, reg: &mut Registry) {
         self.destroyed_by_driver
             .store(true, std::sync::atomic::Ordering::Relaxed);
         reg.broken = true;
+        // A body graph may have been destroyed with its capture: the root, which owns it, is
+        // never destroyed then (a second destroy of the body would follow).
+        if self.owner.is_some() {
+            reg.keep_root = true;
+        }
+        // Its graph memory is gone with it: no buffer of it is usable again.
+        reg.graph_allocations.retain(|state| {
+            if state.is_of(self) {
+                state.freed.store(true, std::sync::atomic::Ordering::Release);
+                false
+            } else {
+                true
+            }
+        });
     }
 
     /// Fails when the node owning this graph (or one of its owners) was destroyed, or when a
     /// capture into the hierarchy was invalidated.
     pub(crate) fn check_live(&self, reg: &Registry) -> Result<()> {
         if reg.broken {
-            return Err(CudaError::InvalidArgument(
-                "a capture into this graph (or a graph nested in it) was invalidated, and the driver destroyed the graph it recorded into: build the graph again".into(),
-            ));
+            return Err(CudaError::InvalidArgument(BROKEN.into()));
         }
         let mut at = self;
         while let Some((parent, node)) = &at.owner {

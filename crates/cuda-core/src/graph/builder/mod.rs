@@ -462,12 +462,16 @@ impl GraphBuilder {
 
 /// Records free nodes, at the end of the capture on `stream` into `capture`'s graph, for the
 /// graph memory it allocated that is still live (called as the capture ends).
+///
+/// Every allocation of the capture is marked freed, whatever the driver says of its free (an
+/// invalidated capture refuses them all, and its graph goes with its memory): the first error is
+/// returned.
 fn free_live_graph_memory(capture: &mut Capture<'_>, stream: &Stream) -> Result<()> {
-    let graph = capture.handle();
+    let mut result = Ok(());
     let mut i = 0;
     while i < capture.reg.graph_allocations.len() {
         let state = capture.reg.graph_allocations[i].clone();
-        if state.graph != graph {
+        if !state.is_of(capture.graph) {
             i += 1;
             continue;
         }
@@ -475,10 +479,13 @@ fn free_live_graph_memory(capture: &mut Capture<'_>, stream: &Stream) -> Result<
         if !state.freed.swap(true, Ordering::AcqRel) {
             // SAFETY: the stream records into the graph that allocated ptr (its lock is held);
             // this is the allocation's only free (`freed`).
-            unsafe { crate::memory::free_async(state.ptr, stream) }?;
+            let freed = unsafe { crate::memory::free_async(state.ptr, stream) };
+            if result.is_ok() {
+                result = freed;
+            }
         }
     }
-    Ok(())
+    result
 }
 
 impl Drop for GraphBuilder {

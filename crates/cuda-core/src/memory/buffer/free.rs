@@ -31,14 +31,8 @@ pub(crate) struct SharedAllocation {
 
 /// Graph memory: the graph whose capture recorded the allocation, and whether it was freed.
 pub(super) struct GraphAllocation {
-    pub(super) graph: driver::CUgraph,
     pub(super) state: Arc<GraphAllocState>,
 }
-
-// SAFETY: the CUgraph is only compared, never used to call the driver.
-unsafe impl Send for GraphAllocation {}
-// SAFETY: as above.
-unsafe impl Sync for GraphAllocation {}
 
 impl Allocation {
     /// Frees the memory, or hands the free to the release thread when it must wait for a
@@ -231,15 +225,12 @@ pub(super) fn graph_allocation(
     }
     let state = Arc::new(GraphAllocState {
         ptr,
-        graph: capture.handle(),
+        graph: Arc::downgrade(capture.graph),
         freed: AtomicBool::new(false),
     });
     capture.reg.graph_allocations.push(state.clone());
     capture.reg.has_graph_memory = true;
-    Ok(Some(GraphAllocation {
-        graph: capture.handle(),
-        state,
-    }))
+    Ok(Some(GraphAllocation { state }))
 }
 
 /// Frees graph memory in the capture that allocated it (a free node), if it still records on
@@ -250,7 +241,7 @@ pub(super) fn free_graph_memory(g: &GraphAllocation, stream: &Stream) -> Result<
         let Some(capture) = capture else {
             return Ok(());
         };
-        if capture.handle() != g.graph || g.state.freed.swap(true, Ordering::AcqRel) {
+        if !g.state.is_of(capture.graph) || g.state.freed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         // SAFETY: the stream is capturing into the graph that allocated ptr (its lock is held),

@@ -123,7 +123,7 @@ impl Buffer {
                         "the graph memory was freed by its capture".into(),
                     ));
                 }
-                if g.graph != capture.handle() || !self.dealloc.is_plainly(stream) {
+                if !g.state.is_of(capture.graph) || !self.dealloc.is_plainly(stream) {
                     return Err(CudaError::InvalidArgument(
                         "graph memory is usable only on the stream whose capture allocated it, while that capture records"
                             .into(),
