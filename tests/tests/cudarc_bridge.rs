@@ -382,25 +382,73 @@ fn every_wrapper_of_a_stream_is_one_stream() {
     assert_eq!(first, second);
     assert_eq!(
         Arc::strong_count(&cs),
-        before + 1,
-        "the second wrapper is the first one"
+        before + 2,
+        "each wrapping holds cudarc's stream"
     );
-    drop((first, second));
+    drop(first);
+    assert_eq!(
+        Arc::strong_count(&cs),
+        before + 2,
+        "one Stream: what it holds goes with its last clone"
+    );
+    drop(second);
     assert_eq!(Arc::strong_count(&cs), before, "the wrapper let go of cudarc's stream");
-    // Ours, lent to cudarc and back: the same value (which does not hold cudarc's wrapper).
+    // Ours, lent to cudarc and back: the same value, which now holds cudarc's wrapper too.
     // SAFETY: `s` outlives `theirs`; no capture.
     let theirs = unsafe { s.to_cudarc(&ctx) }.unwrap();
     // SAFETY: as above.
     let back = unsafe { Stream::from_cudarc(&theirs) }.unwrap();
-    let held = Arc::strong_count(&theirs);
+    assert_eq!(back, s);
+    drop(back);
     assert_eq!(
-        held, 1,
-        "the stream came back as the one this crate made, holding nothing"
+        Arc::strong_count(&theirs),
+        2,
+        "the stream this crate made is the one that came back"
     );
     // SAFETY: `s`'s handle, made by this crate and alive.
     let again = unsafe { Stream::from_handle(s.handle()) }.unwrap();
     assert_eq!(again, s);
-    drop((back, again, theirs));
+    drop((again, theirs));
+    s.sync().unwrap();
+    let errors = cuda_core::take_drop_errors();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+// Review of round 3: a stream lent from cudarc could join a cudarc capture (cudarc's safe
+// `join` with a capturing stream), after which this crate's quiet path recorded its work into
+// cudarc's graph unheld. A lent stream asks the driver in every operation and refuses it.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_lent_stream_that_joined_a_cudarc_capture_is_refused() {
+    let (d, s, ctx, cs) = setup();
+    let buffer = d.allocate(4096, &s).unwrap();
+    s.sync().unwrap();
+    // SAFETY: cudarc joins the stream to its capture while this crate queues nothing on it (the
+    // calls below are refused before queuing), and ends the capture after joining back.
+    let ours = unsafe { Stream::from_cudarc(&cs) }.unwrap();
+    let capturing = ctx.new_stream().unwrap();
+    capturing
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+        .unwrap();
+    cs.join(&capturing).unwrap();
+    d.set_current().unwrap();
+    let refused = |e: cuda_core::CudaError| {
+        assert!(e.to_string().contains("outside this crate"), "{e}");
+    };
+    refused(ours.launch_host_func(|| {}).unwrap_err());
+    refused(buffer.fill_u8(1, &ours).unwrap_err());
+    refused(d.allocate(4096, &ours).map(drop).unwrap_err());
+    let event = d.create_event(Default::default()).unwrap();
+    refused(ours.record(&event).unwrap_err());
+    capturing.join(&cs).unwrap();
+    let graph = capturing
+        .end_capture(sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
+        .unwrap();
+    drop(graph);
+    d.set_current().unwrap();
+    buffer.fill_u8(2, &ours).unwrap();
+    assert!(buffer.to_vec::<u8>(&ours).unwrap().iter().all(|&x| x == 2));
+    drop((buffer, ours));
     s.sync().unwrap();
     let errors = cuda_core::take_drop_errors();
     assert!(errors.is_empty(), "{errors:?}");

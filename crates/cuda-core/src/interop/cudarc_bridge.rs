@@ -115,19 +115,29 @@ impl Stream {
     /// [`to_cudarc`](Self::to_cudarc)) gives the `Stream` already wrapping it: every wrapper of a
     /// stream shares its capture lock.
     ///
+    /// Every operation of this crate on the result asks the driver whether the stream is being
+    /// captured and refuses a capture cudarc began (as on the default streams); cudarc's NULL
+    /// stream, which cudarc's calls take for the legacy default stream, gives
+    /// [`legacy_default`](Self::legacy_default).
+    ///
     /// # Safety
-    /// While the returned `Stream` or a clone lives: no capture may be begun on the stream
-    /// through cudarc (`CudaStream::begin_capture`) or any way other than this crate (this crate
-    /// would not know its work is being recorded into a graph, which would then use memory that
-    /// is freed meanwhile); and while this crate captures it, no work may be queued on it through
-    /// cudarc (this crate's graph would replay that work without holding its memory). A default
-    /// stream needs neither promise: this crate refuses to work in another library's capture of
-    /// it, and captures it only through `unsafe` calls with contracts of their own.
+    /// While the returned `Stream` or a clone lives, through cudarc (or any code other than this
+    /// crate): no capture is begun, ended or joined on the stream (`begin_capture`,
+    /// `end_capture`, `join`/`wait` with a capturing stream or an event recorded in a capture)
+    /// at the same time as this crate queues work on it; no capture this crate began on it is
+    /// ended or joined; and no work is queued on it while this crate captures it (this crate's
+    /// graph would replay that work without holding its memory). A default stream needs none of
+    /// this: this crate refuses to work in another library's capture of it, and captures it only
+    /// through `unsafe` calls with contracts of their own.
     pub unsafe fn from_cudarc(stream: &Arc<CudaStream>) -> Result<Stream> {
-        let owner: Arc<dyn Any + Send + Sync> = stream.clone();
+        let handle = raw_stream(stream);
+        if handle.is_null() {
+            return Ok(Stream::legacy_default());
+        }
+        let owner: Arc<dyn Any + Send + Sync> = Arc::new(CudarcStream(Some(stream.clone())));
         // SAFETY: the handle is valid while the `Arc` lives, which the result holds; the caller
         // promises the captures.
-        unsafe { Stream::from_handle_with_owner(raw_stream(stream), owner) }
+        unsafe { Stream::from_handle_with_owner(handle, owner) }
     }
 
     /// This stream as a cudarc stream of `context` (which must be the stream's own context, as
@@ -138,8 +148,9 @@ impl Stream {
     /// # Safety
     /// The returned stream, and every cudarc object holding it (slices allocated on it, events),
     /// must not be used after the last clone of this `Stream` is gone (cudarc does not keep this
-    /// crate's stream alive); no capture may be begun on it through cudarc, and no work queued on
-    /// it through cudarc while this crate captures it (see [`from_cudarc`](Self::from_cudarc)).
+    /// crate's stream alive); and what [`from_cudarc`](Self::from_cudarc) asks of cudarc's calls
+    /// on the stream holds. From now on, every operation of this crate on the stream asks the
+    /// driver whether it is being captured.
     pub unsafe fn to_cudarc(&self, context: &Arc<CudaContext>) -> Result<Arc<CudaStream>> {
         if self.is_default() {
             return Err(CudaError::InvalidArgument(
@@ -154,9 +165,23 @@ impl Stream {
                 context.ordinal()
             )));
         }
+        self.mark_shared();
         // SAFETY: the handle is a live stream of `context`; the caller keeps it alive while cudarc
         // uses it and promises the captures; the wrapper never destroys it.
         Ok(unsafe { context.wrap_borrowed_stream(self.handle() as _) })
+    }
+}
+
+/// A cudarc stream a lent [`Stream`] holds: dropped with the calling thread's current context
+/// kept (cudarc makes its context current to drop it).
+struct CudarcStream(Option<Arc<CudaStream>>);
+
+impl Drop for CudarcStream {
+    fn drop(&mut self) {
+        if let Some(stream) = self.0.take() {
+            let context = stream.context().clone();
+            keeping_current(context, move || drop(stream));
+        }
     }
 }
 
@@ -237,6 +262,14 @@ fn after_cudarc_work<T>(slice: &mut CudaSlice<T>, stream: &Stream) -> Result<dri
         drop(own);
         ptr
     });
+    if !default && is_capturing(handle)? {
+        // The waits for cudarc's events made the stream join a capture (an event recorded in
+        // one): the memory is not ordered for work outside it. (A lent stream refuses this
+        // crate's work in that capture anyway.)
+        return Err(CudaError::InvalidArgument(
+            "the slice's last use was recorded in a cudarc capture that is still running: take the slice once the capture has ended".into(),
+        ));
+    }
     if default {
         // SAFETY: cudarc's context is live (the slice holds it).
         let ours = unsafe { Context::from_raw(context.cu_ctx() as driver::CUcontext) }?;

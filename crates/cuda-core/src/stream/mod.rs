@@ -97,9 +97,13 @@ struct StreamInner {
     /// Shared by every operation queued on the stream, exclusive for beginning, ending or joining
     /// a capture (see the module documentation).
     capture_lock: RwLock<()>,
-    /// What keeps a borrowed stream alive (another library's stream object), dropped with the
-    /// last clone.
-    owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// What keeps a borrowed stream alive (other libraries' stream objects, one per wrapping),
+    /// dropped with the last clone.
+    owners: Mutex<Vec<Arc<dyn std::any::Any + Send + Sync>>>,
+    /// Other code holds the handle (`from_handle`, `from_cudarc`, `to_cudarc`): it may begin,
+    /// end or join captures on it that this crate does not count, so every operation asks the
+    /// driver (see [`Stream::operation`]).
+    shared: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: a CUstream may be used from any thread; the driver orders work on it, and the capture
@@ -115,35 +119,39 @@ fn wrappers() -> MutexGuard<'static, BTreeMap<usize, Weak<StreamInner>>> {
     WRAPPERS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Removes the registry's entry for `handle` if no wrapper of it is alive any more (a wrapper
+/// made meanwhile for the still-live handle keeps its entry). Called before the handle can be
+/// destroyed, so the driver never gives its value to a new stream while the entry names it.
+fn unregister_dead(handle: driver::CUstream) {
+    let mut map = wrappers();
+    if map.get(&(handle as usize)).is_some_and(|w| w.strong_count() == 0) {
+        map.remove(&(handle as usize));
+    }
+}
+
 impl Drop for StreamInner {
     fn drop(&mut self) {
-        if self.handle as usize > PER_THREAD {
-            // Unregistered before the handle can be destroyed (and so made again by the driver);
-            // a later wrapper of the handle replaces this entry otherwise.
-            let mut map = wrappers();
-            let me: *const StreamInner = self;
-            if map
-                .get(&(self.handle as usize))
-                .is_some_and(|w| std::ptr::eq(w.as_ptr(), me))
-            {
-                map.remove(&(self.handle as usize));
-            }
-        }
-        if (self.owned || self.owner.is_some()) && crate::reaper::in_callback() {
-            // On a driver thread: destroyed (or its owner, another library's stream, dropped) on
-            // the release thread instead.
+        let owners = std::mem::take(self.owners.get_mut().unwrap_or_else(|p| p.into_inner()));
+        if (self.owned || !owners.is_empty()) && crate::reaper::in_callback() {
+            // On a driver thread: unregistered, destroyed (or its owners, other libraries'
+            // streams, dropped) on the release thread instead (no lock taken here).
             let later = StreamInner {
                 handle: self.handle,
                 context: self.context.take(),
                 limits: self.limits,
                 owned: self.owned,
                 capture_lock: RwLock::new(()),
-                owner: self.owner.take(),
+                owners: Mutex::new(owners),
+                shared: Default::default(),
             };
             self.owned = false;
             crate::reaper::drop_later(Box::new(later));
             return;
         }
+        if self.handle as usize > PER_THREAD && !crate::reaper::in_callback() {
+            unregister_dead(self.handle);
+        }
+        drop(owners);
         if self.owned {
             if pending(self.handle) == Some(true) {
                 // The driver lets work already queued finish, but its destroy was seen to wait
@@ -264,7 +272,8 @@ impl Stream {
             context,
             owned,
             capture_lock: RwLock::new(()),
-            owner: None,
+            owners: Mutex::default(),
+            shared: Default::default(),
         };
         let stream = Stream { inner: Arc::new(inner) };
         if owned {
@@ -274,19 +283,62 @@ impl Stream {
         stream
     }
 
-    /// The live wrapper of `handle` (a stream this crate made, or one wrapped before), or the
-    /// one `make` makes, registered: every `Stream` naming one stream shares its capture lock.
-    /// (Not for default stream handles, whose values are process-wide.)
-    fn registered(handle: driver::CUstream, make: impl FnOnce() -> Result<StreamInner>) -> Result<Stream> {
-        let mut map = wrappers();
-        if let Some(inner) = map.get(&(handle as usize)).and_then(Weak::upgrade) {
-            return Ok(Stream { inner });
-        }
-        let stream = Stream {
-            inner: Arc::new(make()?),
+    /// The live wrapper of `handle` (a stream this crate made, or one wrapped before), or a new
+    /// one for it, registered: every `Stream` naming one stream shares its capture lock. The
+    /// result is shared with other code (see `StreamInner::shared`) and holds `owner` besides
+    /// what it held. (Not for default stream handles, whose values are process-wide.)
+    ///
+    /// # Safety
+    /// `handle` is a live stream while `owner` (or, without one, the caller's promise) lasts.
+    unsafe fn registered(
+        handle: driver::CUstream,
+        owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    ) -> Result<Stream> {
+        let live = wrappers().get(&(handle as usize)).and_then(Weak::upgrade);
+        let inner = match live {
+            Some(inner) => inner,
+            None => {
+                // The driver calls outside the registry's lock.
+                let mut ctx: driver::CUcontext = std::ptr::null_mut();
+                // SAFETY: the caller vouches for the stream; out-pointer to a local.
+                unsafe { driver::cuStreamGetCtx(handle, &mut ctx) }.check("cuStreamGetCtx")?;
+                // SAFETY: a live stream's context is live.
+                let context = unsafe { Context::from_raw(ctx) }?;
+                let made = Arc::new(StreamInner {
+                    handle,
+                    limits: context.device().limits().ok(),
+                    context: Some(context),
+                    owned: false,
+                    capture_lock: RwLock::new(()),
+                    owners: Mutex::default(),
+                    shared: Default::default(),
+                });
+                let raced = {
+                    let mut map = wrappers();
+                    match map.get(&(handle as usize)).and_then(Weak::upgrade) {
+                        Some(other) => Some(other),
+                        None => {
+                            map.insert(handle as usize, Arc::downgrade(&made));
+                            None
+                        }
+                    }
+                };
+                // (A wrapper made meanwhile by another thread wins; `made` goes outside the lock.)
+                raced.unwrap_or(made)
+            }
         };
-        map.insert(handle as usize, Arc::downgrade(&stream.inner));
-        Ok(stream)
+        inner.shared.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(owner) = owner {
+            inner.owners.lock().unwrap_or_else(|p| p.into_inner()).push(owner);
+        }
+        Ok(Stream { inner })
+    }
+
+    /// Marks the stream as reachable by other code (lent to another library): from now on every
+    /// operation on it asks the driver whether it is being captured.
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    pub(crate) fn mark_shared(&self) {
+        self.inner.shared.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The process-wide value of a default stream handle (NULL, legacy or per-thread).
@@ -303,33 +355,25 @@ impl Stream {
     /// [`per_thread_default`](Self::per_thread_default).
     ///
     /// A handle wrapped before (or a stream this crate made) gives that `Stream` again: every
-    /// wrapper of one stream shares its capture lock.
+    /// wrapper of one stream shares its capture lock. From then on, every operation on the
+    /// stream asks the driver whether it is being captured, and refuses a capture this crate did
+    /// not begin (as on the default streams).
     ///
     /// # Safety
     /// `handle` must be a valid stream for as long as the returned `Stream`, its clones and
-    /// anything holding them (buffers freed on it, graphs launched on it) are used. No capture
-    /// may be begun or ended on it other than through this crate, and while this crate captures
-    /// it no code outside this crate may queue work on it (the graph would replay that work
-    /// without holding what it uses).
+    /// anything holding them (buffers freed on it, graphs launched on it) are used. Code outside
+    /// this crate (another library, raw calls, another copy of this crate linked into the
+    /// program) must not, while any of those live: begin, end or make the stream join a capture
+    /// (waiting for an event recorded in one, `cudaStreamWaitEvent`, cudarc's `join`) at the same
+    /// time as this crate queues work on it; end or join a capture this crate began on it; or
+    /// queue work on it while this crate captures it (the graph would replay that work without
+    /// holding what it uses).
     pub unsafe fn from_handle(handle: driver::CUstream) -> Result<Stream> {
         if handle as usize <= PER_THREAD {
             return Ok(Stream::default_stream(handle as usize));
         }
-        Stream::registered(handle, || {
-            let mut ctx: driver::CUcontext = std::ptr::null_mut();
-            // SAFETY: the caller vouches for the stream; out-pointer to a local.
-            unsafe { driver::cuStreamGetCtx(handle, &mut ctx) }.check("cuStreamGetCtx")?;
-            // SAFETY: a live stream's context is live.
-            let context = unsafe { Context::from_raw(ctx) }?;
-            Ok(StreamInner {
-                handle,
-                limits: context.device().limits().ok(),
-                context: Some(context),
-                owned: false,
-                capture_lock: RwLock::new(()),
-                owner: None,
-            })
-        })
+        // SAFETY: forwarded to the caller.
+        unsafe { Stream::registered(handle, None) }
     }
 
     /// [`from_handle`](Self::from_handle) for a stream that `owner` keeps alive: the `Stream` and
@@ -337,14 +381,12 @@ impl Stream {
     /// stream objects). A default stream handle gives the process-wide value, as `from_handle`
     /// does (it is always valid, and `owner` is not needed).
     ///
-    /// A handle wrapped before gives that `Stream` again (which keeps the stream valid by the
-    /// promise it was made with; `owner` then goes): every wrapper of one stream shares its
-    /// capture lock.
+    /// A handle wrapped before gives that `Stream` again, which then holds `owner` too: every
+    /// wrapper of one stream shares its capture lock.
     ///
     /// # Safety
-    /// `handle` must be a valid stream while `owner` lives, and while the returned `Stream` or a
-    /// clone lives no capture may be begun or ended on it other than through this crate, and
-    /// no code outside this crate may queue work on it while this crate captures it.
+    /// `handle` must be a valid stream while `owner` lives, and the rest of
+    /// [`from_handle`](Self::from_handle)'s contract holds.
     #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
     pub(crate) unsafe fn from_handle_with_owner(
         handle: driver::CUstream,
@@ -353,21 +395,8 @@ impl Stream {
         if handle as usize <= PER_THREAD {
             return Ok(Stream::default_stream(handle as usize));
         }
-        Stream::registered(handle, || {
-            let mut ctx: driver::CUcontext = std::ptr::null_mut();
-            // SAFETY: the caller vouches for the stream while `owner` lives; out-pointer to a local.
-            unsafe { driver::cuStreamGetCtx(handle, &mut ctx) }.check("cuStreamGetCtx")?;
-            // SAFETY: a live stream's context is live.
-            let context = unsafe { Context::from_raw(ctx) }?;
-            Ok(StreamInner {
-                handle,
-                limits: context.device().limits().ok(),
-                context: Some(context),
-                owned: false,
-                capture_lock: RwLock::new(()),
-                owner: Some(owner),
-            })
-        })
+        // SAFETY: forwarded to the caller; the result holds `owner`.
+        unsafe { Stream::registered(handle, Some(owner)) }
     }
 
     /// The legacy default stream (`CU_STREAM_LEGACY`) of whatever context is current where it is
@@ -402,8 +431,9 @@ impl Stream {
     pub fn close(self) -> Result<()> {
         match Arc::try_unwrap(self.inner) {
             Ok(mut inner) if inner.owned => {
-                // Destroyed here, not again in Drop.
+                // Destroyed here, not again in Drop; unregistered first.
                 inner.owned = false;
+                unregister_dead(inner.handle);
                 // SAFETY: made by cuStreamCreateWithPriority (or cuGreenCtxStreamCreate, for a
                 // green context), destroyed once.
                 unsafe { driver::cuStreamDestroy(inner.handle) }.check("cuStreamDestroy")
@@ -473,7 +503,10 @@ impl Stream {
     /// [`operation_on_default`](Self::operation_on_default)).
     #[inline]
     pub(crate) fn quietly(&self) -> Option<gate::Quiet> {
-        if crate::reaper::in_callback() || self.is_default() {
+        if crate::reaper::in_callback()
+            || self.is_default()
+            || self.inner.shared.load(std::sync::atomic::Ordering::Relaxed)
+        {
             return None;
         }
         gate::enter(&CAPTURES)
@@ -534,6 +567,10 @@ impl Stream {
             _shared = self.inner.capture_lock.read().unwrap_or_else(|p| p.into_inner());
         }
         let _mark = gate::enter_locked();
+        if self.inner.shared.load(std::sync::atomic::Ordering::Relaxed) {
+            // Other code may have begun or joined a capture on it: asked, and refused if not ours.
+            return capture::with_capture_asked(self.inner.handle, op);
+        }
         with_capture(self.inner.handle, op)
     }
 

@@ -205,10 +205,12 @@ impl GraphBuilder {
     /// stream (a capture of the legacy default stream is refused by the driver).
     ///
     /// # Safety
-    /// Until the capture ends, no code outside this crate queues work on the captured stream
-    /// (another library's calls on the calling thread's per-thread default stream, or on the NULL
-    /// stream where it names that stream): the graph would record that work without holding what
-    /// it uses, and replay it after that memory is freed.
+    /// Until this builder ends the capture, no code outside this crate (another library, raw
+    /// calls, another copy of this crate) queues work on the captured stream (the calling
+    /// thread's per-thread default stream, or the NULL stream where it names that stream), ends
+    /// the capture, or makes another stream join it: the graph would record that work without
+    /// holding what it uses and replay it after that memory is freed, or be destroyed by
+    /// another library while this crate holds it.
     pub unsafe fn begin_building_shared(&mut self, mode: CaptureMode) -> Result<&mut Self> {
         self.begin(mode)
     }
