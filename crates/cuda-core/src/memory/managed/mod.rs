@@ -115,8 +115,9 @@ pub struct ManagedMemoryResource {
 }
 
 impl ManagedMemoryResource {
-    /// `cuda.core`'s `ManagedMemoryResource(options)`: without options, the driver's current
-    /// managed pool (`cuMemGetMemPool`, never destroyed here); with options, a new managed pool
+    /// `cuda.core`'s `ManagedMemoryResource(options)`: without options, the driver's default
+    /// managed pool (`cuMemGetDefaultMemPool`, never destroyed; not the current pool, which
+    /// another library may have made current and destroy); with options, a new managed pool
     /// preferring their location (`cuMemPoolCreate`, destroyed with the resource and its
     /// buffers). Drivers older than CUDA 13 have no managed pools: there the resource is
     /// [`unpooled`](Self::unpooled), with the options' preferred location.
@@ -140,13 +141,13 @@ impl ManagedMemoryResource {
                 let mut loc = loc;
                 // SAFETY: out-pointer to a local; the location is passed by pointer for the call.
                 let got = unsafe {
-                    driver::cuMemGetMemPool(
+                    driver::cuMemGetDefaultMemPool(
                         &mut handle,
                         &mut loc,
                         driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_MANAGED,
                     )
                 }
-                .check("cuMemGetMemPool");
+                .check("cuMemGetDefaultMemPool");
                 if let Err(e) = got {
                     let concurrent = Device::current()
                         .and_then(|d| d.properties().concurrent_managed_access())

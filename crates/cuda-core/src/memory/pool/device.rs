@@ -45,14 +45,17 @@ pub struct DeviceMemoryResource {
 deref_to_pool!(DeviceMemoryResource);
 
 impl DeviceMemoryResource {
-    /// The device's current pool (`cuDeviceGetMemPool`: its default pool unless one was set with
-    /// `cuDeviceSetMemPool`; never destroyed here). As in `cuda.core`, its release threshold is
+    /// The device's default pool (`cuDeviceGetDefaultMemPool`; never destroyed). Not the
+    /// device's current pool, as `cuda.core` takes: a pool another library made current with
+    /// `cuDeviceSetMemPool` is that library's to destroy, and this crate keeps its default
+    /// resource for the life of the process. As in `cuda.core`, its release threshold is
     /// raised to `u64::MAX` when it is 0, so that freed memory stays in the pool across
     /// synchronisations.
     pub fn default_pool(device: &Device) -> Result<Arc<DeviceMemoryResource>> {
         let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
-        unsafe { driver::cuDeviceGetMemPool(&mut handle, device.handle()) }.check("cuDeviceGetMemPool")?;
+        unsafe { driver::cuDeviceGetDefaultMemPool(&mut handle, device.handle()) }
+            .check("cuDeviceGetDefaultMemPool")?;
         let resource = DeviceMemoryResource::wrap(MemoryPool::borrowed(handle, Some(*device)), device);
         // As cuda.core does: freed memory stays in the default pool across synchronisations
         // (the driver's threshold of 0 returns it to the system at every one), unless someone

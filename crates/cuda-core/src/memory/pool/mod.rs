@@ -139,27 +139,46 @@ const POOL_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(600)
 
 impl crate::reaper::Retry for DestroyWhenUnused {
     fn attempt(&mut self) -> bool {
+        use driver::CUresult as R;
         let mut reserved = 0u64;
+        // In relaxed capture mode: another thread's global-mode capture must not refuse the
+        // question (a refusal is asked again, never taken for an answer).
         // SAFETY: the pool is live (destroyed below, once); trimming frees only blocks no
         // allocation or pending free uses; `RESERVED_MEM_CURRENT` is a 64-bit value.
-        let asked = unsafe {
-            driver::cuMemPoolTrimTo(self.handle.0, 0).result().and_then(|()| {
-                driver::cuMemPoolGetAttribute(
+        let asked = crate::stream::relaxed_capture_mode(|| unsafe {
+            match driver::cuMemPoolTrimTo(self.handle.0, 0) {
+                R::CUDA_SUCCESS => driver::cuMemPoolGetAttribute(
                     self.handle.0,
                     driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
                     (&mut reserved as *mut u64).cast(),
-                )
-                .result()
-            })
+                ),
+                e => e,
+            }
+        });
+        let in_use = match asked {
+            R::CUDA_SUCCESS => reserved != 0,
+            // The context failed: nothing runs there any more, the pool may go.
+            R::CUDA_ERROR_ILLEGAL_ADDRESS
+            | R::CUDA_ERROR_LAUNCH_FAILED
+            | R::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | R::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | R::CUDA_ERROR_MISALIGNED_ADDRESS
+            | R::CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | R::CUDA_ERROR_INVALID_PC
+            | R::CUDA_ERROR_ECC_UNCORRECTABLE
+            | R::CUDA_ERROR_DEINITIALIZED => false,
+            // Anything else (a capture in the way, say) is asked again.
+            _ => true,
         };
-        if asked.is_ok() && reserved != 0 {
+        if in_use {
             // Kept (leaked) after the limit: destroying it could crash the driver.
             return self.since.elapsed() > POOL_WAIT_LIMIT;
         }
         // SAFETY: made by cuMemPoolCreate, destroyed once (the job is dropped when this returns
-        // true); every free queued into it ran (or the driver cannot say: its context failed,
-        // and nothing runs there any more); buffers from it held the resource until then.
-        if let Err(e) = unsafe { driver::cuMemPoolDestroy(self.handle.0) }.check("cuMemPoolDestroy") {
+        // true); every free queued into it ran (or its context failed, and nothing runs there
+        // any more); buffers from it held the resource until then.
+        let destroyed = crate::stream::relaxed_capture_mode(|| unsafe { driver::cuMemPoolDestroy(self.handle.0) });
+        if let Err(e) = destroyed.check("cuMemPoolDestroy") {
             record_drop_error(e);
         }
         true

@@ -34,20 +34,21 @@ pub struct PinnedMemoryResource {
 deref_to_pool!(PinnedMemoryResource);
 
 impl PinnedMemoryResource {
-    /// The host's current pinned pool (`cuMemGetMemPool`, CUDA 13 drivers; never destroyed
-    /// here), as `cuda.core`'s `PinnedMemoryResource()`.
+    /// The host's default pinned pool (`cuMemGetDefaultMemPool`, CUDA 13 drivers; never
+    /// destroyed), as `cuda.core`'s `PinnedMemoryResource()` (which takes the current pool: a
+    /// pool another library made current is that library's to destroy).
     pub fn default_pool() -> Result<Arc<PinnedMemoryResource>> {
         let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
         let mut loc = location(driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST, 0);
         // SAFETY: out-pointer to a local; the location is passed by pointer for the call.
         unsafe {
-            driver::cuMemGetMemPool(
+            driver::cuMemGetDefaultMemPool(
                 &mut handle,
                 &mut loc,
                 driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
             )
         }
-        .check("cuMemGetMemPool")
+        .check("cuMemGetDefaultMemPool")
         .map_err(|e| {
             CudaError::InvalidArgument(format!(
                 "{e}: the host's default pinned pool needs a CUDA 13 driver; make a pool with PinnedMemoryResource::new instead"
