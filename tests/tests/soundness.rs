@@ -1376,3 +1376,40 @@ fn a_default_stream_never_joins_a_capture() {
     let errors = cuda_core::take_drop_errors();
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+// Composition review of round 3: a context another library made and made current (cudarc's
+// safe `CudaContext::new_non_primary`, raw `cuCtxCreate`) was adopted by safe calls without
+// being held (the driver counts no references to it), and what they made in it outlived it when
+// its owner destroyed it. Such a context is refused; and `with_current` does not make such a
+// context current again once its closure changed the current context (it may have destroyed
+// it, as dropping cudarc's context does).
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn a_context_made_by_other_code_is_never_adopted() {
+    let (d, _s) = setup();
+    let primary = d.primary_context().unwrap();
+    let mut foreign: driver::CUcontext = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local; it becomes current here and is destroyed below.
+    check(unsafe { driver::cuCtxCreate(&mut foreign, std::ptr::null_mut(), 0, d.handle()) });
+    let err = Context::current().unwrap_err().to_string();
+    assert!(err.contains("made outside this crate"), "{err}");
+    let legacy = Stream::legacy_default();
+    assert!(LegacyPinnedMemoryResource::new(Default::default())
+        .allocate(4096, &legacy)
+        .is_err());
+    assert!(legacy.record_new(Default::default()).is_err());
+    assert!(GraphDefinition::new().unwrap().instantiate(&Default::default()).is_err());
+    // Destroyed inside `with_current` the way another library's drop does it (bound first).
+    primary
+        .with_current(|| {
+            // SAFETY: the context made above, live until destroyed below.
+            check(unsafe { driver::cuCtxSetCurrent(foreign) });
+            // SAFETY: made above, destroyed once (current only on this thread).
+            check(unsafe { driver::cuCtxDestroy(foreign) });
+            Ok(())
+        })
+        .unwrap();
+    assert_ne!(Context::current_handle().unwrap(), foreign, "a destroyed context was made current again");
+    d.set_current().unwrap();
+    assert_eq!(Context::current().unwrap(), Some(primary));
+}

@@ -344,15 +344,29 @@ impl Context {
         }
     }
 
-    /// The calling thread's current context, if any: the one this crate made current, a primary
-    /// context, or (made current by raw calls) a context this value does not keep alive.
+    /// The calling thread's current context, if any: one this crate made current, or a primary
+    /// context.
+    ///
+    /// A context another library made (cudarc's `CudaContext::new_non_primary`, raw
+    /// `cuCtxCreate`) and made current is refused with an error: the driver counts no
+    /// references to such a context, so this crate could not keep it alive, and that library may
+    /// destroy it under anything made in it (memory, events, streams, graphs). Every safe call
+    /// that works in the current context (the default streams, allocations on them, graph
+    /// nodes) meets the same refusal. Make a context of this crate current first
+    /// ([`Device::set_current`], [`Context::set_current`]).
     pub fn current() -> Result<Option<Context>> {
         let handle = Context::current_handle()?;
         if handle.is_null() {
             return Ok(None);
         }
         // SAFETY: the handle is the calling thread's current context, so it is live.
-        unsafe { Context::from_raw(handle) }.map(Some)
+        let context = unsafe { Context::from_raw(handle) }?;
+        if matches!(context.inner.ownership, Ownership::Borrowed) {
+            return Err(CudaError::InvalidArgument(format!(
+                "the calling thread's current context ({handle:p}) was made outside this crate (by another library, such as cudarc's CudaContext::new_non_primary, or raw calls): this crate cannot keep it alive, and its owner may destroy it under what would be made in it. Make a context of this crate current first (Device::set_current, Context::set_current)"
+            )));
+        }
+        Ok(Some(context))
     }
 
     /// The context `handle`: one a thread made current through this crate, a primary context,

@@ -312,6 +312,9 @@ impl Graph {
         // A graph whose owning node was destroyed, or whose hierarchy lost a graph to an
         // invalidated capture, is gone (or partly so) in the driver.
         definition.inner.check_live(reg)?;
+        // The context the executable is made in, held by it (a context this crate cannot hold,
+        // made current by another library, is refused).
+        let current_context = Context::current()?;
         let mut params = driver::CUDA_GRAPH_INSTANTIATE_PARAMS {
             flags: options.flags(),
             hUploadStream: options
@@ -337,7 +340,7 @@ impl Graph {
             updated_from: None,
             launches: Launches::default(),
             ready: reg.ready.clone(),
-            _context: Context::current().ok().flatten(),
+            _context: current_context,
             calls: Mutex::new(()),
         };
         if let Some(stream) = &options.upload_stream {

@@ -384,6 +384,13 @@ impl Context {
             })
             .unwrap_or(false);
         if !on_top {
+            if aside.is_none() && !previous.is_null() && !is_primary(previous) {
+                // `f` changed the current context, and the previous one was made current by
+                // other code, which this crate does not hold: `f` may have let it be destroyed
+                // (dropping another library's context object does), so it is not made current
+                // again (the rule of the cudarc bridge's `keeping_current`).
+                return Ok(());
+            }
             return replace_current(previous, aside);
         }
         // SAFETY: restoring what was current before: held by `aside` (or, for a primary
@@ -411,4 +418,13 @@ impl Context {
         drop((ours, aside));
         restored
     }
+}
+
+/// Whether `handle` is the primary context of a device (retained by this crate for the life of
+/// the process, so never destroyed), found without touching `handle` itself.
+fn is_primary(handle: driver::CUcontext) -> bool {
+    crate::Device::all().is_ok_and(|all| {
+        all.iter()
+            .any(|d| d.primary_context().is_ok_and(|p| p.handle() == handle))
+    })
 }
