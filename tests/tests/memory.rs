@@ -627,3 +627,30 @@ fn peer_devices_copy_and_reach_pool_memory() {
     assert_eq!(pool0.used_mem_current().unwrap(), 0);
     d0.set_current().unwrap();
 }
+
+// Composition review of round 3: importing this process's own export gives the pool's own
+// handle (the driver counts no references), and dropping that import destroyed the pool under
+// its resource. Refused; the pool keeps working.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn importing_this_processs_own_pool_is_refused() {
+    let (d, s) = setup();
+    let pool = DeviceMemoryResource::new(
+        &d,
+        DeviceMemoryResourceOptions {
+            ipc_enabled: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let fd = pool.export_fd().unwrap();
+    let err = DeviceMemoryResource::from_fd(&d, fd).map(drop).unwrap_err().to_string();
+    assert!(err.contains("this process made"), "{err}");
+    let buffer = pool.allocate(4096, &s).unwrap();
+    buffer.fill_u8(3, &s).unwrap();
+    assert!(buffer.to_vec::<u8>(&s).unwrap().iter().all(|&x| x == 3));
+    drop((buffer, pool));
+    s.sync().unwrap();
+    let errors = cuda_core::take_drop_errors();
+    assert!(errors.is_empty(), "{errors:?}");
+}

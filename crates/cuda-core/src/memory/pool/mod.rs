@@ -52,6 +52,16 @@ pub struct MemoryPool {
 type ImportRegistry = Vec<(usize, u64, std::sync::Weak<dyn std::any::Any + Send + Sync>)>;
 static IMPORTED: Mutex<ImportRegistry> = Mutex::new(Vec::new());
 
+/// The live pools this process made (`cuMemPoolCreate`), by handle: importing one of them (this
+/// process's own export) gives its handle back, which the import must never destroy. The lock
+/// is held across a create and its insertion and across a destroy and its removal, so a handle
+/// the driver reuses is never missing while live.
+static MADE: Mutex<std::collections::BTreeSet<usize>> = Mutex::new(std::collections::BTreeSet::new());
+
+fn made() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<usize>> {
+    MADE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 // SAFETY: a CUmemoryPool is a process-wide handle the driver lets any thread use; the rest is
 // atomics and a lock.
 unsafe impl Send for MemoryPool {}
@@ -174,10 +184,13 @@ impl crate::reaper::Retry for DestroyWhenUnused {
             // Kept (leaked) after the limit: destroying it could crash the driver.
             return self.since.elapsed() > POOL_WAIT_LIMIT;
         }
+        let mut made = made();
         // SAFETY: made by cuMemPoolCreate, destroyed once (the job is dropped when this returns
         // true); every free queued into it ran (or its context failed, and nothing runs there
         // any more); buffers from it held the resource until then.
         let destroyed = crate::stream::relaxed_capture_mode(|| unsafe { driver::cuMemPoolDestroy(self.handle.0) });
+        made.remove(&(self.handle.0 as usize));
+        drop(made);
         if let Err(e) = destroyed.check("cuMemPoolDestroy") {
             record_drop_error(e);
         }
@@ -216,8 +229,12 @@ impl MemoryPool {
     /// driver may hand out the handle of a pool destroyed earlier, with the access it had.
     pub(crate) fn create(props: &driver::CUmemPoolProps, device: Option<Device>, ipc: bool) -> Result<MemoryPool> {
         let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
-        // SAFETY: props is fully initialised; out-pointer to a local.
-        unsafe { driver::cuMemPoolCreate(&mut handle, props) }.check("cuMemPoolCreate")?;
+        {
+            let mut made = made();
+            // SAFETY: props is fully initialised; out-pointer to a local.
+            unsafe { driver::cuMemPoolCreate(&mut handle, props) }.check("cuMemPoolCreate")?;
+            made.insert(handle as usize);
+        }
         let pool = MemoryPool::wrap(handle, true, device, ipc, false);
         if device.is_some() && crate::device_count()? > 1 {
             pool.revoke_peers()?;
@@ -243,6 +260,13 @@ impl MemoryPool {
         let mut registry = IMPORTED.lock().unwrap_or_else(|p| p.into_inner());
         let mut pool = MemoryPool::import(fd, device)?;
         let key = pool.handle as usize;
+        if made().contains(&key) {
+            // This process's own pool: the import gave its handle, which its resource owns.
+            pool.owned = false;
+            return Err(CudaError::InvalidArgument(
+                "the descriptor names a pool this process made (its own export): use that memory resource itself, not an import of it".into(),
+            ));
+        }
         if let Some(at) = registry.iter().position(|(h, _, _)| *h == key) {
             if let Some(live) = registry[at].2.upgrade() {
                 // Already open: the import gave the same handle, which the live resource owns.
