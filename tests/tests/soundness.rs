@@ -1398,7 +1398,10 @@ fn a_context_made_by_other_code_is_never_adopted() {
         .allocate(4096, &legacy)
         .is_err());
     assert!(legacy.record_new(Default::default()).is_err());
-    assert!(GraphDefinition::new().unwrap().instantiate(&Default::default()).is_err());
+    assert!(GraphDefinition::new()
+        .unwrap()
+        .instantiate(&Default::default())
+        .is_err());
     // Destroyed inside `with_current` the way another library's drop does it (bound first).
     primary
         .with_current(|| {
@@ -1409,7 +1412,11 @@ fn a_context_made_by_other_code_is_never_adopted() {
             Ok(())
         })
         .unwrap();
-    assert_ne!(Context::current_handle().unwrap(), foreign, "a destroyed context was made current again");
+    assert_ne!(
+        Context::current_handle().unwrap(),
+        foreign,
+        "a destroyed context was made current again"
+    );
     d.set_current().unwrap();
     assert_eq!(Context::current().unwrap(), Some(primary));
 }

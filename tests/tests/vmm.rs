@@ -3,10 +3,13 @@
 //! mappings and sharing between processes, data checked byte for byte. Capabilities the device
 //! lacks are tested through their error path, with the reason printed.
 
+use cuda_core::graph::GraphDefinition;
+use cuda_core::texture::{ArrayFormat, OpaqueArrayOptions};
 use cuda_core::{
-    Buffer, Device, MemoryResource, Stream, VirtualMemoryAccessType as Access, VirtualMemoryAllocationType,
-    VirtualMemoryGranularityType, VirtualMemoryHandleType as Handle, VirtualMemoryIpcDescriptor,
-    VirtualMemoryLocationType as Location, VirtualMemoryResource, VirtualMemoryResourceOptions as Options,
+    Buffer, DType, Device, MemoryResource, Stream, StridedMemoryView, VirtualMemoryAccessType as Access,
+    VirtualMemoryAllocationType, VirtualMemoryGranularityType, VirtualMemoryHandleType as Handle,
+    VirtualMemoryIpcDescriptor, VirtualMemoryLocationType as Location, VirtualMemoryResource,
+    VirtualMemoryResourceOptions as Options,
 };
 use cuda_sys::driver;
 use cuda_tests::{skip, skip_part};
@@ -526,7 +529,10 @@ fn vmm_host_memory_is_host_accessible_or_refused() {
 /// Host memory only the host may reach (host location, no device peers): fills and copies, which
 /// the device runs, are refused before the driver with an error that says why (the device's
 /// access would fault the context: finding 3 of the third audit, where the write check let them
-/// through because the host may write the memory). With the device as a read-write peer the same
+/// through because the host may write the memory). The same holds for copies between strided views
+/// (one copy, a pitched copy, the strided copy kernel; views of the buffer, of a host slice over
+/// its memory and of raw memory), array copies (with the buffer or a host slice over its memory)
+/// and graph memcpy nodes, source and destination. With the device as a read-write peer the same
 /// operations run, and the context is unharmed.
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
@@ -577,9 +583,108 @@ fn vmm_host_memory_the_device_cannot_reach_is_refused_to_fills_and_copies() {
     read(b.to_vec_async::<u8>(&s).err().unwrap().to_string(), "to_vec_async");
     read(err(Buffer::copy_batch(&[(&b, &other)], &s)), "copy_batch");
     read(err(Buffer::copy_2d(region(&other), region(&b), 64, 4, &s)), "copy_2d");
+    // The refusals of memory that is no buffer's (host slices, raw views) rest on the driver
+    // describing this memory: it grants the device no access (checked before any such copy).
+    let e = err(b.copy_to(&other, &s));
+    assert!(
+        e.starts_with("copy_to: device 0 may not read this memory (the driver grants it no access"),
+        "{e}"
+    );
+
+    // Strided copies, whatever the plan: views of the buffer are refused as the buffer is.
+    const STRIDED: &str = "copy between strided views";
+    let layouts: [(&[usize], Option<&[isize]>); 3] = [
+        (&[SIDE * SIDE], None),                     // dense: one copy
+        (&[4, SIDE], Some(&[128, 1])),              // rows 128 bytes apart: one pitched copy
+        (&[SIDE, SIDE], Some(&[1, SIDE as isize])), // transposed: the strided copy kernel
+    ];
+    for (shape, strides) in layouts {
+        let mut on_b = u8_view(&b, shape, strides);
+        let mut on_dev = u8_view(&dev, shape, None);
+        written(err(on_dev.copy_to(&mut on_b, &s)), STRIDED);
+        written(err(on_b.copy_from(&on_dev, &s)), STRIDED);
+        read(err(on_b.copy_to(&mut on_dev, &s)), STRIDED);
+    }
+    // Views of a host slice over the memory, and of the raw memory, which the device would copy:
+    // refused on what the driver grants the device.
+    let mut on_dev = u8_view(&dev, &[n], None);
+    {
+        // SAFETY: b's memory is the host's (host access), alive while b is, used by nothing else.
+        let in_b: &[u8] = unsafe { host_bytes(&b) };
+        let from_slice = StridedMemoryView::from_host_slice(in_b, &[n], None).unwrap();
+        let e = err(from_slice.copy_to(&mut on_dev, &s));
+        assert!(
+            e.starts_with("copy between strided views: device 0 may not read this memory"),
+            "{e}"
+        );
+    }
+    // SAFETY: as above; read-only, and never copied (refused).
+    let raw = unsafe { StridedMemoryView::from_raw(b.handle(), &[n], None, DType::U8, None, false, true) }.unwrap();
+    let e = err(raw.copy_to(&mut on_dev, &s));
+    assert!(
+        e.starts_with("copy between strided views: device 0 may not read this memory"),
+        "{e}"
+    );
+    {
+        // SAFETY: as above.
+        let into_b = unsafe { host_bytes(&b) };
+        let mut into_slice = StridedMemoryView::from_host_slice_mut(into_b, &[n], None).unwrap();
+        let e = err(on_dev.copy_to(&mut into_slice, &s));
+        assert!(
+            e.starts_with(
+                "copy between strided views: device 0 may not write this memory (the driver grants it no access"
+            ),
+            "{e}"
+        );
+    }
+    drop((on_dev, raw));
+
+    // Array copies, either way, with the buffer or with a host slice over its memory.
+    let array = d
+        .create_opaque_array(&OpaqueArrayOptions::new([SIDE, SIDE], ArrayFormat::Uint8, 1))
+        .unwrap();
+    read(err(array.copy_from(&b, &s)), "OpaqueArray::copy_from");
+    written(err(array.copy_to(&b, &s)), "OpaqueArray::copy_to");
+    {
+        // SAFETY: as above.
+        let in_b = unsafe { host_bytes(&b) };
+        let e = err(array.copy_from_host(&in_b[..SIDE * SIDE], &s));
+        assert!(
+            e.starts_with("OpaqueArray::copy_from_host: device 0 may not read this memory"),
+            "{e}"
+        );
+        let e = err(array.copy_to_host(&mut in_b[..SIDE * SIDE], &s));
+        assert!(
+            e.starts_with("OpaqueArray::copy_to_host: device 0 may not write this memory"),
+            "{e}"
+        );
+    }
+
+    // Graph memcpy nodes: the source as the destination, refused as the node is added.
+    let g = GraphDefinition::new().unwrap();
+    read(err(g.memcpy(&other, &b, n)), "memcpy");
+    written(err(g.memcpy(&b, &dev, n)), "memcpy");
+    drop(g);
+
     // None reached the device: the context is unharmed.
     s.sync().unwrap();
     assert!(dev.to_vec::<u8>(&s).unwrap().iter().all(|&v| v == 0x5A));
+    // A staged strided copy reads its host view on the CPU: a host slice over the memory, of a
+    // layout no copy engine takes, is copied.
+    let want = pattern(SIDE * SIDE, 5);
+    {
+        // SAFETY: as above.
+        let in_b = unsafe { host_bytes(&b) };
+        in_b[..SIDE * SIDE].copy_from_slice(&want);
+        let transposed = StridedMemoryView::from_host_slice(in_b, &[SIDE, SIDE], Some(&[1, SIDE as isize])).unwrap();
+        transposed
+            .copy_to(&mut u8_view(&other, &[SIDE, SIDE], None), &s)
+            .unwrap();
+    }
+    let got = other.to_vec::<u8>(&s).unwrap();
+    for (r, c) in (0..SIDE).flat_map(|r| (0..SIDE).map(move |c| (r, c))) {
+        assert_eq!(got[r * SIDE + c], want[c * SIDE + r], "({r}, {c})");
+    }
     drop(b);
 
     // With the device as a read-write peer, the same operations run.
@@ -593,8 +698,74 @@ fn vmm_host_memory_the_device_cannot_reach_is_refused_to_fills_and_copies() {
     b.copy_from_host(&data, &s).unwrap();
     b.copy_to(&other, &s).unwrap();
     assert_eq!(other.to_vec::<u8>(&s).unwrap(), data);
+    // Strided copies: the strided copy kernel transposes the first 64 x 64 bytes into `other`;
+    // a pitched copy writes rows of the buffer.
+    u8_view(&b, &[SIDE, SIDE], Some(&[1, SIDE as isize]))
+        .copy_to(&mut u8_view(&other, &[SIDE, SIDE], None), &s)
+        .unwrap();
+    let got = other.to_vec::<u8>(&s).unwrap();
+    for (r, c) in (0..SIDE).flat_map(|r| (0..SIDE).map(move |c| (r, c))) {
+        assert_eq!(got[r * SIDE + c], data[c * SIDE + r], "({r}, {c})");
+    }
+    u8_view(&dev, &[4, SIDE], None)
+        .copy_to(&mut u8_view(&b, &[4, SIDE], Some(&[128, 1])), &s)
+        .unwrap();
+    let got = b.to_vec::<u8>(&s).unwrap();
+    for (i, &v) in got[..4 * 128].iter().enumerate() {
+        assert_eq!(v, if i % 128 < SIDE { 0x5A } else { data[i] }, "byte {i}");
+    }
+    b.copy_from_host(&data, &s).unwrap();
+    // A graph memcpy node reads it.
+    other.fill_u8(0, &s).unwrap();
+    let g = GraphDefinition::new().unwrap();
+    g.memcpy(&other, &b, n).unwrap();
+    let exec = g.instantiate(&Default::default()).unwrap();
+    exec.launch(&s).unwrap();
+    assert_eq!(other.to_vec::<u8>(&s).unwrap(), data);
+    // Array copies with it, and with a host slice over its memory (the driver grants the device
+    // read-write access).
+    array.copy_from(&b, &s).unwrap();
+    assert_eq!(array.to_vec::<u8>(&s).unwrap(), data[..SIDE * SIDE]);
+    other.fill_u8(0, &s).unwrap();
+    array.copy_to(&other, &s).unwrap();
+    assert_eq!(other.to_vec::<u8>(&s).unwrap()[..SIDE * SIDE], data[..SIDE * SIDE]);
+    b.fill_u8(0, &s).unwrap();
+    s.sync().unwrap();
+    {
+        // SAFETY: as above, for this allocation; no GPU work uses it meanwhile (synchronised,
+        // and the copies below are waited for).
+        let in_b = unsafe { host_bytes(&b) };
+        array.copy_to_host(&mut in_b[..SIDE * SIDE], &s).unwrap();
+        assert_eq!(in_b[..SIDE * SIDE], data[..SIDE * SIDE]);
+        // From 64 bytes in: the array's bytes from 64 on, then 64 zero bytes.
+        array.copy_from_host(&in_b[SIDE..SIDE + SIDE * SIDE], &s).unwrap();
+    }
+    let mut shifted = data[SIDE..SIDE * SIDE].to_vec();
+    shifted.resize(SIDE * SIDE, 0);
+    assert_eq!(array.to_vec::<u8>(&s).unwrap(), shifted);
+    drop((exec, g, array));
     drop((b, dev, other));
     no_vmm_errors();
+}
+
+/// The side of the square (in bytes) the strided, array and staged copies of
+/// `vmm_host_memory_the_device_cannot_reach_is_refused_to_fills_and_copies` move.
+const SIDE: usize = 64;
+
+/// A writable `u8` view of `buffer`.
+fn u8_view<'a>(buffer: &'a Buffer, shape: &[usize], strides: Option<&[isize]>) -> StridedMemoryView<'a> {
+    StridedMemoryView::from_buffer(buffer, shape, strides, DType::U8, false).unwrap()
+}
+
+/// The host's slice of `buffer`'s memory.
+///
+/// # Safety
+/// The memory must be host memory the host may read and write, and nothing else (no other
+/// slice, no GPU work) may use it while the slice lives.
+#[allow(clippy::mut_from_ref)]
+unsafe fn host_bytes(buffer: &Buffer) -> &mut [u8] {
+    // SAFETY: forwarded to the caller; the buffer's range is its memory.
+    unsafe { std::slice::from_raw_parts_mut(buffer.handle() as *mut u8, buffer.size()) }
 }
 
 #[test]

@@ -360,8 +360,9 @@ impl Stream {
     /// not begin (as on the default streams).
     ///
     /// # Safety
-    /// `handle` must be a valid stream for as long as the returned `Stream`, its clones and
-    /// anything holding them (buffers freed on it, graphs launched on it) are used. Code outside
+    /// `handle` must be a valid stream, and its context a live context, for as long as the
+    /// returned `Stream`, its clones and anything made through them (buffers freed on it, events
+    /// recorded there, graphs launched on it) are used. Code outside
     /// this crate (another library, raw calls, another copy of this crate linked into the
     /// program) must not, while any of those live: begin, end or make the stream join a capture
     /// (waiting for an event recorded in one, `cudaStreamWaitEvent`, cudarc's `join`) at the same

@@ -184,12 +184,18 @@ macro_rules! memory_node_adders {
             }
 
             /// A copy node: the first `size` bytes of `src` into `dst`. The graph holds both.
+            /// Refused, as [`Buffer::copy_to`] is, where the device of the current context (the
+            /// node's) may not write `dst` or read `src`: host-location virtual memory without
+            /// device peers, for one, whose access would fault the context at every launch.
             pub fn memcpy(&self, dst: &Buffer, src: &Buffer, size: usize) -> Result<GraphNode> {
                 refuse_graph_memory(dst, "memcpy")?;
                 refuse_graph_memory(src, "memcpy")?;
                 dst.check_fits(size, "memcpy destination")?;
                 dst.check_writable("memcpy")?;
                 src.check_fits(size, "memcpy source")?;
+                // The node runs in the current context: its device must be able to read the
+                // source (host-location virtual memory without device peers faults it).
+                src.check_current_device_reads("memcpy")?;
                 let (dst_ready, src_ready) = (dst.graph_fence()?, src.graph_fence()?);
                 // SAFETY: both ranges lie inside buffers whose memory the graph holds (handed
                 // over before the node is added).

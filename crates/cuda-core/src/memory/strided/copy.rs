@@ -3,6 +3,13 @@
 //! strided copy kernel (`kernel`), for views kernels can reach, or a copy staged through dense
 //! copies (`staging`) for borrowed host views.
 //!
+//! Whatever the device copies (every plan but a staged one, whose device side is copied through
+//! `copy` again) is refused where the device may not reach it, as buffers' own copies are
+//! (`memory/copy/reach.rs`): a view of a buffer where the device may not read the source's
+//! memory or write the destination's (host-location virtual memory without device peers, for
+//! one), a view of host or raw memory not said to be device-accessible where the driver grants
+//! the device no such access.
+//!
 //! Every buffer behind either view goes through `enqueue_using` (its memory stays alive until
 //! the copy is done); a host view's borrow ends with the call, so such copies are waited for
 //! (and refused on a stream being captured, whose graph would copy at every launch).
@@ -147,15 +154,59 @@ fn kernel_plan(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>, count: 
     })
 }
 
+/// How copies between views name themselves in refusals.
+const WHAT: &str = "copy between strided views";
+
+/// What the device does with a view's memory in a copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Reads it (the source).
+    Read,
+    /// Writes it (the destination).
+    Write,
+}
+
+/// The buffer a view's memory is, for a view of one.
+fn view_buffer<'v>(view: &'v StridedMemoryView<'_>) -> Option<&'v Buffer> {
+    match &view.backing {
+        Backing::Buffer(b) => Some(*b),
+        Backing::Owned(b) => Some(&**b),
+        Backing::Host(_) | Backing::Raw => None,
+    }
+}
+
+/// Whether a copy the device runs asks the driver what it grants the device on the view's
+/// memory: host or raw memory, unless the view's maker vouched kernels reach it (`from_raw` with
+/// `device_accessible`). Views of buffers are checked as their buffers are.
+fn asks_driver(view: &StridedMemoryView<'_>) -> bool {
+    view_buffer(view).is_none() && !view.device_accessible
+}
+
+/// Refuses the copy where the device of `stream` may not make `access` to the memory of `view`,
+/// a view of a buffer, as the buffer's own copies are refused (no refusal for other views).
+fn check_buffer_reach(view: &StridedMemoryView<'_>, access: Access, stream: &Stream) -> Result<()> {
+    match (view_buffer(view), access) {
+        (Some(b), Access::Read) => b.check_device_reads(stream, WHAT),
+        (Some(b), Access::Write) => b.check_writable(WHAT),
+        (None, _) => Ok(()),
+    }
+}
+
+/// Refuses the copy where the driver grants the device of `stream` no `access` to the memory of
+/// `view`, a view of host or raw memory (see [`asks_driver`]; no refusal for other views). Only
+/// for copies the device runs: a staged copy's host side is copied on the CPU.
+fn check_memory_reach(view: &StridedMemoryView<'_>, access: Access, stream: &Stream) -> Result<()> {
+    if !asks_driver(view) {
+        return Ok(());
+    }
+    match access {
+        Access::Read => stream.check_device_reads_memory(view.bounds.0, WHAT),
+        Access::Write => stream.check_device_writes_memory(view.bounds.0, WHAT),
+    }
+}
+
 fn buffers<'v>(views: [&'v StridedMemoryView<'_>; 2]) -> Vec<&'v Buffer> {
-    views
-        .into_iter()
-        .filter_map(|v| match &v.backing {
-            Backing::Buffer(b) => Some(*b),
-            Backing::Owned(b) => Some(&**b),
-            Backing::Host(_) | Backing::Raw => None,
-        })
-        .collect()
+    views.into_iter().filter_map(view_buffer).collect()
 }
 
 impl StridedMemoryView<'_> {
@@ -180,12 +231,22 @@ pub(super) fn copy(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>, str
             "copy into a read-only view: make the destination writable".into(),
         ));
     }
+    // Views of buffers first, whatever the layout: the kernel's plan refuses memory kernels do
+    // not reach without saying why. A copy of no elements reaches nothing.
+    if src.size()? != 0 {
+        check_buffer_reach(src, Access::Read, stream)?;
+        check_buffer_reach(dst, Access::Write, stream)?;
+    }
     let plan = plan(src, dst)?;
     match plan {
         Plan::Empty => return Ok(()),
         Plan::Staged => return super::staging::copy_staged(src, dst, stream),
         _ => {}
     }
+    // The device copies both sides (one copy, a pitched copy, or the kernel): host and raw
+    // memory too.
+    check_memory_reach(src, Access::Read, stream)?;
+    check_memory_reach(dst, Access::Write, stream)?;
     // The kernel is compiled (once) before the operation, so that no capture waits for NVRTC,
     // for the device of the stream, which must be the views'.
     let kernel = match plan {
@@ -257,5 +318,32 @@ pub(super) fn copy(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>, str
         )
     } else {
         enqueue_using(stream, &held, |_| run())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{asks_driver, view_buffer, StridedMemoryView};
+    use crate::DType;
+
+    #[test]
+    fn copies_the_device_runs_ask_the_driver_about_memory_that_is_no_buffers() {
+        // No GPU is needed: which views a copy checks how is decided on the view alone.
+        let data = [0u32; 8];
+        let host = StridedMemoryView::from_host_slice(&data, &[8], None).unwrap();
+        assert!(view_buffer(&host).is_none());
+        // A host slice may lie in host-location virtual memory the device has no access to.
+        assert!(asks_driver(&host));
+        assert!(asks_driver(&host.view(&[4], Some(&[2]), DType::U32).unwrap()));
+        let ptr = 1u64 << 40;
+        // SAFETY: the views are never read or written (only their place is looked at).
+        let vouched =
+            unsafe { StridedMemoryView::from_raw(ptr, &[4], None, DType::F32, Some(0), true, false) }.unwrap();
+        // SAFETY: as above.
+        let raw = unsafe { StridedMemoryView::from_raw(ptr, &[4], None, DType::F32, None, false, false) }.unwrap();
+        // Memory its maker vouched kernels reach is not asked about; other raw memory is.
+        assert!(!asks_driver(&vouched));
+        assert!(asks_driver(&raw));
+        assert!(asks_driver(&raw.view(&[2], Some(&[2]), DType::F32).unwrap()));
     }
 }

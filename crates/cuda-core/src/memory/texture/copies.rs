@@ -2,6 +2,11 @@
 //! shared by [`OpaqueArray`](super::OpaqueArray) and the graphics module's mapped arrays: the
 //! array's rows (`shape[0]` elements), then its slices, densely packed on the other side.
 //!
+//! The device runs every copy: the memory on the other side is refused where the device may not
+//! read it (a copy into the array) or write it (a copy out of the array), as buffers' own copies
+//! refuse it (`memory/copy/reach.rs`): host-location virtual memory without device peers, for
+//! one, whose access would fault the context.
+//!
 //! Every copy is work on the array's lifeline (a buffer whose free is what ends the array: its
 //! destruction, or its unmap), so the array outlives the copy as any buffer outlives its work.
 
@@ -11,6 +16,15 @@ use crate::memory::copy::copy_with_host;
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
+
+/// How `method` of the array type that `copy_to_what` names (`OpaqueArray::copy_to`,
+/// `MappedArray::copy_to`) names itself in errors: `OpaqueArray::copy_from`, ...
+pub(super) fn method_name(copy_to_what: &str, method: &str) -> String {
+    match copy_to_what.rsplit_once("::") {
+        Some((owner, _)) => format!("{owner}::{method}"),
+        None => method.to_string(),
+    }
+}
 
 /// An array as whole-array copies see it.
 pub(crate) struct WholeArray<'a> {
@@ -55,6 +69,11 @@ impl WholeArray<'_> {
         p
     }
 
+    /// How the array's method `method` names itself in errors (see [`method_name`]).
+    fn what(&self, method: &str) -> String {
+        method_name(self.copy_to_what, method)
+    }
+
     fn check_room(&self, have: usize, what: &str) -> Result<()> {
         if have < self.size_bytes {
             return Err(CudaError::InvalidArgument(format!(
@@ -69,6 +88,7 @@ impl WholeArray<'_> {
     /// (recorded into a graph on a capturing stream: the graph then holds both).
     pub(crate) fn copy_from(&self, src: &Buffer, stream: &Stream) -> Result<()> {
         self.check_room(src.size(), "the source buffer")?;
+        src.check_device_reads(stream, &self.what("copy_from"))?;
         let p = self.params(true, |p, pitch, height| {
             p.srcMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED;
             p.srcDevice = src.handle();
@@ -102,6 +122,7 @@ impl WholeArray<'_> {
     /// a capturing stream with `refusal`.
     pub(crate) fn copy_from_host<T: Pod>(&self, src: &[T], stream: &Stream, refusal: &str) -> Result<()> {
         self.check_room(std::mem::size_of_val(src), "the host slice")?;
+        stream.check_device_reads_memory(src.as_ptr() as u64, &self.what("copy_from_host"))?;
         let p = self.params(true, |p, pitch, height| {
             p.srcMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_HOST;
             p.srcHost = src.as_ptr().cast();
@@ -119,6 +140,7 @@ impl WholeArray<'_> {
     /// refused on a capturing stream with `refusal`.
     pub(crate) fn copy_to_host<T: Pod>(&self, dst: &mut [T], stream: &Stream, refusal: &str) -> Result<()> {
         self.check_room(std::mem::size_of_val(dst), "the host slice")?;
+        stream.check_device_writes_memory(dst.as_ptr() as u64, &self.what("copy_to_host"))?;
         let dst_ptr = dst.as_mut_ptr();
         let p = self.params(false, |p, pitch, height| {
             p.dstMemoryType = driver::CUmemorytype::CU_MEMORYTYPE_HOST;

@@ -135,3 +135,18 @@ fn handles_cross_threads() {
     send_and_sync::<SurfaceObject>();
     send_and_sync::<TextureDescriptor>();
 }
+
+#[test]
+fn array_copies_name_their_refusals_after_their_type() {
+    // The reach refusals of whole-array copies (`memory/copy/reach.rs`) start with these.
+    use super::copies::method_name;
+    assert_eq!(
+        method_name("OpaqueArray::copy_to", "copy_from"),
+        "OpaqueArray::copy_from"
+    );
+    assert_eq!(
+        method_name("MappedArray::copy_to", "copy_to_host"),
+        "MappedArray::copy_to_host"
+    );
+    assert_eq!(method_name("copy_to", "copy_from_host"), "copy_from_host");
+}
