@@ -649,7 +649,19 @@ fn invalidated_captures_destroy_no_graph_twice() {
                         assert!(builder.graph_definition().is_err());
                     } else {
                         builder.end_building().unwrap();
-                        let graph = builder.complete(&Default::default()).unwrap();
+                        // The driver refuses an instantiation while another thread captures
+                        // (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`): tried again.
+                        let start = Instant::now();
+                        let graph = loop {
+                            match builder.complete(&Default::default()) {
+                                Ok(graph) => break graph,
+                                Err(e) if e.to_string().contains("STREAM_CAPTURE") => {
+                                    assert!(start.elapsed() < Duration::from_secs(10), "{e}");
+                                    std::thread::yield_now();
+                                }
+                                Err(e) => panic!("{e}"),
+                            }
+                        };
                         graph.launch(&s).unwrap();
                     }
                 }
@@ -674,6 +686,11 @@ fn graphs_are_destroyed_during_another_threads_global_capture() {
     let (d, s) = setup();
     let buffer = d.allocate(4096, &s).unwrap();
     s.sync().unwrap();
+    // Made before the capture begins: an instantiation during another thread's global-mode
+    // capture is one of the calls that mode forbids.
+    let definition = GraphDefinition::new().unwrap();
+    definition.callback(|| {}).unwrap();
+    let never_launched = definition.instantiate(&Default::default()).unwrap();
     let (began, dropped) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
     std::thread::scope(|scope| {
         scope.spawn(|| {
@@ -689,9 +706,6 @@ fn graphs_are_destroyed_during_another_threads_global_capture() {
             graph.launch(&capturing).unwrap();
             capturing.sync().unwrap();
         });
-        let definition = GraphDefinition::new().unwrap();
-        definition.callback(|| {}).unwrap();
-        let never_launched = definition.instantiate(&Default::default()).unwrap();
         began.wait();
         drop(never_launched);
         drop(definition);

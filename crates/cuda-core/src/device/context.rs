@@ -359,14 +359,20 @@ impl Context {
         if handle.is_null() {
             return Ok(None);
         }
-        // SAFETY: the handle is the calling thread's current context, so it is live.
-        let context = unsafe { Context::from_raw(handle) }?;
-        if matches!(context.inner.ownership, Ownership::Borrowed) {
-            return Err(CudaError::InvalidArgument(format!(
-                "the calling thread's current context ({handle:p}) was made outside this crate (by another library, such as cudarc's CudaContext::new_non_primary, or raw calls): this crate cannot keep it alive, and its owner may destroy it under what would be made in it. Make a context of this crate current first (Device::set_current, Context::set_current)"
-            )));
+        if let Some(context) = Context::held(handle) {
+            return Ok(Some(context));
         }
-        Ok(Some(context))
+        // A primary context, found without touching the handle (a context other code made
+        // current may have been destroyed since: it must not reach the driver).
+        for device in Device::all()? {
+            let primary = device.primary_context()?;
+            if primary.inner.handle == handle {
+                return Ok(Some(primary));
+            }
+        }
+        Err(CudaError::InvalidArgument(format!(
+                "the calling thread's current context ({handle:p}) was made outside this crate (by another library, such as cudarc's CudaContext::new_non_primary, or raw calls): this crate cannot keep it alive, and its owner may destroy it under what would be made in it. Make a context of this crate current first (Device::set_current, Context::set_current)"
+        )))
     }
 
     /// The context `handle`: one a thread made current through this crate, a primary context,

@@ -5,7 +5,7 @@ use super::definition::{
     GraphDefinition, GraphNode, MemsetValue,
 };
 use crate::device::{Context, FenceEvent};
-use crate::error::{record_drop_error, Check};
+use crate::error::Check;
 use crate::launch::KernelArgs;
 use crate::stream::graph_core::{GraphInner, Registry};
 use crate::stream::{release_after, Event, Site, Stream};
@@ -623,15 +623,15 @@ unsafe impl Sync for ExecHandle {}
 
 impl Drop for ExecHandle {
     fn drop(&mut self) {
-        // In relaxed capture mode: another thread's global-mode capture refuses the destroy
-        // otherwise (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, seen in the round-3 stress run),
-        // and an executable graph is no part of any capture.
-        // SAFETY: made by instantiation and destroyed once, here; no launch of it is in flight
-        // (see `Graph`'s drop).
-        let destroyed = crate::stream::relaxed_capture_mode(|| unsafe { driver::cuGraphExecDestroy(self.0) });
-        if let Err(e) = destroyed.check("cuGraphExecDestroy") {
-            record_drop_error(e);
+        /// # Safety
+        /// `handle` is an executable graph made by instantiation, destroyed once.
+        unsafe fn destroy(handle: usize) -> driver::CUresult {
+            // SAFETY: forwarded to the caller.
+            unsafe { driver::cuGraphExecDestroy(handle as driver::CUgraphExec) }
         }
+        // Made by instantiation and destroyed once (this drop); no launch of it is in flight
+        // (see `Graph`'s drop).
+        crate::stream::graph_core::destroy_outside_captures(self.0 as usize, destroy, "cuGraphExecDestroy");
     }
 }
 

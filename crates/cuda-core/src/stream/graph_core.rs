@@ -198,31 +198,66 @@ impl Drop for GraphInner {
         if self.owner.is_none() && self.lock().keep_root {
             return;
         }
-        if self.owner.is_none() && crate::reaper::in_callback() {
-            // On a driver thread: destroyed on the release thread instead.
-            let handle = crate::reaper::SendHandle(self.handle);
-            crate::reaper::run_later(move || {
-                let handle = handle;
-                // SAFETY: owned and destroyed once, here (see below).
-                let destroyed = super::relaxed_capture_mode(|| unsafe { driver::cuGraphDestroy(handle.0) });
-                if let Err(e) = destroyed.check("cuGraphDestroy") {
-                    record_drop_error(e);
-                }
-            });
-            return;
-        }
         if self.owner.is_none() {
-            // SAFETY: owned and destroyed once. No capture records into it any more: a builder
-            // keeps its graph until the capture has really ended (see `GraphBuilder`), and the
-            // capture registry holds only weak references. Executable graphs are independent of
-            // the definition (and hold it until their launches are done). In relaxed capture
-            // mode: another thread's global-mode capture would refuse it, and no capture records
-            // into this graph.
-            let destroyed = super::relaxed_capture_mode(|| unsafe { driver::cuGraphDestroy(self.handle) });
-            if let Err(e) = destroyed.check("cuGraphDestroy") {
-                record_drop_error(e);
-            }
+            // Owned and destroyed once. No capture records into it any more: a builder keeps its
+            // graph until the capture has really ended (see `GraphBuilder`), and the capture
+            // registry holds only weak references. Executable graphs are independent of the
+            // definition (and hold it until their launches are done).
+            destroy_outside_captures(self.handle as usize, destroy_graph, "cuGraphDestroy");
         }
+    }
+}
+
+/// `cuGraphDestroy` of an owned graph's handle (see [`destroy_outside_captures`]).
+///
+/// # Safety
+/// `handle` is a graph this crate owns, destroyed once.
+unsafe fn destroy_graph(handle: usize) -> driver::CUresult {
+    // SAFETY: forwarded to the caller.
+    unsafe { driver::cuGraphDestroy(handle as driver::CUgraph) }
+}
+
+/// A graph or executable graph handle to destroy once no capture of this crate runs.
+struct DestroyOutsideCaptures {
+    handle: usize,
+    destroy: unsafe fn(usize) -> driver::CUresult,
+    call: &'static str,
+}
+
+impl crate::reaper::Retry for DestroyOutsideCaptures {
+    fn attempt(&mut self) -> bool {
+        // No capture of this crate runs, and none begins meanwhile.
+        let Some(_quiet) = super::gate::enter(&super::capture::CAPTURES) else {
+            return false;
+        };
+        // SAFETY: the handle and its destroy were handed over together by
+        // `destroy_outside_captures`, whose caller vouches for them; destroyed once (the job
+        // ends here). In relaxed capture mode: a global-mode capture of another library must not
+        // refuse it.
+        let destroyed = super::relaxed_capture_mode(|| unsafe { (self.destroy)(self.handle) });
+        if let Err(e) = destroyed.check(self.call) {
+            record_drop_error(e);
+        }
+        true
+    }
+}
+
+/// Destroys a graph or an executable graph (`destroy` of `handle`, the driver call `call`):
+/// here when no capture of this crate runs (none begins meanwhile), else on the release thread
+/// once none does. During another thread's global-mode capture the driver refuses the destroy
+/// (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`), and in relaxed mode it invalidates that capture
+/// (both seen on an H100). On a driver thread, always on the release thread.
+///
+/// `destroy` must be sound to call once with `handle` from any thread, after the caller lets go
+/// of the handle.
+pub(crate) fn destroy_outside_captures(
+    handle: usize,
+    destroy: unsafe fn(usize) -> driver::CUresult,
+    call: &'static str,
+) {
+    let mut job = DestroyOutsideCaptures { handle, destroy, call };
+    if crate::reaper::in_callback() || !crate::reaper::Retry::attempt(&mut job) {
+        crate::reaper::retry(Box::new(job));
     }
 }
 

@@ -575,6 +575,22 @@ impl Stream {
         with_capture(self.inner.handle, op)
     }
 
+    /// The capture lock, shared, for a driver call that names the stream outside an operation
+    /// (a query, a synchronisation): the driver crashes when a stream is asked about while
+    /// another thread begins or ends a capture on it (seen on an H100, driver 580: a segfault in
+    /// `cuStreamGetCaptureInfo`). `None` for default streams (no other thread begins a capture of
+    /// what they name here), or when `wait` is false and a capture is beginning or ending.
+    pub(crate) fn capture_shared(&self, wait: bool) -> Option<std::sync::RwLockReadGuard<'_, ()>> {
+        if self.is_default() {
+            return None;
+        }
+        if wait {
+            Some(self.inner.capture_lock.read().unwrap_or_else(|p| p.into_inner()))
+        } else {
+            self.inner.capture_lock.try_read().ok()
+        }
+    }
+
     /// The capture lock, exclusively: for beginning and ending captures.
     pub(crate) fn capture_exclusive(&self) -> RwLockWriteGuard<'_, ()> {
         self.inner.capture_lock.write().unwrap_or_else(|p| p.into_inner())
@@ -583,12 +599,14 @@ impl Stream {
     /// Waits until all work on the stream is done.
     pub fn sync(&self) -> Result<()> {
         refuse_in_callback()?;
+        let _no_capture_changes = self.capture_shared(true);
         // SAFETY: the stream is live.
         unsafe { driver::cuStreamSynchronize(self.inner.handle) }.check("cuStreamSynchronize")
     }
 
     /// Whether all work on the stream is done.
     pub fn is_done(&self) -> Result<bool> {
+        let _no_capture_changes = self.capture_shared(true);
         // SAFETY: the stream is live.
         let status = unsafe { driver::cuStreamQuery(self.inner.handle) };
         if status == driver::CUresult::CUDA_ERROR_NOT_READY {

@@ -304,7 +304,10 @@ impl Context {
     }
 
     /// Runs `f` with this context current, restoring the previous one afterwards (also when `f`
-    /// fails). `f` should not change the current context itself; if it does, the previous
+    /// fails): a context this crate holds (made current through it) or a primary context. A
+    /// context made current by other code, which this crate cannot keep alive, is not made
+    /// current again (`f` may have let it be destroyed): the thread is left with no current
+    /// context then. `f` should not change the current context itself; if it does, the previous
     /// context is still restored, as [`set_current`](Self::set_current) would (the thread's stack
     /// of held contexts and the driver's stay in step: a context `f` left below the top stays
     /// held).
@@ -320,7 +323,7 @@ impl Context {
         }
         // Kept alive until it is current again (`f` might let go of every other reference). A
         // context made current by raw calls is not held: their caller keeps it alive.
-        let _previous_held = Context::held(previous);
+        let previous_held = Context::held(previous);
         let entered = CURRENT.try_with(|c| -> Result<(u64, Option<Entry>)> {
             let entry = Entry::new(self, false)?;
             // SAFETY: the context is live (self holds it, and the stack from here on); the
@@ -352,6 +355,16 @@ impl Context {
             }
         };
         let result = f();
+        // A previous context made current by other code (not held here, not a primary context)
+        // is not made current again: `f` may have let it be destroyed (dropping another
+        // library's context object binds and destroys it, which leaves no trace this crate can
+        // see), and a destroyed context must never be current. The thread is left with no
+        // current context instead.
+        let previous = if previous_held.is_none() && !previous.is_null() && !is_primary(previous) {
+            std::ptr::null_mut()
+        } else {
+            previous
+        };
         let restored = Context::restore(id, previous, aside);
         let value = result?;
         restored?;
@@ -384,13 +397,6 @@ impl Context {
             })
             .unwrap_or(false);
         if !on_top {
-            if aside.is_none() && !previous.is_null() && !is_primary(previous) {
-                // `f` changed the current context, and the previous one was made current by
-                // other code, which this crate does not hold: `f` may have let it be destroyed
-                // (dropping another library's context object does), so it is not made current
-                // again (the rule of the cudarc bridge's `keeping_current`).
-                return Ok(());
-            }
             return replace_current(previous, aside);
         }
         // SAFETY: restoring what was current before: held by `aside` (or, for a primary

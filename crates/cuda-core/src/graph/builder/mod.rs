@@ -292,6 +292,8 @@ impl GraphBuilder {
         if self.state != State::Building {
             return Ok(false);
         }
+        // (Not while another builder begins or ends a capture on the stream.)
+        let _no_capture_changes = self.stream.capture_shared(true);
         match &self.running {
             Some(running) => running.in_context(|| Ok(capture_info(self.stream.handle())?.is_some())),
             None => Ok(capture_info(self.stream.handle())?.is_some()),
