@@ -233,6 +233,7 @@ impl<T> std::error::Error for CudarcTakeError<T> {
 /// Whether `stream` (a live stream handle, not a default one) is being captured.
 fn is_capturing(stream: driver::CUstream) -> Result<bool> {
     let mut status = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let _question = crate::stream::capture::capture_question();
     // SAFETY: the stream is live (the caller holds it); out-pointer to a local.
     unsafe { driver::cuStreamIsCapturing(stream, &mut status) }.check("cuStreamIsCapturing")?;
     Ok(status != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)

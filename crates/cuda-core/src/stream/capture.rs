@@ -18,6 +18,27 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 /// is, stream operations take the quiet path (no lock, no capture query: see `stream::gate`).
 pub(crate) static CAPTURES: AtomicUsize = AtomicUsize::new(0);
 
+/// Serialises the driver's capture state across threads: every question this crate asks about a
+/// stream's capture (`cuStreamGetCaptureInfo`, `cuStreamIsCapturing`) holds it shared, and
+/// everything that changes which streams a capture has (beginning, ending, a wait that may join
+/// a capture) holds it exclusively. Driver 580 segfaults (a null dereference inside
+/// `cuStreamGetCaptureInfo`) when a stream is asked about while another thread begins or ends a
+/// capture that stream is in (seen with raw calls on an H100, and in the stress test); a
+/// stream's own capture lock does not cover a stream that joined another stream's capture, which
+/// leaves it when the origin ends the capture. Held only around the driver calls themselves,
+/// never while taking another lock.
+static CAPTURE_STATE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// [`CAPTURE_STATE`] shared, for a question about a stream's capture.
+pub(crate) fn capture_question() -> std::sync::RwLockReadGuard<'static, ()> {
+    CAPTURE_STATE.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// [`CAPTURE_STATE`] exclusively, for a change of which streams a capture has.
+pub(crate) fn capture_change() -> std::sync::RwLockWriteGuard<'static, ()> {
+    CAPTURE_STATE.write().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The graphs captures started by this crate record into, by `CUgraph`.
 static ACTIVE: Mutex<Option<HashMap<usize, Weak<GraphInner>>>> = Mutex::new(None);
 
@@ -141,8 +162,9 @@ pub(crate) fn capture_info(stream: driver::CUstream) -> Result<Option<CaptureInf
     let mut graph: driver::CUgraph = std::ptr::null_mut();
     let mut deps: *const driver::CUgraphNode = std::ptr::null();
     let mut n = 0usize;
+    let _question = capture_question();
     // SAFETY: out-pointers to locals; the dependency array is copied before any other call on
-    // the stream.
+    // the stream (and before the capture can change: `CAPTURE_STATE` is held).
     unsafe {
         driver::cuStreamGetCaptureInfo(
             stream,

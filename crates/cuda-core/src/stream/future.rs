@@ -258,10 +258,26 @@ impl Event {
                 priority: None,
             },
         )?;
-        waiter.wait_event(self)?;
+        let joined = || {
+            CudaError::InvalidArgument(
+                "the event was recorded in a capture that is still running (waiting for it joined that capture): await an event recorded outside captures, or the stream that launches the graph".into(),
+            )
+        };
+        {
+            // Not joined to a capture this crate recorded the event into (checked under the
+            // event's lock, as a default stream's wait does).
+            let _records = self.records();
+            if self.recorded_in_capture() {
+                return Err(joined());
+            }
+            waiter.wait_event(self)?;
+        }
         let mut capturing = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let question = super::capture::capture_question();
         // SAFETY: the waiter is live; out-pointer to a local.
-        unsafe { driver::cuStreamIsCapturing(waiter.handle(), &mut capturing) }.check("cuStreamIsCapturing")?;
+        let asked = unsafe { driver::cuStreamIsCapturing(waiter.handle(), &mut capturing) };
+        drop(question);
+        asked.check("cuStreamIsCapturing")?;
         if capturing != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
             return Err(CudaError::InvalidArgument(
                 "the event was recorded in a capture that is still running (waiting for it joined that capture): await an event recorded outside captures, or the stream that launches the graph".into(),

@@ -96,9 +96,6 @@ pub(crate) struct Registry {
     /// graph it recorded into (see [`GraphInner::capture_invalidated`]), so the hierarchy is
     /// refused from then on.
     pub(crate) broken: bool,
-    /// A capture into a graph nested in the hierarchy was invalidated: the root is kept
-    /// (leaked), never destroyed (see [`GraphInner::capture_invalidated`]).
-    pub(crate) keep_root: bool,
 }
 
 impl Registry {
@@ -177,6 +174,9 @@ pub(crate) struct GraphInner {
     /// The driver destroyed the handle (an invalidated capture into it ended): never destroyed
     /// here.
     destroyed_by_driver: std::sync::atomic::AtomicBool,
+    /// For a root: a capture into a graph nested in it was invalidated, so the driver may have
+    /// destroyed that body: the root is kept (leaked), never destroyed.
+    keep: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: CUgraph handles may be used from any thread; every driver call this crate makes on the
@@ -195,7 +195,8 @@ impl Drop for GraphInner {
         if *self.destroyed_by_driver.get_mut() {
             return;
         }
-        if self.owner.is_none() && self.lock().keep_root {
+        // (No lock is taken here: a graph may go while its hierarchy's lock is held.)
+        if *self.keep.get_mut() {
             return;
         }
         if self.owner.is_none() {
@@ -226,10 +227,13 @@ struct DestroyOutsideCaptures {
 
 impl crate::reaper::Retry for DestroyOutsideCaptures {
     fn attempt(&mut self) -> bool {
-        // No capture of this crate runs, and none begins meanwhile.
-        let Some(_quiet) = super::gate::enter(&super::capture::CAPTURES) else {
+        // No capture of this crate runs. (Not held off for the destroy with the gate: a destroy
+        // can wait for the driver, and a capture beginning meanwhile would wait with it; one that
+        // begins at the same moment may see the destroy refused or its capture invalidated, an
+        // error, never a destroy under it.)
+        if super::capture::captures_running() {
             return false;
-        };
+        }
         // SAFETY: the handle and its destroy were handed over together by
         // `destroy_outside_captures`, whose caller vouches for them; destroyed once (the job
         // ends here). In relaxed capture mode: a global-mode capture of another library must not
@@ -243,8 +247,7 @@ impl crate::reaper::Retry for DestroyOutsideCaptures {
 }
 
 /// Destroys a graph or an executable graph (`destroy` of `handle`, the driver call `call`):
-/// here when no capture of this crate runs (none begins meanwhile), else on the release thread
-/// once none does. During another thread's global-mode capture the driver refuses the destroy
+/// here when no capture of this crate runs, else on the release thread once none does. During another thread's global-mode capture the driver refuses the destroy
 /// (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`), and in relaxed mode it invalidates that capture
 /// (both seen on an H100). On a driver thread, always on the release thread.
 ///
@@ -271,6 +274,7 @@ impl GraphInner {
             owner: None,
             registry: Arc::default(),
             destroyed_by_driver: Default::default(),
+            keep: Default::default(),
         })
     }
 
@@ -280,6 +284,7 @@ impl GraphInner {
             owner: Some((parent.clone(), node)),
             registry: parent.registry.clone(),
             destroyed_by_driver: Default::default(),
+            keep: Default::default(),
         })
     }
 
@@ -301,7 +306,11 @@ impl GraphInner {
         // A body graph may have been destroyed with its capture: the root, which owns it, is
         // never destroyed then (a second destroy of the body would follow).
         if self.owner.is_some() {
-            reg.keep_root = true;
+            let mut root: &GraphInner = self;
+            while let Some((parent, _)) = &root.owner {
+                root = parent;
+            }
+            root.keep.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         // Its graph memory is gone with it: no buffer of it is usable again.
         reg.graph_allocations.retain(|state| {

@@ -263,8 +263,9 @@ impl GraphBuilder {
             let mut reg = graph.lock();
             // A body graph whose conditional node was destroyed is gone.
             recorded.and_then(|()| graph.check_live(&reg))?;
+            let change = crate::stream::capture::capture_change();
             // SAFETY: the stream and graph are live (the graph's lock is held); no dependencies.
-            unsafe {
+            let begun = unsafe {
                 driver::cuStreamBeginCaptureToGraph(
                     self.stream.handle(),
                     graph.handle,
@@ -274,7 +275,9 @@ impl GraphBuilder {
                     mode.to_driver(),
                 )
             }
-            .check("cuStreamBeginCaptureToGraph")?;
+            .check("cuStreamBeginCaptureToGraph");
+            drop(change);
+            begun?;
             // Registered once it runs (nothing can see it before: both locks are held).
             capture_started(&graph, &site, before, beginning);
             reg.capturing.push(graph.handle as usize);
@@ -391,6 +394,7 @@ impl GraphBuilder {
             free_live_graph_memory(&mut capture, &self.stream)
         };
         let mut ended: driver::CUgraph = std::ptr::null_mut();
+        let change = crate::stream::capture::capture_change();
         // SAFETY: the stream is capturing (begun by this builder, on this thread: builders are
         // not Send; a default stream in the capture's context, current now) into `graph`, whose
         // lock is held; out-pointer to a local.
@@ -399,6 +403,7 @@ impl GraphBuilder {
         let mut now = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // SAFETY: the stream is live; out-pointer to a local.
         let query = unsafe { driver::cuStreamIsCapturing(self.stream.handle(), &mut now) };
+        drop(change);
         let capturing = query.result().is_err() || now != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         if !capturing {
             reg.capturing.retain(|g| *g != graph.handle as usize);

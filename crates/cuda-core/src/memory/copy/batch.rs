@@ -63,6 +63,7 @@ fn is_legacy_default(stream: &Stream) -> bool {
 fn refuse_capturing(recording: bool, stream: &Stream, refusal: &str) -> Result<()> {
     let mut status = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     if !recording {
+        let _question = crate::stream::capture::capture_question();
         // SAFETY: the stream is live (not the legacy default stream: refused before); out-pointer
         // to a local.
         unsafe { driver::cuStreamIsCapturing(stream.handle(), &mut status) }.check("cuStreamIsCapturing")?;
