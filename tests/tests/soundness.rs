@@ -1361,7 +1361,12 @@ fn a_default_stream_never_joins_a_capture() {
         ("legacy wait_event", Stream::legacy_default().wait_event(&event)),
     ] {
         let err = joined.expect_err(what).to_string();
-        assert!(err.contains("join the capture"), "{what}: {err}");
+        // (The legacy stream may instead be unusable while a blocking stream of another test
+        // captures: the driver refuses the question, which refuses the wait as well.)
+        assert!(
+            err.contains("join the capture") || err.contains("CAPTURE_IMPLICIT"),
+            "{what}: {err}"
+        );
     }
     let mut status = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: the calling thread's per-thread stream; out-pointer to a local.

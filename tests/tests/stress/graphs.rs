@@ -872,7 +872,8 @@ impl Worker<'_> {
                 self.done(name);
             }
             Err(e) => {
-                self.err(name, &e, &["graph update failed"]);
+                // (Graphs that allocate graph memory are refused an update by the crate.)
+                self.err(name, &e, &["graph update failed", "cannot be updated"]);
                 let old = gguard.take().expect("checked above");
                 drop(gguard);
                 let s = self.pick_stream();

@@ -631,7 +631,7 @@ impl Drop for ExecHandle {
         }
         // Made by instantiation and destroyed once (this drop); no launch of it is in flight
         // (see `Graph`'s drop).
-        crate::stream::graph_core::destroy_outside_captures(self.0 as usize, destroy, "cuGraphExecDestroy");
+        crate::stream::graph_core::destroy_graph_handle(self.0 as usize, destroy, "cuGraphExecDestroy");
     }
 }
 

@@ -204,12 +204,12 @@ impl Drop for GraphInner {
             // graph until the capture has really ended (see `GraphBuilder`), and the capture
             // registry holds only weak references. Executable graphs are independent of the
             // definition (and hold it until their launches are done).
-            destroy_outside_captures(self.handle as usize, destroy_graph, "cuGraphDestroy");
+            destroy_graph_handle(self.handle as usize, destroy_graph, "cuGraphDestroy");
         }
     }
 }
 
-/// `cuGraphDestroy` of an owned graph's handle (see [`destroy_outside_captures`]).
+/// `cuGraphDestroy` of an owned graph's handle (see [`destroy_graph_handle`]).
 ///
 /// # Safety
 /// `handle` is a graph this crate owns, destroyed once.
@@ -218,49 +218,49 @@ unsafe fn destroy_graph(handle: usize) -> driver::CUresult {
     unsafe { driver::cuGraphDestroy(handle as driver::CUgraph) }
 }
 
-/// A graph or executable graph handle to destroy once no capture of this crate runs.
-struct DestroyOutsideCaptures {
+/// A graph or executable graph handle to destroy on the release thread (from a driver thread).
+struct DestroyLater {
     handle: usize,
     destroy: unsafe fn(usize) -> driver::CUresult,
     call: &'static str,
 }
 
-impl crate::reaper::Retry for DestroyOutsideCaptures {
-    fn attempt(&mut self) -> bool {
-        // No capture of this crate runs. (Not held off for the destroy with the gate: a destroy
-        // can wait for the driver, and a capture beginning meanwhile would wait with it; one that
-        // begins at the same moment may see the destroy refused or its capture invalidated, an
-        // error, never a destroy under it.)
-        if super::capture::captures_running() {
-            return false;
-        }
+impl DestroyLater {
+    fn now(&self) {
+        // In relaxed capture mode: another thread's global-mode capture refuses the destroy
+        // otherwise (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, seen in the round-3 stress run).
+        // The destroy never waits for captures to end: it can wait for the driver, and a
+        // release thread waiting there held up every release (tests holding a launch in a
+        // callback timed out). A global-mode capture running on another thread at that moment
+        // may be invalidated by it: an error for that capture, as global mode promises for any
+        // call it forbids.
         // SAFETY: the handle and its destroy were handed over together by
-        // `destroy_outside_captures`, whose caller vouches for them; destroyed once (the job
-        // ends here). In relaxed capture mode: a global-mode capture of another library must not
-        // refuse it.
+        // `destroy_graph_handle`, whose caller vouches for them; destroyed once.
         let destroyed = super::relaxed_capture_mode(|| unsafe { (self.destroy)(self.handle) });
         if let Err(e) = destroyed.check(self.call) {
             record_drop_error(e);
         }
+    }
+}
+
+impl crate::reaper::Retry for DestroyLater {
+    fn attempt(&mut self) -> bool {
+        self.now();
         true
     }
 }
 
-/// Destroys a graph or an executable graph (`destroy` of `handle`, the driver call `call`):
-/// here when no capture of this crate runs, else on the release thread once none does. During another thread's global-mode capture the driver refuses the destroy
-/// (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`), and in relaxed mode it invalidates that capture
-/// (both seen on an H100). On a driver thread, always on the release thread.
+/// Destroys a graph or an executable graph (`destroy` of `handle`, the driver call `call`) in
+/// relaxed capture mode: here, or on the release thread from a driver thread.
 ///
 /// `destroy` must be sound to call once with `handle` from any thread, after the caller lets go
 /// of the handle.
-pub(crate) fn destroy_outside_captures(
-    handle: usize,
-    destroy: unsafe fn(usize) -> driver::CUresult,
-    call: &'static str,
-) {
-    let mut job = DestroyOutsideCaptures { handle, destroy, call };
-    if crate::reaper::in_callback() || !crate::reaper::Retry::attempt(&mut job) {
+pub(crate) fn destroy_graph_handle(handle: usize, destroy: unsafe fn(usize) -> driver::CUresult, call: &'static str) {
+    let job = DestroyLater { handle, destroy, call };
+    if crate::reaper::in_callback() {
         crate::reaper::retry(Box::new(job));
+    } else {
+        job.now();
     }
 }
 
