@@ -325,9 +325,12 @@ impl Graph {
             result_out: driver::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS,
         };
         let mut exec: driver::CUgraphExec = std::ptr::null_mut();
+        // (Serialised with capture begins and ends: see `capture::CAPTURE_STATE`.)
+        let serialised = crate::stream::capture::capture_question();
         // SAFETY: the graph (and upload stream) are live; params and out-pointer are locals.
         let status = unsafe { driver::cuGraphInstantiateWithParams(&mut exec, definition.handle(), &mut params) }
             .check("cuGraphInstantiateWithParams");
+        drop(serialised);
         if let Err(e) = status {
             return Err(instantiate_error(params.result_out, e));
         }
@@ -450,10 +453,12 @@ impl Graph {
                     "graph update: a graph that allocates graph memory cannot be updated (its allocations stay where the executable made them): instantiate the new definition".into(),
                 ));
             }
+            let serialised = crate::stream::capture::capture_question();
             // SAFETY: both graphs are live (the definition's lock is held, the executable is
             // borrowed mutably); out-value is a local.
             let status = unsafe { driver::cuGraphExecUpdate(self.handle, definition.handle(), &mut info) }
                 .check("cuGraphExecUpdate");
+            drop(serialised);
             (status, reg.ready.clone())
         };
         if let Err(e) = status {

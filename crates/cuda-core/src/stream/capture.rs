@@ -25,8 +25,11 @@ pub(crate) static CAPTURES: AtomicUsize = AtomicUsize::new(0);
 /// `cuStreamGetCaptureInfo`) when a stream is asked about while another thread begins or ends a
 /// capture that stream is in (seen with raw calls on an H100, and in the stress test); a
 /// stream's own capture lock does not cover a stream that joined another stream's capture, which
-/// leaves it when the origin ends the capture. Held only around the driver calls themselves,
-/// never while taking another lock.
+/// leaves it when the origin ends the capture. Graph creation, instantiation, updates and
+/// destroys hold it shared too: the driver also crashed (raw calls, an H100) when those ran on
+/// other threads while captures began and ended in global mode, and not when they were
+/// serialised with the begins and ends. Held only around the driver calls themselves, never
+/// while taking another lock.
 static CAPTURE_STATE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 /// [`CAPTURE_STATE`] shared, for a question about a stream's capture.

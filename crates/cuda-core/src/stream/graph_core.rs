@@ -234,9 +234,11 @@ impl DestroyLater {
         // callback timed out). A global-mode capture running on another thread at that moment
         // may be invalidated by it: an error for that capture, as global mode promises for any
         // call it forbids.
+        let serialised = super::capture::capture_question();
         // SAFETY: the handle and its destroy were handed over together by
         // `destroy_graph_handle`, whose caller vouches for them; destroyed once.
         let destroyed = super::relaxed_capture_mode(|| unsafe { (self.destroy)(self.handle) });
+        drop(serialised);
         if let Err(e) = destroyed.check(self.call) {
             record_drop_error(e);
         }

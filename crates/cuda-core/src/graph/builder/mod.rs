@@ -239,8 +239,12 @@ impl GraphBuilder {
             Some(g) => g.clone(),
             None => {
                 let mut handle: driver::CUgraph = std::ptr::null_mut();
+                // (Serialised with capture begins and ends: see `capture::CAPTURE_STATE`.)
+                let serialised = crate::stream::capture::capture_question();
                 // SAFETY: out-pointer to a local.
-                unsafe { driver::cuGraphCreate(&mut handle, 0) }.check("cuGraphCreate")?;
+                let created = unsafe { driver::cuGraphCreate(&mut handle, 0) }.check("cuGraphCreate");
+                drop(serialised);
+                created?;
                 GraphInner::owned(handle)
             }
         };

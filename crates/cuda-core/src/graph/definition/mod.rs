@@ -254,8 +254,12 @@ impl GraphDefinition {
     /// An empty graph.
     pub fn new() -> Result<GraphDefinition> {
         let mut handle: driver::CUgraph = std::ptr::null_mut();
+        // (Serialised with capture begins and ends: see `capture::CAPTURE_STATE`.)
+        let serialised = crate::stream::capture::capture_question();
         // SAFETY: out-pointer to a local.
-        unsafe { driver::cuGraphCreate(&mut handle, 0) }.check("cuGraphCreate")?;
+        let created = unsafe { driver::cuGraphCreate(&mut handle, 0) }.check("cuGraphCreate");
+        drop(serialised);
+        created?;
         Ok(GraphDefinition {
             inner: GraphInner::owned(handle),
         })
