@@ -29,6 +29,7 @@
 use crate::device::Context;
 use crate::error::Check;
 use crate::memory::{wait_for_fence, Buffer, Element, Pod, StridedMemoryView};
+use crate::stream::capture::is_capturing;
 use crate::stream::{relaxed_capture_mode, Stream};
 use crate::{CudaError, Result};
 use ::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, DriverError};
@@ -228,15 +229,6 @@ impl<T> std::error::Error for CudarcTakeError<T> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.error)
     }
-}
-
-/// Whether `stream` (a live stream handle, not a default one) is being captured.
-fn is_capturing(stream: driver::CUstream) -> Result<bool> {
-    let mut status = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let _question = crate::stream::capture::capture_question();
-    // SAFETY: the stream is live (the caller holds it); out-pointer to a local.
-    unsafe { driver::cuStreamIsCapturing(stream, &mut status) }.check("cuStreamIsCapturing")?;
-    Ok(status != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
 /// The slice's address, with the work queued on `stream` from now on ordered after cudarc's

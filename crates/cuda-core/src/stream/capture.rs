@@ -153,6 +153,16 @@ pub(crate) fn captures_running() -> bool {
     CAPTURES.load(Ordering::SeqCst) != 0
 }
 
+/// Whether `stream` (live) is being captured (`cuStreamIsCapturing`, asked under
+/// [`CAPTURE_STATE`]).
+pub(crate) fn is_capturing(stream: driver::CUstream) -> Result<bool> {
+    let mut status = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let _question = capture_question();
+    // SAFETY: the caller's stream is live; out-pointer to a local.
+    unsafe { driver::cuStreamIsCapturing(stream, &mut status) }.check("cuStreamIsCapturing")?;
+    Ok(status != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
 /// A stream's capture: the graph it records into and the nodes the next operation will depend on.
 pub(crate) struct CaptureInfo {
     pub(crate) graph: driver::CUgraph,
@@ -236,11 +246,6 @@ pub(crate) fn with_capture<T>(
     if !captures_running() {
         return op(None);
     }
-    with_capture_slow(stream, op)
-}
-
-#[cold]
-fn with_capture_slow<T>(stream: driver::CUstream, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
     with_capture_asked(stream, op)
 }
 
@@ -257,7 +262,8 @@ pub(crate) fn foreign_capture() -> CudaError {
 
 /// [`with_capture`] that asks the driver whatever this crate's count of captures says: for
 /// default streams, which other code on the thread may capture (see
-/// `Stream::operation_on_default`).
+/// `Stream::operation_on_default`), and streams other code holds.
+#[cold]
 pub(crate) fn with_capture_asked<T>(
     stream: driver::CUstream,
     op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>,

@@ -272,16 +272,9 @@ impl Event {
             }
             waiter.wait_event(self)?;
         }
-        let mut capturing = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let question = super::capture::capture_question();
-        // SAFETY: the waiter is live; out-pointer to a local.
-        let asked = unsafe { driver::cuStreamIsCapturing(waiter.handle(), &mut capturing) };
-        drop(question);
-        asked.check("cuStreamIsCapturing")?;
-        if capturing != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-            return Err(CudaError::InvalidArgument(
-                "the event was recorded in a capture that is still running (waiting for it joined that capture): await an event recorded outside captures, or the stream that launches the graph".into(),
-            ));
+        // (A record this crate did not make, into a capture: the waiter joined it.)
+        if super::capture::is_capturing(waiter.handle())? {
+            return Err(joined());
         }
         completion(&waiter, Source::Event(self.clone(), waiter.clone()))
     }

@@ -171,11 +171,9 @@ pub(crate) struct GraphInner {
     /// that owns this one. `None`: owned here, destroyed on drop.
     pub(crate) owner: Option<(Arc<GraphInner>, NodeRef)>,
     pub(crate) registry: Arc<Mutex<Registry>>,
-    /// The driver destroyed the handle (an invalidated capture into it ended): never destroyed
-    /// here.
-    destroyed_by_driver: std::sync::atomic::AtomicBool,
-    /// For a root: a capture into a graph nested in it was invalidated, so the driver may have
-    /// destroyed that body: the root is kept (leaked), never destroyed.
+    /// For a root: a capture into it, or into a graph nested in it, was invalidated, so the
+    /// driver destroyed the graph it recorded into: the root is never destroyed here (a second
+    /// destroy of it, or of that body with it, would follow), only kept (leaked).
     keep: std::sync::atomic::AtomicBool,
 }
 
@@ -192,14 +190,8 @@ pub(crate) const BROKEN: &str = "a capture into this graph (or a graph nested in
 
 impl Drop for GraphInner {
     fn drop(&mut self) {
-        if *self.destroyed_by_driver.get_mut() {
-            return;
-        }
         // (No lock is taken here: a graph may go while its hierarchy's lock is held.)
-        if *self.keep.get_mut() {
-            return;
-        }
-        if self.owner.is_none() {
+        if self.owner.is_none() && !*self.keep.get_mut() {
             // Owned and destroyed once. No capture records into it any more: a builder keeps its
             // graph until the capture has really ended (see `GraphBuilder`), and the capture
             // registry holds only weak references. Executable graphs are independent of the
@@ -275,7 +267,6 @@ impl GraphInner {
             handle,
             owner: None,
             registry: Arc::default(),
-            destroyed_by_driver: Default::default(),
             keep: Default::default(),
         })
     }
@@ -285,7 +276,6 @@ impl GraphInner {
             handle,
             owner: Some((parent.clone(), node)),
             registry: parent.registry.clone(),
-            destroyed_by_driver: Default::default(),
             keep: Default::default(),
         })
     }
@@ -302,18 +292,9 @@ impl GraphInner {
     /// and the hierarchy, which may have lost a conditional body, is refused from now on.
     /// `tests/tests/graphs.rs` checks the driver's behaviour.
     pub(crate) fn capture_invalidated(self: &Arc<Self>, reg: &mut Registry) {
-        self.destroyed_by_driver
-            .store(true, std::sync::atomic::Ordering::Relaxed);
         reg.broken = true;
-        // A body graph may have been destroyed with its capture: the root, which owns it, is
-        // never destroyed then (a second destroy of the body would follow).
-        if self.owner.is_some() {
-            let mut root: &GraphInner = self;
-            while let Some((parent, _)) = &root.owner {
-                root = parent;
-            }
-            root.keep.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
+        // Bodies are never destroyed here; the root, which owns them, is kept.
+        self.root_inner().keep.store(true, std::sync::atomic::Ordering::Relaxed);
         // Its graph memory is gone with it: no buffer of it is usable again.
         reg.graph_allocations.retain(|state| {
             if state.is_of(self) {
@@ -345,11 +326,16 @@ impl GraphInner {
 
     /// The outermost graph: what instantiation starts from (conditions are made on it).
     pub(crate) fn root(&self) -> driver::CUgraph {
+        self.root_inner().handle
+    }
+
+    /// The outermost graph of the hierarchy.
+    fn root_inner(&self) -> &GraphInner {
         let mut at = self;
         while let Some((parent, _)) = &at.owner {
             at = parent;
         }
-        at.handle
+        at
     }
 
     /// Hands `value` to the hierarchy: see [`Holdings::hold`].

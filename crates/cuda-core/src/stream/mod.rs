@@ -113,6 +113,22 @@ unsafe impl Send for StreamInner {}
 // SAFETY: as above.
 unsafe impl Sync for StreamInner {}
 
+impl StreamInner {
+    /// A wrapper of `handle` in `context` (its device's launch limits read now), owning nothing
+    /// besides the handle when `owned`.
+    fn new(handle: driver::CUstream, context: Option<Context>, owned: bool) -> StreamInner {
+        StreamInner {
+            handle,
+            limits: context.as_ref().and_then(|c| c.device().limits().ok()),
+            context,
+            owned,
+            capture_lock: RwLock::new(()),
+            owners: Mutex::default(),
+            shared: Default::default(),
+        }
+    }
+}
+
 impl Drop for StreamInner {
     fn drop(&mut self) {
         let owners = std::mem::take(self.owners.get_mut().unwrap_or_else(|p| p.into_inner()));
@@ -165,13 +181,7 @@ impl Drop for StreamInner {
 /// invalidated by the query.
 pub(crate) fn pending(handle: driver::CUstream) -> Option<bool> {
     relaxed_capture_mode(|| {
-        let mut capture = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let question = capture::capture_question();
-        // SAFETY: the stream is live; out-pointer to a local.
-        let asked = unsafe { driver::cuStreamIsCapturing(handle, &mut capture) };
-        drop(question);
-        asked.result().ok()?;
-        if capture != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        if capture::is_capturing(handle).ok()? {
             return Some(true);
         }
         // SAFETY: the stream is live and not capturing.
@@ -251,16 +261,9 @@ impl Stream {
     }
 
     fn wrap(handle: driver::CUstream, context: Option<Context>, owned: bool) -> Stream {
-        let inner = StreamInner {
-            handle,
-            limits: context.as_ref().and_then(|c| c.device().limits().ok()),
-            context,
-            owned,
-            capture_lock: RwLock::new(()),
-            owners: Mutex::default(),
-            shared: Default::default(),
+        let stream = Stream {
+            inner: Arc::new(StreamInner::new(handle, context, owned)),
         };
-        let stream = Stream { inner: Arc::new(inner) };
         if owned {
             // A new stream: no wrapper of its handle can be alive.
             wrappers().insert(handle as usize, Arc::downgrade(&stream.inner));

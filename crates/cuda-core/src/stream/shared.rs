@@ -9,7 +9,7 @@ use crate::error::Check;
 use crate::Result;
 use cuda_sys::driver;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// The live wrappers of stream handles (not default ones), by handle: see [`Stream::registered`].
 static WRAPPERS: Mutex<BTreeMap<usize, Weak<StreamInner>>> = Mutex::new(BTreeMap::new());
@@ -50,15 +50,7 @@ impl Stream {
                 unsafe { driver::cuStreamGetCtx(handle, &mut ctx) }.check("cuStreamGetCtx")?;
                 // SAFETY: a live stream's context is live.
                 let context = unsafe { Context::from_raw(ctx) }?;
-                let made = Arc::new(StreamInner {
-                    handle,
-                    limits: context.device().limits().ok(),
-                    context: Some(context),
-                    owned: false,
-                    capture_lock: RwLock::new(()),
-                    owners: Mutex::default(),
-                    shared: Default::default(),
-                });
+                let made = Arc::new(StreamInner::new(handle, Some(context), false));
                 let raced = {
                     let mut map = wrappers();
                     match map.get(&(handle as usize)).and_then(Weak::upgrade) {
@@ -73,16 +65,16 @@ impl Stream {
                 raced.unwrap_or(made)
             }
         };
-        inner.shared.store(true, std::sync::atomic::Ordering::SeqCst);
         if let Some(owner) = owner {
             inner.owners.lock().unwrap_or_else(|p| p.into_inner()).push(owner);
         }
-        Ok(Stream { inner })
+        let stream = Stream { inner };
+        stream.mark_shared();
+        Ok(stream)
     }
 
     /// Marks the stream as reachable by other code (lent to another library): from now on every
     /// operation on it asks the driver whether it is being captured.
-    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
     pub(crate) fn mark_shared(&self) {
         self.inner.shared.store(true, std::sync::atomic::Ordering::SeqCst);
     }

@@ -61,14 +61,8 @@ fn is_legacy_default(stream: &Stream) -> bool {
 /// a capture; the driver is asked too, for a capture this crate did not begin. Called inside an
 /// operation on the stream, so no capture begins or ends on it before the work is queued.
 fn refuse_capturing(recording: bool, stream: &Stream, refusal: &str) -> Result<()> {
-    let mut status = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    if !recording {
-        let _question = crate::stream::capture::capture_question();
-        // SAFETY: the stream is live (not the legacy default stream: refused before); out-pointer
-        // to a local.
-        unsafe { driver::cuStreamIsCapturing(stream.handle(), &mut status) }.check("cuStreamIsCapturing")?;
-    }
-    if recording || status != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+    // (The stream is live, not the legacy default stream: refused before.)
+    if recording || crate::stream::capture::is_capturing(stream.handle())? {
         return Err(CudaError::InvalidArgument(refusal.into()));
     }
     Ok(())

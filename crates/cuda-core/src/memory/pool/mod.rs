@@ -165,20 +165,20 @@ impl crate::reaper::Retry for DestroyWhenUnused {
                 e => e,
             }
         });
-        let in_use = match asked {
-            R::CUDA_SUCCESS => reserved != 0,
+        let in_use = match asked.check("cuMemPoolTrimTo") {
+            Ok(()) => reserved != 0,
             // The context failed: nothing runs there any more, the pool may go.
-            R::CUDA_ERROR_ILLEGAL_ADDRESS
-            | R::CUDA_ERROR_LAUNCH_FAILED
-            | R::CUDA_ERROR_HARDWARE_STACK_ERROR
-            | R::CUDA_ERROR_ILLEGAL_INSTRUCTION
-            | R::CUDA_ERROR_MISALIGNED_ADDRESS
-            | R::CUDA_ERROR_INVALID_ADDRESS_SPACE
-            | R::CUDA_ERROR_INVALID_PC
-            | R::CUDA_ERROR_ECC_UNCORRECTABLE
-            | R::CUDA_ERROR_DEINITIALIZED => false,
+            Err(e)
+                if e.is_launch_failure()
+                    || matches!(
+                        e.driver_status(),
+                        Some(R::CUDA_ERROR_ECC_UNCORRECTABLE | R::CUDA_ERROR_DEINITIALIZED)
+                    ) =>
+            {
+                false
+            }
             // Anything else (a capture in the way, say) is asked again.
-            _ => true,
+            Err(_) => true,
         };
         if in_use {
             // Kept (leaked) after the limit: destroying it could crash the driver.
