@@ -47,7 +47,9 @@ pub use device::{
     WorkqueueResource, WorkqueueResourceOptions, WorkqueueSharingScope,
 };
 pub use error::{take_drop_errors, CudaError, Result};
-pub use launch::{launch, DeviceRepr, Dim3, KernelArg, KernelArgs, LaunchConfig, MaxPotentialBlockSize, TypedKernel};
+pub use launch::{
+    launch, ArgFor, ArgsFor, DeviceRepr, Dim3, KernelArg, KernelArgs, LaunchConfig, MaxPotentialBlockSize, TypedKernel,
+};
 pub use memory::dlpack;
 pub use memory::graphics;
 pub use memory::graphics::{GraphicsRegisterFlags, GraphicsResource};
@@ -55,6 +57,7 @@ pub use memory::ipc::fd as ipc;
 pub use memory::texture;
 pub use memory::{AsStridedView, DType, Element, StridedMemoryView};
 pub use memory::{BatchCopyOptions, CopyOptions, HostCopy, MemcpyOverlapMode, MemcpySrcAccessOrder};
+pub use memory::{AllocateBuffer, PinnedMemoryKind, PortablePinnedMemoryResource, ReadOnlyView, TypedBuffer};
 pub use memory::{
     Buffer, BufferView, DeviceMemoryResource, DeviceMemoryResourceOptions, GraphMemoryResource, HostAllocFlags,
     IpcBufferDescriptor, LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryLocation, MemoryResource,

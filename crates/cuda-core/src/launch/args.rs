@@ -3,7 +3,7 @@
 //! tuple of them, handed to the driver as pointers to each value on the stack).
 
 use crate::memory::texture::{SurfaceObject, TextureObject};
-use crate::memory::{Buffer, BufferView, TensorMapDescriptor};
+use crate::memory::{Buffer, BufferView, ReadOnlyView, TensorMapDescriptor, TypedBuffer};
 use cuda_sys::driver;
 use std::ffi::c_void;
 
@@ -135,6 +135,10 @@ pub trait KernelArg: sealed::Arg {
 mod sealed {
     pub trait Arg {}
     pub trait Args {}
+    /// Which declared parameter types an argument may be given for (see `ArgFor`).
+    pub trait ArgFor<P> {}
+    /// The same for argument lists (see `ArgsFor`).
+    pub trait ArgsFor<P> {}
     /// Only launches here call `KernelArg::buffer`.
     pub struct Token(pub(super) ());
 }
@@ -142,6 +146,8 @@ mod sealed {
 impl<T: DeviceRepr> sealed::Arg for T {}
 impl sealed::Arg for &Buffer {}
 impl<T> sealed::Arg for BufferView<'_, T> {}
+impl<T> sealed::Arg for ReadOnlyView<'_, T> {}
+impl<T: bytemuck::Pod> sealed::Arg for &TypedBuffer<T> {}
 impl sealed::Arg for &TensorMapDescriptor<'_> {}
 impl sealed::Arg for &TextureObject {}
 impl sealed::Arg for &SurfaceObject {}
@@ -177,6 +183,35 @@ impl<T> KernelArg for BufferView<'_, T> {
     #[inline(always)]
     fn buffer(&self, _: sealed::Token) -> Option<&Buffer> {
         Some(BufferView::buffer(self))
+    }
+}
+
+/// A read-only view passes a `*const T` to its first element (for a `const T*` parameter); the
+/// launch keeps the buffer alive as for a [`BufferView`].
+impl<T> KernelArg for ReadOnlyView<'_, T> {
+    type Param = *const T;
+    const CARRIES_BUFFER: bool = true;
+    #[inline(always)]
+    fn param(&self) -> *const T {
+        self.handle() as usize as *const T
+    }
+    #[inline(always)]
+    fn buffer(&self, _: sealed::Token) -> Option<&Buffer> {
+        Some(ReadOnlyView::buffer(self))
+    }
+}
+
+/// A typed buffer passes a `*mut T` to its first element, as its whole [`BufferView`] does.
+impl<T: bytemuck::Pod> KernelArg for &TypedBuffer<T> {
+    type Param = *mut T;
+    const CARRIES_BUFFER: bool = true;
+    #[inline(always)]
+    fn param(&self) -> *mut T {
+        self.as_buffer().handle() as usize as *mut T
+    }
+    #[inline(always)]
+    fn buffer(&self, _: sealed::Token) -> Option<&Buffer> {
+        Some(self.as_buffer())
     }
 }
 
@@ -230,6 +265,64 @@ impl KernelArg for &SurfaceObject {
     }
 }
 
+/// An argument a typed kernel accepts for a parameter declared as `P`: every argument for its
+/// own parameter type ([`KernelArg::Param`]), and a writable pointer where a read-only one is
+/// declared (a [`BufferView`], a `&`[`TypedBuffer`] or a `*mut T` for a `*const T`, as C++
+/// converts `T*` to `const T*`), never the reverse. Sealed: a launch trusts that the value it
+/// packs has the declared parameter's size.
+///
+/// ```no_run
+/// # fn demo(k: &cuda_core::Kernel, x: &cuda_core::TypedBuffer<f32>, y: &cuda_core::TypedBuffer<f32>, s: &cuda_core::Stream) -> cuda_core::Result<()> {
+/// // add(const float* x, float* y, unsigned n)
+/// let add = k.typed::<(*const f32, *mut f32, u32)>()?;
+/// let n = x.len() as u32;
+/// // SAFETY: the kernel reads n floats of x and writes n floats of y, which both hold.
+/// unsafe {
+///     add.launch(s, &cuda_core::LaunchConfig::new(1, 256), (x.read_only(), y, n))?;
+///     // A writable view may be given for the `const float*` too.
+///     add.launch(s, &cuda_core::LaunchConfig::new(1, 256), (x.view(), y.view(), n))?;
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// A read-only view for a writable parameter does not compile:
+///
+/// ```compile_fail
+/// # fn demo(k: &cuda_core::Kernel, x: &cuda_core::TypedBuffer<f32>, y: &cuda_core::TypedBuffer<f32>, s: &cuda_core::Stream) -> cuda_core::Result<()> {
+/// let add = k.typed::<(*const f32, *mut f32, u32)>()?;
+/// // SAFETY: (does not compile: y is read-only here, the kernel writes it).
+/// unsafe { add.launch(s, &cuda_core::LaunchConfig::new(1, 256), (x.read_only(), y.read_only(), 4u32))? };
+/// # Ok(()) }
+/// ```
+///
+/// Nor does a read-only view of another element type:
+///
+/// ```compile_fail
+/// # fn demo(k: &cuda_core::Kernel, x: &cuda_core::TypedBuffer<u32>, y: &cuda_core::TypedBuffer<f32>, s: &cuda_core::Stream) -> cuda_core::Result<()> {
+/// let add = k.typed::<(*const f32, *mut f32, u32)>()?;
+/// // SAFETY: (does not compile: x holds u32, the kernel reads floats).
+/// unsafe { add.launch(s, &cuda_core::LaunchConfig::new(1, 256), (x.read_only(), y, 4u32))? };
+/// # Ok(()) }
+/// ```
+pub trait ArgFor<P>: KernelArg + sealed::ArgFor<P> {}
+
+impl<K: KernelArg> sealed::ArgFor<K::Param> for K {}
+impl<K: KernelArg> ArgFor<K::Param> for K {}
+impl<T> sealed::ArgFor<*const T> for BufferView<'_, T> {}
+impl<T> ArgFor<*const T> for BufferView<'_, T> {}
+impl<T: bytemuck::Pod> sealed::ArgFor<*const T> for &TypedBuffer<T> {}
+impl<T: bytemuck::Pod> ArgFor<*const T> for &TypedBuffer<T> {}
+impl<T> sealed::ArgFor<*const T> for *mut T {}
+impl<T> ArgFor<*const T> for *mut T {}
+
+/// An argument list a typed kernel declared with parameters `P` (a tuple) accepts: one
+/// [`ArgFor`] each, in order. What [`crate::TypedKernel::launch`] takes. Sealed, as
+/// [`KernelArgs`] is.
+pub trait ArgsFor<P>: KernelArgs + sealed::ArgsFor<P> {}
+
+impl sealed::ArgsFor<()> for () {}
+impl ArgsFor<()> for () {}
+
 /// A kernel's argument list: a tuple of up to 16 [`KernelArg`]s, whose parameter values are
 /// packed on the stack. Implemented by this crate only (a launch trusts its count, sizes and
 /// pointers):
@@ -278,8 +371,10 @@ impl KernelArgs for () {
 }
 
 macro_rules! kernel_args {
-    ($n:literal: $($t:ident $v:ident),+) => {
+    ($n:literal: $($t:ident $v:ident $p:ident),+) => {
         impl<$($t: KernelArg),+> sealed::Args for ($($t,)+) {}
+        impl<$($t: ArgFor<$p>, $p),+> sealed::ArgsFor<($($p,)+)> for ($($t,)+) {}
+        impl<$($t: ArgFor<$p>, $p),+> ArgsFor<($($p,)+)> for ($($t,)+) {}
 
         impl<$($t: KernelArg),+> KernelArgs for ($($t,)+) {
             const COUNT: usize = $n;
@@ -304,22 +399,22 @@ macro_rules! kernel_args {
     };
 }
 
-kernel_args!(1: A a);
-kernel_args!(2: A a, B b);
-kernel_args!(3: A a, B b, C c);
-kernel_args!(4: A a, B b, C c, D d);
-kernel_args!(5: A a, B b, C c, D d, E e);
-kernel_args!(6: A a, B b, C c, D d, E e, F f);
-kernel_args!(7: A a, B b, C c, D d, E e, F f, G g);
-kernel_args!(8: A a, B b, C c, D d, E e, F f, G g, H h);
-kernel_args!(9: A a, B b, C c, D d, E e, F f, G g, H h, I i);
-kernel_args!(10: A a, B b, C c, D d, E e, F f, G g, H h, I i, J j);
-kernel_args!(11: A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k);
-kernel_args!(12: A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l);
-kernel_args!(13: A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m);
-kernel_args!(14: A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m, N n);
-kernel_args!(15: A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m, N n, O o);
-kernel_args!(16: A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m, N n, O o, P p);
+kernel_args!(1: A a PA);
+kernel_args!(2: A a PA, B b PB);
+kernel_args!(3: A a PA, B b PB, C c PC);
+kernel_args!(4: A a PA, B b PB, C c PC, D d PD);
+kernel_args!(5: A a PA, B b PB, C c PC, D d PD, E e PE);
+kernel_args!(6: A a PA, B b PB, C c PC, D d PD, E e PE, F f PF);
+kernel_args!(7: A a PA, B b PB, C c PC, D d PD, E e PE, F f PF, G g PG);
+kernel_args!(8: A a PA, B b PB, C c PC, D d PD, E e PE, F f PF, G g PG, H h PH);
+kernel_args!(9: A a PA, B b PB, C c PC, D d PD, E e PE, F f PF, G g PG, H h PH, I i PI);
+kernel_args!(10: A a PA, B b PB, C c PC, D d PD, E e PE, F f PF, G g PG, H h PH, I i PI, J j PJ);
+kernel_args!(11: A a PA, B b PB, C c PC, D d PD, E e PE, F f PF, G g PG, H h PH, I i PI, J j PJ, K k PK);
+kernel_args!(12: A a PA, B b PB, C c PC, D d PD, E e PE, F f PF, G g PG, H h PH, I i PI, J j PJ, K k PK, L l PL);
+kernel_args!(13: A a PA, B b PB, C c PC, D d PD, E e PE, F f PF, G g PG, H h PH, I i PI, J j PJ, K k PK, L l PL, M m PM);
+kernel_args!(14: A a PA, B b PB, C c PC, D d PD, E e PE, F f PF, G g PG, H h PH, I i PI, J j PJ, K k PK, L l PL, M m PM, N n PN);
+kernel_args!(15: A a PA, B b PB, C c PC, D d PD, E e PE, F f PF, G g PG, H h PH, I i PI, J j PJ, K k PK, L l PL, M m PM, N n PN, O o PO);
+kernel_args!(16: A a PA, B b PB, C c PC, D d PD, E e PE, F f PF, G g PG, H h PH, I i PI, J j PJ, K k PK, L l PL, M m PM, N n PN, O o PO, P p PP);
 
 #[cfg(test)]
 mod tests {

@@ -11,7 +11,7 @@ mod config;
 mod occupancy;
 mod typed;
 
-pub use args::{DeviceRepr, KernelArg, KernelArgs};
+pub use args::{ArgFor, ArgsFor, DeviceRepr, KernelArg, KernelArgs};
 pub use config::{Dim3, LaunchConfig};
 pub use occupancy::MaxPotentialBlockSize;
 pub use typed::TypedKernel;

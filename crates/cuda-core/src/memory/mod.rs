@@ -1,11 +1,15 @@
 //! Memory: the [`MemoryResource`] trait and its resources, and [`Buffer`], a stream-ordered
 //! allocation that frees itself.
 //!
-//! - `buffer`: [`Buffer`], [`BufferView`], and what keeps a buffer's memory alive (the streams
-//!   that used it, graphs holding it) until its free;
+//! - `buffer`: [`Buffer`], [`BufferView`] and [`ReadOnlyView`] (element-indexed views; a kernel
+//!   gets `*mut T` or `*const T`), safe host access to host-accessible memory, and what keeps a
+//!   buffer's memory alive (the streams that used it, graphs holding it) until its free;
+//! - `typed`: [`TypedBuffer`], a buffer of `len` elements of `T` allocated by element count
+//!   from any resource ([`AllocateBuffer`]), with typed copies;
 //! - `copy`: copies and fills (host, device, 2D, 3D, batched, peer), with checked regions;
 //! - `pool`: [`MemoryPool`] (what every pool shares: attributes, sharing between processes),
-//!   [`DeviceMemoryResource`] and [`PinnedMemoryResource`];
+//!   [`DeviceMemoryResource`] and [`PinnedMemoryResource`] (with [`PortablePinnedMemoryResource`],
+//!   whatever pinned memory the driver offers);
 //! - `legacy_pinned`, `managed`: [`LegacyPinnedMemoryResource`], [`ManagedMemoryResource`]
 //!   (managed pools), [`MemoryLocation`] and managed-memory operations;
 //! - `graph_memory`: [`GraphMemoryResource`];
@@ -33,10 +37,11 @@ mod managed;
 mod pool;
 mod strided;
 pub mod texture;
+mod typed;
 mod vmm;
 
 pub(crate) use buffer::{enqueue_using, Holder, PointerInfo, SharedAllocation};
-pub use buffer::{Buffer, BufferView, Pod};
+pub use buffer::{Buffer, BufferView, Pod, ReadOnlyView};
 #[cfg(feature = "cudarc")]
 pub(crate) use copy::wait_for_fence;
 pub use copy::{BatchCopyOptions, CopyOptions, HostCopy, MemcpyOverlapMode, MemcpySrcAccessOrder, Region2D, Region3D};
@@ -45,8 +50,8 @@ pub use ipc::{IpcBufferDescriptor, IpcPoolResource};
 pub use legacy_pinned::{HostAllocFlags, LegacyPinnedMemoryResource};
 pub use managed::{ManagedMemoryResource, ManagedMemoryResourceOptions, MemoryLocation};
 pub use pool::{
-    DeviceMemoryResource, DeviceMemoryResourceOptions, MemoryPool, MemoryPoolAttributes, PinnedMemoryResource,
-    PinnedMemoryResourceOptions,
+    DeviceMemoryResource, DeviceMemoryResourceOptions, MemoryPool, MemoryPoolAttributes, PinnedMemoryKind,
+    PinnedMemoryResource, PinnedMemoryResourceOptions, PortablePinnedMemoryResource,
 };
 pub use strided::{AsStridedView, DType, Element, StridedMemoryView};
 pub use strided::{
@@ -54,6 +59,7 @@ pub use strided::{
     TensorMapIm2colOptions, TensorMapIm2colWideOptions, TensorMapInterleave, TensorMapL2Promotion, TensorMapOOBFill,
     TensorMapSwizzle,
 };
+pub use typed::{AllocateBuffer, TypedBuffer};
 pub use vmm::{
     VirtualMemoryAccessType, VirtualMemoryAllocationType, VirtualMemoryGranularityType, VirtualMemoryHandleType,
     VirtualMemoryIpcDescriptor, VirtualMemoryLocationType, VirtualMemoryResource, VirtualMemoryResourceOptions,

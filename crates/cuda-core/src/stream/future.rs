@@ -119,10 +119,9 @@ pub struct Completion {
     _source: Source,
 }
 
-/// The stream or event a [`Completion`] waits on; the stream that waits for the event.
+/// The stream a [`Completion`] waits on (for an event, the stream that waits for it).
 enum Source {
     Stream(#[allow(dead_code)] Stream),
-    Event(#[allow(dead_code)] Event, #[allow(dead_code)] Stream),
 }
 
 impl std::fmt::Debug for Completion {
@@ -245,19 +244,18 @@ impl Armed {
 }
 
 impl Event {
-    /// A future that resolves when the work before the event's last record is done. A new
-    /// stream of the event's context waits for the event and signals the future (a few
-    /// microseconds to make). An event never recorded is complete at once. An event recorded in
-    /// a capture that is still running is refused (a stream waiting for it joins that capture).
+    /// A future that resolves when the work before the event's last record is done. A stream of
+    /// the event's context waits for the event and signals the future: for a device's primary
+    /// context, an idle stream kept for this (made once, and handed back to be used again once
+    /// the future's signal has fired), else a new stream (a few microseconds to make). An event
+    /// never recorded is complete at once. An event recorded in a capture that is still running
+    /// is refused (a stream waiting for it joins that capture).
+    ///
+    /// Any thread may call it; not a host function or a waker (no CUDA call is made there).
     pub fn completed(&self) -> Result<Completion> {
         crate::reaper::refuse_in_callback()?;
-        let waiter = Stream::new(
-            self.context(),
-            StreamOptions {
-                nonblocking: true,
-                priority: None,
-            },
-        )?;
+        let mut lease = WaiterLease::take(self.context())?;
+        let waiter = lease.stream.clone();
         let joined = || {
             CudaError::InvalidArgument(
                 "the event was recorded in a capture that is still running (waiting for it joined that capture): await an event recorded outside captures, or the stream that launches the graph".into(),
@@ -270,12 +268,101 @@ impl Event {
             if self.recorded_in_capture() {
                 return Err(joined());
             }
-            waiter.wait_event(self)?;
+            if let Err(e) = waiter.wait_event(self) {
+                lease.keep_out();
+                return Err(e);
+            }
         }
-        // (A record this crate did not make, into a capture: the waiter joined it.)
-        if super::capture::is_capturing(waiter.handle())? {
-            return Err(joined());
+        // (A record this crate did not make, into a capture: the waiter joined it, and is never
+        // used again.)
+        match super::capture::is_capturing(waiter.handle()) {
+            Ok(false) => {}
+            Ok(true) => {
+                lease.keep_out();
+                return Err(joined());
+            }
+            Err(e) => {
+                lease.keep_out();
+                return Err(e);
+            }
         }
-        completion(&waiter, Source::Event(self.clone(), waiter.clone()))
+        let armed = Armed::new();
+        let queued = waiter.enqueue(|capture| {
+            if capture.is_some() {
+                return Err(joined());
+            }
+            armed.queue(&waiter)
+        });
+        if queued.is_err() {
+            lease.keep_out();
+        }
+        // The lease goes back to the pool once the callback has run (the signal drops what it
+        // keeps then, on the release thread), never while the stream may still be waiting.
+        armed.finish(&waiter, Box::new(lease), queued)
+    }
+}
+
+/// Idle streams that [`Event::completed`] waits with, by primary context (those live as long as
+/// the process, so the streams keep nothing alive that would otherwise go). A stream is in the
+/// pool only while nothing is queued on it that has not run: it is handed back once its
+/// completion's callback has run.
+static WAITERS: std::sync::Mutex<Vec<(usize, Vec<Stream>)>> = std::sync::Mutex::new(Vec::new());
+
+/// Idle waiter streams kept per context; more are destroyed as they come back.
+const IDLE_WAITERS: usize = 16;
+
+/// A waiter stream taken from [`WAITERS`] (or made), handed back when dropped unless kept out.
+struct WaiterLease {
+    stream: Stream,
+    /// The pool it goes back to: the primary context's handle (`None`: not pooled).
+    context: Option<usize>,
+}
+
+impl WaiterLease {
+    fn take(context: &crate::device::Context) -> Result<WaiterLease> {
+        let key = context.is_primary().then(|| context.handle() as usize);
+        if let Some(key) = key {
+            let mut pools = WAITERS.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(stream) = pools.iter_mut().find(|(k, _)| *k == key).and_then(|(_, idle)| idle.pop()) {
+                return Ok(WaiterLease {
+                    stream,
+                    context: Some(key),
+                });
+            }
+        }
+        let stream = Stream::new(
+            context,
+            StreamOptions {
+                nonblocking: true,
+                priority: None,
+            },
+        )?;
+        Ok(WaiterLease { stream, context: key })
+    }
+
+    /// Not handed back: it may still have work queued, or be in a capture.
+    fn keep_out(&mut self) {
+        self.context = None;
+    }
+}
+
+impl Drop for WaiterLease {
+    fn drop(&mut self) {
+        let Some(key) = self.context else {
+            return;
+        };
+        let mut pools = WAITERS.lock().unwrap_or_else(|p| p.into_inner());
+        let index = match pools.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                pools.push((key, Vec::new()));
+                pools.len() - 1
+            }
+        };
+        let idle = &mut pools[index].1;
+        if idle.len() < IDLE_WAITERS {
+            idle.push(self.stream.clone());
+        }
+        // (Otherwise the stream is destroyed with its last clone, after the lock.)
     }
 }

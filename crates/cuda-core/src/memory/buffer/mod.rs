@@ -24,6 +24,7 @@
 mod foreign;
 mod free;
 mod holder;
+mod host_access;
 mod lazy;
 mod uses;
 mod view;
@@ -32,7 +33,8 @@ pub(crate) use foreign::Keeper;
 pub(crate) use free::SharedAllocation;
 pub(crate) use holder::Holder;
 pub(crate) use uses::enqueue_using;
-pub use view::BufferView;
+pub(crate) use view::sub_range;
+pub use view::{BufferView, ReadOnlyView};
 
 use super::MemoryResource;
 use crate::device::FenceEvent;
@@ -184,6 +186,11 @@ impl Buffer {
     /// `size` bytes from `resource`, ordered on `stream`, which also becomes the deallocation
     /// stream. On a stream being captured, a resource that records a stream-ordered allocation
     /// gives graph memory (see [`Buffer`]).
+    ///
+    /// **The buffer starts on `stream`.** Work queued there needs no ordering; the first time
+    /// another stream uses the buffer, that stream waits for everything queued on `stream` so
+    /// far (the allocation is among it). Allocate on the stream that uses the buffer first, or
+    /// see [`assume_ordered_on`](Self::assume_ordered_on).
     #[inline]
     pub fn allocate(resource: Arc<dyn MemoryResource>, size: usize, stream: &Stream) -> Result<Buffer> {
         Buffer::allocate_with(Holder::Counted(resource), size, stream, |resource, stream| {

@@ -53,6 +53,36 @@ impl Buffer {
         Ok(self.tracking().ready.get_or_init(|| fence).clone())
     }
 
+    /// Tells the buffer that `stream` is already ordered after its allocation, so that its first
+    /// use there does not wait for the deallocation stream (which would wait for everything
+    /// queued there so far, not only the allocation); the stream is remembered, and the free
+    /// still waits for it. For a buffer handed to a stream that was already made to wait for an
+    /// event recorded after the allocation, or allocated before the deallocation stream was
+    /// synchronised.
+    ///
+    /// Graph memory is refused (it is usable on its capture's stream only).
+    ///
+    /// # Safety
+    /// Work queued on `stream` (as the calling thread names it) after this call runs after the
+    /// buffer's allocation is complete: otherwise it may touch memory that earlier work of
+    /// another buffer still uses.
+    pub unsafe fn assume_ordered_on(&self, stream: &Stream) -> Result<()> {
+        if self.graph.is_some() {
+            return Err(CudaError::InvalidArgument(
+                "assume_ordered_on: graph memory is usable only on the stream whose capture allocated it".into(),
+            ));
+        }
+        if self.knows(stream)? {
+            return Ok(());
+        }
+        let site = Site::of(stream)?;
+        let mut uses = self.tracking().uses.lock().unwrap_or_else(|p| p.into_inner());
+        if !uses.iter().any(|u| u.same(&site)) {
+            uses.push(site);
+        }
+        Ok(())
+    }
+
     /// Whether work the calling thread queues on `stream` is already ordered for this buffer (it
     /// is the deallocation stream, or one the buffer remembers).
     #[inline]

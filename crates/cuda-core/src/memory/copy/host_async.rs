@@ -2,6 +2,18 @@
 //! [`Buffer::to_vec_async`] (through a pinned staging buffer the future owns) and
 //! [`Buffer::copy_from_vec_async`] (the vector is kept until the copy is done).
 //!
+//! **Which host copies block.** A copy between buffers is stream-ordered and returns at once,
+//! also when one side is host memory: a buffer of pinned memory ([`PinnedMemoryResource`],
+//! [`LegacyPinnedMemoryResource`]) or managed memory is copied by
+//! [`Buffer::copy_to`]/[`Buffer::copy_from`] (and [`crate::TypedBuffer::copy_from`],
+//! [`crate::BufferView::copy_from`]) as `cuda.core` copies, without blocking; fill such a buffer
+//! from the host with [`Buffer::host_slice_mut`]. A copy with a host *slice* blocks, since the
+//! slice is only borrowed for the call: [`Buffer::copy_from_host`], [`Buffer::copy_to_host`],
+//! [`Buffer::to_vec`], [`Buffer::from_slice`] and the typed `*_blocking` forms
+//! ([`crate::TypedBuffer::copy_from_host_blocking`], `copy_to_host_blocking`, `to_vec_blocking`,
+//! `from_host_blocking`). The forms here take ownership instead (a vector) or give it (a
+//! future), and do not block.
+//!
 //! **Who keeps the memory alive.** The device buffer is used as every operation uses it (its
 //! free waits for the stream). The pinned staging buffer of `to_vec_async` belongs to the future:
 //! dropped early, it is freed stream-ordered after the copy, like any buffer; the host reads it
@@ -20,13 +32,14 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context as TaskContext, Poll};
 
-/// The pinned host memory staging copies use: the host's default pinned pool where the driver
-/// has one, page-locked allocations otherwise.
+/// The pinned host memory staging copies use: what [`PinnedMemoryResource::portable`] picks
+/// (the host's default pinned pool where the driver has one), page-locked allocations if even
+/// that fails.
 fn staging_resource() -> Arc<dyn MemoryResource> {
     static STAGING: OnceLock<Arc<dyn MemoryResource>> = OnceLock::new();
     STAGING
-        .get_or_init(|| match PinnedMemoryResource::default_pool() {
-            Ok(pool) => pool,
+        .get_or_init(|| match PinnedMemoryResource::portable() {
+            Ok(pinned) => pinned,
             Err(_) => LegacyPinnedMemoryResource::new(Default::default()),
         })
         .clone()
@@ -98,9 +111,23 @@ impl Buffer {
     /// the future early is safe (the staging memory is freed after the copy). Not on a stream
     /// being captured.
     pub fn to_vec_async<T: Pod>(&self, stream: &Stream) -> Result<HostCopy<T>> {
+        let len = self.size() / std::mem::size_of::<T>().max(1);
+        self.to_vec_async_at(self.handle(), len, stream)
+    }
+
+    /// [`to_vec_async`](Self::to_vec_async) of `len` elements of `T` at `ptr`, which the caller
+    /// checked lie in this buffer (a typed buffer's elements).
+    pub(crate) fn to_vec_async_at<T: Pod>(
+        &self,
+        ptr: driver::CUdeviceptr,
+        len: usize,
+        stream: &Stream,
+    ) -> Result<HostCopy<T>> {
         let item = std::mem::size_of::<T>().max(1);
-        let len = self.size() / item;
-        let bytes = len * item;
+        let bytes = len
+            .checked_mul(item)
+            .filter(|b| *b <= self.size())
+            .ok_or_else(|| CudaError::InvalidArgument("to_vec_async: the elements do not fit in the buffer".into()))?;
         self.check_device_reads(stream, "to_vec_async")?;
         // Refused before the staging allocation (page-locked allocations are calls a capture
         // prohibits; the copy below is refused on a capturing stream too).
@@ -121,9 +148,10 @@ impl Buffer {
                 if capture.is_some() {
                     return Err(refused("to_vec_async"));
                 }
-                // SAFETY: both buffers hold at least `bytes` bytes and are held until the copy is
-                // done (`enqueue_using`); the stream is not capturing.
-                unsafe { driver::cuMemcpyAsync(staging.handle(), self.handle(), bytes, stream.handle()) }
+                // SAFETY: the staging buffer holds `bytes` bytes, and `bytes` bytes at `ptr` lie
+                // in this buffer (the caller's check, and `bytes <= size` above); both are held
+                // until the copy is done (`enqueue_using`); the stream is not capturing.
+                unsafe { driver::cuMemcpyAsync(staging.handle(), ptr, bytes, stream.handle()) }
                     .check("cuMemcpyAsync")
             })?;
             Some(staging)

@@ -7,7 +7,7 @@ mod device;
 mod pinned;
 
 pub use device::{DeviceMemoryResource, DeviceMemoryResourceOptions};
-pub use pinned::{PinnedMemoryResource, PinnedMemoryResourceOptions};
+pub use pinned::{PinnedMemoryKind, PinnedMemoryResource, PinnedMemoryResourceOptions, PortablePinnedMemoryResource};
 
 use crate::device::Device;
 use crate::error::{record_drop_error, Check};

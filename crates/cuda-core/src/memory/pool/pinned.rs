@@ -1,10 +1,11 @@
 //! [`PinnedMemoryResource`]: page-locked host memory from a host pool (the host's current pool,
-//! or a new one, on a NUMA node, shareable with other processes).
+//! or a new one, on a NUMA node, shareable with other processes); [`PortablePinnedMemoryResource`]:
+//! whatever pinned memory the driver offers ([`PinnedMemoryResource::portable`]).
 
 use super::{deref_to_pool, MemoryPool};
 use crate::device::Device;
 use crate::error::Check;
-use crate::memory::{location, read_write_access, Buffer, MemoryResource};
+use crate::memory::{location, read_write_access, Buffer, HostAllocFlags, LegacyPinnedMemoryResource, MemoryResource};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
@@ -159,5 +160,125 @@ unsafe impl MemoryResource for PinnedMemoryResource {
     fn frees_in_stream_order(&self) -> bool {
         // An imported pool's free waits for its stream (see `MemoryPool::free`).
         !self.pool.is_mapped()
+    }
+}
+
+/// Which pinned host memory [`PinnedMemoryResource::portable`] found the driver offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PinnedMemoryKind {
+    /// The host's default pinned pool (`cuMemGetDefaultMemPool`, CUDA 13 drivers): allocations
+    /// and frees are stream-ordered.
+    DefaultPool,
+    /// A host pool of its own (`cuMemPoolCreate` with a host location), where the driver makes
+    /// host pools but has no default one: stream-ordered too.
+    OwnPool,
+    /// Page-locked allocations (`cuMemHostAlloc`, what [`LegacyPinnedMemoryResource`] makes),
+    /// where the driver makes no host pool: each allocation synchronises, and a free waits for
+    /// its stream (on this crate's release thread for a drop).
+    Legacy,
+}
+
+/// Pinned host memory from whatever the driver offers, behind one constructor
+/// ([`PinnedMemoryResource::portable`]): the host's default pinned pool on CUDA 13 drivers, a
+/// host pool of its own where the driver makes host pools but has no default one, and
+/// page-locked allocations ([`LegacyPinnedMemoryResource`]) before that.
+/// [`kind`](Self::kind) says which. The memory is host-accessible and device-accessible
+/// whichever it is, so the same program runs everywhere.
+pub struct PortablePinnedMemoryResource {
+    backing: Backing,
+}
+
+enum Backing {
+    Pool(Arc<PinnedMemoryResource>, PinnedMemoryKind),
+    Legacy(Arc<LegacyPinnedMemoryResource>),
+}
+
+impl PinnedMemoryResource {
+    /// Pinned host memory from whatever this driver offers, tried in this order: the host's
+    /// default pinned pool ([`default_pool`](Self::default_pool), CUDA 13), a new pool of its
+    /// own ([`new`](Self::new) with default options), page-locked allocations
+    /// ([`LegacyPinnedMemoryResource`]). [`PortablePinnedMemoryResource::kind`] says which.
+    /// An error only when there is no driver to ask.
+    pub fn portable() -> Result<Arc<PortablePinnedMemoryResource>> {
+        crate::memory::driver_version()?;
+        let backing = match PinnedMemoryResource::default_pool() {
+            Ok(pool) => Backing::Pool(pool, PinnedMemoryKind::DefaultPool),
+            Err(_) => match PinnedMemoryResource::new(PinnedMemoryResourceOptions::default()) {
+                Ok(pool) => Backing::Pool(pool, PinnedMemoryKind::OwnPool),
+                Err(_) => Backing::Legacy(LegacyPinnedMemoryResource::new(HostAllocFlags::empty())),
+            },
+        };
+        Ok(Arc::new(PortablePinnedMemoryResource { backing }))
+    }
+}
+
+impl PortablePinnedMemoryResource {
+    /// Which memory it gives.
+    pub fn kind(&self) -> PinnedMemoryKind {
+        match &self.backing {
+            Backing::Pool(_, kind) => *kind,
+            Backing::Legacy(_) => PinnedMemoryKind::Legacy,
+        }
+    }
+
+    /// The pool resource (attributes, release threshold), unless the memory is page-locked
+    /// allocations.
+    pub fn pool(&self) -> Option<&Arc<PinnedMemoryResource>> {
+        match &self.backing {
+            Backing::Pool(pool, _) => Some(pool),
+            Backing::Legacy(_) => None,
+        }
+    }
+
+    /// `size` bytes ordered on `stream` (the deallocation stream; see [`Buffer::allocate`]).
+    pub fn allocate(self: &Arc<Self>, size: usize, stream: &Stream) -> Result<Buffer> {
+        Buffer::allocate(self.clone(), size, stream)
+    }
+
+    fn inner(&self) -> &dyn MemoryResource {
+        match &self.backing {
+            Backing::Pool(pool, _) => pool.as_ref(),
+            Backing::Legacy(legacy) => legacy.as_ref(),
+        }
+    }
+}
+
+impl std::fmt::Debug for PortablePinnedMemoryResource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PortablePinnedMemoryResource")
+            .field("kind", &self.kind())
+            .finish()
+    }
+}
+
+// SAFETY: every answer and call is the backing resource's, which keeps the trait's promises
+// (both are this crate's resources, and their answers never change); the backing never changes.
+// The pool is not shared with other processes (made with default options, or the host's
+// default pool, which is not exportable): `ipc_pool` says so through the backing.
+unsafe impl MemoryResource for PortablePinnedMemoryResource {
+    fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
+        self.inner().allocate(size, stream)
+    }
+    unsafe fn deallocate(&self, ptr: driver::CUdeviceptr, size: usize, stream: &Stream) -> Result<()> {
+        // SAFETY: forwarded to the caller (the pointer came from the same backing).
+        unsafe { self.inner().deallocate(ptr, size, stream) }
+    }
+    fn is_device_accessible(&self) -> bool {
+        self.inner().is_device_accessible()
+    }
+    fn is_host_accessible(&self) -> bool {
+        self.inner().is_host_accessible()
+    }
+    fn device(&self) -> Option<Device> {
+        self.inner().device()
+    }
+    fn ipc_pool(&self) -> Option<driver::CUmemoryPool> {
+        self.inner().ipc_pool()
+    }
+    fn is_mapped(&self) -> bool {
+        self.inner().is_mapped()
+    }
+    fn frees_in_stream_order(&self) -> bool {
+        self.inner().frees_in_stream_order()
     }
 }
