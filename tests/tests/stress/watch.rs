@@ -114,8 +114,9 @@ pub fn watchdog(threads: &[Progress], start: Instant, stall: Duration, done: &At
             for t in threads {
                 report += &t.describe(now);
             }
-            report += "stress: aborting the process so that the hang cannot wedge the run";
             say(&report);
+            print_every_threads_frames();
+            say("stress: aborting the process so that the hang cannot wedge the run");
             std::process::abort();
         }
     }
@@ -328,6 +329,20 @@ extern "C" fn crash_handler(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mu
             text += &p.describe(now);
         }
     }
+    text += "  the crashing thread's frames:\n";
+    text += &frames();
+    // Straight to the file descriptor: the crashing thread may hold stderr's lock.
+    // SAFETY: writes the bytes of a live string to fd 2.
+    unsafe {
+        libc::write(2, text.as_ptr().cast(), text.len());
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+/// The calling thread's frames, one per line, as module + offset (the bundle's executables are
+/// stripped: `addr2line -e <unstripped build> <offset + the text segment's vaddr - offset>`).
+fn frames() -> String {
     let mut frames = [std::ptr::null_mut(); 64];
     // SAFETY: the buffer holds 64 entries.
     let n = unsafe { backtrace(frames.as_mut_ptr(), 64) }.max(0) as usize;
@@ -352,15 +367,44 @@ extern "C" fn crash_handler(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mu
         }
         "?".into()
     };
-    text += "  the crashing thread's frames:\n";
+    let mut text = String::new();
     for ip in &frames[..n] {
         text += &format!("    {:p} {}\n", *ip, place(*ip as usize));
     }
-    // Straight to the file descriptor: the crashing thread may hold stderr's lock.
-    // SAFETY: writes the bytes of a live string to fd 2.
+    text
+}
+
+/// On a stall: every other thread of the process (workers, the driver's) prints its frames from
+/// a SIGUSR2 handler, so a deadlock shows where each thread waits.
+fn print_every_threads_frames() {
+    // SAFETY: installs a handler of the plain signature for SIGUSR2, which nothing else uses.
     unsafe {
-        libc::write(2, text.as_ptr().cast(), text.len());
-        libc::signal(sig, libc::SIG_DFL);
-        libc::raise(sig);
+        libc::signal(libc::SIGUSR2, frames_handler as *const () as libc::sighandler_t);
     }
+    // SAFETY: plain system calls without pointers.
+    let (pid, me) = unsafe { (libc::getpid(), libc::syscall(libc::SYS_gettid) as libc::pid_t) };
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return;
+    };
+    for task in tasks.flatten() {
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<libc::pid_t>().ok()) else {
+            continue;
+        };
+        if tid != me {
+            // SAFETY: signals a thread of this process; the handler only prints.
+            unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, libc::SIGUSR2) };
+            // One at a time, so their outputs do not interleave.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+}
+
+/// Not async-signal-safe (it formats and reads files): runs only when the process is about to
+/// abort.
+extern "C" fn frames_handler(_: libc::c_int) {
+    let name = std::fs::read_to_string("/proc/thread-self/comm").unwrap_or_default();
+    let text = format!("stress: frames of thread {:?}:\n{}", name.trim(), frames());
+    // SAFETY: writes the bytes of a live string to fd 2.
+    unsafe { libc::write(2, text.as_ptr().cast(), text.len()) };
 }

@@ -308,6 +308,11 @@ impl Event {
             driver::CUresult::CUDA_ERROR_NOT_READY => Err(CudaError::InvalidArgument(
                 "One or both events have not completed; use Event::sync, Stream::sync, or Device::sync to wait for the events to complete before subtracting them.".into(),
             )),
+            // (Driver 580 answers this for an event whose last record was into a capture,
+            // which takes no time; seen in the stress test.)
+            driver::CUresult::CUDA_ERROR_INVALID_VALUE => Err(CudaError::InvalidArgument(
+                "One or both events were last recorded into a graph capture, where no time is taken (cuEventElapsedTime: CUDA_ERROR_INVALID_VALUE); record both on a stream that is not capturing.".into(),
+            )),
             _ => status.check("cuEventElapsedTime").map(|()| ms),
         }
     }

@@ -304,6 +304,18 @@ impl Stream {
         self.inner.handle as usize <= PER_THREAD
     }
 
+    /// Whether this is the legacy default stream where the driver sees it: `CU_STREAM_LEGACY`,
+    /// or NULL unless this process binds the per-thread default stream (where NULL means that
+    /// one). The batch calls (`cuMemcpyBatchAsync`, `cuMemPrefetchBatchAsync`,
+    /// `cuMemDiscardBatchAsync`, ...) reject it.
+    pub(crate) fn is_legacy_default(&self) -> bool {
+        match self.handle() as usize {
+            0 => !cuda_sys::per_thread_default_stream(),
+            LEGACY => true,
+            _ => false,
+        }
+    }
+
     /// Destroys the stream now and returns what the driver said (dropping it does the same and
     /// records an error for [`crate::take_drop_errors`]). With other clones alive, only this
     /// reference goes; the last one destroys the stream. Work already queued still runs. A closed

@@ -16,23 +16,40 @@ use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// How a capture interacts with other threads' CUDA calls (`CUstreamCaptureMode`).
+/// How a capture interacts with other CUDA calls (`CUstreamCaptureMode`, cuda.core's
+/// `begin_building(mode=...)`).
+///
+/// Whatever the mode, what a safe call of this crate does on another thread never corrupts a
+/// capture: it is refused, recorded or ordered as the guide's graph chapter says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CaptureMode {
-    /// Calls that are unsafe during capture fail in every thread while it runs (the default).
-    #[default]
+    /// cuda.core's `"global"`: calls that are unsafe during a capture fail on the capturing
+    /// thread while it runs.
+    ///
+    /// The driver's global mode would also refuse them on every other thread, but with it
+    /// driver 580 crashes (SIGSEGV inside `libcuda`) when other threads make stream calls
+    /// while a capture begins or ends: in a C program on an H100 (driver 580.159.04), three
+    /// threads beginning and ending global-mode captures and five making any of
+    /// `cuStreamQuery`, `cuStreamSynchronize`, `cuStreamGetCaptureInfo`, `cuEventRecord`,
+    /// `cuMemsetD8Async`, `cuMemAllocFromPoolAsync`, `cuMemAlloc` or `cuCtxSynchronize` on
+    /// their own streams crashed within a second, and ran clean in thread-local and relaxed
+    /// modes. So this crate begins such a capture in thread-local mode: other threads' unsafe
+    /// calls are not refused (as in [`ThreadLocal`](Self::ThreadLocal)).
     Global,
-    /// Only this thread's unsafe calls fail.
+    /// Only this thread's unsafe calls fail (cuda.core's `"thread_local"`).
     ThreadLocal,
-    /// Nothing is prohibited.
+    /// Nothing is prohibited (cuda.core's `"relaxed"`, its default and this one's).
+    #[default]
     Relaxed,
 }
 
 impl CaptureMode {
     fn to_driver(self) -> driver::CUstreamCaptureMode {
         match self {
-            CaptureMode::Global => driver::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
-            CaptureMode::ThreadLocal => driver::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            // Not CU_STREAM_CAPTURE_MODE_GLOBAL: see the variant's documentation.
+            CaptureMode::Global | CaptureMode::ThreadLocal => {
+                driver::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+            }
             CaptureMode::Relaxed => driver::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
         }
     }

@@ -47,16 +47,6 @@ fn single_capture(method: &str) -> String {
     )
 }
 
-/// Whether `stream` is the legacy default stream where the driver sees it: `CU_STREAM_LEGACY`,
-/// or NULL unless this process binds the per-thread default stream (where NULL means that one).
-fn is_legacy_default(stream: &Stream) -> bool {
-    match stream.handle() as usize {
-        0 => !cuda_sys::per_thread_default_stream(),
-        1 => true,
-        _ => false,
-    }
-}
-
 /// Refuses (with `refusal`) a stream being captured: `recording` says whether the operation got
 /// a capture; the driver is asked too, for a capture this crate did not begin. Called inside an
 /// operation on the stream, so no capture begins or ends on it before the work is queued.
@@ -111,7 +101,7 @@ impl Buffer {
         if n == 0 {
             return Err(CudaError::InvalidArgument("copy_batch: empty buffers sequence".into()));
         }
-        if is_legacy_default(stream) {
+        if stream.is_legacy_default() {
             return Err(CudaError::InvalidArgument(BATCH_LEGACY.into()));
         }
         refuse_capturing_now(stream, BATCH_CAPTURE)?;
@@ -243,7 +233,7 @@ fn copy_with_options(dst: &Buffer, src: &Buffer, stream: &Stream, options: &Copy
     super::check_same_size(src, dst)?;
     dst.check_writable(method)?;
     src.check_device_reads(stream, method)?;
-    if is_legacy_default(stream) {
+    if stream.is_legacy_default() {
         return Err(single_legacy(method));
     }
     let capture_refusal = single_capture(method);
@@ -299,11 +289,11 @@ mod tests {
 
     #[test]
     fn the_legacy_default_stream_is_named_by_its_handles() {
-        assert!(is_legacy_default(&Stream::legacy_default()));
-        assert!(!is_legacy_default(&Stream::per_thread_default()));
+        assert!(Stream::legacy_default().is_legacy_default());
+        assert!(!Stream::per_thread_default().is_legacy_default());
         // NULL is the legacy stream unless the per-thread default stream is bound.
         // SAFETY: a default stream handle, never used here.
         let null = unsafe { Stream::from_handle(std::ptr::null_mut()) }.unwrap();
-        assert_eq!(is_legacy_default(&null), !cuda_sys::per_thread_default_stream());
+        assert_eq!(null.is_legacy_default(), !cuda_sys::per_thread_default_stream());
     }
 }

@@ -201,7 +201,8 @@ impl Buffer {
     ///
     /// The driver leaves work using the memory meanwhile undefined: the buffer is borrowed
     /// exclusively, the streams that used it are waited for first, and a buffer a graph holds
-    /// (whose launches may run at any time) is refused.
+    /// (whose launches may run at any time) is refused, and so is the legacy default stream
+    /// (which the driver's discard rejects).
     pub fn discard(&mut self, stream: &Stream) -> Result<()> {
         Buffer::discard_batch(&mut [self], stream).map_err(|e| rename(e, "discard_batch", "discard"))
     }
@@ -227,6 +228,7 @@ impl Buffer {
     /// Prefetches every buffer, in one driver call (`cuMemPrefetchBatchAsync`, CUDA 13
     /// drivers), to one location for all (`locations` of length 1) or one each.
     pub fn prefetch_batch(buffers: &[&Buffer], locations: &[MemoryLocation], stream: &Stream) -> Result<()> {
+        refuse_legacy("prefetch_batch", "cuMemPrefetchBatchAsync", stream)?;
         let batch = Batch::new("prefetch_batch", buffers, Some(locations))?;
         enqueue_using(stream, buffers, |_| {
             let mut b = batch;
@@ -252,6 +254,7 @@ impl Buffer {
     /// Discards every buffer's contents, in one driver call (`cuMemDiscardBatchAsync`, CUDA 13
     /// drivers), each used by nothing else meanwhile (see [`discard`](Self::discard)).
     pub fn discard_batch(buffers: &mut [&mut Buffer], stream: &Stream) -> Result<()> {
+        refuse_legacy("discard_batch", "cuMemDiscardBatchAsync", stream)?;
         let (batch, buffers) = Batch::for_discard("discard_batch", buffers, None)?;
         enqueue_using(stream, &buffers, |_| {
             let mut b = batch;
@@ -278,6 +281,7 @@ impl Buffer {
         locations: &[MemoryLocation],
         stream: &Stream,
     ) -> Result<()> {
+        refuse_legacy("discard_prefetch_batch", "cuMemDiscardAndPrefetchBatchAsync", stream)?;
         let (batch, buffers) = Batch::for_discard("discard_prefetch_batch", buffers, Some(locations))?;
         enqueue_using(stream, &buffers, |_| {
             let mut b = batch;
@@ -333,6 +337,17 @@ impl Buffer {
             std::slice::from_raw_parts(self.handle() as *const T, self.size() / std::mem::size_of::<T>().max(1))
         })
     }
+}
+
+/// The batch calls reject the legacy default stream (`CUDA_ERROR_INVALID_VALUE`): refused first,
+/// with what to use instead.
+fn refuse_legacy(what: &str, call: &str, stream: &Stream) -> Result<()> {
+    if stream.is_legacy_default() {
+        return Err(CudaError::InvalidArgument(format!(
+            "{what}: {call} does not accept the legacy default stream; use a stream of your own or the per-thread default stream"
+        )));
+    }
+    Ok(())
 }
 
 /// The arrays of a batch operation, checked as `cuda.core` checks them.
