@@ -1,10 +1,19 @@
-//! Headers, tools, bitcode and static libraries: found in the same places as the libraries.
+//! Headers, tools, bitcode and static libraries: found in the wheels, conda, the product's root
+//! variable, `CUDA_PATH`/`CUDA_HOME`, the toolkit-root canary's toolkit, system folders and
+//! `/usr/local/cuda`, in that order. These are the searches without guard rails; the public
+//! functions in the crate root run them through [`crate::CompatibilityGuardRails`].
 
-use crate::search::{roots, site_packages_of, Candidates, Environment, FoundVia};
-use crate::{Attempt, NotFoundError};
+use crate::catalog::PackagedWith;
+use crate::env::{site_packages_of, Environment};
+use crate::error::{Attempt, NotFoundCause, NotFoundError};
+use crate::headers::{FileSpec, HeaderSpec, BITCODE, HEADERS, STATIC, TOOLS};
+use crate::loader::Loader;
+use crate::platform::{glob_dirs, Platform};
+use crate::search::FoundVia;
 use std::path::{Path, PathBuf};
 
-/// A file or folder that was found, and the rule that found it.
+/// A file or folder that was found, the rule that found it, and what was tried before it
+/// (`cuda.pathfinder`'s `LocatedHeaderDir`, `LocatedBitcodeLib`, `LocatedStaticLib`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocatedFile {
     /// The name asked for.
@@ -13,91 +22,42 @@ pub struct LocatedFile {
     pub abs_path: PathBuf,
     /// Which rule found it.
     pub found_via: FoundVia,
+    /// The places tried before it, in order, and why each was passed over.
+    pub searched: Vec<Attempt>,
 }
 
-/// One header component: the header that marks its folder, and where the folder is.
-struct HeaderSpec {
-    name: &'static str,
-    /// A header the folder must hold.
-    marker: &'static str,
-    /// Folders below site-packages, CUDA 13 wheel first.
-    site_packages_dirs: &'static [&'static str],
-    /// Folders below a toolkit root.
-    anchor_dirs: &'static [&'static str],
-    install_root_vars: &'static [&'static str],
+impl LocatedFile {
+    /// The file name (`libdevice.10.bc`), or the folder's name for a header directory.
+    pub fn filename(&self) -> String {
+        self.abs_path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
 }
 
-const INCLUDE: &[&str] = &["include"];
+/// `cuda.pathfinder`'s name for a located header folder.
+pub type LocatedHeaderDir = LocatedFile;
+/// `cuda.pathfinder`'s name for a located bitcode library.
+pub type LocatedBitcodeLib = LocatedFile;
+/// `cuda.pathfinder`'s name for a located static library.
+pub type LocatedStaticLib = LocatedFile;
 
-macro_rules! ctk_header {
-    ($name:literal, $marker:literal, $cu12:literal) => {
-        HeaderSpec {
-            name: $name,
-            marker: $marker,
-            site_packages_dirs: &["nvidia/cu13/include", $cu12],
-            anchor_dirs: INCLUDE,
-            install_root_vars: &[],
-        }
-    };
-}
-
-const HEADERS: &[HeaderSpec] = &[
-    HeaderSpec {
-        name: "cccl",
-        marker: "cuda/std/version",
-        site_packages_dirs: &["nvidia/cu13/include/cccl", "nvidia/cuda_cccl/include"],
-        anchor_dirs: &["include/cccl", "include"],
-        install_root_vars: &[],
-    },
-    ctk_header!("cublas", "cublas.h", "nvidia/cublas/include"),
-    ctk_header!("cuda", "cuda.h", "nvidia/cuda_runtime/include"),
-    ctk_header!("cudart", "cuda_runtime.h", "nvidia/cuda_runtime/include"),
-    ctk_header!("cufft", "cufft.h", "nvidia/cufft/include"),
-    ctk_header!("cufile", "cufile.h", "nvidia/cufile/include"),
-    ctk_header!("curand", "curand.h", "nvidia/curand/include"),
-    ctk_header!("cusolver", "cusolverDn.h", "nvidia/cusolver/include"),
-    ctk_header!("cusparse", "cusparse.h", "nvidia/cusparse/include"),
-    ctk_header!("npp", "npp.h", "nvidia/npp/include"),
-    ctk_header!("nvcc", "fatbinary_section.h", "nvidia/cuda_nvcc/include"),
-    ctk_header!("nvfatbin", "nvFatbin.h", "nvidia/nvfatbin/include"),
-    ctk_header!("nvjitlink", "nvJitLink.h", "nvidia/nvjitlink/include"),
-    ctk_header!("nvjpeg", "nvjpeg.h", "nvidia/nvjpeg/include"),
-    ctk_header!("nvml", "nvml.h", "nvidia/cuda_nvml_dev/include"),
-    ctk_header!("nvrtc", "nvrtc.h", "nvidia/cuda_nvrtc/include"),
-    HeaderSpec {
-        name: "nvvm",
-        marker: "nvvm.h",
-        site_packages_dirs: &[
-            "nvidia/cu13/include",
-            "nvidia/cu13/nvvm/include",
-            "nvidia/cuda_nvcc/nvvm/include",
-        ],
-        anchor_dirs: &["nvvm/include"],
-        install_root_vars: &[],
-    },
-    HeaderSpec {
-        name: "cudnn",
-        marker: "cudnn.h",
-        site_packages_dirs: &["nvidia/cudnn/include"],
-        anchor_dirs: INCLUDE,
-        install_root_vars: &["CUDNN_PATH"],
-    },
-    HeaderSpec {
-        name: "nccl",
-        marker: "nccl.h",
-        site_packages_dirs: &["nvidia/nccl/include"],
-        anchor_dirs: INCLUDE,
-        install_root_vars: &["NCCL_HOME"],
-    },
-];
-
-/// The header components [`locate_nvidia_header_directory`] knows, with the header that marks
-/// each folder (`("nvrtc", "nvrtc.h")`).
+/// The header components [`crate::locate_nvidia_header_directory`] knows, with the header that
+/// marks each folder (`("nvrtc", "nvrtc.h")`), on every platform.
 pub fn supported_headers() -> impl Iterator<Item = (&'static str, &'static str)> {
     HEADERS.iter().map(|h| (h.name, h.marker))
 }
 
-/// The tools [`find_nvidia_binary_utility`] knows.
+/// The toolkit's header components and their marker headers (`SUPPORTED_HEADERS_CTK`).
+pub fn supported_headers_ctk() -> impl Iterator<Item = (&'static str, &'static str)> {
+    HEADERS
+        .iter()
+        .filter(|h| h.packaged_with == PackagedWith::Toolkit)
+        .map(|h| (h.name, h.marker))
+}
+
+/// The tools [`crate::find_nvidia_binary_utility`] knows.
 pub static SUPPORTED_BINARY_UTILITIES: &[&str] = &[
     "nvcc",
     "ptxas",
@@ -117,32 +77,71 @@ pub static SUPPORTED_BINARY_UTILITIES: &[&str] = &[
     "nsight-compute",
 ];
 
-/// The bitcode libraries [`find_bitcode_lib`] knows: `device` is `libdevice.10.bc`.
-pub static SUPPORTED_BITCODE_LIBS: &[(&str, &str)] = &[("device", "libdevice.10.bc")];
+/// The bitcode libraries [`crate::find_bitcode_lib`] knows and their files (Linux names).
+pub static SUPPORTED_BITCODE_LIBS: &[(&str, &str)] = &[
+    ("device", "libdevice.10.bc"),
+    ("nccl_device", "libnccl_device.bc"),
+    ("nvshmem_device", "libnvshmem_device.bc"),
+];
 
-/// The static libraries [`find_static_lib`] knows: `cudadevrt` is `libcudadevrt.a`.
+/// The static libraries [`crate::find_static_lib`] knows: `cudadevrt` is `libcudadevrt.a`
+/// (`cudadevrt.lib` on Windows).
 pub static SUPPORTED_STATIC_LIBS: &[(&str, &str)] = &[("cudadevrt", "libcudadevrt.a")];
+
+/// Who ships an item and its guard-rail tags: `(kind, name)` with kind `"header directory"`,
+/// `"tool"`, `"bitcode library"` or `"static library"`.
+pub(crate) fn item_metadata(kind: &str, name: &str) -> Option<(PackagedWith, &'static [&'static str])> {
+    match kind {
+        "header directory" => HEADERS
+            .iter()
+            .find(|h| h.name == name)
+            .map(|h| (h.packaged_with, h.companion_tags)),
+        "tool" => TOOLS
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| (t.packaged_with, t.companion_tags)),
+        "bitcode library" => BITCODE
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| (t.packaged_with, t.companion_tags)),
+        "static library" => STATIC
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| (t.packaged_with, t.companion_tags)),
+        _ => None,
+    }
+}
+
+/// Candidates in order, and in their place the steps that could not propose any (why).
+type Steps = Vec<Result<(FoundVia, PathBuf), Attempt>>;
 
 /// The first candidate that `accept`s, or the list of every one tried.
 fn first_match(
     kind: &'static str,
     name: &str,
-    early: Candidates,
-    late: Candidates,
+    list: Steps,
     accept: impl Fn(&Path) -> Result<(), String>,
     hint: String,
 ) -> Result<LocatedFile, NotFoundError> {
-    let mut attempts = Vec::new();
-    for (rule, path) in early.into_iter().chain(late) {
+    let mut searched = Vec::new();
+    for step in list {
+        let (rule, path) = match step {
+            Ok(candidate) => candidate,
+            Err(note) => {
+                searched.push(note);
+                continue;
+            }
+        };
         match accept(&path) {
             Ok(()) => {
                 return Ok(LocatedFile {
                     name: name.to_string(),
                     abs_path: path,
                     found_via: rule,
+                    searched,
                 });
             }
-            Err(why) => attempts.push(Attempt {
+            Err(why) => searched.push(Attempt {
                 rule,
                 candidate: path.display().to_string(),
                 rejected_because: why,
@@ -152,79 +151,114 @@ fn first_match(
     Err(NotFoundError {
         kind,
         name: name.to_string(),
-        attempts,
+        cause: NotFoundCause::Missing,
+        attempts: searched,
         hint,
     })
 }
 
-/// Candidates under site-packages, then the roots (conda, product variables, CUDA_PATH), then
-/// `/usr/local/cuda`; for conda the toolkit also keeps headers under `targets/<triple>/`.
-fn candidates(
+/// The roots after the wheels: conda, the product's variables, `CUDA_PATH`/`CUDA_HOME`, and with
+/// `toolkit_roots` the canary's toolkit and `/usr/local/cuda` (the canary's failure, in its place).
+fn roots(
     env: &Environment,
-    site_packages_dirs: &[&str],
-    anchor_dirs: &[&str],
-    product_vars: &[&str],
-    leaf: &str,
-) -> (Candidates, Candidates) {
-    let mut early = Vec::new();
-    for sp in site_packages_of(env) {
-        for rel in site_packages_dirs {
-            early.push((FoundVia::SitePackages, sp.join(rel).join(leaf)));
-        }
+    loader: &dyn Loader,
+    product_vars: &'static [&'static str],
+    toolkit_roots: bool,
+) -> Vec<Result<(FoundVia, PathBuf), Attempt>> {
+    let mut out = Vec::new();
+    out.extend(env.conda_anchor().map(|c| Ok((FoundVia::Conda, c))));
+    for var in product_vars {
+        out.extend(env.path(var).map(|r| Ok((FoundVia::InstallRootVar(var), r))));
     }
-    let (roots, warnings) = roots(env, product_vars);
-    for w in warnings {
+    let (cuda, warning) = env.cuda_root();
+    if let Some(w) = warning {
         crate::warn(w);
     }
-    let triple = format!("targets/{}-linux", std::env::consts::ARCH);
-    let mut late = Vec::new();
-    let add = |list: &mut Candidates, rule: FoundVia, root: &Path| {
-        for rel in anchor_dirs {
-            list.push((rule, root.join(rel).join(leaf)));
-            if rel.starts_with("include") {
-                list.push((rule, root.join(&triple).join(rel).join(leaf)));
-            }
-        }
-    };
-    for (rule, root) in roots {
-        add(&mut early, rule, &root);
+    out.extend(cuda.map(|r| Ok((FoundVia::CudaPath, r))));
+    if toolkit_roots {
+        out.push(match crate::canary::ctk_root(env, loader) {
+            Ok((root, _)) => Ok((FoundVia::SystemCtkRoot, root)),
+            Err(why) => Err(Attempt {
+                rule: FoundVia::SystemCtkRoot,
+                candidate: "toolkit-root canary".into(),
+                rejected_because: why,
+            }),
+        });
+        out.extend(env.default_ctk_root.clone().map(|r| Ok((FoundVia::DefaultCtkRoot, r))));
     }
-    add(&mut late, FoundVia::SystemCtkRoot, &env.default_ctk_root);
-    (early, late)
+    out
 }
 
-/// Finds the folder that holds the headers of `name` (`"cudart"` holds `cuda_runtime.h`,
-/// `"nvrtc"` holds `nvrtc.h`, `"cccl"` holds `cuda/std/version`, ...).
-pub fn locate_nvidia_header_directory(name: &str) -> Result<LocatedFile, NotFoundError> {
-    locate_header_in(name, &Environment::from_process())
+fn unavailable(kind: &'static str, name: &str) -> NotFoundError {
+    NotFoundError {
+        kind,
+        name: name.to_string(),
+        cause: NotFoundCause::NotAvailable,
+        attempts: Vec::new(),
+        hint: format!("\"{name}\" does not exist on Windows"),
+    }
 }
 
-/// [`locate_nvidia_header_directory`], as `cuda.pathfinder`'s `find_nvidia_header_directory`:
-/// the folder, or `None`.
-pub fn find_nvidia_header_directory(name: &str) -> Option<PathBuf> {
-    locate_nvidia_header_directory(name).ok().map(|l| l.abs_path)
+/// The include folders to try below `root` for `spec`.
+fn header_dirs(spec: &HeaderSpec, env: &Environment, rule: FoundVia, root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let targets = rule == FoundVia::Conda && spec.conda_targets_layout && env.platform == Platform::Linux;
+    for rel in spec.anchor_dirs {
+        let bases = if targets && *rel == "include" {
+            glob_dirs(root, "targets/*/include")
+        } else {
+            vec![root.join(rel)]
+        };
+        for base in bases {
+            out.extend(spec.include_subdirs.iter().map(|s| base.join(s)));
+            if env.platform.is_windows() {
+                out.extend(spec.include_subdirs_windows.iter().map(|s| base.join(s)));
+            }
+            out.push(base);
+        }
+    }
+    out
 }
 
-pub(crate) fn locate_header_in(name: &str, env: &Environment) -> Result<LocatedFile, NotFoundError> {
+pub(crate) fn locate_header_in(
+    name: &str,
+    env: &Environment,
+    loader: &dyn Loader,
+) -> Result<LocatedFile, NotFoundError> {
     let Some(spec) = HEADERS.iter().find(|h| h.name == name) else {
         return Err(unknown("header directory", name, HEADERS.iter().map(|h| h.name)));
     };
-    let (early, late) = candidates(
-        env,
-        spec.site_packages_dirs,
-        spec.anchor_dirs,
-        spec.install_root_vars,
-        "",
-    );
+    if env.platform.is_windows() && !spec.available_on_windows {
+        return Err(unavailable("header directory", name));
+    }
+    let mut list: Steps = Vec::new();
+    for sp in site_packages_of(env) {
+        for rel in spec.site_packages_dirs {
+            list.extend(glob_dirs(&sp, rel).into_iter().map(|d| Ok((FoundVia::SitePackages, d))));
+        }
+    }
+    let toolkit = spec.packaged_with == PackagedWith::Toolkit && spec.use_ctk_root_canary;
+    for root in roots(env, loader, spec.install_root_vars, toolkit) {
+        match root {
+            Ok((rule, root)) => list.extend(header_dirs(spec, env, rule, &root).into_iter().map(|d| Ok((rule, d)))),
+            Err(note) => list.push(Err(note)),
+        }
+    }
+    if env.platform == Platform::Linux {
+        for pattern in spec.system_install_dirs {
+            let (base, rel) = pattern.split_once("/include").unwrap_or(("", pattern));
+            let dirs = glob_dirs(Path::new(&format!("{base}/include")), rel.trim_start_matches('/'));
+            list.extend(dirs.into_iter().map(|d| Ok((FoundVia::SystemInstallDir, d))));
+        }
+    }
     let hint = format!(
         "To fix: install the wheel or toolkit component that ships {}, or set CUDA_PATH.",
         spec.marker
     );
-    let mut found = first_match(
+    first_match(
         "header directory",
         name,
-        early,
-        late,
+        list,
         |dir| {
             if dir.join(spec.marker).is_file() {
                 Ok(())
@@ -235,39 +269,64 @@ pub(crate) fn locate_header_in(name: &str, env: &Environment) -> Result<LocatedF
             }
         },
         hint,
-    )?;
-    // Joined with "" the paths end in a separator; report the folder itself.
-    found.abs_path = found.abs_path.components().collect();
-    Ok(found)
-}
-
-/// Finds the tool `name` (`"nvcc"`, `"ptxas"`, `"compute-sanitizer"`, ...). Only executable files
-/// count; the current folder is never searched.
-pub fn find_nvidia_binary_utility(name: &str) -> Result<LocatedFile, NotFoundError> {
-    find_binary_in(name, &Environment::from_process())
-}
-
-pub(crate) fn find_binary_in(name: &str, env: &Environment) -> Result<LocatedFile, NotFoundError> {
-    if !SUPPORTED_BINARY_UTILITIES.contains(&name) {
-        return Err(unknown("tool", name, SUPPORTED_BINARY_UTILITIES.iter().copied()));
-    }
-    let wheel_dirs = [
-        "nvidia/cu13/bin",
-        "nvidia/cuda_nvcc/bin",
-        "nvidia/nsight_systems/bin",
-        "nvidia/nsight_compute/bin",
-    ];
-    let (early, late) = candidates(env, &wheel_dirs, &["bin", "compute-sanitizer"], &[], name);
-    first_match(
-        "tool",
-        name,
-        early,
-        late,
-        is_executable,
-        "To fix: install the CUDA toolkit (or the wheel that ships the tool) and set CUDA_PATH.".into(),
     )
 }
 
+/// Candidates for a tool, bitcode or static library (`Err` when it does not exist on Windows).
+fn file_candidates(spec: &FileSpec, env: &Environment, loader: &dyn Loader) -> Result<Steps, ()> {
+    let windows = env.platform.is_windows();
+    let file = if windows {
+        spec.windows_file.ok_or(())?
+    } else {
+        spec.file
+    };
+    let (wheel_dirs, rels) = if windows {
+        (spec.site_packages_windows, spec.anchor_dirs_windows)
+    } else {
+        (spec.site_packages_dirs, spec.anchor_dirs)
+    };
+    let mut list: Steps = Vec::new();
+    for sp in site_packages_of(env) {
+        list.extend(
+            crate::search::under(FoundVia::SitePackages, &sp, wheel_dirs, &[file])
+                .into_iter()
+                .map(Ok),
+        );
+    }
+    for root in roots(env, loader, &[], spec.toolkit_roots) {
+        match root {
+            Ok((rule, root)) => list.extend(crate::search::under(rule, &root, rels, &[file]).into_iter().map(Ok)),
+            Err(note) => list.push(Err(note)),
+        }
+    }
+    Ok(list)
+}
+
+fn locate_file(
+    kind: &'static str,
+    specs: &[FileSpec],
+    name: &str,
+    env: &Environment,
+    loader: &dyn Loader,
+    accept: impl Fn(&Path) -> Result<(), String>,
+    hint: &str,
+) -> Result<LocatedFile, NotFoundError> {
+    let Some(spec) = specs.iter().find(|s| s.name == name) else {
+        return Err(unknown(kind, name, specs.iter().map(|s| s.name)));
+    };
+    let list = file_candidates(spec, env, loader).map_err(|()| unavailable(kind, name))?;
+    first_match(kind, name, list, accept, hint.to_string())
+}
+
+pub(crate) fn find_binary_in(name: &str, env: &Environment, loader: &dyn Loader) -> Result<LocatedFile, NotFoundError> {
+    let hint = "To fix: install the CUDA toolkit (or the wheel that ships the tool) and set CUDA_PATH.";
+    // Windows has no executable bit: a file is enough there.
+    let windows = env.platform.is_windows();
+    let accept = |p: &Path| if windows { is_file(p) } else { is_executable(p) };
+    locate_file("tool", TOOLS, name, env, loader, accept, hint)
+}
+
+#[cfg(unix)]
 fn is_executable(path: &Path) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     match std::fs::metadata(path) {
@@ -278,6 +337,11 @@ fn is_executable(path: &Path) -> Result<(), String> {
     }
 }
 
+#[cfg(not(unix))]
+fn is_executable(path: &Path) -> Result<(), String> {
+    is_file(path)
+}
+
 fn is_file(path: &Path) -> Result<(), String> {
     if path.is_file() {
         Ok(())
@@ -286,64 +350,29 @@ fn is_file(path: &Path) -> Result<(), String> {
     }
 }
 
-/// Finds a bitcode library: `"device"` is `libdevice.10.bc`, which NVVM links for math functions.
-pub fn find_bitcode_lib(name: &str) -> Result<LocatedFile, NotFoundError> {
-    find_bitcode_in(name, &Environment::from_process())
-}
-
-pub(crate) fn find_bitcode_in(name: &str, env: &Environment) -> Result<LocatedFile, NotFoundError> {
-    let Some((_, file)) = SUPPORTED_BITCODE_LIBS.iter().find(|(n, _)| *n == name) else {
-        return Err(unknown(
-            "bitcode library",
-            name,
-            SUPPORTED_BITCODE_LIBS.iter().map(|(n, _)| *n),
-        ));
+pub(crate) fn find_bitcode_in(
+    name: &str,
+    env: &Environment,
+    loader: &dyn Loader,
+) -> Result<LocatedFile, NotFoundError> {
+    let hint = match name {
+        "nccl_device" => "To fix: `pip install nvidia-nccl-cu13` (or -cu12).",
+        "nvshmem_device" => "To fix: `pip install nvidia-nvshmem-cu13` (or -cu12).",
+        _ => "To fix: `pip install nvidia-nvvm` (CUDA 13) or `pip install nvidia-cuda-nvcc-cu12`, or install the CUDA toolkit and set CUDA_PATH.",
     };
-    let (early, late) = candidates(
-        env,
-        &["nvidia/cu13/nvvm/libdevice", "nvidia/cuda_nvcc/nvvm/libdevice"],
-        &["nvvm/libdevice"],
-        &[],
-        file,
-    );
-    first_match("bitcode library", name, early, late, is_file, "To fix: `pip install nvidia-nvvm` (CUDA 13) or `pip install nvidia-cuda-nvcc-cu12`, or install the CUDA toolkit and set CUDA_PATH.".into())
+    locate_file("bitcode library", BITCODE, name, env, loader, is_file, hint)
 }
 
-/// Finds a static library: `"cudadevrt"` is `libcudadevrt.a`, needed to link relocatable device
-/// code that uses dynamic parallelism.
-pub fn find_static_lib(name: &str) -> Result<LocatedFile, NotFoundError> {
-    find_static_in(name, &Environment::from_process())
+pub(crate) fn find_static_in(name: &str, env: &Environment, loader: &dyn Loader) -> Result<LocatedFile, NotFoundError> {
+    let hint = "To fix: `pip install nvidia-cuda-runtime` (CUDA 13) or install the CUDA toolkit and set CUDA_PATH.";
+    locate_file("static library", STATIC, name, env, loader, is_file, hint)
 }
 
-pub(crate) fn find_static_in(name: &str, env: &Environment) -> Result<LocatedFile, NotFoundError> {
-    let Some((_, file)) = SUPPORTED_STATIC_LIBS.iter().find(|(n, _)| *n == name) else {
-        return Err(unknown(
-            "static library",
-            name,
-            SUPPORTED_STATIC_LIBS.iter().map(|(n, _)| *n),
-        ));
-    };
-    let (early, late) = candidates(
-        env,
-        &["nvidia/cu13/lib", "nvidia/cuda_runtime/lib"],
-        &["lib64", "lib"],
-        &[],
-        file,
-    );
-    first_match(
-        "static library",
-        name,
-        early,
-        late,
-        is_file,
-        "To fix: `pip install nvidia-cuda-runtime` (CUDA 13) or install the CUDA toolkit and set CUDA_PATH.".into(),
-    )
-}
-
-fn unknown<'a>(kind: &'static str, name: &str, known: impl Iterator<Item = &'a str>) -> NotFoundError {
+pub(crate) fn unknown<'a>(kind: &'static str, name: &str, known: impl Iterator<Item = &'a str>) -> NotFoundError {
     NotFoundError {
         kind,
         name: name.to_string(),
+        cause: NotFoundCause::Unknown,
         attempts: Vec::new(),
         hint: format!(
             "\"{name}\" is not a {kind} cuda-pathfinder knows; known names: {}",

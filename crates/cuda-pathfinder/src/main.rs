@@ -1,8 +1,9 @@
-//! `cargo run -p cuda-pathfinder [-- --json]`: what this machine has of CUDA, where each piece was
-//! found and by which rule, which toolkit version it belongs to, and what does not fit together.
+//! `cargo run -p cuda-pathfinder [-- --json] [-- --verbose]`: what this machine has of CUDA,
+//! where each piece was found and by which rule, the order the rules were tried in and why each
+//! candidate was passed over, which toolkit version each piece belongs to, and what the
+//! compatibility guard rails say about the set.
 
 use cuda_pathfinder as pf;
-use std::path::Path;
 
 struct Row {
     kind: &'static str,
@@ -10,27 +11,47 @@ struct Row {
     path: Option<String>,
     found_via: Option<String>,
     version: Option<pf::ToolkitVersion>,
+    searched: Vec<pf::Attempt>,
     error: Option<String>,
+    item: Option<pf::ResolvedItem>,
 }
 
-fn row(kind: &'static str, name: &str, result: Result<(&Path, pf::FoundVia), &pf::NotFoundError>) -> Row {
-    match result {
-        Ok((path, via)) => Row {
-            kind,
-            name: name.to_string(),
-            path: Some(path.display().to_string()),
-            found_via: Some(via.to_string()),
-            version: pf::toolkit_version_of(path),
-            error: None,
-        },
-        Err(e) => Row {
-            kind,
-            name: name.to_string(),
-            path: None,
-            found_via: None,
-            version: None,
-            error: Some(e.to_string()),
-        },
+fn located(kind: &'static str, name: &str, r: Result<pf::LocatedFile, pf::NotFoundError>) -> Row {
+    match r {
+        Ok(l) => {
+            // The guard rails name kinds as NotFoundError does.
+            let full = match kind {
+                "headers" => "header directory",
+                "bitcode" => "bitcode library",
+                "static" => "static library",
+                other => other,
+            };
+            let item = pf::ResolvedItem::located(full, &l).ok();
+            Row {
+                kind,
+                name: name.to_string(),
+                path: Some(l.abs_path.display().to_string()),
+                found_via: Some(l.found_via.to_string()),
+                version: item.as_ref().and_then(|i| i.ctk_version.clone()),
+                searched: l.searched,
+                error: None,
+                item,
+            }
+        }
+        Err(e) => failed(kind, name, &e),
+    }
+}
+
+fn failed(kind: &'static str, name: &str, e: &pf::NotFoundError) -> Row {
+    Row {
+        kind,
+        name: name.to_string(),
+        path: None,
+        found_via: None,
+        version: None,
+        searched: e.attempts.clone(),
+        error: Some(e.to_string()),
+        item: None,
     }
 }
 
@@ -39,78 +60,139 @@ fn main() {
     let json = args.iter().any(|a| a == "--json");
     let verbose = args.iter().any(|a| a == "--verbose" || a == "-v");
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("usage: cuda-pathfinder [--json] [--verbose]\n\nReports every CUDA library, header folder, tool and bitcode library cuda-pathfinder knows:\nfound or not, where, by which rule, and from which toolkit version. --verbose lists what was tried for what is missing.");
+        println!(
+            "usage: cuda-pathfinder [--json] [--verbose]\n\nReports every CUDA library, header folder, tool, bitcode and \
+             static library cuda-pathfinder knows: found or not, where, by which rule, the rules tried before, and \
+             from which toolkit version; then what the compatibility guard rails say. --verbose lists every \
+             candidate tried and why it was passed over.\n\n{}=DEBUG logs the searches of any program on standard \
+             error; {}=off|best_effort|strict sets the guard rails.",
+            pf::LOG_LEVEL_ENV_VAR,
+            pf::GUARD_RAILS_ENV_VAR
+        );
         return;
     }
 
     let mut rows = Vec::new();
     for name in pf::supported_libnames() {
-        let r = pf::load_nvidia_dynamic_lib(name);
-        let located = r
-            .as_ref()
-            .map(|l| (l.abs_path.as_deref().unwrap_or(Path::new("?")), l.found_via));
-        rows.push(row("library", name, located));
+        rows.push(match pf::unguarded::load_nvidia_dynamic_lib(name) {
+            Ok(l) => {
+                let item = pf::ResolvedItem::dynamic_lib(name, l).ok();
+                Row {
+                    kind: "library",
+                    name: name.to_string(),
+                    path: Some(
+                        l.abs_path
+                            .as_deref()
+                            .map(|p| p.display().to_string())
+                            .unwrap_or_else(|| "?".into()),
+                    ),
+                    found_via: Some(l.found_via.to_string()),
+                    version: l.abs_path.as_deref().and_then(pf::toolkit_version_of),
+                    searched: l.searched.clone(),
+                    error: None,
+                    item,
+                }
+            }
+            Err(e) => match e.as_not_found() {
+                Some(nf) => failed("library", name, nf),
+                None => Row {
+                    error: Some(e.to_string()),
+                    ..failed("library", name, &dummy(name))
+                },
+            },
+        });
     }
-    for (name, marker) in pf::supported_headers() {
-        let r = pf::locate_nvidia_header_directory(name);
-        let mut row = row("headers", name, r.as_ref().map(|l| (l.abs_path.as_path(), l.found_via)));
-        // The version of the header that marks the folder, not of whatever else shares it.
-        if let Ok(l) = &r {
-            row.version = pf::toolkit_version_of(&l.abs_path.join(marker));
-        }
-        rows.push(row);
+    for (name, _) in pf::supported_headers() {
+        rows.push(located(
+            "headers",
+            name,
+            pf::unguarded::locate_nvidia_header_directory(name),
+        ));
     }
     for name in pf::SUPPORTED_BINARY_UTILITIES {
-        let r = pf::find_nvidia_binary_utility(name);
-        rows.push(row(
-            "tool",
-            name,
-            r.as_ref().map(|l| (l.abs_path.as_path(), l.found_via)),
-        ));
+        rows.push(located("tool", name, pf::unguarded::find_nvidia_binary_utility(name)));
     }
     for (name, _) in pf::SUPPORTED_BITCODE_LIBS {
-        let r = pf::find_bitcode_lib(name);
-        rows.push(row(
-            "bitcode",
-            name,
-            r.as_ref().map(|l| (l.abs_path.as_path(), l.found_via)),
-        ));
+        rows.push(located("bitcode", name, pf::unguarded::find_bitcode_lib(name)));
     }
     for (name, _) in pf::SUPPORTED_STATIC_LIBS {
-        let r = pf::find_static_lib(name);
-        rows.push(row(
-            "static",
-            name,
-            r.as_ref().map(|l| (l.abs_path.as_path(), l.found_via)),
-        ));
+        rows.push(located("static", name, pf::unguarded::find_static_lib(name)));
     }
-
-    let driver = pf::driver_cuda_version();
-    let toolkit: Vec<(String, pf::ToolkitVersion)> = rows
-        .iter()
-        .filter(|r| r.kind == "library")
-        .filter(|r| {
-            pf::DESCRIPTORS
-                .iter()
-                .any(|d| d.name == r.name && d.packaged_with == pf::PackagedWith::Toolkit)
-        })
-        .filter_map(|r| Some((r.name.clone(), r.version.clone()?)))
-        .collect();
+    let driver = pf::query_driver_cuda_version().ok();
+    let release = pf::query_driver_release_version().ok();
     let mut warnings = pf::warnings();
-    warnings.extend(pf::compatibility_warnings(&toolkit, driver));
+    let (rejected, undecided) = compatibility(&rows);
+    warnings.extend(rejected);
 
     if json {
         print_json(&rows, driver, &warnings);
     } else {
-        print_table(&rows, driver, &warnings, verbose);
+        print_table(&rows, driver, release, &warnings, undecided, verbose);
     }
 }
 
-fn print_table(rows: &[Row], driver: Option<(u32, u32)>, warnings: &[String], verbose: bool) {
+fn dummy(name: &str) -> pf::NotFoundError {
+    pf::NotFoundError {
+        kind: "library",
+        name: name.to_string(),
+        cause: pf::NotFoundCause::NotAvailable,
+        attempts: Vec::new(),
+        hint: String::new(),
+    }
+}
+
+/// Every found item through fresh guard rails, in table order: the rejections, and how many items
+/// they could not judge.
+fn compatibility(rows: &[Row]) -> (Vec<String>, usize) {
+    let rails = pf::CompatibilityGuardRails::new();
+    let mut rejected = Vec::new();
+    let mut undecided = 0;
+    for item in rows.iter().filter_map(|r| r.item.clone()) {
+        match rails.register_and_check(item) {
+            Ok(()) => {}
+            Err(pf::Error::CompatibilityCheck(e)) => rejected.push(format!("guard rails: {}", e.message)),
+            Err(_) => undecided += 1,
+        }
+    }
+    (rejected, undecided)
+}
+
+/// `site-packages (4) > conda (2) > system-search (2)`: the rules tried, in order, with the number
+/// of candidates each passed over.
+fn order(searched: &[pf::Attempt], winner: Option<&str>) -> String {
+    let mut parts: Vec<(String, usize)> = Vec::new();
+    for a in searched {
+        let rule = a.rule.to_string();
+        match parts.last_mut() {
+            Some((r, n)) if *r == rule => *n += 1,
+            _ => parts.push((rule, 1)),
+        }
+    }
+    let mut out: Vec<String> = parts.into_iter().map(|(r, n)| format!("{r} ({n})")).collect();
+    if let Some(w) = winner {
+        out.push(format!("{w}: found"));
+    }
+    out.join(" > ")
+}
+
+fn print_table(
+    rows: &[Row],
+    driver: Option<pf::DriverCudaVersion>,
+    release: Option<pf::DriverReleaseVersion>,
+    warnings: &[String],
+    undecided: usize,
+    verbose: bool,
+) {
     let found = rows.iter().filter(|r| r.path.is_some()).count();
-    match driver {
-        Some((major, minor)) => println!("CUDA driver: supports CUDA {major}.{minor}"),
-        None => println!("CUDA driver: not found (no libcuda.so.1)"),
+    println!("cuda-pathfinder {}", pf::VERSION);
+    match (driver, release) {
+        (Some(v), Some(r)) => println!("CUDA driver: supports CUDA {v} (release {})", r.text),
+        (Some(v), None) => println!("CUDA driver: supports CUDA {v}"),
+        _ => println!("CUDA driver: not found"),
+    }
+    match pf::GuardRailsMode::from_env() {
+        Ok(mode) => println!("guard rails: {mode:?} ({})", pf::GUARD_RAILS_ENV_VAR),
+        Err(e) => println!("guard rails: {e}"),
     }
     println!("{found} of {} found\n", rows.len());
     let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4);
@@ -133,10 +215,18 @@ fn print_table(rows: &[Row], driver: Option<(u32, u32)>, warnings: &[String], ve
             version,
             r.path.as_deref().unwrap_or("-"),
         );
+        if r.kind == "library" && (!r.searched.is_empty() || r.found_via.is_some()) {
+            println!("           tried: {}", order(&r.searched, r.found_via.as_deref()));
+        }
         if verbose {
+            for a in &r.searched {
+                println!("           - [{}] {}: {}", a.rule, a.candidate, a.rejected_because);
+            }
             if let Some(e) = &r.error {
-                for line in e.lines() {
-                    println!("           {line}");
+                if r.searched.is_empty() {
+                    for line in e.lines() {
+                        println!("           {line}");
+                    }
                 }
             }
         }
@@ -147,22 +237,44 @@ fn print_table(rows: &[Row], driver: Option<(u32, u32)>, warnings: &[String], ve
             println!("  - {w}");
         }
     }
-    if !verbose && rows.iter().any(|r| r.error.is_some()) {
-        println!("\n(--verbose lists every place searched for what was not found)");
+    if undecided > 0 {
+        println!(
+            "\n{undecided} found item(s) the guard rails cannot judge (no toolkit version, not a toolkit item, or no \
+             driver); {}=strict refuses them",
+            pf::GUARD_RAILS_ENV_VAR
+        );
+    }
+    if !verbose {
+        println!("\n(--verbose lists every candidate tried and why it was passed over)");
     }
 }
 
-fn print_json(rows: &[Row], driver: Option<(u32, u32)>, warnings: &[String]) {
+fn print_json(rows: &[Row], driver: Option<pf::DriverCudaVersion>, warnings: &[String]) {
     let s = |v: Option<&str>| v.map(json_string).unwrap_or_else(|| "null".into());
-    let mut out = String::from("{\n  \"driver_cuda_version\": ");
+    let mut out = format!(
+        "{{\n  \"version\": {},\n  \"driver_cuda_version\": ",
+        json_string(pf::VERSION)
+    );
     out.push_str(&match driver {
-        Some((major, minor)) => json_string(&format!("{major}.{minor}")),
+        Some(v) => json_string(&v.to_string()),
         None => "null".into(),
     });
     out.push_str(",\n  \"items\": [\n");
     for (i, r) in rows.iter().enumerate() {
+        let tried: Vec<String> = r
+            .searched
+            .iter()
+            .map(|a| {
+                format!(
+                    "{{\"rule\": {}, \"candidate\": {}, \"rejected_because\": {}}}",
+                    json_string(a.rule.as_str()),
+                    json_string(&a.candidate),
+                    json_string(&a.rejected_because)
+                )
+            })
+            .collect();
         out.push_str(&format!(
-            "    {{\"kind\": {}, \"name\": {}, \"found\": {}, \"path\": {}, \"found_via\": {}, \"toolkit_version\": {}, \"version_source\": {}, \"error\": {}}}{}\n",
+            "    {{\"kind\": {}, \"name\": {}, \"found\": {}, \"path\": {}, \"found_via\": {}, \"toolkit_version\": {}, \"version_source\": {}, \"error\": {}, \"tried\": [{}]}}{}\n",
             json_string(r.kind),
             json_string(&r.name),
             r.path.is_some(),
@@ -171,6 +283,7 @@ fn print_json(rows: &[Row], driver: Option<(u32, u32)>, warnings: &[String]) {
             s(r.version.as_ref().map(ToString::to_string).as_deref()),
             s(r.version.as_ref().map(|v| v.source.as_str())),
             s(r.error.as_deref()),
+            tried.join(", "),
             if i + 1 < rows.len() { "," } else { "" }
         ));
     }

@@ -1,42 +1,58 @@
-//! The search cascade for dynamic libraries, and the places it shares with headers and tools.
+//! The search cascade for dynamic libraries, in `cuda.pathfinder`'s order: already loaded, the
+//! wheels in site-packages, conda, the system loader (with the explicit `PATH` scan on Windows),
+//! the product's own root variable, `CUDA_PATH`/`CUDA_HOME`, Program Files (Windows), the
+//! toolkit-root canary (for the libraries that ask for it), and last this crate's addition,
+//! `/usr/local/cuda`.
 
 use crate::catalog::{LibDescriptor, PackagedWith};
-use crate::loader;
-use crate::{Attempt, LoadedDl, NotFoundError};
-use std::collections::HashMap;
+use crate::env::{site_packages_of, Environment};
+use crate::error::{Attempt, NotFoundCause, NotFoundError};
+use crate::loader::{Loader, Opened};
+use crate::platform::{check_available, glob_dirs, is_suppressed_dll, pe_matches_arch, Platform};
+use crate::LoadedDl;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The rule that found something (`cuda.pathfinder`'s `found_via`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum FoundVia {
     /// Already loaded in the process by someone else.
     AlreadyLoaded,
     /// An NVIDIA wheel in a Python site-packages folder.
     SitePackages,
-    /// `$CONDA_PREFIX`.
+    /// `$CONDA_PREFIX` (`%CONDA_PREFIX%\Library` on Windows).
     Conda,
-    /// A product's own install root variable (`CUDNN_PATH`, `NCCL_HOME`).
-    InstallRootVar,
+    /// The system loader (`dlopen` of the soname; on Windows `LoadLibraryExW`, then `PATH`).
+    SystemSearch,
+    /// A product's own install root variable (`CUDNN_PATH`, `NCCL_HOME`), which names it.
+    InstallRootVar(&'static str),
     /// `$CUDA_PATH` or `$CUDA_HOME`.
     CudaPath,
-    /// The system loader (`dlopen` of the soname).
-    SystemSearch,
-    /// The default toolkit location, `/usr/local/cuda`.
+    /// Windows: a versioned install under Program Files (cuDNN).
+    ProgramFiles,
+    /// The toolkit the system loader's `cudart` belongs to (the toolkit-root canary).
     SystemCtkRoot,
+    /// `/usr/local/cuda`, after every rule `cuda.pathfinder` has (this crate's addition).
+    DefaultCtkRoot,
+    /// A system include folder (`/usr/include/nvshmem_*`, `/usr/include` for cuDNN and NCCL).
+    SystemInstallDir,
 }
 
 impl FoundVia {
-    /// The label `cuda.pathfinder` uses.
+    /// The label `cuda.pathfinder` uses (the variable's name for a product's root variable).
     pub fn as_str(self) -> &'static str {
         match self {
             FoundVia::AlreadyLoaded => "was-already-loaded-from-elsewhere",
             FoundVia::SitePackages => "site-packages",
             FoundVia::Conda => "conda",
-            FoundVia::InstallRootVar => "install-root-env-var",
-            FoundVia::CudaPath => "CUDA_PATH",
             FoundVia::SystemSearch => "system-search",
+            FoundVia::InstallRootVar(var) => var,
+            FoundVia::CudaPath => "CUDA_PATH",
+            FoundVia::ProgramFiles => "ProgramFiles",
             FoundVia::SystemCtkRoot => "system-ctk-root",
+            FoundVia::DefaultCtkRoot => "default-ctk-root",
+            FoundVia::SystemInstallDir => "supported_install_dir",
         }
     }
 }
@@ -47,309 +63,263 @@ impl fmt::Display for FoundVia {
     }
 }
 
-/// The environment variables the search reads.
-pub(crate) const ENV_VARS: &[&str] = &[
-    "VIRTUAL_ENV",
-    "CONDA_PREFIX",
-    "HOME",
-    "CUDA_PATH",
-    "CUDA_HOME",
-    "CUDNN_PATH",
-    "NCCL_HOME",
-    "PATH",
-];
+/// Candidate files, each with the rule that proposed it, in search order.
+pub(crate) type Candidates = Vec<(FoundVia, PathBuf)>;
 
-/// What the search reads from the environment, captured once so tests can supply their own.
-#[derive(Debug, Clone)]
-pub(crate) struct Environment {
-    pub(crate) vars: HashMap<String, String>,
-    /// Where the toolkit is when nothing says otherwise.
-    pub default_ctk_root: PathBuf,
-}
-
-impl Default for Environment {
-    fn default() -> Self {
-        Environment {
-            vars: HashMap::new(),
-            default_ctk_root: PathBuf::from("/usr/local/cuda"),
-        }
+/// The library's file names on `platform`, newest first.
+pub(crate) fn file_names(desc: &LibDescriptor, platform: Platform) -> &'static [&'static str] {
+    match platform {
+        Platform::Linux => desc.sonames,
+        Platform::Windows(_) => desc.windows_dlls,
     }
 }
 
-impl Environment {
-    pub(crate) fn from_process() -> Self {
-        let vars = ENV_VARS
-            .iter()
-            .filter_map(|name| Some((name.to_string(), std::env::var(name).ok()?)))
-            .collect();
-        Environment {
-            vars,
-            ..Default::default()
-        }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn with(mut self, name: &str, value: impl AsRef<Path>) -> Self {
-        self.vars.insert(name.to_string(), value.as_ref().display().to_string());
-        self
-    }
-
-    /// A variable as a path; empty values count as unset.
-    pub(crate) fn path(&self, name: &str) -> Option<PathBuf> {
-        self.vars.get(name).filter(|v| !v.is_empty()).map(PathBuf::from)
-    }
-
-    /// `$CUDA_PATH`, else `$CUDA_HOME`, with a warning when both are set and name different
-    /// folders.
-    pub(crate) fn cuda_root(&self) -> (Option<PathBuf>, Option<String>) {
-        let (path, home) = (self.path("CUDA_PATH"), self.path("CUDA_HOME"));
-        let warning = match (&path, &home) {
-            (Some(p), Some(h)) if paths_differ(p, h) => Some(format!(
-                "CUDA_PATH ({}) and CUDA_HOME ({}) name different folders; CUDA_PATH is used",
-                p.display(),
-                h.display()
-            )),
-            _ => None,
-        };
-        (path.or(home), warning)
+fn anchor_dirs(desc: &LibDescriptor, platform: Platform) -> &'static [&'static str] {
+    match platform {
+        Platform::Linux => desc.anchor_dirs,
+        Platform::Windows(arch) => desc.anchor_dirs_windows(arch),
     }
 }
 
-/// Whether two paths name different folders: textually after normalisation, then by identity.
-fn paths_differ(a: &Path, b: &Path) -> bool {
-    let normal = |p: &Path| p.components().collect::<PathBuf>();
-    if normal(a) == normal(b) {
-        return false;
-    }
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(x), Ok(y)) => x != y,
-        _ => true,
-    }
-}
-
-/// The Python site-packages folders of the active environment: `$VIRTUAL_ENV`, `$CONDA_PREFIX`,
-/// the user site (`~/.local/lib/python3*/site-packages`), then the environments of the `python3`
-/// and `python` found on `PATH` (no interpreter is run).
-pub fn site_packages_dirs() -> Vec<PathBuf> {
-    site_packages_of(&Environment::from_process())
-}
-
-pub(crate) fn site_packages_of(env: &Environment) -> Vec<PathBuf> {
-    let mut prefixes: Vec<PathBuf> = Vec::new();
-    prefixes.extend(env.path("VIRTUAL_ENV"));
-    prefixes.extend(env.path("CONDA_PREFIX"));
-    prefixes.extend(env.path("HOME").map(|h| h.join(".local")));
-    prefixes.extend(interpreter_prefixes(env));
-    let mut dirs = Vec::new();
-    for prefix in prefixes {
-        for python in python_dirs(&prefix.join("lib")) {
-            for leaf in ["site-packages", "dist-packages"] {
-                let dir = python.join(leaf);
-                if dir.is_dir() && !dirs.contains(&dir) {
-                    dirs.push(dir);
-                }
-            }
-        }
-    }
-    dirs
-}
-
-/// The prefixes of the Python interpreters on `PATH`: a virtual environment's own (it has a
-/// `pyvenv.cfg`), then the installation it runs from.
-fn interpreter_prefixes(env: &Environment) -> Vec<PathBuf> {
+/// `names` in each folder `rel` (which may hold `*`) below `root`.
+pub(crate) fn under(rule: FoundVia, root: &Path, rels: &[&str], names: &[&str]) -> Candidates {
     let mut out = Vec::new();
-    let Some(path) = env.vars.get("PATH") else { return out };
-    for dir in std::env::split_paths(path) {
-        for name in ["python3", "python"] {
-            let exe = dir.join(name);
-            if !exe.is_file() {
-                continue;
-            }
-            if let Some(prefix) = dir.parent() {
-                if prefix.join("pyvenv.cfg").is_file() && !out.iter().any(|p: &PathBuf| p == prefix) {
-                    out.push(prefix.to_path_buf());
-                }
-            }
-            if let Some(prefix) = exe
-                .canonicalize()
-                .ok()
-                .and_then(|e| Some(e.parent()?.parent()?.to_path_buf()))
-            {
-                if !out.contains(&prefix) {
-                    out.push(prefix);
-                }
+    for rel in rels {
+        for dir in glob_dirs(root, rel) {
+            out.extend(names.iter().map(|n| (rule, dir.join(n))));
+        }
+    }
+    out
+}
+
+/// The wheel and conda candidates (`cuda.pathfinder`'s early steps).
+pub(crate) fn early_candidates(desc: &LibDescriptor, env: &Environment) -> Candidates {
+    let names = file_names(desc, env.platform);
+    let wheel_dirs = match env.platform {
+        Platform::Linux => desc.site_packages_dirs,
+        Platform::Windows(arch) => desc.site_packages_windows(arch),
+    };
+    let mut out = Vec::new();
+    for sp in site_packages_of(env) {
+        out.extend(under(FoundVia::SitePackages, &sp, wheel_dirs, names));
+    }
+    if let Some(conda) = env.conda_anchor() {
+        out.extend(under(FoundVia::Conda, &conda, anchor_dirs(desc, env.platform), names));
+    }
+    out
+}
+
+/// The candidates after the system loader (`cuda.pathfinder`'s late steps): product roots,
+/// `CUDA_PATH`/`CUDA_HOME`, Program Files. Warnings about the environment are reported.
+pub(crate) fn late_candidates(desc: &LibDescriptor, env: &Environment) -> Candidates {
+    let names = file_names(desc, env.platform);
+    let rels = anchor_dirs(desc, env.platform);
+    let mut out = Vec::new();
+    for var in desc.install_root_vars {
+        if let Some(root) = env.path(var) {
+            out.extend(under(FoundVia::InstallRootVar(var), &root, rels, names));
+        }
+    }
+    let (cuda, warning) = env.cuda_root();
+    if let Some(w) = warning {
+        crate::warn(w);
+    }
+    if let Some(root) = cuda {
+        out.extend(under(FoundVia::CudaPath, &root, rels, names));
+    }
+    if let (Platform::Windows(crate::WindowsArch::X64), Some(pf)) = (env.platform, env.program_files()) {
+        for glob in desc.program_files_globs_windows {
+            for root in glob_dirs(&pf, glob) {
+                out.extend(under(FoundVia::ProgramFiles, &root, rels, names));
             }
         }
     }
     out
 }
 
-/// `lib/python3*` below `lib`, newest Python first.
-fn python_dirs(lib: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir(lib)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let minor = if name == "python3" {
-                0
-            } else {
-                name.strip_prefix("python3.")?.parse().ok()?
-            };
-            Some((minor, e.path()))
-        })
-        .collect();
-    found.sort_by_key(|(minor, _)| std::cmp::Reverse(*minor));
-    found.into_iter().map(|(_, p)| p).collect()
+/// Why `path` cannot be the library, or `None` when it can.
+fn reject(desc: &LibDescriptor, path: &Path, platform: Platform) -> Option<String> {
+    if !path.is_file() {
+        return Some("no such file".into());
+    }
+    let Platform::Windows(arch) = platform else { return None };
+    let file = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if is_suppressed_dll(&file) {
+        return Some("not the library (a companion DLL of the same prefix)".into());
+    }
+    let dir = path
+        .parent()
+        .and_then(|d| d.file_name())
+        .map(|n| n.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    let qualified = ["x64", "x86_64", "arm64"].contains(&dir.as_str());
+    if desc.requires_windows_binary_arch_check && !qualified && !pe_matches_arch(path, arch) {
+        return Some(format!("not an {arch} PE image"));
+    }
+    None
 }
 
-/// The toolkit-like roots searched after the wheels, in order, with their rule: conda, the
-/// product's own variables, `CUDA_PATH`/`CUDA_HOME`. (`/usr/local/cuda` comes after the system
-/// loader.) Warnings found on the way are returned too.
-pub(crate) fn roots(env: &Environment, product_vars: &[&str]) -> (Vec<(FoundVia, PathBuf)>, Vec<String>) {
-    let mut roots = Vec::new();
-    if let Some(conda) = env.path("CONDA_PREFIX") {
-        roots.push((FoundVia::Conda, conda));
-    }
-    for var in product_vars {
-        if let Some(root) = env.path(var) {
-            roots.push((FoundVia::InstallRootVar, root));
-        }
-    }
-    let (cuda, warning) = env.cuda_root();
-    if let Some(cuda) = cuda {
-        roots.push((FoundVia::CudaPath, cuda));
-    }
-    (roots, warning.into_iter().collect())
+/// One search: what was tried, and the loader to open with.
+struct Search<'a> {
+    desc: &'a LibDescriptor,
+    env: &'a Environment,
+    loader: &'a dyn Loader,
+    attempts: Vec<Attempt>,
 }
 
-/// Candidate files, each with the rule that proposed it, in search order.
-pub(crate) type Candidates = Vec<(FoundVia, PathBuf)>;
+impl Search<'_> {
+    fn note(&mut self, rule: FoundVia, candidate: String, why: String) {
+        self.attempts.push(Attempt {
+            rule,
+            candidate,
+            rejected_because: why,
+        });
+    }
 
-/// The files the search tries for a library, before the system loader and after it, and any
-/// warnings about the environment.
-pub(crate) fn file_candidates(desc: &LibDescriptor, env: &Environment) -> (Candidates, Candidates, Vec<String>) {
-    let (mut early, mut late) = (Vec::new(), Vec::new());
-    if desc.packaged_with == PackagedWith::Driver {
-        return (early, late, Vec::new());
-    }
-    for sp in site_packages_of(env) {
-        for rel in desc.site_packages_dirs {
-            for soname in desc.sonames {
-                early.push((FoundVia::SitePackages, sp.join(rel).join(soname)));
-            }
-        }
-    }
-    let (roots, warnings) = roots(env, desc.install_root_vars);
-    for (rule, root) in roots {
-        for rel in desc.anchor_dirs {
-            for soname in desc.sonames {
-                early.push((rule, root.join(rel).join(soname)));
-            }
-        }
-    }
-    for rel in desc.anchor_dirs {
-        for soname in desc.sonames {
-            late.push((FoundVia::SystemCtkRoot, env.default_ctk_root.join(rel).join(soname)));
-        }
-    }
-    (early, late, warnings)
-}
-
-pub(crate) fn load(desc: &LibDescriptor, env: &Environment) -> Result<LoadedDl, NotFoundError> {
-    let mut attempts = Vec::new();
-    for dep in desc.dependencies {
-        if let Err(e) = crate::load_nvidia_dynamic_lib(dep) {
-            attempts.push(Attempt {
-                rule: FoundVia::SystemSearch,
-                candidate: format!("dependency {dep}"),
-                rejected_because: e.to_string(),
-            });
-            return Err(not_found(desc, attempts));
-        }
-    }
-    for soname in desc.sonames {
-        if let Some(handle) = loader::already_loaded(soname) {
-            return Ok(loaded(handle, FoundVia::AlreadyLoaded, true));
-        }
-    }
-    let (early, late, warnings) = file_candidates(desc, env);
-    for w in warnings {
-        crate::warn(w);
-    }
-    let try_files = |list: Candidates, attempts: &mut Vec<Attempt>| -> Option<LoadedDl> {
-        for (rule, path) in list {
-            let shown = path.display().to_string();
-            if !path.is_file() {
-                attempts.push(Attempt {
-                    rule,
-                    candidate: shown,
-                    rejected_because: "no such file".into(),
-                });
-                continue;
-            }
-            preload_companions(desc, &path);
-            match loader::open(&shown) {
-                Ok(handle) => return Some(loaded(handle, rule, false)),
-                Err(e) => attempts.push(Attempt {
-                    rule,
-                    candidate: shown,
-                    rejected_because: e,
-                }),
+    /// The first candidate that exists (and fits the platform), noting the others.
+    fn first_file(&mut self, list: &[(FoundVia, PathBuf)]) -> Option<usize> {
+        for (i, (rule, path)) in list.iter().enumerate() {
+            match reject(self.desc, path, self.env.platform) {
+                None => return Some(i),
+                Some(why) => self.note(*rule, path.display().to_string(), why),
             }
         }
         None
+    }
+
+    /// Opens the first candidate that exists and loads, from `list`.
+    fn open_first(&mut self, list: &[(FoundVia, PathBuf)]) -> Option<LoadedDl> {
+        let mut rest = list;
+        while let Some(i) = self.first_file(rest) {
+            let (rule, path) = &rest[i];
+            match self.loader.open(self.desc, path) {
+                Ok(o) => return Some(self.loaded(o, *rule, false, Some(path))),
+                Err(e) => self.note(*rule, path.display().to_string(), e),
+            }
+            rest = &rest[i + 1..];
+        }
+        None
+    }
+
+    fn system_search(&mut self) -> Option<LoadedDl> {
+        for name in file_names(self.desc, self.env.platform) {
+            match self.loader.system_search(self.desc, name) {
+                Ok(o) => return Some(self.loaded(o, FoundVia::SystemSearch, false, None)),
+                Err(e) => {
+                    let call = if self.env.platform.is_windows() {
+                        format!("LoadLibraryExW(\"{name}\")")
+                    } else {
+                        format!("dlopen(\"{name}\")")
+                    };
+                    self.note(FoundVia::SystemSearch, call, e);
+                }
+            }
+        }
+        None
+    }
+
+    fn loaded(&mut self, o: Opened, rule: FoundVia, already: bool, path: Option<&Path>) -> LoadedDl {
+        LoadedDl {
+            abs_path: o.path.or_else(|| path.map(Path::to_path_buf)),
+            was_already_loaded_from_elsewhere: already,
+            found_via: rule,
+            handle: o.handle,
+            searched: std::mem::take(&mut self.attempts),
+        }
+    }
+
+    fn not_found(&mut self) -> NotFoundError {
+        NotFoundError {
+            kind: "library",
+            name: self.desc.name.to_string(),
+            cause: NotFoundCause::Missing,
+            attempts: std::mem::take(&mut self.attempts),
+            hint: format!("To fix: {}.", self.desc.install_hint),
+        }
+    }
+}
+
+/// Finds and opens `desc` as the crate documentation describes; `load_dep` loads a dependency
+/// (through the cache, so each is loaded once).
+pub(crate) fn load(
+    desc: &LibDescriptor,
+    env: &Environment,
+    loader: &dyn Loader,
+    load_dep: &dyn Fn(&str) -> Result<(), crate::Error>,
+) -> Result<LoadedDl, NotFoundError> {
+    check_available(desc, env.platform)?;
+    let names = file_names(desc, env.platform);
+    let mut s = Search {
+        desc,
+        env,
+        loader,
+        attempts: Vec::new(),
     };
-    if let Some(found) = try_files(early, &mut attempts) {
-        return Ok(found);
+    if desc.packaged_with == PackagedWith::Driver {
+        if let Some(o) = loader.already_loaded(desc, names) {
+            return Ok(s.loaded(o, FoundVia::AlreadyLoaded, true, None));
+        }
+        if let Some(found) = s.system_search() {
+            return Ok(found);
+        }
+        return Err(s.not_found());
     }
-    for soname in desc.sonames {
-        match loader::open(soname) {
-            Ok(handle) => return Ok(loaded(handle, FoundVia::SystemSearch, false)),
-            Err(e) => attempts.push(Attempt {
-                rule: FoundVia::SystemSearch,
-                candidate: format!("dlopen(\"{soname}\")"),
-                rejected_because: e,
-            }),
+    let early = early_candidates(desc, env);
+    let hit = s.first_file(&early);
+    let already = loader.already_loaded(desc, names);
+    // Dependencies are loaded even when the library itself already is.
+    for dep in desc.dependencies {
+        if let Err(e) = load_dep(dep) {
+            s.note(FoundVia::SystemSearch, format!("dependency {dep}"), e.to_string());
+            return Err(s.not_found());
         }
     }
-    if let Some(found) = try_files(late, &mut attempts) {
-        return Ok(found);
+    for dep in desc.optional_dependencies {
+        let _ = load_dep(dep);
     }
-    Err(not_found(desc, attempts))
-}
-
-/// The `nvidia-cuda-nvrtc 13.0.48` wheel ships `libnvrtc.so.13` without a RUNPATH, so its
-/// builtins library is opened first from the same folder (failure is harmless).
-fn preload_companions(desc: &LibDescriptor, path: &Path) {
-    if desc.name != "nvrtc" {
-        return;
+    if let Some(o) = already {
+        return Ok(s.loaded(o, FoundVia::AlreadyLoaded, true, None));
     }
-    let Some(dir) = path.parent() else { return };
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("libnvrtc-builtins.so.") {
-            let _ = loader::open(&entry.path().display().to_string());
+    if let Some(i) = hit {
+        if let Some(found) = s.open_first(&early[i..]) {
+            return Ok(found);
         }
     }
-}
-
-fn loaded(handle: loader::Handle, found_via: FoundVia, already: bool) -> LoadedDl {
-    LoadedDl {
-        abs_path: loader::path_of(&handle),
-        was_already_loaded_from_elsewhere: already,
-        found_via,
-        handle: handle.0 as usize,
+    if let Some(found) = s.system_search() {
+        return Ok(found);
     }
-}
-
-fn not_found(desc: &LibDescriptor, attempts: Vec<Attempt>) -> NotFoundError {
-    NotFoundError {
-        kind: "library",
-        name: desc.name.to_string(),
-        attempts,
-        hint: format!("To fix: {}.", desc.install_hint),
+    if env.platform.is_windows() {
+        let path = env.var("PATH").unwrap_or_default().to_string();
+        let scan: Candidates = crate::platform::windows_path_candidates(&path, names)
+            .into_iter()
+            .map(|p| (FoundVia::SystemSearch, p))
+            .collect();
+        if let Some(found) = s.open_first(&scan) {
+            return Ok(found);
+        }
     }
+    if let Some(found) = s.open_first(&late_candidates(desc, env)) {
+        return Ok(found);
+    }
+    if desc.ctk_root_canary {
+        match crate::canary::ctk_root(env, loader) {
+            Ok((root, _)) => {
+                let list = under(FoundVia::SystemCtkRoot, &root, anchor_dirs(desc, env.platform), names);
+                if let Some(found) = s.open_first(&list) {
+                    return Ok(found);
+                }
+            }
+            Err(why) => s.note(FoundVia::SystemCtkRoot, "toolkit-root canary".into(), why),
+        }
+    }
+    if let Some(root) = &env.default_ctk_root {
+        let list = under(FoundVia::DefaultCtkRoot, root, anchor_dirs(desc, env.platform), names);
+        if let Some(found) = s.open_first(&list) {
+            return Ok(found);
+        }
+    }
+    Err(s.not_found())
 }

@@ -1,7 +1,6 @@
 //! Guard rails: which toolkit a file came from, which CUDA version the driver supports, and
 //! whether the pieces found fit together.
 
-use std::ffi::{c_int, c_void};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -177,21 +176,8 @@ fn file_name_version(path: &Path) -> Option<ToolkitVersion> {
 /// The CUDA version the installed driver supports (`cuDriverGetVersion`), as `(major, minor)`;
 /// `None` without a driver.
 pub fn driver_cuda_version() -> Option<(u32, u32)> {
-    let driver = crate::load_nvidia_dynamic_lib("cuda").ok()?;
-    // SAFETY: the handle is live (never closed) and the name NUL-terminated.
-    let f = unsafe { libc::dlsym(driver.handle(), c"cuDriverGetVersion".as_ptr()) };
-    if f.is_null() {
-        return None;
-    }
-    // SAFETY: f is the non-null address dlsym gave for cuDriverGetVersion, which cuda.h declares
-    // as `CUresult cuDriverGetVersion(int *)` (CUresult is a C enum, passed as an int).
-    let f: unsafe extern "C" fn(*mut c_int) -> c_int = unsafe { std::mem::transmute::<*mut c_void, _>(f) };
-    let mut v = 0;
-    // SAFETY: v is a live out-pointer; cuDriverGetVersion needs no cuInit.
-    if unsafe { f(&mut v) } != 0 {
-        return None;
-    }
-    Some((v as u32 / 1000, (v as u32 % 1000) / 10))
+    let v = crate::query_driver_cuda_version().ok()?;
+    Some((v.major, v.minor))
 }
 
 /// Warnings about a set of found toolkit pieces: they come from different toolkit versions, or

@@ -67,7 +67,7 @@ fn driver_libraries_without_a_driver_are_reported_clearly() {
                 let text = e.to_string();
                 assert!(text.contains("dlopen(\"lib"), "{text}");
                 assert!(text.contains("install the driver"), "{text}");
-                assert!(e.attempts.iter().all(|a| a.rule == FoundVia::SystemSearch), "{text}");
+                assert!(e.attempts().iter().all(|a| a.rule == FoundVia::SystemSearch), "{text}");
             }
         }
     }
