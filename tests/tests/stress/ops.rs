@@ -470,7 +470,11 @@ impl<'w> Worker<'w> {
                 (Change::None, r)
             }
             Op::Discard => {
-                allowed = &["not_supported", "graph holds", "does not accept the legacy default stream"];
+                allowed = &[
+                    "not_supported",
+                    "graph holds",
+                    "does not accept the legacy default stream",
+                ];
                 (Change::Garbage, t.buf.discard(stream))
             }
             Op::SetDeallocationStream => (Change::None, t.buf.set_deallocation_stream(stream)),
@@ -895,7 +899,12 @@ impl<'w> Worker<'w> {
                 self.count(
                     "event elapsed time",
                     r,
-                    &["timing enabled", "must be recorded", "not completed", "into a graph capture"],
+                    &[
+                        "timing enabled",
+                        "must be recorded",
+                        "not completed",
+                        "into a graph capture",
+                    ],
                 );
             }
         }
