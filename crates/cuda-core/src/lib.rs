@@ -9,7 +9,8 @@
 //! [`LinkerOptions`], [`ObjectCode`], [`Kernel`], program caches in memory and on disk), devices,
 //! contexts, streams and events ([`Device`], [`Context`], [`Stream`], [`Event`]), launches
 //! ([`launch`], [`TypedKernel`]), memory resources and buffers ([`MemoryResource`], [`Buffer`],
-//! pools, pinned, managed, virtual and graph memory, IPC), CUDA graphs ([`graph`]), [`system`]
+//! typed buffers and views ([`TypedBuffer`], [`BufferView`], [`ReadOnlyView`]), pools, pinned,
+//! managed, virtual and graph memory, IPC), CUDA graphs ([`graph`]), [`system`]
 //! (driver and NVML queries) and the [`CudaError`] type.
 //!
 //! ```no_run
@@ -55,9 +56,9 @@ pub use memory::graphics;
 pub use memory::graphics::{GraphicsRegisterFlags, GraphicsResource};
 pub use memory::ipc::fd as ipc;
 pub use memory::texture;
+pub use memory::{AllocateBuffer, PinnedMemoryKind, PortablePinnedMemoryResource, ReadOnlyView, TypedBuffer};
 pub use memory::{AsStridedView, DType, Element, StridedMemoryView};
 pub use memory::{BatchCopyOptions, CopyOptions, HostCopy, MemcpyOverlapMode, MemcpySrcAccessOrder};
-pub use memory::{AllocateBuffer, PinnedMemoryKind, PortablePinnedMemoryResource, ReadOnlyView, TypedBuffer};
 pub use memory::{
     Buffer, BufferView, DeviceMemoryResource, DeviceMemoryResourceOptions, GraphMemoryResource, HostAllocFlags,
     IpcBufferDescriptor, LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryLocation, MemoryResource,

@@ -66,12 +66,7 @@ impl<A: KernelArgs> TypedKernel<A> {
     /// # Safety
     /// As [`launch`], less the count and sizes of the arguments, which were checked.
     #[inline]
-    pub unsafe fn launch<X: ArgsFor<A::Params>>(
-        &self,
-        stream: &Stream,
-        config: &LaunchConfig,
-        args: X,
-    ) -> Result<()> {
+    pub unsafe fn launch<X: ArgsFor<A::Params>>(&self, stream: &Stream, config: &LaunchConfig, args: X) -> Result<()> {
         // SAFETY: forwarded to the caller.
         unsafe { launch(stream, config, &self.kernel, args) }
     }

@@ -323,7 +323,11 @@ impl WaiterLease {
         let key = context.is_primary().then(|| context.handle() as usize);
         if let Some(key) = key {
             let mut pools = WAITERS.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(stream) = pools.iter_mut().find(|(k, _)| *k == key).and_then(|(_, idle)| idle.pop()) {
+            if let Some(stream) = pools
+                .iter_mut()
+                .find(|(k, _)| *k == key)
+                .and_then(|(_, idle)| idle.pop())
+            {
                 return Ok(WaiterLease {
                     stream,
                     context: Some(key),

@@ -8,7 +8,8 @@
 //! the buffer's only once its allocation has run) and of every other stream that used the buffer.
 //! Memory that something outside this crate's bookkeeping may still write is refused: memory a
 //! graph holds (its launches may run at any time), graph memory, memory shared with another
-//! process (opened from one, or of a pool exported to others), and foreign memory (wrapped with
+//! process (opened from one, of a pool exported to others, or virtual memory made shareable),
+//! and foreign memory (wrapped with
 //! `from_handle*`, DLPack or cudarc: its owner may write it). On a system where some device
 //! cannot touch managed memory concurrently with the host, managed memory is refused too (the
 //! host would fault while any kernel runs).
@@ -91,7 +92,9 @@ impl Buffer {
             return refuse("the elements do not fit in the buffer");
         }
         if !self.is_host_accessible() {
-            return refuse("the buffer is not host-accessible (device memory): copy it to a host slice or a pinned buffer instead");
+            return refuse(
+                "the buffer is not host-accessible (device memory): copy it to a host slice or a pinned buffer instead",
+            );
         }
         if self.is_graph_memory() {
             return refuse("graph memory exists only while its graph runs");
@@ -99,7 +102,10 @@ impl Buffer {
         if self.foreign.is_some() {
             return refuse("the memory was wrapped from elsewhere (from_handle, DLPack or cudarc) and its owner may write it: the unsafe as_host_slice_mut is for that");
         }
-        if self.is_mapped() || self.memory_resource().is_some_and(|r| r.ipc_pool().is_some()) {
+        if self.is_mapped()
+            || self.memory_resource().is_some_and(|r| r.ipc_pool().is_some())
+            || exportable_allocation(self.handle())
+        {
             return refuse("the memory is shared with another process, which may write it at any time");
         }
         if self.is_used_by_graph() {
@@ -140,6 +146,31 @@ fn wait_for_site(site: &Site, what: &str) -> Result<()> {
         },
         Fence::Unreachable => site.synchronize(),
     }
+}
+
+/// Whether `ptr` starts a virtual-memory allocation made shareable with other processes (its
+/// handle types are not none: virtual memory exported through a file descriptor or a fabric
+/// handle, which the other process may write at any time). Memory that is no virtual-memory
+/// allocation (the driver keeps no handle for it) is not.
+fn exportable_allocation(ptr: u64) -> bool {
+    use crate::error::Check;
+    use cuda_sys::driver;
+    let mut handle: driver::CUmemGenericAllocationHandle = 0;
+    // SAFETY: the driver only looks the address up (an error for memory that is no virtual-memory
+    // allocation); out-pointer to a local.
+    let retained = unsafe { driver::cuMemRetainAllocationHandle(&mut handle, ptr as usize as *mut std::ffi::c_void) }
+        .check("cuMemRetainAllocationHandle");
+    if retained.is_err() {
+        return false;
+    }
+    let mut prop = driver::CUmemAllocationProp::default();
+    // SAFETY: `handle` is the reference just retained; out-pointer to a local.
+    let read = unsafe { driver::cuMemGetAllocationPropertiesFromHandle(&mut prop, handle) }
+        .check("cuMemGetAllocationPropertiesFromHandle");
+    // SAFETY: releases the reference retained above, once (the mapping keeps its own).
+    let _ = unsafe { driver::cuMemRelease(handle) };
+    // Unreadable properties: counted as shared (refused), not guessed.
+    read.is_err() || prop.requestedHandleTypes != driver::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE
 }
 
 /// Whether every device of the system may use managed memory while the host does (asked once).

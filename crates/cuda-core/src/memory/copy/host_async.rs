@@ -151,8 +151,7 @@ impl Buffer {
                 // SAFETY: the staging buffer holds `bytes` bytes, and `bytes` bytes at `ptr` lie
                 // in this buffer (the caller's check, and `bytes <= size` above); both are held
                 // until the copy is done (`enqueue_using`); the stream is not capturing.
-                unsafe { driver::cuMemcpyAsync(staging.handle(), ptr, bytes, stream.handle()) }
-                    .check("cuMemcpyAsync")
+                unsafe { driver::cuMemcpyAsync(staging.handle(), ptr, bytes, stream.handle()) }.check("cuMemcpyAsync")
             })?;
             Some(staging)
         };

@@ -97,6 +97,11 @@ impl Buffer {
     /// Copies `src` into the start of the buffer, ordered on `stream`, and waits for the copy
     /// (so `src` may be reused at once). Not on a stream being captured (the graph would copy
     /// from `src` at every launch, long after this call).
+    ///
+    /// **Blocks** the thread (`TypedBuffer::copy_from_host_blocking` is the typed form); for a
+    /// copy that does not, see the `host_async` module notes (a pinned buffer and
+    /// [`copy_from`](Self::copy_from), or [`copy_from_vec_async`](Self::copy_from_vec_async)).
+    #[doc(alias = "copy_from_host_blocking")]
     pub fn copy_from_host<T: Pod>(&self, src: &[T], stream: &Stream) -> Result<()> {
         let bytes = std::mem::size_of_val(src);
         self.check_fits(bytes, "copy_from_host")?;
@@ -128,7 +133,9 @@ impl Buffer {
     }
 
     /// Copies the start of the buffer into `dst`, ordered on `stream`, and waits for the copy.
-    /// Not on a stream being captured.
+    /// Not on a stream being captured. **Blocks** the thread (for a copy that does not: a
+    /// pinned buffer and [`copy_to`](Self::copy_to), or [`to_vec_async`](Self::to_vec_async)).
+    #[doc(alias = "copy_to_host_blocking")]
     pub fn copy_to_host<T: Pod>(&self, dst: &mut [T], stream: &Stream) -> Result<()> {
         let bytes = std::mem::size_of_val(dst);
         self.check_fits(bytes, "copy_to_host")?;
@@ -154,8 +161,10 @@ impl Buffer {
         )
     }
 
-    /// The buffer's contents as a vector of `T` (waits for the copy). An error, not an abort,
-    /// when the host cannot hold that much.
+    /// The buffer's contents as a vector of `T` (**blocks** until the copy is done; the future
+    /// form is [`to_vec_async`](Self::to_vec_async)). An error, not an abort, when the host
+    /// cannot hold that much.
+    #[doc(alias = "to_vec_blocking")]
     pub fn to_vec<T: Pod>(&self, stream: &Stream) -> Result<Vec<T>> {
         let n = self.size() / std::mem::size_of::<T>().max(1);
         let mut out = Vec::new();

@@ -48,8 +48,7 @@ impl<T: Pod> BufferView<'_, T> {
         enqueue_using(stream, &[src.buffer(), self.buffer()], |_| {
             // SAFETY: both ranges lie in their buffers (views are checked when made) and do not
             // overlap; the buffers' memory stays alive until the copy is done (`enqueue_using`).
-            unsafe { driver::cuMemcpyAsync(self.handle(), src.handle(), bytes, stream.handle()) }
-                .check("cuMemcpyAsync")
+            unsafe { driver::cuMemcpyAsync(self.handle(), src.handle(), bytes, stream.handle()) }.check("cuMemcpyAsync")
         })
     }
 
@@ -192,7 +191,10 @@ impl<T: Pod> ReadOnlyView<'_, T> {
     pub fn to_vec_blocking(&self, stream: &Stream) -> Result<Vec<T>> {
         let mut out = Vec::new();
         out.try_reserve_exact(self.len()).map_err(|e| {
-            CudaError::InvalidArgument(format!("to_vec_blocking: cannot hold {} elements on the host: {e}", self.len()))
+            CudaError::InvalidArgument(format!(
+                "to_vec_blocking: cannot hold {} elements on the host: {e}",
+                self.len()
+            ))
         })?;
         out.resize(self.len(), T::zeroed());
         self.copy_to_host_blocking(&mut out, stream)?;
