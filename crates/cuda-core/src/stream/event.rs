@@ -274,14 +274,36 @@ impl Event {
     }
 
     /// Waits until the work before the event's last record is done.
+    ///
+    /// An event this crate last recorded into a capture is refused: that record runs only in the
+    /// graph's launches, and the driver answers from the capture, which may end meanwhile on
+    /// another thread (driver 580 crashed on such calls in a raw experiment). The check and the
+    /// wait hold the event's record lock, so no thread records it into a capture in between
+    /// (such a record waits for this synchronisation).
     pub fn sync(&self) -> Result<()> {
         super::refuse_in_callback()?;
+        let _records = self.records();
+        self.refuse_captured("sync")?;
         // SAFETY: the event is live.
         unsafe { driver::cuEventSynchronize(self.inner.handle) }.check("cuEventSynchronize")
     }
 
-    /// Whether the work before the event's last record is done.
+    /// The refusal of a question about an event last recorded into a capture (the caller holds
+    /// [`records`](Self::records)).
+    fn refuse_captured(&self, what: &str) -> Result<()> {
+        if self.recorded_in_capture() {
+            return Err(CudaError::InvalidArgument(format!(
+                "Event::{what}: the event was last recorded into a graph capture, where it completes only in the graph's launches; record it on a stream that is not capturing to wait for it"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether the work before the event's last record is done. An event last recorded into a
+    /// capture is refused, as by [`sync`](Self::sync).
     pub fn is_done(&self) -> Result<bool> {
+        let _records = self.records();
+        self.refuse_captured("is_done")?;
         // SAFETY: the event is live.
         let status = unsafe { driver::cuEventQuery(self.inner.handle) };
         if status == driver::CUresult::CUDA_ERROR_NOT_READY {
