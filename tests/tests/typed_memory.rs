@@ -9,7 +9,7 @@ mod typed_memory {
     use cuda_core::{
         Buffer, CodeType, Device, DeviceMemoryResource, EventOptions, HostAllocFlags, Kernel, LaunchConfig,
         LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryResource, PinnedMemoryKind, PinnedMemoryResource,
-        PinnedMemoryResourceOptions, Program, ProgramOptions, SourceType, Stream, TypedBuffer,
+        PinnedMemoryResourceOptions, Program, ProgramOptions, SourceType, Stream, StreamOptions, TypedBuffer,
     };
     use cuda_tests::skip_part;
     use std::alloc::{GlobalAlloc, Layout, System};
@@ -21,8 +21,17 @@ mod typed_memory {
     fn setup() -> (Device, Stream) {
         let d = Device::new(0).expect("a GPU");
         d.set_current().unwrap();
-        let s = d.create_stream(Default::default()).unwrap();
-        (d, s)
+        (d, stream(&d))
+    }
+
+    /// A non-blocking stream: the timing checks below must not see other tests' work on the
+    /// legacy default stream, which blocking streams synchronise with.
+    fn stream(d: &Device) -> Stream {
+        d.create_stream(StreamOptions {
+            nonblocking: true,
+            priority: None,
+        })
+        .unwrap()
     }
 
     /// `saxpy(a, x, y, n)`: y = a*x + y, with a `const float*` x; `spin_fill(x, v, n, cycles)`
@@ -234,7 +243,7 @@ mod typed_memory {
         let (d, s) = setup();
         let (_, spin_fill, _) = kernels();
         let spin_fill = spin_fill.typed::<(*mut f32, f32, u32, i64)>().unwrap();
-        let other = d.create_stream(Default::default()).unwrap();
+        let other = stream(&d);
         let resources: Vec<(&str, Arc<dyn MemoryResource>)> = vec![
             ("portable pinned", PinnedMemoryResource::portable().unwrap()),
             (
@@ -381,7 +390,7 @@ mod typed_memory {
     fn events_complete_on_reused_waiter_streams_without_waiting_for_each_other() {
         let (d, s) = setup();
         let (_, _, spin) = kernels();
-        let other = d.create_stream(Default::default()).unwrap();
+        let other = stream(&d);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -434,7 +443,7 @@ mod typed_memory {
         let (d, s) = setup();
         let (_, spin_fill, spin) = kernels();
         let spin_fill = spin_fill.typed::<(*mut f32, f32, u32, i64)>().unwrap();
-        let other = d.create_stream(Default::default()).unwrap();
+        let other = stream(&d);
         // Without it: the first use on `other` waits for everything queued on `s`.
         let b = TypedBuffer::<f32>::allocate(&d, 256, &s).unwrap();
         spin_on(&spin, &s);
