@@ -626,7 +626,8 @@ fn a_faulting_kernel_is_a_sticky_launch_failure() {
             .unwrap_or("")
             .to_string()
     };
-    let (first, sticky) = (code("first: cuStreamSynchronize"), code("sticky: cuCtxSynchronize"));
+    // (Stream::sync reports its query or the event it waits for.)
+    let (first, sticky) = (code("first: cu"), code("sticky: cuCtxSynchronize"));
     assert!(
         first == "CUDA_ERROR_ILLEGAL_ADDRESS" || first == "CUDA_ERROR_LAUNCH_FAILED",
         "{text}"

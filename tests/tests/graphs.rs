@@ -14,6 +14,14 @@ use std::time::{Duration, Instant};
 
 const N: usize = 1024;
 
+/// Invalidates the capture `s` is in, as raw code (or another library) on the thread could:
+/// synchronising a capturing stream (which `Stream::sync` refuses) fails and invalidates it.
+fn invalidate(s: &Stream) {
+    // SAFETY: the stream is live; the call only fails and marks the capture invalidated.
+    let status = unsafe { cuda_sys::driver::cuStreamSynchronize(s.handle()) };
+    assert_ne!(status, cuda_sys::driver::CUresult::CUDA_SUCCESS);
+}
+
 fn setup() -> (Device, Stream) {
     let d = Device::new(0).expect("a GPU");
     d.set_current().unwrap();
@@ -641,8 +649,10 @@ fn invalidated_captures_destroy_no_graph_twice() {
                     builder.begin_building(CaptureMode::ThreadLocal).unwrap();
                     buffer.fill_u32(i, builder.stream()).unwrap();
                     if t % 2 == 0 {
-                        // Invalidates the capture (synchronising a capturing stream).
+                        // Invalidates the capture (synchronising a capturing stream, as raw
+                        // code could: Stream::sync refuses a capturing stream).
                         assert!(s.sync().is_err());
+                        invalidate(&s);
                         let err = builder.end_building().unwrap_err().to_string();
                         assert!(err.contains("invalidated"), "{err}");
                         assert!(builder.complete(&Default::default()).is_err());
@@ -704,10 +714,8 @@ fn hierarchies_that_lost_a_graph_are_refused() {
     let mut body = builder.if_then(&condition).unwrap();
     body.begin_building(CaptureMode::ThreadLocal).unwrap();
     buffer.fill_u32(7, body.stream()).unwrap();
-    assert!(
-        body.stream().sync().is_err(),
-        "synchronising a capturing stream invalidates its capture"
-    );
+    assert!(body.stream().sync().is_err(), "refused: the stream is capturing");
+    invalidate(body.stream());
     assert!(body.end_building().is_err());
     let ended = builder.end_building().map(|_| ());
     if ended.is_ok() {
@@ -734,7 +742,8 @@ fn graph_memory_of_an_invalidated_capture_is_never_used_again() {
     builder.begin_building(CaptureMode::ThreadLocal).unwrap();
     let x = gm.allocate(4096, builder.stream()).unwrap();
     let y = gm.allocate(4096, builder.stream()).unwrap();
-    assert!(s.sync().is_err(), "invalidates the capture");
+    assert!(s.sync().is_err(), "refused: the stream is capturing");
+    invalidate(&s);
     assert!(builder.end_building().is_err());
     drop(builder);
     for _ in 0..50 {

@@ -156,8 +156,14 @@ pub(crate) fn captures_running() -> bool {
 /// Whether `stream` (live) is being captured (`cuStreamIsCapturing`, asked under
 /// [`CAPTURE_STATE`]).
 pub(crate) fn is_capturing(stream: driver::CUstream) -> Result<bool> {
-    let mut status = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     let _question = capture_question();
+    is_capturing_serialised(stream)
+}
+
+/// [`is_capturing`] for a caller that holds [`capture_question`] (the lock is not reentrant
+/// while a writer waits).
+pub(crate) fn is_capturing_serialised(stream: driver::CUstream) -> Result<bool> {
+    let mut status = driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: the caller's stream is live; out-pointer to a local.
     unsafe { driver::cuStreamIsCapturing(stream, &mut status) }.check("cuStreamIsCapturing")?;
     Ok(status != driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)

@@ -32,6 +32,7 @@ mod host_fn;
 mod retire;
 mod shared;
 mod site;
+mod sync;
 
 use crate::reaper::refuse_in_callback;
 pub use event::{Event, EventOptions, IpcEventDescriptor};
@@ -493,57 +494,6 @@ impl Stream {
         self.inner.capture_lock.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Waits until all work on the stream is done.
-    ///
-    /// A stream being captured into a graph is refused (the driver would invalidate the
-    /// capture). Never a driver call on a stream whose capture may end meanwhile: driver 580
-    /// crashed (a raw C program on an H100) synchronising, querying or recording on a stream
-    /// that had joined another thread's capture while that capture ended. So an idle stream is
-    /// found by a query inside an operation (no capture begins, and the stream joins none,
-    /// meanwhile), and a busy one is waited for through an event recorded inside one: the
-    /// blocking wait names only that event, and holds no lock (a capture beginning elsewhere
-    /// never waits for it).
-    pub fn sync(&self) -> Result<()> {
-        refuse_in_callback()?;
-        if self.is_done()? {
-            return Ok(());
-        }
-        match Site::of(self)?.fence()? {
-            Fence::Event(event) => {
-                // SAFETY: the event is live (held by `event`), recorded outside any capture.
-                unsafe { driver::cuEventSynchronize(event.handle()) }.check("cuEventSynchronize")
-            }
-            Fence::Capturing => Err(sync_refused("sync")),
-            // (A site made on this thread names a stream this thread can use.)
-            Fence::Unreachable => Err(CudaError::InvalidArgument(
-                "sync: this thread cannot name the stream".into(),
-            )),
-        }
-    }
-
-    /// Whether all work on the stream is done. A stream being captured is refused (the driver
-    /// would invalidate the capture); the query is an operation on the stream (see
-    /// [`sync`](Self::sync)).
-    pub fn is_done(&self) -> Result<bool> {
-        let handle = self.inner.handle;
-        let query = |capture: Option<&mut Capture<'_>>| {
-            if capture.is_some() {
-                return Err(sync_refused("is_done"));
-            }
-            // SAFETY: the stream is live and not capturing (inside its operation).
-            let status = unsafe { driver::cuStreamQuery(handle) };
-            if status == driver::CUresult::CUDA_ERROR_NOT_READY {
-                return Ok(false);
-            }
-            status.check("cuStreamQuery").map(|()| true)
-        };
-        if self.is_default() {
-            // A default stream's handle means the current context's stream.
-            return Site::of(self)?.enqueue(query);
-        }
-        self.enqueue(query)
-    }
-
     /// The stream's priority.
     pub fn priority(&self) -> Result<i32> {
         let mut p = 0;
@@ -680,11 +630,4 @@ impl PartialEq for Stream {
     fn eq(&self, other: &Stream) -> bool {
         self.inner.handle == other.inner.handle
     }
-}
-
-/// The refusal of a synchronisation or query of a stream being captured.
-fn sync_refused(what: &str) -> CudaError {
-    CudaError::InvalidArgument(format!(
-        "{what}: the stream is being captured into a graph, where nothing runs until the graph is launched (the driver would invalidate the capture): end the capture first, or synchronise a stream that is not capturing"
-    ))
 }

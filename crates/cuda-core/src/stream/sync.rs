@@ -1,0 +1,100 @@
+//! Waiting for a stream from the host: [`Stream::sync`] and [`Stream::is_done`], which never
+//! overlap a capture beginning, ending or gaining the stream (driver 580 crashed on such calls).
+
+use super::capture;
+use super::{Fence, Site, Stream};
+use crate::error::Check;
+use crate::reaper::refuse_in_callback;
+use crate::{CudaError, Result};
+use cuda_sys::driver;
+
+impl Stream {
+    /// Waits until all work on the stream is done.
+    ///
+    /// A stream being captured into a graph is refused (the driver would invalidate the
+    /// capture). Never a driver call on a stream whose capture may end meanwhile: driver 580
+    /// crashed (a raw C program on an H100) synchronising, querying or recording on a stream
+    /// that had joined another thread's capture while that capture ended. So an idle stream is
+    /// found by a query that no capture begin, end or join can overlap, and a busy one is
+    /// waited for through a pooled event recorded the same way: the blocking wait names only
+    /// that event and holds no lock (a capture beginning elsewhere never waits for it). Callable
+    /// inside a memory resource's `deallocate` (which runs inside an operation on the stream):
+    /// it takes no lock of the stream's.
+    pub fn sync(&self) -> Result<()> {
+        refuse_in_callback()?;
+        if self.is_done()? {
+            return Ok(());
+        }
+        if self.is_default() {
+            // A default stream's handle means the current context's stream of this thread:
+            // fenced through its site (an operation that asks the driver).
+            return match Site::of(self)?.fence()? {
+                Fence::Event(event) => sync_event(&event),
+                Fence::Capturing => Err(sync_refused("sync")),
+                // (A site made on this thread names a stream this thread can use.)
+                Fence::Unreachable => Err(CudaError::InvalidArgument(
+                    "sync: this thread cannot name the stream".into(),
+                )),
+            };
+        }
+        let event = self.context_or_current()?.fence()?;
+        self.serialised_with_captures("sync", || {
+            // SAFETY: both are live; the stream is not capturing and joins no capture meanwhile
+            // (see `serialised_with_captures`); the event belongs to the stream's context.
+            unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")
+        })?;
+        sync_event(&event)
+    }
+
+    /// Whether all work on the stream is done. A stream being captured is refused (the driver
+    /// would invalidate the capture); as in [`sync`](Self::sync), the query never overlaps a
+    /// capture beginning, ending or gaining the stream.
+    pub fn is_done(&self) -> Result<bool> {
+        let handle = self.inner.handle;
+        let query = || {
+            // SAFETY: the stream is live and not capturing (see the callers).
+            let status = unsafe { driver::cuStreamQuery(handle) };
+            if status == driver::CUresult::CUDA_ERROR_NOT_READY {
+                return Ok(false);
+            }
+            status.check("cuStreamQuery").map(|()| true)
+        };
+        // No capture runs anywhere, and none begins meanwhile (see `gate`).
+        if let Some(_quiet) = self.quietly() {
+            return query();
+        }
+        if self.is_default() {
+            // A default stream's handle means the current context's stream of this thread.
+            return Site::of(self)?.enqueue(|capture| match capture {
+                Some(_) => Err(sync_refused("is_done")),
+                None => query(),
+            });
+        }
+        self.serialised_with_captures("is_done", query)
+    }
+
+    /// Runs `op` (one short driver call on this stream, which is not a default stream) with no
+    /// capture beginning, ending or gaining a stream meanwhile (`CAPTURE_STATE` shared), after
+    /// refusing a stream being captured. Takes no lock of the stream's: callable inside an
+    /// operation on it.
+    fn serialised_with_captures<T>(&self, what: &str, op: impl FnOnce() -> Result<T>) -> Result<T> {
+        let _serialised = capture::capture_question();
+        if capture::is_capturing_serialised(self.inner.handle)? {
+            return Err(sync_refused(what));
+        }
+        op()
+    }
+}
+
+/// The refusal of a synchronisation or query of a stream being captured.
+fn sync_refused(what: &str) -> CudaError {
+    CudaError::InvalidArgument(format!(
+        "{what}: the stream is being captured into a graph, where nothing runs until the graph is launched (the driver would invalidate the capture): end the capture first, or synchronise a stream that is not capturing"
+    ))
+}
+
+/// Waits for a fence recorded outside any capture.
+fn sync_event(event: &crate::device::FenceEvent) -> Result<()> {
+    // SAFETY: the event is live (held by the caller) and was recorded outside any capture.
+    unsafe { driver::cuEventSynchronize(event.handle()) }.check("cuEventSynchronize")
+}
