@@ -182,7 +182,10 @@ impl Drop for StreamInner {
 /// invalidated by the query.
 pub(crate) fn pending(handle: driver::CUstream) -> Option<bool> {
     relaxed_capture_mode(|| {
-        if capture::is_capturing(handle).ok()? {
+        // The question and the query with no capture beginning, ending or gaining the stream
+        // in between (see `sync`).
+        let _serialised = capture::capture_question();
+        if capture::is_capturing_serialised(handle).ok()? {
             return Some(true);
         }
         // SAFETY: the stream is live and not capturing.
