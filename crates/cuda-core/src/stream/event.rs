@@ -277,15 +277,20 @@ impl Event {
     ///
     /// An event this crate last recorded into a capture is refused: that record runs only in the
     /// graph's launches, and the driver answers from the capture, which may end meanwhile on
-    /// another thread (driver 580 crashed on such calls in a raw experiment). The check and the
-    /// wait hold the event's record lock, so no thread records it into a capture in between
-    /// (such a record waits for this synchronisation).
+    /// another thread (driver 580 crashed on such calls in a raw experiment). The check holds
+    /// the event's record lock; the wait does not (a record of the same event into a capture
+    /// on another thread meanwhile races with this wait in any case).
     pub fn sync(&self) -> Result<()> {
         super::refuse_in_callback()?;
-        let _records = self.records();
-        self.refuse_captured("sync")?;
+        self.refuse_captured_now("sync")?;
         // SAFETY: the event is live.
         unsafe { driver::cuEventSynchronize(self.inner.handle) }.check("cuEventSynchronize")
+    }
+
+    /// [`refuse_captured`](Self::refuse_captured) under the event's record lock.
+    fn refuse_captured_now(&self, what: &str) -> Result<()> {
+        let _records = self.records();
+        self.refuse_captured(what)
     }
 
     /// The refusal of a question about an event last recorded into a capture (the caller holds
@@ -302,6 +307,7 @@ impl Event {
     /// Whether the work before the event's last record is done. An event last recorded into a
     /// capture is refused, as by [`sync`](Self::sync).
     pub fn is_done(&self) -> Result<bool> {
+        super::refuse_in_callback()?;
         let _records = self.records();
         self.refuse_captured("is_done")?;
         // SAFETY: the event is live.
@@ -320,6 +326,17 @@ impl Event {
                 "Both Events must be created with timing enabled in order to subtract them; use EventOptions { timing_enabled: true, .. } when creating both events.".into(),
             ));
         }
+        // Neither last recorded into a capture (see `sync`): both record locks, in address
+        // order, across the check and the (non-blocking) call.
+        let (first, second) = if Arc::as_ptr(&self.inner) <= Arc::as_ptr(&start.inner) {
+            (self, start)
+        } else {
+            (start, self)
+        };
+        let _first = first.records();
+        let _second = (!Arc::ptr_eq(&first.inner, &second.inner)).then(|| second.records());
+        self.refuse_captured("elapsed_time_since")?;
+        start.refuse_captured("elapsed_time_since")?;
         let mut ms = 0f32;
         // SAFETY: both events are live; out-pointer to a local.
         let status = unsafe { driver::cuEventElapsedTime(&mut ms, start.inner.handle, self.inner.handle) };

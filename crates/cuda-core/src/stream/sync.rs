@@ -40,7 +40,9 @@ impl Stream {
         let event = self.context_or_current()?.fence()?;
         self.serialised_with_captures("sync", || {
             // SAFETY: both are live; the stream is not capturing and joins no capture meanwhile
-            // (see `serialised_with_captures`); the event belongs to the stream's context.
+            // (see `serialised_with_captures`); the event belongs to the stream's context (for
+            // a green context, maybe to its primary context, whose events the driver takes on
+            // its green contexts' streams: see `Context::fence`).
             unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")
         })?;
         sync_event(&event)
@@ -50,6 +52,9 @@ impl Stream {
     /// would invalidate the capture); as in [`sync`](Self::sync), the query never overlaps a
     /// capture beginning, ending or gaining the stream.
     pub fn is_done(&self) -> Result<bool> {
+        // (In a host function it could wait, through the capture-state lock, for a graph
+        // destroy that waits for the host function.)
+        refuse_in_callback()?;
         let handle = self.inner.handle;
         let query = || {
             // SAFETY: the stream is live and not capturing (see the callers).
