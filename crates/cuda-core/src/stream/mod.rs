@@ -181,19 +181,13 @@ impl Drop for StreamInner {
 /// capture mode, so that a capture on this or another thread neither refuses nor is
 /// invalidated by the query.
 pub(crate) fn pending(handle: driver::CUstream) -> Option<bool> {
-    relaxed_capture_mode(|| {
-        // The question and the query with no capture beginning, ending or gaining the stream
-        // in between (see `sync`).
-        let _serialised = capture::capture_question();
-        if capture::is_capturing_serialised(handle).ok()? {
-            return Some(true);
-        }
-        // SAFETY: the stream is live and not capturing.
-        match unsafe { driver::cuStreamQuery(handle) } {
-            driver::CUresult::CUDA_SUCCESS => Some(false),
-            driver::CUresult::CUDA_ERROR_NOT_READY => Some(true),
-            _ => None,
-        }
+    // The question and the query with no capture beginning, ending or gaining the stream in
+    // between (see `Stream::sync`).
+    // SAFETY: the stream is live and not capturing (`serialised`).
+    relaxed_capture_mode(|| match sync::serialised(handle, || unsafe { sync::query(handle) }) {
+        Ok(None) => Some(true),
+        Ok(Some(done)) => Some(!done),
+        Err(_) => None,
     })
 }
 

@@ -38,13 +38,14 @@ impl Stream {
             };
         }
         let event = self.context_or_current()?.fence()?;
-        self.serialised_with_captures("sync", || {
+        serialised(self.inner.handle, || {
             // SAFETY: both are live; the stream is not capturing and joins no capture meanwhile
-            // (see `serialised_with_captures`); the event belongs to the stream's context (for
+            // (see `serialised`); the event belongs to the stream's context (for
             // a green context, maybe to its primary context, whose events the driver takes on
             // its green contexts' streams: see `Context::fence`).
             unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")
-        })?;
+        })?
+        .ok_or_else(|| sync_refused("sync"))?;
         sync_event(&event)
     }
 
@@ -56,39 +57,47 @@ impl Stream {
         // destroy that waits for the host function.)
         refuse_in_callback()?;
         let handle = self.inner.handle;
-        let query = || {
-            // SAFETY: the stream is live and not capturing (see the callers).
-            let status = unsafe { driver::cuStreamQuery(handle) };
-            if status == driver::CUresult::CUDA_ERROR_NOT_READY {
-                return Ok(false);
-            }
-            status.check("cuStreamQuery").map(|()| true)
-        };
         // No capture runs anywhere, and none begins meanwhile (see `gate`).
         if let Some(_quiet) = self.quietly() {
-            return query();
+            // SAFETY: the stream is live and not capturing (quiet).
+            return unsafe { query(handle) };
         }
         if self.is_default() {
             // A default stream's handle means the current context's stream of this thread.
             return Site::of(self)?.enqueue(|capture| match capture {
                 Some(_) => Err(sync_refused("is_done")),
-                None => query(),
+                // SAFETY: the stream is live and not capturing (inside its operation).
+                None => unsafe { query(handle) },
             });
         }
-        self.serialised_with_captures("is_done", query)
+        // SAFETY: the stream is live and not capturing (`serialised`).
+        serialised(handle, || unsafe { query(handle) })?.ok_or_else(|| sync_refused("is_done"))
     }
+}
 
-    /// Runs `op` (one short driver call on this stream, which is not a default stream) with no
-    /// capture beginning, ending or gaining a stream meanwhile (`CAPTURE_STATE` shared), after
-    /// refusing a stream being captured. Takes no lock of the stream's: callable inside an
-    /// operation on it.
-    fn serialised_with_captures<T>(&self, what: &str, op: impl FnOnce() -> Result<T>) -> Result<T> {
-        let _serialised = capture::capture_question();
-        if capture::is_capturing_serialised(self.inner.handle)? {
-            return Err(sync_refused(what));
-        }
-        op()
+/// Runs `op` (one short driver call on `stream`, which is not a default stream) with no capture
+/// beginning, ending or gaining a stream meanwhile (`CAPTURE_STATE` shared); `None`, without
+/// running it, when the stream is being captured. Takes no lock of the stream's: callable
+/// inside an operation on it.
+pub(super) fn serialised<T>(stream: driver::CUstream, op: impl FnOnce() -> Result<T>) -> Result<Option<T>> {
+    let _serialised = capture::capture_question();
+    if capture::is_capturing_serialised(stream)? {
+        return Ok(None);
     }
+    op().map(Some)
+}
+
+/// Whether all work queued on `stream` is done.
+///
+/// # Safety
+/// The stream is live and not capturing (a query would invalidate the capture).
+pub(super) unsafe fn query(stream: driver::CUstream) -> Result<bool> {
+    // SAFETY: forwarded to the caller.
+    let status = unsafe { driver::cuStreamQuery(stream) };
+    if status == driver::CUresult::CUDA_ERROR_NOT_READY {
+        return Ok(false);
+    }
+    status.check("cuStreamQuery").map(|()| true)
 }
 
 /// The refusal of a synchronisation or query of a stream being captured.

@@ -79,6 +79,53 @@ pub(super) fn copy_with_host(
     wait_for_fence(fence.handle())
 }
 
+/// Queues a copy of `bytes` from host memory at `src` to `dst` in `buffer`'s memory on
+/// `stream`: with the direction inferred from the addresses (unified addressing) when the
+/// buffer is host-accessible, else host to device.
+///
+/// # Safety
+/// `src` is readable for `bytes` until the copy is done (the caller waits for it), and
+/// `dst..dst + bytes` lies in `buffer`'s memory, held until then.
+pub(super) unsafe fn memcpy_from_host(
+    buffer: &Buffer,
+    dst: driver::CUdeviceptr,
+    src: *const std::ffi::c_void,
+    bytes: usize,
+    stream: &Stream,
+) -> Result<()> {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        if buffer.is_host_accessible() {
+            driver::cuMemcpyAsync(dst, src as driver::CUdeviceptr, bytes, stream.handle()).check("cuMemcpyAsync")
+        } else {
+            driver::cuMemcpyHtoDAsync(dst, src, bytes, stream.handle()).check("cuMemcpyHtoDAsync")
+        }
+    }
+}
+
+/// Queues a copy of `bytes` from `src` in `buffer`'s memory to host memory at `dst` on
+/// `stream`, the direction chosen as by [`memcpy_from_host`].
+///
+/// # Safety
+/// `dst` is writable for `bytes`, and used by nothing else, until the copy is done (the caller
+/// waits for it); `src..src + bytes` lies in `buffer`'s memory, held until then.
+pub(super) unsafe fn memcpy_to_host(
+    buffer: &Buffer,
+    src: driver::CUdeviceptr,
+    dst: *mut std::ffi::c_void,
+    bytes: usize,
+    stream: &Stream,
+) -> Result<()> {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        if buffer.is_host_accessible() {
+            driver::cuMemcpyAsync(dst as driver::CUdeviceptr, src, bytes, stream.handle()).check("cuMemcpyAsync")
+        } else {
+            driver::cuMemcpyDtoHAsync(dst, src, bytes, stream.handle()).check("cuMemcpyDtoHAsync")
+        }
+    }
+}
+
 /// Waits on the host until the work before `fence`'s record is done, in relaxed capture mode
 /// (a capture on another thread does not refuse it); when the wait fails, the work is still
 /// polled until it is done or stopped by an error, so that what the work uses is never let go
@@ -112,22 +159,8 @@ impl Buffer {
             "copy_from_host waits for its copy, which a stream being captured never runs: copy before the capture, or from a buffer",
             || {
                 // SAFETY: src is live for the call and the copy is waited for before returning
-                // (`copy_with_host`). Host-accessible memory is copied with the direction
-                // inferred from the addresses (unified addressing).
-                unsafe {
-                    if self.is_host_accessible() {
-                        driver::cuMemcpyAsync(
-                            self.handle(),
-                            src.as_ptr() as driver::CUdeviceptr,
-                            bytes,
-                            stream.handle(),
-                        )
-                        .check("cuMemcpyAsync")
-                    } else {
-                        driver::cuMemcpyHtoDAsync(self.handle(), src.as_ptr().cast(), bytes, stream.handle())
-                            .check("cuMemcpyHtoDAsync")
-                    }
-                }
+                // (`copy_with_host`); the buffer holds `bytes` (checked).
+                unsafe { memcpy_from_host(self, self.handle(), src.as_ptr().cast(), bytes, stream) }
             },
         )
     }
@@ -147,16 +180,8 @@ impl Buffer {
             "copy_to_host waits for its copy, which a stream being captured never runs: copy after the graph ran, into a host slice, from a stream that is not capturing",
             || {
                 // SAFETY: dst is live and exclusively borrowed for the call; the copy is waited
-                // for before returning (`copy_with_host`).
-                unsafe {
-                    if self.is_host_accessible() {
-                        driver::cuMemcpyAsync(dst_ptr as driver::CUdeviceptr, self.handle(), bytes, stream.handle())
-                            .check("cuMemcpyAsync")
-                    } else {
-                        driver::cuMemcpyDtoHAsync(dst_ptr.cast(), self.handle(), bytes, stream.handle())
-                            .check("cuMemcpyDtoHAsync")
-                    }
-                }
+                // for before returning (`copy_with_host`); the buffer holds `bytes` (checked).
+                unsafe { memcpy_to_host(self, self.handle(), dst_ptr.cast(), bytes, stream) }
             },
         )
     }

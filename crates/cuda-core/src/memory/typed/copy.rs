@@ -10,7 +10,7 @@
 //! function (no CUDA call is made there).
 
 use super::super::buffer::{enqueue_using, Buffer, BufferView, Pod, ReadOnlyView};
-use super::super::copy::{copy_with_host, HostCopy};
+use super::super::copy::{copy_with_host, memcpy_from_host, memcpy_to_host, HostCopy};
 use super::{bytes_of, AllocateBuffer, TypedBuffer};
 use crate::error::Check;
 use crate::stream::{Completion, Stream};
@@ -67,7 +67,6 @@ impl<T: Pod> BufferView<'_, T> {
         }
         let bytes = std::mem::size_of_val(src);
         self.buffer().check_writable("copy_from_host_blocking")?;
-        let host = self.buffer().is_host_accessible();
         copy_with_host(
             stream,
             &[self.buffer()],
@@ -78,17 +77,8 @@ impl<T: Pod> BufferView<'_, T> {
                 }
                 // SAFETY: `src` is live for the call and the copy is waited for before returning
                 // (`copy_with_host`); the view's `bytes` lie in its buffer, held until the copy
-                // is done. Host-accessible memory is copied with the direction inferred from the
-                // addresses (unified addressing).
-                unsafe {
-                    if host {
-                        driver::cuMemcpyAsync(self.handle(), src.as_ptr() as usize as u64, bytes, stream.handle())
-                            .check("cuMemcpyAsync")
-                    } else {
-                        driver::cuMemcpyHtoDAsync(self.handle(), src.as_ptr().cast(), bytes, stream.handle())
-                            .check("cuMemcpyHtoDAsync")
-                    }
-                }
+                // is done.
+                unsafe { memcpy_from_host(self.buffer(), self.handle(), src.as_ptr().cast(), bytes, stream) }
             },
         )
     }
@@ -161,7 +151,6 @@ impl<T: Pod> ReadOnlyView<'_, T> {
         }
         let bytes = std::mem::size_of_val(dst);
         self.buffer().check_device_reads(stream, "copy_to_host_blocking")?;
-        let host = self.buffer().is_host_accessible();
         let dst_ptr = dst.as_mut_ptr();
         copy_with_host(
             stream,
@@ -173,15 +162,7 @@ impl<T: Pod> ReadOnlyView<'_, T> {
                 }
                 // SAFETY: `dst` is live and exclusively borrowed for the call; the copy is waited
                 // for before returning (`copy_with_host`); the view's bytes lie in its buffer.
-                unsafe {
-                    if host {
-                        driver::cuMemcpyAsync(dst_ptr as usize as u64, self.handle(), bytes, stream.handle())
-                            .check("cuMemcpyAsync")
-                    } else {
-                        driver::cuMemcpyDtoHAsync(dst_ptr.cast(), self.handle(), bytes, stream.handle())
-                            .check("cuMemcpyDtoHAsync")
-                    }
-                }
+                unsafe { memcpy_to_host(self.buffer(), self.handle(), dst_ptr.cast(), bytes, stream) }
             },
         )
     }
