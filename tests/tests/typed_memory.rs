@@ -12,9 +12,13 @@ mod typed_memory {
         PinnedMemoryResourceOptions, Program, ProgramOptions, SourceType, Stream, StreamOptions, TypedBuffer,
     };
     use cuda_tests::skip_part;
+    use gate::Gate;
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
     use std::sync::Arc;
+    use std::time::Duration;
+
+    mod gate;
 
     const N: usize = 4096;
 
@@ -35,8 +39,8 @@ mod typed_memory {
     }
 
     /// `saxpy(a, x, y, n)`: y = a*x + y, with a `const float*` x; `spin_fill(x, v, n, cycles)`
-    /// spins, then writes v into n floats; `spin(cycles)` keeps a stream busy.
-    fn kernels() -> (Kernel, Kernel, Kernel) {
+    /// spins, then writes v into n floats.
+    fn kernels() -> (Kernel, Kernel) {
         let source = r#"
             extern "C" __global__ void saxpy(float a, const float* x, float* y, unsigned n) {
                 unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -46,41 +50,28 @@ mod typed_memory {
                 long long start = clock64();
                 while (clock64() - start < cycles) {}
                 for (unsigned i = threadIdx.x; i < n; i += blockDim.x) x[i] = v;
-            }
-            extern "C" __global__ void spin(long long cycles) {
-                long long start = clock64();
-                while (clock64() - start < cycles) {}
             }"#;
         let code = Program::new(source, SourceType::Cxx, ProgramOptions::default())
             .unwrap()
             .compile(CodeType::Cubin, &[])
             .unwrap();
-        (
-            code.get_kernel("saxpy").unwrap(),
-            code.get_kernel("spin_fill").unwrap(),
-            code.get_kernel("spin").unwrap(),
-        )
+        (code.get_kernel("saxpy").unwrap(), code.get_kernel("spin_fill").unwrap())
     }
 
     fn all(n: usize) -> LaunchConfig {
         LaunchConfig::new((n as u32).div_ceil(256).max(1), 256)
     }
 
-    /// About 1 s of GPU time: the assertions that a stream is still busy after other work must
-    /// hold on a machine busy with the binary's other tests (0.2 s failed there now and then).
+    /// About 1 s of GPU time before `spin_fill` writes: long enough that a host access which
+    /// failed to wait for the write would see the old values. (Assertions that a stream is still
+    /// busy use a [`Gate`] instead: a fixed spin can end before a loaded host gets to them.)
     const SPIN: i64 = 2_000_000_000;
-
-    fn spin_on(spin: &Kernel, s: &Stream) {
-        let spin = spin.typed::<(i64,)>().unwrap();
-        // SAFETY: spin(long long) touches no memory.
-        unsafe { spin.launch(s, &LaunchConfig::new(1, 1), (SPIN,)) }.unwrap();
-    }
 
     #[test]
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn typed_buffers_copy_slice_and_launch_with_read_only_arguments() {
         let (d, s) = setup();
-        let (saxpy, _, _) = kernels();
+        let (saxpy, _) = kernels();
         let saxpy = saxpy.typed::<(f32, *const f32, *mut f32, u32)>().unwrap();
         let xs: Vec<f32> = (0..N).map(|i| i as f32).collect();
         let x = TypedBuffer::<f32>::from_host_blocking(&d, &xs, &s).unwrap();
@@ -242,7 +233,7 @@ mod typed_memory {
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn host_slices_wait_for_every_stream_that_used_the_buffer() {
         let (d, s) = setup();
-        let (_, spin_fill, _) = kernels();
+        let (_, spin_fill) = kernels();
         let spin_fill = spin_fill.typed::<(*mut f32, f32, u32, i64)>().unwrap();
         let other = stream(&d);
         let resources: Vec<(&str, Arc<dyn MemoryResource>)> = vec![
@@ -292,7 +283,7 @@ mod typed_memory {
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn host_slices_are_refused_where_others_may_write() {
         let (d, s) = setup();
-        let (_, spin_fill, _) = kernels();
+        let (_, spin_fill) = kernels();
         let spin_fill = spin_fill.typed::<(*mut f32, f32, u32, i64)>().unwrap();
         // Device memory.
         let mut device = TypedBuffer::<f32>::allocate(&d, 16, &s).unwrap();
@@ -339,7 +330,6 @@ mod typed_memory {
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn pinned_copies_are_stream_ordered_and_blocking_ones_wait() {
         let (d, s) = setup();
-        let (_, _, spin) = kernels();
         let pinned = PinnedMemoryResource::portable().unwrap();
         let mut host = TypedBuffer::<u32>::allocate(&pinned, N, &s).unwrap();
         host.host_slice_mut()
@@ -348,15 +338,18 @@ mod typed_memory {
             .enumerate()
             .for_each(|(i, v)| *v = i as u32);
         let dev = TypedBuffer::<u32>::allocate(&d, N, &s).unwrap();
-        spin_on(&spin, &s);
-        // Queued behind the spin: returns at once.
+        let mut gate = Gate::new();
+        gate.hold(&s);
+        // Queued behind the gated kernel: they return while it runs.
         dev.copy_from(&host, &s).unwrap();
         let back = TypedBuffer::<u32>::allocate(&pinned, N, &s).unwrap();
         back.copy_from(&dev, &s).unwrap();
+        gate.assert_not_timed_out("a stream-ordered copy");
         assert!(
             !s.is_done().unwrap(),
-            "the stream-ordered copies did not wait for the spin"
+            "the stream-ordered copies did not wait for the gated kernel"
         );
+        gate.open();
         let mut back = back;
         assert!(back
             .host_slice()
@@ -364,14 +357,22 @@ mod typed_memory {
             .iter()
             .enumerate()
             .all(|(i, v)| *v == i as u32));
-        // The blocking form waits for its copy (and the spin before it).
-        spin_on(&spin, &s);
+        // The blocking form waits for its copy, and the gated kernel before it: it cannot return
+        // before another thread opens the gate.
+        let mut gate = Gate::new();
+        gate.hold(&s);
+        gate.open_after(Duration::from_millis(300));
         let mut out = vec![0u32; N];
         dev.copy_to_host_blocking(&mut out, &s).unwrap();
+        assert!(
+            gate.is_open(),
+            "a blocking copy returned before the kernel queued ahead of it could end"
+        );
         assert!(
             s.is_done().unwrap(),
             "a blocking copy returned before its copy was done"
         );
+        gate.assert_not_timed_out("the blocking copy");
         assert!(out.iter().enumerate().all(|(i, v)| *v == i as u32));
         // Awaited copies of typed buffers.
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -390,7 +391,6 @@ mod typed_memory {
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn events_complete_on_reused_waiter_streams_without_waiting_for_each_other() {
         let (d, s) = setup();
-        let (_, _, spin) = kernels();
         let other = stream(&d);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -403,16 +403,20 @@ mod typed_memory {
                 e.completed().unwrap().await.unwrap();
             }
         });
-        // A slow event's completion does not hold up a quick one's (no shared waiter).
-        spin_on(&spin, &s);
+        // A slow event's completion does not hold up a quick one's (no shared waiter): the slow
+        // one is recorded behind a gated kernel that runs until the gate opens.
+        let mut gate = Gate::new();
+        gate.hold(&s);
         let slow = s.record_new(EventOptions::default()).unwrap();
         let slow_done = slow.completed().unwrap();
         let quick = other.record_new(EventOptions::default()).unwrap();
         runtime.block_on(async { quick.completed().unwrap().await.unwrap() });
+        gate.assert_not_timed_out("the quick event's completion");
         assert!(
             !s.is_done().unwrap(),
             "the quick event's completion waited for the slow one"
         );
+        gate.open();
         runtime.block_on(async { slow_done.await.unwrap() });
         assert!(slow.is_done().unwrap());
         // An event never recorded is complete at once.
@@ -442,30 +446,42 @@ mod typed_memory {
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn assume_ordered_on_skips_the_first_use_wait() {
         let (d, s) = setup();
-        let (_, spin_fill, spin) = kernels();
+        let (_, spin_fill) = kernels();
         let spin_fill = spin_fill.typed::<(*mut f32, f32, u32, i64)>().unwrap();
         let other = stream(&d);
-        // Without it: the first use on `other` waits for everything queued on `s`.
+        // Without it: the first use on `other` waits for everything queued on `s`, the gated
+        // kernel included, which only another thread's opening ends.
         let b = TypedBuffer::<f32>::allocate(&d, 256, &s).unwrap();
-        spin_on(&spin, &s);
+        let mut gate = Gate::new();
+        gate.hold(&s);
+        gate.open_after(Duration::from_millis(300));
         // SAFETY: spin_fill writes 256 floats of a buffer of 256.
         unsafe { spin_fill.launch(&other, &LaunchConfig::new(1, 256), (&b, 1.0f32, 256u32, 0i64)) }.unwrap();
         other.sync().unwrap();
         assert!(
-            s.is_done().unwrap(),
+            gate.is_open() && s.is_done().unwrap(),
             "the first use on another stream waits for the deallocation stream"
         );
-        // With it: `other` waited for an event recorded right after the allocation only.
+        gate.assert_not_timed_out("the first use on another stream");
+        drop(gate);
+        // With it: `other` waited for an event recorded right after the allocation only; the
+        // gated kernel queued after the event runs until the gate opens.
         let c = TypedBuffer::<f32>::allocate(&d, 256, &s).unwrap();
         let allocated = s.record_new(EventOptions::default()).unwrap();
-        spin_on(&spin, &s);
+        let mut gate = Gate::new();
+        gate.hold(&s);
         other.wait_event(&allocated).unwrap();
         // SAFETY: `other` waits for an event recorded after the allocation.
         unsafe { c.as_buffer().assume_ordered_on(&other) }.unwrap();
         // SAFETY: as above.
         unsafe { spin_fill.launch(&other, &LaunchConfig::new(1, 256), (&c, 2.0f32, 256u32, 0i64)) }.unwrap();
         other.sync().unwrap();
-        assert!(!s.is_done().unwrap(), "the first use waited for the spin after all");
+        gate.assert_not_timed_out("the first use after assume_ordered_on");
+        assert!(
+            !s.is_done().unwrap(),
+            "the first use waited for the gated kernel after all"
+        );
+        gate.open();
         assert!(c.to_vec_blocking(&other).unwrap().iter().all(|v| *v == 2.0));
         // The free still waits for `other` (it is remembered): dropped here, nothing faults.
         drop(c);
@@ -525,7 +541,7 @@ mod typed_memory {
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn typed_arguments_allocate_nothing_per_launch() {
         let (d, s) = setup();
-        let (saxpy, _, _) = kernels();
+        let (saxpy, _) = kernels();
         let saxpy = saxpy.typed::<(f32, *const f32, *mut f32, u32)>().unwrap();
         let x = TypedBuffer::<f32>::allocate(&d, N, &s).unwrap();
         let y = TypedBuffer::<f32>::allocate(&d, N, &s).unwrap();
