@@ -29,6 +29,8 @@
 //! - `CUDA_STRESS_NO_MANAGED=1`: no managed memory (nor its operations);
 //! - `CUDA_STRESS_STALL_SECONDS`: the watchdog's limit (20 s; 120 s under the sanitizer);
 //! - `CUDA_STRESS_KEEP_GOING=1`: go on after a mismatch (to count them) instead of stopping;
+//! - `CUDA_STRESS_SKIP`: operations never chosen, by name as the report prints them,
+//!   comma-separated (`explicit graph,graph node update`): to narrow a failure down;
 //! - `CUDA_STRESS_MEMORY_TOLERANCE_MIB`: how much less free device memory the end may show
 //!   than the start (64 MiB: the driver keeps some memory for what the run loaded and made; not
 //!   checked under compute-sanitizer, which takes device memory of its own).

@@ -30,7 +30,8 @@ use crate::device::Context;
 use crate::error::Check;
 use crate::memory::{wait_for_fence, Buffer, Element, Pod, StridedMemoryView};
 use crate::stream::capture::is_capturing;
-use crate::stream::{relaxed_capture_mode, Stream};
+use crate::stream::sync::sync_handle;
+use crate::stream::Stream;
 use crate::{CudaError, Result};
 use ::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, DriverError};
 use cuda_sys::driver;
@@ -268,10 +269,19 @@ fn after_cudarc_work<T>(slice: &mut CudaSlice<T>, stream: &Stream) -> Result<dri
         let ours = unsafe { Context::from_raw(context.cu_ctx() as driver::CUcontext) }?;
         ours.synchronize()?;
     } else if handle != stream.handle() || stream.is_default() {
-        // SAFETY: the stream is live (the slice holds it) and not capturing (checked above; a
-        // capture begun since makes the wait fail, which is an error here).
-        relaxed_capture_mode(|| unsafe { driver::cuStreamSynchronize(handle) })
-            .check("cuStreamSynchronize (the cudarc slice's stream)")?;
+        // SAFETY: cudarc's context is live (the slice holds it).
+        let ours = unsafe { Context::from_raw(context.cu_ctx() as driver::CUcontext) }?;
+        // The stream is live (the slice holds it). Waited for as `Stream::sync` waits: the fence
+        // is recorded with no capture of this crate beginning, ending or gaining a stream
+        // meanwhile (driver 580 crashed on calls naming a stream whose capture ended
+        // meanwhile), and refused if the stream is capturing by now.
+        sync_handle(&ours, handle).map_err(|e| {
+            e.unwrap_or_else(|| {
+                CudaError::InvalidArgument(
+                    "the slice's cudarc stream began a capture: take the slice once the capture has ended".into(),
+                )
+            })
+        })?;
     }
     Ok(ptr as driver::CUdeviceptr)
 }

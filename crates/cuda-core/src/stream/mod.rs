@@ -32,7 +32,7 @@ mod host_fn;
 mod retire;
 mod shared;
 mod site;
-mod sync;
+pub(crate) mod sync;
 
 use crate::reaper::refuse_in_callback;
 pub use event::{Event, EventOptions, IpcEventDescriptor};

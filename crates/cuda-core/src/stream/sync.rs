@@ -37,16 +37,8 @@ impl Stream {
                 )),
             };
         }
-        let event = self.context_or_current()?.fence()?;
-        serialised(self.inner.handle, || {
-            // SAFETY: both are live; the stream is not capturing and joins no capture meanwhile
-            // (see `serialised`); the event belongs to the stream's context (for
-            // a green context, maybe to its primary context, whose events the driver takes on
-            // its green contexts' streams: see `Context::fence`).
-            unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")
-        })?
-        .ok_or_else(|| sync_refused("sync"))?;
-        sync_event(&event)
+        sync_handle(&self.context_or_current()?, self.inner.handle)
+            .map_err(|e| e.unwrap_or_else(|| sync_refused("sync")))
     }
 
     /// Whether all work on the stream is done. A stream being captured is refused (the driver
@@ -87,6 +79,28 @@ pub(super) fn serialised<T>(stream: driver::CUstream, op: impl FnOnce() -> Resul
     op().map(Some)
 }
 
+/// Waits for the work queued so far on `stream` (not a default stream; of `context`), the way
+/// [`Stream::sync`] does: a pooled fence recorded with no capture beginning, ending or gaining a
+/// stream meanwhile, then a blocking wait that names only the fence and holds no lock.
+/// `Err(None)` when the stream is being captured; `Err(Some(error))` when a call failed. For
+/// handles this crate does not own (the cudarc bridge) as for its own streams.
+pub(crate) fn sync_handle(
+    context: &crate::Context,
+    stream: driver::CUstream,
+) -> std::result::Result<(), Option<CudaError>> {
+    let event = context.fence().map_err(Some)?;
+    serialised(stream, || {
+        // SAFETY: both are live (the caller's stream, the event held here); the stream is not
+        // capturing and joins no capture meanwhile (see `serialised`); the event belongs to the
+        // stream's context (for a green context, maybe to its primary context, whose events the
+        // driver takes on its green contexts' streams: see `Context::fence`).
+        unsafe { driver::cuEventRecord(event.handle(), stream) }.check("cuEventRecord")
+    })
+    .map_err(Some)?
+    .ok_or(None)?;
+    sync_event(&event).map_err(Some)
+}
+
 /// Whether all work queued on `stream` is done.
 ///
 /// # Safety
@@ -107,8 +121,9 @@ fn sync_refused(what: &str) -> CudaError {
     ))
 }
 
-/// Waits for a fence recorded outside any capture.
+/// Waits for a fence recorded outside any capture, in relaxed capture mode (a thread-local
+/// capture this thread runs elsewhere does not make the wait a prohibited call).
 fn sync_event(event: &crate::device::FenceEvent) -> Result<()> {
     // SAFETY: the event is live (held by the caller) and was recorded outside any capture.
-    unsafe { driver::cuEventSynchronize(event.handle()) }.check("cuEventSynchronize")
+    super::relaxed_capture_mode(|| unsafe { driver::cuEventSynchronize(event.handle()) }).check("cuEventSynchronize")
 }
