@@ -37,6 +37,8 @@ mod reaper;
 mod stream;
 pub mod system;
 
+pub use compile::{LibraryModule, LinkerHandle, ProgramHandle};
+
 pub use compile::{
     CacheEntry, Code, CodeType, FileStreamProgramCache, InMemoryProgramCache, Kernel, Linker, LinkerBackend,
     LinkerOptions, ObjectCode, ParamInfo, PchStatus, Program, ProgramCache, ProgramOptions, SourceType,

@@ -15,14 +15,16 @@
 //! kernels.
 
 mod cache;
+mod debug_source;
 mod ffi;
 mod linker;
+mod nvrtc;
 mod object_code;
 mod program;
 mod program_options;
 
 pub use cache::{CacheEntry, FileStreamProgramCache, InMemoryProgramCache, ProgramCache};
-pub use linker::{Linker, LinkerBackend, LinkerOptions};
-pub use object_code::{Code, CodeType, Kernel, ObjectCode, ParamInfo};
-pub use program::{PchStatus, Program, SourceType};
+pub use linker::{Linker, LinkerBackend, LinkerHandle, LinkerOptions};
+pub use object_code::{Code, CodeType, Kernel, LibraryModule, ObjectCode, ParamInfo};
+pub use program::{PchStatus, Program, ProgramHandle, SourceType};
 pub use program_options::ProgramOptions;

@@ -3,14 +3,16 @@
 use crate::compile::cache::{CacheEntry, ProgramCache};
 use crate::compile::ffi::read_log;
 use crate::compile::ffi::{c_string, current_device_arch};
-use crate::compile::linker::{Linker, LinkerOptions};
+use crate::compile::linker::{Linker, LinkerHandle, LinkerOptions};
+use crate::compile::nvrtc::{pch_heap_shared, NvrtcProgram};
 use crate::compile::object_code::{CodeType, ObjectCode};
 use crate::compile::program_options::ProgramOptions;
 use crate::error::Check;
 use crate::{CudaError, Result};
 use cuda_sys::{nvrtc, nvvm};
 use std::collections::HashMap;
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, CString};
+use std::path::{Path, PathBuf};
 
 /// What a [`Program`] is written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -40,9 +42,32 @@ impl std::str::FromStr for SourceType {
 /// Whether NVRTC made the precompiled header asked for (`create_pch`/`pch`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PchStatus {
+    /// The header was written (`"created"`); also after the automatic retry with a larger
+    /// heap.
     Created,
+    /// NVRTC decided not to make one (`"not_attempted"`).
     NotAttempted,
+    /// An error prevented it, or the heap was still too small after the retry (`"failed"`).
     Failed,
+}
+
+/// The compiler-library handle of a [`Program`] (`cuda.core`'s `Program.handle`), by backend:
+/// the program of the last compile, valid until the next compile or until the `Program` drops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgramHandle {
+    /// An `nvrtcProgram` (C++ programs).
+    Nvrtc(nvrtc::nvrtcProgram),
+    /// An `nvvmProgram` (NVVM IR programs).
+    Nvvm(nvvm::nvvmProgram),
+    /// The linker's handle (PTX programs).
+    Linker(LinkerHandle),
+}
+
+/// What the last compile used, kept alive for [`Program::handle`].
+enum Held {
+    Nvrtc(NvrtcProgram),
+    Nvvm(NvvmProgram),
+    Linker(Box<Linker>),
 }
 
 /// A program to compile: CUDA C++, PTX or NVVM IR, with its [`ProgramOptions`].
@@ -62,7 +87,17 @@ pub struct Program {
     options: ProgramOptions,
     log: String,
     pch_status: Option<PchStatus>,
+    /// The compiler program of the last compile.
+    held: Option<Held>,
+    /// Where the source was written for a debugger (`debug_source`), by the last compile.
+    source_path: Option<PathBuf>,
 }
+
+// SAFETY: every field but `held` is Send + Sync. `held` holds an NVRTC or NVVM program (Send +
+// Sync, see their impls) or a Linker, which is Send but not Sync: through `&Program` nothing
+// calls into the linker (`handle` only copies the value of its handle), and every call into
+// any of them is made through `&mut Program`.
+unsafe impl Sync for Program {}
 
 impl Program {
     /// A program from `source`. The options are checked now; the arch defaults to the current
@@ -95,7 +130,29 @@ impl Program {
             options,
             log: String::new(),
             pch_status: None,
+            held: None,
+            source_path: None,
         })
+    }
+
+    /// The NVRTC program, NVVM program or linker of the last compile (`cuda.core`'s
+    /// `Program.handle`), kept alive until the next compile or until this `Program` drops;
+    /// `None` before the first compile (the compiler library is first needed then, so a program
+    /// can be made and keyed for a cache where it is not installed). Raw calls may read logs and
+    /// results through it; they must not destroy it.
+    pub fn handle(&self) -> Option<ProgramHandle> {
+        self.held.as_ref().map(|held| match held {
+            Held::Nvrtc(p) => ProgramHandle::Nvrtc(p.0),
+            Held::Nvvm(p) => ProgramHandle::Nvvm(p.0),
+            Held::Linker(l) => ProgramHandle::Linker(l.handle()),
+        })
+    }
+
+    /// Where the last compile with [`debug`](ProgramOptions::debug) information wrote the source
+    /// for cuda-gdb (C++ programs; `None` when it did not write one). See
+    /// [`ProgramOptions::debug`] for where and when.
+    pub fn source_path(&self) -> Option<&Path> {
+        self.source_path.as_deref()
     }
 
     /// The backend that compiles this program: `"NVRTC"`, `"NVVM"`, or for PTX the linker's
@@ -287,74 +344,71 @@ impl Program {
             .iter()
             .map(|f| c_string(f.as_str(), "Program: the NVRTC option"))
             .collect::<Result<_>>()?;
-        let flag_ptrs: Vec<*const c_char> = c_flags.iter().map(|c| c.as_ptr()).collect();
         let name = self.name();
-        let c_name = c_string(name.as_str(), "ProgramOptions: name")?;
+        // With debug information, NVRTC is given the path of a copy of the source as the name,
+        // for cuda-gdb (see `debug_source`).
+        self.source_path = None;
+        if options.debug == Some(true) {
+            self.source_path = match &options.name {
+                None => crate::compile::debug_source::materialize(&self.source),
+                Some(named) => crate::compile::debug_source::reconcile_named(named, &self.source),
+            };
+        }
+        let nvrtc_name = match (&self.source_path, &options.name) {
+            (Some(path), None) => path.to_string_lossy().into_owned(),
+            _ => name.clone(),
+        };
+        let c_name = c_string(nvrtc_name.as_str(), "ProgramOptions: name")?;
         let source = CString::new(self.source.clone())
             .map_err(|_| CudaError::InvalidArgument("Program: the source contains a NUL byte".into()))?;
-        let c_exprs: Vec<CString> = name_expressions
+        let c_exprs: Vec<(&str, CString)> = name_expressions
             .iter()
-            .map(|e| c_string(*e, "Program: the name expression"))
+            .map(|e| Ok((*e, c_string(*e, "Program: the name expression")?)))
             .collect::<Result<_>>()?;
-        let program = NvrtcProgram::create(&source, &c_name)?;
-        // SAFETY: (whole block) program.0 is live until `program` drops; every pointer passed is a
-        // live NUL-terminated string or a buffer of the size NVRTC reported.
-        unsafe {
-            for e in &c_exprs {
-                nvrtc::nvrtcAddNameExpression(program.0, e.as_ptr()).check("nvrtcAddNameExpression")?;
-            }
-            let status = nvrtc::nvrtcCompileProgram(program.0, flag_ptrs.len() as i32, flag_ptrs.as_ptr());
-            let mut log_size = 0usize;
-            nvrtc::nvrtcGetProgramLogSize(program.0, &mut log_size).check("nvrtcGetProgramLogSize")?;
-            self.log = read_log(log_size, |p| {
-                nvrtc::nvrtcGetProgramLog(program.0, p).check("nvrtcGetProgramLog")
-            })?;
-            if let Err(e) = status.result() {
-                return Err(CudaError::Compile {
-                    backend: "NVRTC",
-                    program: name,
-                    status: e.to_string(),
-                    log: self.log.clone(),
-                });
-            }
-            if options.create_pch.is_some() || options.pch == Some(true) {
-                let s = nvrtc::nvrtcGetPCHCreateStatus(program.0);
-                self.pch_status = Some(if s == nvrtc::nvrtcResult::NVRTC_SUCCESS {
-                    PchStatus::Created
-                } else if s == nvrtc::nvrtcResult::NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED {
-                    PchStatus::NotAttempted
+        let uses_pch = options.pch == Some(true)
+            || options.create_pch.is_some()
+            || options.use_pch.is_some()
+            || options.pch_dir.is_some();
+        let makes_pch = options.create_pch.is_some() || options.pch == Some(true);
+        let compile = |program: &mut NvrtcProgram| {
+            let _heap = uses_pch.then(pch_heap_shared);
+            program.compile(&c_flags, &c_exprs, target)
+        };
+        let mut program = NvrtcProgram::create(&source, &c_name)?;
+        let (mut log, mut result) = compile(&mut program);
+        let mut pch_status = None;
+        if makes_pch && result.is_ok() {
+            pch_status = program.pch_status();
+            if pch_status.is_none() {
+                // The precompiled-header heap was too small: grown to what NVRTC said it needs,
+                // and the program made and compiled again (as cuda.core does).
+                program.grow_pch_heap()?;
+                let mut retry = NvrtcProgram::create(&source, &c_name)?;
+                (log, result) = compile(&mut retry);
+                program = retry;
+                pch_status = Some(if result.is_ok() {
+                    program.pch_status().unwrap_or(PchStatus::Failed)
                 } else {
                     PchStatus::Failed
                 });
             }
-            let mut size = 0usize;
-            let mut code;
-            match target {
-                CodeType::Ptx => {
-                    nvrtc::nvrtcGetPTXSize(program.0, &mut size).check("nvrtcGetPTXSize")?;
-                    code = vec![0u8; size];
-                    nvrtc::nvrtcGetPTX(program.0, code.as_mut_ptr().cast()).check("nvrtcGetPTX")?;
-                }
-                CodeType::Cubin => {
-                    nvrtc::nvrtcGetCUBINSize(program.0, &mut size).check("nvrtcGetCUBINSize")?;
-                    code = vec![0u8; size];
-                    nvrtc::nvrtcGetCUBIN(program.0, code.as_mut_ptr().cast()).check("nvrtcGetCUBIN")?;
-                }
-                _ => {
-                    nvrtc::nvrtcGetLTOIRSize(program.0, &mut size).check("nvrtcGetLTOIRSize")?;
-                    code = vec![0u8; size];
-                    nvrtc::nvrtcGetLTOIR(program.0, code.as_mut_ptr().cast()).check("nvrtcGetLTOIR")?;
-                }
-            }
-            let mut mapping = HashMap::new();
-            for (e, c) in name_expressions.iter().zip(&c_exprs) {
-                let mut lowered: *const c_char = std::ptr::null();
-                nvrtc::nvrtcGetLoweredName(program.0, c.as_ptr(), &mut lowered).check("nvrtcGetLoweredName")?;
-                if !lowered.is_null() {
-                    mapping.insert(e.to_string(), CStr::from_ptr(lowered).to_string_lossy().into_owned());
-                }
-            }
-            ObjectCode::from_bytes(code, target, &name, mapping)
+        }
+        self.pch_status = pch_status;
+        self.log = log;
+        // The last program stays (`handle`), compiled or not, until the next compile or drop.
+        self.held = Some(Held::Nvrtc(program));
+        match result {
+            Ok((code, mapping)) => ObjectCode::from_bytes(code, target, &name, mapping),
+            Err(CudaError::Toolchain {
+                call: "nvrtcCompileProgram",
+                message,
+            }) => Err(CudaError::Compile {
+                backend: "NVRTC",
+                program: name,
+                status: message,
+                log: self.log.clone(),
+            }),
+            Err(e) => Err(e),
         }
     }
 
@@ -380,6 +434,21 @@ impl Program {
         // SAFETY: prog is an out-pointer; it is destroyed by the guard below.
         unsafe { nvvm::nvvmCreateProgram(&mut prog) }.check("nvvmCreateProgram")?;
         let program = NvvmProgram(prog);
+        let result = self.compile_nvvm_program(&program, &mut flag_ptrs, libdevice.as_deref(), target, &name);
+        // The last program stays (`handle`), compiled or not, until the next compile or drop.
+        self.held = Some(Held::Nvvm(program));
+        result
+    }
+
+    /// Adds the modules to `program`, verifies and compiles it, and returns the result.
+    fn compile_nvvm_program(
+        &mut self,
+        program: &NvvmProgram,
+        flag_ptrs: &mut [*const c_char],
+        libdevice: Option<&[u8]>,
+        target: CodeType,
+        name: &str,
+    ) -> Result<ObjectCode> {
         let add = |data: &[u8], module: &str, lazy: bool| -> Result<()> {
             let c_module = c_string(module, "Program: the NVVM module name")?;
             // SAFETY: the program is live; NVVM copies the buffer during the call.
@@ -392,11 +461,11 @@ impl Program {
             };
             status.check("nvvmAddModuleToProgram")
         };
-        add(&self.source, &name, false)?;
+        add(&self.source, name, false)?;
         for (module, data) in &self.options.extra_sources {
             add(data, module, false)?;
         }
-        if let Some(bc) = &libdevice {
+        if let Some(bc) = libdevice {
             add(bc, "libdevice", true)?;
         }
         // SAFETY: (whole block) the program is live; buffers are as large as NVVM reported.
@@ -413,7 +482,7 @@ impl Program {
             if let Err(e) = status.result() {
                 return Err(CudaError::Compile {
                     backend: "NVVM",
-                    program: name,
+                    program: name.to_string(),
                     status: e.to_string(),
                     log: self.log.clone(),
                 });
@@ -428,12 +497,19 @@ impl Program {
                     code.pop();
                 }
             }
-            ObjectCode::from_bytes(code, target, &name, HashMap::new())
+            ObjectCode::from_bytes(code, target, name, HashMap::new())
         }
     }
 
     fn compile_ptx(&mut self, target: CodeType) -> Result<ObjectCode> {
         let o = &self.options;
+        if o.numba_debug.is_some() {
+            // cuda.core's UserWarning: the linker that assembles PTX has no such option.
+            event!(
+                warn,
+                "ProgramOptions.numba_debug is not supported when compiling PTX (the linker assembles it); it is ignored"
+            );
+        }
         let options = LinkerOptions {
             name: o.name.clone(),
             arch: o.arch.as_ref().map(|a| a.replace("compute_", "sm_")),
@@ -455,37 +531,9 @@ impl Program {
         let mut linker = Linker::new(&[&input], options)?;
         let result = linker.link(target);
         self.log = format!("{}{}", linker.get_info_log(), linker.get_error_log());
+        // The linker stays (`handle`) until the next compile or drop.
+        self.held = Some(Held::Linker(Box::new(linker)));
         result
-    }
-}
-
-struct NvrtcProgram(nvrtc::nvrtcProgram);
-
-impl NvrtcProgram {
-    fn create(source: &CStr, name: &CStr) -> Result<NvrtcProgram> {
-        let mut prog: nvrtc::nvrtcProgram = std::ptr::null_mut();
-        // SAFETY: both strings are NUL-terminated and live for the call; no headers are given.
-        unsafe {
-            nvrtc::nvrtcCreateProgram(
-                &mut prog,
-                source.as_ptr(),
-                name.as_ptr(),
-                0,
-                std::ptr::null(),
-                std::ptr::null(),
-            )
-        }
-        .check("nvrtcCreateProgram")?;
-        Ok(NvrtcProgram(prog))
-    }
-}
-
-impl Drop for NvrtcProgram {
-    fn drop(&mut self) {
-        // SAFETY: made by nvrtcCreateProgram, destroyed once.
-        if let Err(e) = unsafe { nvrtc::nvrtcDestroyProgram(&mut self.0) }.check("nvrtcDestroyProgram") {
-            crate::error::record_drop_error(e);
-        }
     }
 }
 

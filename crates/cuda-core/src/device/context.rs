@@ -546,9 +546,18 @@ impl Context {
     }
 }
 
+/// By handle, as `cuda.core` compares and hashes contexts.
 impl PartialEq for Context {
     fn eq(&self, other: &Context) -> bool {
         self.inner.handle == other.inner.handle
+    }
+}
+
+impl Eq for Context {}
+
+impl std::hash::Hash for Context {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(self.inner.handle, state);
     }
 }
 

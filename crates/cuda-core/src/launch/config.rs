@@ -54,7 +54,7 @@ impl From<(u32, u32, u32)> for Dim3 {
 /// assert_eq!(config.grid.x, 256);
 /// assert_eq!(config.block.volume(), 256);
 /// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct LaunchConfig {
     /// The grid: in blocks, or with a [`cluster`](Self::cluster) shape, in clusters (as in
     /// `cuda.core`: `grid: (4, 4, 1)` with `cluster: (2, 2, 1)` launches 8 x 8 blocks).

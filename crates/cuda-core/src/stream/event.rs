@@ -268,9 +268,15 @@ impl Event {
         self.inner.options
     }
 
-    /// The context the event was made in.
-    pub(crate) fn context(&self) -> &Context {
+    /// The context the event was made in (for an event opened from another process, the
+    /// context it was opened in).
+    pub fn context(&self) -> &Context {
         &self.inner._context
+    }
+
+    /// The device of the event's [`context`](Self::context).
+    pub fn device(&self) -> crate::device::Device {
+        self.inner._context.device()
     }
 
     /// Waits until the work before the event's last record is done.

@@ -623,8 +623,18 @@ impl fmt::Debug for Stream {
     }
 }
 
+/// By handle, as `cuda.core` compares and hashes streams (the default-stream tokens compare
+/// equal to themselves only).
 impl PartialEq for Stream {
     fn eq(&self, other: &Stream) -> bool {
         self.inner.handle == other.inner.handle
+    }
+}
+
+impl Eq for Stream {}
+
+impl std::hash::Hash for Stream {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(self.inner.handle, state);
     }
 }

@@ -6,7 +6,7 @@ use crate::error::Check;
 mod driver_linker;
 mod options;
 
-pub use options::{LinkerBackend, LinkerOptions};
+pub use options::{LinkerBackend, LinkerHandle, LinkerOptions};
 
 use crate::compile::ffi::c_string;
 use crate::{CudaError, Result};
@@ -43,6 +43,8 @@ pub struct Linker {
     name: String,
     info_log: String,
     error_log: String,
+    /// Whether a PTX or cubin input was added (LTO-IR output needs LTO-IR inputs only).
+    native_input: bool,
 }
 
 // SAFETY: the linker handles are used by one thread at a time (`&mut self` for every operation
@@ -62,7 +64,7 @@ impl Linker {
         let backend = *BACKEND.get_or_init(|| {
             chosen = true;
             match nvjitlink_version() {
-                Some(major) if driver_major().is_none_or(|d| d == major) => LinkerBackend::NvJitLink,
+                Some((major, _)) if driver_major().is_none_or(|d| d == major) => LinkerBackend::NvJitLink,
                 _ => LinkerBackend::Driver,
             }
         });
@@ -107,6 +109,9 @@ impl Linker {
             ));
         }
         let lto_input = inputs.iter().any(|i| i.code_type() == CodeType::Ltoir);
+        if options.numba_debug.is_some() {
+            ignored_option("numba_debug is not supported by any linking backend; it is ignored");
+        }
         if backend == LinkerBackend::Driver {
             if let Some(why) = options.needs_nvjitlink().or(lto_input.then_some("LTO-IR input")) {
                 return Err(CudaError::InvalidArgument(format!(
@@ -114,7 +119,17 @@ impl Linker {
                      nvidia-nvjitlink`, of the driver's major version, 12.3 or newer)"
                 )));
             }
+            for option in options.driver_ignores() {
+                ignored_option(&format!(
+                    "LinkerOptions.{option} is deprecated in the driver API and ignored by the driver's linker"
+                ));
+            }
+        } else if options.incremental == Some(true) {
+            require_nvjitlink((13, 2), "incremental linking")?;
         }
+        let native_input = inputs
+            .iter()
+            .any(|i| matches!(i.code_type(), CodeType::Ptx | CodeType::Cubin));
         let handle = match backend {
             LinkerBackend::NvJitLink => {
                 let flags = options.nvjitlink_flags()?;
@@ -144,11 +159,22 @@ impl Linker {
             name,
             info_log: String::new(),
             error_log: String::new(),
+            native_input,
         };
         for (input, (c_name, c_path)) in inputs.iter().zip(c_strings) {
             linker.add(input, c_name, c_path)?;
         }
         Ok(linker)
+    }
+
+    /// The nvJitLink handle or the driver's link state (`cuda.core`'s `Linker.handle`), valid
+    /// while this linker lives. Raw code may read logs or results through it; it must not
+    /// destroy it, nor use it while a method of this linker runs on another thread.
+    pub fn handle(&self) -> LinkerHandle {
+        match &self.handle {
+            Handle::NvJitLink(h) => LinkerHandle::NvJitLink(*h),
+            Handle::Driver { state, .. } => LinkerHandle::Driver(*state),
+        }
     }
 
     /// Which backend this linker uses.
@@ -231,22 +257,12 @@ impl Linker {
         }
     }
 
-    /// Links everything added into `target` (`Cubin`, or `Ptx` with `ptx` and LTO options).
+    /// Links everything added into `target`: `Cubin`; `Ptx` with the `ptx` and LTO options;
+    /// `Ltoir` (nvJitLink 13.3+) with LTO and LTO-IR inputs only, to link again later (with
+    /// `incremental`, references may stay unresolved until then).
     pub fn link(&mut self, target: CodeType) -> Result<ObjectCode> {
         span!("link", backend = self.backend().as_str(), target = %target);
-        match (target, self.options.ptx == Some(true)) {
-            (CodeType::Cubin, false) | (CodeType::Ptx, true) => {}
-            (CodeType::Ptx, false) => {
-                return Err(CudaError::InvalidArgument(
-                    "Linker: PTX output needs LinkerOptions.ptx (and LTO)".into(),
-                ))
-            }
-            _ => {
-                return Err(CudaError::InvalidArgument(format!(
-                    "Linker: cannot link to {target}; the targets are cubin, and ptx with the ptx option"
-                )))
-            }
-        }
+        self.check_target(target)?;
         let result = match &mut self.handle {
             Handle::NvJitLink(h) => {
                 let h = *h;
@@ -257,7 +273,13 @@ impl Linker {
                         Ok(()) => {
                             let mut size = 0usize;
                             let mut out;
-                            if target == CodeType::Ptx {
+                            if target == CodeType::Ltoir {
+                                nvjitlink::nvJitLinkGetLinkedLTOIRSize(h, &mut size)
+                                    .check("nvJitLinkGetLinkedLTOIRSize")?;
+                                out = vec![0u8; size];
+                                nvjitlink::nvJitLinkGetLinkedLTOIR(h, out.as_mut_ptr().cast())
+                                    .check("nvJitLinkGetLinkedLTOIR")?;
+                            } else if target == CodeType::Ptx {
                                 nvjitlink::nvJitLinkGetLinkedPtxSize(h, &mut size)
                                     .check("nvJitLinkGetLinkedPtxSize")?;
                                 out = vec![0u8; size];
@@ -297,6 +319,38 @@ impl Linker {
                 status,
                 log: self.error_log.clone(),
             }),
+        }
+    }
+
+    /// Refuses a target this linker cannot produce, with `cuda.core`'s reasons.
+    fn check_target(&self, target: CodeType) -> Result<()> {
+        let bad = |m: String| Err(CudaError::InvalidArgument(format!("Linker: {m}")));
+        let lto = self.options.link_time_optimization == Some(true);
+        match target {
+            CodeType::Cubin if self.options.ptx != Some(true) => Ok(()),
+            CodeType::Cubin => bad("the ptx option makes PTX: link to ptx, not cubin".into()),
+            CodeType::Ptx if self.options.incremental == Some(true) => {
+                bad("PTX output is not supported for incremental linking".into())
+            }
+            CodeType::Ptx if self.options.ptx == Some(true) => Ok(()),
+            CodeType::Ptx => bad("PTX output needs LinkerOptions.ptx (and LTO)".into()),
+            CodeType::Ltoir => {
+                if self.backend() != LinkerBackend::NvJitLink {
+                    return bad(
+                        "LTOIR output needs nvJitLink 13.3 or newer; the driver's linker cannot make it".into(),
+                    );
+                }
+                if !lto {
+                    return bad("LTOIR output requires link_time_optimization=True".into());
+                }
+                if self.native_input {
+                    return bad("LTOIR output is not supported with \"ptx\" or \"cubin\" inputs".into());
+                }
+                require_nvjitlink((13, 3), "LTOIR output")
+            }
+            _ => bad(format!(
+                "cannot link to {target}; the targets are cubin, ptx (with the ptx option) and ltoir (with LTO)"
+            )),
         }
     }
 
@@ -375,14 +429,34 @@ fn input_c_strings(input: &ObjectCode) -> Result<(CString, CString)> {
     Ok((name, path))
 }
 
-/// The major version of the nvJitLink that loads, if it has the unversioned API (12.3+).
-fn nvjitlink_version() -> Option<u32> {
+/// The version (major, minor) of the nvJitLink that loads, if it has the unversioned API (12.3+).
+fn nvjitlink_version() -> Option<(u32, u32)> {
     let (mut major, mut minor) = (0u32, 0u32);
     // SAFETY: out-pointers to locals.
     unsafe { nvjitlink::nvJitLinkVersion(&mut major, &mut minor) }
         .result()
         .ok()?;
-    Some(major)
+    Some((major, minor))
+}
+
+/// An error naming `what` unless the nvJitLink that loads is `required` or newer (`cuda.core`'s
+/// "requires nvJitLink X.Y or newer; found A.B").
+fn require_nvjitlink(required: (u32, u32), what: &str) -> Result<()> {
+    match nvjitlink_version() {
+        Some(found) if found >= required => Ok(()),
+        found => Err(CudaError::InvalidArgument(format!(
+            "Linker: {what} requires nvJitLink {}.{} or newer; found {}",
+            required.0,
+            required.1,
+            found.map_or("none".to_string(), |(major, minor)| format!("{major}.{minor}"))
+        ))),
+    }
+}
+
+/// An option given that is ignored (`cuda.core`'s `DeprecationWarning`): reported, not refused.
+fn ignored_option(message: &str) {
+    event!(warn, "{message}");
+    let _ = message;
 }
 
 fn driver_major() -> Option<u32> {

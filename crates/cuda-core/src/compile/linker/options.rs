@@ -34,6 +34,13 @@ pub struct LinkerOptions {
     pub split_compile: Option<u32>,
     pub split_compile_extended: Option<u32>,
     pub no_cache: Option<bool>,
+    /// Incremental (relocatable) linking, nvJitLink's `-r` (nvJitLink 13.2+): the result may
+    /// keep unresolved device references for a later link, as a cubin or (with
+    /// `link_time_optimization`, nvJitLink 13.3+) as LTO-IR to link again.
+    pub incremental: Option<bool>,
+    /// Accepted for `cuda.core` compatibility and ignored with a warning (when set at all):
+    /// no linking backend has a Numba debug option.
+    pub numba_debug: Option<bool>,
 }
 
 impl LinkerOptions {
@@ -109,6 +116,9 @@ impl LinkerOptions {
         if self.no_cache == Some(true) {
             f.push("-no-cache".into());
         }
+        if self.incremental == Some(true) {
+            f.push("-r".into());
+        }
         Ok(f)
     }
 
@@ -139,9 +149,15 @@ impl LinkerOptions {
         if self.max_register_count == Some(0) {
             return bad("max_register_count must be at least 1".into());
         }
+        if self.incremental == Some(true) && self.ptx == Some(true) {
+            return bad("incremental and ptx output options cannot be used together".into());
+        }
         Ok(())
     }
 
+    /// The first option set that the driver's linker cannot do (`cuda.core` raises
+    /// `ValueError` for these on the driver path; LTO is refused as well, the driver's LTO being
+    /// deprecated and gone from current drivers).
     pub(super) fn needs_nvjitlink(&self) -> Option<&'static str> {
         if self.link_time_optimization == Some(true) {
             Some("link_time_optimization")
@@ -153,24 +169,52 @@ impl LinkerOptions {
             Some("ptxas_options")
         } else if self.split_compile.is_some() || self.split_compile_extended.is_some() {
             Some("split_compile")
-        } else if self.ftz.is_some() || self.prec_div.is_some() || self.prec_sqrt.is_some() || self.fma.is_some() {
-            Some("ftz, prec_div, prec_sqrt and fma")
-        } else if !self.kernels_used.is_empty()
-            || !self.variables_used.is_empty()
-            || self.optimize_unused_variables.is_some()
-        {
-            Some("kernels_used, variables_used and optimize_unused_variables")
+        } else if self.incremental == Some(true) {
+            Some("incremental")
         } else {
             None
         }
+    }
+
+    /// The options set that the driver's linker ignores (`cuda.core` warns with a
+    /// `DeprecationWarning` on the driver path and goes on without them), each with what is
+    /// said about it.
+    pub(super) fn driver_ignores(&self) -> Vec<&'static str> {
+        let mut ignored = Vec::new();
+        for (set, name) in [
+            (self.ftz.is_some(), "ftz"),
+            (self.prec_div.is_some(), "prec_div"),
+            (self.prec_sqrt.is_some(), "prec_sqrt"),
+            (self.fma.is_some(), "fma"),
+            (!self.kernels_used.is_empty(), "kernels_used"),
+            (!self.variables_used.is_empty(), "variables_used"),
+            (self.optimize_unused_variables.is_some(), "optimize_unused_variables"),
+        ] {
+            if set {
+                ignored.push(name);
+            }
+        }
+        ignored
     }
 }
 
 /// Which linker does the work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkerBackend {
+    /// nvJitLink (12.3 or newer, of the driver's major version).
     NvJitLink,
+    /// The driver's `cuLink*` (no LTO, fewer options).
     Driver,
+}
+
+/// The handle of a [`Linker`](super::Linker) (`cuda.core`'s `Linker.handle`), by backend. It is
+/// valid while the linker lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkerHandle {
+    /// An `nvJitLinkHandle`.
+    NvJitLink(cuda_sys::nvjitlink::nvJitLinkHandle),
+    /// A `CUlinkState`.
+    Driver(cuda_sys::driver::CUlinkState),
 }
 
 impl LinkerBackend {
@@ -199,6 +243,95 @@ mod tests {
         let flags = options.nvjitlink_flags().unwrap();
         for want in ["-arch=sm_80", "-g", "-ftz=true", "-maxrregcount=32"] {
             assert!(flags.iter().any(|f| f == want), "{want} missing from {flags:?}");
+        }
+    }
+
+    #[test]
+    fn incremental_is_dash_r_and_refused_with_ptx_output() {
+        let mut options = LinkerOptions {
+            arch: Some("sm_90".into()),
+            incremental: Some(true),
+            ..Default::default()
+        };
+        assert_eq!(
+            options.nvjitlink_flags().unwrap().iter().filter(|f| *f == "-r").count(),
+            1
+        );
+        options.incremental = Some(false);
+        assert!(!options.nvjitlink_flags().unwrap().iter().any(|f| f == "-r"));
+        options.incremental = None;
+        assert!(!options.nvjitlink_flags().unwrap().iter().any(|f| f == "-r"));
+        let both = LinkerOptions {
+            incremental: Some(true),
+            link_time_optimization: Some(true),
+            ptx: Some(true),
+            ..options
+        };
+        let err = both.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("incremental and ptx output options cannot be used together"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn numba_debug_reaches_no_backend() {
+        let options = LinkerOptions {
+            arch: Some("sm_80".into()),
+            debug: Some(true),
+            numba_debug: Some(true),
+            ..Default::default()
+        };
+        assert_eq!(options.nvjitlink_flags().unwrap(), ["-arch=sm_80", "-g"]);
+        assert_eq!(options.needs_nvjitlink(), None);
+        assert!(options.driver_ignores().is_empty());
+    }
+
+    #[test]
+    fn the_driver_path_ignores_what_cuda_core_deprecates_and_refuses_the_rest() {
+        let deprecated = LinkerOptions {
+            ftz: Some(true),
+            fma: Some(false),
+            kernels_used: vec!["k".into()],
+            optimize_unused_variables: Some(true),
+            ..Default::default()
+        };
+        assert_eq!(deprecated.needs_nvjitlink(), None);
+        assert_eq!(
+            deprecated.driver_ignores(),
+            ["ftz", "fma", "kernels_used", "optimize_unused_variables"]
+        );
+        for (options, name) in [
+            (
+                LinkerOptions {
+                    time: Some(true),
+                    ..Default::default()
+                },
+                "time",
+            ),
+            (
+                LinkerOptions {
+                    ptxas_options: vec!["-v".into()],
+                    ..Default::default()
+                },
+                "ptxas_options",
+            ),
+            (
+                LinkerOptions {
+                    split_compile: Some(0),
+                    ..Default::default()
+                },
+                "split_compile",
+            ),
+            (
+                LinkerOptions {
+                    incremental: Some(true),
+                    ..Default::default()
+                },
+                "incremental",
+            ),
+        ] {
+            assert_eq!(options.needs_nvjitlink(), Some(name));
         }
     }
 

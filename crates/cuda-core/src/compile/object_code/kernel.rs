@@ -2,7 +2,7 @@
 
 use super::ObjectCode;
 use crate::error::Check;
-use crate::Result;
+use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::fmt;
 
@@ -31,6 +31,63 @@ pub struct ParamInfo {
 }
 
 impl Kernel {
+    /// A kernel from a `CUkernel` made elsewhere (`cuda.core`'s `Kernel.from_handle`), such as
+    /// by raw `cuLibraryGetKernel` calls or another library.
+    ///
+    /// With `code`, the kernel must belong to that code's library, which the kernel then keeps
+    /// loaded: when the code is loaded already and the driver can say which library the kernel
+    /// belongs to (`cuKernelGetLibrary`, CUDA 12.5+), a kernel of another library is refused.
+    /// Without it, the kernel gets a placeholder [`ObjectCode`] with no code, holding the
+    /// library the driver names (if it does) without keeping it loaded: that library's owner
+    /// keeps it loaded, as the safety contract says.
+    ///
+    /// # Safety
+    ///
+    /// `handle` is a live `CUkernel`, and its library stays loaded for as long as the returned
+    /// kernel, its clones and anything they are handed to (typed kernels, launches still on the
+    /// GPU, graphs) are in use. Passing the `ObjectCode` the kernel was taken from meets this
+    /// (the kernel keeps it alive); otherwise the caller keeps the library loaded.
+    pub unsafe fn from_handle(handle: driver::CUkernel, code: Option<&ObjectCode>) -> Result<Kernel> {
+        if handle.is_null() {
+            return Err(CudaError::InvalidArgument(
+                "Kernel::from_handle: the CUkernel is null".into(),
+            ));
+        }
+        let mut library: driver::CUlibrary = std::ptr::null_mut();
+        // SAFETY: by the caller's contract the kernel is live; out-pointer to a local. A driver
+        // older than 12.5 (or a kernel not from a library) answers with an error, which only
+        // means the library is not known.
+        let named = unsafe { driver::cuKernelGetLibrary(&mut library, handle) }
+            .result()
+            .ok()
+            .filter(|_| !library.is_null())
+            .map(|_| library);
+        let code = match code {
+            Some(code) => {
+                if let (Some(named), Some(loaded)) = (named, code.loaded_library()) {
+                    if named != loaded {
+                        return Err(CudaError::InvalidArgument(format!(
+                            "Kernel::from_handle: the kernel belongs to library {named:p}, not to ObjectCode {:?} (library {loaded:p})",
+                            code.name()
+                        )));
+                    }
+                }
+                code.clone()
+            }
+            None => ObjectCode::foreign(named),
+        };
+        let mut name: *const std::ffi::c_char = std::ptr::null();
+        // SAFETY: the kernel is live; the driver returns a NUL-terminated string it owns (or an
+        // error on drivers without cuKernelGetName), copied out at once.
+        let name = if unsafe { driver::cuKernelGetName(&mut name, handle) }.result().is_ok() && !name.is_null() {
+            // SAFETY: a non-null name from cuKernelGetName is a NUL-terminated C string.
+            unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned()
+        } else {
+            String::new()
+        };
+        Ok(Kernel { handle, name, code })
+    }
+
     /// The `CUkernel`.
     pub fn handle(&self) -> driver::CUkernel {
         self.handle
@@ -100,3 +157,10 @@ impl PartialEq for Kernel {
 }
 
 impl Eq for Kernel {}
+
+/// By handle, as `cuda.core` hashes kernels (consistent with `==`).
+impl std::hash::Hash for Kernel {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(self.handle, state);
+    }
+}

@@ -1,5 +1,6 @@
 //! `ObjectCode` (compiled or linked code, in memory or in a file) and the `Kernel`s in it.
 
+mod attributes;
 mod image;
 mod kernel;
 #[cfg(test)]
@@ -94,19 +95,27 @@ struct Inner {
     symbol_mapping: HashMap<String, String>,
     /// The `CUlibrary` made on the first `get_kernel`.
     library: Mutex<Option<LibraryHandle>>,
+    /// Made by [`Kernel::from_handle`] for a kernel of a library this crate did not load: no
+    /// code, and a library (if the driver named it) that is not this crate's to unload.
+    foreign: bool,
 }
 
-/// A loaded `CUlibrary`, unloaded on drop.
-struct LibraryHandle(driver::CUlibrary);
+/// A `CUlibrary`: loaded by this crate and unloaded on drop (`owned`), or a foreign library
+/// borrowed by a placeholder [`ObjectCode`] of [`Kernel::from_handle`].
+struct LibraryHandle(driver::CUlibrary, bool);
 
 // SAFETY: a CUlibrary is a process-wide driver handle, usable from any thread.
 unsafe impl Send for LibraryHandle {}
 
 impl Drop for LibraryHandle {
     fn drop(&mut self) {
+        if !self.1 {
+            // Borrowed (Kernel::from_handle): its owner unloads it.
+            return;
+        }
         if crate::reaper::in_callback() {
             // On a driver thread: unloaded on the release thread instead.
-            crate::reaper::drop_later(Box::new(LibraryHandle(self.0)));
+            crate::reaper::drop_later(Box::new(LibraryHandle(self.0, self.1)));
             return;
         }
         // SAFETY: the handle came from cuLibraryLoad* and is unloaded exactly once, here; kernels
@@ -170,7 +179,59 @@ impl ObjectCode {
                 name: name.to_string(),
                 symbol_mapping,
                 library: Mutex::new(None),
+                foreign: false,
             }),
+        })
+    }
+
+    /// The placeholder code of a kernel made by [`Kernel::from_handle`] without its
+    /// `ObjectCode`: no code, and `library` (what `cuKernelGetLibrary` said, if anything)
+    /// borrowed, never unloaded.
+    pub(crate) fn foreign(library: Option<driver::CUlibrary>) -> ObjectCode {
+        ObjectCode {
+            inner: Arc::new(Inner {
+                code: Code::Bytes(Vec::new()),
+                code_type: CodeType::Cubin,
+                name: String::new(),
+                symbol_mapping: HashMap::new(),
+                library: Mutex::new(library.map(|l| LibraryHandle(l, false))),
+                foreign: true,
+            }),
+        }
+    }
+
+    /// The library of this code if it is loaded (without loading it).
+    pub(crate) fn loaded_library(&self) -> Option<driver::CUlibrary> {
+        let slot = self.inner.library.lock().unwrap_or_else(|p| p.into_inner());
+        slot.as_ref().map(|l| l.0)
+    }
+
+    /// The `CUlibrary` (`cuda.core`'s `ObjectCode.handle`): the code is loaded now if it was not
+    /// yet (as by [`get_kernel`](Self::get_kernel)). It stays valid while this `ObjectCode`, a
+    /// clone of it, or any of its kernels, modules or graphs that use them lives.
+    pub fn handle(&self) -> Result<driver::CUlibrary> {
+        self.library()
+    }
+
+    /// The `CUmodule` of this code's library in the calling thread's current context
+    /// (`cuLibraryGetModule`, `cuda.core` 1.1.1's `ObjectCode.get_module`), for raw code that
+    /// takes modules. The code is loaded now if it was not yet. The result keeps the library
+    /// loaded and the context alive for as long as it lives.
+    pub fn get_module(&self) -> Result<LibraryModule> {
+        let context = crate::device::Context::current()?.ok_or_else(|| {
+            CudaError::InvalidArgument(
+                "ObjectCode::get_module: a module belongs to a context, and no context is current on this thread; make a device current first (Device::set_current)".into(),
+            )
+        })?;
+        let library = self.library()?;
+        let mut module: driver::CUmodule = std::ptr::null_mut();
+        // SAFETY: the library is live (kept by `self`); the context is current on this thread
+        // and kept alive by `context`; out-pointer to a local.
+        unsafe { driver::cuLibraryGetModule(&mut module, library) }.check("cuLibraryGetModule")?;
+        Ok(LibraryModule {
+            handle: module,
+            _context: context,
+            code: self.clone(),
         })
     }
 
@@ -292,6 +353,13 @@ impl ObjectCode {
     }
 
     fn library(&self) -> Result<driver::CUlibrary> {
+        if self.inner.foreign {
+            return self.loaded_library().ok_or_else(|| {
+                CudaError::InvalidArgument(
+                    "ObjectCode: this placeholder of a kernel made by Kernel::from_handle has no code, and the driver did not say which library the kernel belongs to; pass the kernel's ObjectCode to Kernel::from_handle".into(),
+                )
+            });
+        }
         let code_type = self.inner.code_type;
         if !code_type.is_loadable() {
             return Err(CudaError::InvalidArgument(format!(
@@ -344,8 +412,59 @@ impl ObjectCode {
             )
             .check("cuLibraryLoadData")?;
         }
-        *slot = Some(LibraryHandle(library));
+        *slot = Some(LibraryHandle(library, true));
         Ok(library)
+    }
+}
+
+/// Two `ObjectCode`s are equal when they are the same code (one is a clone of the other), as
+/// in `cuda.core`, where they are equal when they share their library: code made twice from the
+/// same bytes is loaded twice, into two libraries, and is not equal.
+impl PartialEq for ObjectCode {
+    fn eq(&self, other: &ObjectCode) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl Eq for ObjectCode {}
+
+impl std::hash::Hash for ObjectCode {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(Arc::as_ptr(&self.inner), state);
+    }
+}
+
+/// The module of an [`ObjectCode`]'s library in one context ([`ObjectCode::get_module`]). It
+/// keeps the library loaded and the context alive, so [`handle`](Self::handle) stays valid
+/// while it lives.
+#[derive(Clone)]
+pub struct LibraryModule {
+    handle: driver::CUmodule,
+    _context: crate::device::Context,
+    code: ObjectCode,
+}
+
+// SAFETY: a CUmodule is a process-wide driver handle usable from any thread; the struct only
+// hands out its value. Context and ObjectCode are Send + Sync.
+unsafe impl Send for LibraryModule {}
+// SAFETY: as above; &LibraryModule exposes only reads.
+unsafe impl Sync for LibraryModule {}
+
+impl LibraryModule {
+    /// The `CUmodule`, valid while this value (or a clone) lives.
+    pub fn handle(&self) -> driver::CUmodule {
+        self.handle
+    }
+
+    /// The code whose module this is.
+    pub fn object_code(&self) -> &ObjectCode {
+        &self.code
+    }
+}
+
+impl fmt::Debug for LibraryModule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LibraryModule({:p}, {:?})", self.handle, self.code.name())
     }
 }
 

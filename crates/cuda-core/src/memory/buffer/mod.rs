@@ -657,6 +657,21 @@ impl fmt::Debug for Buffer {
     }
 }
 
+/// By address and size, as `cuda.core` compares and hashes buffers.
+impl PartialEq for Buffer {
+    fn eq(&self, other: &Buffer) -> bool {
+        (self.ptr, self.size) == (other.ptr, other.size)
+    }
+}
+
+impl Eq for Buffer {}
+
+impl std::hash::Hash for Buffer {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.ptr, self.size).hash(state);
+    }
+}
+
 // Every field is `Send + Sync` (device addresses are process-wide; the resource, sites, locks
 // and lazy records are thread-safe; the graph handle is only compared): a buffer is both by
 // construction, and a field that is not fails this assertion instead of being vouched for.
