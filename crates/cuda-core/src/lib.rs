@@ -49,7 +49,9 @@ pub use device::{
     ContextOptions, ContextResource, DeviceResources, PerGroup, SMResource, SMResourceFlags, SMResourceOptions,
     WorkqueueResource, WorkqueueResourceOptions, WorkqueueSharingScope,
 };
-pub use error::{take_drop_errors, CudaError, Result};
+pub use error::{
+    set_warning_handler, take_drop_errors, CudaError, ErrorKind, Result, Warning, WarningCategory, WarningHandler,
+};
 pub use launch::{
     launch, ArgFor, ArgsFor, DeviceRepr, Dim3, KernelArg, KernelArgs, LaunchConfig, MaxPotentialBlockSize, TypedKernel,
 };

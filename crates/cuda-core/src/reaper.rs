@@ -38,7 +38,7 @@ pub(crate) fn in_callback() -> bool {
 #[inline]
 pub(crate) fn refuse_in_callback() -> Result<()> {
     if in_callback() {
-        return Err(CudaError::InvalidArgument(
+        return Err(CudaError::InvalidState(
             "CUDA must not be called from a host function or graph callback (it runs on a driver thread): \
              queue the work from another thread"
                 .into(),
@@ -52,7 +52,7 @@ pub(crate) fn refuse_in_callback() -> Result<()> {
 pub(crate) fn run_as_callback(what: &str, f: impl FnOnce()) {
     let _ = IN_CALLBACK.try_with(|c| c.set(true));
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
-        record_drop_error(CudaError::InvalidArgument(format!("{what} panicked")));
+        record_drop_error(CudaError::InvalidState(format!("{what} panicked")));
     }
     let _ = IN_CALLBACK.try_with(|c| c.set(false));
 }
@@ -119,7 +119,7 @@ fn sender() -> Option<&'static Mutex<mpsc::Sender<Job>>> {
             SENDER.get()
         }
         Err(e) => {
-            record_drop_error(CudaError::InvalidArgument(format!(
+            record_drop_error(CudaError::InvalidState(format!(
                 "cannot start the thread that releases CUDA objects off driver threads: {e}; they are kept instead"
             )));
             None
@@ -203,7 +203,7 @@ fn run(rx: mpsc::Receiver<Job>) {
                 Ok(true) => drop(job),
                 Ok(false) => still.push(job),
                 Err(_) => {
-                    record_drop_error(CudaError::InvalidArgument(
+                    record_drop_error(CudaError::InvalidState(
                         "a deferred release panicked; what it held is kept".into(),
                     ));
                     // What it holds may still be in use: kept, never dropped.
@@ -217,7 +217,7 @@ fn run(rx: mpsc::Receiver<Job>) {
 
 fn drop_here(value: Box<dyn Any + Send>) {
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(value))).is_err() {
-        record_drop_error(CudaError::InvalidArgument(
+        record_drop_error(CudaError::InvalidState(
             "a value released on the release thread panicked in its destructor".into(),
         ));
     }

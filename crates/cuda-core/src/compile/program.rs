@@ -190,11 +190,15 @@ impl Program {
     pub fn compile(&mut self, target: CodeType, name_expressions: &[&str]) -> Result<ObjectCode> {
         span!("compile", program = %self.name(), source = ?self.source_type, target = %target);
         self.check_target(target, name_expressions)?;
-        match self.source_type {
-            SourceType::Cxx => self.compile_nvrtc(target, name_expressions),
-            SourceType::Nvvm => self.compile_nvvm(target),
-            SourceType::Ptx => self.compile_ptx(target),
-        }
+        let code = match self.source_type {
+            SourceType::Cxx => self.compile_nvrtc(target, name_expressions)?,
+            SourceType::Nvvm => self.compile_nvvm(target)?,
+            SourceType::Ptx => self.compile_ptx(target)?,
+        };
+        // cuda.core's RuntimeWarning: PTX the installed driver cannot load.
+        let ptx = (target == CodeType::Ptx).then(|| code.bytes().ok()).flatten();
+        crate::error::warn_if_ptx_too_new(ptx.as_deref().unwrap_or_default());
+        Ok(code)
     }
 
     /// [`compile`](Self::compile) through `cache`: a hit returns the stored bytes (and name

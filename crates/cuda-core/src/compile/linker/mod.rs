@@ -70,12 +70,17 @@ impl Linker {
         });
         // Reported once, after the choice (a subscriber that links must not re-enter it).
         if chosen && backend == LinkerBackend::Driver {
-            event!(
-                info,
-                nvjitlink_major = ?nvjitlink_version(),
-                driver_major = ?driver_major(),
-                "linking falls back to the driver's linker (nvJitLink missing, or of another major version than the driver)"
-            );
+            // cuda.core's RuntimeWarning, once per process.
+            crate::error::warn(crate::Warning::new(
+                crate::WarningCategory::Runtime,
+                format!(
+                    "linking falls back to the driver's linker: nvJitLink is missing, or of another major version \
+                     ({:?}) than the driver ({:?}); install the nvJitLink of the driver's CUDA major version for \
+                     LTO-IR inputs and nvJitLink options",
+                    nvjitlink_version(),
+                    driver_major()
+                ),
+            ));
         }
         backend
     }

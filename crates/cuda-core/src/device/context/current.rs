@@ -366,9 +366,15 @@ impl Context {
             previous
         };
         let restored = Context::restore(id, previous, aside);
-        let value = result?;
-        restored?;
-        Ok(value)
+        match (result, restored) {
+            (Ok(value), Ok(())) => Ok(value),
+            (Ok(_), Err(e)) => Err(e),
+            (Err(e), Ok(())) => Err(e),
+            // Both are kept, as cuda.core adds the restore failure to the exception's notes.
+            (Err(e), Err(restore)) => Err(e.with_note(format!(
+                "making the previous context current again also failed: {restore}"
+            ))),
+        }
     }
 
     /// Makes `previous` current again after [`with_current`](Self::with_current) (whose entry is

@@ -529,7 +529,7 @@ impl Drop for GraphBuilder {
                     // may invalidate this orphaned capture, whose graph never runs.)
                     std::mem::forget(self.graph.take());
                 }
-                if !matches!(e, CudaError::InvalidArgument(_)) {
+                if !matches!(e, CudaError::InvalidArgument(_) | CudaError::InvalidState(_)) {
                     record_drop_error(e);
                 }
             }

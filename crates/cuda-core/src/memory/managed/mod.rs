@@ -99,6 +99,28 @@ enum Backend {
     Unpooled,
 }
 
+/// `cuda.core`'s `UserWarning`, once per process: the current device lacks concurrent managed
+/// access, so the host must not touch managed memory while kernels run.
+fn warn_without_concurrent_access() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let Ok(device) = Device::current() else {
+        return;
+    };
+    if device.properties().concurrent_managed_access().unwrap_or(1) != 0 {
+        return;
+    }
+    crate::error::warn_once(&ONCE, || {
+        crate::Warning::new(
+            crate::WarningCategory::User,
+            format!(
+                "device {} does not support concurrent managed access: the host must not touch managed memory \
+                 while any kernel runs on the device (synchronise first)",
+                device.device_id()
+            ),
+        )
+    });
+}
+
 /// Managed (unified) memory: one address for host and devices, migrated on demand. On CUDA 13
 /// drivers it comes from a stream-ordered managed pool, as in `cuda.core`; see
 /// [`unpooled`](Self::unpooled) for `cuMemAllocManaged`. Drivers refuse some advice on pool
@@ -170,6 +192,7 @@ impl ManagedMemoryResource {
                 MemoryPool::create(&props, None, false)?
             }
         };
+        warn_without_concurrent_access();
         Ok(Arc::new(ManagedMemoryResource {
             backend: Backend::Pool(pool),
             preferred_location: preferred,
@@ -181,6 +204,7 @@ impl ManagedMemoryResource {
     /// deallocation stream. Every driver has it, and every piece of advice applies to it (some
     /// drivers refuse some advice on pool memory).
     pub fn unpooled(preferred_location: Option<MemoryLocation>) -> Arc<ManagedMemoryResource> {
+        warn_without_concurrent_access();
         Arc::new(ManagedMemoryResource {
             backend: Backend::Unpooled,
             preferred_location,

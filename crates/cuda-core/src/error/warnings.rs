@@ -1,0 +1,319 @@
+//! The warnings channel: what `cuda.core` reports with Python's `warnings` module (its
+//! `CUDAWarning` for failed releases, `RuntimeWarning` for a PTX newer than the driver or the
+//! nvJitLink fallback, `UserWarning` for managed memory without concurrent access) goes to a
+//! handler the program installs ([`set_warning_handler`]) and, with the `tracing` feature, out
+//! as a `warn` event. Nothing is polled: each warning is delivered when it happens.
+//!
+//! Warnings come from any thread: the thread that called the operation, the release thread
+//! (drops that waited for the GPU) or a driver thread (a host function's panic). The handler
+//! runs on that thread, must not block for long, and must not call CUDA (on a driver thread such
+//! calls are refused). Its panics are caught. A warning raised while the same thread runs the
+//! handler goes only to `tracing` (no recursion).
+
+use super::CudaError;
+use std::cell::Cell;
+use std::sync::{Arc, RwLock};
+
+/// Which of `cuda.core`'s warning classes a [`Warning`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WarningCategory {
+    /// `CUDAWarning`: releasing a resource in `Drop` failed (the error is attached). Failures
+    /// saying the driver is shutting down (`CUDA_ERROR_DEINITIALIZED`) are never reported.
+    Cuda,
+    /// `RuntimeWarning`: a PTX newer than the driver can load, the nvJitLink fallback to the
+    /// driver's linker.
+    Runtime,
+    /// `UserWarning`: a usage the program should know about, such as managed memory on a device
+    /// without concurrent managed access.
+    User,
+}
+
+impl std::fmt::Display for WarningCategory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WarningCategory::Cuda => "CUDAWarning",
+            WarningCategory::Runtime => "RuntimeWarning",
+            WarningCategory::User => "UserWarning",
+        })
+    }
+}
+
+/// A warning: its category, what it says, and the error behind it when there is one.
+#[derive(Debug, Clone)]
+pub struct Warning {
+    category: WarningCategory,
+    message: String,
+    error: Option<CudaError>,
+}
+
+impl Warning {
+    pub(crate) fn new(category: WarningCategory, message: impl Into<String>) -> Warning {
+        Warning {
+            category,
+            message: message.into(),
+            error: None,
+        }
+    }
+
+    pub(crate) fn with_error(category: WarningCategory, message: impl Into<String>, error: CudaError) -> Warning {
+        Warning {
+            category,
+            message: message.into(),
+            error: Some(error),
+        }
+    }
+
+    /// The warning's class.
+    pub fn category(&self) -> WarningCategory {
+        self.category
+    }
+
+    /// What happened and what to do about it.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The error behind the warning (a failed release's).
+    pub fn error(&self) -> Option<&CudaError> {
+        self.error.as_ref()
+    }
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.category, self.message)
+    }
+}
+
+/// A warning handler, as [`set_warning_handler`] installs it.
+pub type WarningHandler = Arc<dyn Fn(&Warning) + Send + Sync>;
+
+static HANDLER: RwLock<Option<WarningHandler>> = RwLock::new(None);
+
+thread_local! {
+    /// Set while this thread runs the handler.
+    static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Installs `handler` to receive every warning from now on (`None` removes it), returning the
+/// one it replaces. Without a handler, warnings go only to `tracing` (and failed releases are
+/// still kept for [`crate::take_drop_errors`]).
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// let seen = Arc::new(Mutex::new(Vec::new()));
+/// let sink = seen.clone();
+/// let previous = cuda_core::set_warning_handler(Some(Arc::new(move |w: &cuda_core::Warning| {
+///     sink.lock().unwrap().push(w.to_string());
+/// })));
+/// # cuda_core::set_warning_handler(previous);
+/// ```
+pub fn set_warning_handler(handler: Option<WarningHandler>) -> Option<WarningHandler> {
+    let mut slot = HANDLER.write().unwrap_or_else(|p| p.into_inner());
+    std::mem::replace(&mut *slot, handler)
+}
+
+/// Delivers `warning`: a `tracing` event, then the installed handler (outside every lock of
+/// this crate's, its panics caught).
+pub(crate) fn warn(warning: Warning) {
+    // A subscriber's panic must not unwind out of here: callers of drops keep (forget) what
+    // may still be in use after recording.
+    #[cfg(feature = "tracing")]
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        event!(warn, category = %warning.category, "{}", warning.message);
+    }));
+    if IN_HANDLER.try_with(Cell::get).unwrap_or(true) {
+        return;
+    }
+    let handler = HANDLER.read().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Some(handler) = handler {
+        let _ = IN_HANDLER.try_with(|c| c.set(true));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&warning)));
+        let _ = IN_HANDLER.try_with(|c| c.set(false));
+    }
+}
+
+/// Delivers the warning `make` builds the first time `once` is passed here (Python shows such
+/// a warning once per place; the nvJitLink fallback is warned of once per process).
+pub(crate) fn warn_once(once: &'static std::sync::Once, make: impl FnOnce() -> Warning) {
+    let mut warning = None;
+    once.call_once(|| warning = Some(make()));
+    if let Some(w) = warning {
+        warn(w);
+    }
+}
+
+/// The CUDA version `(major, minor)` that introduced PTX ISA `major.minor` (the PTX ISA's
+/// release history; versions after the table are extrapolated from its last rule).
+pub(crate) fn cuda_for_ptx_isa(major: u32, minor: u32) -> (u32, u32) {
+    match (major, minor) {
+        (6, m @ 0..=2) => (9, m),
+        (6, m) => (10, m - 3),
+        (7, m) => (11, m),
+        (8, m @ 0..=5) => (12, m),
+        (8, m) => (12, m + 1),
+        (m, n) if m < 6 => (m + 2, n),
+        (m, n) => (m + 4, n),
+    }
+}
+
+/// The PTX ISA version a PTX text declares (its `.version major.minor` directive).
+pub(crate) fn ptx_isa_version(ptx: &[u8]) -> Option<(u32, u32)> {
+    let text = std::str::from_utf8(ptx.get(..ptx.len().min(1 << 16))?).ok()?;
+    text.lines().find_map(|line| {
+        let rest = line.trim_start().strip_prefix(".version")?;
+        let (major, minor) = rest.trim().split_once('.')?;
+        let minor: String = minor.chars().take_while(char::is_ascii_digit).collect();
+        Some((major.trim().parse().ok()?, minor.parse().ok()?))
+    })
+}
+
+/// Warns (a [`WarningCategory::Runtime`] warning, as `cuda.core`'s `RuntimeWarning`) when `ptx`
+/// needs a newer CUDA than the installed driver's: the driver cannot load it (JIT-compile it),
+/// so the program should compile for a real architecture or for an older PTX ISA.
+pub(crate) fn warn_if_ptx_too_new(ptx: &[u8]) {
+    let Some((major, minor)) = ptx_isa_version(ptx) else {
+        return;
+    };
+    let mut version = 0;
+    // SAFETY: out-pointer to a local.
+    if unsafe { cuda_sys::driver::cuDriverGetVersion(&mut version) }
+        .result()
+        .is_err()
+    {
+        return;
+    }
+    let driver = ((version / 1000) as u32, ((version % 1000) / 10) as u32);
+    if let Some(warning) = ptx_too_new(major, minor, driver) {
+        warn(warning);
+    }
+}
+
+/// The warning for PTX ISA `major.minor` under a driver of CUDA `driver`, if it is too new.
+fn ptx_too_new(major: u32, minor: u32, driver: (u32, u32)) -> Option<Warning> {
+    let needs = cuda_for_ptx_isa(major, minor);
+    (needs > driver).then(|| {
+        Warning::new(
+            WarningCategory::Runtime,
+            format!(
+                "the PTX generated is of ISA version {major}.{minor}, which needs CUDA {}.{}; the installed driver \
+                 supports CUDA {}.{} and cannot load it: update the driver, or compile to a cubin (CodeType::Cubin) \
+                 or for an older PTX ISA",
+                needs.0, needs.1, driver.0, driver.1
+            ),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Tests that install a handler run one at a time (the handler is process-wide).
+    pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn collecting() -> (Arc<Mutex<Vec<Warning>>>, Option<WarningHandler>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let previous = set_warning_handler(Some(Arc::new(move |w: &Warning| {
+            sink.lock().unwrap().push(w.clone());
+        })));
+        (seen, previous)
+    }
+
+    #[test]
+    fn a_drop_error_reaches_the_handler_and_shutdown_errors_do_not() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let (seen, previous) = collecting();
+        let _ = crate::take_drop_errors();
+        let failed = cuda_sys::driver::CUresult::CUDA_ERROR_INVALID_HANDLE
+            .result()
+            .unwrap_err();
+        crate::error::record_drop_error(CudaError::Driver {
+            call: "cuStreamDestroy",
+            source: failed,
+        });
+        let shutdown = cuda_sys::driver::CUresult::CUDA_ERROR_DEINITIALIZED
+            .result()
+            .unwrap_err();
+        crate::error::record_drop_error(CudaError::Driver {
+            call: "cuEventDestroy",
+            source: shutdown,
+        });
+        set_warning_handler(previous);
+        let seen = seen.lock().unwrap();
+        let ours: Vec<_> = seen
+            .iter()
+            .filter(|w| w.message().contains("cuStreamDestroy") || w.message().contains("cuEventDestroy"))
+            .collect();
+        assert_eq!(ours.len(), 1, "{seen:?}");
+        assert_eq!(ours[0].category(), WarningCategory::Cuda);
+        assert_eq!(
+            ours[0].error().and_then(CudaError::driver_status),
+            Some(cuda_sys::driver::CUresult::CUDA_ERROR_INVALID_HANDLE)
+        );
+        assert!(ours[0].to_string().starts_with("CUDAWarning: "), "{}", ours[0]);
+        let kept = crate::take_drop_errors();
+        assert!(kept.iter().any(|e| e.to_string().contains("cuStreamDestroy")));
+        assert!(
+            !kept.iter().any(|e| e.to_string().contains("cuEventDestroy")),
+            "{kept:?}"
+        );
+    }
+
+    #[test]
+    fn a_panicking_handler_and_a_warning_inside_the_handler_are_contained() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let calls = Arc::new(Mutex::new(0));
+        let count = calls.clone();
+        let previous = set_warning_handler(Some(Arc::new(move |_: &Warning| {
+            *count.lock().unwrap() += 1;
+            // A warning raised by the handler is not delivered to it again.
+            warn(Warning::new(WarningCategory::User, "nested"));
+            panic!("handler panics");
+        })));
+        warn(Warning::new(WarningCategory::Runtime, "outer"));
+        warn(Warning::new(WarningCategory::Runtime, "outer again"));
+        set_warning_handler(previous);
+        assert_eq!(*calls.lock().unwrap(), 2);
+    }
+
+    #[test]
+    fn warn_once_warns_once() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        let (seen, previous) = collecting();
+        for _ in 0..3 {
+            warn_once(&ONCE, || Warning::new(WarningCategory::Runtime, "only once, please"));
+        }
+        set_warning_handler(previous);
+        let n = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|w| w.message() == "only once, please")
+            .count();
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn ptx_newer_than_the_driver_is_warned_of() {
+        assert_eq!(ptx_isa_version(b"//\n.version 8.5\n.target sm_90\n"), Some((8, 5)));
+        assert_eq!(ptx_isa_version(b".target sm_90\n"), None);
+        assert_eq!(cuda_for_ptx_isa(7, 8), (11, 8));
+        assert_eq!(cuda_for_ptx_isa(8, 0), (12, 0));
+        assert_eq!(cuda_for_ptx_isa(8, 7), (12, 8));
+        assert_eq!(cuda_for_ptx_isa(9, 0), (13, 0));
+        assert_eq!(cuda_for_ptx_isa(6, 4), (10, 1));
+        let w = ptx_too_new(9, 0, (12, 4)).expect("PTX 9.0 needs CUDA 13.0");
+        assert_eq!(w.category(), WarningCategory::Runtime);
+        assert!(
+            w.message().contains("CUDA 13.0") && w.message().contains("CUDA 12.4"),
+            "{w}"
+        );
+        assert!(ptx_too_new(8, 4, (12, 4)).is_none());
+        assert!(ptx_too_new(8, 0, (13, 0)).is_none());
+    }
+}
