@@ -272,10 +272,20 @@ pub(crate) fn run_bundle(dir: &Path, args: &[String]) -> Result {
     util::run(cmd.args(args))
 }
 
-/// Builds cuda-core's examples in the bundle's profile and returns their paths.
+/// Builds cuda-core's examples in the bundle's profile and returns their paths, with the bridges
+/// (`ndarray`, `cudarc`) on, so that the guide's interop example runs all of its parts.
 fn build_examples() -> Result<Vec<PathBuf>> {
     let artifacts = cargo_artifacts(
-        &["build", "--package", "cuda-core", "--examples", "--profile", PROFILE],
+        &[
+            "build",
+            "--package",
+            "cuda-core",
+            "--examples",
+            "--features",
+            "ndarray,cudarc",
+            "--profile",
+            PROFILE,
+        ],
         "the examples",
     )?;
     Ok(executables(&artifacts, |m| m["target"]["kind"][0] == "example"))

@@ -5,13 +5,31 @@
 //! [`cuda_sys`], which load the CUDA libraries at run time: a program using this crate builds
 //! and starts on machines without CUDA, and reports what is missing as an error.
 //!
-//! What is here: run-time compilation ([`Program`], [`ProgramOptions`], [`Linker`],
-//! [`LinkerOptions`], [`ObjectCode`], [`Kernel`], program caches in memory and on disk), devices,
-//! contexts, streams and events ([`Device`], [`Context`], [`Stream`], [`Event`]), launches
-//! ([`launch`], [`TypedKernel`]), memory resources and buffers ([`MemoryResource`], [`Buffer`],
-//! typed buffers and views ([`TypedBuffer`], [`BufferView`], [`ReadOnlyView`]), pools, pinned,
-//! managed, virtual and graph memory, IPC), CUDA graphs ([`graph`]), [`system`]
-//! (driver and NVML queries) and the [`CudaError`] type.
+//! # Map of the API
+//!
+//! | concern | key items | guide chapter |
+//! | --- | --- | --- |
+//! | devices and contexts | [`Device`] (`set_current`, `create_stream`, `allocate`, `properties`), [`Context`], [`device_count`]; green contexts: [`DeviceResources`], [`SMResource`], [`ContextOptions`] | 1, 7 |
+//! | compiling and loading | [`Program`], [`ProgramOptions`], [`Linker`], [`ObjectCode`], [`Kernel`]; caches [`FileStreamProgramCache`], [`InMemoryProgramCache`] | 1, 9 |
+//! | launching | [`TypedKernel`] (`kernel.typed::<(..)>()?.launch`), [`launch`], [`LaunchConfig`], [`DeviceRepr`] (derive it for `#[repr(C)]` structs) | 1 |
+//! | streams and events | [`Stream`] (`sync`, `wait_event`, `wait`, `record_new`, `launch_host_func`), [`Event`] (`elapsed_time_since`), [`StreamOptions`], [`EventOptions`] | 2 |
+//! | memory | resources [`DeviceMemoryResource`], [`PinnedMemoryResource`], [`ManagedMemoryResource`], [`VirtualMemoryResource`], [`GraphMemoryResource`] (trait [`MemoryResource`]); [`Buffer`], [`TypedBuffer`], views [`BufferView`], [`ReadOnlyView`]; host access (`host_slice_mut`); `Buffer::assume_ordered_on` | 3 |
+//! | graphs | [`Stream::capture_graph`] (capture in one call), [`graph::GraphBuilder`] (step by step, conditionals), [`graph::GraphDefinition`] (explicit), [`graph::Graph`] (launch, `set_kernel_args`, `update`) | 4 |
+//! | async | futures: [`Stream::synchronized`] and [`Event::completed`] ([`Completion`]), `Buffer::to_vec_async` ([`HostCopy`]), `copy_from_vec_async` | 5 |
+//! | interop | [`StridedMemoryView`], [`dlpack`] (`Buffer::to_dlpack`, `from_dlpack`), `ndarray` (feature), [`interop`] (cudarc, feature) | 6 |
+//! | several GPUs and processes | `Device::all`, `Buffer::copy_to_peer`, `enable_peer_access`, pool peer access; IPC: [`ipc`], [`IpcBufferDescriptor`] | 7 |
+//! | errors | [`CudaError`] (`is_out_of_memory`, `is_launch_failure`, `is_compile_error`), [`take_drop_errors`]; `tracing` spans and events (feature, on by default) | 8 |
+//! | the rest of `cuda.core` | [`system`] (driver and NVML queries), [`checkpoint`], [`texture`], [`graphics`] (OpenGL/EGL), TMA ([`TensorMapDescriptor`]) | porting table |
+//!
+//! Chapters (in `docs/guide/`): 1 the first kernel, 2 streams and events, 3 memory, 4 graphs,
+//! 5 async, 6 interop, 7 several GPUs, 8 errors and debugging, 9 performance. Each has an
+//! example program, `examples/guide_*.rs`.
+//!
+//! Two costs to know from the start: a buffer's first use on a stream other than the one it was
+//! allocated on waits for everything queued on that stream so far (`Buffer::assume_ordered_on`
+//! skips it where you ordered the streams yourself), and copies with a borrowed host slice
+//! (`*_blocking`, `copy_from_host`, `to_vec`) block until done, where copies between buffers,
+//! pinned host memory included, are stream-ordered.
 //!
 //! ```no_run
 //! let (major, minor) = cuda_core::system::get_user_mode_driver_version()?;
@@ -84,6 +102,32 @@ pub use stream::{Completion, Event, EventOptions, IpcEventDescriptor, Stream, St
 
 #[cfg(test)]
 mod thread_safety {
+/// The guide's chapters (`docs/guide/`), compiled as doc tests so that every Rust block in them
+/// builds against this crate. Blocks that need a GPU are `no_run` here; the example each
+/// chapter names runs the same code in the GPU bundle (`tests/guide.rs` checks they agree).
+#[cfg(doctest)]
+pub mod guide {
+    #[doc = include_str!("../../../docs/guide/01-first-kernel.md")]
+    pub struct FirstKernel;
+    #[doc = include_str!("../../../docs/guide/02-streams-and-events.md")]
+    pub struct StreamsAndEvents;
+    #[doc = include_str!("../../../docs/guide/03-memory.md")]
+    pub struct Memory;
+    #[doc = include_str!("../../../docs/guide/04-graphs.md")]
+    pub struct Graphs;
+    #[doc = include_str!("../../../docs/guide/05-async.md")]
+    pub struct Async;
+    #[cfg(all(feature = "ndarray", feature = "cudarc"))]
+    #[doc = include_str!("../../../docs/guide/06-interop.md")]
+    pub struct Interop;
+    #[doc = include_str!("../../../docs/guide/07-multi-gpu.md")]
+    pub struct MultiGpu;
+    #[doc = include_str!("../../../docs/guide/08-errors-and-debugging.md")]
+    pub struct ErrorsAndDebugging;
+    #[doc = include_str!("../../../docs/guide/09-performance.md")]
+    pub struct Performance;
+}
+
     //! Which types cross threads: the compile-time half of the soundness table in
     //! `docs/architecture.md` (the types that must not are `compile_fail` doctests on them).
 
