@@ -3,7 +3,8 @@
 //! Names follow `cuda.core` so its documentation maps one to one (see
 //! `docs/porting-from-cuda-python.md`). Everything here is built on the raw bindings of
 //! [`cuda_sys`], which load the CUDA libraries at run time: a program using this crate builds
-//! and starts on machines without CUDA, and reports what is missing as an error.
+//! and starts on machines without CUDA, and reports what is missing as an error. The guide
+//! (`docs/guide/`, chapters named below) teaches it from the first kernel on.
 //!
 //! # Map of the API
 //!
@@ -100,8 +101,6 @@ pub use memory::{
 };
 pub use stream::{Completion, Event, EventOptions, IpcEventDescriptor, Stream, StreamOptions};
 
-#[cfg(test)]
-mod thread_safety {
 /// The guide's chapters (`docs/guide/`), compiled as doc tests so that every Rust block in them
 /// builds against this crate. Blocks that need a GPU are `no_run` here; the example each
 /// chapter names runs the same code in the GPU bundle (`tests/guide.rs` checks they agree).
@@ -128,6 +127,8 @@ pub mod guide {
     pub struct Performance;
 }
 
+#[cfg(test)]
+mod thread_safety {
     //! Which types cross threads: the compile-time half of the soundness table in
     //! `docs/architecture.md` (the types that must not are `compile_fail` doctests on them).
 
