@@ -85,7 +85,8 @@ pub use memory::{BatchCopyOptions, CopyOptions, HostCopy, MemcpyOverlapMode, Mem
 pub use memory::{
     Buffer, BufferView, DeviceMemoryResource, DeviceMemoryResourceOptions, GraphMemoryResource, HostAllocFlags,
     IpcBufferDescriptor, LegacyPinnedMemoryResource, ManagedMemoryResource, MemoryLocation, MemoryResource,
-    PinnedMemoryResource, Pod, Region2D, Region3D, VirtualMemoryResource, VirtualMemoryResourceOptions,
+    PinnedMemoryResource, Pod, Region2D, Region3D, SynchronousMemoryResource, VirtualMemoryResource,
+    VirtualMemoryResourceOptions,
 };
 pub use memory::{
     IpcPoolResource, ManagedMemoryResourceOptions, MemoryPool, MemoryPoolAttributes, PinnedMemoryResourceOptions,

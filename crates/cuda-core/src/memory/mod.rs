@@ -51,7 +51,7 @@ pub use legacy_pinned::{HostAllocFlags, LegacyPinnedMemoryResource};
 pub use managed::{ManagedMemoryResource, ManagedMemoryResourceOptions, MemoryLocation};
 pub use pool::{
     DeviceMemoryResource, DeviceMemoryResourceOptions, MemoryPool, MemoryPoolAttributes, PinnedMemoryKind,
-    PinnedMemoryResource, PinnedMemoryResourceOptions, PortablePinnedMemoryResource,
+    PinnedMemoryResource, PinnedMemoryResourceOptions, PortablePinnedMemoryResource, SynchronousMemoryResource,
 };
 pub use strided::{AsStridedView, DType, Element, StridedMemoryView};
 pub use strided::{

@@ -51,19 +51,30 @@ impl DeviceMemoryResource {
     /// resource for the life of the process. As in `cuda.core`, its release threshold is
     /// raised to `u64::MAX` when it is 0, so that freed memory stays in the pool across
     /// synchronisations.
+    ///
+    /// The pool's calls are made in relaxed capture mode, as `cuda.core` 1.3 makes them: made
+    /// first inside a `Global` or `ThreadLocal` capture (on this thread or another), they would
+    /// otherwise be refused and invalidate that capture; they record nothing into it.
     pub fn default_pool(device: &Device) -> Result<Arc<DeviceMemoryResource>> {
-        let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local.
-        unsafe { driver::cuDeviceGetDefaultMemPool(&mut handle, device.handle()) }
-            .check("cuDeviceGetDefaultMemPool")?;
-        let resource = DeviceMemoryResource::wrap(MemoryPool::borrowed(handle, Some(*device)), device);
-        // As cuda.core does: freed memory stays in the default pool across synchronisations
-        // (the driver's threshold of 0 returns it to the system at every one), unless someone
-        // chose a threshold already.
-        if resource.release_threshold()? == 0 {
-            resource.set_release_threshold(u64::MAX)?;
-        }
-        Ok(Arc::new(resource))
+        crate::stream::relaxed_capture_mode(|| {
+            let mut handle: driver::CUmemoryPool = std::ptr::null_mut();
+            // SAFETY: out-pointer to a local.
+            unsafe { driver::cuDeviceGetDefaultMemPool(&mut handle, device.handle()) }
+                .check("cuDeviceGetDefaultMemPool")?;
+            let resource = DeviceMemoryResource::wrap(MemoryPool::borrowed(handle, Some(*device)), device);
+            // As cuda.core does: freed memory stays in the default pool across synchronisations
+            // (the driver's threshold of 0 returns it to the system at every one), unless
+            // someone chose a threshold already.
+            if resource.release_threshold()? == 0 {
+                resource.set_release_threshold(u64::MAX)?;
+            }
+            Ok(Arc::new(resource))
+        })
+    }
+
+    /// For a device's default resource: where the resource lives (see `process_resource`).
+    pub(super) fn set_process(&self, lives_in: &'static Arc<dyn MemoryResource>) {
+        self.process.get_or_init(|| lives_in);
     }
 
     fn wrap(pool: MemoryPool, device: &Device) -> DeviceMemoryResource {
@@ -268,62 +279,5 @@ unsafe impl MemoryResource for DeviceMemoryResource {
     fn freed_by_mem_free_async(&self, _: crate::memory::sealed::Token) -> Option<Device> {
         // Imported pointers are tracked in the registry of imported pools and freed through it.
         (!self.pool.is_mapped()).then_some(self.device)
-    }
-}
-
-/// A device's default resource, kept for the whole process: as its own type, and as the
-/// resource buffers hold (the same allocation).
-struct DefaultResource {
-    typed: Arc<DeviceMemoryResource>,
-    erased: Arc<dyn MemoryResource>,
-}
-
-impl Device {
-    /// The device's default resource, made on first use and kept in a `static` (never dropped).
-    /// `None` for a device the driver did not count when the table was made.
-    fn default_resource(&self) -> Result<Option<&'static DefaultResource>> {
-        static DEFAULTS: OnceLock<Vec<OnceLock<DefaultResource>>> = OnceLock::new();
-        let slots = DEFAULTS.get_or_init(|| {
-            (0..crate::device_count().unwrap_or(0))
-                .map(|_| OnceLock::new())
-                .collect()
-        });
-        let Some(slot) = slots.get(self.device_id()) else {
-            return Ok(None);
-        };
-        if let Some(d) = slot.get() {
-            return Ok(Some(d));
-        }
-        let typed = DeviceMemoryResource::default_pool(self)?;
-        let stored = slot.get_or_init(|| DefaultResource {
-            erased: typed.clone(),
-            typed,
-        });
-        // The resource in the static (not one a racing thread made and dropped) learns where it
-        // lives: its buffers hold it from there, uncounted.
-        stored.typed.process.get_or_init(|| &stored.erased);
-        Ok(Some(stored))
-    }
-
-    /// The device's default memory resource (its current pool), made once per device.
-    pub fn memory_resource(&self) -> Result<Arc<DeviceMemoryResource>> {
-        match self.default_resource()? {
-            Some(d) => Ok(d.typed.clone()),
-            None => DeviceMemoryResource::default_pool(self),
-        }
-    }
-
-    /// `size` bytes from the default pool, ordered on `stream`.
-    pub fn allocate(&self, size: usize, stream: &Stream) -> Result<Buffer> {
-        match self.default_resource()? {
-            Some(d) => d.typed.allocate(size, stream),
-            None => DeviceMemoryResource::default_pool(self)?.allocate(size, stream),
-        }
-    }
-
-    /// A buffer from the default pool holding a copy of `data`, ordered on `stream`; waits for
-    /// the copy (see [`Buffer::from_slice`]).
-    pub fn allocate_from_slice<T: crate::Pod>(&self, data: &[T], stream: &Stream) -> Result<Buffer> {
-        Buffer::from_slice(self.memory_resource()?, data, stream)
     }
 }

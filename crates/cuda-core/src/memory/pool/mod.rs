@@ -1,13 +1,17 @@
 //! The driver's memory pools (`cuMemAllocFromPoolAsync`): [`MemoryPool`], what every pool
 //! resource shares (attributes, sharing with other processes), and the resources built on one:
 //! [`DeviceMemoryResource`] (`device`), [`PinnedMemoryResource`] (`pinned`), and the managed
-//! pool of [`super::ManagedMemoryResource`].
+//! pool of [`super::ManagedMemoryResource`]. A device's own resource (`defaults`: the chosen one,
+//! its default pool, or on a device without pools the synchronous fallback of `synchronous`).
 
+mod defaults;
 mod device;
 mod pinned;
+mod synchronous;
 
 pub use device::{DeviceMemoryResource, DeviceMemoryResourceOptions};
 pub use pinned::{PinnedMemoryKind, PinnedMemoryResource, PinnedMemoryResourceOptions, PortablePinnedMemoryResource};
+pub use synchronous::SynchronousMemoryResource;
 
 use crate::device::Device;
 use crate::error::{record_drop_error, Check};
