@@ -65,15 +65,11 @@ impl EventData {
 /// frees NVML's event set.
 #[derive(Debug)]
 pub struct DeviceEvents {
-    set: nvml::nvmlEventSet_t,
+    /// Shared with a wait in flight on another thread ([`DeviceEvents::wait_async`]): freed when
+    /// the last holder goes, never under a native wait.
+    pub(super) set: std::sync::Arc<EventSet>,
     registered: EventType,
 }
-
-// SAFETY: an NVML event set may be waited on and freed from any thread; `wait` takes `&mut self`,
-// so one thread at a time waits on it, and `&self` methods touch no NVML state.
-unsafe impl Send for DeviceEvents {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for DeviceEvents {}
 
 impl DeviceEvents {
     /// The event types registered.
@@ -85,10 +81,45 @@ impl DeviceEvents {
     /// `Ok(None)` when none came in time. NVML may return early without an event (on a signal,
     /// say: a success with no event type), which is `Ok(None)` too.
     pub fn wait(&mut self, timeout: Duration) -> Result<Option<EventData>> {
+        self.set.wait(millis(timeout).max(1))
+    }
+}
+
+/// A device's NVML event set: freed when dropped. `lease` is held across every native wait (one
+/// at a time per set: NVML hands an event to whichever thread waits) and keeps an event that an
+/// abandoned [`DeviceEvents::wait_async`] consumed, for the next wait.
+#[derive(Debug)]
+pub(super) struct EventSet {
+    handle: nvml::nvmlEventSet_t,
+    lease: std::sync::Mutex<Option<EventData>>,
+}
+
+// SAFETY: an NVML event set may be waited on and freed from any thread; native waits are
+// serialised by `lease`, and the set is freed only by `Drop`, when no holder is left.
+unsafe impl Send for EventSet {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for EventSet {}
+
+impl EventSet {
+    /// The event an abandoned wait consumed, or one native wait of `ms` milliseconds.
+    pub(super) fn wait(&self, ms: u32) -> Result<Option<EventData>> {
+        let mut pending = self.lease.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = pending.take() {
+            return Ok(Some(e));
+        }
+        self.native_wait(ms)
+    }
+
+    /// Keeps `event` for the next wait (taken under the lease).
+    pub(super) fn park(&self, event: EventData) {
+        *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = Some(event);
+    }
+
+    fn native_wait(&self, ms: u32) -> Result<Option<EventData>> {
         let mut data = nvml::nvmlEventData_t::default();
-        // SAFETY: `self.set` is a live event set (freed only by `Drop`); `data` is a live
+        // SAFETY: `self.handle` is a live event set (freed only by `Drop`); `data` is a live
         // out-structure.
-        let status = unsafe { nvml::nvmlEventSetWait(self.set, &mut data, millis(timeout).max(1)) };
+        let status = unsafe { nvml::nvmlEventSetWait(self.handle, &mut data, ms) };
         if status == nvml::nvmlReturn_enum::NVML_ERROR_TIMEOUT {
             return Ok(None);
         }
@@ -109,10 +140,10 @@ impl DeviceEvents {
     }
 }
 
-impl Drop for DeviceEvents {
+impl Drop for EventSet {
     fn drop(&mut self) {
-        // SAFETY: the set is live and freed once, here.
-        if let Err(e) = unsafe { nvml::nvmlEventSetFree(self.set) }.check("nvmlEventSetFree") {
+        // SAFETY: the set is live and freed once, here, by its last holder.
+        if let Err(e) = unsafe { nvml::nvmlEventSetFree(self.handle) }.check("nvmlEventSetFree") {
             record_drop_error(e);
         }
     }
@@ -149,7 +180,10 @@ impl Device {
         unsafe { nvml::nvmlEventSetCreate(&mut set) }.check("nvmlEventSetCreate")?;
         // Owned from here: dropped (freed) on the error path below.
         let owned = DeviceEvents {
-            set,
+            set: std::sync::Arc::new(EventSet {
+                handle: set,
+                lease: std::sync::Mutex::new(None),
+            }),
             registered: events,
         };
         // SAFETY: `call` passes a live handle; the set is live.

@@ -225,7 +225,8 @@ fn requests(ids: &[(FieldId, u32)]) -> Result<(Vec<nvml::nvmlFieldValue_t>, i32)
 
 impl Device {
     /// Reads fields, each in scope 0 (`get_field_values([id, ...])`). Each reading carries its
-    /// own status; the call fails only as a whole.
+    /// own status; the call fails only as a whole. No fields give no values, without asking
+    /// NVML.
     pub fn get_field_values(&self, ids: &[FieldId]) -> Result<FieldValues> {
         let scoped: Vec<(FieldId, u32)> = ids.iter().map(|&id| (id, 0)).collect();
         self.get_scoped_field_values(&scoped)
@@ -233,6 +234,10 @@ impl Device {
 
     /// Reads fields with a scope each, such as an NVLink (`get_field_values([(id, scope), ...])`).
     pub fn get_scoped_field_values(&self, ids: &[(FieldId, u32)]) -> Result<FieldValues> {
+        if ids.is_empty() {
+            // As cuda.core: no fields, no NVML call (NVML would refuse a count of 0).
+            return Ok(FieldValues(Vec::new()));
+        }
         let (mut values, count) = requests(ids)?;
         // SAFETY: `call` passes a live handle; the array holds `count` requests, as NVML is told.
         self.call("nvmlDeviceGetFieldValues", |h| unsafe {
@@ -243,6 +248,9 @@ impl Device {
 
     /// Clears fields that count (`clear_field_values`), each in its scope.
     pub fn clear_field_values(&self, ids: &[(FieldId, u32)]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
         let (mut values, count) = requests(ids)?;
         // SAFETY: `call` passes a live handle; the array holds `count` requests, as NVML is told.
         self.call("nvmlDeviceClearFieldValues", |h| unsafe {

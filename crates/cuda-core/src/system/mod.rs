@@ -26,6 +26,7 @@
 mod clocks;
 mod common;
 mod device;
+mod event_wait;
 mod events;
 mod fields;
 mod inforom;
@@ -40,6 +41,7 @@ mod types;
 pub use clocks::{ClockInfo, ClockOffsets, DynamicPstatesInfo, PstateUtilization, Utilization};
 pub use common::{initialize, NvmlErrorKind};
 pub use device::{Device, DeviceAttributes, RepairStatus};
+pub use event_wait::EventWait;
 pub use events::{register_events, DeviceEvents, EventData, RegisteredSystemEvents, SystemEvent};
 pub use fields::{FieldId, FieldValue, FieldValues, Value};
 pub use inforom::InforomInfo;

@@ -92,6 +92,36 @@ impl Device {
         }
         Ok(NvlinkInfo { device: *self, link })
     }
+
+    /// How many NVLinks the device has (`get_nvlink_count`; the field
+    /// `NVML_FI_DEV_NVLINK_LINK_COUNT`). NVML's refusal (a device without NVLink, or one that
+    /// does not report the field) is the error.
+    pub fn get_nvlink_count(&self) -> Result<u32> {
+        let values = self.get_field_values(&[super::FieldId::DEV_NVLINK_LINK_COUNT])?;
+        let Some(reading) = values.get(0) else {
+            return Err(CudaError::InvalidState(
+                "nvmlDeviceGetFieldValues returned no reading for NVML_FI_DEV_NVLINK_LINK_COUNT".into(),
+            ));
+        };
+        let count = reading.value()?.as_integer().unwrap_or(-1);
+        u32::try_from(count)
+            .ok()
+            .filter(|&n| n <= NvlinkInfo::MAX_LINKS)
+            .ok_or_else(|| {
+                CudaError::InvalidState(format!(
+                    "NVML reported {count} NVLinks, outside 0..={}",
+                    NvlinkInfo::MAX_LINKS
+                ))
+            })
+    }
+
+    /// The device's NVLinks, one per link counted by [`get_nvlink_count`](Self::get_nvlink_count)
+    /// (`get_nvlinks`).
+    pub fn get_nvlinks(&self) -> Result<Vec<NvlinkInfo>> {
+        (0..self.get_nvlink_count()?)
+            .map(|link| self.get_nvlink(link))
+            .collect()
+    }
 }
 
 /// How closely two devices are connected (`get_topology_common_ancestor`; Linux).

@@ -1,4 +1,5 @@
-//! Copies between views of the same shape and dtype: one copy when both are row-major and
+//! Copies between views of the same shape and dtype (a source broadcast to the destination's
+//! shape first, by NumPy's rules): one copy when both are row-major and
 //! dense, one pitched 2D copy when both are rows of contiguous elements, and otherwise the
 //! strided copy kernel (`kernel`), for views kernels can reach, or a copy staged through dense
 //! copies (`staging`) for borrowed host views.
@@ -210,7 +211,8 @@ fn buffers<'v>(views: [&'v StridedMemoryView<'_>; 2]) -> Vec<&'v Buffer> {
 }
 
 impl StridedMemoryView<'_> {
-    /// Copies this view's elements into `dst` (same shape and dtype), ordered on `stream`
+    /// Copies this view's elements into `dst` (same dtype; same shape, or a shape this view
+    /// broadcasts to by NumPy's rules, such as `(k,) + shape`), ordered on `stream`
     /// (`cuda.core`'s `copy_to`): one copy when both are row-major and dense, one pitched copy
     /// when both are rows of contiguous elements, else the strided copy kernel; a host view of
     /// any other layout is gathered or scattered on the CPU through a dense staging copy. With
@@ -225,12 +227,59 @@ impl StridedMemoryView<'_> {
     }
 }
 
+/// `src` seen with `shape` by NumPy's broadcasting rules (as `cuda.core`'s strided copy takes
+/// a source of shape `S` into a destination of shape `(k,) + S`): dimensions aligned from the
+/// last, every source extent equal to the destination's or 1, the missing leading ones and the
+/// extents of 1 repeated with a zero stride. `None` when `src` already has `shape` or cannot be
+/// broadcast to it (the copy's plan then names both shapes).
+fn broadcast<'v>(src: &'v StridedMemoryView<'_>, shape: &[usize]) -> Result<Option<StridedMemoryView<'v>>> {
+    if src.shape == shape || src.shape.len() > shape.len() {
+        return Ok(None);
+    }
+    let lead = shape.len() - src.shape.len();
+    let own = src.strides_or_row_major()?;
+    let mut strides = vec![0isize; shape.len()];
+    for (k, (&extent, &stride)) in src.shape.iter().zip(&own).enumerate() {
+        let wanted = shape[lead + k];
+        strides[lead + k] = match extent {
+            e if e == wanted => stride,
+            1 => 0,
+            _ => return Ok(None),
+        };
+    }
+    let backing = match &src.backing {
+        Backing::Buffer(b) => Backing::Buffer(b),
+        Backing::Owned(b) => Backing::Buffer(b),
+        Backing::Host(_) => Backing::Host(std::marker::PhantomData),
+        Backing::Raw => Backing::Raw,
+    };
+    let place = super::Place {
+        device_id: src.device_id,
+        device_accessible: src.device_accessible,
+        exact: false,
+    };
+    // Read only (a source), inside the same memory: a zero stride repeats elements in place.
+    StridedMemoryView::make(
+        src.ptr,
+        shape,
+        Some(&strides),
+        src.dtype,
+        true,
+        src.bounds,
+        place,
+        backing,
+    )
+    .map(Some)
+}
+
 pub(super) fn copy(src: &StridedMemoryView<'_>, dst: &StridedMemoryView<'_>, stream: &Stream) -> Result<()> {
     if dst.readonly {
         return Err(CudaError::InvalidArgument(
             "copy into a read-only view: make the destination writable".into(),
         ));
     }
+    let broadcast = broadcast(src, &dst.shape)?;
+    let src = broadcast.as_ref().unwrap_or(src);
     // Views of buffers first, whatever the layout: the kernel's plan refuses memory kernels do
     // not reach without saying why. A copy of no elements reaches nothing.
     if src.size()? != 0 {

@@ -63,6 +63,9 @@ pub struct StridedMemoryView<'a> {
     /// DLPack tensor or array): no re-view with another layout, and no buffer lent.
     exact: bool,
     backing: Backing<'a>,
+    /// What keeps host memory the view owns alive (a host DLPack tensor's producer's object,
+    /// whose deleter runs when the view goes).
+    keep: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for StridedMemoryView<'_> {
@@ -96,10 +99,22 @@ fn check_inside(
     bounds: (u64, u64),
 ) -> Result<Option<Vec<isize>>> {
     let all = strides_or_c(shape, strides)?;
-    let inside = match layout::byte_range(ptr, shape, &all, dtype.itemsize())? {
+    let reach = layout::byte_range(ptr, shape, &all, dtype.itemsize())?;
+    let inside = match reach {
         Some((start, end)) => start >= bounds.0 && end <= bounds.1,
         None => ptr >= bounds.0 && ptr <= bounds.1,
     };
+    if let (false, Some((start, end))) = (inside, reach) {
+        if start >= bounds.0 {
+            // Too large for the memory (cuda.core's words): both sizes named.
+            return Err(CudaError::InvalidArgument(format!(
+                "the memory is too small for the layout (shape {shape:?}, strides {strides:?}, dtype {dtype}). \
+                 Expected at least {} bytes, got {} bytes",
+                end - bounds.0,
+                bounds.1 - bounds.0
+            )));
+        }
+    }
     if !inside {
         return Err(CudaError::InvalidArgument(format!(
             "a view of shape {shape:?}, strides {strides:?} and dtype {dtype} from {ptr:#x} reaches outside the memory it views ({:#x}..{:#x})",
@@ -110,6 +125,14 @@ fn check_inside(
     Ok(strides
         .filter(|s| !layout::is_c_contiguous(shape, s) || s.iter().any(|&x| x < 0))
         .map(<[isize]>::to_vec))
+}
+
+/// The device of the calling thread's current context, if one is current.
+fn current_device_id() -> Option<usize> {
+    crate::device::Context::current()
+        .ok()
+        .flatten()
+        .map(|c| c.device().device_id())
 }
 
 /// Where a view's memory is: its device, whether kernels reach it, and whether its source owns
@@ -166,6 +189,7 @@ impl<'a> StridedMemoryView<'a> {
             bounds,
             exact: place.exact,
             backing,
+            keep: None,
         })
     }
 
@@ -182,6 +206,7 @@ impl<'a> StridedMemoryView<'a> {
             bounds: self.bounds,
             exact: self.exact,
             backing,
+            keep: self.keep,
         }
     }
 
@@ -215,7 +240,9 @@ impl<'a> StridedMemoryView<'a> {
     }
 
     /// A read-only view of host memory (`cuda.core`'s `from_array_interface` for NumPy arrays).
-    /// Host views are copied from synchronously ([`copy_to`](Self::copy_to)).
+    /// Host views are copied from synchronously ([`copy_to`](Self::copy_to)). As in
+    /// `cuda.core`, its [`device_id`](Self::device_id) is the current context's device (`None`
+    /// when no context is current) and it is not device accessible.
     pub fn from_host_slice<T: Element>(
         data: &'a [T],
         shape: &[usize],
@@ -256,6 +283,12 @@ impl<'a> StridedMemoryView<'a> {
         readonly: bool,
     ) -> Result<StridedMemoryView<'a>> {
         let bounds = range(ptr, bytes, "the slice's range")?;
+        // As cuda.core's `from_array_interface`: host memory, reported with the current
+        // context's device (none when no context is current, or no driver is installed).
+        let place = Place {
+            device_id: current_device_id(),
+            ..Place::HOST
+        };
         StridedMemoryView::make(
             ptr,
             shape,
@@ -263,7 +296,7 @@ impl<'a> StridedMemoryView<'a> {
             dtype,
             readonly,
             bounds,
-            Place::HOST,
+            place,
             Backing::Host(PhantomData),
         )
     }
@@ -424,7 +457,9 @@ impl<'a> StridedMemoryView<'a> {
 
 impl StridedMemoryView<'static> {
     /// Takes a DLPack tensor (`cuda.core`'s `from_dlpack`): CUDA device, pinned or managed
-    /// memory, any strides (negative and zero ones included), its byte offset, its dtype and its
+    /// memory, or host memory (`kDLCPU`, as NumPy exports it: a host view, `device_id` `None`,
+    /// not device accessible, copied synchronously like [`from_host_slice`](Self::from_host_slice)'s;
+    /// the streams are not used), any strides (negative and zero ones included), its byte offset, its dtype and its
     /// read-only flag. The view owns the tensor until the work queued through it is done.
     ///
     /// Stream order: with `producer`, `consumer` waits for the work queued on `producer` so far
@@ -441,14 +476,16 @@ impl StridedMemoryView<'static> {
                 .validate()
                 .map_err(|e| CudaError::InvalidArgument(format!("DLPack import: {e}")))?;
             let dev = v.device();
+            // `None`: plain host memory (kDLCPU, as NumPy exports it), which kernels cannot reach.
             let device = match dev.device_type {
-                DLDeviceType::CUDA => Some(Device::new(usize::try_from(dev.device_id).map_err(|_| {
+                DLDeviceType::CUDA => Some(Some(Device::new(usize::try_from(dev.device_id).map_err(|_| {
                     CudaError::InvalidArgument(format!("DLPack import: device id {} is negative", dev.device_id))
-                })?)?),
-                DLDeviceType::CUDAHOST | DLDeviceType::CUDAMANAGED => None,
+                })?)?)),
+                DLDeviceType::CUDAHOST | DLDeviceType::CUDAMANAGED => Some(None),
+                DLDeviceType::CPU => None,
                 other => {
-                    return Err(CudaError::InvalidArgument(format!(
-                        "DLPack import: the tensor lives on device type {} (CUDA, CUDA host and CUDA managed memory can be viewed; take host arrays with from_host_slice)",
+                    return Err(CudaError::InvalidType(format!(
+                        "DLPack import: the tensor lives on device type {} (CPU, CUDA, CUDA host and CUDA managed memory can be viewed)",
                         other.0
                     )))
                 }
@@ -476,6 +513,26 @@ impl StridedMemoryView<'static> {
         };
         let all = strides_or_c(&shape, strides.as_deref())?;
         let bounds = span(ptr, &shape, &all, dtype)?;
+        let Some(device) = device else {
+            // Host memory (cuda.core: device id -1, not device accessible, no stream order): a
+            // host view, copied synchronously only, owning the tensor.
+            let place = Place {
+                exact: !layout::covers_span(&shape, &all),
+                ..Place::HOST
+            };
+            let mut view = StridedMemoryView::make(
+                ptr,
+                &shape,
+                strides.as_deref(),
+                dtype,
+                readonly,
+                bounds,
+                place,
+                Backing::Host(PhantomData),
+            )?;
+            view.keep = Some(Box::new(tensor));
+            return Ok(view);
+        };
         let place = Place {
             device_id: device.map(|d| d.device_id()),
             device_accessible: true,

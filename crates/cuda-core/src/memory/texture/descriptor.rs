@@ -4,7 +4,7 @@ use crate::{CudaError, Result};
 use cuda_sys::driver;
 
 /// What out-of-range coordinates read (`cuda.core`'s `AddressMode`, `CUaddress_mode`). Wrap
-/// and mirror need normalized coordinates.
+/// and mirror apply to normalized coordinates; on unnormalized ones the driver clamps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[repr(u32)]
 pub enum AddressMode {
@@ -113,11 +113,11 @@ impl TextureDescriptor {
         self
     }
 
-    /// The driver's description, checked: the mipmap level values must be finite, and wrap and
-    /// mirror addressing (which the driver supports only on normalized coordinates, reading
-    /// anything else as clamp) need `normalized_coords` unless `linear` (whose textures ignore
-    /// addressing).
-    pub(super) fn to_driver(&self, linear: bool) -> Result<driver::CUDA_TEXTURE_DESC> {
+    /// The driver's description, checked: the mipmap level values must be finite. Wrap and
+    /// mirror addressing on unnormalized coordinates are passed on, as `cuda.core` passes them:
+    /// the driver supports them only on normalized coordinates and clamps otherwise. (`linear`
+    /// resources ignore addressing.)
+    pub(super) fn to_driver(&self, _linear: bool) -> Result<driver::CUDA_TEXTURE_DESC> {
         for (name, v) in [
             ("mipmap_level_bias", self.mipmap_level_bias),
             ("min_mipmap_level_clamp", self.min_mipmap_level_clamp),
@@ -125,17 +125,6 @@ impl TextureDescriptor {
         ] {
             if !v.is_finite() {
                 return Err(CudaError::InvalidArgument(format!("{name} must be finite, got {v}")));
-            }
-        }
-        if !linear && !self.normalized_coords {
-            if let Some(m) = self
-                .address_mode
-                .iter()
-                .find(|m| matches!(m, AddressMode::Wrap | AddressMode::Mirror))
-            {
-                return Err(CudaError::InvalidArgument(format!(
-                    "address mode {m:?} needs normalized coordinates (set normalized_coords), or use Clamp or Border"
-                )));
             }
         }
         let mut flags = 0;

@@ -130,7 +130,7 @@ fn stream_for(resource: &ResourceDescriptor, context: &Context) -> Result<Stream
 impl TextureObject {
     /// A texture of `resource` sampled as `descriptor`, in the current context (`cuda.core`'s
     /// `TextureObject.from_descriptor`; `cuTexObjectCreate`). Checked first: the descriptor
-    /// (finite mipmap values; wrap and mirror only with normalized coordinates), and the
+    /// (finite mipmap values; wrap and mirror on unnormalized coordinates clamp, as in the driver), and the
     /// resource against the context's device (its device; a buffer's alignment to the texture
     /// alignment, a pitch's to the texture pitch alignment).
     pub fn from_descriptor(resource: &ResourceDescriptor, descriptor: &TextureDescriptor) -> Result<TextureObject> {

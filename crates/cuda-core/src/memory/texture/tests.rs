@@ -82,16 +82,16 @@ fn texture_descriptors_become_the_drivers_flags() {
     assert_eq!(d.addressMode, [driver::CUaddress_mode::CU_TR_ADDRESS_MODE_WRAP; 3]);
     assert_eq!(d.filterMode, driver::CUfilter_mode::CU_TR_FILTER_MODE_LINEAR);
     assert_eq!((d.borderColor, d.maxAnisotropy), ([1.0, 2.0, 3.0, 4.0], 4));
-    // Wrap and mirror need normalized coordinates, except on linear resources.
+    // Wrap and mirror on unnormalized coordinates are passed on, as cuda.core passes them (the
+    // driver clamps), on every resource.
     let unnormalized = TextureDescriptor {
-        address_mode: [AddressMode::Clamp, AddressMode::Mirror, AddressMode::Clamp],
+        address_mode: [AddressMode::Wrap, AddressMode::Mirror, AddressMode::Clamp],
         ..Default::default()
     };
-    assert!(unnormalized
-        .to_driver(false)
-        .unwrap_err()
-        .to_string()
-        .contains("normalized coordinates"));
+    let d = unnormalized.to_driver(false).unwrap();
+    assert_eq!(d.flags & driver::CU_TRSF_NORMALIZED_COORDINATES, 0);
+    assert_eq!(d.addressMode[0], driver::CUaddress_mode::CU_TR_ADDRESS_MODE_WRAP);
+    assert_eq!(d.addressMode[1], driver::CUaddress_mode::CU_TR_ADDRESS_MODE_MIRROR);
     assert!(unnormalized.to_driver(true).is_ok());
     let nan = TextureDescriptor {
         mipmap_level_bias: f32::NAN,
