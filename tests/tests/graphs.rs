@@ -127,7 +127,7 @@ fn an_explicit_graph_runs_every_node_type() {
     unsafe { child.launch(&all(), &k.add, (b.handle(), N as u32, 10u32)) }.unwrap();
     let embed = second.embed(&child).unwrap();
     let alloc = embed.allocate(N * 4, &GraphAllocOptions::default()).unwrap();
-    let NodeParams::MemAlloc { dptr, bytesize } = alloc.params().unwrap() else {
+    let NodeParams::MemAlloc { dptr, bytesize, .. } = alloc.params().unwrap() else {
         panic!("an allocation node")
     };
     assert_eq!(bytesize, N * 4);

@@ -9,8 +9,11 @@
 //!   change and remove them.
 //!
 //! Both give a [`Graph`] (executable) through instantiation, which launches, uploads, updates from
-//! a changed definition, and changes single nodes (kernel arguments, memset values, events,
-//! callbacks, enabled or not) without instantiating again.
+//! a changed definition, and changes single nodes (a kernel node's kernel, configuration and
+//! arguments, typed or not; copies, memsets, child graphs, events, callbacks, enabled or not)
+//! without instantiating again. A capture returns the nodes it recorded, in the order its
+//! operations ran ([`crate::Stream::capture_graph_nodes`], [`GraphBuilder::recorded_nodes`]),
+//! and a kernel node names its kernel ([`GraphNode::kernel`], [`GraphNode::config`]).
 //!
 //! **Lifetimes.** Whatever a node uses (kernels' code, buffers copied, filled or passed to
 //! kernels, events, host callbacks, the values of embedded graphs and conditional bodies) is held

@@ -58,6 +58,8 @@ pub unsafe fn launch<A: KernelArgs>(stream: &Stream, config: &LaunchConfig, kern
             // The graph runs the kernel at every launch: it keeps the kernel's code loaded (held
             // once, however many launches of it the capture records).
             capture.hold_shared(kernel.object_code().keeper());
+            // Its kernel nodes name the kernel (read back through `GraphNode::kernel`).
+            capture.note_kernel(kernel.handle() as usize, || std::sync::Arc::new(kernel.clone()));
         }
         // SAFETY: forwarded to the caller; the kernel is live (and held by a capturing graph).
         unsafe { launch_now(stream, config, kernel, &args) }

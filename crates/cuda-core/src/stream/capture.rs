@@ -291,13 +291,32 @@ pub(crate) fn with_capture_asked<T>(
             Some(now) if now.graph == info.graph => {
                 graph.check_live(&reg)?;
                 let mut capture = Capture {
+    /// Notes that the node about to be recorded runs the kernel `handle` (`kernel` makes its
+    /// type-erased `Kernel`, once per kernel and hierarchy): read back from the node's
+    /// parameters.
+    pub(crate) fn note_kernel(&mut self, handle: usize, kernel: impl FnOnce() -> Arc<dyn Any + Send + Sync>) {
+        self.reg.note_kernel(handle, kernel);
+    }
+
                     graph: &graph,
                     reg: &mut reg,
                     dependencies: now.dependencies,
                 };
-                return op(Some(&mut capture));
+                let result = op(Some(&mut capture));
+                if result.is_ok() {
+                    // The nodes the operation recorded (for `GraphBuilder::recorded_nodes`): the
+                    // capture's new dependencies. (Asked after `op`, which may hold the capture
+                    // state exclusively while it runs.)
+                    if let Ok(Some(after)) = capture_info(stream) {
+                        if after.graph == info.graph {
+                            reg.note_recorded(info.graph, &before, &after.dependencies);
+                        }
+                    }
+                }
+                return result;
             }
             _ => continue,
         }
     }
 }
+                let before = now.dependencies.clone();

@@ -96,6 +96,22 @@ pub(crate) struct Registry {
     /// graph it recorded into (see [`GraphInner::capture_invalidated`]), so the hierarchy is
     /// refused from then on.
     pub(crate) broken: bool,
+    /// The kernels the hierarchy's kernel nodes were given (a `Kernel` each, type-erased: this
+    /// layer does not name compiled code), by `CUkernel`: what a kernel node's parameters name
+    /// is read back from here. Held as long as the hierarchy (as the kernels' code is).
+    pub(crate) kernels: HashMap<usize, Arc<dyn Any + Send + Sync>>,
+    /// The nodes captures recorded, in the order the operations recording them ran, with the
+    /// graph of the hierarchy each was recorded into (see `capture::with_capture_asked`).
+    pub(crate) recorded: Vec<(usize, NodeRef)>,
+    /// Every node a capture into the hierarchy was seen to depend on or record (so a node that
+    /// a wait brings into a stream's dependencies is not taken for a new one).
+    pub(crate) recorded_seen: HashSet<usize>,
+    /// The data pointers of the host callbacks the hierarchy holds (each a boxed callback of
+    /// `crate::graph`, held as long as the hierarchy): a host node whose data is one of these
+    /// can be read back.
+    pub(crate) host_data: HashSet<usize>,
+    /// How often each child-graph node was given another graph (absent: never).
+    child_gens: HashMap<usize, u64>,
 }
 
 impl Registry {
@@ -152,9 +168,55 @@ impl Registry {
         }
     }
 
+    /// Notes that kernel nodes of the hierarchy run the kernel `handle` (`kernel`, made only
+    /// when it is not noted yet).
+    pub(crate) fn note_kernel(&mut self, handle: usize, kernel: impl FnOnce() -> Arc<dyn Any + Send + Sync>) {
+        self.kernels.entry(handle).or_insert_with(kernel);
+    }
+
+    /// How often child-graph node `node` was given another graph.
+    pub(crate) fn child_gen(&self, node: driver::CUgraphNode) -> u64 {
+        self.child_gens.get(&(node as usize)).copied().unwrap_or(0)
+    }
+
+    /// Notes that child-graph node `node` was given another graph: graphs read from it before
+    /// are refused from now on.
+    pub(crate) fn child_replaced(&mut self, node: driver::CUgraphNode) {
+        *self.child_gens.entry(node as usize).or_insert(0) += 1;
+    }
+
+    /// Notes that the hierarchy holds the host callback data `data` points to.
+    pub(crate) fn note_host_data(&mut self, data: usize) {
+        self.host_data.insert(data);
+    }
+
+    /// Notes the nodes an operation recorded into `graph`: those of `after` (the capture's
+    /// dependencies once it ran) that are neither in `before` (its dependencies before) nor seen
+    /// earlier.
+    pub(crate) fn note_recorded(
+        &mut self,
+        graph: driver::CUgraph,
+        before: &[driver::CUgraphNode],
+        after: &[driver::CUgraphNode],
+    ) {
+        for b in before {
+            self.recorded_seen.insert(*b as usize);
+        }
+        for a in after {
+            if self.recorded_seen.insert(*a as usize) {
+                let node = self.register(*a);
+                self.recorded.push((graph as usize, node));
+            }
+        }
+    }
+
     /// What another hierarchy brings along when its graph is copied into this one.
     pub(crate) fn absorb(&mut self, other: &Registry) {
         self.held.absorb(&other.held);
+        for (k, v) in &other.kernels {
+            self.kernels.entry(*k).or_insert_with(|| v.clone());
+        }
+        self.host_data.extend(other.host_data.iter().copied());
         self.has_graph_memory |= other.has_graph_memory;
         for f in &other.ready {
             self.note_ready(f);
@@ -175,6 +237,9 @@ pub(crate) struct GraphInner {
     /// driver destroyed the graph it recorded into: the root is never destroyed here (a second
     /// destroy of it, or of that body with it, would follow), only kept (leaked).
     keep: std::sync::atomic::AtomicBool,
+    /// For the graph a child-graph node owns: the node's [`Registry::child_gen`] when it was
+    /// read (an update gives the node a copy of another graph, and the driver destroys this one).
+    child_gen: Option<u64>,
 }
 
 // SAFETY: CUgraph handles may be used from any thread; every driver call this crate makes on the
@@ -268,6 +333,24 @@ impl GraphInner {
             owner: None,
             registry: Arc::default(),
             keep: Default::default(),
+            child_gen: None,
+        })
+    }
+
+    /// The graph `handle` the child-graph node `node` of `parent` owns (the caller holds the
+    /// hierarchy's lock, `reg`).
+    pub(crate) fn child(
+        parent: &Arc<GraphInner>,
+        reg: &Registry,
+        node: NodeRef,
+        handle: driver::CUgraph,
+    ) -> Arc<GraphInner> {
+        Arc::new(GraphInner {
+            handle,
+            owner: Some((parent.clone(), node)),
+            registry: parent.registry.clone(),
+            keep: Default::default(),
+            child_gen: Some(reg.child_gen(node.handle)),
         })
     }
 
@@ -277,6 +360,7 @@ impl GraphInner {
             owner: Some((parent.clone(), node)),
             registry: parent.registry.clone(),
             keep: Default::default(),
+            child_gen: None,
         })
     }
 
@@ -317,6 +401,12 @@ impl GraphInner {
             if !reg.is_live(*node) {
                 return Err(CudaError::InvalidArgument(
                     "the node owning this graph was destroyed: the graph is no longer valid".into(),
+                ));
+            }
+            if at.child_gen.is_some_and(|g| reg.child_gen(node.handle) != g) {
+                return Err(CudaError::InvalidArgument(
+                    "the child-graph node owning this graph was given another graph (an update): read its graph again"
+                        .into(),
                 ));
             }
             at = parent;

@@ -2,12 +2,14 @@
 //! ([`GraphBuilder::split`], [`GraphBuilder::join`]), conditional bodies, embedded graphs, host
 //! callbacks, and values the graph holds.
 
+use super::CaptureMode;
 use super::{capture_stream, GraphBuilder, Kind, State};
 use crate::error::Check;
 use crate::graph::definition::{
-    add_conditional_node, embedding, host_params, ConditionalType, GraphCondition, GraphInner,
+    add_conditional_node, embedding, host_params, ConditionalType, GraphCondition, GraphInner, GraphNode,
 };
-use crate::stream::EventOptions;
+use crate::graph::exec::{Graph, GraphCompleteOptions};
+use crate::stream::{EventOptions, Stream};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::sync::Arc;
@@ -187,6 +189,7 @@ impl GraphBuilder {
         let mut boxed = Some(boxed);
         let recorded = self.with_capture("callback", |capture| {
             if let Some(b) = boxed.take() {
+                capture.reg.note_host_data(p.userData as usize);
                 capture.hold(b);
             }
             // SAFETY: the stream is capturing (its lock is held); p points into the boxed
@@ -209,6 +212,63 @@ impl GraphBuilder {
         });
         drop(value);
         held
+    }
+}
+
+impl GraphBuilder {
+    /// The nodes the capture recorded into this builder's graph so far, in the order the
+    /// operations recording them ran (on its stream, its branches, and streams that joined the
+    /// capture): a kernel launch records its kernel node, a copy or memset its node, an
+    /// [`embed`](Self::embed) its child-graph node, a conditional its conditional node, a
+    /// [`callback`](Self::callback) its host node. Waits and event records record none. Nodes
+    /// destroyed since are left out. Use them for per-node updates of the graph instantiated
+    /// from it ([`Graph::update_typed_kernel`] and the like), and [`GraphNode::kernel`] to see
+    /// which kernel a node runs.
+    pub fn recorded_nodes(&self) -> Result<Vec<GraphNode>> {
+        let Some(graph) = &self.graph else {
+            return Ok(Vec::new());
+        };
+        let reg = graph.lock();
+        graph.check_live(&reg)?;
+        let handle = graph.handle as usize;
+        Ok(reg
+            .recorded
+            .iter()
+            .filter(|(g, node)| *g == handle && reg.is_live(*node))
+            .map(|(_, node)| GraphNode::from_ref(graph, *node))
+            .collect())
+    }
+}
+
+impl Stream {
+    /// [`capture_graph`](Stream::capture_graph) that also returns the nodes `f`'s operations
+    /// recorded, in the order they ran (see [`GraphBuilder::recorded_nodes`]): the kernel node of
+    /// each launch, in launch order, for per-node updates of the graph returned.
+    ///
+    /// ```no_run
+    /// # fn demo(s: &cuda_core::Stream, k: &cuda_core::TypedKernel<(*mut f32, u32)>, y: &cuda_core::TypedBuffer<f32>) -> cuda_core::Result<()> {
+    /// use cuda_core::graph::CaptureMode;
+    /// let config = cuda_core::LaunchConfig::new(1, 256);
+    /// let (mut graph, nodes) = s.capture_graph_nodes(CaptureMode::Relaxed, |s| {
+    ///     // SAFETY: the kernel writes 256 floats of y, which holds them.
+    ///     unsafe { k.launch(s, &config, (y, 256u32)) }
+    /// })?;
+    /// assert_eq!(nodes[0].kernel()?.handle(), k.kernel().handle());
+    /// // SAFETY: as above, with 128 floats.
+    /// unsafe { graph.set_typed_kernel_args(&nodes[0], k, (y, 128u32))? };
+    /// graph.launch(s)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn capture_graph_nodes(
+        &self,
+        mode: CaptureMode,
+        f: impl FnOnce(&Stream) -> Result<()>,
+    ) -> Result<(Graph, Vec<GraphNode>)> {
+        let mut builder = self.begin_capture(mode)?;
+        f(builder.stream())?;
+        builder.end_building()?;
+        let graph = builder.complete(&GraphCompleteOptions::default())?;
+        Ok((graph, builder.recorded_nodes()?))
     }
 }
 

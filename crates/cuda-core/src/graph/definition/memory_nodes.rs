@@ -3,7 +3,7 @@
 
 use super::*;
 
-fn memcpy_params(dst: driver::CUdeviceptr, src: driver::CUdeviceptr, size: usize) -> driver::CUDA_MEMCPY3D {
+pub(crate) fn memcpy_params(dst: driver::CUdeviceptr, src: driver::CUdeviceptr, size: usize) -> driver::CUDA_MEMCPY3D {
     driver::CUDA_MEMCPY3D {
         srcMemoryType: driver::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
         srcDevice: src,
@@ -55,9 +55,14 @@ macro_rules! memory_node_adders {
                 self.append().add(&[], nothing, |reg, g, deps| {
                     reg.has_graph_memory = true;
                     let mut props = driver::CUmemPoolProps {
-                        allocType: driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+                        allocType: match options.memory_type {
+                            GraphMemoryType::Managed => driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_MANAGED,
+                            _ => driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+                        },
                         location: match options.memory_type {
-                            GraphMemoryType::Device => crate::memory::device_location(&device),
+                            GraphMemoryType::Device | GraphMemoryType::Managed => {
+                                crate::memory::device_location(&device)
+                            }
                             GraphMemoryType::Host => {
                                 crate::memory::location(driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST, 0)
                             }

@@ -8,6 +8,8 @@
 //! - `conditional`: conditions, conditional nodes and their bodies;
 //! - `params`: reading a node's parameters back and changing them (shared with executable
 //!   graphs' node updates);
+//! - `updates`: a kernel node's kernel and configuration read back, a host node's callback, and
+//!   whole-node updates (kernel, typed kernel, copy, memset, child graph);
 //! - `types`: the public value types (node types, parameters, memset values, allocation options).
 
 mod conditional;
@@ -15,14 +17,19 @@ mod memory_nodes;
 mod nodes;
 mod params;
 mod types;
+mod updates;
 
 pub(crate) use conditional::add_conditional_node;
 pub use conditional::{ConditionalNode, ConditionalType, GraphCondition};
-pub(crate) use nodes::host_params;
+pub(crate) use memory_nodes::memcpy_params;
+pub(crate) use nodes::{host_params, kernel_params};
 pub(crate) use params::{
     check_host_node, event_node, memset_params_with, node_type, with_kernel_args, ArgBuffers, EventNode,
 };
 pub use types::{GraphAllocOptions, GraphMemoryType, MemsetValue, NodeParams, NodeType};
+pub(crate) use updates::{
+    check_memcpy, check_runs, expect_type, kernel_node_params, memset_params_for, node_config, same_attributes,
+};
 
 use super::exec::{Graph, GraphCompleteOptions};
 use crate::compile::Kernel;

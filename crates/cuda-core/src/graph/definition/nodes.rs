@@ -3,7 +3,11 @@
 
 use super::*;
 
-fn kernel_params(config: &LaunchConfig, kernel: &Kernel, params: *mut *mut c_void) -> driver::CUDA_KERNEL_NODE_PARAMS {
+pub(crate) fn kernel_params(
+    config: &LaunchConfig,
+    kernel: &Kernel,
+    params: *mut *mut c_void,
+) -> driver::CUDA_KERNEL_NODE_PARAMS {
     // With a cluster shape the grid counts clusters (the cluster itself is a node attribute).
     let blocks = config.grid_in_blocks();
     driver::CUDA_KERNEL_NODE_PARAMS {
@@ -22,18 +26,19 @@ fn kernel_params(config: &LaunchConfig, kernel: &Kernel, params: *mut *mut c_voi
     }
 }
 
-/// A host callback's data: the closure, called at every launch.
-type Callback = Box<dyn Fn() + Send + Sync + 'static>;
+/// A host callback's data: the closure, called at every launch (shared: a host node's callback
+/// can be read back, [`GraphNode::host_callback`]).
+pub(super) type Callback = Arc<dyn Fn() + Send + Sync + 'static>;
 
 unsafe extern "C" fn run_callback(data: *mut c_void) {
     // SAFETY: data points to a Callback the graph holds for as long as it can run.
     let f = unsafe { &*(data as *const Callback) };
-    crate::reaper::run_as_callback("a graph host callback", f);
+    crate::reaper::run_as_callback("a graph host callback", || f());
 }
 
 /// Boxes `f` for a host node: the returned params point into the box, which the graph must hold.
 pub(crate) fn host_params(f: impl Fn() + Send + Sync + 'static) -> (Box<Callback>, driver::CUDA_HOST_NODE_PARAMS) {
-    let boxed: Box<Callback> = Box::new(Box::new(f));
+    let boxed: Box<Callback> = Box::new(Arc::new(f));
     let params = driver::CUDA_HOST_NODE_PARAMS {
         fn_: Some(run_callback),
         userData: (&*boxed as *const Callback).cast_mut().cast(),
@@ -41,7 +46,7 @@ pub(crate) fn host_params(f: impl Fn() + Send + Sync + 'static) -> (Box<Callback
     (boxed, params)
 }
 
-fn set_launch_attributes(node: driver::CUgraphNode, config: &LaunchConfig) -> Result<()> {
+pub(super) fn set_launch_attributes(node: driver::CUgraphNode, config: &LaunchConfig) -> Result<()> {
     // SAFETY: an all-zero CUlaunchAttribute is a valid (ignored) value.
     let mut attrs: [driver::CUlaunchAttribute; 4] = unsafe { std::mem::zeroed() };
     let cfg = config.driver_config(std::ptr::null_mut(), &mut attrs);
@@ -116,6 +121,8 @@ macro_rules! node_adders {
                     &[],
                     |h| {
                         h.reg.held.hold_shared(kernel.object_code().keeper());
+                        h.reg
+                            .note_kernel(kernel.handle() as usize, || Arc::new(kernel.clone()));
                         buffers.hold(h.reg);
                         Ok(())
                     },
@@ -182,7 +189,10 @@ macro_rules! node_adders {
                 let (boxed, p) = host_params(f);
                 self.append().add(
                     &[],
-                    |h| h.hold(boxed),
+                    |h| {
+                        h.reg.note_host_data(p.userData as usize);
+                        h.hold(boxed)
+                    },
                     |_, g, deps| {
                         let mut node = std::ptr::null_mut();
                         // SAFETY: graph and dependencies are live; p points into the boxed closure,

@@ -61,7 +61,7 @@ impl GraphNode {
                     unsafe { driver::cuGraphChildGraphNodeGetGraph(h, &mut g) }
                         .check("cuGraphChildGraphNodeGetGraph")?;
                     NodeParams::ChildGraph(GraphDefinition {
-                        inner: GraphInner::nested(&self.graph, self.node, g),
+                        inner: GraphInner::child(&self.graph, reg, self.node, g),
                     })
                 }
                 T::CU_GRAPH_NODE_TYPE_EVENT_RECORD => {
@@ -82,9 +82,41 @@ impl GraphNode {
                     let mut p: driver::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
                     // SAFETY: as said above the match.
                     unsafe { driver::cuGraphMemAllocNodeGetParams(h, &mut p) }.check("cuGraphMemAllocNodeGetParams")?;
+                    let memory_type =
+                        if p.poolProps.allocType == driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_MANAGED {
+                            GraphMemoryType::Managed
+                        } else if p.poolProps.location.type_ == driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST {
+                            GraphMemoryType::Host
+                        } else {
+                            GraphMemoryType::Device
+                        };
+                    // SAFETY: the id is the union's member for device and host locations.
+                    let owner = unsafe { p.poolProps.location.__bindgen_anon_1.id };
+                    let device = match memory_type {
+                        GraphMemoryType::Host => None,
+                        _ => Some(device_of(owner)?),
+                    };
+                    let peers = if p.accessDescs.is_null() {
+                        &[][..]
+                    } else {
+                        // SAFETY: the driver returned accessDescCount descriptors, owned by the
+                        // node (live, under the lock) and copied out before the lock goes.
+                        unsafe { std::slice::from_raw_parts(p.accessDescs, p.accessDescCount) }
+                    };
+                    let mut peer_access = Vec::with_capacity(peers.len());
+                    for d in peers {
+                        // SAFETY: as for the owner's id.
+                        let id = unsafe { d.location.__bindgen_anon_1.id };
+                        if d.location.type_ == driver::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE {
+                            peer_access.push(device_of(id)?);
+                        }
+                    }
                     NodeParams::MemAlloc {
                         dptr: p.dptr,
                         bytesize: p.bytesize,
+                        device,
+                        memory_type,
+                        peer_access,
                     }
                 }
                 T::CU_GRAPH_NODE_TYPE_MEM_FREE => {
@@ -155,6 +187,7 @@ impl GraphNode {
         self.with_live(|reg, h| {
             reg.refuse_while_capturing(self.graph.handle)?;
             check_host_node(h)?;
+            reg.note_host_data(p.userData as usize);
             reg.held.hold(boxed);
             // SAFETY: the node is live; p points into the boxed closure, which the graph holds
             // (handed over just before).
@@ -282,4 +315,11 @@ pub(crate) fn node_type(h: driver::CUgraphNode) -> Result<driver::CUgraphNodeTyp
     // SAFETY: the caller checked the node is live; out-value is a local.
     unsafe { driver::cuGraphNodeGetType(h, &mut t) }.check("cuGraphNodeGetType")?;
     Ok(t)
+}
+
+/// The device with ordinal `id`, as a memory location names it.
+fn device_of(id: i32) -> Result<Device> {
+    let ordinal = usize::try_from(id)
+        .map_err(|_| CudaError::InvalidArgument(format!("the driver reported device {id} for a graph allocation")))?;
+    Device::new(ordinal)
 }

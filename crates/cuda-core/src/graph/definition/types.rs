@@ -89,6 +89,9 @@ pub enum GraphMemoryType {
     Device,
     /// Pinned host memory (needs a driver that supports host graph allocations).
     Host,
+    /// Managed (unified) memory located on the device (`CU_MEM_ALLOCATION_TYPE_MANAGED`: needs a
+    /// CUDA 13 driver that supports managed graph allocations).
+    Managed,
 }
 
 /// Options of an allocation node.
@@ -106,6 +109,8 @@ pub struct GraphAllocOptions {
 #[non_exhaustive]
 pub enum NodeParams {
     Empty,
+    /// A kernel node's shape as the driver reports it (the grid in blocks); its kernel and
+    /// whole configuration are [`GraphNode::kernel`] and [`GraphNode::config`].
     Kernel {
         grid: Dim3,
         block: Dim3,
@@ -132,6 +137,11 @@ pub enum NodeParams {
     MemAlloc {
         dptr: driver::CUdeviceptr,
         bytesize: usize,
+        /// The device the memory is located on (`None` for host memory).
+        device: Option<Device>,
+        memory_type: GraphMemoryType,
+        /// The devices given read-write access besides the owner.
+        peer_access: Vec<Device>,
     },
     MemFree {
         dptr: driver::CUdeviceptr,

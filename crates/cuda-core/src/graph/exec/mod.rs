@@ -1,14 +1,13 @@
-//! Executable graphs: [`Graph`], its instantiation options and per-node updates.
+//! Executable graphs: [`Graph`], its instantiation options, launches and whole-graph updates
+//! (here), and per-node updates (`nodes`).
 
-use super::definition::{
-    check_host_node, event_node, host_params, memset_params_with, node_type, with_kernel_args, ArgBuffers, EventNode,
-    GraphDefinition, GraphNode, MemsetValue,
-};
+mod nodes;
+
+use super::definition::{GraphDefinition, GraphNode};
 use crate::device::{Context, FenceEvent};
 use crate::error::Check;
-use crate::launch::KernelArgs;
 use crate::stream::graph_core::{GraphInner, Registry};
-use crate::stream::{release_after, Event, Site, Stream};
+use crate::stream::{release_after, Site, Stream};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::any::Any;
@@ -163,9 +162,19 @@ pub struct Graph {
 enum HeldKind {
     Callback,
     Event,
+    /// The kernel (and configuration) an update gave a kernel node.
+    Kernel,
     KernelArgs,
+    /// The buffers an update gave a copy node.
+    Memcpy,
+    /// The context a copy node's update was made in.
+    MemcpyContext,
+    /// The region (buffer and parameters) an update gave a memset node.
+    Memset,
     /// The context a memset node's new value was set in.
     MemsetContext,
+    /// The graph an update gave a child-graph node.
+    Child,
 }
 
 /// The streams a graph was launched on, each with how many of the graph's readiness fences it
@@ -492,127 +501,6 @@ impl Graph {
                 self.ready.push(fence);
             }
         }
-    }
-
-    /// Runs `f` with the executable and the node's handle, once the node is known to be a live
-    /// node of the definition instantiated.
-    fn with_node<R>(
-        &self,
-        node: &GraphNode,
-        f: impl FnOnce(driver::CUgraphExec, driver::CUgraphNode) -> Result<R>,
-    ) -> Result<R> {
-        // (Compared while the node holds its graph: a live pointer cannot be another's.)
-        if !std::ptr::eq(Arc::as_ptr(node.graph_inner()), self.source.as_ptr()) {
-            return Err(CudaError::InvalidArgument(
-                "the node is not a node of the definition this graph was instantiated from".into(),
-            ));
-        }
-        crate::reaper::refuse_in_callback()?;
-        let exec = self.handle;
-        // Calls on the executable are serialised (node handles under the definition's lock).
-        let _one_call = self.calls.lock().unwrap_or_else(|p| p.into_inner());
-        node.with_live(|_, h| f(exec, h))
-    }
-
-    /// The kernel nodes of the definition, for [`set_kernel_args`](Self::set_kernel_args).
-    pub fn kernel_nodes(&self) -> Result<Vec<GraphNode>> {
-        let mut out = Vec::new();
-        for n in self.source()?.nodes()? {
-            if n.with_live(|_, h| node_type(h))? == driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
-                out.push(n);
-            }
-        }
-        Ok(out)
-    }
-
-    /// Gives a kernel node new arguments in this executable graph (from its next launch), without
-    /// touching the definition.
-    ///
-    /// # Safety
-    /// As for [`GraphDefinition::launch`]: the arguments match the kernel, and what they point to
-    /// is valid whenever the graph runs from now on.
-    pub unsafe fn set_kernel_args<A: KernelArgs>(&mut self, node: &GraphNode, args: A) -> Result<()> {
-        let buffers = ArgBuffers::of(&args, "set_kernel_args")?;
-        self.with_node(node, |exec, h| {
-            with_kernel_args(h, &args, |p| {
-                // SAFETY: exec and node are live; the arguments are copied during the call.
-                unsafe { driver::cuGraphExecKernelNodeSetParams(exec, h, p) }.check("cuGraphExecKernelNodeSetParams")
-            })
-        })?;
-        // Buffers among the arguments: the graph holds them (what the node's earlier arguments
-        // held is released after the launches that may use it), and every stream's next launch
-        // follows their allocation. Nothing here fails once the node uses the new arguments.
-        self.hold(node, HeldKind::KernelArgs, Box::new(buffers.held));
-        self.note_ready(buffers.ready);
-        Ok(())
-    }
-
-    /// Turns a kernel, memset or memcpy node on or off in this executable graph.
-    pub fn set_enabled(&mut self, node: &GraphNode, enabled: bool) -> Result<()> {
-        self.with_node(node, |exec, h| {
-            // SAFETY: exec and node are live.
-            unsafe { driver::cuGraphNodeSetEnabled(exec, h, enabled as u32) }.check("cuGraphNodeSetEnabled")
-        })
-    }
-
-    /// Whether a node is enabled in this executable graph.
-    pub fn is_enabled(&self, node: &GraphNode) -> Result<bool> {
-        self.with_node(node, |exec, h| {
-            let mut on = 0;
-            // SAFETY: exec and node are live; out-value is a local.
-            unsafe { driver::cuGraphNodeGetEnabled(exec, h, &mut on) }.check("cuGraphNodeGetEnabled")?;
-            Ok(on != 0)
-        })
-    }
-
-    /// Points an event record or wait node of this executable graph at `event`.
-    pub fn set_event(&mut self, node: &GraphNode, event: &Event) -> Result<()> {
-        self.with_node(node, |exec, h| {
-            // SAFETY: exec, node and event are live.
-            unsafe {
-                match event_node(h)? {
-                    EventNode::Record => driver::cuGraphExecEventRecordNodeSetEvent(exec, h, event.handle())
-                        .check("cuGraphExecEventRecordNodeSetEvent"),
-                    EventNode::Wait => driver::cuGraphExecEventWaitNodeSetEvent(exec, h, event.handle())
-                        .check("cuGraphExecEventWaitNodeSetEvent"),
-                }
-            }
-        })?;
-        self.hold(node, HeldKind::Event, Box::new(event.clone()));
-        Ok(())
-    }
-
-    /// Replaces a host node's callback in this executable graph.
-    pub fn set_callback(&mut self, node: &GraphNode, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
-        let (boxed, p) = host_params(f);
-        self.with_node(node, |exec, h| {
-            check_host_node(h)?;
-            // SAFETY: exec and node are live; p points into the boxed closure, held below for as
-            // long as the graph (and its launches) can call it.
-            unsafe { driver::cuGraphExecHostNodeSetParams(exec, h, &p) }.check("cuGraphExecHostNodeSetParams")
-        })?;
-        self.hold(node, HeldKind::Callback, Box::new(boxed));
-        Ok(())
-    }
-
-    /// Changes the value a memset node of this executable graph writes (same width and region).
-    pub fn set_memset_value(&mut self, node: &GraphNode, value: impl Into<MemsetValue>) -> Result<()> {
-        let value = value.into();
-        // The node runs in the context it names: the executable graph holds it (as definitions
-        // hold the contexts their nodes were added in).
-        let ctx = Context::current()?;
-        let handle = ctx.as_ref().map_or(std::ptr::null_mut(), Context::handle);
-        self.with_node(node, |exec, h| {
-            let p = memset_params_with(h, value)?;
-            // SAFETY: same region, which the graph holds; exec and node are live, and the
-            // context is current (so live), held by the graph below.
-            unsafe { driver::cuGraphExecMemsetNodeSetParams(exec, h, &p, handle) }
-                .check("cuGraphExecMemsetNodeSetParams")
-        })?;
-        if let Some(ctx) = ctx {
-            self.hold(node, HeldKind::MemsetContext, Box::new(ctx));
-        }
-        Ok(())
     }
 }
 
