@@ -29,7 +29,8 @@ fn strided_views_of_buffers_and_host_slices_round_trip() {
     assert!(dev.is_device_accessible() && !dev.readonly() && dev.is_c_contiguous());
     // Host to device and back, through views.
     let host = StridedMemoryView::from_host_slice(&data, &[2, 3], None).unwrap();
-    assert!(host.readonly() && host.device_id().is_none() && !host.is_device_accessible());
+    // As cuda.core's from_array_interface: the current device's id, not device accessible.
+    assert!(host.readonly() && host.device_id() == Some(d.device_id()) && !host.is_device_accessible());
     dev.copy_from(&host, &s).unwrap();
     assert_eq!(buffer.to_vec::<f32>(&s).unwrap(), data);
     let mut back = vec![0f32; 6];
@@ -54,9 +55,11 @@ fn strided_layouts_are_checked_before_use() {
     let buffer = d.allocate(64, &s).unwrap();
     // 16 floats fit; 17 do not, nor a stride that reaches past the end.
     assert!(StridedMemoryView::from_buffer(&buffer, &[4, 4], None, DType::F32, false).is_ok());
-    for (shape, strides) in [(&[17usize][..], None), (&[4, 4][..], Some(&[5isize, 1][..]))] {
+    // As cuda.core says it: both sizes named.
+    for (shape, strides, needed) in [(&[17usize][..], None, 68), (&[4, 4][..], Some(&[5isize, 1][..]), 76)] {
         let err = StridedMemoryView::from_buffer(&buffer, shape, strides, DType::F32, false).unwrap_err();
-        assert!(err.to_string().contains("reaches outside"), "{err}");
+        let expected = format!("Expected at least {needed} bytes, got 64 bytes");
+        assert!(err.to_string().contains(&expected), "{err}");
     }
     // Negative strides reach before element 0, which is the buffer's start here.
     let err = StridedMemoryView::from_buffer(&buffer, &[4], Some(&[-1]), DType::F32, false).unwrap_err();
