@@ -87,6 +87,62 @@ pub(crate) fn capture_beginning() -> Result<Beginning> {
     Ok(beginning)
 }
 
+/// How many captures of blocking streams (made without `StreamOptions::nonblocking`, and the
+/// per-thread default stream, which synchronises with the legacy stream too) this crate began
+/// and has not ended. While one is counted, operations on the legacy default stream are
+/// refused (see [`legacy_stream_gate`]).
+///
+/// Why: driver 580 crashes (a null dereference inside libcuda, seen with raw C calls on an
+/// H100: `cuEventRecord`, `cuStreamQuery` or `cuMemsetD8Async` on the legacy stream from five
+/// threads while three others begin and end thread-local captures of blocking streams; none
+/// with non-blocking streams, none on other streams) when work is queued on the legacy stream
+/// while another thread begins or ends a capture of a blocking stream. While such a capture
+/// runs, the driver itself refuses that work (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`: the legacy
+/// stream would join the capture) and invalidates the capture; this crate refuses it with the
+/// same error, before the driver, for the whole capture including its beginning and end.
+static BLOCKING_CAPTURES: AtomicUsize = AtomicUsize::new(0);
+
+/// A capture of a blocking stream counted in [`BLOCKING_CAPTURES`] until this is dropped,
+/// after the capture ended.
+pub(crate) struct BlockingCapture(());
+
+impl Drop for BlockingCapture {
+    fn drop(&mut self) {
+        BLOCKING_CAPTURES.fetch_sub(1, Ordering::SeqCst);
+        // Releases refused on the legacy stream meanwhile may proceed.
+        crate::reaper::wake();
+    }
+}
+
+/// Counts a capture about to begin on `stream` if it is a blocking stream (see
+/// [`BLOCKING_CAPTURES`]). Called before [`capture_beginning`], whose wait for operations that
+/// may have missed the count covers legacy-stream operations too (they run in the same gate).
+pub(crate) fn blocking_capture_beginning(stream: &super::Stream) -> Result<Option<BlockingCapture>> {
+    let blocking = stream.is_default() || !stream.is_nonblocking()?;
+    if !blocking {
+        return Ok(None);
+    }
+    BLOCKING_CAPTURES.fetch_add(1, Ordering::SeqCst);
+    Ok(Some(BlockingCapture(())))
+}
+
+/// The gate of an operation on the legacy default stream: `Some` while the operation runs when
+/// no capture of a blocking stream runs (and none begins before the guard is dropped: see
+/// [`BLOCKING_CAPTURES`]); otherwise the refusal the driver would give
+/// (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`), which releases retry once the capture is over.
+pub(crate) fn legacy_stream_gate() -> Result<super::gate::Quiet> {
+    match super::gate::enter(&BLOCKING_CAPTURES) {
+        Some(quiet) => Ok(quiet),
+        // (Also on a thread whose gate slot is gone, in its thread-local destructors: releases
+        // are retried on the release thread.)
+        None => {
+            const WHAT: &str = "the legacy default stream, while a blocking stream is being captured (its work would join the capture): use a non-blocking stream, or retry after the capture ends";
+            let implicit = driver::CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT.check(WHAT).err();
+            Err(implicit.unwrap_or_else(|| CudaError::InvalidArgument(WHAT.into())))
+        }
+    }
+}
+
 /// Registers a capture into `graph` that began on `site`, after the work `before` follows (the
 /// caller holds the stream's capture lock for writing, and counted the capture with
 /// [`capture_beginning`]). [`capture_over`] undoes it.
@@ -235,6 +291,13 @@ impl Capture<'_> {
         self.reg.held.hold_shared(value);
     }
 
+    /// Notes that the node about to be recorded runs the kernel `handle` (`kernel` makes its
+    /// type-erased `Kernel`, once per kernel and hierarchy): read back from the node's
+    /// parameters.
+    pub(crate) fn note_kernel(&mut self, handle: usize, kernel: impl FnOnce() -> Arc<dyn Any + Send + Sync>) {
+        self.reg.note_kernel(handle, kernel);
+    }
+
     /// The `CUgraph` recorded into.
     pub(crate) fn handle(&self) -> driver::CUgraph {
         self.graph.handle
@@ -290,14 +353,8 @@ pub(crate) fn with_capture_asked<T>(
         match capture_info(stream)? {
             Some(now) if now.graph == info.graph => {
                 graph.check_live(&reg)?;
+                let before = now.dependencies.clone();
                 let mut capture = Capture {
-    /// Notes that the node about to be recorded runs the kernel `handle` (`kernel` makes its
-    /// type-erased `Kernel`, once per kernel and hierarchy): read back from the node's
-    /// parameters.
-    pub(crate) fn note_kernel(&mut self, handle: usize, kernel: impl FnOnce() -> Arc<dyn Any + Send + Sync>) {
-        self.reg.note_kernel(handle, kernel);
-    }
-
                     graph: &graph,
                     reg: &mut reg,
                     dependencies: now.dependencies,
@@ -319,4 +376,3 @@ pub(crate) fn with_capture_asked<T>(
         }
     }
 }
-                let before = now.dependencies.clone();

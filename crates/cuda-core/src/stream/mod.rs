@@ -435,6 +435,13 @@ impl Stream {
         // In the gate when no capture of this crate runs (one beginning waits for this, as for
         // the quiet path: the legacy stream becomes unusable while a blocking stream captures),
         // else marked as an operation (no capture begins inside it).
+        // The legacy stream: never while a blocking stream's capture begins, runs or ends (see
+        // `capture::BLOCKING_CAPTURES`).
+        let _legacy = if self.is_legacy_default() {
+            Some(capture::legacy_stream_gate()?)
+        } else {
+            None
+        };
         let quiet = gate::enter(&CAPTURES);
         let _mark = quiet.is_none().then(gate::enter_locked);
         capture::with_capture_asked(self.inner.handle, op)

@@ -8,7 +8,9 @@ use super::definition::{GraphDefinition, GraphInner};
 use super::exec::{Graph, GraphCompleteOptions};
 use crate::device::{CaptureCount, Context, Device};
 use crate::error::{record_drop_error, Check};
-use crate::stream::capture::{capture_beginning, capture_info, capture_over, capture_started, Capture};
+use crate::stream::capture::{
+    blocking_capture_beginning, capture_beginning, capture_info, capture_over, capture_started, BlockingCapture, Capture,
+};
 use crate::stream::{Site, Stream, StreamOptions};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
@@ -122,6 +124,9 @@ pub struct GraphBuilder {
 struct Running {
     site: Site,
     _count: CaptureCount,
+    /// For a blocking stream: legacy-stream work is refused until the capture has ended (see
+    /// `capture::BLOCKING_CAPTURES`).
+    _blocking: Option<BlockingCapture>,
 }
 
 impl Running {
@@ -268,6 +273,9 @@ impl GraphBuilder {
         let context = self.stream.context_or_current()?;
         let site = Site::of(&self.stream)?;
         let before = Arc::new(context.fence()?);
+        // A blocking stream's capture: legacy-stream work is refused from now on (the wait of
+        // `capture_beginning` covers that work already running).
+        let blocking = blocking_capture_beginning(&self.stream)?;
         // Operations on every stream take the locked path from now on (this waits, holding no
         // lock, for those already on the quiet path).
         let beginning = capture_beginning()?;
@@ -305,7 +313,11 @@ impl GraphBuilder {
             // The recorded nodes run in the stream's context: the graph keeps it.
             reg.note_context(Some(context));
         }
-        self.running = Some(Running { site, _count: count });
+        self.running = Some(Running {
+            site,
+            _count: count,
+            _blocking: blocking,
+        });
         self.graph = Some(graph);
         self.state = State::Building;
         Ok(self)
