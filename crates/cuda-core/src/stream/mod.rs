@@ -564,6 +564,18 @@ impl Stream {
             if _records.is_some() && event.recorded_in_capture() {
                 return Err(default_stream_join());
             }
+            // A blocking stream never joins a capture (see `blocking_join`): checked only while
+            // captures run, under the event's record lock (no record into a capture meanwhile).
+            let _records = match _records {
+                None if capture.is_none() && capture::captures_running() => {
+                    let records = event.records();
+                    if event.recorded_in_capture() && !self.is_nonblocking()? {
+                        return Err(blocking_join());
+                    }
+                    Some(records)
+                }
+                held => held,
+            };
             // SAFETY: both handles are live; a wait records no node using the event.
             unsafe { driver::cuStreamWaitEvent(self.inner.handle, event.handle(), 0) }.check("cuStreamWaitEvent")
         })
@@ -579,6 +591,9 @@ impl Stream {
                 // join the capture (see `wait_event`).
                 return Err(default_stream_join());
             }
+            if capture.is_some() && !self.is_nonblocking()? {
+                return Err(blocking_join());
+            }
             // SAFETY: both handles are live; the event belongs to the stream's context (for a green
             // context, to its primary context, whose events the driver takes on its streams).
             unsafe { driver::cuEventRecord(fence.handle(), other.handle()) }.check("cuEventRecord")
@@ -588,6 +603,16 @@ impl Stream {
             unsafe { driver::cuStreamWaitEvent(self.inner.handle, fence.handle(), 0) }.check("cuStreamWaitEvent")
         })
     }
+}
+
+/// The refusal of a blocking stream's wait that would join a capture: while a blocking stream
+/// is in a capture, work on the legacy default stream is refused, and a join could not be
+/// counted before it happens (see `capture::BLOCKING_CAPTURES`: driver 580 crashes when the
+/// legacy stream is used while a blocking stream's capture changes).
+fn blocking_join() -> CudaError {
+    CudaError::InvalidArgument(
+        "a blocking stream (made without StreamOptions::nonblocking) cannot wait for work recorded in a capture: it would join the capture. Wait with a non-blocking stream, or after the capture ends".into(),
+    )
 }
 
 /// The refusal of a default stream's wait that would join a capture.
