@@ -126,6 +126,55 @@ pub(crate) fn blocking_capture_beginning(stream: &super::Stream) -> Result<Optio
     Ok(Some(BlockingCapture(())))
 }
 
+/// Counts a blocking stream that may join a capture (a wait while captures run) and waits for
+/// legacy-stream operations that missed the count, holding no lock: the caller hands the count
+/// to [`keep_if_joined`] after the wait.
+pub(crate) fn blocking_capture_joining() -> Result<BlockingCapture> {
+    if super::gate::in_operation() {
+        // (Its wait could not tell the operations of others that missed the count.)
+        return Err(CudaError::InvalidArgument(
+            "a blocking stream cannot wait inside an operation on a stream (such as a memory resource's allocate or deallocate) while captures run: use a non-blocking stream".into(),
+        ));
+    }
+    BLOCKING_CAPTURES.fetch_add(1, Ordering::SeqCst);
+    let counted = BlockingCapture(());
+    if !super::gate::drain() {
+        return Err(CudaError::InvalidArgument(
+            "a wait cannot begin: the process-wide memory barrier failed".into(),
+        ));
+    }
+    Ok(counted)
+}
+
+/// The counts of blocking streams that joined a capture of this crate, by the capture's graph:
+/// dropped when that capture is over ([`capture_over`]).
+#[allow(clippy::type_complexity)]
+static JOINED: Mutex<Option<HashMap<usize, Vec<BlockingCapture>>>> = Mutex::new(None);
+
+/// After a wait on `stream` counted by [`blocking_capture_joining`]: if the stream joined a
+/// capture of this crate, the count is kept until that capture is over; otherwise (no capture,
+/// a capture already over, or one this crate did not begin, whose end it cannot see) it is
+/// given back now.
+pub(crate) fn keep_if_joined(stream: driver::CUstream, counted: Option<BlockingCapture>) {
+    let Some(counted) = counted else { return };
+    let joined = match capture_info(stream) {
+        Ok(Some(info)) => info.graph as usize,
+        _ => return,
+    };
+    // Under the registry's lock, which `capture_over` takes before the counts: a capture that
+    // is over by now is no longer registered, and its counts are not kept.
+    let registered = active();
+    if registered.as_ref().is_some_and(|m| m.contains_key(&joined)) {
+        JOINED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .entry(joined)
+            .or_default()
+            .push(counted);
+    }
+}
+
 /// The gate of an operation on the legacy default stream: `Some` while the operation runs when
 /// no capture of a blocking stream runs (and none begins before the guard is dropped: see
 /// [`BLOCKING_CAPTURES`]); otherwise the refusal the driver would give
@@ -161,9 +210,19 @@ pub(crate) fn capture_started(graph: &Arc<GraphInner>, site: &Site, before: Arc<
 
 /// Unregisters the capture into `graph` on `site`, which ended.
 pub(crate) fn capture_over(graph: driver::CUgraph, site: &Site) {
-    if let Some(map) = active().as_mut() {
-        map.remove(&(graph as usize));
-    }
+    let joined = {
+        let mut registered = active();
+        if let Some(map) = registered.as_mut() {
+            map.remove(&(graph as usize));
+        }
+        // Blocking streams that joined it left it with its end (see `keep_if_joined`).
+        JOINED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+            .and_then(|m| m.remove(&(graph as usize)))
+    };
+    drop(joined);
     let before = {
         let mut map = BEFORE_CAPTURE.lock().unwrap_or_else(|p| p.into_inner());
         let key = site.key();

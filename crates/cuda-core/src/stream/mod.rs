@@ -559,26 +559,17 @@ impl Stream {
     /// on the per-thread default stream would be recorded into the graph without the graph
     /// holding what it uses (the same reason a safe call never captures a default stream).
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        self.enqueue_exclusive(|capture| {
+        let joining = self.blocking_join()?;
+        let waited = self.enqueue_exclusive(|capture| {
             let _records = (self.is_default() && capture.is_none()).then(|| event.records());
             if _records.is_some() && event.recorded_in_capture() {
                 return Err(default_stream_join());
             }
-            // A blocking stream never joins a capture (see `blocking_join`): checked only while
-            // captures run, under the event's record lock (no record into a capture meanwhile).
-            let _records = match _records {
-                None if capture.is_none() && capture::captures_running() => {
-                    let records = event.records();
-                    if event.recorded_in_capture() && !self.is_nonblocking()? {
-                        return Err(blocking_join());
-                    }
-                    Some(records)
-                }
-                held => held,
-            };
             // SAFETY: both handles are live; a wait records no node using the event.
             unsafe { driver::cuStreamWaitEvent(self.inner.handle, event.handle(), 0) }.check("cuStreamWaitEvent")
-        })
+        });
+        capture::keep_if_joined(self.inner.handle, joining);
+        waited
     }
 
     /// Makes later work on this stream wait for the work queued on `other` so far (also across
@@ -591,28 +582,29 @@ impl Stream {
                 // join the capture (see `wait_event`).
                 return Err(default_stream_join());
             }
-            if capture.is_some() && !self.is_nonblocking()? {
-                return Err(blocking_join());
-            }
             // SAFETY: both handles are live; the event belongs to the stream's context (for a green
             // context, to its primary context, whose events the driver takes on its streams).
             unsafe { driver::cuEventRecord(fence.handle(), other.handle()) }.check("cuEventRecord")
         })?;
-        self.enqueue_exclusive(|_| {
+        let joining = self.blocking_join()?;
+        let waited = self.enqueue_exclusive(|_| {
             // SAFETY: both handles are live; the wait keeps what the event captured when queued.
             unsafe { driver::cuStreamWaitEvent(self.inner.handle, fence.handle(), 0) }.check("cuStreamWaitEvent")
-        })
+        });
+        capture::keep_if_joined(self.inner.handle, joining);
+        waited
     }
-}
 
-/// The refusal of a blocking stream's wait that would join a capture: while a blocking stream
-/// is in a capture, work on the legacy default stream is refused, and a join could not be
-/// counted before it happens (see `capture::BLOCKING_CAPTURES`: driver 580 crashes when the
-/// legacy stream is used while a blocking stream's capture changes).
-fn blocking_join() -> CudaError {
-    CudaError::InvalidArgument(
-        "a blocking stream (made without StreamOptions::nonblocking) cannot wait for work recorded in a capture: it would join the capture. Wait with a non-blocking stream, or after the capture ends".into(),
-    )
+    /// Before a wait on a blocking stream (not a default one) while captures run: the wait may
+    /// make the stream join a capture, which counts as a blocking stream's capture (legacy-stream
+    /// work is refused while it runs: see `capture::BLOCKING_CAPTURES`), counted before the wait
+    /// (and kept until that capture ends by [`capture::keep_if_joined`]). Holds no lock.
+    fn blocking_join(&self) -> Result<Option<capture::BlockingCapture>> {
+        if self.is_default() || !capture::captures_running() || self.is_nonblocking()? {
+            return Ok(None);
+        }
+        capture::blocking_capture_joining().map(Some)
+    }
 }
 
 /// The refusal of a default stream's wait that would join a capture.
