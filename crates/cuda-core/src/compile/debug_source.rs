@@ -36,7 +36,12 @@ fn enabled() -> bool {
 }
 
 extern "C" fn remove_source_dir() {
-    let dir = SOURCE_DIR.lock().unwrap_or_else(|p| p.into_inner()).take();
+    // Never waits: a thread that holds the lock while the process exits keeps the directory.
+    let dir = match SOURCE_DIR.try_lock() {
+        Ok(mut slot) => slot.take(),
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().take(),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    };
     if let Some(dir) = dir {
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -139,14 +144,17 @@ pub(crate) fn reconcile_named(name: &str, source: &[u8]) -> Option<PathBuf> {
                 .map(trim_cr)
                 .eq(source.split(|b| *b == b'\n').map(trim_cr))
             {
-                event!(
-                    warn,
-                    "ProgramOptions.name={name:?} resolves to {}, which already exists with different contents than \
-                     the compiled source; NVRTC records that path in the debug information, so a debugger will show \
-                     that file's lines for this program. It was left untouched; leave name unset to let cuda-core \
-                     write the source elsewhere",
-                    target.display()
-                );
+                // cuda.core's UserWarning.
+                crate::error::warn(crate::Warning::new(
+                    crate::WarningCategory::User,
+                    format!(
+                        "ProgramOptions.name={name:?} resolves to {}, which already exists with different contents \
+                         than the compiled source; NVRTC records that path in the debug information, so a debugger \
+                         will show that file's lines for this program. It was left untouched; leave name unset to let \
+                         cuda-core write the source elsewhere",
+                        target.display()
+                    ),
+                ));
             }
         }
     }

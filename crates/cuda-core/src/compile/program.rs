@@ -509,10 +509,10 @@ impl Program {
         let o = &self.options;
         if o.numba_debug.is_some() {
             // cuda.core's UserWarning: the linker that assembles PTX has no such option.
-            event!(
-                warn,
-                "ProgramOptions.numba_debug is not supported when compiling PTX (the linker assembles it); it is ignored"
-            );
+            crate::error::warn(crate::Warning::new(
+                crate::WarningCategory::User,
+                "ProgramOptions.numba_debug is not supported when compiling PTX (the linker assembles it); it is ignored",
+            ));
         }
         let options = LinkerOptions {
             name: o.name.clone(),
@@ -543,6 +543,12 @@ impl Program {
 
 struct NvvmProgram(nvvm::nvvmProgram);
 
+// SAFETY: an NVVM program is not tied to the thread that made it; every call on it is made
+// through `&mut Program` (compile), and `&` only reads the handle's value.
+unsafe impl Send for NvvmProgram {}
+// SAFETY: as above: no NVVM call is made through a shared reference.
+unsafe impl Sync for NvvmProgram {}
+
 impl Drop for NvvmProgram {
     fn drop(&mut self) {
         // SAFETY: made by nvvmCreateProgram, destroyed once.
@@ -551,3 +557,10 @@ impl Drop for NvvmProgram {
         }
     }
 }
+
+// A program moves between threads and is shared for reading, as before it kept its compiler's
+// program: checked here rather than vouched for.
+const _: () = {
+    const fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<Program>();
+};

@@ -104,6 +104,9 @@ impl Linker {
             })?);
         }
         options.validate()?;
+        if options.numba_debug.is_some() {
+            ignored_option("numba_debug is not supported by any linking backend; it is ignored");
+        }
         // Names and paths become C strings: made (and so checked) before any library call.
         let c_strings: Vec<(CString, CString)> = inputs.iter().map(|i| input_c_strings(i)).collect::<Result<_>>()?;
         let name = options.name.clone().unwrap_or_else(|| "<default linker>".into());
@@ -114,9 +117,6 @@ impl Linker {
             ));
         }
         let lto_input = inputs.iter().any(|i| i.code_type() == CodeType::Ltoir);
-        if options.numba_debug.is_some() {
-            ignored_option("numba_debug is not supported by any linking backend; it is ignored");
-        }
         if backend == LinkerBackend::Driver {
             if let Some(why) = options.needs_nvjitlink().or(lto_input.then_some("LTO-IR input")) {
                 return Err(CudaError::InvalidArgument(format!(
@@ -458,10 +458,10 @@ fn require_nvjitlink(required: (u32, u32), what: &str) -> Result<()> {
     }
 }
 
-/// An option given that is ignored (`cuda.core`'s `DeprecationWarning`): reported, not refused.
+/// An option given that is ignored (`cuda.core`'s `DeprecationWarning`): reported through the
+/// warnings channel (as a user warning: the channel has no deprecation category), not refused.
 fn ignored_option(message: &str) {
-    event!(warn, "{message}");
-    let _ = message;
+    crate::error::warn(crate::Warning::new(crate::WarningCategory::User, message));
 }
 
 fn driver_major() -> Option<u32> {
