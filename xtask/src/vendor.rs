@@ -23,7 +23,11 @@ const TOOLKIT_WHEELS: &[&str] = &[
 ];
 /// Wheels versioned apart from the toolkit: cuFile has its own numbering, and the profiler API
 /// wheel is not republished for every toolkit patch release.
-const OTHER_WHEELS: &[(&str, &str)] = &[("nvidia-cufile", "1.20.0.107"), ("nvidia-cuda-profiler-api", "13.5.25")];
+const OTHER_WHEELS: &[(&str, &str)] = &[
+    ("nvidia-cufile", "1.20.0.107"),
+    ("nvidia-cuda-profiler-api", "13.5.25"),
+    ("nvidia-nccl-cu13", "2.32.3"),
+];
 
 /// The headers bindgen starts from; everything they include (transitively) is vendored too.
 pub const ROOT_HEADERS: &[&str] = &[
@@ -43,7 +47,15 @@ pub const ROOT_HEADERS: &[&str] = &[
     "cudaEGLTypedefs.h",
     "cudaVDPAU.h",
     "cudaVDPAUTypedefs.h",
+    "nccl.h",
 ];
+
+/// Toolkit headers that `nccl.h` includes and the NCCL bindings do not need: its C declarations
+/// use `cudaStream_t` and `cudaEvent_t` (from `cuda_runtime_api.h`, vendored anyway) and no half,
+/// bfloat16 or fp8 type. They are not followed from `nccl.h` (`cuda_runtime.h` alone would pull
+/// in most of the runtime's C++ headers); `cargo xtask bindgen` puts small stand-ins in their
+/// place (see `bindings::NCCL_STAND_INS`).
+pub const NCCL_UNFOLLOWED_HEADERS: &[&str] = &["cuda_runtime.h", "cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h"];
 
 /// Headers of the graphics APIs that the interop roots (`cudaGL.h`, `cudaEGL.h`, `cudaVDPAU.h`
 /// and their typedef headers) include and no wheel ships. They are not vendored: the bindings need
@@ -53,6 +65,15 @@ pub const GRAPHICS_API_HEADERS: &[&str] = &["GL/gl.h", "EGL/egl.h", "EGL/eglext.
 
 /// Where headers live inside the CUDA 13 wheels.
 const WHEEL_INCLUDE_PREFIX: &str = "nvidia/cu13/include/";
+
+/// Where headers live inside a wheel: NCCL's wheel keeps its own folder.
+fn include_prefix(wheel: &str) -> &'static str {
+    if wheel.starts_with("nvidia-nccl") {
+        "nvidia/nccl/include/"
+    } else {
+        WHEEL_INCLUDE_PREFIX
+    }
+}
 
 /// The platform tags pip may pick from (the wheels are manylinux x86-64; headers are the same
 /// on every platform).
@@ -92,7 +113,7 @@ pub fn run(args: &[String]) -> Result {
         let mut count = 0;
         for i in 0..archive.len() {
             let mut entry = archive.by_index(i).map_err(|e| format!("{file_name}: {e}"))?;
-            let Some(rel) = entry.name().strip_prefix(WHEEL_INCLUDE_PREFIX) else {
+            let Some(rel) = entry.name().strip_prefix(include_prefix(name)) else {
                 continue;
             };
             if entry.is_dir() {
@@ -174,9 +195,13 @@ fn include_closure(headers: &BTreeMap<String, Vec<u8>>) -> Result<BTreeSet<Strin
             continue;
         }
         let text = String::from_utf8_lossy(&headers[&name]);
+        let unfollowed: &[&str] = if name == "nccl.h" { NCCL_UNFOLLOWED_HEADERS } else { &[] };
         let dir = Path::new(&name).parent().map(|p| p.to_string_lossy().into_owned());
         for cap in include.captures_iter(&text) {
             let target = cap[1].to_string();
+            if unfollowed.contains(&target.as_str()) {
+                continue;
+            }
             // Relative to the including header first (as "..." does), then to include/.
             let relative = dir
                 .as_deref()
@@ -209,7 +234,9 @@ fn provenance_note(
     s.push_str(&format!(
         "Written by `cargo xtask vendor-headers`; do not edit. `cuda.h` declares `CUDA_VERSION {cuda_version}`.\n\n"
     ));
-    s.push_str("The headers were unpacked, unmodified, from these wheels on PyPI (`nvidia/cu13/include/`):\n\n");
+    s.push_str(
+        "The headers were unpacked, unmodified, from these wheels on PyPI (`nvidia/cu13/include/`; NCCL's from `nvidia/nccl/include/`):\n\n",
+    );
     s.push_str("| package | version | wheel | sha256 |\n| --- | --- | --- | --- |\n");
     for (name, version, file, sha) in wheels {
         s.push_str(&format!("| {name} | {version} | {file} | `{sha}` |\n"));
@@ -226,6 +253,15 @@ fn provenance_note(
         "\nThe graphics interop headers include {}, which no wheel ships: they are not vendored, and \
          `cargo xtask bindgen` declares the few GL, EGL and VDPAU types the bindings need itself.\n",
         GRAPHICS_API_HEADERS
+            .iter()
+            .map(|h| format!("`{h}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    s.push_str(&format!(
+        "\n`nccl.h` includes {}, which its C declarations do not use: they are not vendored, and `cargo xtask bindgen` puts \
+         small stand-ins in their place (`cuda_runtime.h` includes `cuda_runtime_api.h`, the others are empty).\n",
+        NCCL_UNFOLLOWED_HEADERS
             .iter()
             .map(|h| format!("`{h}`"))
             .collect::<Vec<_>>()

@@ -157,6 +157,12 @@ status_error!(
 enum_status!(NvmlError, crate::nvml::nvmlReturn_enum, NVML_SUCCESS, Nvml);
 
 status_error!(
+    /// An `ncclResult_t` other than `ncclSuccess`.
+    NcclError, crate::nccl::ncclResult_t, crate::nccl::ncclResult_t, Nccl, ncclSuccess
+);
+enum_status!(NcclError, crate::nccl::ncclResult_t, ncclSuccess, Nccl);
+
+status_error!(
     /// A `CUfileError_t` whose `err` is not `CU_FILE_SUCCESS` (its `cu_err` may hold a driver error).
     CuFileError, crate::cufile::CUfileError_t, crate::cufile::CUfileOpError, CuFile, CU_FILE_SUCCESS
 );
@@ -204,6 +210,7 @@ pub enum Error {
     Nvvm(NvvmError),
     CuFile(CuFileError),
     Nvml(NvmlError),
+    Nccl(NcclError),
     /// A library or function could not be loaded (from a binding that returns no status code).
     Load(LoadError),
 }
@@ -218,6 +225,7 @@ impl fmt::Display for Error {
             Error::Nvvm(e) => e.fmt(f),
             Error::CuFile(e) => e.fmt(f),
             Error::Nvml(e) => e.fmt(f),
+            Error::Nccl(e) => e.fmt(f),
             Error::Load(e) => e.fmt(f),
         }
     }

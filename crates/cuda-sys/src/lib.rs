@@ -2,7 +2,8 @@
 //!
 //! One module per library, generated from the vendored CUDA 13 headers by `cargo xtask bindgen`:
 //! [`driver`] (cuda.h, cudaTypedefs.h, the profiler), [`runtime`] (cuda_runtime_api.h),
-//! [`nvrtc`], [`nvjitlink`], [`nvvm`], [`cufile`] and [`nvml`]. Every function, type and constant
+//! [`nvrtc`], [`nvjitlink`], [`nvvm`], [`cufile`], [`nvml`] and [`nccl`] (from NCCL's own wheel,
+//! `nvidia-nccl-cu13`). Every function, type and constant
 //! of those headers is here; C enums are `#[repr(transparent)]` newtypes, because a newer library
 //! may return a value the headers never listed.
 //!
@@ -41,9 +42,10 @@ mod generated;
 mod loader;
 
 pub use error::{
-    CuFileError, DriverError, Error, NvJitLinkError, NvmlError, NvrtcError, NvvmError, RuntimeError, StatusInfo,
+    CuFileError, DriverError, Error, NcclError, NvJitLinkError, NvmlError, NvrtcError, NvvmError, RuntimeError,
+    StatusInfo,
 };
-pub use generated::{cufile, driver, nvjitlink, nvml, nvrtc, nvvm, runtime, HEADER_CUDA_VERSION};
+pub use generated::{cufile, driver, nccl, nvjitlink, nvml, nvrtc, nvvm, runtime, HEADER_CUDA_VERSION};
 pub use loader::{
     per_thread_default_stream, per_thread_from_env_value, FnInfo, Library, LibraryId, LoadError, LoadErrorKind,
     StatusCode, PER_THREAD_DEFAULT_STREAM_VAR,

@@ -32,11 +32,13 @@ pub enum LibraryId {
     CuFile = 6,
     /// `libnvidia-ml` (module [`crate::nvml`]).
     Nvml = 7,
+    /// `libnccl`, NVIDIA's collective communication library (module [`crate::nccl`]).
+    Nccl = 8,
 }
 
 impl LibraryId {
     /// Every library, in declaration order.
-    pub const ALL: [LibraryId; 7] = [
+    pub const ALL: [LibraryId; 8] = [
         LibraryId::Driver,
         LibraryId::Runtime,
         LibraryId::Nvrtc,
@@ -44,6 +46,7 @@ impl LibraryId {
         LibraryId::Nvvm,
         LibraryId::CuFile,
         LibraryId::Nvml,
+        LibraryId::Nccl,
     ];
 
     /// The name `cuda-pathfinder` knows the library by.
@@ -56,6 +59,7 @@ impl LibraryId {
             LibraryId::Nvvm => "nvvm",
             LibraryId::CuFile => "cufile",
             LibraryId::Nvml => "nvml",
+            LibraryId::Nccl => "nccl",
         }
     }
 
@@ -69,6 +73,7 @@ impl LibraryId {
             LibraryId::Nvvm => &crate::nvvm::LIBRARY,
             LibraryId::CuFile => &crate::cufile::LIBRARY,
             LibraryId::Nvml => &crate::nvml::LIBRARY,
+            LibraryId::Nccl => &crate::nccl::LIBRARY,
         }
     }
 
@@ -87,6 +92,7 @@ impl fmt::Display for LibraryId {
             LibraryId::Nvvm => "libNVVM (libnvvm)",
             LibraryId::CuFile => "cuFile (libcufile)",
             LibraryId::Nvml => "NVML (libnvidia-ml)",
+            LibraryId::Nccl => "NCCL (libnccl)",
         })
     }
 }

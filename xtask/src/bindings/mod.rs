@@ -172,6 +172,19 @@ const LIBS: &[Lib] = &[
             prefix: "NVML_ERROR_",
         }),
     },
+    Lib {
+        module: "nccl",
+        id: "Nccl",
+        library: "libnccl",
+        headers: &["nccl.h"],
+        allow_files: &["nccl.h"],
+        resolve: Resolve::Symbol,
+        status: Some(Status {
+            ret: "ncclResult_t",
+            enum_type: "ncclResult_t",
+            prefix: "nccl",
+        }),
+    },
 ];
 
 /// The headers of the driver module: `cuda.h`, the profiler API and the graphics interop APIs

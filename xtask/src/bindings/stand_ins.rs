@@ -49,15 +49,41 @@ pub const GRAPHICS_STAND_INS: &[(&str, &str)] = &[
     ),
 ];
 
+/// Stand-ins for the toolkit headers `nccl.h` includes and the bindings do not vendor
+/// (`crate::vendor::NCCL_UNFOLLOWED_HEADERS`): its C declarations need only `cudaStream_t` and
+/// `cudaEvent_t`, which `cuda_runtime_api.h` (vendored) declares, and `CUDART_VERSION`, which it
+/// defines; no half, bfloat16 or fp8 type appears in them.
+pub const NCCL_STAND_INS: &[(&str, &str)] = &[
+    (
+        "cuda_runtime.h",
+        "/* Stand-in for <cuda_runtime.h> (written by cargo xtask bindgen): what nccl.h uses. */\n\
+         #ifndef __CUDA_RUNTIME_H__\n#define __CUDA_RUNTIME_H__\n\
+         #include <cuda_runtime_api.h>\n\
+         #endif\n",
+    ),
+    (
+        "cuda_fp16.h",
+        "/* Stand-in for <cuda_fp16.h> (written by cargo xtask bindgen): nccl.h's C declarations use no half type. */\n",
+    ),
+    (
+        "cuda_bf16.h",
+        "/* Stand-in for <cuda_bf16.h> (written by cargo xtask bindgen): nccl.h's C declarations use no bfloat16 type. */\n",
+    ),
+    (
+        "cuda_fp8.h",
+        "/* Stand-in for <cuda_fp8.h> (written by cargo xtask bindgen): included by nccl.h in C++ only. */\n",
+    ),
+];
+
 /// The folder [`write_graphics_stand_ins`] fills, searched by every bindgen run.
 pub(super) fn graphics_stand_ins_dir() -> PathBuf {
     util::root().join("target/xtask/graphics-stand-ins")
 }
 
-/// Writes [`GRAPHICS_STAND_INS`] into [`graphics_stand_ins_dir`].
+/// Writes [`GRAPHICS_STAND_INS`] and [`NCCL_STAND_INS`] into [`graphics_stand_ins_dir`].
 pub(super) fn write_graphics_stand_ins() -> Result {
     let dir = graphics_stand_ins_dir();
-    for (name, text) in GRAPHICS_STAND_INS {
+    for (name, text) in GRAPHICS_STAND_INS.iter().chain(NCCL_STAND_INS) {
         let path = dir.join(name);
         if std::fs::read_to_string(&path).ok().as_deref() != Some(*text) {
             util::write(&path, text.as_bytes())?;

@@ -178,6 +178,19 @@ pub(super) fn humanize(name: &str, prefix: &str) -> String {
         .trim_start_matches("NVRTC_")
         .trim_start_matches("NVJITLINK_")
         .trim_start_matches("NVVM_");
+    // NCCL's names are camel case (`ncclUnhandledCudaError`): one word per capital.
+    let tail = if prefix == "nccl" {
+        let mut spaced = String::new();
+        for (i, c) in tail.char_indices() {
+            if i > 0 && c.is_ascii_uppercase() {
+                spaced.push(' ');
+            }
+            spaced.push(c);
+        }
+        spaced
+    } else {
+        tail.to_string()
+    };
     let words = tail.replace('_', " ").to_lowercase();
     if words.is_empty() {
         name.to_string()

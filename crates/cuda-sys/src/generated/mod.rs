@@ -9,6 +9,7 @@ pub mod nvjitlink;
 pub mod nvvm;
 pub mod cufile;
 pub mod nvml;
+pub mod nccl;
 
 /// `CUDA_VERSION` of the headers these bindings were generated from.
 pub const HEADER_CUDA_VERSION: u32 = 13050;
