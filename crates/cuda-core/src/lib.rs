@@ -52,6 +52,7 @@ pub mod graph;
 pub mod interop;
 mod launch;
 mod memory;
+pub mod nccl;
 mod reaper;
 mod stream;
 pub mod system;
