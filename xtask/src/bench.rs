@@ -38,12 +38,14 @@ pub fn run(args: &[String]) -> Result {
     };
     let exe = executable("compare")?;
     let criterion = executable("criterion")?;
+    let nccl = executable("nccl_busbw")?;
     // Put together where it runs, or in a stage that is packed into `dir` to be carried.
     let stage = fresh_stage(&dir, !run_here)?;
     let benches = util::root().join("crates/cuda-core/benches");
     for (from, to) in [
         (exe, "compare"),
         (criterion, "criterion"),
+        (nccl, "nccl_busbw"),
         (benches.join("c/compare.c"), "compare.c"),
         (benches.join("python/compare.py"), "compare.py"),
     ] {
@@ -116,5 +118,11 @@ if [ -n "${OUT:-}" ]; then
   "$here/compare" "$@" 2>&1 | tee "$OUT/bench.log"
 else
   "$here/compare" "$@"
+fi
+
+# NCCL all-reduce bus bandwidth on two GPUs against raw NCCL calls (skips itself on one GPU or
+# without NCCL; NVLink multicast stays off). `CUDA_CORE_BENCH_NCCL=0` leaves it out.
+if [ "${CUDA_CORE_BENCH_NCCL:-1}" != 0 ]; then
+  NCCL_NVLS_ENABLE=0 VIRTUAL_ENV=${VIRTUAL_ENV:-/opt/torch/.venv} "$here/nccl_busbw"
 fi
 "#;
