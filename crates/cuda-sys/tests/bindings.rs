@@ -117,6 +117,8 @@ fn every_function_of_the_other_headers_is_bound() {
         (LibraryId::Nvvm, "nvvm.h", "nvvmResult"),
         (LibraryId::Runtime, "cuda_runtime_api.h", "cudaError_t CUDARTAPI"),
         (LibraryId::Nvml, "nvml.h", "nvmlReturn_t DECLDIR"),
+        // nccl.h aligns its declarations with two spaces (`ncclResult_t  ncclAllReduce(`).
+        (LibraryId::Nccl, "nccl.h", "ncclResult_t "),
     ] {
         let declared = declared(header, api, None);
         assert!(!declared.is_empty(), "{header}: nothing declared?");
@@ -243,6 +245,10 @@ fn status_values_have_names_and_descriptions_without_any_library() {
         .unwrap_err();
     assert_eq!(e.name(), "cudaErrorMemoryAllocation");
 
+    let e = cuda_sys::nccl::ncclResult_t::ncclRemoteError.result().unwrap_err();
+    assert_eq!(e.name(), "ncclRemoteError");
+    assert_eq!(e.description(), "remote error");
+
     // A value newer than the headers still prints.
     let e = driver::CUresult(54321).result().unwrap_err();
     assert_eq!(e.name(), "UNKNOWN");
@@ -254,6 +260,7 @@ fn status_values_have_names_and_descriptions_without_any_library() {
         nvrtc::STATUS_VALUES,
         cuda_sys::nvml::STATUS_VALUES,
         cuda_sys::runtime::STATUS_VALUES,
+        cuda_sys::nccl::STATUS_VALUES,
     ] {
         assert!(table.windows(2).all(|w| w[0].value < w[1].value));
         assert!(table.iter().all(|s| !s.description.is_empty()));
