@@ -295,15 +295,14 @@ fn the_default_pool_made_inside_a_global_capture_leaves_it_valid() {
     let mut builder = capturing.begin_capture(cuda_core::graph::CaptureMode::Global).unwrap();
     let made = std::thread::spawn(move || {
         d.set_current().unwrap();
-        let mr = cuda_core::DeviceMemoryResource::default_pool(&d)?;
-        mr.release_threshold()
+        cuda_core::DeviceMemoryResource::default_pool(&d)
     })
     .join()
     .unwrap();
     // The capture is still valid: it ends into a graph.
     let ended = builder.end_building().map(|_| ());
-    let threshold = made.unwrap();
     assert!(ended.is_ok(), "the capture was invalidated: {:?}", ended.err());
+    let threshold = made.unwrap().release_threshold().unwrap();
     assert_eq!(
         threshold,
         u64::MAX,
