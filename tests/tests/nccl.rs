@@ -446,8 +446,8 @@ fn nccl_one_rank_runs_and_bad_arguments_are_refused_before_nccl() {
     comms.finalize().unwrap();
 }
 
-/// Starts this executable as rank 1 of `scenario`, connected to `port`.
-fn spawn_child(scenario: &str, port: u16, socket_transport: bool) -> Child {
+/// Starts this executable as rank `rank` of `scenario`, connected to `port`.
+fn spawn_child(scenario: &str, port: u16, rank: usize, socket_transport: bool) -> Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",
@@ -456,7 +456,7 @@ fn spawn_child(scenario: &str, port: u16, socket_transport: bool) -> Child {
         "--nocapture",
         "--test-threads=1",
     ])
-    .env(ROLE, format!("{scenario}:{port}"))
+    .env(ROLE, format!("{scenario}:{port}:{rank}"))
     .env("NCCL_NVLS_ENABLE", "0");
     if socket_transport {
         cmd.env("NCCL_P2P_DISABLE", "1")
@@ -466,27 +466,29 @@ fn spawn_child(scenario: &str, port: u16, socket_transport: bool) -> Child {
     cmd.spawn().unwrap()
 }
 
-fn socket_env(on: bool) {
-    if on {
-        std::env::set_var("NCCL_P2P_DISABLE", "1");
-        std::env::set_var("NCCL_SHM_DISABLE", "1");
-        std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
-    } else {
-        for v in ["NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_SOCKET_IFNAME"] {
-            std::env::remove_var(v);
-        }
-    }
-}
-
-/// Rank 0 of `scenario` in this process (device 0), rank 1 in a child (device 1); the id goes
-/// over a TCP socket on the loopback interface.
+/// Rank 0 of `scenario` in this process (device 0), rank 1 in a child (device 1); on the socket
+/// transport both ranks in children. The id goes over a TCP socket on the loopback interface.
 fn two_processes(scenario: &str, socket_transport: bool) {
     let Some([d0, _]) = two_devices() else { return };
-    socket_env(socket_transport);
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut child = spawn_child(scenario, listener.local_addr().unwrap().port(), socket_transport);
-    let (mut peer, _) = listener.accept().unwrap();
+    let port = listener.local_addr().unwrap().port();
     let id = UniqueId::new().unwrap();
+    if socket_transport {
+        // NCCL reads its transport settings once per process: both ranks run in children that
+        // start with them; this process only hands out the id.
+        let mut children: Vec<Child> = (0..2).map(|r| spawn_child(scenario, port, r, true)).collect();
+        for _ in 0..2 {
+            let (mut peer, _) = listener.accept().unwrap();
+            writeln!(peer, "{id}").unwrap();
+        }
+        for child in &mut children {
+            let status = child.wait().unwrap();
+            assert!(status.success(), "a rank failed: {status}");
+        }
+        return;
+    }
+    let mut child = spawn_child(scenario, port, 1, false);
+    let (mut peer, _) = listener.accept().unwrap();
     writeln!(peer, "{id}").unwrap();
     let options = CommunicatorOptions {
         watchdog: Some(Duration::from_secs(8)),
@@ -497,7 +499,6 @@ fn two_processes(scenario: &str, socket_transport: bool) {
         let status = child.wait().unwrap();
         assert!(status.success(), "rank 1 failed: {status}");
     }
-    socket_env(false);
 }
 
 /// What each rank does in `scenario`.
@@ -599,12 +600,13 @@ fn nccl_a_killed_peer_ends_in_an_abort_not_a_hang() {
 fn nccl_child_rank_helper() {
     let Ok(role) = std::env::var(ROLE) else { return };
     quiet_nccl();
-    let (scenario, port) = role.split_once(':').unwrap();
+    let parts: Vec<&str> = role.split(':').collect();
+    let (scenario, port, rank) = (parts[0], parts[1], parts[2].parse::<usize>().unwrap());
     let mut peer = TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap();
     let mut line = String::new();
     BufReader::new(peer.try_clone().unwrap()).read_line(&mut line).unwrap();
     let id: UniqueId = line.trim().parse().unwrap();
-    let d = Device::new(1).unwrap();
-    let comm = Communicator::init(1, 2, &id, &d).unwrap();
+    let d = Device::new(rank).unwrap();
+    let comm = Communicator::init(rank, 2, &id, &d).unwrap();
     run_rank(scenario, comm, &d, &mut peer, None);
 }

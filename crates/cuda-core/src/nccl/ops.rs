@@ -319,7 +319,12 @@ impl Group<'_> {
                             "an NCCL group cannot record into a capture".into(),
                         ));
                     }
-                    op.issue_in(handle, *red)
+                    // In a group NCCL only records the call (it picks each communicator's device
+                    // itself at the end), so no context switch per call, as raw NCCL code does.
+                    // SAFETY: see `issue`: the handle is live under its lock held to the group's
+                    // end, and this runs inside the stream operation that keeps the buffers.
+                    let status = unsafe { op.issue(handle, *red) };
+                    check(status, op.call_name(), Some(handle))
                 });
                 if let Err(e) = issued {
                     outcome = Err(e);
