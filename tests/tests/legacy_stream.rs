@@ -14,6 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The tests of this file run one at a time: one's captures refuse the other's legacy-stream
+/// work.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn blocking_stream(d: &Device) -> Stream {
     d.create_stream(StreamOptions {
         nonblocking: false,
@@ -30,6 +34,7 @@ fn implicit(e: &cuda_core::CudaError) -> bool {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn legacy_stream_work_beside_blocking_captures_is_refused_or_done_never_a_crash() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let d = Device::new(0).expect("a GPU");
     d.set_current().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -115,24 +120,36 @@ fn legacy_stream_work_beside_blocking_captures_is_refused_or_done_never_a_crash(
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn a_blocking_stream_that_joins_a_capture_keeps_the_legacy_stream_out_until_it_ends() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let d = Device::new(0).expect("a GPU");
     d.set_current().unwrap();
     let blocking = blocking_stream(&d);
-    let legacy = Stream::legacy_default();
     let event = d.create_event(Default::default()).unwrap();
     let mut builder = d.create_graph_builder().unwrap();
     builder.begin_building(CaptureMode::ThreadLocal).unwrap();
     builder.stream().record(&event).unwrap();
+    // (Asked from another thread: on the capturing thread, the driver refuses a question about
+    // the legacy stream in a thread-local capture.)
+    let legacy_is_done = || {
+        std::thread::scope(|t| {
+            t.spawn(|| {
+                d.set_current()?;
+                Stream::legacy_default().is_done()
+            })
+            .join()
+            .unwrap()
+        })
+    };
     // Before the join: the legacy stream works (the capture is of a non-blocking stream).
-    legacy.is_done().unwrap();
+    legacy_is_done().unwrap();
     // The blocking stream joins the capture, and legacy-stream work is refused (the driver
     // would refuse it too, invalidating the capture) until the capture ends.
     blocking.wait_event(&event).unwrap();
-    let err = legacy.is_done().unwrap_err();
+    let err = legacy_is_done().unwrap_err();
     assert!(implicit(&err), "{err}");
     builder.stream().wait(&blocking).unwrap();
     builder.end_building().unwrap();
-    legacy.is_done().unwrap();
+    legacy_is_done().unwrap();
     let graph = builder.complete(&Default::default()).unwrap();
     let s = d.create_stream(Default::default()).unwrap();
     graph.launch(&s).unwrap();
@@ -141,7 +158,7 @@ fn a_blocking_stream_that_joins_a_capture_keeps_the_legacy_stream_out_until_it_e
     blocking.wait_event(&event).unwrap();
     blocking.wait(&s).unwrap();
     blocking.sync().unwrap();
-    legacy.sync().unwrap();
+    Stream::legacy_default().sync().unwrap();
     let errors = cuda_core::take_drop_errors();
     assert!(errors.is_empty(), "{errors:?}");
 }
