@@ -61,6 +61,8 @@ fn stream_on(d: &Device) -> Stream {
 }
 
 fn upload<T: cuda_core::Pod>(d: &Device, s: &Stream, data: &[T]) -> TypedBuffer<T> {
+    // The host copy runs in the current context: the device's.
+    d.set_current().unwrap();
     TypedBuffer::from_host_blocking(d, data, s).unwrap()
 }
 
@@ -504,7 +506,12 @@ fn two_processes(scenario: &str, socket_transport: bool) {
 /// What each rank does in `scenario`.
 fn run_rank(scenario: &str, comm: Communicator, d: &Device, peer: &mut TcpStream, child: Option<&mut Child>) {
     match scenario {
-        "collectives" => check_collectives(std::slice::from_ref(&comm), std::slice::from_ref(d)),
+        "collectives" => {
+            check_collectives(std::slice::from_ref(&comm), std::slice::from_ref(d));
+            // The orderly end on both ranks, before the process exits (a communicator dropped
+            // just before exit is aborted on the release thread while the process tears down).
+            comm.finalize().unwrap();
+        }
         "graph" => {
             let s = stream_on(d);
             let data = upload(d, &s, &vec![1.0f32; N]);
@@ -529,6 +536,14 @@ fn run_rank(scenario: &str, comm: Communicator, d: &Device, peer: &mut TcpStream
             );
             drop(graph);
             comm.check().unwrap();
+            s.sync().unwrap();
+            // The graph is destroyed on the release thread once its launches are done; until
+            // then its hold refuses an orderly end (the communicator is then released in the
+            // background: given time to finish before the process exits).
+            if let Err(e) = comm.finalize() {
+                assert!(e.to_string().contains("graph hold"), "{e}");
+                std::thread::sleep(Duration::from_millis(500));
+            }
         }
         "killed" => {
             let s = stream_on(d);
