@@ -191,7 +191,7 @@ fn check_collectives(comms: &[Communicator], devices: &[Device]) {
         .iter()
         .zip(devices)
         .zip(&streams)
-        .map(|((c, d), s)| upload(d, s, &vec![c.rank() as u8 + 7; 64]))
+        .map(|((c, d), s)| upload(d, s, &[c.rank() as u8 + 7; 64]))
         .collect();
     group(|g| {
         for k in 0..comms.len() {

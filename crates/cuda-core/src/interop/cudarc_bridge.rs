@@ -189,15 +189,51 @@ impl Drop for CudarcStream {
 
 /// A cudarc slice a buffer owns: dropped (so freed by cudarc, on its stream) with the calling
 /// thread's current context kept.
-struct CudarcSlice<T>(ManuallyDrop<CudaSlice<T>>);
+///
+/// A slice of cudarc's default stream (the legacy stream: cudarc's free queues work there) is
+/// freed only through the legacy-stream gate (see `stream::capture::BLOCKING_CAPTURES`: driver
+/// 580 crashes on legacy-stream work while a blocking stream's capture begins or ends), and by
+/// the release thread when the gate refuses or on a driver thread.
+struct CudarcSlice<T: 'static>(ManuallyDrop<CudaSlice<T>>);
 
-impl<T> Drop for CudarcSlice<T> {
+impl<T: 'static> Drop for CudarcSlice<T> {
     fn drop(&mut self) {
-        let context = self.0.context().clone();
-        keeping_current(context, || {
-            // SAFETY: dropped once, here; the field is not used again.
-            unsafe { ManuallyDrop::drop(&mut self.0) }
-        });
+        // SAFETY: taken once, here; the field is not used again.
+        let slice = unsafe { ManuallyDrop::take(&mut self.0) };
+        if !on_legacy_stream(slice.stream()) {
+            drop_keeping_current(slice);
+            return;
+        }
+        let mut job = LegacySliceDrop(Some(slice));
+        if crate::reaper::in_callback() || !crate::reaper::Retry::attempt(&mut job) {
+            crate::reaper::retry(Box::new(job));
+        }
+    }
+}
+
+/// Whether cudarc's work on `stream` goes to the legacy default stream (cudarc names it NULL).
+fn on_legacy_stream(stream: &CudaStream) -> bool {
+    raw_stream(stream) as usize <= 1
+}
+
+/// Drops cudarc's `value` with the calling thread's current context kept.
+fn drop_keeping_current<T>(slice: CudaSlice<T>) {
+    let context = slice.context().clone();
+    keeping_current(context, move || drop(slice));
+}
+
+/// The free of a slice of cudarc's legacy stream, tried under the legacy-stream gate.
+struct LegacySliceDrop<T>(Option<CudaSlice<T>>);
+
+impl<T> crate::reaper::Retry for LegacySliceDrop<T> {
+    fn attempt(&mut self) -> bool {
+        let Ok(_legacy) = crate::stream::capture::legacy_stream_gate() else {
+            return false;
+        };
+        if let Some(slice) = self.0.take() {
+            drop_keeping_current(slice);
+        }
+        true
     }
 }
 
@@ -250,12 +286,20 @@ fn after_cudarc_work<T>(slice: &mut CudaSlice<T>, stream: &Stream) -> Result<dri
         ));
     }
     let context = own.context().clone();
+    // cudarc's waits and record on its stream: on its default stream (the legacy stream), only
+    // through the legacy-stream gate (see `CudarcSlice`).
+    let legacy = if on_legacy_stream(&own) {
+        Some(crate::stream::capture::legacy_stream_gate()?)
+    } else {
+        None
+    };
     let ptr = keeping_current(context.clone(), || {
         let (ptr, record) = slice.device_ptr_mut(&own);
         drop(record);
         drop(own);
         ptr
     });
+    drop(legacy);
     if !default && is_capturing(handle)? {
         // The waits for cudarc's events made the stream join a capture (an event recorded in
         // one): the memory is not ordered for work outside it. (A lent stream refuses this

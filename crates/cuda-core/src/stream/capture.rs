@@ -146,8 +146,12 @@ pub(crate) fn blocking_capture_joining() -> Result<BlockingCapture> {
     Ok(counted)
 }
 
+/// The key of [`JOINED`] for joins whose capture could not be told.
+const UNCERTAIN: usize = 0;
+
 /// The counts of blocking streams that joined a capture of this crate, by the capture's graph:
-/// dropped when that capture is over ([`capture_over`]).
+/// dropped when that capture is over ([`capture_over`]), and all of them once no capture of
+/// this crate runs (nothing can be joined then).
 #[allow(clippy::type_complexity)]
 static JOINED: Mutex<Option<HashMap<usize, Vec<BlockingCapture>>>> = Mutex::new(None);
 
@@ -155,16 +159,24 @@ static JOINED: Mutex<Option<HashMap<usize, Vec<BlockingCapture>>>> = Mutex::new(
 /// capture of this crate, the count is kept until that capture is over; otherwise (no capture,
 /// a capture already over, or one this crate did not begin, whose end it cannot see) it is
 /// given back now.
-pub(crate) fn keep_if_joined(stream: driver::CUstream, counted: Option<BlockingCapture>) {
+///
+/// A capture that cannot be told (the question failed, or the capture was invalidated: the
+/// stream stays in it until it ends) keeps the count until no capture of this crate runs.
+pub(crate) fn keep_if_joined(stream: driver::CUstream, counted: Option<BlockingCapture>, waited: bool) {
     let Some(counted) = counted else { return };
+    if !waited {
+        return;
+    }
     let joined = match capture_info(stream) {
         Ok(Some(info)) => info.graph as usize,
-        _ => return,
+        Ok(None) => return,
+        // (Kept under no graph: given back when the last capture is over.)
+        Err(_) => UNCERTAIN,
     };
     // Under the registry's lock, which `capture_over` takes before the counts: a capture that
     // is over by now is no longer registered, and its counts are not kept.
     let registered = active();
-    if registered.as_ref().is_some_and(|m| m.contains_key(&joined)) {
+    if joined == UNCERTAIN || registered.as_ref().is_some_and(|m| m.contains_key(&joined)) {
         JOINED
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -215,12 +227,15 @@ pub(crate) fn capture_over(graph: driver::CUgraph, site: &Site) {
         if let Some(map) = registered.as_mut() {
             map.remove(&(graph as usize));
         }
-        // Blocking streams that joined it left it with its end (see `keep_if_joined`).
-        JOINED
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_mut()
-            .and_then(|m| m.remove(&(graph as usize)))
+        let last = registered.as_ref().is_none_or(|m| m.is_empty());
+        // Blocking streams that joined it left it with its end (see `keep_if_joined`); with the
+        // last capture over, every join is over.
+        let mut joined = JOINED.lock().unwrap_or_else(|p| p.into_inner());
+        match joined.as_mut() {
+            Some(m) if last => std::mem::take(m).into_values().flatten().collect(),
+            Some(m) => m.remove(&(graph as usize)).unwrap_or_default(),
+            None => Vec::new(),
+        }
     };
     drop(joined);
     let before = {

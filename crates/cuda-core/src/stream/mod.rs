@@ -559,6 +559,15 @@ impl Stream {
     /// on the per-thread default stream would be recorded into the graph without the graph
     /// holding what it uses (the same reason a safe call never captures a default stream).
     pub fn wait_event(&self, event: &Event) -> Result<()> {
+        // (Before anything that may wait for other threads: see `blocking_join`.)
+        refuse_in_callback()?;
+        // No capture of this crate runs, and none begins before the wait is queued (see `gate`):
+        // nothing can be joined.
+        if let Some(_quiet) = self.quietly() {
+            // SAFETY: both handles are live; a wait records no node using the event.
+            return unsafe { driver::cuStreamWaitEvent(self.inner.handle, event.handle(), 0) }
+                .check("cuStreamWaitEvent");
+        }
         let joining = self.blocking_join()?;
         let waited = self.enqueue_exclusive(|capture| {
             let _records = (self.is_default() && capture.is_none()).then(|| event.records());
@@ -568,15 +577,18 @@ impl Stream {
             // SAFETY: both handles are live; a wait records no node using the event.
             unsafe { driver::cuStreamWaitEvent(self.inner.handle, event.handle(), 0) }.check("cuStreamWaitEvent")
         });
-        capture::keep_if_joined(self.inner.handle, joining);
+        capture::keep_if_joined(self.inner.handle, joining, waited.is_ok());
         waited
     }
 
     /// Makes later work on this stream wait for the work queued on `other` so far (also across
     /// devices): a timing-free event recorded on `other` (from its context's pool).
     pub fn wait(&self, other: &Stream) -> Result<()> {
+        refuse_in_callback()?;
         let fence = other.context_or_current()?.fence()?;
-        other.enqueue(|capture| {
+        // Whether the fence is a point of a capture (`other` is being captured): waiting for it
+        // makes this stream join that capture.
+        let in_capture = other.enqueue(|capture| {
             if capture.is_some() && self.is_default() {
                 // The fence would be a capture point: waiting for it, this default stream would
                 // join the capture (see `wait_event`).
@@ -584,23 +596,26 @@ impl Stream {
             }
             // SAFETY: both handles are live; the event belongs to the stream's context (for a green
             // context, to its primary context, whose events the driver takes on its streams).
-            unsafe { driver::cuEventRecord(fence.handle(), other.handle()) }.check("cuEventRecord")
+            unsafe { driver::cuEventRecord(fence.handle(), other.handle()) }.check("cuEventRecord")?;
+            Ok(capture.is_some())
         })?;
-        let joining = self.blocking_join()?;
+        let joining = if in_capture { self.blocking_join()? } else { None };
         let waited = self.enqueue_exclusive(|_| {
             // SAFETY: both handles are live; the wait keeps what the event captured when queued.
             unsafe { driver::cuStreamWaitEvent(self.inner.handle, fence.handle(), 0) }.check("cuStreamWaitEvent")
         });
-        capture::keep_if_joined(self.inner.handle, joining);
+        capture::keep_if_joined(self.inner.handle, joining, waited.is_ok());
         waited
     }
 
-    /// Before a wait on a blocking stream (not a default one) while captures run: the wait may
-    /// make the stream join a capture, which counts as a blocking stream's capture (legacy-stream
-    /// work is refused while it runs: see `capture::BLOCKING_CAPTURES`), counted before the wait
-    /// (and kept until that capture ends by [`capture::keep_if_joined`]). Holds no lock.
+    /// Before a wait on a blocking stream (not a default one) that may join a capture (the
+    /// caller found that captures run, inside the gate, or that the awaited point is in one):
+    /// the join counts as a blocking stream's capture (legacy-stream work is refused while it
+    /// runs: see `capture::BLOCKING_CAPTURES`), counted before the wait and kept until that
+    /// capture ends by [`capture::keep_if_joined`]. Holds no lock; may wait for other threads'
+    /// legacy-stream operations (so never in a host function: the caller refused that).
     fn blocking_join(&self) -> Result<Option<capture::BlockingCapture>> {
-        if self.is_default() || !capture::captures_running() || self.is_nonblocking()? {
+        if self.is_default() || self.is_nonblocking()? {
             return Ok(None);
         }
         capture::blocking_capture_joining().map(Some)

@@ -10,7 +10,7 @@
 
 use super::{Graph, HeldKind};
 use crate::compile::Kernel;
-use crate::device::{Context, Device};
+use crate::device::{Context, Device, FenceEvent};
 use crate::error::Check;
 use crate::graph::definition::{
     check_host_node, check_memcpy, check_runs, event_node, expect_type, host_params, kernel_node_params, memcpy_params,
@@ -85,6 +85,10 @@ impl Graph {
         // The kernel and configuration the node runs here: an earlier update's, or the
         // definition's.
         let updated = self.exec_kernel(node).map(|k| (k.kernel.clone(), k.config));
+        let from_definition = match updated {
+            Some(_) => Vec::new(),
+            None => self.definition_fallback(node, "set_kernel_args")?,
+        };
         self.with_node(node, |exec, h| {
             expect_type(h, T::CU_GRAPH_NODE_TYPE_KERNEL, "set_kernel_args")?;
             let set = |p: &driver::CUDA_KERNEL_NODE_PARAMS| {
@@ -108,7 +112,24 @@ impl Graph {
         // follows their allocation. Nothing here fails once the node uses the new arguments.
         self.hold(node, HeldKind::KernelArgs, Box::new(buffers.held));
         self.note_ready(buffers.ready);
+        self.note_ready(from_definition);
         Ok(())
+    }
+
+    /// Before a per-node update that keeps what the definition's `node` has now (its kernel and
+    /// configuration, its memset region): allowed only while this graph holds the definition it
+    /// was instantiated from (which holds what the node uses); not after [`update`](Self::update)
+    /// (the node's definition then no longer says what the graph runs, nor keeps it alive).
+    /// Returns the fences after the allocation of every buffer the definition uses now (a node
+    /// updated in the definition since the graph was made may use new ones): the next launch on
+    /// every stream waits for them.
+    fn definition_fallback(&self, node: &GraphNode, what: &str) -> Result<Vec<Arc<FenceEvent>>> {
+        if self.instantiated_from.is_none() {
+            return Err(CudaError::InvalidArgument(format!(
+                "{what}: after Graph::update the node's definition no longer says what this graph runs: give the node's whole parameters (update_kernel, update_memset)"
+            )));
+        }
+        Ok(node.graph_inner().lock().ready.clone())
     }
 
     /// Turns a kernel, memset or memcpy node on or off in this executable graph.
@@ -168,6 +189,10 @@ impl Graph {
         let handle = ctx.as_ref().map_or(std::ptr::null_mut(), Context::handle);
         // The region an earlier update of this graph's node gave it, or the definition's.
         let updated = self.exec_memset(node).map(|m| m.params);
+        let from_definition = match updated {
+            Some(_) => Vec::new(),
+            None => self.definition_fallback(node, "set_memset_value")?,
+        };
         let p = self.with_node(node, |exec, h| {
             let p = match updated {
                 Some(mut p) => {
@@ -195,6 +220,7 @@ impl Graph {
         if let Some(ctx) = ctx {
             self.hold(node, HeldKind::MemsetContext, Box::new(ctx));
         }
+        self.note_ready(from_definition);
         Ok(())
     }
 

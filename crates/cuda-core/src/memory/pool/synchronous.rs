@@ -54,8 +54,11 @@ unsafe impl MemoryResource for SynchronousMemoryResource {
     fn allocate(&self, size: usize, _stream: &Stream) -> Result<driver::CUdeviceptr> {
         self.device.primary_context()?.with_current(|| {
             let mut ptr = 0;
+            // In relaxed capture mode: a global or thread-local capture elsewhere is neither
+            // refused nor invalidated by the allocation (as for the pools' attribute calls).
             // SAFETY: out-pointer to a local; the device's primary context is current.
-            unsafe { driver::cuMemAlloc(&mut ptr, size.max(1)) }.check("cuMemAlloc")?;
+            crate::stream::relaxed_capture_mode(|| unsafe { driver::cuMemAlloc(&mut ptr, size.max(1)) })
+                .check("cuMemAlloc")?;
             Ok(ptr)
         })
     }
@@ -66,8 +69,9 @@ unsafe impl MemoryResource for SynchronousMemoryResource {
         // cuMemFree finds the allocation's context from the pointer (no context needs to be
         // current); the primary context is made current anyway, for drivers that want one.
         self.device.primary_context()?.with_current(|| {
-            // SAFETY: forwarded to the caller; the stream's work is done.
-            unsafe { driver::cuMemFree(ptr) }.check("cuMemFree")
+            // SAFETY: forwarded to the caller; the stream's work is done. (Relaxed capture mode:
+            // as for the allocation.)
+            crate::stream::relaxed_capture_mode(|| unsafe { driver::cuMemFree(ptr) }).check("cuMemFree")
         })
     }
     fn is_device_accessible(&self) -> bool {
