@@ -458,4 +458,31 @@ mod graph_nodes {
         g.instantiate(&Default::default()).unwrap().launch(&s).unwrap();
         assert!(words(&out, &s).iter().all(|v| *v == 11));
     }
+
+    // Composition review of round 3: after a whole-graph update, a value-only node update read
+    // the instantiated definition's node (its old buffer), which the graph no longer held: the
+    // graph could write freed memory. Refused now; whole-parameter updates still work.
+    #[test]
+    #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+    fn value_only_node_updates_after_a_whole_graph_update_are_refused() {
+        let (d, s) = setup();
+        let (a, b) = (d.allocate(4096, &s).unwrap(), d.allocate(4096, &s).unwrap());
+        let def1 = GraphDefinition::new().unwrap();
+        let n1 = def1.memset(&a, 0u8, 4096).unwrap();
+        let def2 = GraphDefinition::new().unwrap();
+        def2.memset(&b, 5u8, 4096).unwrap();
+        let mut g = def1.instantiate(&Default::default()).unwrap();
+        // Before the update: the definition says what the graph runs.
+        g.set_memset_value(&n1, 3u8).unwrap();
+        g.update(&def2).unwrap();
+        let err = g.set_memset_value(&n1, 7u8).unwrap_err().to_string();
+        assert!(err.contains("after Graph::update"), "{err}");
+        drop((def1, def2));
+        g.launch(&s).unwrap();
+        assert!(b.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 5));
+        // The whole region given: updated.
+        g.update_memset(&n1, &b, 9u8, 4096, 1, 0).unwrap();
+        g.launch(&s).unwrap();
+        assert!(b.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 9));
+    }
 }

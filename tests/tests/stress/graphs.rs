@@ -860,14 +860,10 @@ impl Worker<'_> {
                         new.mark = Mark::Maybe;
                     }
                 }
-                let (mut before, mut after) = (BTreeSet::new(), BTreeSet::new());
-                refs(&entry.recipe, &mut before);
-                refs(&recipe, &mut after);
-                if before != after {
-                    // Per-node updates read the instantiated definition's nodes (their old
-                    // buffers): no more of them for this graph.
-                    entry.nodes.clear();
-                }
+                // Per-node updates that keep what the instantiated definition's node has are
+                // refused after a whole-graph update (that definition no longer says what the
+                // graph runs): no more of them for this graph.
+                entry.nodes.clear();
                 entry.recipe = recipe;
                 self.done(name);
             }
