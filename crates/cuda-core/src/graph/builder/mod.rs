@@ -9,7 +9,8 @@ use super::exec::{Graph, GraphCompleteOptions};
 use crate::device::{CaptureCount, Context, Device};
 use crate::error::{record_drop_error, Check};
 use crate::stream::capture::{
-    blocking_capture_beginning, capture_beginning, capture_info, capture_over, capture_started, BlockingCapture, Capture,
+    blocking_capture_beginning, capture_beginning, capture_info, capture_over, capture_started, BlockingCapture,
+    Capture,
 };
 use crate::stream::{Site, Stream, StreamOptions};
 use crate::{CudaError, Result};
