@@ -19,6 +19,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("memory", 4),
     ("launch", 5),
     ("interop", 5),
+    ("nccl", 5),
     ("graph", 6),
 ];
 
