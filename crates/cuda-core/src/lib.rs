@@ -103,6 +103,9 @@ pub use memory::{
 };
 pub use stream::{Completion, Event, EventOptions, IpcEventDescriptor, Stream, StreamOptions};
 
+/// This crate's version (`cuda.core.__version__`), as Cargo knows it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// The guide's chapters (`docs/guide/`), compiled as doc tests so that every Rust block in them
 /// builds against this crate. Blocks that need a GPU are `no_run` here; the example each
 /// chapter names runs the same code in the GPU bundle (`tests/guide.rs` checks they agree).

@@ -180,6 +180,19 @@ impl Device {
         Ok(ctx)
     }
 
+    /// The context current on the calling thread, when it is one of this device's (`cuda.core`'s
+    /// `Device.context`): an error that says to call [`set_current`](Self::set_current) first
+    /// when none of this device's contexts is current (cuda.core's "not yet initialized").
+    pub fn context(&self) -> Result<Context> {
+        match Context::current()? {
+            Some(c) if c.device() == *self => Ok(c),
+            _ => Err(CudaError::InvalidState(format!(
+                "device {} is not yet initialized on this thread: call Device::set_current() (or make one of its contexts current) first",
+                self.ordinal
+            ))),
+        }
+    }
+
     /// The device's primary context, retained for the life of the process.
     pub fn primary_context(&self) -> Result<Context> {
         let state = &states()?[self.ordinal as usize];

@@ -8,8 +8,11 @@ use cuda_sys::driver;
 /// Grid, block or cluster dimensions. `5.into()`, `(8, 8).into()` and `(4, 4, 4).into()` work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Dim3 {
+    /// The extent in x, the fastest-varying dimension (a launch refuses 0).
     pub x: u32,
+    /// The extent in y (1 when made from a single number).
     pub y: u32,
+    /// The extent in z (1 unless made from a triple).
     pub z: u32,
 }
 
@@ -65,7 +68,10 @@ pub struct LaunchConfig {
     pub cluster: Option<Dim3>,
     /// Dynamic shared memory per block, in bytes.
     pub shmem_size: u32,
-    /// A cooperative launch (grid-wide synchronisation).
+    /// A cooperative launch (grid-wide synchronisation): `cuda.core`'s `is_cooperative`
+    /// (`cooperative_launch` before 1.0); serialised as `cooperative_launch`, and read from
+    /// either name.
+    #[serde(alias = "is_cooperative")]
     pub cooperative_launch: bool,
     /// Launch priority (`CU_LAUNCH_ATTRIBUTE_PRIORITY`).
     pub priority: Option<i32>,
@@ -78,6 +84,11 @@ pub struct LaunchConfig {
 const MAX_PORTABLE_CLUSTER: u64 = 8;
 
 impl LaunchConfig {
+    /// Whether the launch is cooperative (`cuda.core`'s `LaunchConfig.is_cooperative`).
+    pub fn is_cooperative(&self) -> bool {
+        self.cooperative_launch
+    }
+
     /// A grid of `grid` blocks of `block` threads.
     pub fn new(grid: impl Into<Dim3>, block: impl Into<Dim3>) -> LaunchConfig {
         LaunchConfig {
@@ -266,6 +277,27 @@ mod tests {
             cooperative: true,
             clusters: true,
         }
+    }
+
+    #[test]
+    fn is_cooperative_is_cuda_cores_name_for_cooperative_launch() {
+        let mut c = LaunchConfig::new(4, 128);
+        assert!(!c.is_cooperative());
+        c.cooperative_launch = true;
+        assert!(c.is_cooperative());
+        let json = serde_json::to_value(c).unwrap();
+        assert_eq!(json["cooperative_launch"], true);
+        let mut renamed = json.clone();
+        let flag = renamed.as_object_mut().unwrap().remove("cooperative_launch").unwrap();
+        renamed["is_cooperative"] = flag;
+        let back: LaunchConfig = serde_json::from_value(renamed).unwrap();
+        assert_eq!(back, c, "read from cuda.core's 1.x name");
+    }
+
+    #[test]
+    fn the_crate_version_is_cargos() {
+        assert_eq!(crate::VERSION, env!("CARGO_PKG_VERSION"));
+        assert!(!crate::VERSION.is_empty());
     }
 
     #[test]

@@ -95,6 +95,13 @@ pub(crate) fn dl_device(buffer: &Buffer) -> Result<DLDevice> {
 }
 
 impl Buffer {
+    /// Where DLPack says the buffer's memory lives (`cuda.core`'s `Buffer.__dlpack_device__`):
+    /// device-only memory as `kDLCUDA` on its device, memory both the host and the device reach
+    /// as `kDLCUDAHost` (pinned) or `kDLCUDAManaged`, host-only memory as `kDLCPU`.
+    pub fn dlpack_device(&self) -> Result<DLDevice> {
+        dl_device(self)
+    }
+
     /// Hands the buffer over as a one-dimensional tensor of its bytes (`int8`, as `cuda.core`'s
     /// `Buffer.__dlpack__`).
     pub fn to_dlpack(self) -> Result<DlpackTensor> {

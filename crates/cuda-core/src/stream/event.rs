@@ -37,6 +37,7 @@ struct EventInner {
 /// What another process needs to open an IPC event: 64 opaque bytes, serializable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct IpcEventDescriptor {
+    /// The driver's `CUipcEventHandle` bytes, to send to the other process as they are.
     #[serde(with = "serde_bytes_64")]
     pub bytes: [u8; 64],
 }
@@ -391,6 +392,21 @@ impl Context {
 impl fmt::Debug for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Event({:p})", self.inner.handle)
+    }
+}
+
+/// By handle, as `cuda.core` compares and hashes events (clones of one event are equal).
+impl PartialEq for Event {
+    fn eq(&self, other: &Event) -> bool {
+        self.handle() == other.handle()
+    }
+}
+
+impl Eq for Event {}
+
+impl std::hash::Hash for Event {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(self.handle(), state);
     }
 }
 
