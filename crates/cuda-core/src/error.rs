@@ -13,36 +13,54 @@ pub enum CudaError {
     /// A driver call returned an error; `call` names it.
     #[error("{call}: {source}")]
     Driver {
+        /// The driver function that failed, e.g. `"cuMemAlloc"`.
         call: &'static str,
+        /// The driver's status (`CUresult`), with its name and description.
         #[source]
         source: cuda_sys::DriverError,
     },
     /// An NVML call returned an error.
     #[error("{call}: {source}")]
     Nvml {
+        /// The NVML function that failed, e.g. `"nvmlDeviceGetFanSpeed"`.
         call: &'static str,
+        /// NVML's status (`nvmlReturn_t`); [`CudaError::nvml_kind`] sorts it into
+        /// `cuda.core.system`'s exception classes.
         #[source]
         source: cuda_sys::NvmlError,
     },
     /// A compiler (NVRTC or libNVVM) rejected the program; `log` is the compiler's full log.
     #[error("{backend} compilation of {program} failed: {status}\n{log}")]
     Compile {
+        /// The compiler: `"NVRTC"` or `"NVVM"`.
         backend: &'static str,
+        /// The program's name ([`ProgramOptions::name`](crate::ProgramOptions::name)).
         program: String,
+        /// The compiler's status, as text.
         status: String,
+        /// The compiler's log: the diagnostics to show the user.
         log: String,
     },
     /// A linker (nvJitLink or the driver's) failed; `log` is its full error log.
     #[error("{backend} link of {name} failed: {status}\n{log}")]
     Link {
+        /// The linker: `"nvJitLink"` or `"driver"`.
         backend: &'static str,
+        /// The link's name, and the input being added when adding it failed.
         name: String,
+        /// The linker's status, as text.
         status: String,
+        /// The linker's error log (for nvJitLink option errors, the options given).
         log: String,
     },
     /// A compiler library call other than the compile itself failed.
     #[error("{call}: {message}")]
-    Toolchain { call: &'static str, message: String },
+    Toolchain {
+        /// The library function that failed, e.g. `"nvrtcCreateProgram"` or `"ncclCommInitRank"`.
+        call: &'static str,
+        /// What the library said went wrong.
+        message: String,
+    },
     /// An argument or option has a value that is not valid; the message says which and why
     /// (`cuda.core`'s `ValueError`; [`ErrorKind::Value`]).
     #[error("{0}")]
@@ -69,8 +87,10 @@ pub enum CudaError {
     /// after the operation failed). Every question asked of the error is answered by `source`.
     #[error("{source}\n(note: {note})")]
     Noted {
+        /// The error the operation itself ended with.
         #[source]
         source: Box<CudaError>,
+        /// What else went wrong while handling it.
         note: String,
     },
 }

@@ -38,6 +38,8 @@
 //! # Ok::<(), cuda_core::CudaError>(())
 //! ```
 
+#![deny(missing_docs)]
+
 // The derive names `::cuda_core`; make that path work inside this crate too.
 extern crate self as cuda_core;
 

@@ -44,6 +44,8 @@
 //! # Ok::<(), cuda_pathfinder::Error>(())
 //! ```
 
+#![deny(missing_docs)]
+
 mod canary;
 mod catalog;
 mod env;

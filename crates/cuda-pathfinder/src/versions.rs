@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 /// A CUDA toolkit version, and how it was read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolkitVersion {
+    /// The major version: 13 for CUDA 13.0.
     pub major: u32,
+    /// The minor version: 0 for CUDA 13.0.
     pub minor: u32,
     /// Where the version came from: a wheel's metadata, a toolkit's `cuda.h`, or the file name.
     pub source: String,

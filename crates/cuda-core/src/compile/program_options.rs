@@ -19,66 +19,141 @@ pub struct ProgramOptions {
     pub name: Option<String>,
     /// `sm_XY` or `compute_XY` (`-arch`); the current device's when unset and a GPU is present.
     pub arch: Option<String>,
+    /// Relocatable device code, for separate compilation and device linking
+    /// (`--relocatable-device-code=true|false`, `-rdc`; NVRTC's default: false).
     pub relocatable_device_code: Option<bool>,
+    /// Whole-program compilation that still allows `extern` device symbols resolved by a later link
+    /// (`--extensible-whole-program`, added when `Some(true)`; default off).
     pub extensible_whole_program: Option<bool>,
+    /// Device debug information, which also turns device optimisation off unless
+    /// `device_code_optimize` says otherwise (`--device-debug`, `-G`; NVVM: `-g`; default off).
     pub debug: Option<bool>,
+    /// Line-number information for profilers, without full debug info (`--generate-line-info`,
+    /// `-lineinfo`; default off).
     pub lineinfo: Option<bool>,
+    /// Device code optimisation (`--dopt=on|off`; NVVM: `-opt=3|0`); the compiler's default is on
+    /// unless `debug` is set.
     pub device_code_optimize: Option<bool>,
+    /// Options passed through to the PTX assembler, one `--ptxas-options=OPT` flag per entry
+    /// (e.g. `"-v"`); empty by default.
     pub ptxas_options: Vec<String>,
+    /// The most registers a kernel thread may use (`--maxrregcount=N`; at least 1); no limit beyond
+    /// the architecture's when unset.
     pub max_register_count: Option<u32>,
+    /// Flush single-precision denormals to zero (`--ftz=true|false`; NVVM: `-ftz=1|0`; NVRTC's
+    /// default: false, true under `use_fast_math`).
     pub ftz: Option<bool>,
+    /// IEEE round-to-nearest single-precision square root (`--prec-sqrt=true|false`; NVVM:
+    /// `-prec-sqrt=1|0`; default true, false under `use_fast_math`).
     pub prec_sqrt: Option<bool>,
+    /// IEEE round-to-nearest single-precision division and reciprocal (`--prec-div=true|false`;
+    /// NVVM: `-prec-div=1|0`; default true, false under `use_fast_math`).
     pub prec_div: Option<bool>,
+    /// Contract multiplies and adds into fused multiply-adds (`--fmad=true|false`; NVVM:
+    /// `-fma=1|0`; default true).
     pub fma: Option<bool>,
+    /// Fast, less precise math: implies `ftz`, no `prec_div`/`prec_sqrt` and `fma`, and maps math
+    /// functions to their intrinsics (`--use_fast_math`; default off).
     pub use_fast_math: Option<bool>,
+    /// More aggressive vectorisation of device code (`--extra-device-vectorization`; default off).
     pub extra_device_vectorization: Option<bool>,
     /// Generate LTO-IR (`-dlto`); the `ltoir` target turns it on when unset.
     pub link_time_optimization: Option<bool>,
+    /// Run the optimiser before emitting LTO-IR (`--gen-opt-lto`; default off; only meaningful with
+    /// `link_time_optimization`).
     pub gen_opt_lto: Option<bool>,
     /// `NAME` or `NAME=VALUE` definitions.
     pub define_macro: Vec<(String, Option<String>)>,
+    /// Macros to undefine, one `--undefine-macro=NAME` flag per entry; empty by default.
     pub undefine_macro: Vec<String>,
+    /// Directories searched for `#include` files, one `--include-path=DIR` (`-I`) flag per entry;
+    /// empty by default.
     pub include_path: Vec<String>,
+    /// Headers included before the source, one `--pre-include=FILE` flag per entry; empty by
+    /// default.
     pub pre_include: Vec<String>,
+    /// Do not search the source's own directory for `#include "..."` files
+    /// (`--no-source-include`; default off).
     pub no_source_include: Option<bool>,
     /// `c++03`, `c++11`, `c++14`, `c++17` or `c++20`.
     pub std: Option<String>,
+    /// Provide `std::move` and `std::forward` as builtins (`--builtin-move-forward=true|false`;
+    /// default true).
     pub builtin_move_forward: Option<bool>,
+    /// Provide `std::initializer_list` as a builtin (`--builtin-initializer-list=true|false`;
+    /// default true).
     pub builtin_initializer_list: Option<bool>,
+    /// Suppress all warnings (`--disable-warnings`, `-w`; default off).
     pub disable_warnings: Option<bool>,
+    /// Treat every kernel pointer parameter as `__restrict__` (`--restrict`; default off).
     pub restrict: Option<bool>,
+    /// Treat functions and variables without an execution-space annotation as `__device__`
+    /// (`--device-as-default-execution-space`; default off).
     pub device_as_default_execution_space: Option<bool>,
+    /// Allow the `__int128` type in device code (`--device-int128`; default off).
     pub device_int128: Option<bool>,
+    /// Allow the `__float128` and `_Float128` types in device code (`--device-float128`; default
+    /// off; needs a recent NVRTC and architecture).
     pub device_float128: Option<bool>,
+    /// Report optimisation remarks of this kind, e.g. `"inline"` (`--optimization-info=KIND`); none
+    /// when unset.
     pub optimization_info: Option<String>,
+    /// Leave diagnostic numbers out of messages (`--no-display-error-number`; default off).
     pub no_display_error_number: Option<bool>,
+    /// Diagnostic numbers to raise to errors (`--diag-error=N,...`); empty by default.
     pub diag_error: Vec<u32>,
+    /// Diagnostic numbers to suppress (`--diag-suppress=N,...`); empty by default.
     pub diag_suppress: Vec<u32>,
+    /// Diagnostic numbers to lower to warnings (`--diag-warn=N,...`); empty by default.
     pub diag_warn: Vec<u32>,
+    /// Shorter diagnostics, without the source line (`--brief-diagnostics=true|false`; default
+    /// false).
     pub brief_diagnostics: Option<bool>,
     /// Write compile timings to this file (a side effect: such compiles are never cached).
     pub time: Option<String>,
+    /// The most threads the optimiser may use (`--split-compile=N`; 0 means one per CPU); one when
+    /// unset.
     pub split_compile: Option<u32>,
+    /// Check syntax only and produce no code (`--fdevice-syntax-only`; default off; cannot be
+    /// combined with `link_time_optimization`).
     pub fdevice_syntax_only: Option<bool>,
+    /// Omit some implicitly included headers and language features to compile small programs faster
+    /// (`--minimal`; default off).
     pub minimal: Option<bool>,
+    /// Turn off NVRTC's own cache of generated code (`--no-cache`; default off). This crate's
+    /// [`ProgramCache`](crate::ProgramCache) is separate.
     pub no_cache: Option<bool>,
     /// Write a time trace to this file (a side effect: never cached).
     pub fdevice_time_trace: Option<String>,
+    /// Seed of the generator NVRTC uses for unique names, for reproducible output
+    /// (`--frandom-seed=SEED`).
     pub frandom_seed: Option<String>,
     /// `0`, `min`, `mid` or `max`.
     pub ofast_compile: Option<String>,
+    /// Create and use precompiled headers automatically (`--pch`; default off; not with `create_pch`
+    /// or `use_pch`).
     pub pch: Option<bool>,
     /// Create a precompiled header at this path (a side effect: never cached).
     pub create_pch: Option<String>,
+    /// Use the precompiled header at this path (`--use-pch=FILE`; not with `create_pch`).
     pub use_pch: Option<String>,
+    /// The directory automatic precompiled headers are read from and written to
+    /// (`--pch-dir=DIR`).
     pub pch_dir: Option<String>,
+    /// Explain why a precompiled header could not be created or used
+    /// (`--pch-verbose=true|false`).
     pub pch_verbose: Option<bool>,
+    /// Report when a precompiled header is created or used (`--pch-messages=true|false`; default
+    /// true).
     pub pch_messages: Option<bool>,
+    /// Instantiate templates while creating a precompiled header
+    /// (`--instantiate-templates-in-pch=true|false`; default true).
     pub instantiate_templates_in_pch: Option<bool>,
     /// NVVM only: more modules to add, as `(name, NVVM IR text or bitcode)`.
     pub extra_sources: Vec<(String, Vec<u8>)>,
     /// NVVM only: link `libdevice.10.bc` (found by `cuda-pathfinder`).
     pub use_libdevice: Option<bool>,
+    /// Numba's debug-information flavour (`--numba-debug`; NVVM: `-numba-debug`; default off).
     pub numba_debug: Option<bool>,
 }
 

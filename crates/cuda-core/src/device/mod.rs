@@ -55,7 +55,9 @@ pub fn device_count() -> Result<usize> {
 /// A compute capability, comparable as a `(major, minor)` pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ComputeCapability {
+    /// The major version: 9 for `sm_90`.
     pub major: u32,
+    /// The minor version: 0 for `sm_90`.
     pub minor: u32,
 }
 

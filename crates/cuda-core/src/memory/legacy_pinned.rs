@@ -29,6 +29,9 @@ bitflags::bitflags! {
 }
 
 impl LegacyPinnedMemoryResource {
+    /// A resource that allocates pinned host memory with `cuMemHostAlloc` and `flags`
+    /// (`cuda.core`'s `LegacyPinnedMemoryResource()`); `PORTABLE` and `DEVICEMAP` are always
+    /// added, so a buffer is usable from every context and by kernels.
     pub fn new(flags: HostAllocFlags) -> Arc<LegacyPinnedMemoryResource> {
         // Portable and mapped always: a buffer's pointer is used from any context and by kernels.
         Arc::new(LegacyPinnedMemoryResource {

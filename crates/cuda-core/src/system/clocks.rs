@@ -17,8 +17,11 @@ pub struct ClockInfo {
 /// A clock's offset range at one performance state, in MHz (`ClockOffsets`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ClockOffsets {
+    /// The offset applied now, in MHz (may be negative).
     pub clock_offset_mhz: i32,
+    /// The lowest offset that may be set, in MHz.
     pub min_offset_mhz: i32,
+    /// The highest offset that may be set, in MHz.
     pub max_offset_mhz: i32,
 }
 
@@ -126,7 +129,9 @@ pub struct PstateUtilization {
 /// `utilization[0]` the GPU, `[1]` the frame buffer, `[2]` video, `[3]` the bus.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct DynamicPstatesInfo {
+    /// NVML's flags for the structure (reserved: 0 on current drivers).
     pub flags: u32,
+    /// The utilization and thresholds of each domain, in the order above.
     pub utilization: Vec<PstateUtilization>,
 }
 

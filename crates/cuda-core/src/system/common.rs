@@ -55,41 +55,75 @@ pub fn initialize() -> Result<()> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum NvmlErrorKind {
+    /// NVML was not initialised (`NVML_ERROR_UNINITIALIZED`; `UninitializedError`).
     Uninitialized,
+    /// NVML rejected an argument, such as an index out of range (`NVML_ERROR_INVALID_ARGUMENT`).
     InvalidArgument,
     /// The device does not support the query or setting (`NotSupportedError`).
     NotSupported,
     /// The caller lacks the permission (setting clocks, persistence mode, ... needs root).
     NoPermission,
+    /// NVML was already initialised (`NVML_ERROR_ALREADY_INITIALIZED`; no longer returned by
+    /// current drivers).
     AlreadyInitialized,
+    /// The object asked for does not exist, e.g. no device with that UUID or PCI bus id
+    /// (`NVML_ERROR_NOT_FOUND`).
     NotFound,
+    /// A buffer was too small for NVML's answer (`NVML_ERROR_INSUFFICIENT_SIZE`; this crate sizes
+    /// its buffers, so seeing it means a newer driver returned more than expected).
     InsufficientSize,
+    /// A device's external power cables are not properly attached
+    /// (`NVML_ERROR_INSUFFICIENT_POWER`).
     InsufficientPower,
+    /// The NVIDIA kernel driver is not loaded (`NVML_ERROR_DRIVER_NOT_LOADED`).
     DriverNotLoaded,
     /// A wait ended without an event.
     Timeout,
+    /// NVIDIA kernel detected an interrupt issue with a device (`NVML_ERROR_IRQ_ISSUE`).
     IrqIssue,
     /// `libnvidia-ml.so.1` could not be loaded (by this crate's loader or by NVML itself).
     LibraryNotFound,
     /// The installed NVML does not have the function (an older driver).
     FunctionNotFound,
+    /// The device's infoROM is corrupted (`NVML_ERROR_CORRUPTED_INFOROM`).
     CorruptedInforom,
+    /// The GPU fell off the bus or is otherwise inaccessible (`NVML_ERROR_GPU_IS_LOST`).
     GpuIsLost,
+    /// The GPU needs a reset before it can be used again (`NVML_ERROR_RESET_REQUIRED`).
     ResetRequired,
+    /// The operating system blocked the request (`NVML_ERROR_OPERATING_SYSTEM`).
     OperatingSystem,
+    /// NVML and the kernel driver are of different versions (`NVML_ERROR_LIB_RM_VERSION_MISMATCH`:
+    /// reboot, or reload the driver, after an update).
     LibRmVersionMismatch,
+    /// The operation cannot be done while the GPU is in use (`NVML_ERROR_IN_USE`).
     InUse,
+    /// NVML ran out of memory (`NVML_ERROR_MEMORY`).
     Memory,
+    /// There is no data to report, e.g. no samples yet (`NVML_ERROR_NO_DATA`).
     NoData,
+    /// ECC is turned on, which the vGPU operation does not support
+    /// (`NVML_ERROR_VGPU_ECC_NOT_SUPPORTED`).
     VgpuEccNotSupported,
+    /// Not enough resources (e.g. for a MIG instance) to do the operation
+    /// (`NVML_ERROR_INSUFFICIENT_RESOURCES`).
     InsufficientResources,
+    /// The requested clock frequency is not supported (`NVML_ERROR_FREQ_NOT_SUPPORTED`).
     FreqNotSupported,
+    /// A versioned structure's version is not one this NVML knows
+    /// (`NVML_ERROR_ARGUMENT_VERSION_MISMATCH`).
     ArgumentVersionMismatch,
+    /// The function is deprecated and no longer does anything (`NVML_ERROR_DEPRECATED`).
     Deprecated,
+    /// The system is not ready for the request (`NVML_ERROR_NOT_READY`).
     NotReady,
+    /// No GPU matched the request (`NVML_ERROR_GPU_NOT_FOUND`).
     GpuNotFound,
+    /// The object is in a state that does not allow the operation (`NVML_ERROR_INVALID_STATE`).
     InvalidState,
+    /// The requested reset type is not supported (`NVML_ERROR_RESET_TYPE_NOT_SUPPORTED`).
     ResetTypeNotSupported,
+    /// NVML reported an unspecified internal error (`NVML_ERROR_UNKNOWN`).
     Unknown,
     /// A status the vendored headers do not list (a newer NVML).
     Other(u32),

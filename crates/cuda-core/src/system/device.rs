@@ -426,13 +426,21 @@ pub(super) fn enable_state(enabled: bool) -> nvml::nvmlEnableState_t {
 /// A device's SM count, shared engines and MIG slices (`DeviceAttributes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DeviceAttributes {
+    /// The number of streaming multiprocessors (of the MIG instance, for a MIG device).
     pub multiprocessor_count: u32,
+    /// Copy engines shared with other MIG instances.
     pub shared_copy_engine_count: u32,
+    /// Video decoders shared with other MIG instances.
     pub shared_decoder_count: u32,
+    /// Video encoders shared with other MIG instances.
     pub shared_encoder_count: u32,
+    /// JPEG engines shared with other MIG instances.
     pub shared_jpeg_count: u32,
+    /// Optical flow accelerators shared with other MIG instances.
     pub shared_ofa_count: u32,
+    /// The GPU-instance slices it spans (MIG).
     pub gpu_instance_slice_count: u32,
+    /// The compute-instance slices it spans (MIG).
     pub compute_instance_slice_count: u32,
     /// Device memory in MiB.
     pub memory_size_mb: u64,
@@ -441,6 +449,8 @@ pub struct DeviceAttributes {
 /// Pending repairs (`RepairStatus`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RepairStatus {
+    /// A memory channel repair waits for the next GPU reset.
     pub channel_repair_pending: bool,
+    /// A texture processing cluster (TPC) repair waits for the next GPU reset.
     pub tpc_repair_pending: bool,
 }

@@ -61,11 +61,17 @@ impl FieldId {
 /// A field's value, of the type NVML reports it in.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Value {
+    /// A double (`NVML_VALUE_TYPE_DOUBLE`).
     F64(f64),
+    /// An unsigned 32-bit integer (`NVML_VALUE_TYPE_UNSIGNED_INT`).
     U32(u32),
+    /// An unsigned 64-bit integer (`NVML_VALUE_TYPE_UNSIGNED_LONG_LONG` or `..._UNSIGNED_LONG`).
     U64(u64),
+    /// A signed 64-bit integer (`NVML_VALUE_TYPE_SIGNED_LONG_LONG`).
     I64(i64),
+    /// A signed 32-bit integer (`NVML_VALUE_TYPE_SIGNED_INT`).
     I32(i32),
+    /// An unsigned 16-bit integer (`NVML_VALUE_TYPE_UNSIGNED_SHORT`).
     U16(u16),
 }
 

@@ -23,8 +23,11 @@ pub struct MemoryInfo {
 /// reach device memory over PCIe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Bar1MemoryInfo {
+    /// Not mapped.
     pub free: u64,
+    /// The size of the BAR1 window.
     pub total: u64,
+    /// Mapped.
     pub used: u64,
 }
 
@@ -34,8 +37,11 @@ pub struct Bar1MemoryInfo {
 pub struct PciInfo {
     /// `domain:bus:device.function`, as NVML writes it (`00000000:01:00.0`).
     pub bus_id: String,
+    /// The PCI domain (segment).
     pub domain: u32,
+    /// The bus number.
     pub bus: u32,
+    /// The device number on the bus.
     pub device: u32,
     /// The vendor id (the low 16 bits of NVML's combined id; `0x10de` for NVIDIA).
     pub vendor_id: u16,
@@ -58,14 +64,18 @@ pub struct PcieLink {
     pub gpu_max_generation: u32,
     /// The widest link this device and system can run together.
     pub max_width: u32,
+    /// The generation the link runs at now (it may drop when idle, to save power).
     pub current_generation: u32,
+    /// The lanes the link uses now.
     pub current_width: u32,
 }
 
 /// PCIe traffic in KB/s, over a 20 ms window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PcieThroughput {
+    /// Received by the device, in KB/s.
     pub rx_kb_per_s: u32,
+    /// Sent by the device, in KB/s.
     pub tx_kb_per_s: u32,
 }
 

@@ -82,8 +82,11 @@ pub enum DriverMode {
 /// A driver version, `major.minor.patch`, comparable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DriverVersion {
+    /// The major number: 13 for CUDA 13.0, 580 for release 580.159.4.
     pub major: u32,
+    /// The minor number.
     pub minor: u32,
+    /// The patch number (0 when the driver reports none).
     pub patch: u32,
 }
 

@@ -18,10 +18,15 @@ pub struct Temperature {
 /// One thermal sensor (`ThermalSensor`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ThermalSensor {
+    /// The chip that reads the sensor.
     pub controller: ThermalController,
+    /// The lowest temperature of the sensor's default range, in °C.
     pub default_min_temp: i32,
+    /// The highest temperature of the sensor's default range, in °C.
     pub default_max_temp: i32,
+    /// The temperature now, in °C.
     pub current_temp: i32,
+    /// What the sensor measures.
     pub target: ThermalTarget,
 }
 

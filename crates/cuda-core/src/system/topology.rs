@@ -147,14 +147,23 @@ pub fn get_p2p_status(device1: &Device, device2: &Device, index: GpuP2PCapsIndex
 nvml_enum! {
     /// An NVLink version; [`NvlinkVersion::major_minor`] gives `cuda.core`'s `(major, minor)`.
     pub enum NvlinkVersion: u32 {
+        /// No valid version (the link is not active or not present).
         Invalid = nvml::nvmlNvlinkVersion_enum::NVML_NVLINK_VERSION_INVALID.0 => "invalid",
+        /// NVLink 1.0 (Pascal).
         V1_0 = nvml::nvmlNvlinkVersion_enum::NVML_NVLINK_VERSION_1_0.0 => "1.0",
+        /// NVLink 2.0 (Volta).
         V2_0 = nvml::nvmlNvlinkVersion_enum::NVML_NVLINK_VERSION_2_0.0 => "2.0",
+        /// NVLink 2.2 (Volta, NVSwitch systems).
         V2_2 = nvml::nvmlNvlinkVersion_enum::NVML_NVLINK_VERSION_2_2.0 => "2.2",
+        /// NVLink 3.0 (Ampere).
         V3_0 = nvml::nvmlNvlinkVersion_enum::NVML_NVLINK_VERSION_3_0.0 => "3.0",
+        /// NVLink 3.1 (Ampere).
         V3_1 = nvml::nvmlNvlinkVersion_enum::NVML_NVLINK_VERSION_3_1.0 => "3.1",
+        /// NVLink 4.0 (Hopper).
         V4_0 = nvml::nvmlNvlinkVersion_enum::NVML_NVLINK_VERSION_4_0.0 => "4.0",
+        /// NVLink 5.0 (Blackwell).
         V5_0 = nvml::nvmlNvlinkVersion_enum::NVML_NVLINK_VERSION_5_0.0 => "5.0",
+        /// NVLink 6.0 (Rubin).
         V6_0 = nvml::nvmlNvlinkVersion_enum::NVML_NVLINK_VERSION_6_0.0 => "6.0",
     }
 }

@@ -10,16 +10,27 @@ use cuda_sys::nvml;
 nvml_enum! {
     /// A GPU architecture (`DeviceArch`).
     pub enum DeviceArch: u32 {
+        /// Kepler (compute capability 3.x).
         Kepler = nvml::NVML_DEVICE_ARCH_KEPLER => "KEPLER",
+        /// Maxwell (5.x).
         Maxwell = nvml::NVML_DEVICE_ARCH_MAXWELL => "MAXWELL",
+        /// Pascal (6.x).
         Pascal = nvml::NVML_DEVICE_ARCH_PASCAL => "PASCAL",
+        /// Volta (7.0, 7.2).
         Volta = nvml::NVML_DEVICE_ARCH_VOLTA => "VOLTA",
+        /// Turing (7.5).
         Turing = nvml::NVML_DEVICE_ARCH_TURING => "TURING",
+        /// Ampere (8.0, 8.6, 8.7).
         Ampere = nvml::NVML_DEVICE_ARCH_AMPERE => "AMPERE",
+        /// Ada Lovelace (8.9).
         Ada = nvml::NVML_DEVICE_ARCH_ADA => "ADA",
+        /// Hopper (9.0).
         Hopper = nvml::NVML_DEVICE_ARCH_HOPPER => "HOPPER",
+        /// Blackwell (10.x, 12.x).
         Blackwell = nvml::NVML_DEVICE_ARCH_BLACKWELL => "BLACKWELL",
+        /// Rubin.
         Rubin = nvml::NVML_DEVICE_ARCH_RUBIN => "RUBIN",
+        /// NVML does not know the architecture (`NVML_DEVICE_ARCH_UNKNOWN`).
         Unknown = nvml::NVML_DEVICE_ARCH_UNKNOWN => "UNKNOWN",
     }
 }
@@ -27,23 +38,41 @@ nvml_enum! {
 nvml_enum! {
     /// The brand of a device; `Display` gives `cuda.core`'s brand strings (`"Tesla"`, `"NVIDIA"`).
     pub enum BrandType: u32 {
+        /// NVML does not know the brand.
         Unknown = nvml::nvmlBrandType_enum::NVML_BRAND_UNKNOWN.0 => "Unknown",
+        /// Quadro professional graphics.
         Quadro = nvml::nvmlBrandType_enum::NVML_BRAND_QUADRO.0 => "Quadro",
+        /// Tesla data-centre GPUs.
         Tesla = nvml::nvmlBrandType_enum::NVML_BRAND_TESLA.0 => "Tesla",
+        /// NVS multi-display business graphics.
         Nvs = nvml::nvmlBrandType_enum::NVML_BRAND_NVS.0 => "NVS",
+        /// GRID virtualisation (older brand).
         Grid = nvml::nvmlBrandType_enum::NVML_BRAND_GRID.0 => "GRID",
+        /// GeForce consumer graphics.
         GeForce = nvml::nvmlBrandType_enum::NVML_BRAND_GEFORCE.0 => "GeForce",
+        /// Titan.
         Titan = nvml::nvmlBrandType_enum::NVML_BRAND_TITAN.0 => "Titan",
+        /// NVIDIA Virtual Applications (vGPU).
         NvidiaVapps = nvml::nvmlBrandType_enum::NVML_BRAND_NVIDIA_VAPPS.0 => "NVIDIA vApps",
+        /// NVIDIA Virtual PC (vGPU).
         NvidiaVpc = nvml::nvmlBrandType_enum::NVML_BRAND_NVIDIA_VPC.0 => "NVIDIA VPC",
+        /// NVIDIA Virtual Compute Server (vGPU).
         NvidiaVcs = nvml::nvmlBrandType_enum::NVML_BRAND_NVIDIA_VCS.0 => "NVIDIA VCS",
+        /// NVIDIA RTX Virtual Workstation (vGPU).
         NvidiaVws = nvml::nvmlBrandType_enum::NVML_BRAND_NVIDIA_VWS.0 => "NVIDIA VWS",
+        /// NVIDIA Cloud Gaming (vGPU).
         NvidiaCloudGaming = nvml::nvmlBrandType_enum::NVML_BRAND_NVIDIA_CLOUD_GAMING.0 => "NVIDIA Cloud Gaming",
+        /// NVIDIA vGaming (an older name of cloud gaming).
         NvidiaVgaming = nvml::nvmlBrandType_enum::NVML_BRAND_NVIDIA_VGAMING.0 => "NVIDIA vGaming",
+        /// Quadro RTX.
         QuadroRtx = nvml::nvmlBrandType_enum::NVML_BRAND_QUADRO_RTX.0 => "Quadro RTX",
+        /// NVIDIA RTX professional graphics.
         NvidiaRtx = nvml::nvmlBrandType_enum::NVML_BRAND_NVIDIA_RTX.0 => "NVIDIA RTX",
+        /// NVIDIA (data-centre GPUs since the Tesla brand was retired).
         Nvidia = nvml::nvmlBrandType_enum::NVML_BRAND_NVIDIA.0 => "NVIDIA",
+        /// GeForce RTX.
         GeForceRtx = nvml::nvmlBrandType_enum::NVML_BRAND_GEFORCE_RTX.0 => "GeForce RTX",
+        /// Titan RTX.
         TitanRtx = nvml::nvmlBrandType_enum::NVML_BRAND_TITAN_RTX.0 => "Titan RTX",
     }
 }
@@ -69,12 +98,19 @@ nvml_enum! {
 nvml_enum! {
     /// The peer-to-peer status of two devices for one capability (`GpuP2PStatus`).
     pub enum GpuP2PStatus: u32 {
+        /// The capability is available.
         Ok = nvml::nvmlGpuP2PStatus_enum::NVML_P2P_STATUS_OK.0 => "ok",
+        /// The chipset does not support it.
         ChipsetNotSupported = nvml::nvmlGpuP2PStatus_enum::NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED.0 => "chipset not supported",
+        /// One of the GPUs does not support it.
         GpuNotSupported = nvml::nvmlGpuP2PStatus_enum::NVML_P2P_STATUS_GPU_NOT_SUPPORTED.0 => "GPU not supported",
+        /// The I/O hub topology does not support it (e.g. the devices hang off different IOHs).
         IohTopologyNotSupported = nvml::nvmlGpuP2PStatus_enum::NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED.0 => "IOH topology not supported",
+        /// Turned off by a driver registry key.
         DisabledByRegkey = nvml::nvmlGpuP2PStatus_enum::NVML_P2P_STATUS_DISABLED_BY_REGKEY.0 => "disabled by regkey",
+        /// Not supported between these devices.
         NotSupported = nvml::nvmlGpuP2PStatus_enum::NVML_P2P_STATUS_NOT_SUPPORTED.0 => "not supported",
+        /// NVML could not tell.
         Unknown = nvml::nvmlGpuP2PStatus_enum::NVML_P2P_STATUS_UNKNOWN.0 => "unknown",
     }
 }
@@ -82,12 +118,19 @@ nvml_enum! {
 nvml_enum! {
     /// Which peer-to-peer capability [`super::get_p2p_status`] asks about (`GpuP2PCapsIndex`).
     pub enum GpuP2PCapsIndex: u32 {
+        /// Peer reads over PCIe or NVLink.
         Read = nvml::nvmlGpuP2PCapsIndex_enum::NVML_P2P_CAPS_INDEX_READ.0 => "read",
+        /// Peer writes.
         Write = nvml::nvmlGpuP2PCapsIndex_enum::NVML_P2P_CAPS_INDEX_WRITE.0 => "write",
+        /// Peer access over NVLink.
         Nvlink = nvml::nvmlGpuP2PCapsIndex_enum::NVML_P2P_CAPS_INDEX_NVLINK.0 => "nvlink",
+        /// Peer atomics.
         Atomics = nvml::nvmlGpuP2PCapsIndex_enum::NVML_P2P_CAPS_INDEX_ATOMICS.0 => "atomics",
+        /// Peer access over PCIe.
         Pci = nvml::nvmlGpuP2PCapsIndex_enum::NVML_P2P_CAPS_INDEX_PCI.0 => "pci",
+        /// Peer access through the properties the driver reports (`NVML_P2P_CAPS_INDEX_PROP`).
         Prop = nvml::nvmlGpuP2PCapsIndex_enum::NVML_P2P_CAPS_INDEX_PROP.0 => "prop",
+        /// An unknown capability (refused as an argument).
         Unknown = nvml::nvmlGpuP2PCapsIndex_enum::NVML_P2P_CAPS_INDEX_UNKNOWN.0 => "unknown",
     }
 }
@@ -95,9 +138,13 @@ nvml_enum! {
 nvml_enum! {
     /// A clock domain (`ClockType`); speeds are in MHz.
     pub enum ClockType: u32 {
+        /// The graphics clock.
         Graphics = nvml::nvmlClockType_enum::NVML_CLOCK_GRAPHICS.0 => "graphics",
+        /// The streaming-multiprocessor clock.
         Sm = nvml::nvmlClockType_enum::NVML_CLOCK_SM.0 => "sm",
+        /// The memory clock.
         Memory = nvml::nvmlClockType_enum::NVML_CLOCK_MEM.0 => "memory",
+        /// The video encoder/decoder clock.
         Video = nvml::nvmlClockType_enum::NVML_CLOCK_VIDEO.0 => "video",
     }
 }
@@ -116,13 +163,21 @@ nvml_enum! {
 nvml_enum! {
     /// A temperature threshold (`TemperatureThresholds`).
     pub enum TemperatureThresholds: u32 {
+        /// The temperature at which the GPU shuts down to protect itself.
         Shutdown = nvml::nvmlTemperatureThresholds_enum::NVML_TEMPERATURE_THRESHOLD_SHUTDOWN.0 => "shutdown",
+        /// The temperature at which the GPU starts slowing its clocks.
         Slowdown = nvml::nvmlTemperatureThresholds_enum::NVML_TEMPERATURE_THRESHOLD_SLOWDOWN.0 => "slowdown",
+        /// The highest memory temperature before slowdown.
         MemMax = nvml::nvmlTemperatureThresholds_enum::NVML_TEMPERATURE_THRESHOLD_MEM_MAX.0 => "mem_max",
+        /// The highest GPU temperature before slowdown.
         GpuMax = nvml::nvmlTemperatureThresholds_enum::NVML_TEMPERATURE_THRESHOLD_GPU_MAX.0 => "gpu_max",
+        /// The lowest acoustic threshold that can be set.
         AcousticMin = nvml::nvmlTemperatureThresholds_enum::NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_MIN.0 => "acoustic_min",
+        /// The acoustic threshold currently set.
         AcousticCurr = nvml::nvmlTemperatureThresholds_enum::NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_CURR.0 => "acoustic_curr",
+        /// The highest acoustic threshold that can be set.
         AcousticMax = nvml::nvmlTemperatureThresholds_enum::NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_MAX.0 => "acoustic_max",
+        /// The current GPU Performance Boost (GPS) temperature threshold.
         GpsCurr = nvml::nvmlTemperatureThresholds_enum::NVML_TEMPERATURE_THRESHOLD_GPS_CURR.0 => "gps_curr",
     }
 }
@@ -130,15 +185,25 @@ nvml_enum! {
 nvml_enum! {
     /// What a thermal sensor measures (`ThermalTarget`).
     pub enum ThermalTarget: i32 {
+        /// No target.
         None = nvml::nvmlThermalTarget_t::NVML_THERMAL_TARGET_NONE.0 => "none",
+        /// The GPU core.
         Gpu = nvml::nvmlThermalTarget_t::NVML_THERMAL_TARGET_GPU.0 => "gpu",
+        /// The GPU's memory.
         Memory = nvml::nvmlThermalTarget_t::NVML_THERMAL_TARGET_MEMORY.0 => "memory",
+        /// The power supply.
         PowerSupply = nvml::nvmlThermalTarget_t::NVML_THERMAL_TARGET_POWER_SUPPLY.0 => "power_supply",
+        /// The board as a whole.
         Board = nvml::nvmlThermalTarget_t::NVML_THERMAL_TARGET_BOARD.0 => "board",
+        /// The board of a visual computing device.
         VcdBoard = nvml::nvmlThermalTarget_t::NVML_THERMAL_TARGET_VCD_BOARD.0 => "vcd_board",
+        /// The inlet of a visual computing device.
         VcdInlet = nvml::nvmlThermalTarget_t::NVML_THERMAL_TARGET_VCD_INLET.0 => "vcd_inlet",
+        /// The outlet of a visual computing device.
         VcdOutlet = nvml::nvmlThermalTarget_t::NVML_THERMAL_TARGET_VCD_OUTLET.0 => "vcd_outlet",
+        /// All targets (for queries over every sensor).
         All = nvml::nvmlThermalTarget_t::NVML_THERMAL_TARGET_ALL.0 => "all",
+        /// An unknown target (refused as an argument).
         Unknown = nvml::nvmlThermalTarget_t::NVML_THERMAL_TARGET_UNKNOWN.0 => "unknown",
     }
 }
@@ -146,24 +211,43 @@ nvml_enum! {
 nvml_enum! {
     /// The chip that reads a thermal sensor (`ThermalController`).
     pub enum ThermalController: i32 {
+        /// No controller.
         None = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_NONE.0 => "none",
+        /// The GPU's own sensor.
         GpuInternal = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_GPU_INTERNAL.0 => "gpu_internal",
+        /// An external ADM1032 sensor chip.
         Adm1032 = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_ADM1032.0 => "adm1032",
+        /// An external ADT7461 sensor chip.
         Adt7461 = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_ADT7461.0 => "adt7461",
+        /// An external MAX6649 sensor chip.
         Max6649 = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_MAX6649.0 => "max6649",
+        /// An external MAX1617 sensor chip.
         Max1617 = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_MAX1617.0 => "max1617",
+        /// An external LM99 sensor chip.
         Lm99 = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_LM99.0 => "lm99",
+        /// An external LM89 sensor chip.
         Lm89 = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_LM89.0 => "lm89",
+        /// An external LM64 sensor chip.
         Lm64 = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_LM64.0 => "lm64",
+        /// An external G781 sensor chip.
         G781 = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_G781.0 => "g781",
+        /// An external ADT7473 sensor chip.
         Adt7473 = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_ADT7473.0 => "adt7473",
+        /// An external SBMAX6649 sensor chip.
         Sbmax6649 = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_SBMAX6649.0 => "sbmax6649",
+        /// The VBIOS event controller.
         Vbiosevt = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_VBIOSEVT.0 => "vbiosevt",
+        /// The operating system.
         Os = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_OS.0 => "os",
+        /// The NVSYSCON Canoas controller.
         NvsysconCanoas = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_NVSYSCON_CANOAS.0 => "nvsyscon_canoas",
+        /// The NVSYSCON E551 controller.
         NvsysconE551 = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_NVSYSCON_E551.0 => "nvsyscon_e551",
+        /// An external MAX6649R sensor chip.
         Max6649r = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_MAX6649R.0 => "max6649r",
+        /// An external ADT7473S sensor chip.
         Adt7473s = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_ADT7473S.0 => "adt7473s",
+        /// An unknown controller.
         Unknown = nvml::nvmlThermalController_t::NVML_THERMAL_CONTROLLER_UNKNOWN.0 => "unknown",
     }
 }
@@ -181,6 +265,7 @@ nvml_enum! {
 nvml_enum! {
     /// How a cooler is controlled (`CoolerControl`).
     pub enum CoolerControl: u32 {
+        /// No control signal.
         None = nvml::nvmlCoolerControl_enum::NVML_THERMAL_COOLER_SIGNAL_NONE.0 => "none",
         /// On or off (a switch).
         Toggle = nvml::nvmlCoolerControl_enum::NVML_THERMAL_COOLER_SIGNAL_TOGGLE.0 => "toggle",
@@ -193,8 +278,11 @@ bitflags::bitflags! {
     /// What a cooler cools (`CoolerTarget`; NVML's "GPU related" is all three).
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
     pub struct CoolerTarget: u32 {
+        /// Cools the GPU.
         const GPU = nvml::nvmlCoolerTarget_enum::NVML_THERMAL_COOLER_TARGET_GPU.0;
+        /// Cools the memory.
         const MEMORY = nvml::nvmlCoolerTarget_enum::NVML_THERMAL_COOLER_TARGET_MEMORY.0;
+        /// Cools the power supply.
         const POWER_SUPPLY = nvml::nvmlCoolerTarget_enum::NVML_THERMAL_COOLER_TARGET_POWER_SUPPLY.0;
         const _ = !0;
     }
@@ -248,8 +336,11 @@ nvml_enum! {
 nvml_enum! {
     /// Where a device draws its power from.
     pub enum PowerSource: u32 {
+        /// Mains (AC) power.
         Ac = nvml::NVML_POWER_SOURCE_AC => "ac",
+        /// A battery.
         Battery = nvml::NVML_POWER_SOURCE_BATTERY => "battery",
+        /// A power supply too small for the device.
         Undersized = nvml::NVML_POWER_SOURCE_UNDERSIZED => "undersized",
     }
 }
@@ -329,21 +420,33 @@ bitflags::bitflags! {
     /// Device events to wait for (`EventType`); [`super::Device::register_events`].
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
     pub struct EventType: u64 {
+        /// A corrected (single-bit) ECC error.
         const SINGLE_BIT_ECC_ERROR = nvml::nvmlEventTypeSingleBitEccError as u64;
+        /// An uncorrected (double-bit) ECC error.
         const DOUBLE_BIT_ECC_ERROR = nvml::nvmlEventTypeDoubleBitEccError as u64;
         /// A performance state change.
         const PSTATE = nvml::nvmlEventTypePState as u64;
+        /// A critical Xid error (the event's data is the Xid).
         const XID_CRITICAL_ERROR = nvml::nvmlEventTypeXidCriticalError as u64;
         /// A clock change.
         const CLOCK = nvml::nvmlEventTypeClock as u64;
+        /// A change of power source (AC or battery).
         const POWER_SOURCE_CHANGE = nvml::nvmlEventTypePowerSourceChange as u64;
+        /// A change of the MIG configuration.
         const MIG_CONFIG_CHANGE = nvml::nvmlEventMigConfigChange as u64;
+        /// A storm of corrected ECC errors.
         const SINGLE_BIT_ECC_ERROR_STORM = nvml::nvmlEventTypeSingleBitEccErrorStorm as u64;
+        /// A DRAM page was retired.
         const DRAM_RETIREMENT_EVENT = nvml::nvmlEventTypeDramRetirementEvent as u64;
+        /// A DRAM page could not be retired.
         const DRAM_RETIREMENT_FAILURE = nvml::nvmlEventTypeDramRetirementFailure as u64;
+        /// A non-fatal poison (contained uncorrectable memory) error.
         const NON_FATAL_POISON_ERROR = nvml::nvmlEventTypeNonFatalPoisonError as u64;
+        /// A fatal poison error.
         const FATAL_POISON_ERROR = nvml::nvmlEventTypeFatalPoisonError as u64;
+        /// The GPU became unavailable.
         const GPU_UNAVAILABLE_ERROR = nvml::nvmlEventTypeGpuUnavailableError as u64;
+        /// The driver asks for a recovery action (see the event's data).
         const GPU_RECOVERY_ACTION = nvml::nvmlEventTypeGpuRecoveryAction as u64;
         const _ = !0;
     }

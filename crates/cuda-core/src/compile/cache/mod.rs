@@ -8,7 +8,10 @@ use std::sync::Mutex;
 /// What a cache keeps of a compile: the code and the name-expression mapping.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheEntry {
+    /// The compiled code's bytes (cubin, PTX, LTO-IR, ...: the compile's target).
     pub code: Vec<u8>,
+    /// Each name expression given to the compile and its lowered (mangled) name, as
+    /// [`ObjectCode::symbol_mapping`](crate::ObjectCode::symbol_mapping) holds them.
     pub symbol_mapping: HashMap<String, String>,
 }
 

@@ -12,27 +12,57 @@ pub struct LinkerOptions {
     pub name: Option<String>,
     /// `sm_XY` (required: the current device's when unset and a GPU is present).
     pub arch: Option<String>,
+    /// The most registers a kernel thread may use (`-maxrregcount=N`; driver:
+    /// `CU_JIT_MAX_REGISTERS`; at least 1); the architecture's limit when unset.
     pub max_register_count: Option<u32>,
+    /// Print timing information to the info log (`-time`; nvJitLink only; default off).
     pub time: Option<bool>,
+    /// Verbose output in the info log (`-verbose`; driver: `CU_JIT_LOG_VERBOSE`; default off).
     pub verbose: Option<bool>,
-    /// Link LTO-IR (nvJitLink only).
+    /// Link LTO-IR (`-lto`; nvJitLink only; default off).
     pub link_time_optimization: Option<bool>,
     /// Produce PTX instead of a cubin (needs `link_time_optimization`; nvJitLink only).
     pub ptx: Option<bool>,
-    /// 0 to 3.
+    /// The optimisation level, 0 to 3 (`-O<n>`; driver: `CU_JIT_OPTIMIZATION_LEVEL`); the
+    /// linker's default (3) when unset.
     pub optimization_level: Option<u32>,
+    /// Generate debug information (`-g`; driver: `CU_JIT_GENERATE_DEBUG_INFO`; default off).
     pub debug: Option<bool>,
+    /// Generate line-number information (`-lineinfo`; driver: `CU_JIT_GENERATE_LINE_INFO`;
+    /// default off).
     pub lineinfo: Option<bool>,
+    /// Flush single-precision denormals to zero in LTO code (`-ftz`; nvJitLink only, ignored with a
+    /// warning by the driver linker; default false).
     pub ftz: Option<bool>,
+    /// IEEE round-to-nearest single-precision division in LTO code (`-prec-div`; nvJitLink only;
+    /// default true).
     pub prec_div: Option<bool>,
+    /// IEEE round-to-nearest single-precision square root in LTO code (`-prec-sqrt`; nvJitLink
+    /// only; default true).
     pub prec_sqrt: Option<bool>,
+    /// Contract multiplies and adds into fused multiply-adds in LTO code (`-fma`; nvJitLink only;
+    /// default true).
     pub fma: Option<bool>,
+    /// Kernels known to be used, so LTO may drop the others (one `-kernels-used=NAME` per entry;
+    /// nvJitLink only); empty by default.
     pub kernels_used: Vec<String>,
+    /// Variables known to be used, so LTO may drop the others (one `-variables-used=NAME` per
+    /// entry; nvJitLink only); empty by default.
     pub variables_used: Vec<String>,
+    /// Let LTO drop device variables it finds unused (`-optimize-unused-variables`; nvJitLink
+    /// only; default off).
     pub optimize_unused_variables: Option<bool>,
+    /// Options passed through to the PTX assembler, one `-Xptxas=OPT` per entry (nvJitLink only);
+    /// empty by default.
     pub ptxas_options: Vec<String>,
+    /// The most threads optimisation may use (`-split-compile=N`; 0 means one per CPU; nvJitLink
+    /// only).
     pub split_compile: Option<u32>,
+    /// The most threads the extended (more aggressive) split compilation may use
+    /// (`-split-compile-extended=N`; nvJitLink only).
     pub split_compile_extended: Option<u32>,
+    /// Do not cache the link's output (`-no-cache`; driver: `CU_JIT_CACHE_MODE` none; default
+    /// off).
     pub no_cache: Option<bool>,
     /// Incremental (relocatable) linking, nvJitLink's `-r` (nvJitLink 13.2+): the result may
     /// keep unresolved device references for a later link, as a cubin or (with

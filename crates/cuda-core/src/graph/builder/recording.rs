@@ -200,8 +200,9 @@ impl GraphBuilder {
         recorded
     }
 
-    /// Hands `value` to the graph being recorded (see [`GraphDefinition::keep_alive`]): use it for
-    /// memory that captured kernels use.
+    /// Hands `value` to the graph being recorded (see
+    /// [`GraphDefinition::keep_alive`](crate::GraphDefinition::keep_alive)): use it for memory that
+    /// captured kernels use.
     pub fn keep_alive<T: std::any::Any + Send + Sync>(&self, value: T) -> Result<()> {
         let mut value = Some(value);
         let held = self.with_capture("keep_alive", |capture| {

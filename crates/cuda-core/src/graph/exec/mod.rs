@@ -53,21 +53,37 @@ impl GraphCompleteOptions {
 /// prints the topology only.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GraphDebugPrintOptions {
+    /// Everything: all parameters and attributes (`CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE`).
     pub verbose: bool,
+    /// Runtime types instead of driver types (`..._RUNTIME_TYPES`).
     pub runtime_types: bool,
+    /// Kernel nodes' parameters (`..._KERNEL_NODE_PARAMS`).
     pub kernel_node_params: bool,
+    /// Copy nodes' parameters (`..._MEMCPY_NODE_PARAMS`).
     pub memcpy_node_params: bool,
+    /// Memset nodes' parameters (`..._MEMSET_NODE_PARAMS`).
     pub memset_node_params: bool,
+    /// Host callback nodes' parameters (`..._HOST_NODE_PARAMS`).
     pub host_node_params: bool,
+    /// Event record and wait nodes' events (`..._EVENT_NODE_PARAMS`).
     pub event_node_params: bool,
+    /// External semaphore signal nodes' parameters (`..._EXT_SEMAS_SIGNAL_NODE_PARAMS`).
     pub ext_semas_signal_node_params: bool,
+    /// External semaphore wait nodes' parameters (`..._EXT_SEMAS_WAIT_NODE_PARAMS`).
     pub ext_semas_wait_node_params: bool,
+    /// Kernel nodes' attributes (`..._KERNEL_NODE_ATTRIBUTES`).
     pub kernel_node_attributes: bool,
+    /// Node handles (`..._HANDLES`).
     pub handles: bool,
+    /// Allocation nodes' parameters (`..._MEM_ALLOC_NODE_PARAMS`).
     pub mem_alloc_node_params: bool,
+    /// Free nodes' parameters (`..._MEM_FREE_NODE_PARAMS`).
     pub mem_free_node_params: bool,
+    /// Batch memory-operation nodes' parameters (`..._BATCH_MEM_OP_NODE_PARAMS`).
     pub batch_mem_op_node_params: bool,
+    /// Extra topology information (`..._EXTRA_TOPO_INFO`).
     pub extra_topo_info: bool,
+    /// Conditional nodes' parameters (`..._CONDITIONAL_NODE_PARAMS`).
     pub conditional_node_params: bool,
 }
 

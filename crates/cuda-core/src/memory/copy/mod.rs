@@ -328,8 +328,11 @@ pub(crate) fn region_end(
 /// from one row to the next).
 #[derive(Debug, Clone, Copy)]
 pub struct Region2D<'a> {
+    /// The buffer the region lies in.
     pub buffer: &'a Buffer,
+    /// The byte offset of the region's first row in the buffer.
     pub offset: usize,
+    /// The bytes from the start of one row to the start of the next (at least the copy's width).
     pub pitch: usize,
 }
 
@@ -359,9 +362,14 @@ impl Region2D<'_> {
 /// pitch (bytes from one row to the next) and the rows from one slice to the next.
 #[derive(Debug, Clone, Copy)]
 pub struct Region3D<'a> {
+    /// The buffer the region lies in.
     pub buffer: &'a Buffer,
+    /// The byte offset of the first row of the first slice in the buffer.
     pub offset: usize,
+    /// The bytes from the start of one row to the start of the next (at least the copy's width).
     pub pitch: usize,
+    /// The rows from the start of one slice to the start of the next (at least the copy's
+    /// height).
     pub rows_per_slice: usize,
 }
 
