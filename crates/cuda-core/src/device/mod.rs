@@ -38,9 +38,46 @@ use std::sync::OnceLock;
 
 fn init() -> Result<()> {
     static INIT: OnceLock<std::result::Result<(), CudaError>> = OnceLock::new();
-    // SAFETY: cuInit takes flags only and may be called from any thread.
-    INIT.get_or_init(|| unsafe { driver::cuInit(0) }.check("cuInit"))
-        .clone()
+    INIT.get_or_init(|| {
+        // SAFETY: cuInit takes flags only and may be called from any thread.
+        unsafe { driver::cuInit(0) }.check("cuInit")?;
+        warn_if_major_version_mismatch();
+        Ok(())
+    })
+    .clone()
+}
+
+/// `cuda.core`'s first-use check (`warn_if_cuda_major_version_mismatch`): a user warning when
+/// the driver's CUDA major version is older than the headers this crate was generated from
+/// (calls newer than the driver fail), unless `CUDA_PYTHON_DISABLE_MAJOR_VERSION_WARNING` is set
+/// (to anything but an empty string).
+fn warn_if_major_version_mismatch() {
+    if std::env::var_os("CUDA_PYTHON_DISABLE_MAJOR_VERSION_WARNING").is_some_and(|v| !v.is_empty()) {
+        return;
+    }
+    let mut version = 0;
+    // SAFETY: out-pointer to a local.
+    if unsafe { driver::cuDriverGetVersion(&mut version) } != driver::CUresult::CUDA_SUCCESS {
+        return;
+    }
+    if let Some(message) = major_version_mismatch(version, driver::CUDA_VERSION) {
+        crate::error::warn(crate::Warning::new(crate::WarningCategory::User, message));
+    }
+}
+
+/// The warning for a driver of CUDA version `driver` (as `cuDriverGetVersion` gives it: 13000
+/// for 13.0) under headers of version `headers`, when its major version is older.
+fn major_version_mismatch(driver: i32, headers: u32) -> Option<String> {
+    if driver <= 0 {
+        return None;
+    }
+    let (driver_major, headers_major) = (driver / 1000, headers / 1000);
+    (u32::try_from(driver_major).is_ok_and(|d| d < headers_major)).then(|| {
+        format!(
+            "this crate's bindings are for CUDA {headers_major}.x, but the installed driver supports CUDA {driver_major}.{} only: calls it does not know fail (update the driver; set CUDA_PYTHON_DISABLE_MAJOR_VERSION_WARNING=1 to silence this)",
+            (driver % 1000) / 10
+        )
+    })
 }
 
 /// The number of CUDA devices (`cuDeviceGetCount`).
@@ -364,5 +401,19 @@ impl Device {
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Device({})", self.ordinal)
+    }
+}
+
+#[cfg(test)]
+mod major_version_tests {
+    use super::major_version_mismatch;
+
+    #[test]
+    fn an_older_driver_major_version_is_warned_of_not_a_newer_one() {
+        let m = major_version_mismatch(12080, 13050).expect("12.8 under 13.x headers");
+        assert!(m.contains("CUDA 13.x") && m.contains("12.8"), "{m}");
+        assert!(major_version_mismatch(13000, 13050).is_none(), "same major");
+        assert!(major_version_mismatch(14000, 13050).is_none(), "newer driver");
+        assert!(major_version_mismatch(-1, 13050).is_none(), "nonsense");
     }
 }
