@@ -154,3 +154,13 @@ fn doxygen_becomes_markdown_without_doctests() {
     assert!(doc.contains(" ```text\n     f(&x);\n ```"), "{doc}");
     assert!(doc.starts_with(" Does it."), "{doc}");
 }
+
+#[test]
+fn bare_urls_in_attribute_docs_become_links() {
+    assert_eq!(
+        writing::link_urls("like nvidia_p2p_get_pages (see https://docs.nvidia.com/cuda/gpudirect-rdma for more)"),
+        "like nvidia_p2p_get_pages (see <https://docs.nvidia.com/cuda/gpudirect-rdma> for more)"
+    );
+    assert_eq!(writing::link_urls("(http://a.example/b)."), "(<http://a.example/b>).");
+    assert_eq!(writing::link_urls("no links here"), "no links here");
+}

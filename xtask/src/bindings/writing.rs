@@ -22,6 +22,20 @@ pub(super) fn enum_constants(file: &syn::File, enum_type: &str) -> Vec<(String, 
     out
 }
 
+/// The header's prose with bare URLs made into links (`<https://...>`), which rustdoc wants.
+pub(super) fn link_urls(doc: &str) -> String {
+    doc.split(' ')
+        .map(|word| match word.find("https://").or_else(|| word.find("http://")) {
+            Some(start) => {
+                let end = word.trim_end_matches(['.', ',', ';', ')']).len().max(start);
+                format!("{}<{}>{}", &word[..start], &word[start..end], &word[end..])
+            }
+            None => word.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 pub(super) fn device_properties(attributes: &[(String, String)]) -> Result<String> {
     let mut methods = TokenStream::new();
     let mut all = Vec::new();
@@ -40,7 +54,7 @@ pub(super) fn device_properties(attributes: &[(String, String)]) -> Result<Strin
         }
         let ident = format_ident!("{}", method);
         let constant = format_ident!("{}", name);
-        let doc = doc.trim_start_matches('<').trim();
+        let doc = link_urls(doc.trim_start_matches('<').trim());
         let doc = format!(" {doc} (`{name}`).");
         methods.extend(quote! {
             #[doc = #doc]

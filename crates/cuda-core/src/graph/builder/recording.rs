@@ -201,7 +201,7 @@ impl GraphBuilder {
     }
 
     /// Hands `value` to the graph being recorded (see
-    /// [`GraphDefinition::keep_alive`](crate::GraphDefinition::keep_alive)): use it for memory that
+    /// [`GraphDefinition::keep_alive`](crate::graph::GraphDefinition::keep_alive)): use it for memory that
     /// captured kernels use.
     pub fn keep_alive<T: std::any::Any + Send + Sync>(&self, value: T) -> Result<()> {
         let mut value = Some(value);
