@@ -36,6 +36,11 @@ pub trait ProgramCache: Send + Sync {
     fn remove(&self, key: &[u8; 32]) -> Result<bool>;
     /// Removes every entry.
     fn clear(&self) -> Result<()>;
+    /// Stores every `(key, entry)` pair as [`put`](Self::put) does, in order, stopping at the
+    /// first error (`cuda.core`'s `ProgramCacheResource.update`).
+    fn update(&self, entries: &[([u8; 32], CacheEntry)]) -> Result<()> {
+        entries.iter().try_for_each(|(key, entry)| self.put(key, entry))
+    }
     /// How many entries there are.
     fn len(&self) -> Result<usize>;
     /// Whether there are none.

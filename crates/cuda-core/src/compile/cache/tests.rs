@@ -25,6 +25,26 @@ fn memory_cache_evicts_the_least_recently_used() {
 }
 
 #[test]
+fn update_stores_every_entry_as_put_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let caches: [Box<dyn ProgramCache>; 2] = [
+        Box::new(InMemoryProgramCache::new(None)),
+        Box::new(FileStreamProgramCache::new(Some(dir.path().to_path_buf()), None).unwrap()),
+    ];
+    for c in &caches {
+        c.update(&[([1; 32], entry(b"one")), ([2; 32], entry(b"two"))]).unwrap();
+        assert_eq!(c.len().unwrap(), 2);
+        assert_eq!(c.get(&[2; 32]).unwrap().unwrap().code, b"two");
+        c.update(&[([1; 32], entry(b"uno"))]).unwrap();
+        assert_eq!(
+            c.get(&[1; 32]).unwrap().unwrap().code,
+            b"uno",
+            "replaced, as put replaces"
+        );
+    }
+}
+
+#[test]
 fn disk_entries_round_trip_and_damage_is_never_trusted() {
     let dir = tempfile::tempdir().unwrap();
     let c = FileStreamProgramCache::new(Some(dir.path().to_path_buf()), None).unwrap();
