@@ -49,6 +49,20 @@ enum Backing<'a> {
 /// A typed, strided view of memory: element 0's address, a shape, strides in elements (`None`:
 /// row-major and dense), an element type, and whether it may be written. Every layout is
 /// checked against the memory it views, with checked arithmetic, before anything uses it.
+///
+/// ```
+/// use cuda_core::StridedMemoryView;
+/// let data = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+/// // A 2x3 row-major view, and its transpose: 3x2, strides in elements.
+/// let view = StridedMemoryView::from_host_slice(&data, &[2, 3], None)?;
+/// assert!(view.is_c_contiguous());
+/// let transposed = view.view(&[3, 2], Some(&[1, 3]), view.dtype())?;
+/// assert_eq!(transposed.shape(), &[3, 2]);
+/// assert!(!transposed.is_c_contiguous());
+/// // A layout that reaches past the memory is refused.
+/// assert!(view.view(&[3, 3], None, view.dtype()).is_err());
+/// # Ok::<(), cuda_core::CudaError>(())
+/// ```
 pub struct StridedMemoryView<'a> {
     ptr: u64,
     shape: Vec<usize>,
