@@ -279,6 +279,13 @@ impl Stream {
 
     /// The legacy default stream (`CU_STREAM_LEGACY`) of whatever context is current where it is
     /// used.
+    ///
+    /// While a capture of a blocking stream (one made without [`StreamOptions::nonblocking`], or
+    /// the per-thread default stream) runs anywhere in the process, work on the legacy stream is
+    /// refused with `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`, in every context: the driver refuses it
+    /// too during such a capture (in that capture's context), and driver 580 crashes when it
+    /// overlaps the capture's beginning or end. Capture non-blocking streams (the default) to
+    /// keep the legacy stream usable meanwhile.
     pub fn legacy_default() -> Stream {
         Stream::default_stream(LEGACY)
     }
@@ -558,6 +565,11 @@ impl Stream {
     /// the stream is not part of: it would join that capture, and other libraries' work queued
     /// on the per-thread default stream would be recorded into the graph without the graph
     /// holding what it uses (the same reason a safe call never captures a default stream).
+    ///
+    /// A blocking stream's wait while captures of this crate run may make it join one, which
+    /// counts as a blocking stream's capture (see [`legacy_default`](Self::legacy_default)): the
+    /// wait first waits for legacy-stream operations in progress on other threads, and is
+    /// refused in host functions and inside a memory resource's `allocate` or `deallocate`.
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         // (Before anything that may wait for other threads: see `blocking_join`.)
         refuse_in_callback()?;
@@ -582,7 +594,9 @@ impl Stream {
     }
 
     /// Makes later work on this stream wait for the work queued on `other` so far (also across
-    /// devices): a timing-free event recorded on `other` (from its context's pool).
+    /// devices): a timing-free event recorded on `other` (from its context's pool). If `other`
+    /// is being captured, a blocking stream joins that capture, as in
+    /// [`wait_event`](Self::wait_event).
     pub fn wait(&self, other: &Stream) -> Result<()> {
         refuse_in_callback()?;
         let fence = other.context_or_current()?.fence()?;
