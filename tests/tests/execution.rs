@@ -541,6 +541,8 @@ fn an_ipc_event_is_waited_for_in_another_process() {
         err.to_string().contains("IPC-enabled events cannot use timing."),
         "{err}"
     );
+    // (cuda.core raises a TypeError.)
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Type);
 }
 
 #[derive(Clone, Copy, cuda_core::DeviceRepr)]

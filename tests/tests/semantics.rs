@@ -125,6 +125,8 @@ fn elapsed_time_errors_say_what_to_do() {
             .contains("Both Events must be recorded before they can be subtracted"),
         "{err}"
     );
+    // (cuda.core raises a RuntimeError.)
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Runtime);
     let untimed = d.create_event(EventOptions::default()).unwrap();
     let err = untimed.elapsed_time_since(&start).unwrap_err();
     assert!(
@@ -132,6 +134,7 @@ fn elapsed_time_errors_say_what_to_do() {
             .contains("Both Events must be created with timing enabled in order to subtract them"),
         "{err}"
     );
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Runtime);
     s.record(&start).unwrap();
     s.record(&end).unwrap();
     end.sync().unwrap();

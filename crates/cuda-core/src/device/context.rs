@@ -450,7 +450,7 @@ impl Context {
     pub fn close(self) -> Result<()> {
         crate::reaper::refuse_in_callback()?;
         if Context::current_handle()? == self.inner.handle {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "Cannot close a CUDA context while it is current. Restore a previous context before closing this context."
                     .into(),
             ));

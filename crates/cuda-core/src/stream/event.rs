@@ -145,9 +145,7 @@ impl Event {
             ));
         }
         if options.ipc_enabled && options.timing_enabled {
-            return Err(CudaError::InvalidArgument(
-                "IPC-enabled events cannot use timing.".into(),
-            ));
+            return Err(CudaError::InvalidType("IPC-enabled events cannot use timing.".into()));
         }
         let mut flags = 0;
         if !options.timing_enabled {
@@ -329,7 +327,7 @@ impl Event {
     /// `cuda.core` writes as `end - start`, with its errors.
     pub fn elapsed_time_since(&self, start: &Event) -> Result<f32> {
         if !self.inner.options.timing_enabled || !start.inner.options.timing_enabled {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "Both Events must be created with timing enabled in order to subtract them; use EventOptions { timing_enabled: true, .. } when creating both events.".into(),
             ));
         }
@@ -348,7 +346,7 @@ impl Event {
         // SAFETY: both events are live; out-pointer to a local.
         let status = unsafe { driver::cuEventElapsedTime(&mut ms, start.inner.handle, self.inner.handle) };
         match status {
-            driver::CUresult::CUDA_ERROR_INVALID_HANDLE => Err(CudaError::InvalidArgument(
+            driver::CUresult::CUDA_ERROR_INVALID_HANDLE => Err(CudaError::InvalidState(
                 "Both Events must be recorded before they can be subtracted; use Stream::record to record both events to a stream.".into(),
             )),
             driver::CUresult::CUDA_ERROR_NOT_READY => Err(CudaError::InvalidArgument(
