@@ -135,6 +135,15 @@ pub mod guide {
 }
 
 #[cfg(test)]
+mod version {
+    #[test]
+    fn the_crate_version_is_cargos() {
+        assert_eq!(crate::VERSION, env!("CARGO_PKG_VERSION"));
+        assert!(!crate::VERSION.is_empty());
+    }
+}
+
+#[cfg(test)]
 mod thread_safety {
     //! Which types cross threads: the compile-time half of the soundness table in
     //! `docs/architecture.md` (the types that must not are `compile_fail` doctests on them).
