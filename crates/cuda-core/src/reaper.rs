@@ -51,10 +51,17 @@ pub(crate) fn refuse_in_callback() -> Result<()> {
 /// recorded as `what`, and CUDA calls of this crate are refused or deferred meanwhile.
 pub(crate) fn run_as_callback(what: &str, f: impl FnOnce()) {
     let _ = IN_CALLBACK.try_with(|c| c.set(true));
+    crate::error::set_on_driver_thread(true);
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
         record_drop_error(CudaError::InvalidState(format!("{what} panicked")));
     }
+    crate::error::set_on_driver_thread(false);
     let _ = IN_CALLBACK.try_with(|c| c.set(false));
+    // Warnings raised here (the handler may make CUDA calls through another library): delivered
+    // on the release thread.
+    if crate::error::any_held() {
+        run_later(crate::error::deliver_held);
+    }
 }
 
 /// A `Drop` that calls CUDA, run on the release thread instead (for drops on a driver thread).

@@ -4,11 +4,12 @@
 //! handler the program installs ([`set_warning_handler`]) and, with the `tracing` feature, out
 //! as a `warn` event. Nothing is polled: each warning is delivered when it happens.
 //!
-//! Warnings come from any thread: the thread that called the operation, the release thread
-//! (drops that waited for the GPU) or a driver thread (a host function's panic). The handler
-//! runs on that thread, must not block for long, and must not call CUDA (on a driver thread such
-//! calls are refused). Its panics are caught. A warning raised while the same thread runs the
-//! handler goes only to `tracing` (no recursion).
+//! Warnings come from any thread: the thread that called the operation or the release thread
+//! (drops that waited for the GPU). The handler runs on that thread and must not block for long;
+//! its panics are caught. A warning raised on a driver thread (a host function's panic), where
+//! no CUDA call may be made (and the handler could make one, through another library), is held
+//! and handed to the handler on this crate's release thread. A warning raised while the same
+//! thread runs the handler goes only to `tracing` (no recursion).
 
 use super::CudaError;
 use std::cell::Cell;
@@ -91,7 +92,31 @@ pub type WarningHandler = Arc<dyn Fn(&Warning) + Send + Sync>;
 
 static HANDLER: RwLock<Option<WarningHandler>> = RwLock::new(None);
 
+/// Warnings raised on a driver thread, for the release thread to deliver ([`deliver_held`]).
+static HELD: std::sync::Mutex<Vec<Warning>> = std::sync::Mutex::new(Vec::new());
+
+/// Marks the calling thread as running a callback for the driver (`true`) or not: warnings
+/// raised meanwhile are held for the release thread (see the module documentation).
+pub(crate) fn set_on_driver_thread(on: bool) {
+    let _ = ON_DRIVER_THREAD.try_with(|c| c.set(on));
+}
+
+/// Whether warnings raised on driver threads wait to be delivered.
+pub(crate) fn any_held() -> bool {
+    !HELD.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+}
+
+/// Delivers the warnings raised on driver threads (called on the release thread).
+pub(crate) fn deliver_held() {
+    let held = std::mem::take(&mut *HELD.lock().unwrap_or_else(|p| p.into_inner()));
+    for w in held {
+        warn(w);
+    }
+}
+
 thread_local! {
+    /// Set while the thread runs a callback for the driver.
+    static ON_DRIVER_THREAD: Cell<bool> = const { Cell::new(false) };
     /// Set while this thread runs the handler.
     static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
 }
@@ -124,6 +149,11 @@ pub(crate) fn warn(warning: Warning) {
         event!(warn, category = %warning.category, "{}", warning.message);
     }));
     if IN_HANDLER.try_with(Cell::get).unwrap_or(true) {
+        return;
+    }
+    if ON_DRIVER_THREAD.try_with(Cell::get).unwrap_or(false) {
+        // Handed to the handler on the release thread (see `deliver_held`).
+        HELD.lock().unwrap_or_else(|p| p.into_inner()).push(warning);
         return;
     }
     let handler = HANDLER.read().unwrap_or_else(|p| p.into_inner()).clone();
@@ -278,6 +308,31 @@ mod tests {
         warn(Warning::new(WarningCategory::Runtime, "outer again"));
         set_warning_handler(previous);
         assert_eq!(*calls.lock().unwrap(), 2);
+    }
+
+    #[test]
+    fn warnings_raised_on_a_driver_thread_reach_the_handler_later_elsewhere() {
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let (seen, previous) = collecting();
+        let raised = std::thread::spawn(|| {
+            set_on_driver_thread(true);
+            warn(Warning::new(WarningCategory::Cuda, "raised in a host function"));
+            set_on_driver_thread(false);
+        });
+        raised.join().unwrap();
+        let delivered = |seen: &Mutex<Vec<Warning>>| {
+            seen.lock()
+                .unwrap()
+                .iter()
+                .filter(|w| w.message() == "raised in a host function")
+                .count()
+        };
+        assert_eq!(delivered(&seen), 0, "not on the driver thread");
+        assert!(any_held());
+        deliver_held();
+        set_warning_handler(previous);
+        assert_eq!(delivered(&seen), 1, "delivered by the release thread's call");
+        assert!(!any_held());
     }
 
     #[test]
