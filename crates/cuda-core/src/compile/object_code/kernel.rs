@@ -46,7 +46,10 @@ impl Kernel {
     /// `handle` is a live `CUkernel`, and its library stays loaded for as long as the returned
     /// kernel, its clones and anything they are handed to (typed kernels, launches still on the
     /// GPU, graphs) are in use. Passing the `ObjectCode` the kernel was taken from meets this
-    /// (the kernel keeps it alive); otherwise the caller keeps the library loaded.
+    /// (the kernel keeps it alive); otherwise the caller keeps the library loaded, also for
+    /// everything made through the kernel's placeholder [`object_code`](Self::object_code) (its
+    /// other kernels, its `handle`, a `LibraryModule` from `get_module`), which borrows the
+    /// library without keeping it loaded.
     pub unsafe fn from_handle(handle: driver::CUkernel, code: Option<&ObjectCode>) -> Result<Kernel> {
         if handle.is_null() {
             return Err(CudaError::InvalidArgument(
