@@ -103,6 +103,15 @@ fn refs(recipe: &[Planned], out: &mut BTreeSet<(usize, u64)>) {
     }
 }
 
+/// The marks of a recipe's steps, in order (for buffer histories: which nodes a launch ran).
+fn marks(recipe: &[Planned]) -> String {
+    recipe
+        .iter()
+        .map(|p| format!("{:?}", p.mark))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn unplanned(slot: usize) -> BufRef {
     BufRef { slot, id: u64::MAX }
 }
@@ -782,13 +791,14 @@ impl Worker<'_> {
         for slot in &touched {
             let t = guards.get_mut(slot).and_then(|g| g.as_mut()).expect("touched");
             let note = format!(
-                "launch {} of {} on {} by worker {}: {} -> {}",
+                "launch {} of {} on {} by worker {}: {} -> {} (steps: {})",
                 entry.launches,
                 entry.what,
                 s.what,
                 self.index,
                 if r.is_ok() { "ok" } else { "failed" },
-                t.expect
+                t.expect,
+                marks(&entry.recipe)
             );
             t.note(note);
         }
@@ -950,6 +960,18 @@ impl Worker<'_> {
             let s = self.pick_stream();
             self.dispose("a graph whose node update failed", Box::new(old), Some(&s.stream));
             return;
+        }
+        // Noted on the buffer the step writes (the mismatch report shows it).
+        let what = format!(
+            "node update of step {i} of {} by worker {} (toggle: {toggle}): now {:?} {:?}",
+            entry.what, self.index, entry.recipe[i].mark, entry.recipe[i].step
+        );
+        let mut written = BTreeSet::new();
+        refs(std::slice::from_ref(&entry.recipe[i]), &mut written);
+        for (slot, id) in written {
+            if let Some(t) = lock(&w.buffers[slot]).as_mut().filter(|t| t.id == id) {
+                t.note(what.clone());
+            }
         }
         self.done(name);
     }
