@@ -283,6 +283,22 @@ impl ObjectCode {
         ObjectCode::from_bytes(code, CodeType::Library, name, HashMap::new())
     }
 
+    /// The same code with `symbol_mapping` as its name-expression mapping (`cuda.core`'s
+    /// `symbol_mapping=` of every `ObjectCode.from_*`): `get_kernel` looks names up in it first.
+    /// Refused for code already shared (a clone, or a kernel taken from it, sees the mapping it
+    /// was made with) and for a kernel's placeholder code.
+    pub fn with_symbol_mapping(mut self, symbol_mapping: HashMap<String, String>) -> Result<ObjectCode> {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) if !inner.foreign => {
+                inner.symbol_mapping = symbol_mapping;
+                Ok(self)
+            }
+            _ => Err(CudaError::InvalidState(
+                "with_symbol_mapping: the code is shared (cloned, or a kernel was taken from it) or is a kernel's placeholder: give the mapping when the code is made".into(),
+            )),
+        }
+    }
+
     /// The code, in memory or as a path.
     pub fn code(&self) -> &Code {
         &self.inner.code

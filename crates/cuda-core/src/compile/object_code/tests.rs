@@ -540,3 +540,18 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_symbol_mapping_can_be_given_to_code_of_any_constructor_until_it_is_shared() {
+    let mapping = HashMap::from([("k<int>".to_string(), "_Z1kIiEvv".to_string())]);
+    let code = ObjectCode::from_ptx(PTX, "p")
+        .unwrap()
+        .with_symbol_mapping(mapping.clone())
+        .unwrap();
+    assert_eq!(code.symbol_mapping(), &mapping);
+    let shared = code.clone();
+    let err = shared.with_symbol_mapping(HashMap::new()).unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::Runtime);
+    assert_eq!(code.symbol_mapping(), &mapping, "the clone kept its mapping");
+    assert!(ObjectCode::foreign(None).with_symbol_mapping(mapping).is_err());
+}
