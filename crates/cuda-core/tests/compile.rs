@@ -569,6 +569,50 @@ fn nvrtc_12_compiles_through_the_same_api() {
     );
 }
 
+/// Options that name files outside the program: the key sees their names, not their contents, so
+/// caching wants a digest of the files (cuda.core's `extra_digest`); a changed digest is a new key.
+#[test]
+fn headers_on_the_include_path_need_a_digest_to_be_cached() {
+    if !toolchain() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("twice.cuh"),
+        "#pragma once\n#define TWICE(x) ((x) + (x))\n",
+    )
+    .unwrap();
+    let source = "#include \"twice.cuh\"\nextern \"C\" __global__ void k(float* x) { x[0] = TWICE(x[0]); }";
+    let options = ProgramOptions {
+        include_path: vec![dir.path().display().to_string()],
+        ..opts("sm_90")
+    };
+    let mut p = Program::new(source, SourceType::Cxx, options).unwrap();
+    let err = p.cache_key(CodeType::Ptx, &[]).unwrap_err();
+    assert!(
+        err.to_string().contains("include_path") && err.to_string().contains("extra_digest"),
+        "{err}"
+    );
+    let cache = InMemoryProgramCache::new(None);
+    assert!(p.compile_cached(CodeType::Ptx, &[], &cache).is_err());
+    let one = p.cache_key_with(CodeType::Ptx, &[], Some(b"header v1")).unwrap();
+    let two = p.cache_key_with(CodeType::Ptx, &[], Some(b"header v2")).unwrap();
+    assert_ne!(one, two, "the digest is part of the key");
+    let code = p
+        .compile_cached_with(CodeType::Ptx, &[], &cache, Some(b"header v1"))
+        .unwrap();
+    assert!(!code.bytes().unwrap().is_empty());
+    assert!(
+        cache.get(&one).unwrap().is_some(),
+        "stored under the key with the digest"
+    );
+    // Without such options no digest is needed.
+    assert!(Program::new(SAXPY, SourceType::Cxx, opts("sm_90"))
+        .unwrap()
+        .cache_key(CodeType::Ptx, &[])
+        .is_ok());
+}
+
 #[test]
 fn a_precompiled_header_reports_its_status() {
     if !toolchain() {

@@ -210,8 +210,22 @@ impl Program {
         name_expressions: &[&str],
         cache: &dyn ProgramCache,
     ) -> Result<ObjectCode> {
+        self.compile_cached_with(target, name_expressions, cache, None)
+    }
+
+    /// [`compile_cached`](Self::compile_cached) with `extra_digest` in the key: a digest of the
+    /// files the options name (headers on `include_path`, `pre_include`, a precompiled header,
+    /// libdevice), which the key cannot see otherwise (`cuda.core`'s `extra_digest`); see
+    /// [`cache_key_with`](Self::cache_key_with).
+    pub fn compile_cached_with(
+        &mut self,
+        target: CodeType,
+        name_expressions: &[&str],
+        cache: &dyn ProgramCache,
+        extra_digest: Option<&[u8]>,
+    ) -> Result<ObjectCode> {
         self.check_target(target, name_expressions)?;
-        let key = self.cache_key(target, name_expressions)?;
+        let key = self.cache_key_with(target, name_expressions, extra_digest)?;
         if let Some(entry) = cache.get(&key)? {
             // An entry whose image does not check out (damaged, or planted) is never loaded:
             // it is dropped and the program compiled again.
@@ -239,10 +253,30 @@ impl Program {
     /// the compilers involved). Options that name files on disk (include paths, precompiled
     /// headers, libdevice) make the key depend on those paths, not on the files' contents.
     pub fn cache_key(&self, target: CodeType, name_expressions: &[&str]) -> Result<[u8; 32]> {
+        self.cache_key_with(target, name_expressions, None)
+    }
+
+    /// [`cache_key`](Self::cache_key) with `extra_digest` hashed in (`cuda.core`'s
+    /// `make_program_cache_key(..., extra_digest=...)`). Options that name files outside the
+    /// program (`include_path`, `pre_include`, `use_pch`, `pch`, `pch_dir`, `use_libdevice`, a
+    /// `name` that is a path) need it: the key sees the names, not the contents, so a changed
+    /// header would hit a stale entry. Without it such options are refused, as cuda.core refuses
+    /// them.
+    pub fn cache_key_with(
+        &self,
+        target: CodeType,
+        name_expressions: &[&str],
+        extra_digest: Option<&[u8]>,
+    ) -> Result<[u8; 32]> {
         use sha2::{Digest, Sha256};
         if let Some(option) = self.options.side_effects() {
             return Err(CudaError::InvalidArgument(format!(
                 "Program: the {option} option writes files, so this compile cannot be cached"
+            )));
+        }
+        if let (Some(option), None) = (self.options.external_files(), extra_digest) {
+            return Err(CudaError::InvalidArgument(format!(
+                "Program: the {option} option names files the cache key cannot see into: pass a digest of their contents as extra_digest (cache_key_with, compile_cached_with)"
             )));
         }
         let mut h = Sha256::new();
@@ -260,6 +294,9 @@ impl Program {
             field("name_expression", n.as_bytes());
         }
         field("compiler", self.compiler_versions().as_bytes());
+        if let Some(d) = extra_digest {
+            field("extra_digest", d);
+        }
         Ok(h.finalize().into())
     }
 

@@ -445,6 +445,33 @@ impl ProgramOptions {
 
     /// Options whose effect goes beyond the compiled code (files written), which make a compile
     /// unfit for caching.
+    /// The first option that names files outside the program (their contents change what
+    /// compiles, and a cache key sees only their names), if any: as `cuda.core`'s
+    /// `make_program_cache_key`, which then wants an `extra_digest` of those files.
+    pub(crate) fn external_files(&self) -> Option<&'static str> {
+        let name_is_a_path = self
+            .name
+            .as_deref()
+            .is_some_and(|n| n.contains('/') || n.contains('\\'));
+        if !self.include_path.is_empty() {
+            Some("include_path")
+        } else if !self.pre_include.is_empty() {
+            Some("pre_include")
+        } else if self.use_pch.is_some() {
+            Some("use_pch")
+        } else if self.pch == Some(true) {
+            Some("pch")
+        } else if self.pch_dir.is_some() {
+            Some("pch_dir")
+        } else if self.use_libdevice == Some(true) {
+            Some("use_libdevice")
+        } else if name_is_a_path {
+            Some("name (a path: includes are found next to it)")
+        } else {
+            None
+        }
+    }
+
     pub(crate) fn side_effects(&self) -> Option<&'static str> {
         if self.create_pch.is_some() {
             Some("create_pch")
