@@ -485,4 +485,27 @@ mod graph_nodes {
         g.launch(&s).unwrap();
         assert!(b.to_vec::<u8>(&s).unwrap().iter().all(|v| *v == 9));
     }
+
+    // cuda.core's EventRecordNode.event / EventWaitNode.event: the Event a node names, read back.
+    #[test]
+    #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+    fn event_nodes_read_back_their_events() {
+        let (d, s) = setup();
+        let (a, b) = (
+            d.create_event(Default::default()).unwrap(),
+            d.create_event(Default::default()).unwrap(),
+        );
+        let g = GraphDefinition::new().unwrap();
+        let recorded = g.record(&a).unwrap();
+        let waited = recorded.wait(&b).unwrap();
+        assert_eq!(recorded.event().unwrap(), Some(a.clone()));
+        assert_eq!(waited.event().unwrap(), Some(b.clone()));
+        recorded.set_event(&b).unwrap();
+        assert_eq!(recorded.event().unwrap(), Some(b.clone()));
+        let other = waited.join(&[]).unwrap();
+        assert!(other.event().is_err(), "not an event node");
+        s.record(&b).unwrap();
+        g.instantiate(&Default::default()).unwrap().launch(&s).unwrap();
+        s.sync().unwrap();
+    }
 }

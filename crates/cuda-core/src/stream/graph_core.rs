@@ -100,6 +100,9 @@ pub(crate) struct Registry {
     /// layer does not name compiled code), by `CUkernel`: what a kernel node's parameters name
     /// is read back from here. Held as long as the hierarchy (as the kernels' code is).
     pub(crate) kernels: HashMap<usize, Arc<dyn Any + Send + Sync>>,
+    /// The events the hierarchy's event record and wait nodes were given, by `CUevent`: what
+    /// such a node names is read back from here (held as long as the hierarchy).
+    pub(crate) events: HashMap<usize, super::Event>,
     /// The nodes captures recorded, in the order the operations recording them ran, with the
     /// graph of the hierarchy each was recorded into (see `capture::with_capture_asked`).
     pub(crate) recorded: Vec<(usize, NodeRef)>,
@@ -174,6 +177,13 @@ impl Registry {
         self.kernels.entry(handle).or_insert_with(kernel);
     }
 
+    /// Notes that an event record or wait node of the hierarchy names `event`.
+    pub(crate) fn note_event(&mut self, event: &super::Event) {
+        self.events
+            .entry(event.handle() as usize)
+            .or_insert_with(|| event.clone());
+    }
+
     /// How often child-graph node `node` was given another graph.
     pub(crate) fn child_gen(&self, node: driver::CUgraphNode) -> u64 {
         self.child_gens.get(&(node as usize)).copied().unwrap_or(0)
@@ -215,6 +225,9 @@ impl Registry {
         self.held.absorb(&other.held);
         for (k, v) in &other.kernels {
             self.kernels.entry(*k).or_insert_with(|| v.clone());
+        }
+        for (k, v) in &other.events {
+            self.events.entry(*k).or_insert_with(|| v.clone());
         }
         self.host_data.extend(other.host_data.iter().copied());
         self.has_graph_memory |= other.has_graph_memory;

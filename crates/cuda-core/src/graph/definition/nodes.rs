@@ -62,7 +62,10 @@ pub(super) fn set_launch_attributes(node: driver::CUgraphNode, config: &LaunchCo
 fn add_event_node(append: &Append<'_>, event: &Event, kind: EventNode) -> Result<GraphNode> {
     append.add(
         &[],
-        |h| h.hold(event.clone()),
+        |h| {
+            h.reg.note_event(event);
+            h.hold(event.clone())
+        },
         |_, g, deps| {
             let mut node = std::ptr::null_mut();
             // SAFETY: graph, dependencies and event are live (the graph holds the event).

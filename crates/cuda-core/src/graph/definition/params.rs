@@ -168,6 +168,7 @@ impl GraphNode {
             reg.refuse_while_capturing(self.graph.handle)?;
             event_node(h)?;
             reg.held.hold(event.clone());
+            reg.note_event(event);
             // SAFETY: the node and event are live (the graph holds the event).
             unsafe {
                 match event_node(h)? {

@@ -173,6 +173,28 @@ impl GraphNode {
         })
     }
 
+    /// The event an event record or wait node names (`cuda.core`'s `EventRecordNode.event`,
+    /// `EventWaitNode.event`): the one given when the node was added or last given one; `None`
+    /// for an event given outside this crate (a node of a captured wait for another library's
+    /// event). An error for other nodes.
+    pub fn event(&self) -> Result<Option<Event>> {
+        self.with_live(|reg, h| {
+            let mut e: driver::CUevent = std::ptr::null_mut();
+            // SAFETY: the node is live (under the lock) and of the type asked; out-value is a
+            // local.
+            let got = unsafe {
+                match event_node(h)
+                    .map_err(|_| CudaError::InvalidArgument("event applies to event record and wait nodes".into()))?
+                {
+                    EventNode::Record => driver::cuGraphEventRecordNodeGetEvent(h, &mut e),
+                    EventNode::Wait => driver::cuGraphEventWaitNodeGetEvent(h, &mut e),
+                }
+            };
+            got.check("cuGraphEvent*NodeGetEvent")?;
+            Ok(reg.events.get(&(e as usize)).cloned())
+        })
+    }
+
     /// A kernel node's launch configuration (`cuda.core`'s `KernelNode.config`), with the
     /// launch attributes this crate sets (cluster shape, cooperative launch, priority,
     /// programmatic stream serialisation), which `cuda.core` leaves out.
