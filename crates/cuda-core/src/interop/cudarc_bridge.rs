@@ -216,7 +216,7 @@ fn on_legacy_stream(stream: &CudaStream) -> bool {
     raw_stream(stream) as usize <= 1
 }
 
-/// Drops cudarc's `value` with the calling thread's current context kept.
+/// Drops cudarc's `slice` with the calling thread's current context kept.
 fn drop_keeping_current<T>(slice: CudaSlice<T>) {
     let context = slice.context().clone();
     keeping_current(context, move || drop(slice));
@@ -308,24 +308,24 @@ fn after_cudarc_work<T>(slice: &mut CudaSlice<T>, stream: &Stream) -> Result<dri
             "the slice's last use was recorded in a cudarc capture that is still running: take the slice once the capture has ended".into(),
         ));
     }
-    if default {
+    if default || handle != stream.handle() || stream.is_default() {
         // SAFETY: cudarc's context is live (the slice holds it).
         let ours = unsafe { Context::from_raw(context.cu_ctx() as driver::CUcontext) }?;
-        ours.synchronize()?;
-    } else if handle != stream.handle() || stream.is_default() {
-        // SAFETY: cudarc's context is live (the slice holds it).
-        let ours = unsafe { Context::from_raw(context.cu_ctx() as driver::CUcontext) }?;
-        // The stream is live (the slice holds it). Waited for as `Stream::sync` waits: the fence
-        // is recorded with no capture of this crate beginning, ending or gaining a stream
-        // meanwhile (driver 580 crashed on calls naming a stream whose capture ended
-        // meanwhile), and refused if the stream is capturing by now.
-        sync_handle(&ours, handle).map_err(|e| {
-            e.unwrap_or_else(|| {
-                CudaError::InvalidArgument(
-                    "the slice's cudarc stream began a capture: take the slice once the capture has ended".into(),
-                )
-            })
-        })?;
+        if default {
+            ours.synchronize()?;
+        } else {
+            // The stream is live (the slice holds it). Waited for as `Stream::sync` waits: the
+            // fence is recorded with no capture of this crate beginning, ending or gaining a
+            // stream meanwhile (driver 580 crashed on calls naming a stream whose capture ended
+            // meanwhile), and refused if the stream is capturing by now.
+            sync_handle(&ours, handle).map_err(|e| {
+                e.unwrap_or_else(|| {
+                    CudaError::InvalidArgument(
+                        "the slice's cudarc stream began a capture: take the slice once the capture has ended".into(),
+                    )
+                })
+            })?;
+        }
     }
     Ok(ptr as driver::CUdeviceptr)
 }

@@ -106,6 +106,14 @@ static BLOCKING_CAPTURES: AtomicUsize = AtomicUsize::new(0);
 /// after the capture ended.
 pub(crate) struct BlockingCapture(());
 
+impl BlockingCapture {
+    /// Counts one more in [`BLOCKING_CAPTURES`], taken back when the value is dropped.
+    fn count() -> BlockingCapture {
+        BLOCKING_CAPTURES.fetch_add(1, Ordering::SeqCst);
+        BlockingCapture(())
+    }
+}
+
 impl Drop for BlockingCapture {
     fn drop(&mut self) {
         BLOCKING_CAPTURES.fetch_sub(1, Ordering::SeqCst);
@@ -119,11 +127,7 @@ impl Drop for BlockingCapture {
 /// may have missed the count covers legacy-stream operations too (they run in the same gate).
 pub(crate) fn blocking_capture_beginning(stream: &super::Stream) -> Result<Option<BlockingCapture>> {
     let blocking = stream.is_default() || !stream.is_nonblocking()?;
-    if !blocking {
-        return Ok(None);
-    }
-    BLOCKING_CAPTURES.fetch_add(1, Ordering::SeqCst);
-    Ok(Some(BlockingCapture(())))
+    Ok(blocking.then(BlockingCapture::count))
 }
 
 /// Counts a blocking stream that may join a capture (a wait while captures run) and waits for
@@ -136,8 +140,7 @@ pub(crate) fn blocking_capture_joining() -> Result<BlockingCapture> {
             "a blocking stream cannot wait inside an operation on a stream (such as a memory resource's allocate or deallocate) while captures run: use a non-blocking stream".into(),
         ));
     }
-    BLOCKING_CAPTURES.fetch_add(1, Ordering::SeqCst);
-    let counted = BlockingCapture(());
+    let counted = BlockingCapture::count();
     if !super::gate::drain() {
         return Err(CudaError::InvalidArgument(
             "a wait cannot begin: the process-wide memory barrier failed".into(),
