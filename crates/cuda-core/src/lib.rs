@@ -168,6 +168,7 @@ mod thread_safety {
         send_and_sync::<crate::VirtualMemoryResource>();
         send_and_sync::<crate::GraphMemoryResource>();
         send_and_sync::<crate::ObjectCode>();
+        send_and_sync::<crate::Program>();
         send_and_sync::<crate::Kernel>();
         send_and_sync::<crate::graph::GraphDefinition>();
         send_and_sync::<crate::graph::GraphNode>();

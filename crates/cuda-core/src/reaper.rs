@@ -16,21 +16,16 @@ use crate::error::record_drop_error;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::any::Any;
-use std::cell::Cell;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-thread_local! {
-    /// Set while this thread runs a host function or graph callback for the driver.
-    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
-}
-
 /// Whether the calling thread is running a host function or graph callback: CUDA must not be
-/// called here, so what would call it is refused or handed to the release thread.
+/// called here, so what would call it is refused or handed to the release thread. (The mark is
+/// the warnings channel's, which holds warnings raised there: see [`run_as_callback`].)
 #[inline]
 pub(crate) fn in_callback() -> bool {
-    IN_CALLBACK.try_with(Cell::get).unwrap_or(false)
+    crate::error::on_driver_thread()
 }
 
 /// An error when the calling thread is running a host function or graph callback: CUDA must not
@@ -50,13 +45,11 @@ pub(crate) fn refuse_in_callback() -> Result<()> {
 /// Runs `f` as a callback of the driver: panics are caught (never unwind into the driver) and
 /// recorded as `what`, and CUDA calls of this crate are refused or deferred meanwhile.
 pub(crate) fn run_as_callback(what: &str, f: impl FnOnce()) {
-    let _ = IN_CALLBACK.try_with(|c| c.set(true));
     crate::error::set_on_driver_thread(true);
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
         record_drop_error(CudaError::InvalidState(format!("{what} panicked")));
     }
     crate::error::set_on_driver_thread(false);
-    let _ = IN_CALLBACK.try_with(|c| c.set(false));
     // Warnings raised here (the handler may make CUDA calls through another library): delivered
     // on the release thread.
     if crate::error::any_held() {

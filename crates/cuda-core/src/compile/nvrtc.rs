@@ -31,8 +31,6 @@ pub(super) struct NvrtcProgram(pub(super) nvrtc::nvrtcProgram);
 // through `&mut` of its owner (`Program`, whose compile takes `&mut self`), and `&` only reads
 // the handle's value.
 unsafe impl Send for NvrtcProgram {}
-// SAFETY: as above: no NVRTC call is made through a shared reference.
-unsafe impl Sync for NvrtcProgram {}
 
 impl NvrtcProgram {
     pub(super) fn create(source: &CStr, name: &CStr) -> Result<NvrtcProgram> {
@@ -134,7 +132,7 @@ impl NvrtcProgram {
     /// needed (`nvrtcGetPCHHeapSizeRequired`, `nvrtcSetPCHHeapSize`), as `cuda.core` does before
     /// its retry. The heap only grows here: a size another thread set that is larger stays. The
     /// caller holds no [`pch_heap_shared`] guard (this takes the lock exclusively).
-    pub(super) fn grow_pch_heap(&self) -> Result<usize> {
+    pub(super) fn grow_pch_heap(&self) -> Result<()> {
         let _exclusive = PCH_HEAP.write().unwrap_or_else(|p| p.into_inner());
         let (mut required, mut current) = (0usize, 0usize);
         // SAFETY: the program is live; out-pointers to locals.
@@ -147,7 +145,7 @@ impl NvrtcProgram {
             // of this crate is using (they hold PCH_HEAP shared; this holds it exclusively).
             unsafe { nvrtc::nvrtcSetPCHHeapSize(required) }.check("nvrtcSetPCHHeapSize")?;
         }
-        Ok(required)
+        Ok(())
     }
 }
 

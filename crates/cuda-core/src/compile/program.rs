@@ -93,10 +93,9 @@ pub struct Program {
     source_path: Option<PathBuf>,
 }
 
-// SAFETY: every field but `held` is Send + Sync. `held` holds an NVRTC or NVVM program (Send +
-// Sync, see their impls) or a Linker, which is Send but not Sync: through `&Program` nothing
-// calls into the linker (`handle` only copies the value of its handle), and every call into
-// any of them is made through `&mut Program`.
+// SAFETY: every field but `held` is Send + Sync. `held` holds an NVRTC or NVVM program or a
+// Linker (each Send, none Sync): through `&Program` nothing calls into any of them (`handle`
+// only copies the value of a handle), and every call into them is made through `&mut Program`.
 unsafe impl Sync for Program {}
 
 impl Program {
@@ -546,10 +545,9 @@ impl Program {
         let o = &self.options;
         if o.numba_debug.is_some() {
             // cuda.core's UserWarning: the linker that assembles PTX has no such option.
-            crate::error::warn(crate::Warning::new(
-                crate::WarningCategory::User,
+            super::linker::ignored_option(
                 "ProgramOptions.numba_debug is not supported when compiling PTX (the linker assembles it); it is ignored",
-            ));
+            );
         }
         let options = LinkerOptions {
             name: o.name.clone(),
@@ -583,8 +581,6 @@ struct NvvmProgram(nvvm::nvvmProgram);
 // SAFETY: an NVVM program is not tied to the thread that made it; every call on it is made
 // through `&mut Program` (compile), and `&` only reads the handle's value.
 unsafe impl Send for NvvmProgram {}
-// SAFETY: as above: no NVVM call is made through a shared reference.
-unsafe impl Sync for NvvmProgram {}
 
 impl Drop for NvvmProgram {
     fn drop(&mut self) {
@@ -594,10 +590,3 @@ impl Drop for NvvmProgram {
         }
     }
 }
-
-// A program moves between threads and is shared for reading, as before it kept its compiler's
-// program: checked here rather than vouched for.
-const _: () = {
-    const fn send_and_sync<T: Send + Sync>() {}
-    send_and_sync::<Program>();
-};

@@ -101,6 +101,12 @@ pub(crate) fn set_on_driver_thread(on: bool) {
     let _ = ON_DRIVER_THREAD.try_with(|c| c.set(on));
 }
 
+/// Whether the calling thread runs a callback for the driver (see [`set_on_driver_thread`]).
+#[inline]
+pub(crate) fn on_driver_thread() -> bool {
+    ON_DRIVER_THREAD.try_with(Cell::get).unwrap_or(false)
+}
+
 /// Whether warnings raised on driver threads wait to be delivered.
 pub(crate) fn any_held() -> bool {
     !HELD.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
@@ -151,7 +157,7 @@ pub(crate) fn warn(warning: Warning) {
     if IN_HANDLER.try_with(Cell::get).unwrap_or(true) {
         return;
     }
-    if ON_DRIVER_THREAD.try_with(Cell::get).unwrap_or(false) {
+    if on_driver_thread() {
         // Handed to the handler on the release thread (see `deliver_held`).
         HELD.lock().unwrap_or_else(|p| p.into_inner()).push(warning);
         return;

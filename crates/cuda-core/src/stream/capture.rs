@@ -430,13 +430,14 @@ pub(crate) fn with_capture_asked<T>(
         match capture_info(stream)? {
             Some(now) if now.graph == info.graph => {
                 graph.check_live(&reg)?;
-                let before = now.dependencies.clone();
                 let mut capture = Capture {
                     graph: &graph,
                     reg: &mut reg,
                     dependencies: now.dependencies,
                 };
                 let result = op(Some(&mut capture));
+                // (Operations read the dependencies, never change them.)
+                let before = capture.dependencies;
                 if result.is_ok() {
                     // The nodes the operation recorded (for `GraphBuilder::recorded_nodes`): the
                     // capture's new dependencies. (Asked after `op`, which may hold the capture

@@ -460,7 +460,7 @@ fn require_nvjitlink(required: (u32, u32), what: &str) -> Result<()> {
 
 /// An option given that is ignored (`cuda.core`'s `DeprecationWarning`): reported through the
 /// warnings channel (as a user warning: the channel has no deprecation category), not refused.
-fn ignored_option(message: &str) {
+pub(super) fn ignored_option(message: &str) {
     crate::error::warn(crate::Warning::new(crate::WarningCategory::User, message));
 }
 

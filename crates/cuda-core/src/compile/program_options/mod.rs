@@ -443,8 +443,6 @@ impl ProgramOptions {
         Ok(())
     }
 
-    /// Options whose effect goes beyond the compiled code (files written), which make a compile
-    /// unfit for caching.
     /// The first option that names files outside the program (their contents change what
     /// compiles, and a cache key sees only their names), if any: as `cuda.core`'s
     /// `make_program_cache_key`, which then wants an `extra_digest` of those files.
@@ -472,6 +470,8 @@ impl ProgramOptions {
         }
     }
 
+    /// Options whose effect goes beyond the compiled code (files written), which make a compile
+    /// unfit for caching.
     pub(crate) fn side_effects(&self) -> Option<&'static str> {
         if self.create_pch.is_some() {
             Some("create_pch")

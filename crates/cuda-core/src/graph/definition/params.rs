@@ -15,9 +15,7 @@ impl GraphNode {
                 T::CU_GRAPH_NODE_TYPE_EMPTY => NodeParams::Empty,
                 T::CU_GRAPH_NODE_TYPE_HOST => NodeParams::Host,
                 T::CU_GRAPH_NODE_TYPE_KERNEL => {
-                    let mut p = driver::CUDA_KERNEL_NODE_PARAMS::default();
-                    // SAFETY: as said above the match.
-                    unsafe { driver::cuGraphKernelNodeGetParams(h, &mut p) }.check("cuGraphKernelNodeGetParams")?;
+                    let p = super::updates::kernel_node_params(h)?;
                     NodeParams::Kernel {
                         grid: Dim3 {
                             x: p.gridDimX,
@@ -256,9 +254,7 @@ pub(crate) fn with_kernel_args<A: KernelArgs>(
     args: &A,
     set: impl FnOnce(&driver::CUDA_KERNEL_NODE_PARAMS) -> Result<()>,
 ) -> Result<()> {
-    let mut p = driver::CUDA_KERNEL_NODE_PARAMS::default();
-    // SAFETY: the caller checked the node is live; out-value is a local.
-    unsafe { driver::cuGraphKernelNodeGetParams(h, &mut p) }.check("cuGraphKernelNodeGetParams")?;
+    let mut p = super::updates::kernel_node_params(h)?;
     args.with_params(|params| {
         p.kernelParams = params.as_mut_ptr();
         p.extra = std::ptr::null_mut();

@@ -84,7 +84,7 @@ impl Graph {
         let buffers = ArgBuffers::of(&args, "set_kernel_args")?;
         // The kernel and configuration the node runs here: an earlier update's, or the
         // definition's.
-        let updated = self.exec_kernel(node).map(|k| (k.kernel.clone(), k.config));
+        let updated = self.exec_kernel(node).map(|k| (&k.kernel, k.config));
         let from_definition = match updated {
             Some(_) => Vec::new(),
             None => self.definition_fallback(node, "set_kernel_args")?,
