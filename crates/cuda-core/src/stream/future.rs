@@ -116,12 +116,7 @@ unsafe extern "C" fn fired(_stream: driver::CUstream, status: driver::CUresult, 
 pub struct Completion {
     signal: Arc<Signal>,
     /// What the future waits on, kept alive while it may be polled.
-    _source: Source,
-}
-
-/// The stream a [`Completion`] waits on (for an event, the stream that waits for it).
-enum Source {
-    Stream(#[allow(dead_code)] Stream),
+    _source: Stream,
 }
 
 impl std::fmt::Debug for Completion {
@@ -157,10 +152,10 @@ fn add_callback(stream: &Stream, signal: &Arc<Signal>) -> Result<()> {
     Ok(())
 }
 
-/// A [`Completion`] of the work queued on `stream` so far, keeping `source` while it may be
+/// A [`Completion`] of the work queued on `stream` so far, keeping the stream while it may be
 /// polled. Refused on a stream being captured (a graph cannot hold a stream callback, and its
 /// work runs at its launches, which this future would never see).
-fn completion(stream: &Stream, source: Source) -> Result<Completion> {
+fn completion(stream: &Stream) -> Result<Completion> {
     crate::reaper::start();
     let signal = Arc::new(Signal::default());
     stream.enqueue(|capture| {
@@ -173,7 +168,7 @@ fn completion(stream: &Stream, source: Source) -> Result<Completion> {
     })?;
     Ok(Completion {
         signal,
-        _source: source,
+        _source: stream.clone(),
     })
 }
 
@@ -184,7 +179,7 @@ impl Stream {
     /// waits for that call, which only stores the status and wakes the task. Futures of one
     /// stream resolve in the order they were made. On a stream being captured this is an error.
     pub fn synchronized(&self) -> Result<Completion> {
-        completion(self, Source::Stream(self.clone()))
+        completion(self)
     }
 }
 
@@ -238,7 +233,7 @@ impl Armed {
         drop(done);
         Ok(Completion {
             signal: self.signal,
-            _source: Source::Stream(stream.clone()),
+            _source: stream.clone(),
         })
     }
 }

@@ -439,16 +439,16 @@ impl Stream {
     #[cold]
     #[inline(never)]
     fn operation_on_default<T>(&self, op: impl FnOnce(Option<&mut Capture<'_>>) -> Result<T>) -> Result<T> {
+        if self.is_legacy_default() {
+            // Never while a blocking stream's capture begins, runs or ends (see
+            // `capture::BLOCKING_CAPTURES`). The gate's mark also makes every capture's
+            // beginning wait for this operation; and the legacy stream cannot be captured, so
+            // there is no capture to ask about.
+            let _legacy = capture::legacy_stream_gate()?;
+            return op(None);
+        }
         // In the gate when no capture of this crate runs (one beginning waits for this, as for
-        // the quiet path: the legacy stream becomes unusable while a blocking stream captures),
-        // else marked as an operation (no capture begins inside it).
-        // The legacy stream: never while a blocking stream's capture begins, runs or ends (see
-        // `capture::BLOCKING_CAPTURES`).
-        let _legacy = if self.is_legacy_default() {
-            Some(capture::legacy_stream_gate()?)
-        } else {
-            None
-        };
+        // the quiet path), else marked as an operation (no capture begins inside it).
         let quiet = gate::enter(&CAPTURES);
         let _mark = quiet.is_none().then(gate::enter_locked);
         capture::with_capture_asked(self.inner.handle, op)

@@ -22,6 +22,21 @@ impl Stream {
     /// it takes no lock of the stream's.
     pub fn sync(&self) -> Result<()> {
         refuse_in_callback()?;
+        // No capture runs anywhere, and none begins before the fence is recorded (see `gate`):
+        // the query and the record need no serialising.
+        if let Some(quiet) = self.quietly() {
+            let handle = self.inner.handle;
+            // SAFETY: the stream is live and not capturing (quiet).
+            if unsafe { query(handle) }? {
+                return Ok(());
+            }
+            let event = self.context_or_current()?.fence()?;
+            // SAFETY: both are live; the stream is not capturing (quiet); the event belongs to
+            // the stream's context (see `sync_handle`).
+            unsafe { driver::cuEventRecord(event.handle(), handle) }.check("cuEventRecord")?;
+            drop(quiet);
+            return sync_event(&event);
+        }
         if self.is_done()? {
             return Ok(());
         }

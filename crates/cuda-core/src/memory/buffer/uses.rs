@@ -75,12 +75,16 @@ impl Buffer {
         if self.knows(stream)? {
             return Ok(());
         }
-        let site = Site::of(stream)?;
+        self.remember(Site::of(stream)?);
+        Ok(())
+    }
+
+    /// Notes that work on `site` is ordered after the allocation (once per site).
+    fn remember(&self, site: Site) {
         let mut uses = self.tracking().uses.lock().unwrap_or_else(|p| p.into_inner());
         if !uses.iter().any(|u| u.same(&site)) {
             uses.push(site);
         }
-        Ok(())
     }
 
     /// Whether work the calling thread queues on `stream` is already ordered for this buffer (it
@@ -135,10 +139,7 @@ impl Buffer {
             }
             Fence::Unreachable => self.dealloc.synchronize()?,
         }
-        let mut uses = self.tracking().uses.lock().unwrap_or_else(|p| p.into_inner());
-        if !uses.iter().any(|u| u.same(&site)) {
-            uses.push(site);
-        }
+        self.remember(site);
         Ok(true)
     }
 
