@@ -46,16 +46,22 @@ impl Buffer {
     /// ```
     pub fn host_slice_mut<T: Pod>(&mut self) -> Result<&mut [T]> {
         let len = self.whole_elements::<T>("host_slice_mut")?;
-        let ptr = self.quiesce_for_host::<T>(len, "host_slice_mut")?;
+        self.host_elements_mut(len, "host_slice_mut")
+    }
+
+    /// The first `len` elements of `T` of the buffer as a host slice, after the checks and
+    /// waits of [`host_slice_mut`](Self::host_slice_mut) (for it and the typed buffers').
+    pub(crate) fn host_elements_mut<T: Pod>(&mut self, len: usize, what: &str) -> Result<&mut [T]> {
+        let ptr = self.quiesce_for_host::<T>(len, what)?;
         if len == 0 {
             return Ok(&mut []);
         }
         // SAFETY: `quiesce_for_host` checked that the memory is host-accessible (the resource's
-        // promise, or the driver's answer), holds `len` elements of `T` (`whole_elements`),
-        // and is aligned for `T`; every `T: Pod` bit pattern is valid. No GPU work queued so far
-        // uses it any more (waited for), nothing outside this crate's bookkeeping writes it
-        // (refused), and `&mut self` keeps safe code from queueing work on it, freeing it or
-        // making another slice of it for the slice's lifetime.
+        // promise, or the driver's answer), holds `len` elements of `T`, and is aligned for
+        // `T`; every `T: Pod` bit pattern is valid. No GPU work queued so far uses it any more
+        // (waited for), nothing outside this crate's bookkeeping writes it (refused), and
+        // `&mut self` keeps safe code from queueing work on it, freeing it or making another
+        // slice of it for the slice's lifetime.
         Ok(unsafe { std::slice::from_raw_parts_mut(ptr as usize as *mut T, len) })
     }
 
@@ -69,7 +75,7 @@ impl Buffer {
 
     /// How many whole `T` the buffer holds: an error naming `what` when its size is not a whole
     /// number of them, or `T` has no size.
-    fn whole_elements<T>(&self, what: &str) -> Result<usize> {
+    pub(crate) fn whole_elements<T>(&self, what: &str) -> Result<usize> {
         let item = std::mem::size_of::<T>();
         if item == 0 || !self.size().is_multiple_of(item) {
             return Err(CudaError::InvalidArgument(format!(

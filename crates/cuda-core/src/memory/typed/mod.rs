@@ -116,15 +116,7 @@ impl<T: Pod> TypedBuffer<T> {
     /// address aligned for `T` (an error otherwise, and the buffer is dropped: freed
     /// stream-ordered as usual).
     pub fn from_buffer(buffer: Buffer) -> Result<TypedBuffer<T>> {
-        let item = std::mem::size_of::<T>();
-        if item == 0 || !buffer.size().is_multiple_of(item) {
-            return Err(CudaError::InvalidArgument(format!(
-                "from_buffer: a buffer of {} bytes is not a whole number of {} ({item} bytes each)",
-                buffer.size(),
-                std::any::type_name::<T>()
-            )));
-        }
-        let len = buffer.size() / item;
+        let len = buffer.whole_elements::<T>("from_buffer")?;
         TypedBuffer::with_len(buffer, len)
     }
 
@@ -206,16 +198,7 @@ impl<T: Pod> TypedBuffer<T> {
     /// every stream (and its allocation) is done: see [`Buffer::host_slice_mut`], whose checks
     /// (host-accessible memory that no graph or other process may write) and waits it shares.
     pub fn host_slice_mut(&mut self) -> Result<&mut [T]> {
-        let len = self.len;
-        let ptr = self.buffer.quiesce_for_host::<T>(len, "host_slice_mut")?;
-        if len == 0 {
-            return Ok(&mut []);
-        }
-        // SAFETY: as in `Buffer::host_slice_mut`: host-accessible, `len` elements of `T` fit
-        // (checked at construction and again by `quiesce_for_host`), aligned; no queued work
-        // uses the memory any more, nothing outside this crate writes it, and `&mut self` keeps
-        // safe code from queueing more while the slice lives.
-        Ok(unsafe { std::slice::from_raw_parts_mut(ptr as usize as *mut T, len) })
+        self.buffer.host_elements_mut(self.len, "host_slice_mut")
     }
 
     /// The elements as a host slice to read (see [`host_slice_mut`](Self::host_slice_mut); the
