@@ -116,7 +116,7 @@ pub(crate) fn materialize(source: &[u8]) -> Option<PathBuf> {
         return None;
     }
     let digest = Sha256::digest(source);
-    let name: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    let name = crate::compile::ffi::hex(&digest[..16]);
     let dir = source_dir().ok()?;
     let target = dir.join(format!("{name}.cu"));
     if !target.is_file() {

@@ -72,6 +72,11 @@ pub(crate) fn current_device_arch() -> Option<String> {
     Some(format!("sm_{arch}"))
 }
 
+/// `bytes` as lowercase hex digits, two per byte (file names of hashes).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

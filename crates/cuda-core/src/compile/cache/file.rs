@@ -2,6 +2,7 @@
 //! checked when read back.
 
 use super::{CacheEntry, ProgramCache};
+use crate::compile::ffi::hex;
 use crate::{CudaError, Result};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -46,10 +47,6 @@ const STALE_TMP: Duration = Duration::from_secs(3600);
 
 fn io(what: &str, path: &Path, e: std::io::Error) -> CudaError {
     CudaError::Cache(format!("{what} {}: {e}", path.display()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Whether `name` is exactly `len` lowercase hex digits.
