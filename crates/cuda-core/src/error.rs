@@ -3,9 +3,7 @@
 
 mod warnings;
 
-pub(crate) use warnings::{
-    any_held, deliver_held, on_driver_thread, set_on_driver_thread, warn, warn_if_ptx_too_new, warn_once,
-};
+pub(crate) use warnings::{any_held, deliver_held, on_driver_thread, set_on_driver_thread, warn, warn_once};
 pub use warnings::{set_warning_handler, Warning, WarningCategory, WarningHandler};
 
 /// What went wrong in a CUDA call, with the call that failed.

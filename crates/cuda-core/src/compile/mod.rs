@@ -22,6 +22,7 @@ mod nvrtc;
 mod object_code;
 mod program;
 mod program_options;
+mod ptx_isa;
 
 pub use cache::{CacheEntry, FileStreamProgramCache, InMemoryProgramCache, ProgramCache};
 pub use linker::{Linker, LinkerBackend, LinkerHandle, LinkerOptions};

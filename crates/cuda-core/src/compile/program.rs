@@ -196,7 +196,7 @@ impl Program {
         };
         // cuda.core's RuntimeWarning: PTX the installed driver cannot load.
         let ptx = (target == CodeType::Ptx).then(|| code.bytes().ok()).flatten();
-        crate::error::warn_if_ptx_too_new(ptx.as_deref().unwrap_or_default());
+        super::ptx_isa::warn_if_ptx_too_new(ptx.as_deref().unwrap_or_default());
         Ok(code)
     }
 
