@@ -54,6 +54,15 @@ fn bytes<T>(len: usize, what: &str) -> Result<usize> {
         .ok_or_else(|| CudaError::InvalidArgument(format!("{what}: {len} elements overflow a byte count")))
 }
 
+/// How a collective's send count relates to its receive count.
+fn shape_of(kind: Kind) -> Shape {
+    match kind {
+        Kind::AllGather => Shape::Gather,
+        Kind::ReduceScatter => Shape::Scatter,
+        _ => Shape::Same,
+    }
+}
+
 /// A collective with separate send and receive data.
 #[allow(clippy::too_many_arguments)]
 fn two<'a, T: NcclType>(
@@ -61,11 +70,11 @@ fn two<'a, T: NcclType>(
     stream: &'a Stream,
     what: &'static str,
     kind: Kind,
-    shape: Shape,
     send: Region<'a>,
     recv: Region<'a>,
     op: ReduceOp,
 ) -> Result<Op<'a>> {
+    let shape = shape_of(kind);
     check_stream(comm, stream, what)?;
     let count = checks::collective_count(what, shape, send.len, recv.len, comm.count())?;
     let part = bytes::<T>(count, what)?;
@@ -100,10 +109,10 @@ fn in_place<'a, T: NcclType>(
     stream: &'a Stream,
     what: &'static str,
     kind: Kind,
-    shape: Shape,
     data: Region<'a>,
     op: ReduceOp,
 ) -> Result<Op<'a>> {
+    let shape = shape_of(kind);
     check_stream(comm, stream, what)?;
     let count = checks::in_place_count(what, shape, data.len, comm.count())?;
     let offset = bytes::<T>(count, what)?
@@ -167,7 +176,7 @@ fn root_of(comm: &Communicator, what: &str, root: usize) -> Result<i32> {
 macro_rules! collectives {
     ($(
         $(#[$doc:meta])*
-        fn $name:ident<T>($($arg:ident: $ty:ty),*) => |$comm:ident, $stream:ident| $prep:expr;
+        fn $name:ident<T>($($arg:ident: $ty:ty),*) => |$comm:ident, $stream:ident, $what:pat_param| $prep:expr;
     )*) => {
         impl Communicator {$(
             $(#[$doc])*
@@ -175,7 +184,7 @@ macro_rules! collectives {
             /// A stream operation: the data is held until the work is done on `stream` (or, on a
             /// stream being captured, by the graph, which also holds the communicator).
             pub fn $name<'a, T: NcclType>(&'a self, $($arg: $ty,)* stream: &'a Stream) -> Result<()> {
-                let ($comm, $stream) = (self, stream);
+                let ($comm, $stream, $what) = (self, stream, stringify!($name));
                 run_one($prep?)
             }
         )*}
@@ -185,7 +194,7 @@ macro_rules! collectives {
             ///
             /// Added to the group (checked now), issued at its end.
             pub fn $name<T: NcclType>(&mut self, comm: &'a Communicator, $($arg: $ty,)* stream: &'a Stream) -> Result<()> {
-                let ($comm, $stream) = (comm, stream);
+                let ($comm, $stream, $what) = (comm, stream, stringify!($name));
                 self.ops.push($prep?);
                 Ok(())
             }
@@ -197,45 +206,45 @@ collectives! {
     /// Every rank receives the reduction of all ranks' `send` (`ncclAllReduce`); `send` and
     /// `recv` hold the same number of elements.
     fn all_reduce<T>(send: impl SendData<'a, T>, recv: impl RecvData<'a, T>, op: ReduceOp)
-        => |c, s| two::<T>(c, s, "all_reduce", Kind::AllReduce, Shape::Same, send.region(), recv.region(), op);
+        => |c, s, w| two::<T>(c, s, w, Kind::AllReduce, send.region(), recv.region(), op);
     /// [`all_reduce`](Self::all_reduce) in place: `data` is sent and receives the result.
     fn all_reduce_in_place<T>(data: impl RecvData<'a, T>, op: ReduceOp)
-        => |c, s| in_place::<T>(c, s, "all_reduce_in_place", Kind::AllReduce, Shape::Same, data.region(), op);
+        => |c, s, w| in_place::<T>(c, s, w, Kind::AllReduce, data.region(), op);
     /// Every rank receives `root`'s `send` (`ncclBroadcast`; other ranks' `send` is not read, but
     /// must hold as many elements as `recv`).
     fn broadcast<T>(send: impl SendData<'a, T>, recv: impl RecvData<'a, T>, root: usize)
-        => |c, s| two::<T>(c, s, "broadcast", Kind::Broadcast { root: root_of(c, "broadcast", root)? }, Shape::Same, send.region(), recv.region(), ReduceOp::Sum);
+        => |c, s, w| two::<T>(c, s, w, Kind::Broadcast { root: root_of(c, w, root)? }, send.region(), recv.region(), ReduceOp::Sum);
     /// [`broadcast`](Self::broadcast) in place: `root` sends `data`, the others receive into it.
     fn broadcast_in_place<T>(data: impl RecvData<'a, T>, root: usize)
-        => |c, s| in_place::<T>(c, s, "broadcast_in_place", Kind::Broadcast { root: root_of(c, "broadcast_in_place", root)? }, Shape::Same, data.region(), ReduceOp::Sum);
+        => |c, s, w| in_place::<T>(c, s, w, Kind::Broadcast { root: root_of(c, w, root)? }, data.region(), ReduceOp::Sum);
     /// `root` receives the reduction of all ranks' `send` (`ncclReduce`; other ranks' `recv` is
     /// not written, but must hold as many elements as `send`).
     fn reduce<T>(send: impl SendData<'a, T>, recv: impl RecvData<'a, T>, op: ReduceOp, root: usize)
-        => |c, s| two::<T>(c, s, "reduce", Kind::Reduce { root: root_of(c, "reduce", root)? }, Shape::Same, send.region(), recv.region(), op);
+        => |c, s, w| two::<T>(c, s, w, Kind::Reduce { root: root_of(c, w, root)? }, send.region(), recv.region(), op);
     /// [`reduce`](Self::reduce) in place on `data`.
     fn reduce_in_place<T>(data: impl RecvData<'a, T>, op: ReduceOp, root: usize)
-        => |c, s| in_place::<T>(c, s, "reduce_in_place", Kind::Reduce { root: root_of(c, "reduce_in_place", root)? }, Shape::Same, data.region(), op);
+        => |c, s, w| in_place::<T>(c, s, w, Kind::Reduce { root: root_of(c, w, root)? }, data.region(), op);
     /// Every rank receives all ranks' `send`, one after another in rank order (`ncclAllGather`);
     /// `recv` holds `count()` times the elements of `send`.
     fn all_gather<T>(send: impl SendData<'a, T>, recv: impl RecvData<'a, T>)
-        => |c, s| two::<T>(c, s, "all_gather", Kind::AllGather, Shape::Gather, send.region(), recv.region(), ReduceOp::Sum);
+        => |c, s, w| two::<T>(c, s, w, Kind::AllGather, send.region(), recv.region(), ReduceOp::Sum);
     /// [`all_gather`](Self::all_gather) in place: this rank's part of `data` (part `rank()` of
     /// `count()` equal parts) is sent, and `data` receives every part.
     fn all_gather_in_place<T>(data: impl RecvData<'a, T>)
-        => |c, s| in_place::<T>(c, s, "all_gather_in_place", Kind::AllGather, Shape::Gather, data.region(), ReduceOp::Sum);
+        => |c, s, w| in_place::<T>(c, s, w, Kind::AllGather, data.region(), ReduceOp::Sum);
     /// Rank `i` receives part `i` of the reduction of all ranks' `send` (`ncclReduceScatter`);
     /// `send` holds `count()` times the elements of `recv`.
     fn reduce_scatter<T>(send: impl SendData<'a, T>, recv: impl RecvData<'a, T>, op: ReduceOp)
-        => |c, s| two::<T>(c, s, "reduce_scatter", Kind::ReduceScatter, Shape::Scatter, send.region(), recv.region(), op);
+        => |c, s, w| two::<T>(c, s, w, Kind::ReduceScatter, send.region(), recv.region(), op);
     /// [`reduce_scatter`](Self::reduce_scatter) in place: `data` is sent, and this rank's part of
     /// it receives the result.
     fn reduce_scatter_in_place<T>(data: impl RecvData<'a, T>, op: ReduceOp)
-        => |c, s| in_place::<T>(c, s, "reduce_scatter_in_place", Kind::ReduceScatter, Shape::Scatter, data.region(), op);
+        => |c, s, w| in_place::<T>(c, s, w, Kind::ReduceScatter, data.region(), op);
     /// Sends `data` to rank `peer` (`ncclSend`), which receives it with [`recv`](Self::recv) of as
     /// many elements. Pair sends and receives that depend on each other in a [`group`](super::group).
     fn send<T>(data: impl SendData<'a, T>, peer: usize)
-        => |c, s| point::<T>(c, s, false, data.region(), peer);
+        => |c, s, _| point::<T>(c, s, false, data.region(), peer);
     /// Receives into `data` from rank `peer` (`ncclRecv`).
     fn recv<T>(data: impl RecvData<'a, T>, peer: usize)
-        => |c, s| point::<T>(c, s, true, data.region(), peer);
+        => |c, s, _| point::<T>(c, s, true, data.region(), peer);
 }
