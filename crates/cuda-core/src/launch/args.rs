@@ -306,22 +306,20 @@ impl KernelArg for &SurfaceObject {
 /// ```
 pub trait ArgFor<P>: KernelArg + sealed::ArgFor<P> {}
 
+// (The public trait follows the sealed one: only the sealed impls below say what is accepted.)
+impl<P, K: KernelArg + sealed::ArgFor<P>> ArgFor<P> for K {}
 impl<K: KernelArg> sealed::ArgFor<K::Param> for K {}
-impl<K: KernelArg> ArgFor<K::Param> for K {}
 impl<T> sealed::ArgFor<*const T> for BufferView<'_, T> {}
-impl<T> ArgFor<*const T> for BufferView<'_, T> {}
 impl<T: bytemuck::Pod> sealed::ArgFor<*const T> for &TypedBuffer<T> {}
-impl<T: bytemuck::Pod> ArgFor<*const T> for &TypedBuffer<T> {}
 impl<T> sealed::ArgFor<*const T> for *mut T {}
-impl<T> ArgFor<*const T> for *mut T {}
 
 /// An argument list a typed kernel declared with parameters `P` (a tuple) accepts: one
 /// [`ArgFor`] each, in order. What [`crate::TypedKernel::launch`] takes. Sealed, as
 /// [`KernelArgs`] is.
 pub trait ArgsFor<P>: KernelArgs + sealed::ArgsFor<P> {}
 
+impl<P, X: KernelArgs + sealed::ArgsFor<P>> ArgsFor<P> for X {}
 impl sealed::ArgsFor<()> for () {}
-impl ArgsFor<()> for () {}
 
 /// A kernel's argument list: a tuple of up to 16 [`KernelArg`]s, whose parameter values are
 /// packed on the stack. Implemented by this crate only (a launch trusts its count, sizes and
@@ -374,7 +372,6 @@ macro_rules! kernel_args {
     ($n:literal: $($t:ident $v:ident $p:ident),+) => {
         impl<$($t: KernelArg),+> sealed::Args for ($($t,)+) {}
         impl<$($t: ArgFor<$p>, $p),+> sealed::ArgsFor<($($p,)+)> for ($($t,)+) {}
-        impl<$($t: ArgFor<$p>, $p),+> ArgsFor<($($p,)+)> for ($($t,)+) {}
 
         impl<$($t: KernelArg),+> KernelArgs for ($($t,)+) {
             const COUNT: usize = $n;
