@@ -456,6 +456,11 @@ fn updates_change_results_and_errors_say_why() {
         exec.set_memset_value(&node2, 4u32).is_err(),
         "per-node updates name the nodes of the definition instantiated"
     );
+    // After a whole-graph update the definition no longer says what the node writes to: a
+    // value alone is refused until the node's whole parameters are given.
+    let err = exec.set_memset_value(&node1, 4u32).unwrap_err();
+    assert!(err.to_string().contains("update_memset"), "{err}");
+    exec.update_memset(&node1, &x, 5u32, N, 1, 0).unwrap();
     exec.set_memset_value(&node1, 4u32).unwrap();
     exec.launch(&s).unwrap();
     s.sync().unwrap();

@@ -106,7 +106,18 @@ struct StreamInner {
     /// end or join captures on it that this crate does not count, so every operation asks the
     /// driver (see [`Stream::operation`]).
     shared: std::sync::atomic::AtomicBool,
+    /// The stream's `CU_STREAM_NON_BLOCKING` flag once known (`FLAGS_*`): flags never change,
+    /// and the driver refuses to tell them while the stream is being captured, when a wait
+    /// needs them (see [`Stream::is_nonblocking`]).
+    nonblocking: std::sync::atomic::AtomicU8,
 }
+
+/// [`StreamInner::nonblocking`] not read yet.
+const FLAGS_UNKNOWN: u8 = 0;
+/// [`StreamInner::nonblocking`]: a blocking stream.
+const FLAGS_BLOCKING: u8 = 1;
+/// [`StreamInner::nonblocking`]: a non-blocking stream.
+const FLAGS_NONBLOCKING: u8 = 2;
 
 // SAFETY: a CUstream may be used from any thread; the driver orders work on it, and the capture
 // lock is a std lock.
@@ -118,7 +129,7 @@ impl StreamInner {
     /// A wrapper of `handle` in `context` (its device's launch limits read now), owning nothing
     /// besides the handle when `owned`.
     fn new(handle: driver::CUstream, context: Option<Context>, owned: bool) -> StreamInner {
-        StreamInner {
+        let inner = StreamInner {
             handle,
             limits: context.as_ref().and_then(|c| c.device().limits().ok()),
             context,
@@ -126,7 +137,31 @@ impl StreamInner {
             capture_lock: RwLock::new(()),
             owners: Mutex::default(),
             shared: Default::default(),
+            nonblocking: std::sync::atomic::AtomicU8::new(FLAGS_UNKNOWN),
+        };
+        if handle as usize > PER_THREAD {
+            // Read now, while no capture of a new stream runs (a foreign stream being captured
+            // already is read at its first question instead).
+            let _ = inner.is_nonblocking();
         }
+        inner
+    }
+
+    /// Whether the stream has `CU_STREAM_NON_BLOCKING`, read once (see `nonblocking`).
+    fn is_nonblocking(&self) -> Result<bool> {
+        match self.nonblocking.load(std::sync::atomic::Ordering::Relaxed) {
+            FLAGS_BLOCKING => return Ok(false),
+            FLAGS_NONBLOCKING => return Ok(true),
+            _ => {}
+        }
+        let mut flags = 0;
+        // SAFETY: the stream is live (its wrapper is being made or is held); out-pointer to a
+        // local.
+        unsafe { driver::cuStreamGetFlags(self.handle, &mut flags) }.check("cuStreamGetFlags")?;
+        let nonblocking = flags & driver::CUstream_flags::CU_STREAM_NON_BLOCKING.0 != 0;
+        let known = if nonblocking { FLAGS_NONBLOCKING } else { FLAGS_BLOCKING };
+        self.nonblocking.store(known, std::sync::atomic::Ordering::Relaxed);
+        Ok(nonblocking)
     }
 }
 
@@ -144,6 +179,7 @@ impl Drop for StreamInner {
                 capture_lock: RwLock::new(()),
                 owners: Mutex::new(owners),
                 shared: Default::default(),
+                nonblocking: std::sync::atomic::AtomicU8::new(*self.nonblocking.get_mut()),
             };
             self.owned = false;
             crate::reaper::drop_later(Box::new(later));
@@ -513,12 +549,18 @@ impl Stream {
         Ok(p)
     }
 
-    /// Whether the stream does not synchronise with the legacy default stream.
+    /// Whether the stream does not synchronise with the legacy default stream. Read from the
+    /// driver once, when the stream is made or wrapped (the driver does not tell it while the
+    /// stream is being captured).
     pub fn is_nonblocking(&self) -> Result<bool> {
-        let mut flags = 0;
-        // SAFETY: the stream is live; out-pointer to a local.
-        unsafe { driver::cuStreamGetFlags(self.inner.handle, &mut flags) }.check("cuStreamGetFlags")?;
-        Ok(flags & driver::CUstream_flags::CU_STREAM_NON_BLOCKING.0 != 0)
+        if self.is_default() {
+            // (The driver's answer for the default streams: they have no flags.)
+            let mut flags = 0;
+            // SAFETY: a default stream handle is always valid; out-pointer to a local.
+            unsafe { driver::cuStreamGetFlags(self.inner.handle, &mut flags) }.check("cuStreamGetFlags")?;
+            return Ok(flags & driver::CUstream_flags::CU_STREAM_NON_BLOCKING.0 != 0);
+        }
+        self.inner.is_nonblocking()
     }
 
     /// Records `event` on the stream (not an event imported from another process). On a stream
@@ -629,7 +671,9 @@ impl Stream {
     /// capture ends by [`capture::keep_if_joined`]. Holds no lock; may wait for other threads'
     /// legacy-stream operations (so never in a host function: the caller refused that).
     fn blocking_join(&self) -> Result<Option<capture::BlockingCapture>> {
-        if self.is_default() || self.is_nonblocking()? {
+        // (A foreign stream whose flags the driver would not tell, being captured: counted as
+        // blocking, which refuses legacy-stream work for longer than needed, never shorter.)
+        if self.is_default() || self.is_nonblocking().unwrap_or(false) {
             return Ok(None);
         }
         capture::blocking_capture_joining().map(Some)

@@ -451,7 +451,11 @@ impl Graph {
 
     /// Makes the executable graph do what `definition` describes, without instantiating again
     /// (`cuGraphExecUpdate`). The topology must be the same; only node parameters may differ.
-    /// Per-node updates afterwards still name the nodes of the definition instantiated.
+    /// Per-node updates afterwards still name the nodes of the definition instantiated. After an
+    /// update from another definition, the value-only ones (`set_kernel_args`,
+    /// `set_memset_value`) are refused until the node's whole parameters are given
+    /// (`update_kernel`, `update_memset`): the instantiated definition no longer says what the
+    /// node runs. After an update from the definition instantiated, they work as before.
     ///
     /// Refused for a body or child graph (update with its root), a graph whose owning node was
     /// destroyed or whose hierarchy lost a graph to an invalidated capture, and when either
@@ -497,12 +501,25 @@ impl Graph {
         // definition holds that. What earlier updates held is replaced, and released after the
         // launches that may still use it.
         let mut old: Vec<Box<dyn Any + Send>> = self.held.drain().map(|(_, v)| v as Box<dyn Any + Send>).collect();
-        if let Some(previous) = self.updated_from.replace(definition.clone()) {
-            old.push(Box::new(previous));
-        }
-        // The instantiated definition too: its nodes' values are no longer what the graph runs.
-        if let Some(first) = self.instantiated_from.take() {
-            old.push(Box::new(first));
+        let same = self
+            .instantiated_from
+            .as_ref()
+            .is_some_and(|d| d.handle() == definition.handle());
+        if same {
+            // Brought up to date with the definition instantiated: its nodes say again what the
+            // graph runs (as after instantiation), and it is still held.
+            if let Some(previous) = self.updated_from.take() {
+                old.push(Box::new(previous));
+            }
+        } else {
+            if let Some(previous) = self.updated_from.replace(definition.clone()) {
+                old.push(Box::new(previous));
+            }
+            // The instantiated definition too: its nodes' values are no longer what the graph
+            // runs.
+            if let Some(first) = self.instantiated_from.take() {
+                old.push(Box::new(first));
+            }
         }
         release_after(old, self.launches.sites());
         // Buffers the new definition uses: every stream's next launch follows their allocation.
