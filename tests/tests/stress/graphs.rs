@@ -180,7 +180,7 @@ impl Worker<'_> {
     fn plan(&mut self, captured: bool) -> Vec<Planned> {
         let n = 1 + self.rng.below(5);
         let mut steps: Vec<Planned> = (0..n).map(|_| Planned::new(self.plan_step(captured, None))).collect();
-        if captured && self.rng.percent(25) {
+        if captured && self.rng.percent(25) && !crate::ops::skipped("record split") {
             let a = (0..1 + self.rng.below(3))
                 .map(|_| Planned::new(self.plan_step(true, Some(0))))
                 .collect();
@@ -500,7 +500,11 @@ impl Worker<'_> {
             _ => {
                 let slot = self.rng.below(w.events.len());
                 let guard = w.events[slot].try_lock().ok();
-                if let Some(e) = guard.as_ref().and_then(|g| g.as_ref()) {
+                if let Some(e) = guard
+                    .as_ref()
+                    .and_then(|g| g.as_ref())
+                    .filter(|_| !crate::ops::skipped("capture waits for an outside event"))
+                {
                     // An event recorded outside the capture (or in another): the driver may
                     // refuse, or invalidate the capture.
                     let r = cs.wait_event(e);

@@ -53,11 +53,25 @@ pub enum Op {
 /// The operations' weights: `OPS`'s, with those `CUDA_STRESS_SKIP` names (a comma-separated
 /// list of operation names, as the report prints them) at 0, to narrow a failure down.
 fn weights() -> Vec<u32> {
-    let skip = std::env::var("CUDA_STRESS_SKIP").unwrap_or_default();
-    let skip: Vec<&str> = skip.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
     OPS.iter()
-        .map(|(_, name, w)| if skip.contains(name) { 0 } else { *w })
+        .map(|(_, name, w)| if skipped(name) { 0 } else { *w })
         .collect()
+}
+
+/// Whether `CUDA_STRESS_SKIP` names `name`: an operation of [`OPS`], or a step inside one (such
+/// as "capture waits for an outside event" or "record join"), which is then not taken.
+pub fn skipped(name: &str) -> bool {
+    static SKIP: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    SKIP.get_or_init(|| {
+        let skip = std::env::var("CUDA_STRESS_SKIP").unwrap_or_default();
+        skip.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect()
+    })
+    .iter()
+    .any(|s| s == name)
 }
 
 pub const OPS: &[(Op, &str, u32)] = &[
