@@ -1,7 +1,9 @@
 // Raw experiment 4: thread-local captures begin/end on 3 threads (streams blocking or not, with a
 // forked second stream joined back), while 5 threads record events on: 0 the legacy NULL stream,
 // 1 an own blocking stream, 2 an own non-blocking stream, 3 the per-thread stream, 4 the legacy
-// stream with cuStreamQuery, 5 memset on legacy. Crash = the driver's bug.
+// stream with cuStreamQuery, 5 memset on legacy, memsets on: 6 an own blocking stream, 7 the
+// per-thread stream, 8 an own non-blocking stream. Crash = the driver's bug. blocking 2: the
+// capturers capture their per-thread default streams (blocking ones, forked onto blocking s2).
 #include <cuda.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -10,7 +12,9 @@
 static CUcontext ctx; static int blocking, target, fork_join; static volatile int stop; static long ok[64], err[64]; static CUdeviceptr dbuf;
 static void *capturer(void *arg) {
   long id = (long)arg; cuCtxSetCurrent(ctx); CUstream s, s2; unsigned fl = blocking ? CU_STREAM_DEFAULT : CU_STREAM_NON_BLOCKING;
-  cuStreamCreate(&s, fl); cuStreamCreate(&s2, fl); CUevent f, j; cuEventCreate(&f, CU_EVENT_DISABLE_TIMING); cuEventCreate(&j, CU_EVENT_DISABLE_TIMING);
+  cuStreamCreate(&s, fl); cuStreamCreate(&s2, fl);
+  if (blocking == 2) s = CU_STREAM_PER_THREAD; // captures of each capturer's per-thread stream
+  CUevent f, j; cuEventCreate(&f, CU_EVENT_DISABLE_TIMING); cuEventCreate(&j, CU_EVENT_DISABLE_TIMING);
   while (!stop) {
     if (cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) { err[id]++; continue; }
     cuMemsetD8Async(dbuf + 4096 * id, 1, 4096, s);
@@ -23,10 +27,11 @@ static void *capturer(void *arg) {
 }
 static void *recorder(void *arg) {
   long id = (long)arg; cuCtxSetCurrent(ctx); CUstream s = 0; CUevent e; cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
-  if (target == 1) cuStreamCreate(&s, CU_STREAM_DEFAULT); else if (target == 2) cuStreamCreate(&s, CU_STREAM_NON_BLOCKING); else if (target == 3) s = CU_STREAM_PER_THREAD;
+  if (target == 1 || target == 6) cuStreamCreate(&s, CU_STREAM_DEFAULT); else if (target == 2 || target == 8) cuStreamCreate(&s, CU_STREAM_NON_BLOCKING); else if (target == 3 || target == 7) s = CU_STREAM_PER_THREAD;
   while (!stop) {
     CUresult r;
-    if (target == 4) r = cuStreamQuery(0); else if (target == 5) r = cuMemsetD8Async(dbuf + 4096 * id, 2, 4096, 0); else r = cuEventRecord(e, s);
+    if (target == 4) r = cuStreamQuery(0); else if (target == 5) r = cuMemsetD8Async(dbuf + 4096 * id, 2, 4096, 0);
+    else if (target >= 6) r = cuMemsetD8Async(dbuf + 4096 * id, 2, 4096, s); else r = cuEventRecord(e, s);
     if (r && r != CUDA_ERROR_NOT_READY) err[id]++; else ok[id]++;
   }
   return 0;

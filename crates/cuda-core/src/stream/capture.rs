@@ -152,41 +152,56 @@ pub(crate) fn blocking_capture_joining() -> Result<BlockingCapture> {
 /// The key of [`JOINED`] for joins whose capture could not be told.
 const UNCERTAIN: usize = 0;
 
-/// The counts of blocking streams that joined a capture of this crate, by the capture's graph:
-/// dropped when that capture is over ([`capture_over`]), and all of them once no capture of
-/// this crate runs (nothing can be joined then).
-#[allow(clippy::type_complexity)]
-static JOINED: Mutex<Option<HashMap<usize, Vec<BlockingCapture>>>> = Mutex::new(None);
+/// What a stream that joined a capture of this crate keeps until that capture is over.
+struct Joined {
+    /// A blocking stream's count in [`BLOCKING_CAPTURES`] (legacy-stream work stays refused
+    /// while it is in the capture).
+    _count: Option<BlockingCapture>,
+    /// The stream itself: it stays in the capture until the origin ends it (joining back does
+    /// not take it out), and a stream destroyed while in a capture crashed driver 580 when the
+    /// capture ended or other work was recorded (a null dereference, seen in the stress test
+    /// once branches of a split were dropped after their join). Dropped on the release thread.
+    stream: super::Stream,
+}
 
-/// After a wait on `stream` counted by [`blocking_capture_joining`]: if the stream joined a
-/// capture of this crate, the count is kept until that capture is over; otherwise (no capture,
-/// a capture already over, or one this crate did not begin, whose end it cannot see) it is
-/// given back now.
+/// The streams (and blocking streams' counts) that joined a capture of this crate, by the
+/// capture's graph: released when that capture is over ([`capture_over`]), and all of them
+/// once no capture of this crate runs (nothing can be joined then).
+#[allow(clippy::type_complexity)]
+static JOINED: Mutex<Option<HashMap<usize, Vec<Joined>>>> = Mutex::new(None);
+
+/// After a wait on `stream` (counted by [`blocking_capture_joining`] if it is a blocking one
+/// that may join a capture): if the stream is in a capture of this crate, the stream and its
+/// count are kept until that capture is over; otherwise (no capture, a capture already over,
+/// or one this crate did not begin, whose end it cannot see) the count is given back now.
 ///
 /// A capture that cannot be told (the question failed, or the capture was invalidated: the
-/// stream stays in it until it ends) keeps the count until no capture of this crate runs.
-pub(crate) fn keep_if_joined(stream: driver::CUstream, counted: Option<BlockingCapture>, waited: bool) {
-    let Some(counted) = counted else { return };
-    if !waited {
+/// stream stays in it until it ends) keeps them until no capture of this crate runs.
+pub(crate) fn keep_if_joined(stream: &super::Stream, counted: Option<BlockingCapture>, waited: bool) {
+    if !waited || stream.is_default() {
+        // (A default stream never joins a capture: its waits for capture points are refused.)
         return;
     }
-    let joined = match capture_info(stream) {
+    let joined = match capture_info(stream.handle()) {
         Ok(Some(info)) => info.graph as usize,
         Ok(None) => return,
         // (Kept under no graph: given back when the last capture is over.)
         Err(_) => UNCERTAIN,
     };
-    // Under the registry's lock, which `capture_over` takes before the counts: a capture that
-    // is over by now is no longer registered, and its counts are not kept.
+    // Under the registry's lock, which `capture_over` takes before the joins: a capture that
+    // is over by now is no longer registered, and nothing is kept for it.
     let registered = active();
     if joined == UNCERTAIN || registered.as_ref().is_some_and(|m| m.contains_key(&joined)) {
-        JOINED
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert_with(HashMap::new)
-            .entry(joined)
-            .or_default()
-            .push(counted);
+        let mut all = JOINED.lock().unwrap_or_else(|p| p.into_inner());
+        let kept = all.get_or_insert_with(HashMap::new).entry(joined).or_default();
+        // Once per stream and capture (a stream's flags do not change: its first join holds
+        // its count, if it has one, and a later count is given back).
+        if !kept.iter().any(|j| j.stream == *stream) {
+            kept.push(Joined {
+                _count: counted,
+                stream: stream.clone(),
+            });
+        }
     }
 }
 
@@ -225,14 +240,14 @@ pub(crate) fn capture_started(graph: &Arc<GraphInner>, site: &Site, before: Arc<
 
 /// Unregisters the capture into `graph` on `site`, which ended.
 pub(crate) fn capture_over(graph: driver::CUgraph, site: &Site) {
-    let joined = {
+    let joined: Vec<Joined> = {
         let mut registered = active();
         if let Some(map) = registered.as_mut() {
             map.remove(&(graph as usize));
         }
         let last = registered.as_ref().is_none_or(|m| m.is_empty());
-        // Blocking streams that joined it left it with its end (see `keep_if_joined`); with the
-        // last capture over, every join is over.
+        // Streams that joined it left it with its end (see `keep_if_joined`); with the last
+        // capture over, every join is over.
         let mut joined = JOINED.lock().unwrap_or_else(|p| p.into_inner());
         match joined.as_mut() {
             Some(m) if last => std::mem::take(m).into_values().flatten().collect(),
@@ -240,7 +255,12 @@ pub(crate) fn capture_over(graph: driver::CUgraph, site: &Site) {
             None => Vec::new(),
         }
     };
-    drop(joined);
+    // The counts go back now; the streams are dropped on the release thread (a stream's drop
+    // may destroy it, which is not done under the caller's locks).
+    let streams: Vec<super::Stream> = joined.into_iter().map(|j| j.stream).collect();
+    if !streams.is_empty() {
+        crate::reaper::drop_later(Box::new(streams));
+    }
     let before = {
         let mut map = BEFORE_CAPTURE.lock().unwrap_or_else(|p| p.into_inner());
         let key = site.key();

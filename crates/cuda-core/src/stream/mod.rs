@@ -631,7 +631,7 @@ impl Stream {
             // SAFETY: both handles are live; a wait records no node using the event.
             unsafe { driver::cuStreamWaitEvent(self.inner.handle, event.handle(), 0) }.check("cuStreamWaitEvent")
         });
-        capture::keep_if_joined(self.inner.handle, joining, waited.is_ok());
+        capture::keep_if_joined(self, joining, waited.is_ok());
         waited
     }
 
@@ -660,7 +660,7 @@ impl Stream {
             // SAFETY: both handles are live; the wait keeps what the event captured when queued.
             unsafe { driver::cuStreamWaitEvent(self.inner.handle, fence.handle(), 0) }.check("cuStreamWaitEvent")
         });
-        capture::keep_if_joined(self.inner.handle, joining, waited.is_ok());
+        capture::keep_if_joined(self, joining, waited.is_ok());
         waited
     }
 
