@@ -12,15 +12,19 @@
 static CUcontext ctx; static int blocking, target, fork_join; static volatile int stop; static long ok[64], err[64]; static CUdeviceptr dbuf;
 static void *capturer(void *arg) {
   long id = (long)arg; cuCtxSetCurrent(ctx); CUstream s, s2; unsigned fl = blocking ? CU_STREAM_DEFAULT : CU_STREAM_NON_BLOCKING;
-  cuStreamCreate(&s, fl); cuStreamCreate(&s2, fl);
+  // fork 2: the forked stream is non-blocking whatever the origin; fork 3: also made afresh for
+  // every capture and destroyed after its end (as a split's branches are).
+  cuStreamCreate(&s, fl); cuStreamCreate(&s2, fork_join >= 2 ? CU_STREAM_NON_BLOCKING : fl);
   if (blocking == 2) s = CU_STREAM_PER_THREAD; // captures of each capturer's per-thread stream
   CUevent f, j; cuEventCreate(&f, CU_EVENT_DISABLE_TIMING); cuEventCreate(&j, CU_EVENT_DISABLE_TIMING);
   while (!stop) {
     if (cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) { err[id]++; continue; }
     cuMemsetD8Async(dbuf + 4096 * id, 1, 4096, s);
+    if (fork_join == 3) cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING);
     if (fork_join) { cuEventRecord(f, s); cuStreamWaitEvent(s2, f, 0); cuMemsetD8Async(dbuf + 4096 * (id + 32), 1, 4096, s2); cuEventRecord(j, s2); cuStreamWaitEvent(s, j, 0); }
     CUgraph g = 0; CUresult r = cuStreamEndCapture(s, &g);
     if (g) cuGraphDestroy(g);
+    if (fork_join == 3) cuStreamDestroy(s2);
     if (r) err[id]++; else ok[id]++;
   }
   return 0;

@@ -24,11 +24,13 @@ fn all_equal(b: &Buffer, s: &Stream, v: u32) -> bool {
     b.to_vec::<u32>(s).unwrap().iter().all(|x| *x == v)
 }
 
-/// One capture: a fill on the origin, a split into three branches that fill their own buffers,
+/// One capture (on `cs`, blocking or not; launched on `s`): a fill on the origin, a split into three branches that fill their own buffers,
 /// the join, then a side stream that joins, fills and is waited for, and is dropped (as the
 /// branches are) before the capture ends. The graph's launch must do all of it.
-fn capture_with_joins(d: &Device, s: &Stream, bufs: &[Buffer; 5], round: u32) {
-    let mut builder = s.create_graph_builder();
+fn capture_with_joins(d: &Device, s: &Stream, cs: &Stream, bufs: &[Buffer; 5], round: u32) {
+    // (Captured on `cs`, not on `s`, the buffers' allocation stream: a first use on a branch
+    // waits for the allocation, which cannot be asked of a capturing stream.)
+    let mut builder = cs.create_graph_builder();
     builder.begin_building(CaptureMode::ThreadLocal).unwrap();
     bufs[0].fill_u32(round, builder.stream()).unwrap();
     let branches = builder.split(3).unwrap();
@@ -65,12 +67,13 @@ fn streams_that_joined_a_capture_and_were_dropped_keep_it_whole() {
             let captured = captured.clone();
             scope.spawn(move || {
                 d.set_current().unwrap();
-                let s = stream(&d, t % 2 == 0);
+                let s = stream(&d, true);
+                let cs = stream(&d, t % 2 == 0);
                 let bufs: [Buffer; 5] = std::array::from_fn(|_| d.allocate(N * 4, &s).unwrap());
                 s.sync().unwrap();
                 let mut round = 0;
                 while Instant::now() < deadline {
-                    capture_with_joins(&d, &s, &bufs, round * 8);
+                    capture_with_joins(&d, &s, &cs, &bufs, round * 8);
                     round += 1;
                     captured.fetch_add(1, Ordering::Relaxed);
                 }

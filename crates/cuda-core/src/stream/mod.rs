@@ -641,7 +641,7 @@ impl Stream {
     /// [`wait_event`](Self::wait_event).
     pub fn wait(&self, other: &Stream) -> Result<()> {
         refuse_in_callback()?;
-        let fence = other.context_or_current()?.fence()?;
+        let fence = Arc::new(other.context_or_current()?.fence()?);
         // Whether the fence is a point of a capture (`other` is being captured): waiting for it
         // makes this stream join that capture.
         let in_capture = other.enqueue(|capture| {
@@ -653,7 +653,11 @@ impl Stream {
             // SAFETY: both handles are live; the event belongs to the stream's context (for a green
             // context, to its primary context, whose events the driver takes on its streams).
             unsafe { driver::cuEventRecord(fence.handle(), other.handle()) }.check("cuEventRecord")?;
-            Ok(capture.is_some())
+            let Some(capture) = capture else { return Ok(false) };
+            // Recorded into a capture: the graph holds it, so that it goes back to its pool (and
+            // is recorded elsewhere) only once the capture is over and its graph gone.
+            capture.hold_shared(fence.clone());
+            Ok(true)
         })?;
         let joining = if in_capture { self.blocking_join()? } else { None };
         let waited = self.enqueue_exclusive(|_| {
