@@ -586,11 +586,18 @@ impl Stream {
         // record into a capture of this crate is noted (a default stream must not join it: see
         // `wait_event`), under the event's lock.
         let record = |capture: Option<&mut Capture<'_>>| {
-            let _records = capture.is_some().then(|| event.records());
+            let captured = capture.is_some();
+            let _records = captured.then(|| event.records());
             // SAFETY: both handles are live; recording changes no capture state of this stream,
-            // and nothing the record uses must outlive it.
+            // and the event outlives the capture that names it (held by its graph, below).
             unsafe { driver::cuEventRecord(event.handle(), self.inner.handle) }.check("cuEventRecord")?;
-            event.note_recorded(capture.is_some());
+            event.note_recorded(captured);
+            if let Some(capture) = capture {
+                // The graph holds the event: it is not destroyed while the capture may refer to
+                // it (driver 580 crashed when events recorded into a capture were handed back
+                // early: see docs/architecture.md, "What a capture names lives until it is over").
+                capture.hold(event.clone());
+            }
             Ok(())
         };
         if self.is_default() {

