@@ -298,6 +298,36 @@ fn dropping_buffers_whose_free_waits_returns_at_once() {
 
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn dropping_the_code_of_a_launched_kernel_returns_at_once_and_the_kernel_still_runs() {
+    let _one = one_at_a_time();
+    let (d, s) = setup();
+    let out = d.allocate(4, &s).unwrap();
+    out.fill_u32(0, &s).unwrap();
+    let code = Program::new(
+        r#"extern "C" __global__ void mark(unsigned* out) { *out = 0x600d; }"#,
+        SourceType::Cxx,
+        ProgramOptions::default(),
+    )
+    .unwrap()
+    .compile(CodeType::Cubin, &[])
+    .unwrap();
+    let kernel = code.get_kernel("mark").unwrap();
+    let gate = Gate::default();
+    gate.hold(&s);
+    // SAFETY: mark writes one word of a buffer of one word.
+    unsafe { launch(&s, &LaunchConfig::new(1, 1), &kernel, (&out,)) }.unwrap();
+    // The kernel is queued behind the gate: its code is unloaded on the release thread (which
+    // the driver may make wait for it), never on the dropping thread.
+    drop_at_once("a launched kernel", kernel);
+    drop_at_once("the code of a launched kernel", code);
+    std::thread::sleep(HELD_AFTER_DROP);
+    gate.open();
+    s.sync().unwrap();
+    assert_eq!(out.to_vec::<u32>(&s).unwrap(), [0x600d], "the kernel ran with its code");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn dropping_a_stream_or_an_event_with_held_work_returns_at_once() {
     let _one = one_at_a_time();
     let (d, _) = setup();

@@ -38,9 +38,27 @@ mod typed_memory {
         .unwrap()
     }
 
+    /// The tests of this file run one at a time. Several hold a stream busy with a kernel that
+    /// spins until the host opens a [`Gate`]; meanwhile a kernel's first launch in another test
+    /// loads its module lazily (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2), and
+    /// loading may wait for the kernels running in the context (the CUDA programming guide's
+    /// lazy-loading hazards). Run in parallel, the gated tests waited for other tests' gates until
+    /// the watchdogs opened them (H100, both default-stream modes); run one at a time, they
+    /// passed.
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// `saxpy(a, x, y, n)`: y = a*x + y, with a `const float*` x; `spin_fill(x, v, n, cycles)`
-    /// spins, then writes v into n floats.
+    /// spins, then writes v into n floats. Compiled once for the whole file: their code stays
+    /// loaded, so no test's timing sees a module loaded or unloaded.
     fn kernels() -> (Kernel, Kernel) {
+        static KERNELS: std::sync::OnceLock<(Kernel, Kernel)> = std::sync::OnceLock::new();
+        KERNELS.get_or_init(compile_kernels).clone()
+    }
+
+    fn compile_kernels() -> (Kernel, Kernel) {
         let source = r#"
             extern "C" __global__ void saxpy(float a, const float* x, float* y, unsigned n) {
                 unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -78,6 +96,7 @@ mod typed_memory {
     #[test]
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn typed_buffers_copy_slice_and_launch_with_read_only_arguments() {
+        let _serial = serial();
         let (d, s) = setup();
         let (saxpy, _) = kernels();
         let saxpy = saxpy.typed::<(f32, *const f32, *mut f32, u32)>().unwrap();
@@ -193,6 +212,7 @@ mod typed_memory {
     #[test]
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn typed_buffers_come_from_every_resource() {
+        let _serial = serial();
         let (d, s) = setup();
         let data: Vec<u32> = (0..1000).collect();
         let own: Arc<dyn MemoryResource> = DeviceMemoryResource::new(&d, Default::default()).unwrap();
@@ -240,6 +260,7 @@ mod typed_memory {
     #[test]
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn host_slices_wait_for_every_stream_that_used_the_buffer() {
+        let _serial = serial();
         let (d, s) = setup();
         let (_, spin_fill) = kernels();
         let spin_fill = spin_fill.typed::<(*mut f32, f32, u32, i64)>().unwrap();
@@ -290,6 +311,7 @@ mod typed_memory {
     #[test]
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn host_slices_are_refused_where_others_may_write() {
+        let _serial = serial();
         let (d, s) = setup();
         let (_, spin_fill) = kernels();
         let spin_fill = spin_fill.typed::<(*mut f32, f32, u32, i64)>().unwrap();
@@ -337,6 +359,7 @@ mod typed_memory {
     #[test]
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn pinned_copies_are_stream_ordered_and_blocking_ones_wait() {
+        let _serial = serial();
         let (d, s) = setup();
         let pinned = PinnedMemoryResource::portable().unwrap();
         let mut host = TypedBuffer::<u32>::allocate(&pinned, N, &s).unwrap();
@@ -398,6 +421,7 @@ mod typed_memory {
     #[test]
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn events_complete_on_reused_waiter_streams_without_waiting_for_each_other() {
+        let _serial = serial();
         let (d, s) = setup();
         let other = stream(&d);
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -411,9 +435,13 @@ mod typed_memory {
                 e.completed().unwrap().await.unwrap();
             }
         });
-        // A slow event's completion does not hold up a quick one's (no shared waiter). (Still a
-        // spin, not a `Gate`: with the slow event behind a gated kernel the quick completion
-        // waited for the gate on an H100, which is under investigation.)
+        // A slow event's completion does not hold up a quick one's (no shared waiter). (On an
+        // H100 this failed while the spin's code was compiled for each spin and dropped right
+        // after its launch, and the quick completion resolved only after the spin: the raw
+        // driver's completions do not wait for each other (tests/driver-experiments/
+        // completions_behind_waits.c), and the drop of the code, which unloads it, may wait
+        // for the kernel. The kernels are now compiled once, and code is unloaded on the
+        // release thread.)
         spin_on(&s);
         let slow = s.record_new(EventOptions::default()).unwrap();
         let slow_done = slow.completed().unwrap();
@@ -433,6 +461,7 @@ mod typed_memory {
     #[test]
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn portable_pinned_memory_says_which_it_is() {
+        let _serial = serial();
         let (_, s) = setup();
         let pinned = PinnedMemoryResource::portable().unwrap();
         let (major, _) = cuda_core::system::get_user_mode_driver_version().unwrap();
@@ -451,6 +480,7 @@ mod typed_memory {
     #[test]
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn assume_ordered_on_skips_the_first_use_wait() {
+        let _serial = serial();
         let (d, s) = setup();
         let (_, spin_fill) = kernels();
         let spin_fill = spin_fill.typed::<(*mut f32, f32, u32, i64)>().unwrap();
@@ -497,6 +527,7 @@ mod typed_memory {
     #[test]
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn typed_buffers_on_the_default_stream() {
+        let _serial = serial();
         let (d, _) = setup();
         let s = d.default_stream();
         let x = TypedBuffer::<i32>::from_host_blocking(&d, &[1, 2, 3, 4], &s).unwrap();
@@ -546,6 +577,7 @@ mod typed_memory {
     #[test]
     #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
     fn typed_arguments_allocate_nothing_per_launch() {
+        let _serial = serial();
         let (d, s) = setup();
         let (saxpy, _) = kernels();
         let saxpy = saxpy.typed::<(f32, *const f32, *mut f32, u32)>().unwrap();

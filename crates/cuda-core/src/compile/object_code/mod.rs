@@ -113,13 +113,25 @@ impl Drop for LibraryHandle {
             // Borrowed (Kernel::from_handle): its owner unloads it.
             return;
         }
-        if crate::reaper::in_callback() {
-            // On a driver thread: unloaded on the release thread instead.
-            crate::reaper::drop_later(Box::new(LibraryHandle(self.0, self.1)));
-            return;
-        }
-        // SAFETY: the handle came from cuLibraryLoad* and is unloaded exactly once, here; kernels
-        // keep the ObjectCode (and so this handle) alive while they exist.
+        // Unloaded on the release thread, never here: the driver's unload may wait for kernels
+        // of the library still running (on an H100 a test that dropped a spinning kernel's code
+        // right after launching it found the kernel done when the drop returned), and drops
+        // never wait for the GPU. Also on a driver thread, where CUDA must not be called.
+        crate::reaper::drop_later(Box::new(Unload(self.0)));
+    }
+}
+
+/// A library handed to the release thread, unloaded when dropped there.
+struct Unload(driver::CUlibrary);
+
+// SAFETY: as LibraryHandle's.
+unsafe impl Send for Unload {}
+
+impl Drop for Unload {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from cuLibraryLoad* and is unloaded exactly once, here (its
+        // LibraryHandle was dropped, and kernels keep the ObjectCode, and so that handle, alive
+        // while they exist).
         if let Err(e) = unsafe { driver::cuLibraryUnload(self.0) }.check("cuLibraryUnload") {
             record_drop_error(e);
         }
