@@ -296,34 +296,42 @@ fn dropping_buffers_whose_free_waits_returns_at_once() {
     s.sync().unwrap();
 }
 
+/// A kernel writing `value` into one word, in code of its own.
+fn marking_kernel(value: u32) -> cuda_core::Kernel {
+    let source = format!(r#"extern "C" __global__ void mark(unsigned* out) {{ *out = {value}u; }}"#);
+    Program::new(source.as_str(), SourceType::Cxx, ProgramOptions::default())
+        .unwrap()
+        .compile(CodeType::Cubin, &[])
+        .unwrap()
+        .get_kernel("mark")
+        .unwrap()
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
-fn dropping_the_code_of_a_launched_kernel_returns_at_once_and_the_kernel_still_runs() {
+fn dropping_code_while_other_kernels_are_queued_returns_at_once() {
     let _one = one_at_a_time();
     let (d, s) = setup();
-    let out = d.allocate(4, &s).unwrap();
-    out.fill_u32(0, &s).unwrap();
-    let code = Program::new(
-        r#"extern "C" __global__ void mark(unsigned* out) { *out = 0x600d; }"#,
-        SourceType::Cxx,
-        ProgramOptions::default(),
-    )
-    .unwrap()
-    .compile(CodeType::Cubin, &[])
-    .unwrap();
-    let kernel = code.get_kernel("mark").unwrap();
+    let other = d.create_stream(Default::default()).unwrap();
+    let (held_out, done_out) = (d.allocate(4, &s).unwrap(), d.allocate(4, &other).unwrap());
+    let held = marking_kernel(1);
     let gate = Gate::default();
     gate.hold(&s);
-    // SAFETY: mark writes one word of a buffer of one word.
-    unsafe { launch(&s, &LaunchConfig::new(1, 1), &kernel, (&out,)) }.unwrap();
-    // The kernel is queued behind the gate: its code is unloaded on the release thread (which
-    // the driver may make wait for it), never on the dropping thread.
-    drop_at_once("a launched kernel", kernel);
-    drop_at_once("the code of a launched kernel", code);
+    // SAFETY: mark writes one word of a one-word buffer; `held` (its code) is kept until the
+    // stream has passed the launch (the sync below).
+    unsafe { launch(&s, &LaunchConfig::new(1, 1), &held, (&held_out,)) }.unwrap();
+    // Code whose kernel has run, dropped while another library's kernel waits behind the gate:
+    // unloading it (on the release thread) never holds the dropping thread.
+    let done = marking_kernel(2);
+    // SAFETY: as above; `other` is synchronised before `done` is dropped.
+    unsafe { launch(&other, &LaunchConfig::new(1, 1), &done, (&done_out,)) }.unwrap();
+    other.sync().unwrap();
+    drop_at_once("code whose kernel has run, while other work is held", done);
     std::thread::sleep(HELD_AFTER_DROP);
     gate.open();
     s.sync().unwrap();
-    assert_eq!(out.to_vec::<u32>(&s).unwrap(), [0x600d], "the kernel ran with its code");
+    assert_eq!(held_out.to_vec::<u32>(&s).unwrap(), [1]);
+    assert_eq!(done_out.to_vec::<u32>(&other).unwrap(), [2]);
 }
 
 #[test]

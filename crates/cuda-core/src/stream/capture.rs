@@ -255,6 +255,28 @@ pub(crate) fn capture_over(graph: driver::CUgraph, site: &Site) {
             None => Vec::new(),
         }
     };
+    // Joins whose capture could not be told: those no longer in a capture are over too (asked
+    // outside the lock; the others go back).
+    let mut joined = joined;
+    let uncertain = JOINED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_mut()
+        .and_then(|m| m.remove(&UNCERTAIN))
+        .unwrap_or_default();
+    let (over, still): (Vec<Joined>, Vec<Joined>) = uncertain
+        .into_iter()
+        .partition(|j| matches!(capture_info(j.stream.handle()), Ok(None)));
+    joined.extend(over);
+    if !still.is_empty() {
+        JOINED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .entry(UNCERTAIN)
+            .or_default()
+            .extend(still);
+    }
     // The counts go back now; the streams are dropped on the release thread (a stream's drop
     // may destroy it, which is not done under the caller's locks).
     let streams: Vec<super::Stream> = joined.into_iter().map(|j| j.stream).collect();

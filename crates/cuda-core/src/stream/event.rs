@@ -248,8 +248,15 @@ impl Event {
         self.inner.handle
     }
 
+    /// What keeps the event alive, for a graph whose capture recorded it (held once however
+    /// often it is recorded: see `Stream::record`).
+    pub(crate) fn keeper(&self) -> Arc<dyn std::any::Any + Send + Sync> {
+        self.inner.clone()
+    }
+
     /// Destroys the event now and returns what the driver said; with other clones alive, only
-    /// this reference goes.
+    /// this reference goes. A graph whose capture recorded the event holds it too: then the
+    /// event is destroyed with the last of them (a capture may still name it).
     pub fn close(self) -> Result<()> {
         match Arc::try_unwrap(self.inner) {
             Ok(mut inner) => {

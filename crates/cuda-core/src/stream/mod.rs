@@ -33,6 +33,7 @@ mod retire;
 mod shared;
 mod site;
 pub(crate) mod sync;
+mod wait;
 
 use crate::reaper::refuse_in_callback;
 pub use event::{Event, EventOptions, IpcEventDescriptor};
@@ -139,20 +140,28 @@ impl StreamInner {
             shared: Default::default(),
             nonblocking: std::sync::atomic::AtomicU8::new(FLAGS_UNKNOWN),
         };
-        if handle as usize > PER_THREAD {
-            // Read now, while no capture of a new stream runs (a foreign stream being captured
-            // already is read at its first question instead).
+        if owned && handle as usize > PER_THREAD {
+            // A stream this crate just made: no capture can run on it yet. (A foreign stream is
+            // read when first needed: asked while another library captures it, the driver would
+            // invalidate that capture.)
             let _ = inner.is_nonblocking();
         }
         inner
     }
 
+    /// The flag if it is known (read), without asking the driver.
+    fn known_nonblocking(&self) -> Option<bool> {
+        match self.nonblocking.load(std::sync::atomic::Ordering::Relaxed) {
+            FLAGS_BLOCKING => Some(false),
+            FLAGS_NONBLOCKING => Some(true),
+            _ => None,
+        }
+    }
+
     /// Whether the stream has `CU_STREAM_NON_BLOCKING`, read once (see `nonblocking`).
     fn is_nonblocking(&self) -> Result<bool> {
-        match self.nonblocking.load(std::sync::atomic::Ordering::Relaxed) {
-            FLAGS_BLOCKING => return Ok(false),
-            FLAGS_NONBLOCKING => return Ok(true),
-            _ => {}
+        if let Some(known) = self.known_nonblocking() {
+            return Ok(known);
         }
         let mut flags = 0;
         // SAFETY: the stream is live (its wrapper is being made or is held); out-pointer to a
@@ -596,7 +605,7 @@ impl Stream {
                 // The graph holds the event: it is not destroyed while the capture may refer to
                 // it (driver 580 crashed when events recorded into a capture were handed back
                 // early: see docs/architecture.md, "What a capture names lives until it is over").
-                capture.hold(event.clone());
+                capture.hold_shared(event.keeper());
             }
             Ok(())
         };
@@ -605,97 +614,6 @@ impl Stream {
         }
         self.operation_locked(false, record)
     }
-
-    /// Makes later work on this stream wait for `event` (waiting for an event recorded in a
-    /// capture makes the stream join that capture: so this excludes every other operation on the
-    /// stream meanwhile).
-    ///
-    /// A default stream does not wait for an event this crate last recorded into a capture that
-    /// the stream is not part of: it would join that capture, and other libraries' work queued
-    /// on the per-thread default stream would be recorded into the graph without the graph
-    /// holding what it uses (the same reason a safe call never captures a default stream).
-    ///
-    /// A blocking stream's wait while captures of this crate run may make it join one, which
-    /// counts as a blocking stream's capture (see [`legacy_default`](Self::legacy_default)): the
-    /// wait first waits for legacy-stream operations in progress on other threads, and is
-    /// refused in host functions and inside a memory resource's `allocate` or `deallocate`.
-    pub fn wait_event(&self, event: &Event) -> Result<()> {
-        // (Before anything that may wait for other threads: see `blocking_join`.)
-        refuse_in_callback()?;
-        // No capture of this crate runs, and none begins before the wait is queued (see `gate`):
-        // nothing can be joined.
-        if let Some(_quiet) = self.quietly() {
-            // SAFETY: both handles are live; a wait records no node using the event.
-            return unsafe { driver::cuStreamWaitEvent(self.inner.handle, event.handle(), 0) }
-                .check("cuStreamWaitEvent");
-        }
-        let joining = self.blocking_join()?;
-        let waited = self.enqueue_exclusive(|capture| {
-            let _records = (self.is_default() && capture.is_none()).then(|| event.records());
-            if _records.is_some() && event.recorded_in_capture() {
-                return Err(default_stream_join());
-            }
-            // SAFETY: both handles are live; a wait records no node using the event.
-            unsafe { driver::cuStreamWaitEvent(self.inner.handle, event.handle(), 0) }.check("cuStreamWaitEvent")
-        });
-        capture::keep_if_joined(self, joining, waited.is_ok());
-        waited
-    }
-
-    /// Makes later work on this stream wait for the work queued on `other` so far (also across
-    /// devices): a timing-free event recorded on `other` (from its context's pool). If `other`
-    /// is being captured, a blocking stream joins that capture, as in
-    /// [`wait_event`](Self::wait_event).
-    pub fn wait(&self, other: &Stream) -> Result<()> {
-        refuse_in_callback()?;
-        let fence = Arc::new(other.context_or_current()?.fence()?);
-        // Whether the fence is a point of a capture (`other` is being captured): waiting for it
-        // makes this stream join that capture.
-        let in_capture = other.enqueue(|capture| {
-            if capture.is_some() && self.is_default() {
-                // The fence would be a capture point: waiting for it, this default stream would
-                // join the capture (see `wait_event`).
-                return Err(default_stream_join());
-            }
-            // SAFETY: both handles are live; the event belongs to the stream's context (for a green
-            // context, to its primary context, whose events the driver takes on its streams).
-            unsafe { driver::cuEventRecord(fence.handle(), other.handle()) }.check("cuEventRecord")?;
-            let Some(capture) = capture else { return Ok(false) };
-            // Recorded into a capture: the graph holds it, so that it goes back to its pool (and
-            // is recorded elsewhere) only once the capture is over and its graph gone.
-            capture.hold_shared(fence.clone());
-            Ok(true)
-        })?;
-        let joining = if in_capture { self.blocking_join()? } else { None };
-        let waited = self.enqueue_exclusive(|_| {
-            // SAFETY: both handles are live; the wait keeps what the event captured when queued.
-            unsafe { driver::cuStreamWaitEvent(self.inner.handle, fence.handle(), 0) }.check("cuStreamWaitEvent")
-        });
-        capture::keep_if_joined(self, joining, waited.is_ok());
-        waited
-    }
-
-    /// Before a wait on a blocking stream (not a default one) that may join a capture (the
-    /// caller found that captures run, inside the gate, or that the awaited point is in one):
-    /// the join counts as a blocking stream's capture (legacy-stream work is refused while it
-    /// runs: see `capture::BLOCKING_CAPTURES`), counted before the wait and kept until that
-    /// capture ends by [`capture::keep_if_joined`]. Holds no lock; may wait for other threads'
-    /// legacy-stream operations (so never in a host function: the caller refused that).
-    fn blocking_join(&self) -> Result<Option<capture::BlockingCapture>> {
-        // (A foreign stream whose flags the driver would not tell, being captured: counted as
-        // blocking, which refuses legacy-stream work for longer than needed, never shorter.)
-        if self.is_default() || self.is_nonblocking().unwrap_or(false) {
-            return Ok(None);
-        }
-        capture::blocking_capture_joining().map(Some)
-    }
-}
-
-/// The refusal of a default stream's wait that would join a capture.
-fn default_stream_join() -> CudaError {
-    CudaError::InvalidArgument(
-        "a default stream cannot wait for work recorded in a capture: it would join the capture, and other libraries' work on it (the per-thread default stream is every library's) would be recorded into the graph without the graph holding what it uses. Wait with a stream of your own, or after the capture ends".into(),
-    )
 }
 
 impl Device {

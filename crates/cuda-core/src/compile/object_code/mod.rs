@@ -113,10 +113,11 @@ impl Drop for LibraryHandle {
             // Borrowed (Kernel::from_handle): its owner unloads it.
             return;
         }
-        // Unloaded on the release thread, never here: the driver's unload may wait for kernels
-        // of the library still running (on an H100 a test that dropped a spinning kernel's code
-        // right after launching it found the kernel done when the drop returned), and drops
-        // never wait for the GPU. Also on a driver thread, where CUDA must not be called.
+        // Unloaded on the release thread, never here: drops never wait for the GPU, and the
+        // driver's unload may wait for work in flight (on an H100 a test that broke `launch`'s
+        // contract, dropping a spinning kernel's code right after launching it, found the
+        // kernel done when the drop returned). Also on a driver thread, where CUDA must not be
+        // called. The release thread may then wait in the unload; no lock is held there.
         crate::reaper::drop_later(Box::new(Unload(self.0)));
     }
 }
