@@ -455,9 +455,9 @@ impl Graph {
     /// update from another definition, the value-only ones (`set_kernel_args`,
     /// `set_memset_value`) are refused until the node's whole parameters are given
     /// (`update_kernel`, `update_memset`): the instantiated definition no longer says what the
-    /// node runs. After an update from the definition instantiated, they work as before. A node
-    /// disabled with [`set_enabled`](Self::set_enabled) is an empty node until it is enabled
-    /// again (the driver's words), whatever the update gives it.
+    /// node runs. After an update from the definition instantiated, they work as before. The
+    /// driver's reference describes a node disabled with [`set_enabled`](Self::set_enabled) as an
+    /// empty node until it is enabled again: enable it after an update to run what it was given.
     ///
     /// Refused for a body or child graph (update with its root), a graph whose owning node was
     /// destroyed or whose hierarchy lost a graph to an invalidated capture, and when either
