@@ -25,6 +25,14 @@ pub fn skip(reason: impl Display) {
     record("skip", "skipped", reason);
 }
 
+/// Makes the tests of one test executable that take it run one at a time (the harness runs tests
+/// on several threads): for tests that share process-wide state or must not see each other's GPU
+/// work. Each executable has its own lock; hold the guard for the whole test.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Records that the running test leaves out one of its checks because the machine lacks what it
 /// needs, and goes on with the rest: `run.sh` lists the reason and counts the test by its result.
 pub fn skip_part(reason: impl Display) {

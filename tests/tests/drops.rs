@@ -25,8 +25,7 @@ const HELD_AFTER_DROP: Duration = Duration::from_millis(300);
 /// One test at a time: the driver runs host functions on few threads, so a gate held by one test
 /// can keep another test's host functions (and so its releases) from running.
 fn one_at_a_time() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    cuda_tests::one_at_a_time()
 }
 
 fn setup() -> (Device, Stream) {

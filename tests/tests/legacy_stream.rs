@@ -14,9 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The tests of this file run one at a time: one's captures refuse the other's legacy-stream
-/// work.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+// The tests of this file run one at a time (`cuda_tests::one_at_a_time`): one's captures refuse
+// the other's legacy-stream work.
 
 fn blocking_stream(d: &Device) -> Stream {
     d.create_stream(StreamOptions {
@@ -34,7 +33,7 @@ fn implicit(e: &cuda_core::CudaError) -> bool {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn legacy_stream_work_beside_blocking_captures_is_refused_or_done_never_a_crash() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _alone = cuda_tests::one_at_a_time();
     let d = Device::new(0).expect("a GPU");
     d.set_current().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -120,7 +119,7 @@ fn legacy_stream_work_beside_blocking_captures_is_refused_or_done_never_a_crash(
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn a_blocking_stream_that_joins_a_capture_keeps_the_legacy_stream_out_until_it_ends() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _alone = cuda_tests::one_at_a_time();
     let d = Device::new(0).expect("a GPU");
     d.set_current().unwrap();
     let blocking = blocking_stream(&d);

@@ -29,14 +29,13 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// The count is process-wide: the tests of this file take turns (the test harness runs them on
-/// several threads).
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+// The count is process-wide: the tests of this file take turns (`cuda_tests::one_at_a_time`;
+// the test harness runs them on several threads).
 
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn launches_allocate_nothing() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = cuda_tests::one_at_a_time();
     let d = Device::new(0).unwrap();
     d.set_current().unwrap();
     let source = r#"extern "C" __global__ void k(float a, float* x, unsigned n, int b, double c, long long d, float e, int f) {
@@ -74,7 +73,7 @@ fn launches_allocate_nothing() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn launches_with_buffer_arguments_allocate_nothing() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = cuda_tests::one_at_a_time();
     let d = Device::new(0).unwrap();
     d.set_current().unwrap();
     let source = r#"extern "C" __global__ void add(const float* x, float* y, unsigned n) {

@@ -15,10 +15,8 @@ use std::time::{Duration, Instant};
 
 /// Tests that change process-wide state (a device's resource, the warning handler) run one at a
 /// time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
 fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    cuda_tests::one_at_a_time()
 }
 
 fn setup() -> (Device, Stream) {

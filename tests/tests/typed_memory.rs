@@ -46,8 +46,7 @@ mod typed_memory {
     /// the watchdogs opened them (H100, both default-stream modes); run one at a time, they
     /// passed.
     fn serial() -> std::sync::MutexGuard<'static, ()> {
-        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+        cuda_tests::one_at_a_time()
     }
 
     /// `saxpy(a, x, y, n)`: y = a*x + y, with a `const float*` x; `spin_fill(x, v, n, cycles)`

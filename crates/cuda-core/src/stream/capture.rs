@@ -240,7 +240,7 @@ pub(crate) fn capture_started(graph: &Arc<GraphInner>, site: &Site, before: Arc<
 
 /// Unregisters the capture into `graph` on `site`, which ended.
 pub(crate) fn capture_over(graph: driver::CUgraph, site: &Site) {
-    let joined: Vec<Joined> = {
+    let mut joined: Vec<Joined> = {
         let mut registered = active();
         if let Some(map) = registered.as_mut() {
             map.remove(&(graph as usize));
@@ -257,7 +257,6 @@ pub(crate) fn capture_over(graph: driver::CUgraph, site: &Site) {
     };
     // Joins whose capture could not be told: those no longer in a capture are over too (asked
     // outside the lock; the others go back).
-    let mut joined = joined;
     let uncertain = JOINED
         .lock()
         .unwrap_or_else(|p| p.into_inner())

@@ -140,7 +140,7 @@ impl StreamInner {
             shared: Default::default(),
             nonblocking: std::sync::atomic::AtomicU8::new(FLAGS_UNKNOWN),
         };
-        if owned && handle as usize > PER_THREAD {
+        if owned {
             // A stream this crate just made: no capture can run on it yet. (A foreign stream is
             // read when first needed: asked while another library captures it, the driver would
             // invalidate that capture.)
@@ -559,16 +559,9 @@ impl Stream {
     }
 
     /// Whether the stream does not synchronise with the legacy default stream. Read from the
-    /// driver once, when the stream is made or wrapped (the driver does not tell it while the
-    /// stream is being captured).
+    /// driver once: when this crate makes the stream, else when first asked (the driver does not
+    /// tell it while the stream is being captured).
     pub fn is_nonblocking(&self) -> Result<bool> {
-        if self.is_default() {
-            // (The driver's answer for the default streams: they have no flags.)
-            let mut flags = 0;
-            // SAFETY: a default stream handle is always valid; out-pointer to a local.
-            unsafe { driver::cuStreamGetFlags(self.inner.handle, &mut flags) }.check("cuStreamGetFlags")?;
-            return Ok(flags & driver::CUstream_flags::CU_STREAM_NON_BLOCKING.0 != 0);
-        }
         self.inner.is_nonblocking()
     }
 

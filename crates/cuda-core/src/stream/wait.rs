@@ -3,6 +3,7 @@
 //! `capture::keep_if_joined`).
 
 use super::{capture, Stream};
+use crate::device::FenceEvent;
 use crate::error::Check;
 use crate::reaper::refuse_in_callback;
 use crate::{CudaError, Event, Result};
@@ -52,7 +53,12 @@ impl Stream {
     /// [`wait_event`](Self::wait_event).
     pub fn wait(&self, other: &Stream) -> Result<()> {
         refuse_in_callback()?;
-        let fence = Arc::new(other.context_or_current()?.fence()?);
+        let fence = other.context_or_current()?.fence()?;
+        let handle = fence.handle();
+        // The fence stays ours until the wait is queued; once recorded into a capture it is
+        // shared with the graph (a heap cell only then, none on the plain path).
+        let mut own = Some(fence);
+        let mut shared: Option<Arc<FenceEvent>> = None;
         // Whether the fence is a point of a capture (`other` is being captured): waiting for it
         // makes this stream join that capture.
         let in_capture = other.enqueue(|capture| {
@@ -63,19 +69,25 @@ impl Stream {
             }
             // SAFETY: both handles are live; the event belongs to the stream's context (for a green
             // context, to its primary context, whose events the driver takes on its streams).
-            unsafe { driver::cuEventRecord(fence.handle(), other.handle()) }.check("cuEventRecord")?;
+            unsafe { driver::cuEventRecord(handle, other.handle()) }.check("cuEventRecord")?;
             let Some(capture) = capture else { return Ok(false) };
             // Recorded into a capture: the graph holds it, so that it goes back to its pool (and
             // is recorded elsewhere) only once the capture is over and its graph gone.
-            capture.hold_shared(fence.clone());
+            if let Some(fence) = own.take() {
+                let kept = Arc::new(fence);
+                capture.hold_shared(kept.clone());
+                shared = Some(kept);
+            }
             Ok(true)
         })?;
         let joining = if in_capture { self.blocking_join()? } else { None };
         let waited = self.enqueue_exclusive(|_| {
-            // SAFETY: both handles are live; the wait keeps what the event captured when queued.
-            unsafe { driver::cuStreamWaitEvent(self.inner.handle, fence.handle(), 0) }.check("cuStreamWaitEvent")
+            // SAFETY: both handles are live (the fence is `own` or `shared`, held to the end of
+            // this call); the wait keeps what the event captured when queued.
+            unsafe { driver::cuStreamWaitEvent(self.inner.handle, handle, 0) }.check("cuStreamWaitEvent")
         });
         capture::keep_if_joined(self, joining, waited.is_ok());
+        drop((own, shared));
         waited
     }
 

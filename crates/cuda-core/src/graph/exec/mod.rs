@@ -503,17 +503,13 @@ impl Graph {
         // definition holds that. What earlier updates held is replaced, and released after the
         // launches that may still use it.
         let mut old: Vec<Box<dyn Any + Send>> = self.held.drain().map(|(_, v)| v as Box<dyn Any + Send>).collect();
+        // Brought up to date with the definition instantiated (still held, and never updated
+        // from another one meanwhile): its nodes say again what the graph runs.
         let same = self
             .instantiated_from
             .as_ref()
             .is_some_and(|d| d.handle() == definition.handle());
-        if same {
-            // Brought up to date with the definition instantiated: its nodes say again what the
-            // graph runs (as after instantiation), and it is still held.
-            if let Some(previous) = self.updated_from.take() {
-                old.push(Box::new(previous));
-            }
-        } else {
+        if !same {
             if let Some(previous) = self.updated_from.replace(definition.clone()) {
                 old.push(Box::new(previous));
             }
