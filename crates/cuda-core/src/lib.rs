@@ -19,7 +19,7 @@
 //! | async | futures: [`Stream::synchronized`] and [`Event::completed`] ([`Completion`]), `Buffer::to_vec_async` ([`HostCopy`]), `copy_from_vec_async` | 5 |
 //! | interop | [`StridedMemoryView`], [`dlpack`] (`Buffer::to_dlpack`, `from_dlpack`), `ndarray` (feature), [`interop`] (cudarc, feature) | 6 |
 //! | several GPUs and processes | `Device::all`, `Buffer::copy_to_peer`, `enable_peer_access`, pool peer access; IPC: [`ipc`], [`IpcBufferDescriptor`] | 7 |
-//! | errors | [`CudaError`] (`is_out_of_memory`, `is_launch_failure`, `is_compile_error`), [`take_drop_errors`]; `tracing` spans and events (feature, on by default) | 8 |
+//! | errors | [`CudaError`] (`is_out_of_memory`, `is_launch_failure`, `is_compile_error`), [`take_drop_errors`], [`pending_releases`]; `tracing` spans and events (feature, on by default) | 8 |
 //! | the rest of `cuda.core` | [`system`] (driver and NVML queries), [`checkpoint`], [`texture`], [`graphics`] (OpenGL/EGL), TMA ([`TensorMapDescriptor`]) | porting table |
 //!
 //! Chapters (in `docs/guide/`): 1 the first kernel, 2 streams and events, 3 memory, 4 graphs,
@@ -103,6 +103,7 @@ pub use memory::{
     VirtualMemoryAccessType, VirtualMemoryAllocationType, VirtualMemoryGranularityType, VirtualMemoryHandleType,
     VirtualMemoryIpcDescriptor, VirtualMemoryLocationType,
 };
+pub use reaper::pending_releases;
 pub use stream::{Completion, Event, EventOptions, IpcEventDescriptor, Stream, StreamOptions};
 
 /// This crate's version (`cuda.core.__version__`), as Cargo knows it.

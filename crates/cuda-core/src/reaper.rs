@@ -16,6 +16,7 @@ use crate::error::record_drop_error;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -97,6 +98,35 @@ enum Job {
 
 static SENDER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
 
+/// Drops and releases posted to the release thread and not yet done.
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+/// How many releases the release thread still holds: values handed to it to drop and releases
+/// waiting there for the GPU work queued before them, or for a capture to end.
+///
+/// No `Drop` of this crate waits for the GPU, so memory, graphs, streams and code let go of while
+/// work that uses them is queued are released there once that work is done: until this returns
+/// 0, the device memory they hold is not yet back. A test that measures free memory, or a
+/// program about to exit under a leak checker, waits for it:
+///
+/// ```no_run
+/// # fn main() -> cuda_core::Result<()> {
+/// # let device = cuda_core::Device::new(0)?;
+/// device.sync()?;
+/// let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+/// while cuda_core::pending_releases() > 0 && std::time::Instant::now() < deadline {
+///     std::thread::sleep(std::time::Duration::from_millis(1));
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// A release that waits for a capture (its stream is being captured into a graph) stays pending
+/// until the capture ends. A release the driver refused is not retried: it is recorded (see
+/// [`take_drop_errors`](crate::take_drop_errors)) and no longer counted.
+pub fn pending_releases() -> usize {
+    PENDING.load(Ordering::Acquire)
+}
+
 /// How often pending retries are tried when no capture ends.
 const RETRY_EVERY: Duration = Duration::from_millis(5);
 
@@ -133,13 +163,21 @@ pub(crate) fn start() {
 }
 
 fn post(job: Job) -> Result<(), Job> {
-    match sender() {
+    let counted = !matches!(job, Job::Wake);
+    if counted {
+        PENDING.fetch_add(1, Ordering::AcqRel);
+    }
+    let posted = match sender() {
         Some(tx) => match tx.lock() {
             Ok(tx) => tx.send(job).map_err(|e| e.0),
             Err(_) => Err(job),
         },
         None => Err(job),
+    };
+    if counted && posted.is_err() {
+        PENDING.fetch_sub(1, Ordering::AcqRel);
     }
+    posted
 }
 
 /// Drops `value` on the release thread. Safe to call from a driver callback thread: it only
@@ -193,14 +231,20 @@ fn run(rx: mpsc::Receiver<Job>) {
             }
         };
         match job {
-            Some(Job::Drop(value)) => drop_here(value),
+            Some(Job::Drop(value)) => {
+                drop_here(value);
+                PENDING.fetch_sub(1, Ordering::AcqRel);
+            }
             Some(Job::Retry(job)) => pending.push(job),
             Some(Job::Wake) | None => {}
         }
         let mut still = Vec::with_capacity(pending.len());
         for mut job in pending.drain(..) {
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.attempt())) {
-                Ok(true) => drop(job),
+                Ok(true) => {
+                    drop_here(Box::new(job));
+                    PENDING.fetch_sub(1, Ordering::AcqRel);
+                }
                 Ok(false) => still.push(job),
                 Err(_) => {
                     record_drop_error(CudaError::InvalidState(
@@ -208,6 +252,7 @@ fn run(rx: mpsc::Receiver<Job>) {
                     ));
                     // What it holds may still be in use: kept, never dropped.
                     std::mem::forget(job);
+                    PENDING.fetch_sub(1, Ordering::AcqRel);
                 }
             }
         }
@@ -220,5 +265,37 @@ fn drop_here(value: Box<dyn Any + Send>) {
         record_drop_error(CudaError::InvalidState(
             "a value released on the release thread panicked in its destructor".into(),
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::sync_channel;
+    use std::time::Instant;
+
+    /// A value whose drop waits until the test lets it go.
+    struct Held(mpsc::Receiver<()>);
+
+    impl Drop for Held {
+        fn drop(&mut self) {
+            let _ = self.0.recv_timeout(Duration::from_secs(20));
+        }
+    }
+
+    #[test]
+    fn pending_releases_counts_a_drop_until_it_is_done() {
+        let (let_go, rx) = sync_channel(1);
+        drop_later(Box::new(Held(rx)));
+        assert!(pending_releases() >= 1, "a posted drop is not counted");
+        let_go.send(()).unwrap();
+        let start = Instant::now();
+        while pending_releases() > 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the count never came back to 0"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }

@@ -32,8 +32,11 @@
 //! - `CUDA_STRESS_SKIP`: operations never chosen, by name as the report prints them,
 //!   comma-separated (`explicit graph,graph node update`): to narrow a failure down;
 //! - `CUDA_STRESS_MEMORY_TOLERANCE_MIB`: how much less free device memory the end may show
-//!   than the start (64 MiB: the driver keeps some memory for what the run loaded and made; not
-//!   checked under compute-sanitizer, which takes device memory of its own).
+//!   than the start (192 MiB: the driver's own figure moves by up to ~100 MiB with managed
+//!   memory, in `tests/driver-experiments/memory_retention.c` without this crate; not checked
+//!   under compute-sanitizer, which takes device memory of its own). The exact checks of leaks
+//!   are the others: every pool back to where it started, the release thread drained
+//!   ([`cuda_core::pending_releases`]), and compute-sanitizer's leak check (`run.sh --sanitize`).
 //!
 //! Layout: `world` (the shared objects, the lock order, how work on a buffer is ordered),
 //! `model` (what a buffer should hold, graphs' recipes), `ops` (the workers and their
@@ -103,7 +106,7 @@ fn config() -> Config {
         managed: !flag("CUDA_STRESS_NO_MANAGED"),
         sanitizer,
         keep_going: flag("CUDA_STRESS_KEEP_GOING"),
-        tolerance_mib: number("CUDA_STRESS_MEMORY_TOLERANCE_MIB", 64.0) as u64,
+        tolerance_mib: number("CUDA_STRESS_MEMORY_TOLERANCE_MIB", 192.0) as u64,
     }
 }
 
@@ -482,6 +485,17 @@ fn stress_random_safe_calls_on_shared_objects() {
     };
     drop(world);
     collect_drop_errors(|| "dropping every object".into());
+    begin("waiting for the release thread");
+    // Everything is dropped: what the release thread holds (frees waiting for their streams'
+    // work, graphs waiting for their launches) must drain. One that never does is a leak.
+    let drained = eventually(patience, || cuda_core::pending_releases() == 0);
+    if !drained {
+        report.other(format!(
+            "{} releases still pending on the release thread {:.0} s after every object was dropped",
+            cuda_core::pending_releases(),
+            patience.as_secs_f64()
+        ));
+    }
     begin("waiting for the pools to return to where they started");
     let back = eventually(patience, || {
         let _ = device.sync();
