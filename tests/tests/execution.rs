@@ -488,6 +488,8 @@ fn an_ipc_event_is_waited_for_in_another_process() {
         })
         .unwrap_err();
     assert!(err.to_string().contains("IPC-enabled events must be bound"), "{err}");
+    // (cuda.core raises a TypeError.)
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Type);
     let x = DeviceVec::from_slice(&[0.0; 32]);
     // SAFETY: spin_then_set over 32 floats; synchronised below. About a second of spinning.
     unsafe {
@@ -530,6 +532,8 @@ fn an_ipc_event_is_waited_for_in_another_process() {
     let plain = d.create_event(EventOptions::default()).unwrap();
     let err = plain.ipc_descriptor().unwrap_err();
     assert!(err.to_string().contains("Event is not IPC-enabled"), "{err}");
+    // (cuda.core raises a RuntimeError.)
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Runtime);
     let err = stream
         .record_new(EventOptions {
             ipc_enabled: true,

@@ -73,7 +73,7 @@ impl Drop for Beginning {
 pub(crate) fn capture_beginning() -> Result<Beginning> {
     if super::gate::in_operation() {
         // The operation already decided that no capture runs: it must end first.
-        return Err(CudaError::InvalidArgument(
+        return Err(CudaError::InvalidState(
             "a capture cannot begin inside an operation on a stream (such as a memory resource's allocate or deallocate)".into(),
         ));
     }
@@ -136,7 +136,7 @@ pub(crate) fn blocking_capture_beginning(stream: &super::Stream) -> Result<Optio
 pub(crate) fn blocking_capture_joining() -> Result<BlockingCapture> {
     if super::gate::in_operation() {
         // (Its wait could not tell the operations of others that missed the count.)
-        return Err(CudaError::InvalidArgument(
+        return Err(CudaError::InvalidState(
             "a blocking stream cannot wait inside an operation on a stream (such as a memory resource's allocate or deallocate) while captures run: use a non-blocking stream".into(),
         ));
     }
@@ -217,7 +217,7 @@ pub(crate) fn legacy_stream_gate() -> Result<super::gate::Quiet> {
         None => {
             const WHAT: &str = "the legacy default stream, while a blocking stream is being captured (its work would join the capture): use a non-blocking stream, or retry after the capture ends";
             let implicit = driver::CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT.check(WHAT).err();
-            Err(implicit.unwrap_or_else(|| CudaError::InvalidArgument(WHAT.into())))
+            Err(implicit.unwrap_or_else(|| CudaError::InvalidState(WHAT.into())))
         }
     }
 }
@@ -318,7 +318,7 @@ pub(crate) fn capture_refusal(e: &CudaError) -> bool {
                 | R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
                 | R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
         )
-    ) || matches!(e, CudaError::InvalidArgument(m) if m.contains("capture was invalidated") || m.starts_with(FOREIGN_CAPTURE) || m == super::graph_core::BROKEN)
+    ) || matches!(e, CudaError::InvalidState(m) | CudaError::InvalidArgument(m) if m.contains("capture was invalidated") || m.starts_with(FOREIGN_CAPTURE) || m == super::graph_core::BROKEN)
 }
 
 /// Whether any capture started by this crate is running.
@@ -380,7 +380,7 @@ pub(crate) fn capture_info(stream: driver::CUstream) -> Result<Option<CaptureInf
             };
             Ok(Some(CaptureInfo { graph, dependencies }))
         }
-        driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => Err(CudaError::InvalidArgument(
+        driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => Err(CudaError::InvalidState(
             "the stream's capture was invalidated by an earlier error: end it (end_building) and start again".into(),
         )),
         _ => Ok(None),
@@ -442,7 +442,7 @@ const FOREIGN_CAPTURE: &str = "the stream is being captured into a graph by code
 
 /// The refusal of an operation on a stream another library (or raw driver code) is capturing.
 pub(crate) fn foreign_capture() -> CudaError {
-    CudaError::InvalidArgument(format!(
+    CudaError::InvalidState(format!(
         "{FOREIGN_CAPTURE} (another library, such as cudarc's CudaStream::begin_capture, or raw driver calls): that graph could not hold what the operation uses. End that capture first, through the library that began it, or queue this work on a stream of your own"
     ))
 }

@@ -140,7 +140,7 @@ impl Event {
     /// `cuda.core` requires of events shared with other processes.
     pub(crate) fn new(context: &Context, options: EventOptions, bound: bool) -> Result<Event> {
         if options.ipc_enabled && !bound {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidType(
                 "IPC-enabled events must be bound; use Stream.record for creation (Stream::record_new here)".into(),
             ));
         }
@@ -178,7 +178,7 @@ impl Event {
     /// The descriptor another process opens this event with (the event must be `ipc_enabled`).
     pub fn ipc_descriptor(&self) -> Result<IpcEventDescriptor> {
         if !self.inner.options.ipc_enabled {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "Event is not IPC-enabled: only events made with ipc_enabled can be shared".into(),
             ));
         }
@@ -309,7 +309,7 @@ impl Event {
     /// [`records`](Self::records)).
     fn refuse_captured(&self, what: &str) -> Result<()> {
         if self.recorded_in_capture() {
-            return Err(CudaError::InvalidArgument(format!(
+            return Err(CudaError::InvalidState(format!(
                 "Event::{what}: the event was last recorded into a graph capture, where it completes only in the graph's launches; record it on a stream that is not capturing to wait for it"
             )));
         }
@@ -356,12 +356,12 @@ impl Event {
             driver::CUresult::CUDA_ERROR_INVALID_HANDLE => Err(CudaError::InvalidState(
                 "Both Events must be recorded before they can be subtracted; use Stream::record to record both events to a stream.".into(),
             )),
-            driver::CUresult::CUDA_ERROR_NOT_READY => Err(CudaError::InvalidArgument(
+            driver::CUresult::CUDA_ERROR_NOT_READY => Err(CudaError::InvalidState(
                 "One or both events have not completed; use Event::sync, Stream::sync, or Device::sync to wait for the events to complete before subtracting them.".into(),
             )),
             // (Driver 580 answers this for an event whose last record was into a capture,
             // which takes no time; seen in the stress test.)
-            driver::CUresult::CUDA_ERROR_INVALID_VALUE => Err(CudaError::InvalidArgument(
+            driver::CUresult::CUDA_ERROR_INVALID_VALUE => Err(CudaError::InvalidState(
                 "One or both events were last recorded into a graph capture, where no time is taken (cuEventElapsedTime: CUDA_ERROR_INVALID_VALUE); record both on a stream that is not capturing.".into(),
             )),
             _ => status.check("cuEventElapsedTime").map(|()| ms),

@@ -160,7 +160,7 @@ fn completion(stream: &Stream) -> Result<Completion> {
     let signal = Arc::new(Signal::default());
     stream.enqueue(|capture| {
         if capture.is_some() {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "a Completion cannot wait on a stream being captured into a graph (its work runs when the graph is launched): await a stream that launches the graph instead".into(),
             ));
         }
@@ -252,7 +252,7 @@ impl Event {
         let mut lease = WaiterLease::take(self.context())?;
         let waiter = lease.stream.clone();
         let joined = || {
-            CudaError::InvalidArgument(
+            CudaError::InvalidState(
                 "the event was recorded in a capture that is still running (waiting for it joined that capture): await an event recorded outside captures, or the stream that launches the graph".into(),
             )
         };

@@ -138,7 +138,7 @@ impl Registry {
     /// An error when `graph` is being captured into (only the capture changes it then).
     pub(crate) fn refuse_while_capturing(&self, graph: driver::CUgraph) -> Result<()> {
         if self.capturing.contains(&(graph as usize)) {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "the graph is being recorded by a capture: change it after the capture ends".into(),
             ));
         }
@@ -407,17 +407,17 @@ impl GraphInner {
     /// capture into the hierarchy was invalidated.
     pub(crate) fn check_live(&self, reg: &Registry) -> Result<()> {
         if reg.broken {
-            return Err(CudaError::InvalidArgument(BROKEN.into()));
+            return Err(CudaError::InvalidState(BROKEN.into()));
         }
         let mut at = self;
         while let Some((parent, node)) = &at.owner {
             if !reg.is_live(*node) {
-                return Err(CudaError::InvalidArgument(
+                return Err(CudaError::InvalidState(
                     "the node owning this graph was destroyed: the graph is no longer valid".into(),
                 ));
             }
             if at.child_gen.is_some_and(|g| reg.child_gen(node.handle) != g) {
-                return Err(CudaError::InvalidArgument(
+                return Err(CudaError::InvalidState(
                     "the child-graph node owning this graph was given another graph (an update): read its graph again"
                         .into(),
                 ));

@@ -42,7 +42,7 @@ impl Stream {
         let mut f = Some(Box::new(f) as HostFn);
         let queued = self.enqueue(|capture| {
             if capture.is_some() {
-                return Err(CudaError::InvalidArgument(
+                return Err(CudaError::InvalidState(
                     "launch_host_func runs its closure once, but a captured graph calls it at every launch: use GraphBuilder::callback".into(),
                 ));
             }

@@ -571,7 +571,7 @@ impl Stream {
     #[inline]
     pub fn record(&self, event: &Event) -> Result<()> {
         if event.is_ipc_imported() {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidType(
                 "an event opened from another process cannot be recorded".into(),
             ));
         }

@@ -52,7 +52,7 @@ impl Site {
             return Site::plain(stream).ok_or_else(|| CudaError::InvalidArgument("the stream has no context".into()));
         }
         let context = Context::current()?.ok_or_else(|| {
-            CudaError::InvalidArgument(
+            CudaError::InvalidState(
                 "a default stream was used with no current context: make a device current first (Device::set_current)"
                     .into(),
             )
@@ -218,7 +218,7 @@ impl Site {
         if self.try_synchronize()? {
             return Ok(());
         }
-        Err(CudaError::InvalidArgument(
+        Err(CudaError::InvalidState(
             "the memory was last used on another thread's per-thread default stream, which only a synchronisation of its context can wait for, and a stream of that context is being captured into a graph (such a synchronisation would invalidate the capture): retry after the capture ends, or use the memory on streams you created".into(),
         ))
     }

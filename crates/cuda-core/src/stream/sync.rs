@@ -131,7 +131,7 @@ pub(super) unsafe fn query(stream: driver::CUstream) -> Result<bool> {
 
 /// The refusal of a synchronisation or query of a stream being captured.
 fn sync_refused(what: &str) -> CudaError {
-    CudaError::InvalidArgument(format!(
+    CudaError::InvalidState(format!(
         "{what}: the stream is being captured into a graph, where nothing runs until the graph is launched (the driver would invalidate the capture): end the capture first, or synchronise a stream that is not capturing"
     ))
 }

@@ -118,7 +118,7 @@ impl Stream {
 
 /// The refusal of a default stream's wait that would join a capture.
 fn default_stream_join() -> CudaError {
-    CudaError::InvalidArgument(
+    CudaError::InvalidState(
         "a default stream cannot wait for work recorded in a capture: it would join the capture, and other libraries' work on it (the per-thread default stream is every library's) would be recorded into the graph without the graph holding what it uses. Wait with a stream of your own, or after the capture ends".into(),
     )
 }
