@@ -538,6 +538,8 @@ fn a_green_context_is_current_on_one_thread_at_a_time() {
                 ] {
                     assert!(m.contains("is current on another thread"), "{m}");
                 }
+                // (A state the operation cannot run in: a RuntimeError's kind.)
+                assert_eq!(green.set_current().unwrap_err().kind(), cuda_core::ErrorKind::Runtime);
                 assert_eq!(Context::current().unwrap(), Some(d.primary_context().unwrap()));
                 // Its streams serve this thread: made, ordered and used without making it current.
                 let s = green.create_stream(Default::default()).unwrap();
@@ -821,6 +823,11 @@ fn per_group_counts_need_the_cuda_13_1_split() {
             m.starts_with("CUDA 12 SM splitting only supports homogeneous count values"),
             "{m}"
         );
+        // (cuda.core raises a NotImplementedError.)
+        assert_eq!(
+            sm.split(&options, false).unwrap_err().kind(),
+            cuda_core::ErrorKind::NotImplemented
+        );
         for (options, field) in [
             (
                 SMResourceOptions {
@@ -850,6 +857,10 @@ fn per_group_counts_need_the_cuda_13_1_split() {
                     "SMResourceOptions.{field} requires the CUDA 13.1 structured SM split API"
                 )),
                 "{m}"
+            );
+            assert_eq!(
+                sm.split(&options, false).unwrap_err().kind(),
+                cuda_core::ErrorKind::NotImplemented
             );
         }
         return skip(format!(
@@ -897,6 +908,10 @@ fn workqueue_resources_need_a_cuda_13_1_driver() {
                 version.0, version.1
             )),
             "{m}"
+        );
+        assert_eq!(
+            d.resources().workqueue().unwrap_err().kind(),
+            cuda_core::ErrorKind::NotImplemented
         );
         return skip(format!(
             "workqueue resources need a CUDA 13.1 driver (this one supports {version:?}); checked the refusal"

@@ -504,7 +504,7 @@ impl Context {
         if self.try_synchronize()? {
             return Ok(());
         }
-        Err(CudaError::InvalidArgument(
+        Err(CudaError::InvalidState(
             "synchronize: a stream of this context is being captured into a graph, which a context-wide synchronisation would invalidate: synchronize the streams you use (Stream::sync), or synchronize after the capture ends".into(),
         ))
     }

@@ -402,7 +402,7 @@ impl SMResource {
                 ))
             }
             Part::Remainder if !structured => {
-                return Err(CudaError::InvalidArgument(format!(
+                return Err(CudaError::NotSupported(format!(
                     "the remainder of a split cannot be split again with cuDevSmResourceSplitByCount (the driver \
                      supports CUDA {}.{}; the CUDA 13.1 split, cuDevSmResourceSplit, splits remainders): split the \
                      original resource into more groups instead",

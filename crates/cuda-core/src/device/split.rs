@@ -212,14 +212,14 @@ pub(super) fn by_count_request(groups: &[GroupRequest], driver: (u32, u32)) -> R
         ("backfill", groups.iter().any(|g| g.backfill)),
     ] {
         if set {
-            return Err(CudaError::InvalidArgument(format!(
+            return Err(CudaError::NotSupported(format!(
                 "SMResourceOptions.{field} requires the CUDA 13.1 structured SM split API ({why})"
             )));
         }
     }
     let first = groups.first().and_then(|g| g.sm_count);
     if groups.iter().any(|g| g.sm_count != first) {
-        return Err(CudaError::InvalidArgument(format!(
+        return Err(CudaError::NotSupported(format!(
             "CUDA 12 SM splitting only supports homogeneous count values; use CUDA 13.1 or newer for per-group counts ({why})"
         )));
     }

@@ -13,7 +13,7 @@ use std::fmt;
 pub(super) fn workqueue_support() -> Result<()> {
     let (major, minor) = driver_version()?;
     if (major, minor) < (13, 1) {
-        return Err(CudaError::InvalidArgument(format!(
+        return Err(CudaError::NotSupported(format!(
             "WorkqueueResource requires CUDA driver 13.1 or newer. Using driver version {major}.{minor} \
              (update the NVIDIA driver to use workqueue resources; SM resources work from CUDA 12.4)"
         )));

@@ -27,7 +27,7 @@ const GREEN_BUSY: &str = "is current on another thread";
 /// Whether `e` is the error for a green context current on another thread (an operation that
 /// needs it current may succeed later).
 pub(crate) fn green_context_busy(e: &CudaError) -> bool {
-    matches!(e, CudaError::InvalidArgument(m) if m.contains(GREEN_BUSY))
+    matches!(e, CudaError::InvalidState(m) if m.contains(GREEN_BUSY))
 }
 
 /// A number for the calling thread (usable during its teardown, unlike `std::thread::current`).
@@ -59,7 +59,7 @@ impl Green {
                 }
                 Some(t) if t == me => break,
                 Some(_) if claim.lasting > 0 => {
-                    return Err(CudaError::InvalidArgument(format!(
+                    return Err(CudaError::InvalidState(format!(
                         "{context:?} {GREEN_BUSY} (made current there by set_current or push), and a \
                          green context may be current on only one thread at a time (the driver does not synchronise \
                          threads using one green context): make another context current on that thread first, or \
@@ -168,7 +168,7 @@ thread_local! {
 /// The error for making a created or green context current while the thread is ending (its stack
 /// of held contexts is gone, so nothing would keep the context alive, or hold its claim).
 fn ending_thread() -> CudaError {
-    CudaError::InvalidArgument(
+    CudaError::InvalidState(
         "the thread is ending (its thread-local stack of current contexts is gone): a created or green context \
          cannot be made current now"
             .into(),
