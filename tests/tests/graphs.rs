@@ -490,24 +490,28 @@ fn updates_change_results_and_errors_say_why() {
 
     // Capture errors.
     let mut b = s.create_graph_builder();
-    assert!(b.end_building().unwrap_err().to_string().contains("not building"));
+    // (Builders in the wrong state: cuda.core raises RuntimeErrors.)
+    let err = b.end_building().unwrap_err();
+    assert!(err.to_string().contains("not building"), "{err}");
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Runtime);
     b.begin_building(CaptureMode::ThreadLocal).unwrap();
-    assert!(b.begin_building(CaptureMode::ThreadLocal).is_err());
+    let err = b.begin_building(CaptureMode::ThreadLocal).unwrap_err();
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Runtime, "{err}");
     b.end_building().unwrap();
-    assert!(b
-        .begin_building(CaptureMode::ThreadLocal)
-        .unwrap_err()
-        .to_string()
-        .contains("cannot resume"));
+    let err = b.begin_building(CaptureMode::ThreadLocal).unwrap_err();
+    assert!(err.to_string().contains("cannot resume"), "{err}");
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Runtime);
     let err = cuda_core::graph::GraphBuilder::join(vec![b]).unwrap_err();
     assert!(err.to_string().contains("at least two"), "{err}");
     let mut c = s.begin_capture(CaptureMode::ThreadLocal).unwrap();
     assert!(c.is_building().unwrap());
     let err = c.complete(&Default::default()).unwrap_err();
     assert!(err.to_string().contains("not finished"), "{err}");
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Runtime);
     c.end_building().unwrap();
     let split = s.create_graph_builder().split(2).unwrap_err();
     assert!(split.to_string().contains("not building"), "{split}");
+    assert_eq!(split.kind(), cuda_core::ErrorKind::Runtime);
     // A graph memory resource allocates only under capture.
     let gm = GraphMemoryResource::new(&d);
     assert!(gm.allocate(64, &s).is_err());

@@ -241,17 +241,15 @@ impl GraphBuilder {
     fn begin(&mut self, mode: CaptureMode) -> Result<&mut Self> {
         match (self.state, self.kind) {
             (State::Building, _) => {
-                return Err(CudaError::InvalidArgument(
-                    "the graph builder is already building".into(),
-                ))
+                return Err(CudaError::InvalidState("the graph builder is already building".into()))
             }
             (State::Ended, _) => {
-                return Err(CudaError::InvalidArgument(
+                return Err(CudaError::InvalidState(
                     "cannot resume building after building has ended".into(),
                 ))
             }
             (_, Kind::Forked) => {
-                return Err(CudaError::InvalidArgument(
+                return Err(CudaError::InvalidState(
                     "a builder made by split records as part of its parent's capture".into(),
                 ))
             }
@@ -347,10 +345,10 @@ impl GraphBuilder {
     /// launch gives it back.
     pub fn end_building(&mut self) -> Result<&mut Self> {
         if self.state != State::Building {
-            return Err(CudaError::InvalidArgument("the graph builder is not building".into()));
+            return Err(CudaError::InvalidState("the graph builder is not building".into()));
         }
         if self.kind == Kind::Forked {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "a builder made by split ends with its parent: join it (GraphBuilder::join) and end that".into(),
             ));
         }
@@ -377,15 +375,12 @@ impl GraphBuilder {
     /// graph is then kept: the driver still records into it).
     fn end_capture(&mut self) -> std::result::Result<(), (CudaError, bool)> {
         let Some(graph) = self.graph.clone() else {
-            return Err((
-                CudaError::InvalidArgument("the graph builder has no graph".into()),
-                false,
-            ));
+            return Err((CudaError::InvalidState("the graph builder has no graph".into()), false));
         };
         let Some(running) = self.running.as_ref() else {
             // Not known to have ended: the graph is kept rather than destroyed under a capture.
             return Err((
-                CudaError::InvalidArgument("the graph builder began no capture".into()),
+                CudaError::InvalidState("the graph builder began no capture".into()),
                 true,
             ));
         };
@@ -401,7 +396,7 @@ impl GraphBuilder {
             Some((result, capturing)) => (result.and(switched), capturing),
             // The capture's context could not be made current: it still runs.
             None => (
-                switched.and(Err(CudaError::InvalidArgument(
+                switched.and(Err(CudaError::InvalidState(
                     "the capture's context could not be made current to end it".into(),
                 ))),
                 true,
@@ -450,7 +445,7 @@ impl GraphBuilder {
         drop(reg);
         let result = match status {
             Err(e) => Err(e),
-            Ok(()) if ended.is_null() => Err(CudaError::InvalidArgument(
+            Ok(()) if ended.is_null() => Err(CudaError::InvalidState(
                 "the capture was invalidated: nothing usable was recorded".into(),
             )),
             // The capture ended, but its graph memory may not all have been freed in it.
@@ -463,7 +458,7 @@ impl GraphBuilder {
     pub fn graph_definition(&self) -> Result<GraphDefinition> {
         match (&self.graph, self.state) {
             (Some(g), State::Ended) => Ok(GraphDefinition { inner: g.clone() }),
-            _ => Err(CudaError::InvalidArgument("the graph has not finished building".into())),
+            _ => Err(CudaError::InvalidState("the graph has not finished building".into())),
         }
     }
 
@@ -490,15 +485,13 @@ impl GraphBuilder {
     /// Runs `op` with this builder's capture (its graph locked), under the stream's capture lock.
     fn with_capture<T>(&self, what: &str, op: impl FnOnce(&mut Capture<'_>) -> Result<T>) -> Result<T> {
         if self.state != State::Building {
-            return Err(CudaError::InvalidArgument(format!(
+            return Err(CudaError::InvalidState(format!(
                 "{what}: the graph builder is not building"
             )));
         }
         self.stream.enqueue(|capture| match capture {
             Some(capture) => op(capture),
-            None => Err(CudaError::InvalidArgument(format!(
-                "{what}: the stream is not capturing"
-            ))),
+            None => Err(CudaError::InvalidState(format!("{what}: the stream is not capturing"))),
         })
     }
 }

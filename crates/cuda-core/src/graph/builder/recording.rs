@@ -143,9 +143,9 @@ impl GraphBuilder {
     pub fn embed(&self, child: &GraphBuilder) -> Result<()> {
         let definition = child
             .graph_definition()
-            .map_err(|_| CudaError::InvalidArgument("the child graph has not finished building".into()))?;
+            .map_err(|_| CudaError::InvalidState("the child graph has not finished building".into()))?;
         if self.state != State::Building {
-            return Err(CudaError::InvalidArgument("the parent graph is not being built".into()));
+            return Err(CudaError::InvalidState("the parent graph is not being built".into()));
         }
         if let Some(g) = &self.graph {
             if Arc::ptr_eq(&g.registry, &definition.inner.registry) {

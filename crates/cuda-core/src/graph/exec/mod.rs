@@ -302,12 +302,12 @@ fn instantiate_error(result: driver::CUgraphInstantiateResult, cause: CudaError)
         }
         _ => return cause,
     };
-    CudaError::InvalidArgument(format!("graph instantiation failed: {why} ({cause})"))
+    CudaError::InvalidState(format!("graph instantiation failed: {why} ({cause})"))
 }
 
 /// The error for a launch or upload on a stream being captured.
 fn launch_into_capture() -> CudaError {
-    CudaError::InvalidArgument(
+    CudaError::InvalidState(
         "an executable graph cannot be launched on a stream being captured: embed its definition (GraphBuilder::embed, GraphDefinition::embed) instead".into(),
     )
 }
@@ -393,7 +393,7 @@ impl Graph {
     /// [`definition`](Self::definition), or the error per-node updates give without it.
     fn source(&self) -> Result<GraphDefinition> {
         self.definition().ok_or_else(|| {
-            CudaError::InvalidArgument(
+            CudaError::InvalidState(
                 "the definition this graph was instantiated from was released (an update replaced it, and nothing else held it): keep it, or one of its nodes, to update nodes".into(),
             )
         })

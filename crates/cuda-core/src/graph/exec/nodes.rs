@@ -458,7 +458,7 @@ fn check_runs_exec(runs: &Kernel, kernel: &Kernel) -> Result<()> {
 /// The current context, which copy and memset nodes' updates name (and the graph holds).
 fn current(what: &str) -> Result<Context> {
     Context::current()?.ok_or_else(|| {
-        CudaError::InvalidArgument(format!(
+        CudaError::InvalidState(format!(
             "{what}: no context is current (call Device::set_current first)"
         ))
     })
