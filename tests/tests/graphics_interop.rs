@@ -131,10 +131,9 @@ fn a_gl_buffer_written_by_a_kernel_reads_back_in_gl() {
     // cuda.core's errors: a closed resource.
     resource.close().unwrap();
     assert!(resource.is_closed() && resource.handle().is_null());
-    assert_eq!(
-        resource.map(&s).unwrap_err().to_string(),
-        "GraphicsResource has been closed"
-    );
+    let err = resource.map(&s).unwrap_err();
+    assert_eq!(err.to_string(), "GraphicsResource has been closed");
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Runtime);
     resource.close().unwrap();
     gl.delete_buffer(name);
     assert_eq!(drop_errors(), Vec::<String>::new());
@@ -159,7 +158,9 @@ fn a_graph_that_used_the_mapping_keeps_it_mapped_until_it_goes() {
         // The guard goes here: the graph holds the mapping.
     };
     assert!(resource.is_mapped(), "the graph holds the mapping");
-    let e = resource.map(&s).unwrap_err().to_string();
+    let err = resource.map(&s).unwrap_err();
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Runtime);
+    let e = err.to_string();
     assert!(e.starts_with("GraphicsResource is already mapped"), "{e}");
     // Closing is refused while the graph holds the mapping: the resource stays open and mapped.
     let e = resource.close().unwrap_err().to_string();

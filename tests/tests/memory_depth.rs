@@ -91,18 +91,23 @@ fn pools_that_are_not_shared_say_so() {
     assert!(!pool.is_ipc_enabled());
     let err = pool.export_fd().unwrap_err();
     assert!(err.to_string().contains("Memory resource is not IPC-enabled"), "{err}");
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Runtime);
     let b = pool.allocate(64, &s).unwrap();
     let err = b.ipc_descriptor().unwrap_err();
     assert!(err.to_string().contains("Memory resource is not IPC-enabled"), "{err}");
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Runtime);
     let desc = cuda_core::IpcBufferDescriptor::new([0; 64], 64);
     let err = Buffer::from_ipc_descriptor(&pool, &desc, &s).unwrap_err();
     assert!(err.to_string().contains("Memory resource is not IPC-enabled"), "{err}");
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Runtime);
     let pinned = PinnedMemoryResource::new(Default::default()).unwrap();
     assert!(!pinned.is_ipc_enabled() && pinned.numa_id().is_none());
     let err = pinned.export_fd().unwrap_err();
     assert!(err.to_string().contains("Memory resource is not IPC-enabled"), "{err}");
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Runtime);
     let err = Buffer::from_ipc_descriptor(&pinned, &desc, &s).unwrap_err();
     assert!(err.to_string().contains("Memory resource is not IPC-enabled"), "{err}");
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Runtime);
 }
 
 #[test]
@@ -241,6 +246,8 @@ fn managed_pools_with_preferred_locations() {
             .contains("ManagedMemoryResource cannot perform memory operations on a capturing stream"),
         "{err}"
     );
+    // (cuda.core raises a RuntimeError.)
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Runtime);
     builder.end_building().unwrap();
 }
 
@@ -510,6 +517,8 @@ fn child_opens_a_shared_pinned_buffer() {
             .contains("Cannot allocate from a mapped IPC-enabled memory resource"),
         "{err}"
     );
+    // (cuda.core raises a TypeError.)
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Type);
     let buffer = Buffer::from_ipc_descriptor(&pool, &desc, &s).unwrap();
     assert!(buffer.is_mapped());
     let expected: Vec<u8> = (0..desc.size()).map(|i| (i % 241) as u8).collect();

@@ -156,6 +156,8 @@ fn pools_refuse_to_allocate_on_a_capturing_stream() {
         ),
         "{err}"
     );
+    // (cuda.core raises a RuntimeError.)
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Runtime);
     let err = pinned.allocate(256, builder.stream()).unwrap_err();
     assert!(
         err.to_string()

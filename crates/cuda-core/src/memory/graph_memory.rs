@@ -91,7 +91,7 @@ impl GraphMemoryResource {
 unsafe impl MemoryResource for GraphMemoryResource {
     fn allocate(&self, size: usize, stream: &Stream) -> Result<driver::CUdeviceptr> {
         if crate::stream::capture::capture_info(stream.handle())?.is_none() {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "GraphMemoryResource cannot perform memory operations on a non-capturing stream: it allocates only on a stream being captured into a graph (a GraphBuilder's stream)"
                     .into(),
             ));

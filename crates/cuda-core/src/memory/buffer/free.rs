@@ -318,13 +318,13 @@ impl Buffer {
             match site.fence()? {
                 Fence::Event(e) => wait(e.handle())?,
                 Fence::Capturing => {
-                    return Err(CudaError::InvalidArgument(
+                    return Err(CudaError::InvalidState(
                         "a stream that used the buffer is being captured into a graph: hand the buffer over once the capture has ended".into(),
                     ))
                 }
                 Fence::Unreachable => {
                     if !site.try_synchronize()? {
-                        return Err(CudaError::InvalidArgument(
+                        return Err(CudaError::InvalidState(
                             "another thread's per-thread default stream used the buffer and its context has a capture running: hand the buffer over once the capture has ended".into(),
                         ));
                     }

@@ -146,7 +146,7 @@ fn wait_for_site(site: &Site, what: &str) -> Result<()> {
         Fence::Event(fence) => crate::memory::copy::wait_for_fence(fence.handle()),
         Fence::Capturing => match before_capture(site) {
             Some(fence) => crate::memory::copy::wait_for_fence(fence.handle()),
-            None => Err(CudaError::InvalidArgument(format!(
+            None => Err(CudaError::InvalidState(format!(
                 "{what}: a stream that used the buffer joined a capture this crate did not begin, and its earlier work cannot be waited for: retry after the capture ends"
             ))),
         },

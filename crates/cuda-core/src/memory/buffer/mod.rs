@@ -386,20 +386,20 @@ impl Buffer {
             return Ok(());
         }
         if self.graph.is_some() {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "graph memory is freed by the capture that allocated it, on its stream: its deallocation stream cannot change".into(),
             ));
         }
         match self.dealloc.fence()? {
             Fence::Event(e) => {
                 if !site.wait(&e)? {
-                    return Err(CudaError::InvalidArgument(
+                    return Err(CudaError::InvalidState(
                         "set_deallocation_stream: the stream is being captured into a graph; free on a stream that is not".into(),
                     ));
                 }
             }
             Fence::Capturing => {
-                return Err(CudaError::InvalidArgument(
+                return Err(CudaError::InvalidState(
                     "set_deallocation_stream: the current deallocation stream is being captured into a graph; change it after the capture ends".into(),
                 ))
             }

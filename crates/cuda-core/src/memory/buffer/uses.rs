@@ -40,7 +40,7 @@ impl Buffer {
             Fence::Capturing => match before_capture(&self.dealloc) {
                 Some(f) => Some(f),
                 None => {
-                    return Err(CudaError::InvalidArgument(
+                    return Err(CudaError::InvalidState(
                         "the buffer's deallocation stream joined a capture: use the buffer in a graph after that capture ends".into(),
                     ))
                 }
@@ -68,7 +68,7 @@ impl Buffer {
     /// another buffer still uses.
     pub unsafe fn assume_ordered_on(&self, stream: &Stream) -> Result<()> {
         if self.graph.is_some() {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "assume_ordered_on: graph memory is usable only on the stream whose capture allocated it".into(),
             ));
         }
@@ -133,7 +133,7 @@ impl Buffer {
                 }
             }
             Fence::Capturing => {
-                return Err(CudaError::InvalidArgument(
+                return Err(CudaError::InvalidState(
                     "the buffer's deallocation stream is being captured into a graph: until the capture ends, use the buffer on that stream only".into(),
                 ))
             }
@@ -150,12 +150,12 @@ impl Buffer {
         match &self.graph {
             Some(g) => {
                 if g.state.freed.load(Ordering::Acquire) {
-                    return Err(CudaError::InvalidArgument(
+                    return Err(CudaError::InvalidState(
                         "the graph memory was freed by its capture".into(),
                     ));
                 }
                 if !g.state.is_of(capture.graph) || !self.dealloc.is_plainly(stream) {
-                    return Err(CudaError::InvalidArgument(
+                    return Err(CudaError::InvalidState(
                         "graph memory is usable only on the stream whose capture allocated it, while that capture records"
                             .into(),
                     ));
@@ -230,7 +230,7 @@ pub(crate) fn enqueue_using<T, B: BufferRef>(
                     if !known {
                         for b in buffers.iter().filter_map(BufferRef::get) {
                             if b.graph.is_some() {
-                                return Err(CudaError::InvalidArgument(
+                                return Err(CudaError::InvalidState(
                                     "graph memory is usable only on the stream whose capture allocated it, while that capture records"
                                         .into(),
                                 ));

@@ -53,7 +53,7 @@ fn single_capture(method: &str) -> String {
 fn refuse_capturing(recording: bool, stream: &Stream, refusal: &str) -> Result<()> {
     // (The stream is live, not the legacy default stream: refused before.)
     if recording || crate::stream::capture::is_capturing(stream.handle())? {
-        return Err(CudaError::InvalidArgument(refusal.into()));
+        return Err(CudaError::InvalidState(refusal.into()));
     }
     Ok(())
 }

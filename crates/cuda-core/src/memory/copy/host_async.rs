@@ -99,7 +99,7 @@ impl<T: Pod> Future for HostCopy<T> {
 
 /// The refusal of an awaited copy on a stream being captured.
 fn refused(what: &str) -> CudaError {
-    CudaError::InvalidArgument(format!(
+    CudaError::InvalidState(format!(
         "{what}: a stream being captured records the copy into a graph, which copies at every launch, not now: copy on a stream that is not capturing"
     ))
 }

@@ -64,7 +64,7 @@ pub(super) fn copy_with_host(
     let fence = stream.context_or_current()?.fence()?;
     enqueue_using(stream, buffers, |capture| {
         if capture.is_some() {
-            return Err(CudaError::InvalidArgument(refusal.into()));
+            return Err(CudaError::InvalidState(refusal.into()));
         }
         copy()?;
         // SAFETY: both handles are live; the event belongs to the stream's context; the

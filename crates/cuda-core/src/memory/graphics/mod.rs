@@ -224,7 +224,7 @@ fn current_context(what: &str) -> Result<Context> {
     crate::reaper::refuse_in_callback()?;
     registered::release_orphans();
     Context::current()?.ok_or_else(|| {
-        CudaError::InvalidArgument(format!(
+        CudaError::InvalidState(format!(
             "{what} registers in the current CUDA context, and none is current: make a device current first (Device::set_current)"
         ))
     })
@@ -377,7 +377,7 @@ impl GraphicsResource {
         if let Some(r) = &self.registered {
             r.unmap_parked()?;
             if Arc::strong_count(r) > 1 || r.is_mapped() {
-                return Err(CudaError::InvalidArgument(
+                return Err(CudaError::InvalidState(
                     "GraphicsResource is still mapped: a graph that recorded work on the mapping (or a leaked guard) holds it; close the resource once it is unmapped (see is_mapped)".into(),
                 ));
             }
@@ -389,7 +389,7 @@ impl GraphicsResource {
                 // Shared since the check above (cannot happen: the resource is not Sync and no
                 // guard is alive): keep it open.
                 self.registered = Some(shared);
-                Err(CudaError::InvalidArgument("GraphicsResource is still mapped".into()))
+                Err(CudaError::InvalidState("GraphicsResource is still mapped".into()))
             }
         }
     }
@@ -405,18 +405,18 @@ impl GraphicsResource {
         let registered = self
             .registered
             .as_ref()
-            .ok_or_else(|| CudaError::InvalidArgument("GraphicsResource has been closed".into()))?;
+            .ok_or_else(|| CudaError::InvalidState("GraphicsResource has been closed".into()))?;
         crate::reaper::refuse_in_callback()?;
         registered::release_orphans();
         registered.unmap_parked()?;
         if registered.is_mapped() {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "GraphicsResource is already mapped (a graph that recorded work on the last mapping still holds it)"
                     .into(),
             ));
         }
         if !fits(self.kind) {
-            return Err(CudaError::InvalidArgument(format!(
+            return Err(CudaError::InvalidType(format!(
                 "GraphicsResource::{method} maps {instead}; this resource is {:?}",
                 self.kind
             )));

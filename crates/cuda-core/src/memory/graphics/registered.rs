@@ -144,14 +144,14 @@ impl Registered {
     pub(super) fn map(&self, stream: &Stream) -> Result<()> {
         if self.driver_maps() {
             if !self.on_owner_thread() {
-                return Err(CudaError::InvalidArgument(
+                return Err(CudaError::InvalidState(
                     "an OpenGL resource is mapped on the thread that registered it, where its GL context is current"
                         .into(),
                 ));
             }
             stream.enqueue(|capture| {
                 if capture.is_some() {
-                    return Err(CudaError::InvalidArgument(
+                    return Err(CudaError::InvalidState(
                         "GraphicsResource cannot be mapped on a stream being captured (a graph cannot record the map): map before the capture begins, then capture the work on the mapping".into(),
                     ));
                 }
@@ -288,7 +288,7 @@ impl Registered {
             // driver refuses it; unregistering a mapped resource it refuses too). What uses the
             // mapping is waited for, and the mapping and the registration are left to the driver.
             crate::memory::wait_before_free(&stream)?;
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "a GraphicsResource was let go while still mapped, and its unmap could not be queued (its last mapping was released off the registering thread, after the resource was dropped while a graph held the mapping; or no GL context was current): it stays mapped and registered. Keep the resource, with its GL context current, until is_mapped() is false".into(),
             ));
         }

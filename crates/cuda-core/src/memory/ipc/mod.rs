@@ -80,7 +80,7 @@ impl Buffer {
     /// The descriptor another process opens this buffer with, through the pool it imported.
     pub fn ipc_descriptor(&self) -> Result<IpcBufferDescriptor> {
         if self.memory_resource().and_then(|r| r.ipc_pool()).is_none() {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "Memory resource is not IPC-enabled (or its pool was not exported yet): only buffers of an ipc_enabled pool that was exported (export_fd) can be shared".into(),
             ));
         }
@@ -106,7 +106,7 @@ impl Buffer {
         stream: &Stream,
     ) -> Result<Buffer> {
         if !pool.is_ipc_enabled() {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "Memory resource is not IPC-enabled: open shared buffers through the pool imported with from_fd".into(),
             ));
         }

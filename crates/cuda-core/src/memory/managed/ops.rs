@@ -218,7 +218,7 @@ impl Buffer {
     /// Before a discard: nothing else uses the memory (see [`discard`](Self::discard)).
     fn quiesce_for_discard(&mut self, what: &str) -> Result<()> {
         if self.is_used_by_graph() {
-            return Err(CudaError::InvalidArgument(format!(
+            return Err(CudaError::InvalidState(format!(
                 "{what}: a graph holds this buffer, and its launches may use the memory at any time: discard a buffer no graph uses"
             )));
         }
@@ -407,6 +407,8 @@ impl Batch {
 fn rename(e: CudaError, batch: &str, single: &str) -> CudaError {
     match e {
         CudaError::InvalidArgument(m) => CudaError::InvalidArgument(m.replace(batch, single)),
+        CudaError::InvalidState(m) => CudaError::InvalidState(m.replace(batch, single)),
+        CudaError::InvalidType(m) => CudaError::InvalidType(m.replace(batch, single)),
         other => other,
     }
 }

@@ -345,12 +345,12 @@ impl MemoryPool {
     #[inline]
     pub(crate) fn allocate(&self, size: usize, stream: &Stream, what: &str) -> Result<driver::CUdeviceptr> {
         if self.imported {
-            return Err(CudaError::InvalidArgument(format!(
+            return Err(CudaError::InvalidType(format!(
                 "Cannot allocate from a mapped IPC-enabled memory resource ({what} opened from another process: allocate in the process that made the pool)"
             )));
         }
         if captures_running() && capture_info(stream.handle())?.is_some() {
-            return Err(CudaError::InvalidArgument(format!(
+            return Err(CudaError::InvalidState(format!(
                 "{what} cannot perform memory operations on a capturing stream (consider using GraphMemoryResource)."
             )));
         }
@@ -534,12 +534,12 @@ impl MemoryPool {
     /// [`crate::ipc::send_fd`]. Buffers of the pool can be shared once it was exported.
     pub fn export_fd(&self) -> Result<std::os::fd::OwnedFd> {
         if self.imported {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "Imported memory resource cannot be exported: this pool was opened from another process (from_fd); export it in the process that made it, or pass on the file descriptor it was opened with".into(),
             ));
         }
         if !self.ipc {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "Memory resource is not IPC-enabled (make the pool with ipc_enabled to share it)".into(),
             ));
         }
@@ -620,7 +620,7 @@ pub(crate) use deref_to_pool;
 #[cold]
 fn allocation_error(e: CudaError) -> CudaError {
     if e.driver_status() == Some(driver::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
-        CudaError::InvalidArgument(format!(
+        CudaError::InvalidState(format!(
             "{e}: a memory pool cannot allocate on a stream being captured, nor while the calling thread captures one (such a capture is now invalidated): allocate graph memory with GraphMemoryResource, other memory before the capture"
         ))
     } else {

@@ -446,7 +446,7 @@ impl<'a> StridedMemoryView<'a> {
     /// the view writable, and its memory a buffer's.
     pub fn kernel_arg<T: Element>(&self) -> Result<BufferView<'_, T>> {
         if T::DTYPE != self.dtype {
-            return Err(CudaError::InvalidArgument(format!(
+            return Err(CudaError::InvalidType(format!(
                 "the view holds {} elements, not {}",
                 self.dtype,
                 T::DTYPE

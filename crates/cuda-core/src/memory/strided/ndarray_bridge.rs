@@ -69,7 +69,7 @@ impl<'a> StridedMemoryView<'a> {
             ));
         }
         if T::DTYPE != self.dtype {
-            return Err(CudaError::InvalidArgument(format!(
+            return Err(CudaError::InvalidType(format!(
                 "as_ndarray: the view holds {} elements, not {}",
                 self.dtype,
                 T::DTYPE
@@ -126,7 +126,11 @@ mod tests {
         let vr = StridedMemoryView::from_ndarray(&r).unwrap();
         assert_eq!(vr.strides(), Some(&[4isize, -1][..]));
         assert!(vr.as_ndarray::<i32>().unwrap_err().to_string().contains("negative"));
-        assert!(v.as_ndarray::<u32>().is_err(), "the dtype must match");
+        // The dtype must match: a wrong element type is a type error (cuda.core's TypeError),
+        // and so is a kernel argument of another type; a bad layout stays a value error.
+        assert_eq!(v.as_ndarray::<u32>().unwrap_err().kind(), crate::ErrorKind::Type);
+        assert_eq!(v.kernel_arg::<u32>().unwrap_err().kind(), crate::ErrorKind::Type);
+        assert_eq!(vr.as_ndarray::<i32>().unwrap_err().kind(), crate::ErrorKind::Value);
     }
 
     #[test]

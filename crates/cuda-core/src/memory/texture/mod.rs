@@ -227,7 +227,7 @@ fn array_descriptor(
 fn current_context(what: &str) -> Result<Context> {
     crate::reaper::refuse_in_callback()?;
     Context::current()?.ok_or_else(|| {
-        CudaError::InvalidArgument(format!(
+        CudaError::InvalidState(format!(
             "{what} is made in the current CUDA context, and none is current: make a device current first (Device::set_current)"
         ))
     })

@@ -154,7 +154,7 @@ impl<'a> Source<'a> {
 fn context_for(device_id: Option<usize>, what: &str) -> Result<(Context, Device)> {
     crate::reaper::refuse_in_callback()?;
     let context = Context::current()?.ok_or_else(|| {
-        CudaError::InvalidArgument(format!(
+        CudaError::InvalidState(format!(
             "{what} requires an active CUDA context: make a device current first (Device::set_current)"
         ))
     })?;
@@ -407,12 +407,12 @@ impl<'a> TensorMapDescriptor<'a> {
         crate::reaper::refuse_in_callback()?;
         let current = Context::current_handle()?;
         if current.is_null() {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "TensorMapDescriptor requires an active CUDA context: make its device current first".into(),
             ));
         }
         if current != self.context.handle() {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "TensorMapDescriptor was created in a different CUDA context: make that context current".into(),
             ));
         }
