@@ -5,10 +5,6 @@
 //!   `Buffer.__dlpack__` does); [`Buffer::to_dlpack_as`] gives it an element type, a shape and
 //!   strides. The tensor owns the buffer: the DLPack deleter frees it (stream-ordered, on its
 //!   deallocation stream).
-//! - [`BufferView::to_dlpack`] and [`ReadOnlyView::to_dlpack`] hand a view of a buffer over as a
-//!   one-dimensional tensor of its elements, holding a share of the buffer's memory (as
-//!   `StridedMemoryView::to_dlpack` does for views that borrow a buffer); [`Buffer::dlpack_device`]
-//!   is `cuda.core`'s `Buffer.__dlpack_device__`.
 //! - [`Buffer::from_dlpack`] wraps a tensor's memory (CUDA device, pinned host or managed) as a
 //!   buffer that owns the tensor: dropping the buffer waits for the work queued on its
 //!   deallocation stream, then calls the producer's deleter.
@@ -18,10 +14,9 @@
 
 use crate::device::Device;
 use crate::memory::buffer::Keeper;
-use crate::memory::{Buffer, BufferView, PointerInfo, ReadOnlyView};
+use crate::memory::{Buffer, PointerInfo};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
-use cuda_sys::driver;
 use dlpark::ffi::{DLDataType, DLDevice, DLDeviceType, DLManagedTensorVersioned};
 use dlpark::metadata::Dynamic;
 use std::sync::Arc;
@@ -96,90 +91,6 @@ pub(crate) fn dl_device(buffer: &Buffer) -> Result<DLDevice> {
             "export",
             "buffer is neither device-accessible nor host-accessible",
         )),
-    }
-}
-
-/// An error unless a tensor can hold on to the memory of `buffer`, which a view borrows: graph
-/// memory exists only within its capture, and foreign memory without an owner
-/// (`Buffer::from_handle`) is kept alive by nothing once the buffer goes.
-pub(crate) fn check_shareable(buffer: &Buffer) -> Result<()> {
-    if buffer.is_graph_memory() {
-        return Err(dlpack_error(
-            "export",
-            "graph memory exists only within the capture that allocated it",
-        ));
-    }
-    if buffer.memory_resource().is_none() && buffer.owner().is_none() {
-        return Err(dlpack_error(
-            "export",
-            "the view's buffer wraps foreign memory without an owner (Buffer::from_handle): nothing keeps it alive once the buffer goes; wrap it with Buffer::from_handle_with_owner, or hand the buffer itself over with Buffer::to_dlpack",
-        ));
-    }
-    Ok(())
-}
-
-/// Hands `len` elements of `T` from `ptr`, inside `buffer`, over as a one-dimensional tensor
-/// that holds a share of the buffer's memory (see [`StridedMemoryView::to_dlpack`]).
-///
-/// [`StridedMemoryView::to_dlpack`]: crate::StridedMemoryView::to_dlpack
-fn export_borrowed<T: dlpark::DlpackElement>(
-    buffer: &Buffer,
-    ptr: driver::CUdeviceptr,
-    len: usize,
-    readonly: bool,
-) -> Result<DlpackTensor> {
-    check_shareable(buffer)?;
-    // (The view's constructors checked that its elements lie in the buffer; checked again, as
-    // the tensor hands the range to foreign code.)
-    let inside = len
-        .checked_mul(std::mem::size_of::<T>())
-        .zip(ptr.checked_sub(buffer.handle()).and_then(|o| usize::try_from(o).ok()))
-        .and_then(|(bytes, offset)| offset.checked_add(bytes))
-        .is_some_and(|end| end <= buffer.size());
-    if !inside {
-        return Err(dlpack_error("export", "the view reaches outside its buffer"));
-    }
-    let len = i64::try_from(len).map_err(|e| dlpack_error("export", e))?;
-    let device = dl_device(buffer)?;
-    let prepared = Dynamic::new(vec![len], vec![1])
-        .prepare_as::<DLManagedTensorVersioned>()
-        .map_err(|e| dlpack_error("export", e))?;
-    // A share of the memory: freed (stream-ordered, on the buffer's deallocation stream, after
-    // every stream that used it) once the buffer and the tensor are both gone.
-    let mut initialized = prepared.initialize(buffer.share());
-    initialized.set_device(device);
-    initialized.set_data(ptr as usize as *mut std::ffi::c_void);
-    initialized.set_dtype(T::DTYPE);
-    if readonly {
-        initialized
-            .set_flags(dlpark::DlpackFlags::READ_ONLY)
-            .map_err(|e| dlpack_error("export", e))?;
-    }
-    // SAFETY: data and len elements of T lie in the buffer's memory (checked above), which the
-    // tensor keeps alive through its share until its deleter runs (memory nobody keeps alive
-    // was refused); shape and strides are owned by the allocation; the flags say read-only
-    // exactly when the view is.
-    Ok(unsafe { initialized.finish() })
-}
-
-impl<T: dlpark::DlpackElement> BufferView<'_, T> {
-    /// Hands the view over as a one-dimensional DLPack tensor of its elements (versioned ABI,
-    /// writable). The tensor holds a share of the buffer's memory, as a graph does: the memory
-    /// is freed once the buffer and the tensor are both gone, so the buffer may be dropped
-    /// first; from then on the buffer counts as used by a graph
-    /// ([`Buffer::is_used_by_graph`]). Refused for graph memory and for foreign memory without
-    /// an owner (`Buffer::from_handle`). The consumer orders its work after the producer's, as
-    /// for [`Buffer::to_dlpack`].
-    pub fn to_dlpack(self) -> Result<DlpackTensor> {
-        export_borrowed::<T>(self.buffer(), self.handle(), self.len(), false)
-    }
-}
-
-impl<T: dlpark::DlpackElement> ReadOnlyView<'_, T> {
-    /// Hands the view over as a one-dimensional DLPack tensor of its elements, flagged
-    /// read-only (`DLPACK_FLAG_BITMASK_READ_ONLY`); otherwise as [`BufferView::to_dlpack`].
-    pub fn to_dlpack(self) -> Result<DlpackTensor> {
-        export_borrowed::<T>(self.buffer(), self.handle(), self.len(), true)
     }
 }
 
