@@ -142,7 +142,7 @@ pub(super) fn driver_create(options: &LinkerOptions) -> Result<Handle> {
     // SAFETY: out-pointer to a local.
     unsafe { driver::cuCtxGetCurrent(&mut ctx) }.check("cuCtxGetCurrent")?;
     if ctx.is_null() {
-        return Err(CudaError::InvalidArgument(
+        return Err(CudaError::InvalidState(
             "Linker: the driver's linker needs a current CUDA context; make a device current first".into(),
         ));
     }

@@ -232,7 +232,7 @@ impl ObjectCode {
     /// loaded and the context alive for as long as it lives.
     pub fn get_module(&self) -> Result<LibraryModule> {
         let context = crate::device::Context::current()?.ok_or_else(|| {
-            CudaError::InvalidArgument(
+            CudaError::InvalidState(
                 "ObjectCode::get_module: a module belongs to a context, and no context is current on this thread; make a device current first (Device::set_current)".into(),
             )
         })?;
