@@ -280,7 +280,7 @@ fn after_cudarc_work<T>(slice: &mut CudaSlice<T>, stream: &Stream) -> Result<dri
     let handle = raw_stream(&own);
     let default = handle as usize <= 2;
     if !default && is_capturing(handle)? {
-        return Err(CudaError::InvalidArgument(
+        return Err(CudaError::InvalidState(
             "the slice's cudarc stream is being captured into a graph: take the slice once the capture has ended"
                 .into(),
         ));
@@ -304,7 +304,7 @@ fn after_cudarc_work<T>(slice: &mut CudaSlice<T>, stream: &Stream) -> Result<dri
         // The waits for cudarc's events made the stream join a capture (an event recorded in
         // one): the memory is not ordered for work outside it. (A lent stream refuses this
         // crate's work in that capture anyway.)
-        return Err(CudaError::InvalidArgument(
+        return Err(CudaError::InvalidState(
             "the slice's last use was recorded in a cudarc capture that is still running: take the slice once the capture has ended".into(),
         ));
     }
@@ -320,7 +320,7 @@ fn after_cudarc_work<T>(slice: &mut CudaSlice<T>, stream: &Stream) -> Result<dri
             // meanwhile), and refused if the stream is capturing by now.
             sync_handle(&ours, handle).map_err(|e| {
                 e.unwrap_or_else(|| {
-                    CudaError::InvalidArgument(
+                    CudaError::InvalidState(
                         "the slice's cudarc stream began a capture: take the slice once the capture has ended".into(),
                     )
                 })
