@@ -61,8 +61,7 @@ fn stream_on(d: &Device) -> Stream {
 }
 
 fn upload<T: cuda_core::Pod>(d: &Device, s: &Stream, data: &[T]) -> TypedBuffer<T> {
-    // The host copy runs in the current context: the device's.
-    d.set_current().unwrap();
+    // Whichever device is current: the host copy runs in the stream's context.
     TypedBuffer::from_host_blocking(d, data, s).unwrap()
 }
 
@@ -538,12 +537,18 @@ fn run_rank(scenario: &str, comm: Communicator, d: &Device, peer: &mut TcpStream
             comm.check().unwrap();
             s.sync().unwrap();
             // The graph is destroyed on the release thread once its launches are done; until
-            // then its hold refuses an orderly end (the communicator is then released in the
-            // background: given time to finish before the process exits).
-            if let Err(e) = comm.finalize() {
-                assert!(e.to_string().contains("graph hold"), "{e}");
-                std::thread::sleep(Duration::from_millis(500));
+            // then its hold refuses an orderly end. Once the release thread has nothing left,
+            // the communicator ends in order, before the process exits (one released in the
+            // background while the process tears down NCCL can crash it).
+            let started = Instant::now();
+            while cuda_core::pending_releases() > 0 {
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "the graph was not released"
+                );
+                std::thread::sleep(Duration::from_millis(1));
             }
+            comm.finalize().unwrap();
         }
         "killed" => {
             let s = stream_on(d);

@@ -135,6 +135,12 @@ impl Drop for CommInner {
 /// work queued on it is done (at once when its watchdog's time-out passes or NCCL reports an
 /// error); graphs that recorded collectives keep it until they are dropped. [`finalize`](Self::finalize)
 /// is the blocking, orderly end.
+///
+/// **Before the process exits**, end communicators with `finalize` (or `abort`): one dropped
+/// just before `main` returns is still being aborted on the release thread while the process
+/// tears NCCL down, which can crash it. A graph that recorded collectives refuses `finalize`
+/// until it is released after its launches: drop the graph, synchronise, and wait for
+/// [`pending_releases`](crate::pending_releases) to reach 0 first.
 pub struct Communicator {
     pub(crate) inner: Arc<CommInner>,
     _not_sync: PhantomData<std::cell::Cell<()>>,

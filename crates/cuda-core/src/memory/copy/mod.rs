@@ -55,13 +55,30 @@ fn poll_until_settled(done: impl Fn() -> driver::CUresult) {
 /// elsewhere does not wait for it), on a fence recorded after the copy, in relaxed capture mode
 /// (a capture on another thread does not refuse it). When a wait fails, the work is still
 /// polled until it is done or stopped by an error: the copy never outlives the borrow.
+///
+/// The copy runs with the stream's context current (made current for the call when another
+/// is): the driver refuses a copy with pageable host memory on a stream of a context that is not
+/// current (`CUDA_ERROR_INVALID_VALUE`, seen with two H100s), so a program that works with
+/// streams of several devices need not make each current first.
 pub(super) fn copy_with_host(
     stream: &Stream,
     buffers: &[&Buffer],
     refusal: &str,
     copy: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
-    let fence = stream.context_or_current()?.fence()?;
+    let context = stream.context_or_current()?;
+    context.with_current(|| copy_with_host_here(&context, stream, buffers, refusal, copy))
+}
+
+/// [`copy_with_host`] with the stream's context current.
+fn copy_with_host_here(
+    context: &crate::device::Context,
+    stream: &Stream,
+    buffers: &[&Buffer],
+    refusal: &str,
+    copy: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let fence = context.fence()?;
     enqueue_using(stream, buffers, |capture| {
         if capture.is_some() {
             return Err(CudaError::InvalidState(refusal.into()));
