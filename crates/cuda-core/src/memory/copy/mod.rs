@@ -56,10 +56,12 @@ fn poll_until_settled(done: impl Fn() -> driver::CUresult) {
 /// (a capture on another thread does not refuse it). When a wait fails, the work is still
 /// polled until it is done or stopped by an error: the copy never outlives the borrow.
 ///
-/// The copy runs with the stream's context current (made current for the call when another
-/// is): the driver refuses a copy with pageable host memory on a stream of a context that is not
-/// current (`CUDA_ERROR_INVALID_VALUE`, seen with two H100s), so a program that works with
-/// streams of several devices need not make each current first.
+/// When no context of the stream's device is current, the stream's context is made current
+/// for the call: the driver refuses a copy with pageable host memory on a stream of another
+/// device than the current context's (`CUDA_ERROR_INVALID_VALUE`, seen with two H100s), so a
+/// program that works with streams of several devices need not make each current first. A
+/// context of the same device is left current (a green context's streams take copies with the
+/// primary context current, and making a green context current would wait for other threads).
 pub(super) fn copy_with_host(
     stream: &Stream,
     buffers: &[&Buffer],
@@ -67,6 +69,13 @@ pub(super) fn copy_with_host(
     copy: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
     let context = stream.context_or_current()?;
+    let mut current: driver::CUdevice = 0;
+    // SAFETY: out-pointer to a local; fails when no context is current.
+    let same_device =
+        unsafe { driver::cuCtxGetDevice(&mut current) }.result().is_ok() && current == context.device().handle();
+    if same_device {
+        return copy_with_host_here(&context, stream, buffers, refusal, copy);
+    }
     context.with_current(|| copy_with_host_here(&context, stream, buffers, refusal, copy))
 }
 
