@@ -471,6 +471,30 @@ fn updates_change_results_and_errors_say_why() {
     exec.launch(&s).unwrap();
     s.sync().unwrap();
     assert!(read(&x, &s).iter().all(|v| *v == 0), "a disabled node does nothing");
+    // Across a whole-graph update (g2's node writes 9), is_enabled still tells whether the node
+    // runs: whichever the driver does with the disabled state, the answer and the work agree.
+    exec.update(&g2).unwrap();
+    let enabled = exec.is_enabled(&node1).unwrap();
+    exec.launch(&s).unwrap();
+    s.sync().unwrap();
+    let got = read(&x, &s);
+    let ran = got.iter().all(|v| *v == 9);
+    assert!(
+        ran || got.iter().all(|v| *v == 0),
+        "a partly run memset: {:?}",
+        &got[..4]
+    );
+    assert_eq!(
+        enabled,
+        ran,
+        "after an update is_enabled says {enabled}, but the node {}",
+        if ran { "ran" } else { "did not run" }
+    );
+    println!(
+        "a node disabled before an update is {} after it",
+        if ran { "enabled" } else { "still disabled" }
+    );
+    x.fill_u32(0, &s).unwrap();
     exec.set_enabled(&node1, true).unwrap();
     // Definition-node updates reach later instantiations only.
     node1.set_memset_value(6u32).unwrap();
