@@ -508,4 +508,132 @@ mod graph_nodes {
         g.instantiate(&Default::default()).unwrap().launch(&s).unwrap();
         s.sync().unwrap();
     }
+
+    /// Adds a conditional node of `kind` with `size` bodies to the graph `stream` is capturing,
+    /// with raw driver calls, as code outside this crate (a library handed the stream) would, and
+    /// makes it the capture's next dependency. Its condition defaults to 0 at every launch.
+    ///
+    /// # Safety
+    /// `stream` is capturing, on this thread, in the current context.
+    unsafe fn add_foreign_conditional(
+        stream: &Stream,
+        kind: cuda_sys::driver::CUgraphConditionalNodeType,
+        size: u32,
+    ) -> cuda_sys::driver::CUgraphNode {
+        use cuda_sys::driver;
+        let (mut status, mut id, mut graph) = (
+            driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE,
+            0,
+            std::ptr::null_mut(),
+        );
+        let (mut deps, mut edges, mut count) = (std::ptr::null(), std::ptr::null(), 0usize);
+        let mut ctx = std::ptr::null_mut();
+        let mut handle = 0;
+        let mut node = std::ptr::null_mut();
+        // SAFETY: the caller's promise; every out-pointer is a local; the dependencies the driver
+        // returned are used before the capture changes.
+        unsafe {
+            driver::cuStreamGetCaptureInfo(
+                stream.handle(),
+                &mut status,
+                &mut id,
+                &mut graph,
+                &mut deps,
+                &mut edges,
+                &mut count,
+            )
+            .result()
+            .unwrap();
+            assert_eq!(status, driver::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE);
+            driver::cuCtxGetCurrent(&mut ctx).result().unwrap();
+            driver::cuGraphConditionalHandleCreate(&mut handle, graph, ctx, 0, driver::CU_GRAPH_COND_ASSIGN_DEFAULT)
+                .result()
+                .unwrap();
+            let mut params: driver::CUgraphNodeParams = std::mem::zeroed();
+            params.type_ = driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
+            params.__bindgen_anon_1.conditional = driver::CUDA_CONDITIONAL_NODE_PARAMS {
+                handle,
+                type_: kind,
+                size,
+                phGraph_out: std::ptr::null_mut(),
+                ctx,
+            };
+            driver::cuGraphAddNode(&mut node, graph, deps, edges, count, &mut params)
+                .result()
+                .unwrap();
+            driver::cuStreamUpdateCaptureDependencies(
+                stream.handle(),
+                &mut node,
+                std::ptr::null(),
+                1,
+                driver::CUstreamUpdateCaptureDependencies_flags_enum::CU_STREAM_SET_CAPTURE_DEPENDENCIES.0,
+            )
+            .result()
+            .unwrap();
+        }
+        node
+    }
+
+    // cuda.core's ConditionalNode.cond_type and .branches for conditional nodes this crate did
+    // not add (recorded into a capture by raw driver calls): read back with cuGraphNodeGetParams
+    // on CUDA 13.2+ drivers; older drivers cannot report them (cuda.core's cond_type is None
+    // there), and the node is NodeParams::Other(NodeType::Conditional).
+    #[test]
+    #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+    fn conditional_nodes_recorded_by_other_code_report_their_type_and_branches() {
+        use cuda_core::graph::ConditionalType;
+        use cuda_sys::driver::CUgraphConditionalNodeType as K;
+        let (d, s) = setup();
+        let fill = kernels().fill;
+        let y = zeros(&d, &s);
+        let mut builder = s.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        // SAFETY: the kernel writes N floats of y, which holds them.
+        unsafe { fill.launch(builder.stream(), &all(), (&y, 1.0f32, N as u32)) }.unwrap();
+        // SAFETY: the builder's stream is capturing, here, in the current context.
+        let (switch, if_else) = unsafe {
+            (
+                add_foreign_conditional(builder.stream(), K::CU_GRAPH_COND_TYPE_SWITCH, 3),
+                add_foreign_conditional(builder.stream(), K::CU_GRAPH_COND_TYPE_IF, 2),
+            )
+        };
+        builder.end_building().unwrap();
+        let graph = builder.graph_definition().unwrap();
+        let nodes = graph.nodes().unwrap();
+        let reads_back = cuda_core::system::get_user_mode_driver_version().unwrap() >= (13, 2);
+        for (handle, kind, size) in [(switch, ConditionalType::Switch, 3), (if_else, ConditionalType::If, 2)] {
+            let node = nodes
+                .iter()
+                .find(|n| n.handle() == handle)
+                .expect("the captured graph lists the node");
+            assert_eq!(node.node_type().unwrap(), NodeType::Conditional);
+            match node.params().unwrap() {
+                NodeParams::Conditional {
+                    kind: read, branches, ..
+                } => {
+                    assert!(reads_back, "only a 13.2+ driver reports a foreign conditional node");
+                    assert_eq!((read, read.name(), branches.len()), (kind, kind.name(), size));
+                    for body in &branches {
+                        assert_eq!(body.num_nodes().unwrap(), 0, "the bodies are empty");
+                    }
+                    // Read again: the same bodies (recorded on the first read).
+                    let NodeParams::Conditional { branches: again, .. } = node.params().unwrap() else {
+                        panic!("a second read reports a conditional node");
+                    };
+                    assert_eq!(again, branches);
+                }
+                NodeParams::Other(NodeType::Conditional) => assert!(
+                    !reads_back,
+                    "a 13.2+ driver reports the parameters of a conditional node"
+                ),
+                other => panic!("a conditional node read back as {other:?}"),
+            }
+        }
+        if !reads_back {
+            skip_part("the driver is older than CUDA 13.2: conditional parameters cannot be read back (checked: NodeParams::Other(Conditional))");
+        }
+        // The graph still runs: the kernel, then conditionals whose conditions are 0.
+        let exec = builder.complete(&Default::default()).unwrap();
+        exec.launch(&s).unwrap();
+        assert!(read(&y, &s).iter().all(|v| *v == 1.0));
+    }
 }

@@ -60,12 +60,88 @@ impl ConditionalType {
 
     /// The kind of a conditional node this crate made (so one of the three).
     pub(super) fn from_driver(kind: driver::CUgraphConditionalNodeType) -> ConditionalType {
+        ConditionalType::known(kind).unwrap_or(ConditionalType::If)
+    }
+
+    /// The kind the driver reports, `None` for a kind this crate does not know.
+    fn known(kind: driver::CUgraphConditionalNodeType) -> Option<ConditionalType> {
         match kind {
-            driver::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE => ConditionalType::While,
-            driver::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_SWITCH => ConditionalType::Switch,
-            _ => ConditionalType::If,
+            driver::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF => Some(ConditionalType::If),
+            driver::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE => Some(ConditionalType::While),
+            driver::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_SWITCH => Some(ConditionalType::Switch),
+            _ => None,
         }
     }
+
+    /// cuda.core's name of the kind (`ConditionalNode.cond_type`): `"if"`, `"while"` or
+    /// `"switch"` (an if-else node is an `"if"` with two branches).
+    pub fn name(self) -> &'static str {
+        match self {
+            ConditionalType::If => "if",
+            ConditionalType::While => "while",
+            ConditionalType::Switch => "switch",
+        }
+    }
+}
+
+/// A conditional node's parameters as the driver reports them (`cuGraphNodeGetParams`, CUDA
+/// 13.2+ drivers), for nodes this crate did not add (recorded into a capture, or added to a
+/// graph, by raw driver calls of other code): `Ok(None)` when the driver cannot
+/// report them (older than 13.2, like `cuda.core`, which then knows neither the type nor the
+/// branches) or reports a kind this crate does not know.
+///
+/// The caller holds the hierarchy's lock and has checked that `node` is a live conditional node
+/// of `graph`.
+pub(super) fn read_conditional(graph: driver::CUgraph, node: driver::CUgraphNode) -> Result<Option<ConditionalInfo>> {
+    // SAFETY: an all-zero CUgraphNodeParams is valid plain data (the reserved fields must be
+    // zero); the driver fills it in.
+    let mut params: driver::CUgraphNodeParams = unsafe { std::mem::zeroed() };
+    // SAFETY: the node is live (the caller's lock and check); the out-pointer is a local of the
+    // type the call fills.
+    let status = unsafe { driver::cuGraphNodeGetParams(node, &mut params) };
+    match status.check("cuGraphNodeGetParams") {
+        Ok(()) => {}
+        // Not in this driver (it is older than 13.2): the documented fallback.
+        Err(e) if e.load_error().is_some() => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    if params.type_ != driver::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL {
+        return Err(CudaError::InvalidState(format!(
+            "cuGraphNodeGetParams reported node type {} for a conditional node",
+            params.type_.0
+        )));
+    }
+    // SAFETY: the driver reported a conditional node, whose parameters are the union's
+    // `conditional` member.
+    let p = unsafe { params.__bindgen_anon_1.conditional };
+    if ConditionalType::known(p.type_).is_none() {
+        return Ok(None);
+    }
+    let size = usize::try_from(p.size)
+        .map_err(|_| CudaError::InvalidState(format!("the driver reported {} conditional bodies", p.size)))?;
+    let bodies = if size == 0 {
+        Vec::new()
+    } else if p.phGraph_out.is_null() {
+        return Err(CudaError::InvalidState(format!(
+            "the driver reported {size} conditional bodies but no array of them"
+        )));
+    } else {
+        // SAFETY: the driver returned `size` body graphs in an array it owns while the node
+        // lives (it does: the caller holds the lock under which nodes are destroyed); copied out
+        // now.
+        unsafe { std::slice::from_raw_parts(p.phGraph_out, size) }.to_vec()
+    };
+    if bodies.iter().any(|b| b.is_null()) {
+        return Err(CudaError::InvalidState(
+            "the driver reported a null conditional body".into(),
+        ));
+    }
+    Ok(Some(ConditionalInfo {
+        condition: p.handle,
+        kind: p.type_,
+        graph,
+        bodies,
+    }))
 }
 
 /// A conditional node and its body graphs, to fill with nodes.
@@ -229,3 +305,24 @@ macro_rules! conditional_adders {
 
 conditional_adders!(GraphDefinition);
 conditional_adders!(GraphNode);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conditional_types_read_back_from_the_driver_with_cuda_core_names() {
+        use driver::CUgraphConditionalNodeType as K;
+        for (k, t, name) in [
+            (K::CU_GRAPH_COND_TYPE_IF, ConditionalType::If, "if"),
+            (K::CU_GRAPH_COND_TYPE_WHILE, ConditionalType::While, "while"),
+            (K::CU_GRAPH_COND_TYPE_SWITCH, ConditionalType::Switch, "switch"),
+        ] {
+            assert_eq!(ConditionalType::known(k), Some(t));
+            assert_eq!(t.to_driver(), k);
+            assert_eq!(t.name(), name);
+        }
+        // A kind a newer driver may add is not mistaken for one of these.
+        assert_eq!(ConditionalType::known(K(99)), None);
+    }
+}

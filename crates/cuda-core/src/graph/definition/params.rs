@@ -124,7 +124,7 @@ impl GraphNode {
                         .check("cuGraphMemFreeNodeGetParams")?;
                     NodeParams::MemFree { dptr }
                 }
-                T::CU_GRAPH_NODE_TYPE_CONDITIONAL => match reg.conditionals.get(&(h as usize)).cloned() {
+                T::CU_GRAPH_NODE_TYPE_CONDITIONAL => match self.conditional_info(reg, h)? {
                     Some(info) => NodeParams::Conditional {
                         condition: GraphCondition { handle: info.condition },
                         kind: ConditionalType::from_driver(info.kind),
@@ -141,6 +141,21 @@ impl GraphNode {
                 other => NodeParams::Other(NodeType::from_driver(other)),
             })
         })
+    }
+
+    /// What the registry knows of the conditional node `h` (one this crate added), else what the
+    /// driver reports (recorded then, so that the bodies handed out are known as this crate's
+    /// own are: a capture into one of them keeps the node from being destroyed); `None` when the
+    /// driver cannot report it (see [`NodeParams::Other`]).
+    fn conditional_info(&self, reg: &mut Registry, h: driver::CUgraphNode) -> Result<Option<ConditionalInfo>> {
+        if let Some(info) = reg.conditionals.get(&(h as usize)) {
+            return Ok(Some(info.clone()));
+        }
+        let Some(info) = super::conditional::read_conditional(self.graph.handle, h)? else {
+            return Ok(None);
+        };
+        reg.conditionals.insert(h as usize, info.clone());
+        Ok(Some(info))
     }
 
     /// Gives a kernel node new arguments (same kernel and configuration), for the executable

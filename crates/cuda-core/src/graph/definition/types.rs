@@ -195,15 +195,24 @@ pub enum NodeParams {
         /// The graph-allocated address the node frees.
         dptr: driver::CUdeviceptr,
     },
-    /// A conditional node added by this crate (cuda.core's `ConditionalNode`).
+    /// A conditional node (cuda.core's `ConditionalNode`, `IfNode`, `IfElseNode`, `WhileNode`,
+    /// `SwitchNode`): one this crate added, or, on CUDA 13.2+ drivers, any other (recorded into
+    /// a capture, or added to a graph, by raw driver calls of other code), read back with
+    /// `cuGraphNodeGetParams`.
     Conditional {
         /// The condition whose value selects the body.
         condition: GraphCondition,
-        /// If, while or switch (`cond_type`).
+        /// If, while or switch (`cond_type`; [`ConditionalType::name`] gives cuda.core's
+        /// string).
         kind: ConditionalType,
-        /// The body graphs (for `If`: then, else).
+        /// The body graphs, owned by the node (for `If`: then, and else when there are two; for
+        /// `Switch`: body `n` at index `n`); `branches.len()` is the node's size.
         branches: Vec<GraphDefinition>,
     },
-    /// A node of a kind whose parameters are not read here.
+    /// A node of a kind whose parameters are not read here. Also
+    /// `Other(NodeType::Conditional)` for a conditional node this crate did not add when the
+    /// driver cannot report its parameters: `cuGraphNodeGetParams` needs a CUDA 13.2 driver
+    /// (`cuda.core` then reports `cond_type` `None` and no branches), or the driver reported a
+    /// kind of conditional this crate does not know.
     Other(NodeType),
 }
