@@ -300,6 +300,94 @@ fn strided_views_hand_their_memory_over_as_dlpack_and_back() {
     assert_eq!(again.validate().unwrap().device().device_id, d.device_id() as i32);
 }
 
+// cuda.core's StridedMemoryView.__dlpack__ / __dlpack_device__ for a view that borrows its
+// buffer, and BufferView / ReadOnlyView exports: the tensor holds a share of the buffer's memory,
+// which stays alive after the view and the buffer are dropped, until the consumer lets go.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn borrowed_views_hand_over_dlpack_tensors_that_keep_the_memory() {
+    use cuda_core::dlpack::dlpark::{ffi::DLDeviceType, DlpackFlags};
+    let (d, s) = setup();
+    let values: Vec<i32> = (0..12).collect();
+    let buffer = d.allocate_from_slice(&values, &s).unwrap();
+    let base = buffer.handle();
+    let device = buffer.dlpack_device().unwrap();
+    assert_eq!(
+        (device.device_type, device.device_id),
+        (DLDeviceType::CUDA, d.device_id() as i32)
+    );
+    // A transposed view of the 3x4 matrix the buffer holds.
+    let view = StridedMemoryView::from_buffer(&buffer, &[3, 4], None, DType::I32, false).unwrap();
+    let transposed = view.view(&[4, 3], Some(&[1, 4]), DType::I32).unwrap();
+    let place = transposed.dlpack_device().unwrap();
+    assert_eq!(
+        (place.device_type, place.device_id),
+        (device.device_type, device.device_id)
+    );
+    let tensor = transposed.to_dlpack().unwrap();
+    {
+        let v = tensor.validate().unwrap();
+        assert_eq!((v.shape(), v.strides().unwrap()), (&[4i64, 3][..], &[1i64, 4][..]));
+        assert_eq!(v.data_ptr() as u64, base);
+        assert_eq!(v.device().device_type, DLDeviceType::CUDA);
+        assert!(!tensor.flags().contains(DlpackFlags::READ_ONLY));
+    }
+    assert!(
+        buffer.is_used_by_graph(),
+        "the buffer shares its memory with the tensor"
+    );
+    drop(view);
+    drop(buffer);
+    // Freed, the block would come back from the pool for the same size on the same stream.
+    let other = d.allocate(48, &s).unwrap();
+    assert_ne!(other.handle(), base, "the tensor keeps the memory");
+    other.fill_u8(0xff, &s).unwrap();
+    let back = StridedMemoryView::from_dlpack(tensor, Some(&s), &s).unwrap();
+    let mut host = vec![0i32; 12];
+    back.copy_to(
+        &mut StridedMemoryView::from_host_slice_mut(&mut host, &[4, 3], None).unwrap(),
+        &s,
+    )
+    .unwrap();
+    let expected: Vec<i32> = (0..4).flat_map(|i| (0..3).map(move |j| j * 4 + i)).collect();
+    assert_eq!(host, expected);
+    drop(back);
+
+    // Buffer views: one-dimensional tensors of their elements, writable or read-only.
+    let buffer = d.allocate_from_slice(&values, &s).unwrap();
+    let elements = buffer.view_as::<i32>().unwrap().slice(2..6).unwrap();
+    let writable = elements.to_dlpack().unwrap();
+    let read_only = elements.read_only().to_dlpack().unwrap();
+    assert_eq!(writable.validate().unwrap().data_ptr() as u64, buffer.handle() + 8);
+    assert_eq!(writable.validate().unwrap().shape(), &[4]);
+    assert!(read_only.flags().contains(DlpackFlags::READ_ONLY));
+    drop(buffer);
+    let imported = Buffer::from_dlpack(writable, &s).unwrap();
+    assert_eq!(imported.to_vec::<i32>(&s).unwrap(), [2, 3, 4, 5]);
+    let ro = StridedMemoryView::from_dlpack(read_only, None, &s).unwrap();
+    assert!(ro.readonly());
+    let mut host = vec![0i32; 4];
+    ro.copy_to(
+        &mut StridedMemoryView::from_host_slice_mut(&mut host, &[4], None).unwrap(),
+        &s,
+    )
+    .unwrap();
+    assert_eq!(host, [2, 3, 4, 5]);
+    drop((imported, ro));
+
+    // Foreign memory nobody keeps alive is refused (the buffer itself can still be handed over).
+    let owner = d.allocate(64, &s).unwrap();
+    // SAFETY: owner's 64 bytes outlive the foreign buffer (dropped first, below).
+    let foreign = unsafe { Buffer::from_handle(owner.handle(), 64, &s) }.unwrap();
+    let err = foreign.view(0, 64).unwrap().to_dlpack().err().expect("refused");
+    assert!(err.to_string().contains("without an owner"), "{err}");
+    let strided = StridedMemoryView::from_buffer(&foreign, &[16], None, DType::F32, false).unwrap();
+    let err = strided.to_dlpack().err().expect("refused");
+    assert!(err.to_string().contains("without an owner"), "{err}");
+    drop(foreign);
+    s.sync().unwrap();
+}
+
 /// Accepts anything viewable, as `args_viewable_as_strided_memory` does, and copies it to the
 /// device as bytes.
 fn to_device(arg: &(impl cuda_core::AsStridedView + ?Sized), d: &Device, s: &Stream) -> Vec<u8> {

@@ -5,6 +5,10 @@
 //!   `Buffer.__dlpack__` does); [`Buffer::to_dlpack_as`] gives it an element type, a shape and
 //!   strides. The tensor owns the buffer: the DLPack deleter frees it (stream-ordered, on its
 //!   deallocation stream).
+//! - [`BufferView::to_dlpack`] and [`ReadOnlyView::to_dlpack`] hand a view of a buffer over as a
+//!   one-dimensional tensor of its elements, holding a share of the buffer's memory (as
+//!   `StridedMemoryView::to_dlpack` does for views that borrow a buffer); [`Buffer::dlpack_device`]
+//!   is `cuda.core`'s `Buffer.__dlpack_device__`.
 //! - [`Buffer::from_dlpack`] wraps a tensor's memory (CUDA device, pinned host or managed) as a
 //!   buffer that owns the tensor: dropping the buffer waits for the work queued on its
 //!   deallocation stream, then calls the producer's deleter.
@@ -14,9 +18,10 @@
 
 use crate::device::Device;
 use crate::memory::buffer::Keeper;
-use crate::memory::{Buffer, PointerInfo};
+use crate::memory::{Buffer, BufferView, PointerInfo, ReadOnlyView};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
+use cuda_sys::driver;
 use dlpark::ffi::{DLDataType, DLDevice, DLDeviceType, DLManagedTensorVersioned};
 use dlpark::metadata::Dynamic;
 use std::sync::Arc;
@@ -91,6 +96,90 @@ pub(crate) fn dl_device(buffer: &Buffer) -> Result<DLDevice> {
             "export",
             "buffer is neither device-accessible nor host-accessible",
         )),
+    }
+}
+
+/// An error unless a tensor can hold on to the memory of `buffer`, which a view borrows: graph
+/// memory exists only within its capture, and foreign memory without an owner
+/// (`Buffer::from_handle`) is kept alive by nothing once the buffer goes.
+pub(crate) fn check_shareable(buffer: &Buffer) -> Result<()> {
+    if buffer.is_graph_memory() {
+        return Err(dlpack_error(
+            "export",
+            "graph memory exists only within the capture that allocated it",
+        ));
+    }
+    if buffer.memory_resource().is_none() && buffer.owner().is_none() {
+        return Err(dlpack_error(
+            "export",
+            "the view's buffer wraps foreign memory without an owner (Buffer::from_handle): nothing keeps it alive once the buffer goes; wrap it with Buffer::from_handle_with_owner, or hand the buffer itself over with Buffer::to_dlpack",
+        ));
+    }
+    Ok(())
+}
+
+/// Hands `len` elements of `T` from `ptr`, inside `buffer`, over as a one-dimensional tensor
+/// that holds a share of the buffer's memory (see [`StridedMemoryView::to_dlpack`]).
+///
+/// [`StridedMemoryView::to_dlpack`]: crate::StridedMemoryView::to_dlpack
+fn export_borrowed<T: dlpark::DlpackElement>(
+    buffer: &Buffer,
+    ptr: driver::CUdeviceptr,
+    len: usize,
+    readonly: bool,
+) -> Result<DlpackTensor> {
+    check_shareable(buffer)?;
+    // (The view's constructors checked that its elements lie in the buffer; checked again, as
+    // the tensor hands the range to foreign code.)
+    let inside = len
+        .checked_mul(std::mem::size_of::<T>())
+        .zip(ptr.checked_sub(buffer.handle()).and_then(|o| usize::try_from(o).ok()))
+        .and_then(|(bytes, offset)| offset.checked_add(bytes))
+        .is_some_and(|end| end <= buffer.size());
+    if !inside {
+        return Err(dlpack_error("export", "the view reaches outside its buffer"));
+    }
+    let len = i64::try_from(len).map_err(|e| dlpack_error("export", e))?;
+    let device = dl_device(buffer)?;
+    let prepared = Dynamic::new(vec![len], vec![1])
+        .prepare_as::<DLManagedTensorVersioned>()
+        .map_err(|e| dlpack_error("export", e))?;
+    // A share of the memory: freed (stream-ordered, on the buffer's deallocation stream, after
+    // every stream that used it) once the buffer and the tensor are both gone.
+    let mut initialized = prepared.initialize(buffer.share());
+    initialized.set_device(device);
+    initialized.set_data(ptr as usize as *mut std::ffi::c_void);
+    initialized.set_dtype(T::DTYPE);
+    if readonly {
+        initialized
+            .set_flags(dlpark::DlpackFlags::READ_ONLY)
+            .map_err(|e| dlpack_error("export", e))?;
+    }
+    // SAFETY: data and len elements of T lie in the buffer's memory (checked above), which the
+    // tensor keeps alive through its share until its deleter runs (memory nobody keeps alive
+    // was refused); shape and strides are owned by the allocation; the flags say read-only
+    // exactly when the view is.
+    Ok(unsafe { initialized.finish() })
+}
+
+impl<T: dlpark::DlpackElement> BufferView<'_, T> {
+    /// Hands the view over as a one-dimensional DLPack tensor of its elements (versioned ABI,
+    /// writable). The tensor holds a share of the buffer's memory, as a graph does: the memory
+    /// is freed once the buffer and the tensor are both gone, so the buffer may be dropped
+    /// first; from then on the buffer counts as used by a graph
+    /// ([`Buffer::is_used_by_graph`]). Refused for graph memory and for foreign memory without
+    /// an owner (`Buffer::from_handle`). The consumer orders its work after the producer's, as
+    /// for [`Buffer::to_dlpack`].
+    pub fn to_dlpack(self) -> Result<DlpackTensor> {
+        export_borrowed::<T>(self.buffer(), self.handle(), self.len(), false)
+    }
+}
+
+impl<T: dlpark::DlpackElement> ReadOnlyView<'_, T> {
+    /// Hands the view over as a one-dimensional DLPack tensor of its elements, flagged
+    /// read-only (`DLPACK_FLAG_BITMASK_READ_ONLY`); otherwise as [`BufferView::to_dlpack`].
+    pub fn to_dlpack(self) -> Result<DlpackTensor> {
+        export_borrowed::<T>(self.buffer(), self.handle(), self.len(), true)
     }
 }
 
@@ -282,5 +371,83 @@ mod tests {
         let tensor = unsafe { initialized.finish() };
         let err = Buffer::from_dlpack(tensor, &Stream::legacy_default()).unwrap_err();
         assert!(err.to_string().contains("device type 1"), "{err}");
+    }
+
+    /// A host DLPack tensor of `data` that sets `dropped` when its producer's deleter runs.
+    fn host_tensor(data: Vec<u32>, dropped: &Arc<std::sync::atomic::AtomicBool>) -> DlpackTensor {
+        struct Producer(Vec<u32>, Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Producer {
+            fn drop(&mut self) {
+                self.1.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let len = data.len() as i64;
+        let producer = Box::new(Producer(data, dropped.clone()));
+        let ptr = producer.0.as_ptr().cast_mut().cast();
+        let mut initialized = Dynamic::compact(vec![len])
+            .prepare_as::<DLManagedTensorVersioned>()
+            .unwrap()
+            .initialize(producer);
+        initialized.set_device(DLDevice::CPU);
+        initialized.set_data(ptr);
+        initialized.set_dtype(<u32 as dlpark::DlpackElement>::DTYPE);
+        // SAFETY: the data is the boxed vector the tensor owns, of `len` u32 elements.
+        unsafe { initialized.finish() }
+    }
+
+    #[test]
+    fn a_host_view_that_owns_its_tensor_is_handed_over_and_keeps_it() {
+        use crate::memory::StridedMemoryView;
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let tensor = host_tensor(vec![7, 8, 9, 10], &dropped);
+        let data = tensor.validate().unwrap().data_ptr();
+        let view = StridedMemoryView::from_dlpack(tensor, None, &Stream::legacy_default()).unwrap();
+        assert_eq!(view.dlpack_device().unwrap().device_type, DLDeviceType::CPU);
+        let again = view.to_dlpack().unwrap();
+        {
+            let v = again.validate().unwrap();
+            assert_eq!((v.data_ptr(), v.shape()), (data, &[4i64][..]));
+            assert_eq!(v.strides().unwrap(), &[1]);
+            assert_eq!(v.device().device_type, DLDeviceType::CPU);
+            assert!(!again.flags().contains(dlpark::DlpackFlags::READ_ONLY));
+        }
+        assert!(
+            !dropped.load(std::sync::atomic::Ordering::SeqCst),
+            "the view's tensor was kept"
+        );
+        let back = StridedMemoryView::from_dlpack(again, None, &Stream::legacy_default()).unwrap();
+        assert_eq!((back.ptr(), back.shape()), (data as u64, &[4usize][..]));
+        // SAFETY: four u32 at data, which the producer (alive: checked above) owns.
+        let seen = unsafe { std::slice::from_raw_parts(data as *const u32, 4) };
+        assert_eq!(seen, [7, 8, 9, 10]);
+        drop(back);
+        assert!(
+            dropped.load(std::sync::atomic::Ordering::SeqCst),
+            "the last deleter freed it"
+        );
+    }
+
+    #[test]
+    fn views_of_memory_nothing_keeps_alive_are_not_handed_over() {
+        use crate::memory::{DType, StridedMemoryView};
+        let data = [1.0f32, 2.0, 3.0];
+        let slice = StridedMemoryView::from_host_slice(&data, &[3], None).unwrap();
+        assert_eq!(slice.dlpack_device().unwrap().device_type, DLDeviceType::CPU);
+        let err = slice.to_dlpack().err().unwrap();
+        assert!(matches!(err, CudaError::InvalidArgument(_)), "{err:?}");
+        assert!(err.to_string().contains("borrows host memory"), "{err}");
+        // A re-view of a host view that owns its tensor borrows it: refused too.
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let owner =
+            StridedMemoryView::from_dlpack(host_tensor(vec![1, 2], &dropped), None, &Stream::legacy_default()).unwrap();
+        let err = owner.view(&[2], None, DType::U32).unwrap().to_dlpack().err().unwrap();
+        assert!(err.to_string().contains("borrows host memory"), "{err}");
+        // SAFETY: the view is never read or written: only its export is tried.
+        let raw =
+            unsafe { StridedMemoryView::from_raw(data.as_ptr() as u64, &[3], None, DType::F32, None, false, true) }
+                .unwrap();
+        assert_eq!(raw.dlpack_device().unwrap().device_type, DLDeviceType::CPU);
+        let err = raw.to_dlpack().err().unwrap();
+        assert!(err.to_string().contains("from_raw"), "{err}");
     }
 }

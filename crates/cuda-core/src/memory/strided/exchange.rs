@@ -1,12 +1,12 @@
-//! Views that own their memory, handed over as DLPack tensors; and [`AsStridedView`], what a
+//! Views handed over as DLPack tensors (keeping their memory alive); and [`AsStridedView`], what a
 //! function takes to accept anything viewable (`cuda.core`'s `args_viewable_as_strided_memory`).
 
 use super::{Backing, DType, Element, StridedMemoryView};
 use crate::memory::buffer::Buffer;
-use crate::memory::dlpack::{dl_device, DlpackTensor};
+use crate::memory::dlpack::{check_shareable, dl_device, DlpackTensor};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
-use dlpark::ffi::DLManagedTensorVersioned;
+use dlpark::ffi::{DLDevice, DLDeviceType, DLManagedTensorVersioned};
 use dlpark::metadata::Dynamic;
 
 impl StridedMemoryView<'static> {
@@ -25,63 +25,122 @@ impl StridedMemoryView<'static> {
         let view = StridedMemoryView::from_buffer(&buffer, shape, strides, dtype, readonly)?.with_backing(Backing::Raw);
         Ok(view.with_backing(Backing::Owned(Box::new(buffer))))
     }
+}
 
-    /// Hands the view over as a DLPack tensor (`cuda.core`'s `__dlpack__`): its shape, strides
-    /// (always explicit), dtype, element 0 as the data pointer, and the read-only flag. The
-    /// tensor owns the memory. Only views that own their memory (`from_dlpack`,
-    /// `from_buffer_owned`) can be handed over; on an error the view (and its memory) is
-    /// dropped.
-    pub fn to_dlpack(self) -> Result<DlpackTensor> {
-        let export = |e: String| CudaError::InvalidArgument(format!("DLPack export: {e}"));
-        let strides = self.strides_or_row_major()?;
-        let Backing::Owned(buffer) = self.backing else {
-            return Err(export(
-                "only a view that owns its memory (from_dlpack, from_buffer_owned) can be handed over".into(),
-            ));
+impl StridedMemoryView<'_> {
+    /// Where DLPack says the view's memory lives (`cuda.core`'s
+    /// `StridedMemoryView.__dlpack_device__`): for a view of a buffer, the buffer's place
+    /// ([`Buffer::dlpack_device`]); for a host slice `kDLCPU`; otherwise (raw memory, read-only
+    /// views, whose buffer reports no access so that nothing writes it) from the view:
+    /// `kDLCUDA` on its device, `kDLCUDAManaged` or `kDLCUDAHost` for memory both sides reach
+    /// (as the driver reports it), `kDLCPU` for host-only memory.
+    pub fn dlpack_device(&self) -> Result<DLDevice> {
+        let buffer = match &self.backing {
+            Backing::Owned(b) => Some(&**b),
+            Backing::Buffer(b) => Some(*b),
+            Backing::Host(_) => return Ok(DLDevice::CPU),
+            Backing::Raw => None,
         };
-        if buffer.is_graph_memory() {
-            return Err(export(
-                "graph memory exists only within the capture that allocated it".into(),
-            ));
-        }
-        // A read-only buffer reports no access (so that nothing writes it): its place comes
-        // from the view and the driver instead.
-        let device = if self.readonly {
-            match self.device_id {
-                Some(d) => dlpark::ffi::DLDevice::cuda(d as i32),
-                None => dlpark::ffi::DLDevice {
+        match buffer {
+            Some(b) if !self.readonly => dl_device(b),
+            _ => match self.device_id {
+                Some(d) => Ok(DLDevice::cuda(i32::try_from(d).map_err(|_| {
+                    CudaError::InvalidArgument(format!("DLPack: device ordinal {d} overflows"))
+                })?)),
+                None if !self.device_accessible => Ok(DLDevice::CPU),
+                None => Ok(DLDevice {
                     device_type: if crate::memory::PointerInfo::of(self.ptr)?.managed {
-                        dlpark::ffi::DLDeviceType::CUDAMANAGED
+                        DLDeviceType::CUDAMANAGED
                     } else {
-                        dlpark::ffi::DLDeviceType::CUDAHOST
+                        DLDeviceType::CUDAHOST
                     },
                     device_id: 0,
-                },
+                }),
+            },
+        }
+    }
+
+    /// Hands the view over as a DLPack tensor (`cuda.core`'s `StridedMemoryView.__dlpack__`,
+    /// always the versioned ABI): its shape, strides (always explicit), dtype, element 0 as the
+    /// data pointer, its place ([`dlpack_device`](Self::dlpack_device)) and the read-only flag.
+    /// The tensor keeps the memory alive until its deleter runs:
+    ///
+    /// - a view that owns its memory (`from_dlpack`, `from_buffer_owned`) hands it over (its
+    ///   buffer, or the host tensor it was made from);
+    /// - a view of a buffer it borrows (`from_buffer`, `view` of one, `AsStridedView` of a
+    ///   buffer) hands over a share of the buffer's memory, as a graph that records work on the
+    ///   buffer holds it: the memory is freed (stream-ordered, on the buffer's deallocation
+    ///   stream, after every stream that used it) when the last of the buffer and the tensor
+    ///   goes, so the buffer may be dropped first. From then on the buffer counts as used by a
+    ///   graph ([`Buffer::is_used_by_graph`]): host slices of it, handing its owner back and
+    ///   discards, which need the memory to be the buffer's alone, are refused;
+    /// - views of borrowed host memory (slices, arrays), of raw memory (`from_raw`), and of
+    ///   buffers over foreign memory nobody keeps alive (`Buffer::from_handle` without an
+    ///   owner) are refused: nothing could keep their memory alive for the tensor.
+    ///
+    /// There is no stream argument: as with `cuda.core`'s `Buffer.__dlpack__`, the consumer
+    /// orders its work after the producer's (queue it on the same stream, or synchronise
+    /// first). On an error the view (and, for an owning view, its memory) is dropped.
+    pub fn to_dlpack(self) -> Result<DlpackTensor> {
+        let export = |e: &str| CudaError::InvalidArgument(format!("DLPack export: {e}"));
+        match &self.backing {
+            Backing::Owned(buffer) if buffer.is_graph_memory() => {
+                return Err(export("graph memory exists only within the capture that allocated it"))
             }
-        } else {
-            dl_device(&buffer)?
-        };
-        let wide = |v: &[isize]| v.iter().map(|&x| x as i64).collect::<Vec<i64>>();
+            Backing::Buffer(buffer) => check_shareable(buffer)?,
+            Backing::Owned(_) => {}
+            Backing::Host(_) if self.keep.is_some() => {}
+            Backing::Host(_) => {
+                return Err(export(
+                    "the view borrows host memory (a slice or an array), which nothing can keep alive for the tensor: copy it into a buffer first",
+                ))
+            }
+            Backing::Raw => {
+                return Err(export(
+                    "a view of raw memory (from_raw) has no owner to keep the memory alive for the tensor: view a buffer instead",
+                ))
+            }
+        }
+        let device = self.dlpack_device()?;
+        let strides: Vec<i64> = self.strides_or_row_major()?.iter().map(|&x| x as i64).collect();
         let shape: Vec<i64> = self
             .shape
             .iter()
-            .map(|&d| i64::try_from(d).map_err(|_| export(format!("dimension {d} overflows"))))
+            .map(|&d| i64::try_from(d).map_err(|_| export(&format!("dimension {d} overflows"))))
             .collect::<Result<_>>()?;
-        let prepared = Dynamic::new(shape, wide(&strides))
+        let prepared = Dynamic::new(shape, strides)
             .prepare_as::<DLManagedTensorVersioned>()
-            .map_err(|e| export(e.to_string()))?;
-        let mut initialized = prepared.initialize(buffer);
+            .map_err(|e| export(&e.to_string()))?;
+        let (ptr, readonly, dtype) = (self.ptr, self.readonly, self.dtype);
+        // What keeps the memory alive, handed to the tensor (its deleter drops it, on whatever
+        // thread the consumer calls it from: each of these frees without a CUDA call on a driver
+        // thread, and never waits for the GPU).
+        let mut initialized = match (self.backing, self.keep) {
+            // The buffer the view owned: freed stream-ordered on its deallocation stream.
+            (Backing::Owned(buffer), _) => prepared.initialize(buffer),
+            // A share of a borrowed buffer's memory: freed once the buffer has gone too.
+            (Backing::Buffer(buffer), _) => prepared.initialize(buffer.share()),
+            // The host DLPack tensor a host view owned: its producer's deleter runs.
+            (Backing::Host(_), Some(keep)) => prepared.initialize(Box::new(keep)),
+            // (Refused above.)
+            (Backing::Host(_), None) | (Backing::Raw, _) => {
+                return Err(export("nothing keeps the view's memory alive"))
+            }
+        };
         initialized.set_device(device);
-        initialized.set_data(self.ptr as usize as *mut std::ffi::c_void);
-        initialized.set_dtype(self.dtype.to_dlpack());
-        if self.readonly {
+        initialized.set_data(ptr as usize as *mut std::ffi::c_void);
+        initialized.set_dtype(dtype.to_dlpack());
+        if readonly {
             initialized
                 .set_flags(dlpark::DlpackFlags::READ_ONLY)
-                .map_err(|e| export(e.to_string()))?;
+                .map_err(|e| export(&e.to_string()))?;
         }
-        // SAFETY: the data pointer is element 0 of a layout checked to lie in the buffer, which
-        // the tensor owns (the Box above); shape and strides are owned by the allocation; the
-        // flags say read-only exactly when the view was.
+        // SAFETY: the data pointer is element 0 of a layout checked to lie in the view's memory,
+        // which the tensor keeps alive until its deleter runs (the owned buffer, a
+        // share of a borrowed buffer's memory that frees it only once the tensor and the buffer
+        // are both gone, or the host tensor the view owned; foreign memory nobody keeps alive
+        // was refused above); shape and strides are owned by the allocation; the flags say
+        // read-only exactly when the view was.
         Ok(unsafe { initialized.finish() })
     }
 }
