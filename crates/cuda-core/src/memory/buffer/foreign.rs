@@ -96,7 +96,7 @@ impl Buffer {
         if self.is_used_by_graph() {
             return refuse(
                 self,
-                "a graph holds this buffer's memory (it recorded work on it): its owner goes when the last of them does",
+                "a graph (it recorded work on it) or an exported DLPack tensor holds this buffer's memory: its owner goes when the last of them does",
             );
         }
         // The buffer's owner and its keeper's are the only references (no graph holds the keeper).

@@ -275,7 +275,7 @@ impl Buffer {
         if self.is_used_by_graph() {
             return refuse(
                 self,
-                "a graph holds this buffer's memory (it recorded work on it): it frees the memory when the last of them goes".into(),
+                "a graph (it recorded work on it) or an exported DLPack tensor holds this buffer's memory: it frees the memory when the last of them goes".into(),
             );
         }
         let owner = self

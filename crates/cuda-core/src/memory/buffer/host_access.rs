@@ -115,7 +115,7 @@ impl Buffer {
             return refuse("the memory is shared with another process, which may write it at any time");
         }
         if self.is_used_by_graph() {
-            return refuse("a graph holds this buffer, and its launches may use the memory at any time: use a buffer no graph uses");
+            return refuse("a graph (or an exported DLPack tensor) holds this buffer, and may use the memory at any time: use a buffer nothing else holds");
         }
         if self.is_managed() && !managed_memory_is_concurrent()? {
             return refuse("a device of this system cannot use managed memory while the host does (CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS is 0): the host would fault while any kernel runs; copy instead");

@@ -418,7 +418,9 @@ impl Buffer {
         Ok(())
     }
 
-    /// Whether a graph holds the memory (see [`crate::graph`]): it then cannot move.
+    /// Whether a graph holds the memory (see [`crate::graph`]), or a DLPack tensor exported from
+    /// a view of the buffer does: the memory may then be used at any time, so it cannot move,
+    /// be discarded or be read through host slices.
     pub fn is_used_by_graph(&self) -> bool {
         self.tracked().is_some_and(|t| t.shared.get().is_some())
     }

@@ -219,7 +219,7 @@ impl Buffer {
     fn quiesce_for_discard(&mut self, what: &str) -> Result<()> {
         if self.is_used_by_graph() {
             return Err(CudaError::InvalidState(format!(
-                "{what}: a graph holds this buffer, and its launches may use the memory at any time: discard a buffer no graph uses"
+                "{what}: a graph (or an exported DLPack tensor) holds this buffer, and may use the memory at any time: discard a buffer nothing else holds"
             )));
         }
         self.synchronize_uses()
