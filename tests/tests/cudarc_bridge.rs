@@ -239,7 +239,7 @@ fn handovers_that_cannot_be_made_are_refused_with_the_buffer_back() {
     let graph = s
         .capture_graph(CaptureMode::ThreadLocal, |c| held.fill_u8(3, c))
         .unwrap();
-    check(held, "a graph holds");
+    check(held, "holds this buffer's memory");
     drop(graph);
     // A slice whose cudarc stream is being captured is handed back untouched, and the capture
     // ends well.

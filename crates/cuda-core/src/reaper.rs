@@ -47,7 +47,8 @@ pub(crate) fn refuse_in_callback() -> Result<()> {
 /// recorded as `what`, and CUDA calls of this crate are refused or deferred meanwhile.
 pub(crate) fn run_as_callback(what: &str, f: impl FnOnce()) {
     crate::error::set_on_driver_thread(true);
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        forget_payload(payload);
         record_drop_error(CudaError::InvalidState(format!("{what} panicked")));
     }
     crate::error::set_on_driver_thread(false);
@@ -117,6 +118,8 @@ static PENDING: AtomicUsize = AtomicUsize::new(0);
 /// while cuda_core::pending_releases() > 0 && std::time::Instant::now() < deadline {
 ///     std::thread::sleep(std::time::Duration::from_millis(1));
 /// }
+/// // The last releases may have queued their frees just now: let them run.
+/// device.sync()?;
 /// # Ok(()) }
 /// ```
 ///
@@ -246,7 +249,8 @@ fn run(rx: mpsc::Receiver<Job>) {
                     PENDING.fetch_sub(1, Ordering::AcqRel);
                 }
                 Ok(false) => still.push(job),
-                Err(_) => {
+                Err(payload) => {
+                    forget_payload(payload);
                     record_drop_error(CudaError::InvalidState(
                         "a deferred release panicked; what it held is kept".into(),
                     ));
@@ -261,11 +265,19 @@ fn run(rx: mpsc::Receiver<Job>) {
 }
 
 fn drop_here(value: Box<dyn Any + Send>) {
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(value))).is_err() {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(value))) {
+        forget_payload(payload);
         record_drop_error(CudaError::InvalidState(
             "a value released on the release thread panicked in its destructor".into(),
         ));
     }
+}
+
+/// Keeps a caught panic's payload rather than dropping it: its destructor could panic in turn,
+/// outside any catch, and unwind the release thread (or a driver thread), dropping releases
+/// still waiting for the GPU. Payloads are small (a message), and panics here are bugs.
+pub(crate) fn forget_payload(payload: Box<dyn Any + Send>) {
+    std::mem::forget(payload);
 }
 
 #[cfg(test)]

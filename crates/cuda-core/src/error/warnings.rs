@@ -151,9 +151,12 @@ pub(crate) fn warn(warning: Warning) {
     // A subscriber's panic must not unwind out of here: callers of drops keep (forget) what
     // may still be in use after recording.
     #[cfg(feature = "tracing")]
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         event!(warn, category = %warning.category, "{}", warning.message);
-    }));
+    })) {
+        // Kept, not dropped: its destructor could panic outside any catch.
+        std::mem::forget(payload);
+    }
     if IN_HANDLER.try_with(Cell::get).unwrap_or(true) {
         return;
     }
@@ -165,7 +168,10 @@ pub(crate) fn warn(warning: Warning) {
     let handler = HANDLER.read().unwrap_or_else(|p| p.into_inner()).clone();
     if let Some(handler) = handler {
         let _ = IN_HANDLER.try_with(|c| c.set(true));
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&warning)));
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&warning))) {
+            // Kept, not dropped: its destructor could panic outside any catch.
+            std::mem::forget(payload);
+        }
         let _ = IN_HANDLER.try_with(|c| c.set(false));
     }
 }

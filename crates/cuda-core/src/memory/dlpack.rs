@@ -70,7 +70,7 @@ pub(crate) fn dl_device(buffer: &Buffer) -> Result<DLDevice> {
     match (buffer.is_device_accessible(), buffer.is_host_accessible()) {
         (true, false) => {
             let ordinal = match buffer.device_id() {
-                Some(d) => d as i32,
+                Some(d) => i32::try_from(d).map_err(|_| dlpack_error("export", "the device ordinal overflows"))?,
                 None => PointerInfo::of(ptr)?.ordinal,
             };
             Ok(DLDevice::cuda(ordinal))
@@ -96,6 +96,29 @@ pub(crate) fn dl_device(buffer: &Buffer) -> Result<DLDevice> {
             "export",
             "buffer is neither device-accessible nor host-accessible",
         )),
+    }
+}
+
+/// What an exported tensor keeps alive, let go of on the crate's release thread when the
+/// consumer calls the tensor's deleter. The consumer may call it from any thread, a driver
+/// callback thread of its own included (PyTorch frees from stream callbacks), where CUDA must
+/// not be called and which this crate cannot recognise: so the deleter only posts (one channel
+/// send, no CUDA call, no wait), and the buffer or share is dropped (its memory freed,
+/// stream-ordered) on the release thread.
+pub(crate) struct ReleasedLater(Option<Box<dyn std::any::Any + Send>>);
+
+impl ReleasedLater {
+    /// `value`, to be dropped on the release thread.
+    pub(crate) fn new(value: impl std::any::Any + Send) -> Box<ReleasedLater> {
+        Box::new(ReleasedLater(Some(Box::new(value))))
+    }
+}
+
+impl Drop for ReleasedLater {
+    fn drop(&mut self) {
+        if let Some(value) = self.0.take() {
+            crate::reaper::drop_later(value);
+        }
     }
 }
 
@@ -146,7 +169,7 @@ fn export_borrowed<T: dlpark::DlpackElement>(
         .map_err(|e| dlpack_error("export", e))?;
     // A share of the memory: freed (stream-ordered, on the buffer's deallocation stream, after
     // every stream that used it) once the buffer and the tensor are both gone.
-    let mut initialized = prepared.initialize(buffer.share());
+    let mut initialized = prepared.initialize(ReleasedLater::new(buffer.share()));
     initialized.set_device(device);
     initialized.set_data(ptr as usize as *mut std::ffi::c_void);
     initialized.set_dtype(T::DTYPE);
@@ -241,7 +264,7 @@ impl Buffer {
         let prepared = Dynamic::new(shape.to_vec(), strides)
             .prepare_as::<DLManagedTensorVersioned>()
             .map_err(|e| dlpack_error("export", e))?;
-        let mut initialized = prepared.initialize(Box::new(self));
+        let mut initialized = prepared.initialize(ReleasedLater::new(self));
         initialized.set_device(device);
         initialized.set_data(data);
         initialized.set_dtype(T::DTYPE);
@@ -421,10 +444,15 @@ mod tests {
         let seen = unsafe { std::slice::from_raw_parts(data as *const u32, 4) };
         assert_eq!(seen, [7, 8, 9, 10]);
         drop(back);
-        assert!(
-            dropped.load(std::sync::atomic::Ordering::SeqCst),
-            "the last deleter freed it"
-        );
+        // The deleter posts the producer to the release thread, which drops it.
+        let start = std::time::Instant::now();
+        while !dropped.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(20),
+                "the last deleter did not free it"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     #[test]

@@ -56,18 +56,25 @@ fn poll_until_settled(done: impl Fn() -> driver::CUresult) {
 /// (a capture on another thread does not refuse it). When a wait fails, the work is still
 /// polled until it is done or stopped by an error: the copy never outlives the borrow.
 ///
-/// When no context of the stream's device is current, the stream's context is made current
+/// When no context of the stream's device is current, a context of that device is made current
 /// for the call: the driver refuses a copy with pageable host memory on a stream of another
 /// device than the current context's (`CUDA_ERROR_INVALID_VALUE`, seen with two H100s), so a
-/// program that works with streams of several devices need not make each current first. A
-/// context of the same device is left current (a green context's streams take copies with the
-/// primary context current, and making a green context current would wait for other threads).
+/// program that works with streams of several devices need not make each current first. That
+/// context is the stream's, or for a green context's stream the device's primary context (a
+/// green context's streams take copies with it current, and making the green context current
+/// would hold its claim, which other threads wait for, through the blocking wait). A context
+/// of the stream's device that is current already stays current. As with
+/// [`Context::with_current`](crate::Context::with_current), a context another library made
+/// current is not made current again afterwards when it was of another device (the thread is
+/// left with none).
 pub(super) fn copy_with_host(
     stream: &Stream,
     buffers: &[&Buffer],
     refusal: &str,
     copy: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
+    // Before any CUDA call: none on a driver thread.
+    crate::reaper::refuse_in_callback()?;
     let context = stream.context_or_current()?;
     let mut current: driver::CUdevice = 0;
     // SAFETY: out-pointer to a local; fails when no context is current.
@@ -76,10 +83,15 @@ pub(super) fn copy_with_host(
     if same_device {
         return copy_with_host_here(&context, stream, buffers, refusal, copy);
     }
-    context.with_current(|| copy_with_host_here(&context, stream, buffers, refusal, copy))
+    let switch_to = if context.is_green() {
+        context.device().primary_context()?
+    } else {
+        context.clone()
+    };
+    switch_to.with_current(|| copy_with_host_here(&context, stream, buffers, refusal, copy))
 }
 
-/// [`copy_with_host`] with the stream's context current.
+/// [`copy_with_host`] with a context of the stream's device current.
 fn copy_with_host_here(
     context: &crate::device::Context,
     stream: &Stream,

@@ -3,7 +3,7 @@
 
 use super::{Backing, DType, Element, StridedMemoryView};
 use crate::memory::buffer::Buffer;
-use crate::memory::dlpack::{check_shareable, dl_device, DlpackTensor};
+use crate::memory::dlpack::{check_shareable, dl_device, DlpackTensor, ReleasedLater};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use dlpark::ffi::{DLDevice, DLDeviceType, DLManagedTensorVersioned};
@@ -30,8 +30,8 @@ impl StridedMemoryView<'static> {
 impl StridedMemoryView<'_> {
     /// Where DLPack says the view's memory lives (`cuda.core`'s
     /// `StridedMemoryView.__dlpack_device__`): for a view of a buffer, the buffer's place
-    /// ([`Buffer::dlpack_device`]); for a host slice `kDLCPU`; otherwise (raw memory, read-only
-    /// views, whose buffer reports no access so that nothing writes it) from the view:
+    /// ([`Buffer::dlpack_device`]); for a host slice `kDLCPU`; otherwise (raw memory, buffers
+    /// imported read-only, which report no access so that nothing writes them) from the view:
     /// `kDLCUDA` on its device, `kDLCUDAManaged` or `kDLCUDAHost` for memory both sides reach
     /// (as the driver reports it), `kDLCPU` for host-only memory.
     pub fn dlpack_device(&self) -> Result<DLDevice> {
@@ -42,7 +42,10 @@ impl StridedMemoryView<'_> {
             Backing::Raw => None,
         };
         match buffer {
-            Some(b) if !self.readonly => dl_device(b),
+            // A read-only view of a buffer that reports where it is (a read-only view made of a
+            // writable buffer) is where the buffer is; only buffers reporting no access (the
+            // imported read-only ones) are placed from the view.
+            Some(b) if b.is_device_accessible() || b.is_host_accessible() => dl_device(b),
             _ => match self.device_id {
                 Some(d) => Ok(DLDevice::cuda(i32::try_from(d).map_err(|_| {
                     CudaError::InvalidArgument(format!("DLPack: device ordinal {d} overflows"))
@@ -112,16 +115,16 @@ impl StridedMemoryView<'_> {
             .prepare_as::<DLManagedTensorVersioned>()
             .map_err(|e| export(&e.to_string()))?;
         let (ptr, readonly, dtype) = (self.ptr, self.readonly, self.dtype);
-        // What keeps the memory alive, handed to the tensor (its deleter drops it, on whatever
-        // thread the consumer calls it from: each of these frees without a CUDA call on a driver
-        // thread, and never waits for the GPU).
+        // What keeps the memory alive, handed to the tensor: its deleter, on whatever thread
+        // the consumer calls it from (a driver callback thread of its own included), only posts
+        // it to the release thread, where it is dropped (see `ReleasedLater`).
         let mut initialized = match (self.backing, self.keep) {
             // The buffer the view owned: freed stream-ordered on its deallocation stream.
-            (Backing::Owned(buffer), _) => prepared.initialize(buffer),
+            (Backing::Owned(buffer), _) => prepared.initialize(ReleasedLater::new(buffer)),
             // A share of a borrowed buffer's memory: freed once the buffer has gone too.
-            (Backing::Buffer(buffer), _) => prepared.initialize(buffer.share()),
+            (Backing::Buffer(buffer), _) => prepared.initialize(ReleasedLater::new(buffer.share())),
             // The host DLPack tensor a host view owned: its producer's deleter runs.
-            (Backing::Host(_), Some(keep)) => prepared.initialize(Box::new(keep)),
+            (Backing::Host(_), Some(keep)) => prepared.initialize(ReleasedLater::new(keep)),
             // (Refused above.)
             (Backing::Host(_), None) | (Backing::Raw, _) => {
                 return Err(export("nothing keeps the view's memory alive"))
