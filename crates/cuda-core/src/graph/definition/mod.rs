@@ -6,6 +6,8 @@
 //! - `nodes`: adding kernel, empty, child-graph, event and host-callback nodes;
 //! - `memory_nodes`: allocation, free, memset and copy nodes, with checked extents;
 //! - `conditional`: conditions, conditional nodes and their bodies;
+//! - `freed`: what the driver frees with a node or a replaced child graph, and the registry
+//!   entries forgotten with it (so none names a freed graph when the driver reuses its address);
 //! - `params`: reading a node's parameters back and changing them (shared with executable
 //!   graphs' node updates);
 //! - `updates`: a kernel node's kernel and configuration read back, a host node's callback, and
@@ -13,6 +15,7 @@
 //! - `types`: the public value types (node types, parameters, memset values, allocation options).
 
 mod conditional;
+mod freed;
 mod memory_nodes;
 mod nodes;
 mod params;
@@ -217,23 +220,14 @@ fn refuse_graph_memory(buffer: &Buffer, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Whether a capture records into a body of conditional node `node`, or of one nested in it.
+/// Whether a capture records into a body of conditional node `node`, or of one nested in it, as
+/// far as the registry knows (it knows every body a capture records into: only this crate's
+/// conditional nodes' bodies are captured into, and each is registered as it is made).
 fn capturing_below(reg: &Registry, node: driver::CUgraphNode) -> bool {
-    let mut pending: Vec<driver::CUgraph> = match reg.conditionals.get(&(node as usize)) {
-        Some(info) => info.bodies.clone(),
-        None => return false,
-    };
-    while let Some(body) = pending.pop() {
-        if reg.capturing.contains(&(body as usize)) {
-            return true;
-        }
-        for info in reg.conditionals.values() {
-            if info.graph == body {
-                pending.extend(info.bodies.iter().copied());
-            }
-        }
+    match reg.conditionals.get(&(node as usize)) {
+        Some(info) => freed::Freed::known_below(reg, &info.bodies).capturing(reg),
+        None => false,
     }
-    false
 }
 
 fn check_node(reg: &Registry, node: NodeRef) -> Result<()> {
@@ -465,7 +459,8 @@ impl GraphNode {
     }
 
     /// Removes the node and its edges from the graph. Other handles to it become invalid (their
-    /// methods return an error), as do the bodies of a destroyed conditional node. Destroying a
+    /// methods return an error), as do the graphs the driver frees with it (a conditional node's
+    /// bodies, a child-graph node's graph, and every graph and node nested in them). Destroying a
     /// node already destroyed (through another handle) does nothing, as in `cuda.core`.
     pub fn destroy(self) -> Result<()> {
         let mut reg = self.graph.lock();
@@ -476,15 +471,21 @@ impl GraphNode {
         let h = self.node.handle;
         reg.refuse_while_capturing(self.graph.handle)?;
         reg.refuse_with_graph_memory("destroy")?;
+        let refusal =
+            || CudaError::InvalidArgument("destroy: a capture records into a body of this node: end it first".into());
+        // (Checked before the driver is asked about graphs a capture may be recording into.)
         if capturing_below(&reg, h) {
-            return Err(CudaError::InvalidArgument(
-                "destroy: a capture records into a body of this node: end it first".into(),
-            ));
+            return Err(refusal());
+        }
+        // What the driver frees with the node (its bodies or child copy, and all nested in
+        // them), collected while it is live: forgotten once it is freed.
+        let freed = freed::Freed::with_node(&reg, self.graph.handle, h)?;
+        if freed.capturing(&reg) {
+            return Err(refusal());
         }
         // SAFETY: the node is live and belongs to this graph (its lock is held).
         unsafe { driver::cuGraphDestroyNode(h) }.check("cuGraphDestroyNode")?;
-        reg.live.remove(&(h as usize));
-        reg.conditionals.remove(&(h as usize));
+        freed.forget(&mut reg);
         Ok(())
     }
 

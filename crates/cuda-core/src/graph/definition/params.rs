@@ -143,19 +143,19 @@ impl GraphNode {
         })
     }
 
-    /// What the registry knows of the conditional node `h` (one this crate added), else what the
-    /// driver reports (recorded then, so that the bodies handed out are known as this crate's
-    /// own are: a capture into one of them keeps the node from being destroyed); `None` when the
-    /// driver cannot report it (see [`NodeParams::Other`]).
+    /// What the conditional node `h` was made with: what the driver reports when it can (CUDA
+    /// 13.2+: the bodies the live node owns now), recorded then (so that the bodies handed out
+    /// are known as this crate's own are: a capture into one of them keeps the node from being
+    /// destroyed); else what the registry recorded when this crate added it (entries of nodes the
+    /// driver freed are forgotten with them: see `freed`, so an entry found here is the node's
+    /// own even when the driver gave it a freed node's address). `None` when neither knows (see
+    /// [`NodeParams::Other`]).
     fn conditional_info(&self, reg: &mut Registry, h: driver::CUgraphNode) -> Result<Option<ConditionalInfo>> {
-        if let Some(info) = reg.conditionals.get(&(h as usize)) {
-            return Ok(Some(info.clone()));
+        if let Some(info) = super::conditional::read_conditional(self.graph.handle, h)? {
+            reg.conditionals.insert(h as usize, info.clone());
+            return Ok(Some(info));
         }
-        let Some(info) = super::conditional::read_conditional(self.graph.handle, h)? else {
-            return Ok(None);
-        };
-        reg.conditionals.insert(h as usize, info.clone());
-        Ok(Some(info))
+        Ok(reg.conditionals.get(&(h as usize)).cloned())
     }
 
     /// Gives a kernel node new arguments (same kernel and configuration), for the executable

@@ -356,7 +356,8 @@ impl GraphNode {
     /// Makes a child-graph node run a copy of `child` (made now), for the executable graphs
     /// instantiated from now on (`cuda.core`'s `ChildGraphNode.update`). The graph holds what
     /// `child` holds. Graphs read from the node before ([`GraphNode::params`]) name the copy it
-    /// replaced: they return an error from then on.
+    /// replaced, which the driver frees: they, the graphs nested in them and their nodes return
+    /// an error from then on.
     pub fn update_child(&self, child: &GraphDefinition) -> Result<()> {
         if Arc::ptr_eq(&child.inner.registry, &self.graph.registry) {
             return Err(CudaError::InvalidArgument(
@@ -376,6 +377,14 @@ impl GraphNode {
                     "update_child: graphs with graph memory cannot be swapped in or out of a node (their allocations exist in node order): add a new node instead".into(),
                 ));
             }
+            // The copy the node runs now, and all nested in it, is freed by the update:
+            // collected while it is live, forgotten once it is freed (see `freed`).
+            let freed = super::freed::Freed::child_of(h, reg)?;
+            if freed.capturing(reg) {
+                return Err(CudaError::InvalidArgument(
+                    "update_child: a capture records into a graph nested in this node's graph: end it first".into(),
+                ));
+            }
             // What the copy runs is held first (a failed update leaves only extra holds).
             reg.absorb(&child_reg);
             // SAFETY: an all-zero CUgraphNodeParams is the documented starting point.
@@ -388,8 +397,10 @@ impl GraphNode {
             // SAFETY: the node and the child are live and both locks are held; the driver
             // copies the child.
             unsafe { driver::cuGraphNodeSetParams(h, &mut params) }.check("cuGraphNodeSetParams")?;
-            // The node's earlier copy is gone: graphs read from it before are refused.
+            // The node's earlier copy is gone: graphs read from it before are refused, and the
+            // registry forgets its nodes and graphs (the driver may reuse their addresses).
             reg.child_replaced(h);
+            freed.forget(reg);
             Ok(())
         })
     }
