@@ -33,6 +33,19 @@ pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     TURN.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Waits up to `within` for the release thread to have nothing left
+/// ([`cuda_core::pending_releases`] at 0); whether it got there.
+pub fn releases_drain(within: std::time::Duration) -> bool {
+    let start = std::time::Instant::now();
+    while cuda_core::pending_releases() > 0 {
+        if start.elapsed() > within {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    true
+}
+
 /// Records that the running test leaves out one of its checks because the machine lacks what it
 /// needs, and goes on with the rest: `run.sh` lists the reason and counts the test by its result.
 pub fn skip_part(reason: impl Display) {

@@ -264,15 +264,11 @@ fn drop_buffer_behind_the_gate(what: &str, s: &Stream, resource: Arc<Counted>) {
         "{what}: the free waiting for the held copy is not counted by pending_releases"
     );
     released_after_the_work(what, &gate, || resource.freed() == 1);
-    let start = Instant::now();
-    while cuda_core::pending_releases() > 0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "{what}: pending_releases stayed at {} after the free",
-            cuda_core::pending_releases()
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    assert!(
+        cuda_tests::releases_drain(Duration::from_secs(20)),
+        "{what}: pending_releases stayed at {} after the free",
+        cuda_core::pending_releases()
+    );
     s.sync().unwrap();
 }
 

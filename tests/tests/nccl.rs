@@ -540,14 +540,10 @@ fn run_rank(scenario: &str, comm: Communicator, d: &Device, peer: &mut TcpStream
             // then its hold refuses an orderly end. Once the release thread has nothing left,
             // the communicator ends in order, before the process exits (one released in the
             // background while the process tears down NCCL can crash it).
-            let started = Instant::now();
-            while cuda_core::pending_releases() > 0 {
-                assert!(
-                    started.elapsed() < Duration::from_secs(20),
-                    "the graph was not released"
-                );
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            assert!(
+                cuda_tests::releases_drain(Duration::from_secs(20)),
+                "the graph was not released"
+            );
             comm.finalize().unwrap();
         }
         "killed" => {

@@ -3,7 +3,9 @@
 
 mod warnings;
 
-pub(crate) use warnings::{any_held, deliver_held, on_driver_thread, set_on_driver_thread, warn, warn_once};
+pub(crate) use warnings::{
+    any_held, deliver_held, forget_payload, on_driver_thread, set_on_driver_thread, warn, warn_once,
+};
 pub use warnings::{set_warning_handler, Warning, WarningCategory, WarningHandler};
 
 /// What went wrong in a CUDA call, with the call that failed.

@@ -12,7 +12,7 @@
 //!
 //! This module uses only the error module and the raw bindings: every other module may use it.
 
-use crate::error::record_drop_error;
+use crate::error::{forget_payload, record_drop_error};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::any::Any;
@@ -245,7 +245,7 @@ fn run(rx: mpsc::Receiver<Job>) {
         for mut job in pending.drain(..) {
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.attempt())) {
                 Ok(true) => {
-                    drop_here(Box::new(job));
+                    drop_here(job);
                     PENDING.fetch_sub(1, Ordering::AcqRel);
                 }
                 Ok(false) => still.push(job),
@@ -264,20 +264,13 @@ fn run(rx: mpsc::Receiver<Job>) {
     }
 }
 
-fn drop_here(value: Box<dyn Any + Send>) {
+fn drop_here<T>(value: T) {
     if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(value))) {
         forget_payload(payload);
         record_drop_error(CudaError::InvalidState(
             "a value released on the release thread panicked in its destructor".into(),
         ));
     }
-}
-
-/// Keeps a caught panic's payload rather than dropping it: its destructor could panic in turn,
-/// outside any catch, and unwind the release thread (or a driver thread), dropping releases
-/// still waiting for the GPU. Payloads are small (a message), and panics here are bugs.
-pub(crate) fn forget_payload(payload: Box<dyn Any + Send>) {
-    std::mem::forget(payload);
 }
 
 #[cfg(test)]

@@ -488,7 +488,7 @@ fn stress_random_safe_calls_on_shared_objects() {
     begin("waiting for the release thread");
     // Everything is dropped: what the release thread holds (frees waiting for their streams'
     // work, graphs waiting for their launches) must drain. One that never does is a leak.
-    let drained = eventually(patience, || cuda_core::pending_releases() == 0);
+    let drained = cuda_tests::releases_drain(patience);
     if !drained {
         report.other(format!(
             "{} releases still pending on the release thread {:.0} s after every object was dropped",

@@ -120,6 +120,14 @@ pub(crate) fn deliver_held() {
     }
 }
 
+/// Keeps a caught panic's payload rather than dropping it: its destructor could panic in turn,
+/// outside any catch, and unwind the thread (the release thread, dropping releases still
+/// waiting for the GPU, or a driver thread). Payloads are small (a message), and such panics
+/// are bugs.
+pub(crate) fn forget_payload(payload: Box<dyn std::any::Any + Send>) {
+    std::mem::forget(payload);
+}
+
 thread_local! {
     /// Set while the thread runs a callback for the driver.
     static ON_DRIVER_THREAD: Cell<bool> = const { Cell::new(false) };
@@ -154,8 +162,7 @@ pub(crate) fn warn(warning: Warning) {
     if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         event!(warn, category = %warning.category, "{}", warning.message);
     })) {
-        // Kept, not dropped: its destructor could panic outside any catch.
-        std::mem::forget(payload);
+        forget_payload(payload);
     }
     if IN_HANDLER.try_with(Cell::get).unwrap_or(true) {
         return;
@@ -169,8 +176,7 @@ pub(crate) fn warn(warning: Warning) {
     if let Some(handler) = handler {
         let _ = IN_HANDLER.try_with(|c| c.set(true));
         if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&warning))) {
-            // Kept, not dropped: its destructor could panic outside any catch.
-            std::mem::forget(payload);
+            forget_payload(payload);
         }
         let _ = IN_HANDLER.try_with(|c| c.set(false));
     }

@@ -105,12 +105,12 @@ pub(crate) fn dl_device(buffer: &Buffer) -> Result<DLDevice> {
 /// not be called and which this crate cannot recognise: so the deleter only posts (one channel
 /// send, no CUDA call, no wait), and the buffer or share is dropped (its memory freed,
 /// stream-ordered) on the release thread.
-pub(crate) struct ReleasedLater(Option<Box<dyn std::any::Any + Send>>);
+struct ReleasedLater(Option<Box<dyn std::any::Any + Send>>);
 
 impl ReleasedLater {
     /// `value`, to be dropped on the release thread.
-    pub(crate) fn new(value: impl std::any::Any + Send) -> Box<ReleasedLater> {
-        Box::new(ReleasedLater(Some(Box::new(value))))
+    fn new(value: Box<dyn std::any::Any + Send>) -> Box<ReleasedLater> {
+        Box::new(ReleasedLater(Some(value)))
     }
 }
 
@@ -120,6 +120,39 @@ impl Drop for ReleasedLater {
             crate::reaper::drop_later(value);
         }
     }
+}
+
+/// A versioned tensor of `shape` and `strides` (in elements, explicit) of `dtype` at `data` on
+/// `device`, flagged read-only when `readonly`, that keeps `keep` alive until its deleter runs
+/// (then dropped on the release thread: see [`ReleasedLater`]). Every export ends here.
+///
+/// # Safety
+/// Every element the layout reaches from `data` lies in memory that `keep` keeps alive; unless
+/// `readonly`, the consumer may write it.
+pub(crate) unsafe fn tensor(
+    shape: Vec<i64>,
+    strides: Vec<i64>,
+    dtype: DLDataType,
+    (device, data): (DLDevice, *mut std::ffi::c_void),
+    readonly: bool,
+    keep: Box<dyn std::any::Any + Send>,
+) -> Result<DlpackTensor> {
+    let prepared = Dynamic::new(shape, strides)
+        .prepare_as::<DLManagedTensorVersioned>()
+        .map_err(|e| dlpack_error("export", e))?;
+    let mut initialized = prepared.initialize(ReleasedLater::new(keep));
+    initialized.set_device(device);
+    initialized.set_data(data);
+    initialized.set_dtype(dtype);
+    if readonly {
+        initialized
+            .set_flags(dlpark::DlpackFlags::READ_ONLY)
+            .map_err(|e| dlpack_error("export", e))?;
+    }
+    // SAFETY: the caller's promise: the elements lie in memory the tensor keeps alive through
+    // `keep` until its deleter runs; shape and strides are owned by the allocation; the flags
+    // say read-only exactly when the memory must not be written.
+    Ok(unsafe { initialized.finish() })
 }
 
 /// An error unless a tensor can hold on to the memory of `buffer`, which a view borrows: graph
@@ -164,25 +197,20 @@ fn export_borrowed<T: dlpark::DlpackElement>(
     }
     let len = i64::try_from(len).map_err(|e| dlpack_error("export", e))?;
     let device = dl_device(buffer)?;
-    let prepared = Dynamic::new(vec![len], vec![1])
-        .prepare_as::<DLManagedTensorVersioned>()
-        .map_err(|e| dlpack_error("export", e))?;
-    // A share of the memory: freed (stream-ordered, on the buffer's deallocation stream, after
-    // every stream that used it) once the buffer and the tensor are both gone.
-    let mut initialized = prepared.initialize(ReleasedLater::new(buffer.share()));
-    initialized.set_device(device);
-    initialized.set_data(ptr as usize as *mut std::ffi::c_void);
-    initialized.set_dtype(T::DTYPE);
-    if readonly {
-        initialized
-            .set_flags(dlpark::DlpackFlags::READ_ONLY)
-            .map_err(|e| dlpack_error("export", e))?;
-    }
     // SAFETY: data and len elements of T lie in the buffer's memory (checked above), which the
-    // tensor keeps alive through its share until its deleter runs (memory nobody keeps alive
-    // was refused); shape and strides are owned by the allocation; the flags say read-only
-    // exactly when the view is.
-    Ok(unsafe { initialized.finish() })
+    // tensor keeps alive through its share (freed, stream-ordered, on the buffer's deallocation
+    // stream after every stream that used it, once the buffer and the tensor are both gone);
+    // memory nobody keeps alive was refused; read-only exactly when the view is.
+    unsafe {
+        tensor(
+            vec![len],
+            vec![1],
+            T::DTYPE,
+            (device, ptr as usize as *mut std::ffi::c_void),
+            readonly,
+            Box::new(buffer.share()),
+        )
+    }
 }
 
 impl<T: dlpark::DlpackElement> BufferView<'_, T> {
@@ -261,17 +289,9 @@ impl Buffer {
         }
         let device = dl_device(&self)?;
         let data = self.handle() as usize as *mut std::ffi::c_void;
-        let prepared = Dynamic::new(shape.to_vec(), strides)
-            .prepare_as::<DLManagedTensorVersioned>()
-            .map_err(|e| dlpack_error("export", e))?;
-        let mut initialized = prepared.initialize(ReleasedLater::new(self));
-        initialized.set_device(device);
-        initialized.set_data(data);
-        initialized.set_dtype(T::DTYPE);
-        // SAFETY: data is the buffer's memory, which the tensor owns (the Box above) and which
-        // the extent checked above lies in; shape and strides are owned by the allocation; the
-        // flags (none) say the memory is writable and not a copy, which it is.
-        Ok(unsafe { initialized.finish() })
+        // SAFETY: data is the buffer's memory, which the extent checked above lies in and which
+        // the tensor owns (the buffer is handed over); writable, as the buffer is.
+        unsafe { tensor(shape.to_vec(), strides, T::DTYPE, (device, data), false, Box::new(self)) }
     }
 
     /// Wraps the memory of a DLPack tensor (CUDA device, pinned host or managed) as a buffer

@@ -144,6 +144,24 @@ pub(super) fn read_conditional(graph: driver::CUgraph, node: driver::CUgraphNode
     }))
 }
 
+/// What conditional node `h` of `graph` (live, under the hierarchy's lock) was made with: what
+/// the driver reports when it can (CUDA 13.2+: what the node owns now, whatever the registry
+/// says), else the registry's entry for it (kept exact by `freed`: entries of nodes the driver
+/// freed are forgotten with them, so an entry found here is the node's own even when the driver
+/// gave it a freed node's address); `None` when neither knows (a node this crate did not add,
+/// on an older driver: nothing of its bodies was ever handed out, so nothing below them is
+/// registered either).
+pub(super) fn conditional_info(
+    reg: &Registry,
+    graph: driver::CUgraph,
+    h: driver::CUgraphNode,
+) -> Result<Option<ConditionalInfo>> {
+    if let Some(info) = read_conditional(graph, h)? {
+        return Ok(Some(info));
+    }
+    Ok(reg.conditionals.get(&(h as usize)).cloned())
+}
+
 /// A conditional node and its body graphs, to fill with nodes.
 #[derive(Debug, Clone)]
 pub struct ConditionalNode {

@@ -112,7 +112,7 @@ impl Freed {
 }
 
 /// The graph child-graph node `h` (live, under the hierarchy's lock) runs.
-fn child_graph(h: driver::CUgraphNode) -> Result<driver::CUgraph> {
+pub(super) fn child_graph(h: driver::CUgraphNode) -> Result<driver::CUgraph> {
     let mut child: driver::CUgraph = std::ptr::null_mut();
     // SAFETY: the node is live and a child-graph node (the caller's check); out-pointer to a
     // local.
@@ -121,32 +121,17 @@ fn child_graph(h: driver::CUgraphNode) -> Result<driver::CUgraph> {
 }
 
 /// The graphs node `h` of `graph` (live, under the hierarchy's lock) owns: a child-graph node's
-/// copy, a conditional node's bodies (see [`conditional_bodies`]); none for other nodes.
+/// copy, a conditional node's bodies (see [`conditional_info`](super::conditional::conditional_info));
+/// none for other nodes.
 fn owned_graphs(reg: &Registry, graph: driver::CUgraph, h: driver::CUgraphNode) -> Result<Vec<driver::CUgraph>> {
     use driver::CUgraphNodeType as T;
     Ok(match node_type(h)? {
         T::CU_GRAPH_NODE_TYPE_GRAPH => vec![child_graph(h)?],
-        T::CU_GRAPH_NODE_TYPE_CONDITIONAL => conditional_bodies(reg, graph, h)?
+        T::CU_GRAPH_NODE_TYPE_CONDITIONAL => super::conditional::conditional_info(reg, graph, h)?
             .map(|info| info.bodies)
             .unwrap_or_default(),
         _ => Vec::new(),
     })
-}
-
-/// What conditional node `h` of `graph` (live, under the hierarchy's lock) was made with: what
-/// the driver reports when it can (CUDA 13.2+: what the node owns now, whatever the registry
-/// says), else the registry's entry for it (kept exact by [`Freed::forget`]); `None` when
-/// neither knows (a node this crate did not add, on an older driver: nothing of its bodies was
-/// ever handed out, so nothing below them is registered either).
-fn conditional_bodies(
-    reg: &Registry,
-    graph: driver::CUgraph,
-    h: driver::CUgraphNode,
-) -> Result<Option<ConditionalInfo>> {
-    if let Some(info) = super::conditional::read_conditional(graph, h)? {
-        return Ok(Some(info));
-    }
-    Ok(reg.conditionals.get(&(h as usize)).cloned())
 }
 
 #[cfg(test)]

@@ -53,15 +53,9 @@ impl GraphNode {
                         size: p.WidthInBytes,
                     }
                 }
-                T::CU_GRAPH_NODE_TYPE_GRAPH => {
-                    let mut g: driver::CUgraph = std::ptr::null_mut();
-                    // SAFETY: as said above the match.
-                    unsafe { driver::cuGraphChildGraphNodeGetGraph(h, &mut g) }
-                        .check("cuGraphChildGraphNodeGetGraph")?;
-                    NodeParams::ChildGraph(GraphDefinition {
-                        inner: GraphInner::child(&self.graph, reg, self.node, g),
-                    })
-                }
+                T::CU_GRAPH_NODE_TYPE_GRAPH => NodeParams::ChildGraph(GraphDefinition {
+                    inner: GraphInner::child(&self.graph, reg, self.node, super::freed::child_graph(h)?),
+                }),
                 T::CU_GRAPH_NODE_TYPE_EVENT_RECORD => {
                     let mut e: driver::CUevent = std::ptr::null_mut();
                     // SAFETY: as said above the match.
@@ -124,38 +118,32 @@ impl GraphNode {
                         .check("cuGraphMemFreeNodeGetParams")?;
                     NodeParams::MemFree { dptr }
                 }
-                T::CU_GRAPH_NODE_TYPE_CONDITIONAL => match self.conditional_info(reg, h)? {
-                    Some(info) => NodeParams::Conditional {
-                        condition: GraphCondition { handle: info.condition },
-                        kind: ConditionalType::from_driver(info.kind),
-                        branches: info
-                            .bodies
-                            .iter()
-                            .map(|b| GraphDefinition {
-                                inner: GraphInner::nested(&self.graph, self.node, *b),
-                            })
-                            .collect(),
-                    },
-                    None => NodeParams::Other(NodeType::Conditional),
-                },
+                T::CU_GRAPH_NODE_TYPE_CONDITIONAL => {
+                    let info = super::conditional::conditional_info(reg, self.graph.handle, h)?;
+                    if let Some(info) = &info {
+                        // Recorded (what the driver reported), so that the bodies handed out
+                        // are known as this crate's own are: a capture into one of them keeps
+                        // the node from being destroyed.
+                        reg.conditionals.insert(h as usize, info.clone());
+                    }
+                    match info {
+                        Some(info) => NodeParams::Conditional {
+                            condition: GraphCondition { handle: info.condition },
+                            kind: ConditionalType::from_driver(info.kind),
+                            branches: info
+                                .bodies
+                                .iter()
+                                .map(|b| GraphDefinition {
+                                    inner: GraphInner::nested(&self.graph, self.node, *b),
+                                })
+                                .collect(),
+                        },
+                        None => NodeParams::Other(NodeType::Conditional),
+                    }
+                }
                 other => NodeParams::Other(NodeType::from_driver(other)),
             })
         })
-    }
-
-    /// What the conditional node `h` was made with: what the driver reports when it can (CUDA
-    /// 13.2+: the bodies the live node owns now), recorded then (so that the bodies handed out
-    /// are known as this crate's own are: a capture into one of them keeps the node from being
-    /// destroyed); else what the registry recorded when this crate added it (entries of nodes the
-    /// driver freed are forgotten with them: see `freed`, so an entry found here is the node's
-    /// own even when the driver gave it a freed node's address). `None` when neither knows (see
-    /// [`NodeParams::Other`]).
-    fn conditional_info(&self, reg: &mut Registry, h: driver::CUgraphNode) -> Result<Option<ConditionalInfo>> {
-        if let Some(info) = super::conditional::read_conditional(self.graph.handle, h)? {
-            reg.conditionals.insert(h as usize, info.clone());
-            return Ok(Some(info));
-        }
-        Ok(reg.conditionals.get(&(h as usize)).cloned())
     }
 
     /// Gives a kernel node new arguments (same kernel and configuration), for the executable

@@ -83,12 +83,12 @@ pub(super) fn copy_with_host(
     if same_device {
         return copy_with_host_here(&context, stream, buffers, refusal, copy);
     }
-    let switch_to = if context.is_green() {
-        context.device().primary_context()?
+    let here = || copy_with_host_here(&context, stream, buffers, refusal, copy);
+    if context.is_green() {
+        context.device().primary_context()?.with_current(here)
     } else {
-        context.clone()
-    };
-    switch_to.with_current(|| copy_with_host_here(&context, stream, buffers, refusal, copy))
+        context.with_current(here)
+    }
 }
 
 /// [`copy_with_host`] with a context of the stream's device current.

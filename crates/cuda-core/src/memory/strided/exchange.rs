@@ -3,11 +3,10 @@
 
 use super::{Backing, DType, Element, StridedMemoryView};
 use crate::memory::buffer::Buffer;
-use crate::memory::dlpack::{check_shareable, dl_device, DlpackTensor, ReleasedLater};
+use crate::memory::dlpack::{check_shareable, dl_device, tensor, DlpackTensor};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
-use dlpark::ffi::{DLDevice, DLDeviceType, DLManagedTensorVersioned};
-use dlpark::metadata::Dynamic;
+use dlpark::ffi::{DLDevice, DLDeviceType};
 
 impl StridedMemoryView<'static> {
     /// A view that owns `buffer` (element 0 at its start), so that it can be kept, sent to
@@ -111,40 +110,28 @@ impl StridedMemoryView<'_> {
             .iter()
             .map(|&d| i64::try_from(d).map_err(|_| export(&format!("dimension {d} overflows"))))
             .collect::<Result<_>>()?;
-        let prepared = Dynamic::new(shape, strides)
-            .prepare_as::<DLManagedTensorVersioned>()
-            .map_err(|e| export(&e.to_string()))?;
-        let (ptr, readonly, dtype) = (self.ptr, self.readonly, self.dtype);
-        // What keeps the memory alive, handed to the tensor: its deleter, on whatever thread
-        // the consumer calls it from (a driver callback thread of its own included), only posts
-        // it to the release thread, where it is dropped (see `ReleasedLater`).
-        let mut initialized = match (self.backing, self.keep) {
+        let place = (device, self.ptr as usize as *mut std::ffi::c_void);
+        let (readonly, dtype) = (self.readonly, self.dtype.to_dlpack());
+        // What keeps the memory alive, handed to the tensor (dropped on the release thread once
+        // the consumer lets go: see `ReleasedLater`).
+        let keep: Box<dyn std::any::Any + Send> = match (self.backing, self.keep) {
             // The buffer the view owned: freed stream-ordered on its deallocation stream.
-            (Backing::Owned(buffer), _) => prepared.initialize(ReleasedLater::new(buffer)),
+            (Backing::Owned(buffer), _) => buffer,
             // A share of a borrowed buffer's memory: freed once the buffer has gone too.
-            (Backing::Buffer(buffer), _) => prepared.initialize(ReleasedLater::new(buffer.share())),
+            (Backing::Buffer(buffer), _) => Box::new(buffer.share()),
             // The host DLPack tensor a host view owned: its producer's deleter runs.
-            (Backing::Host(_), Some(keep)) => prepared.initialize(ReleasedLater::new(keep)),
+            (Backing::Host(_), Some(keep)) => Box::new(keep),
             // (Refused above.)
             (Backing::Host(_), None) | (Backing::Raw, _) => {
                 return Err(export("nothing keeps the view's memory alive"))
             }
         };
-        initialized.set_device(device);
-        initialized.set_data(ptr as usize as *mut std::ffi::c_void);
-        initialized.set_dtype(dtype.to_dlpack());
-        if readonly {
-            initialized
-                .set_flags(dlpark::DlpackFlags::READ_ONLY)
-                .map_err(|e| export(&e.to_string()))?;
-        }
         // SAFETY: the data pointer is element 0 of a layout checked to lie in the view's memory,
-        // which the tensor keeps alive until its deleter runs (the owned buffer, a
-        // share of a borrowed buffer's memory that frees it only once the tensor and the buffer
-        // are both gone, or the host tensor the view owned; foreign memory nobody keeps alive
-        // was refused above); shape and strides are owned by the allocation; the flags say
-        // read-only exactly when the view was.
-        Ok(unsafe { initialized.finish() })
+        // which the tensor keeps alive until its deleter runs (the owned buffer, a share of a
+        // borrowed buffer's memory that frees it only once the tensor and the buffer are both
+        // gone, or the host tensor the view owned; foreign memory nobody keeps alive was refused
+        // above); read-only exactly when the view was.
+        unsafe { tensor(shape, strides, dtype, place, readonly, keep) }
     }
 }
 
