@@ -7,9 +7,22 @@ use cuda_core::{
     Buffer, Context, ContextFlags, DType, Device, HostAllocFlags, LegacyPinnedMemoryResource, PinnedMemoryResource,
     Stream, StridedMemoryView,
 };
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 
-fn setup() -> (Device, Stream, Arc<CudaContext>, Arc<CudaStream>) {
+/// One test at a time, for the whole test (each test holds the guard `setup` returns first, so
+/// it goes last): one test holds its stream with a host function for a while, and another's
+/// synchronous driver calls (a pinned free, cudarc's synchronous copies) wait for every stream of
+/// the context. Run side by side, the held test was once seen (default-stream mode, H100) taking
+/// 20 s to pass its drop, which the held work alone does not make it wait for (the test passes on
+/// its own, and `drops.rs` checks every kind of drop this way, one test at a time too).
+fn setup() -> (
+    MutexGuard<'static, ()>,
+    Device,
+    Stream,
+    Arc<CudaContext>,
+    Arc<CudaStream>,
+) {
+    let turn = cuda_tests::one_at_a_time();
     let d = Device::new(0).expect("a GPU");
     d.set_current().unwrap();
     let s = d.create_stream(Default::default()).unwrap();
@@ -17,7 +30,7 @@ fn setup() -> (Device, Stream, Arc<CudaContext>, Arc<CudaStream>) {
     let cs = ctx.new_stream().unwrap();
     // cudarc made its context current: ours again (the same primary context).
     d.set_current().unwrap();
-    (d, s, ctx, cs)
+    (turn, d, s, ctx, cs)
 }
 
 /// 16 Mi floats: large enough that an unordered read would see the work unfinished.
@@ -26,7 +39,7 @@ const BIG: usize = 16 << 20;
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn a_cudarc_slice_becomes_a_buffer_and_goes_back() {
-    let (d, s, _ctx, cs) = setup();
+    let (_turn, d, s, _ctx, cs) = setup();
     let data: Vec<f32> = (0..BIG).map(|i| (i % 1000) as f32).collect();
     let slice = cs.clone_htod(&data).unwrap();
     let ptr = {
@@ -62,7 +75,7 @@ fn a_cudarc_slice_becomes_a_buffer_and_goes_back() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn buffers_of_a_device_pool_go_to_cudarc_after_every_stream_that_used_them() {
-    let (d, s, _ctx, cs) = setup();
+    let (_turn, d, s, _ctx, cs) = setup();
     let other = d.create_stream(Default::default()).unwrap();
     let buffer = d.allocate(BIG * 4, &s).unwrap();
     buffer.fill_u32(1, &s).unwrap();
@@ -116,7 +129,7 @@ fn buffers_of_a_device_pool_go_to_cudarc_after_every_stream_that_used_them() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn streams_are_lent_both_ways() {
-    let (d, s, ctx, cs) = setup();
+    let (_turn, d, s, ctx, cs) = setup();
     // cudarc's stream here: one stream, work of both libraries in its order.
     // SAFETY: nothing captures on cudarc's stream in this test.
     let lent = unsafe { Stream::from_cudarc(&cs) }.unwrap();
@@ -163,7 +176,7 @@ fn streams_are_lent_both_ways() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn a_cudarc_slice_becomes_a_strided_view() {
-    let (_d, s, _ctx, cs) = setup();
+    let (_turn, _d, s, _ctx, cs) = setup();
     // A 4x6 matrix of f64, viewed transposed (6x4, strides 1 and 6).
     let data: Vec<f64> = (0..24).map(|i| i as f64 * 0.5).collect();
     let slice = cs.clone_htod(&data).unwrap();
@@ -205,7 +218,7 @@ fn a_cudarc_slice_becomes_a_strided_view() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn handovers_that_cannot_be_made_are_refused_with_the_buffer_back() {
-    let (d, s, _ctx, cs) = setup();
+    let (_turn, d, s, _ctx, cs) = setup();
     let check = |buffer: Buffer, want: &str| {
         let size = buffer.size();
         let err = buffer.into_cudarc::<u32>(&cs).unwrap_err();
@@ -261,7 +274,7 @@ fn handovers_that_cannot_be_made_are_refused_with_the_buffer_back() {
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn a_taken_slice_outlives_its_buffer_until_the_work_on_it_is_done() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let (_d, s, _ctx, cs) = setup();
+    let (_turn, _d, s, _ctx, cs) = setup();
     let slice = cs.clone_htod(&vec![0u32; BIG]).unwrap();
     let buffer = Buffer::from_cudarc(slice, &s).unwrap();
     // Work held back by a host function until the test opens its gate (or 20 s pass), then the
@@ -301,7 +314,7 @@ fn a_taken_slice_outlives_its_buffer_until_the_work_on_it_is_done() {
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn operations_on_the_per_thread_stream_cudarc_captures_are_refused() {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let (d, s, ctx, _cs) = setup();
+    let (_turn, d, s, ctx, _cs) = setup();
     let buffer = d.allocate(1 << 20, &s).unwrap();
     s.sync().unwrap();
     let event = d.create_event(Default::default()).unwrap();
@@ -373,7 +386,7 @@ fn operations_on_the_per_thread_stream_cudarc_captures_are_refused() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn every_wrapper_of_a_stream_is_one_stream() {
-    let (_d, s, ctx, cs) = setup();
+    let (_turn, _d, s, ctx, cs) = setup();
     let before = Arc::strong_count(&cs);
     // SAFETY: nothing captures cudarc's stream in this test, nor queues on it through cudarc.
     let first = unsafe { Stream::from_cudarc(&cs) }.unwrap();
@@ -420,7 +433,7 @@ fn every_wrapper_of_a_stream_is_one_stream() {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn a_lent_stream_that_joined_a_cudarc_capture_is_refused() {
-    let (d, s, ctx, cs) = setup();
+    let (_turn, d, s, ctx, cs) = setup();
     let buffer = d.allocate(4096, &s).unwrap();
     s.sync().unwrap();
     // SAFETY: cudarc joins the stream to its capture while this crate queues nothing on it (the
