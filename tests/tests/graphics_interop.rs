@@ -11,7 +11,7 @@
 
 use cuda_core::graph::CaptureMode;
 use cuda_core::graphics::{EglFrameType, GraphicsRegisterFlags, GraphicsResource, GraphicsResourceKind};
-use cuda_core::texture::ArrayFormat;
+use cuda_core::texture::{ArrayFormat, ResourceDescriptor, SurfaceObject, TextureDescriptor, TextureObject};
 use cuda_core::{launch, CodeType, Device, Kernel, LaunchConfig, Program, ProgramOptions, SourceType, Stream};
 use cuda_sys::driver;
 use cuda_tests::skip;
@@ -394,6 +394,123 @@ fn gl_textures_are_read_and_written_through_mapped_arrays() {
     drop(writable);
     gl.delete_texture(tex);
     gl.delete_texture(ftex);
+    assert_eq!(drop_errors(), Vec::<String>::new());
+}
+
+const TEXTURE_CODE: &str = r#"
+extern "C" __global__ void sample(cudaTextureObject_t tex, float* out, int w, int h) {
+    int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y;
+    if (x < w && y < h) out[y * w + x] = tex2D<float>(tex, x + 0.5f, y + 0.5f);
+}
+extern "C" __global__ void surf_double(cudaSurfaceObject_t surf, int w, int h) {
+    int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y;
+    if (x < w && y < h) {
+        float v;
+        surf2Dread(&v, surf, x * int(sizeof(float)), y);
+        surf2Dwrite(v * 2.0f, surf, x * int(sizeof(float)), y);
+    }
+}
+"#;
+
+/// Reads every texel of `tex` (a `w` x `h` float texture) with `sample`, on `stream`.
+fn sample_all(k: &Kernel, d: &Device, stream: &Stream, tex: &TextureObject, w: usize, h: usize) -> Vec<f32> {
+    let out = d.allocate(w * h * 4, stream).unwrap();
+    let config = LaunchConfig::new((w.div_ceil(64) as u32, h as u32), 64);
+    // SAFETY: the kernel reads the texture and writes w*h floats of `out`.
+    unsafe { launch(stream, &config, k, (tex, &out, w as i32, h as i32)) }.unwrap();
+    out.to_vec::<f32>(stream).unwrap()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn mapped_gl_textures_back_texture_and_surface_objects() {
+    let Some((_serial, d, s, gl)) = setup() else { return };
+    let options = ProgramOptions {
+        arch: Some(format!("sm_{}", d.arch().unwrap())),
+        ..Default::default()
+    };
+    let code = Program::new(TEXTURE_CODE, SourceType::Cxx, options)
+        .unwrap()
+        .compile(CodeType::Cubin, &[])
+        .unwrap();
+    let (sample, double) = (
+        code.get_kernel("sample").unwrap(),
+        code.get_kernel("surf_double").unwrap(),
+    );
+    const W: usize = 48;
+    const H: usize = 16;
+    let floats: Vec<f32> = (0..W * H).map(|i| i as f32 * 0.25).collect();
+    let bytes: Vec<u8> = floats.iter().flat_map(|f| f.to_ne_bytes()).collect();
+    let other = d.create_stream(Default::default()).unwrap();
+
+    // Read-only: a texture samples the GL image in place; a surface is refused.
+    let tex_name = gl.texture(W as i32, H as i32, gl::R32F, gl::RED, gl::FLOAT, &bytes);
+    // SAFETY: the GL context is current; `tex_name` is one of its 2D textures with storage,
+    // deleted after the resource, and GL leaves it alone while mapped.
+    let mut resource =
+        unsafe { GraphicsResource::from_gl_image(tex_name, gl::TEXTURE_2D, GraphicsRegisterFlags::READ_ONLY) }.unwrap();
+    {
+        let image = resource.map_image(&s).unwrap();
+        let array = image.array(0, 0).unwrap();
+        assert!(!array.is_writable());
+        assert_eq!(array.device(), d);
+        let res = ResourceDescriptor::from_mapped_array(&array);
+        assert_eq!(res.kind(), "array");
+        let tex = TextureObject::from_descriptor(&res, &TextureDescriptor::default()).unwrap();
+        // Sampled on another stream than the one it was mapped on: ordered after the map.
+        assert_eq!(sample_all(&sample, &d, &other, &tex, W, H), floats);
+        let e = SurfaceObject::from_descriptor(&res).unwrap_err().to_string();
+        assert!(e.contains("is_surface_load_store") || e.contains("read-only"), "{e}");
+        image.unmap(&s).unwrap();
+        // The texture holds the mapping: the resource stays mapped, and cannot be mapped again.
+        assert!(resource.is_mapped(), "the texture holds the mapping");
+        let e = resource.map_image(&s).unwrap_err().to_string();
+        assert!(e.contains("texture or surface"), "{e}");
+        // It still samples the image after the guard went.
+        assert_eq!(sample_all(&sample, &d, &s, &tex, W, H), floats);
+        drop((tex, res));
+    }
+    // The last holder went after its work: the unmap follows (on the release thread, parked for
+    // this thread's next call on the resource).
+    wait_unmapped(&resource);
+    drop(resource);
+
+    // Writable with surface access: a surface doubles every texel in place, a texture of the
+    // same array reads the result, and GL sees it once the holders are gone.
+    let surf_name = gl.texture(W as i32, H as i32, gl::R32F, gl::RED, gl::FLOAT, &bytes);
+    // SAFETY: as above.
+    let mut resource = unsafe {
+        GraphicsResource::from_gl_image(surf_name, gl::TEXTURE_2D, GraphicsRegisterFlags::SURFACE_LOAD_STORE)
+    }
+    .unwrap();
+    let (tex, surf) = {
+        let image = resource.map_image(&s).unwrap();
+        let array = image.array(0, 0).unwrap();
+        assert!(array.is_surface_load_store() && array.is_writable());
+        let res = ResourceDescriptor::from_mapped_array(&array);
+        let surf = SurfaceObject::from_descriptor(&res).unwrap();
+        let tex = TextureObject::from_descriptor(&res, &TextureDescriptor::default()).unwrap();
+        let config = LaunchConfig::new(((W as u32).div_ceil(64), H as u32), 64);
+        // SAFETY: the kernel reads and writes w*h floats of the surface's array.
+        unsafe { launch(&other, &config, &double, (&surf, W as i32, H as i32)) }.unwrap();
+        (tex, surf)
+        // The guard goes here, with the surface's work queued: the holders keep the mapping.
+    };
+    assert!(resource.is_mapped());
+    let doubled: Vec<f32> = floats.iter().map(|v| v * 2.0).collect();
+    other.sync().unwrap();
+    assert_eq!(sample_all(&sample, &d, &s, &tex, W, H), doubled);
+    drop((tex, surf));
+    wait_unmapped(&resource);
+    let back: Vec<f32> = gl
+        .read_texture(surf_name, W * H * 4, gl::RED, gl::FLOAT)
+        .chunks_exact(4)
+        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(back, doubled);
+    drop(resource);
+    gl.delete_texture(tex_name);
+    gl.delete_texture(surf_name);
     assert_eq!(drop_errors(), Vec::<String>::new());
 }
 

@@ -3,14 +3,17 @@
 //! [`OpaqueArray`](crate::texture::OpaqueArray) has them.
 
 use super::{GraphicsRegisterFlags, Registered};
+use crate::device::Device;
 use crate::error::Check;
 use crate::memory::buffer::{Buffer, Pod};
 use crate::memory::texture::copies::WholeArray;
-use crate::memory::texture::{descriptor_shape, element_bytes, ArrayFormat};
+use crate::memory::texture::{descriptor_shape, element_bytes, ArrayFormat, ResourceDescriptor};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
+use std::any::Any;
 use std::fmt;
+use std::sync::Arc;
 
 const FROM_HOST_REFUSAL: &str =
     "MappedArray::copy_from_host waits for its copy, which a stream being captured never runs: copy from a buffer";
@@ -25,8 +28,10 @@ const TO_HOST_REFUSAL: &str =
 /// waits for it.
 pub struct MappedArray<'m> {
     raw: driver::CUarray,
-    /// The mapping's lifeline: copies use it as any operation uses a buffer.
-    lifeline: &'m Buffer,
+    /// The mapping's lifeline: copies use it as any operation uses a buffer, and textures and
+    /// surfaces hold it.
+    lifeline: &'m Arc<Buffer>,
+    device: Device,
     shape: Vec<usize>,
     format: ArrayFormat,
     num_channels: u32,
@@ -49,7 +54,7 @@ impl<'m> MappedArray<'m> {
     /// The mapped array `raw` of `registered`, covered by `lifeline`, as the driver describes it.
     pub(super) fn describe(
         raw: driver::CUarray,
-        lifeline: &'m Buffer,
+        lifeline: &'m Arc<Buffer>,
         registered: &Registered,
     ) -> Result<MappedArray<'m>> {
         let mut desc = driver::CUDA_ARRAY3D_DESCRIPTOR::default();
@@ -76,6 +81,7 @@ impl<'m> MappedArray<'m> {
         Ok(MappedArray {
             raw,
             lifeline,
+            device: registered.context.device(),
             shape,
             format,
             num_channels: desc.NumChannels,
@@ -119,6 +125,17 @@ impl<'m> MappedArray<'m> {
     /// [`GraphicsRegisterFlags::SURFACE_LOAD_STORE`]).
     pub fn is_surface_load_store(&self) -> bool {
         self.surface_load_store
+    }
+
+    /// Whether CUDA may write it (the resource was not registered
+    /// [`GraphicsRegisterFlags::READ_ONLY`]).
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    /// The device of the registration's context.
+    pub fn device(&self) -> Device {
+        self.device
     }
 
     /// The array as whole-array copies see it (every copy is work on the mapping's lifeline,
@@ -174,5 +191,42 @@ impl<'m> MappedArray<'m> {
     /// The whole array as a vector of `T` (waits for the copy).
     pub fn to_vec<T: Pod>(&self, stream: &Stream) -> Result<Vec<T>> {
         self.whole().to_vec(stream, TO_HOST_REFUSAL)
+    }
+}
+
+impl ResourceDescriptor {
+    /// A mapped graphics array as a texture's or surface's memory (`cuda.core` wraps such an
+    /// array with `OpaqueArray._from_handle(owning=False)`): a [`TextureObject`] of it samples the
+    /// OpenGL image or EGL frame in place, and a [`SurfaceObject`] reads and writes it where the
+    /// resource was registered with [`GraphicsRegisterFlags::SURFACE_LOAD_STORE`] and without
+    /// [`GraphicsRegisterFlags::READ_ONLY`].
+    ///
+    /// The descriptor, and every texture and surface made from it, hold the mapping: while any of
+    /// them lives (and until the launches and graphs that used them are done) the image stays
+    /// mapped, and the guard's unmap, or its drop, lets go of the mapping instead of ending it;
+    /// the last holder ends it on the stream it was mapped on (see [`super::MappedImage`]; off
+    /// the registering thread the unmap waits there for the resource's next call, as for a
+    /// graph that held the mapping). Kernels reading the texture on any stream are ordered after
+    /// the map, as for an [`OpaqueArray`](crate::texture::OpaqueArray)'s.
+    ///
+    /// [`TextureObject`]: crate::texture::TextureObject
+    /// [`SurfaceObject`]: crate::texture::SurfaceObject
+    pub fn from_mapped_array(array: &MappedArray<'_>) -> ResourceDescriptor {
+        let owner: Arc<dyn Any + Send + Sync> = array.lifeline.clone();
+        // SAFETY: the array belongs to the mapping whose lifeline `owner` is: the driver keeps it
+        // valid until the unmap, which is the lifeline's free, queued on its deallocation stream
+        // (the mapping stream) only once every holder of the lifeline is gone and the work of
+        // every stream and graph that used it is done; the mapping stream has the map queued,
+        // so work ordered after it may use the array. The device is the registration's.
+        unsafe {
+            ResourceDescriptor::from_borrowed_array(
+                array.raw,
+                owner,
+                array.lifeline.deallocation_stream().clone(),
+                array.device,
+                array.surface_load_store,
+                array.writable,
+            )
+        }
     }
 }

@@ -61,7 +61,7 @@ impl GraphicsResource {
             |k| k == GraphicsResourceKind::EglImage,
             "EGL images (map maps OpenGL buffers, map_image OpenGL images)",
         )?;
-        let lifeline = mapped_buffer(registered, stream, |_| Ok((0, 0)))?;
+        let lifeline = Arc::new(mapped_buffer(registered, stream, |_| Ok((0, 0)))?);
         Ok(MappedEglImage {
             lifeline,
             registered: registered.clone(),
@@ -73,7 +73,7 @@ impl GraphicsResource {
 /// A mapped EGL image ([`GraphicsResource::map_egl`]): lends its frames while it lives; dropping
 /// it unmaps after the work of every stream that used them.
 pub struct MappedEglImage<'r> {
-    lifeline: Buffer,
+    lifeline: Arc<Buffer>,
     registered: Arc<Registered>,
     _resource: PhantomData<&'r mut GraphicsResource>,
 }
@@ -98,9 +98,10 @@ impl MappedEglImage<'_> {
     }
 
     /// Unmaps on `stream`, after the mapping stream and every stream that used its frames, and
-    /// returns what the driver said.
+    /// returns what the driver said. While textures or surfaces made from its arrays hold the
+    /// mapping, it is let go of instead, and the last of them ends it.
     pub fn unmap(self, stream: &Stream) -> Result<()> {
-        self.lifeline.close(Some(stream))
+        super::mapping::close_lifeline(self.lifeline, stream)
     }
 }
 
@@ -125,7 +126,7 @@ pub enum EglFrameType {
 /// arrays or pitched memory, valid while the mapping lives (the borrow `'m`).
 pub struct EglFrame<'m> {
     frame: driver::CUeglFrame,
-    lifeline: &'m Buffer,
+    lifeline: &'m Arc<Buffer>,
     registered: &'m Registered,
 }
 

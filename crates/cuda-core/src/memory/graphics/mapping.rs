@@ -120,7 +120,7 @@ pub(super) fn map_buffer<'r>(registered: &Arc<Registered>, stream: &Stream) -> R
 
 /// [`GraphicsResource::map_image`]: a zero-byte lifeline covers the arrays.
 pub(super) fn map_image<'r>(registered: &Arc<Registered>, stream: &Stream) -> Result<MappedImage<'r>> {
-    let lifeline = mapped_buffer(registered, stream, |_| Ok((0, 0)))?;
+    let lifeline = Arc::new(mapped_buffer(registered, stream, |_| Ok((0, 0)))?);
     Ok(MappedImage {
         lifeline,
         registered: registered.clone(),
@@ -179,8 +179,13 @@ impl fmt::Debug for MappedBuffer<'_> {
 /// [`unmap`](Self::unmap) does on the stream it was mapped on, after the work of every stream
 /// that used the arrays (their copies go through a zero-byte lifeline buffer of the mapping, as
 /// any buffer's do).
+///
+/// Textures and surfaces made from its arrays
+/// ([`ResourceDescriptor::from_mapped_array`](crate::texture::ResourceDescriptor::from_mapped_array))
+/// hold the mapping, as a graph that recorded work on it does: then the unmap follows the last of
+/// them and their work, on the stream the image was mapped on.
 pub struct MappedImage<'r> {
-    lifeline: Buffer,
+    lifeline: Arc<Buffer>,
     registered: Arc<Registered>,
     _resource: PhantomData<&'r mut GraphicsResource>,
 }
@@ -202,9 +207,23 @@ impl MappedImage<'_> {
     }
 
     /// Unmaps on `stream`, after the mapping stream and every stream that used the arrays, and
-    /// returns what the driver said.
+    /// returns what the driver said. While textures or surfaces made from its arrays hold the
+    /// mapping, it is let go of instead: the unmap follows the last of them (see the type).
     pub fn unmap(self, stream: &Stream) -> Result<()> {
-        self.lifeline.close(Some(stream))
+        close_lifeline(self.lifeline, stream)
+    }
+}
+
+/// Ends a mapping through its lifeline: unmapped on `stream` (after every stream that used it)
+/// when the guard holds the only reference; else let go of, and the last holder (a texture or
+/// surface made from its arrays, once their work is done) unmaps on the mapping stream.
+pub(super) fn close_lifeline(lifeline: Arc<Buffer>, stream: &Stream) -> Result<()> {
+    match Arc::try_unwrap(lifeline) {
+        Ok(buffer) => buffer.close(Some(stream)),
+        Err(held) => {
+            drop(held);
+            Ok(())
+        }
     }
 }
 

@@ -378,7 +378,7 @@ impl GraphicsResource {
             r.unmap_parked()?;
             if Arc::strong_count(r) > 1 || r.is_mapped() {
                 return Err(CudaError::InvalidState(
-                    "GraphicsResource is still mapped: a graph that recorded work on the mapping (or a leaked guard) holds it; close the resource once it is unmapped (see is_mapped)".into(),
+                    "GraphicsResource is still mapped: a graph that recorded work on the mapping, a texture or surface made from its arrays (or a leaked guard) holds it; close the resource once it is unmapped (see is_mapped)".into(),
                 ));
             }
         }
@@ -411,7 +411,7 @@ impl GraphicsResource {
         registered.unmap_parked()?;
         if registered.is_mapped() {
             return Err(CudaError::InvalidState(
-                "GraphicsResource is already mapped (a graph that recorded work on the last mapping still holds it)"
+                "GraphicsResource is already mapped (a graph that recorded work on the last mapping, or a texture or surface made from its arrays, still holds it: drop them, and the unmap follows their work)"
                     .into(),
             ));
         }

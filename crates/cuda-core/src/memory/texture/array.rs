@@ -13,6 +13,7 @@ use crate::memory::buffer::{Buffer, Pod};
 use crate::stream::Stream;
 use crate::Result;
 use cuda_sys::driver;
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
@@ -21,10 +22,15 @@ const TO_HOST_REFUSAL: &str = "OpaqueArray::copy_to_host waits for its copy, whi
 
 /// A `CUarray`, destroyed with its last holder (an [`OpaqueArray`], the lifeline of one, or a
 /// texture or surface built on it). A mipmap level is not destroyed: its mipmapped array owns
-/// the storage, and the level holds it.
+/// the storage, and the level holds it. Nor is a borrowed array (an array of a graphics mapping):
+/// its owner (the mapping) is held instead, so the array stays valid until the last holder goes.
 pub(super) struct ArrayHandle {
     raw: driver::CUarray,
     parent: Option<Arc<MipmapHandle>>,
+    /// What keeps a borrowed array valid (see [`ArrayHandle::borrowed`]).
+    owner: Option<Arc<dyn Any + Send + Sync>>,
+    /// Whether kernels may write the array (surfaces): a borrowed array may be read-only.
+    pub(super) writable: bool,
     /// The stream lifelines of this array, and of what is built on it, are ordered on.
     pub(super) stream: Stream,
     pub(super) device: Device,
@@ -40,11 +46,38 @@ impl ArrayHandle {
     pub(super) fn raw(&self) -> driver::CUarray {
         self.raw
     }
+
+    /// An array this crate does not own: `raw` stays valid while `owner` lives (the handle holds
+    /// it and never destroys `raw`), its work is ordered after what `stream` has queued, and
+    /// kernels write it only if `writable`.
+    ///
+    /// # Safety
+    /// `raw` is an array of `device` that stays valid (not destroyed, and for a graphics mapping
+    /// not unmapped) until `owner` is dropped and, where `owner` is a buffer, until the work of
+    /// every stream and graph that used that buffer is done; work queued on `stream` after this
+    /// call may use it.
+    pub(super) unsafe fn borrowed(
+        raw: driver::CUarray,
+        owner: Arc<dyn Any + Send + Sync>,
+        stream: Stream,
+        device: Device,
+        writable: bool,
+    ) -> Arc<ArrayHandle> {
+        Arc::new(ArrayHandle {
+            raw,
+            parent: None,
+            owner: Some(owner),
+            writable,
+            stream,
+            device,
+        })
+    }
 }
 
 impl Drop for ArrayHandle {
     fn drop(&mut self) {
-        if self.parent.is_some() || self.raw.is_null() {
+        if self.parent.is_some() || self.owner.is_some() || self.raw.is_null() {
+            // (A borrowed array's owner goes with the handle's fields.)
             return;
         }
         if crate::reaper::in_callback() {
@@ -52,6 +85,8 @@ impl Drop for ArrayHandle {
             let later = ArrayHandle {
                 raw: std::mem::replace(&mut self.raw, std::ptr::null_mut()),
                 parent: None,
+                owner: None,
+                writable: self.writable,
                 stream: self.stream.clone(),
                 device: self.device,
             };
@@ -163,6 +198,8 @@ impl OpaqueArray {
         let handle = Arc::new(ArrayHandle {
             raw,
             parent: None,
+            owner: None,
+            writable: true,
             stream,
             device: context.device(),
         });
@@ -210,6 +247,8 @@ impl OpaqueArray {
             stream: parent.stream.clone(),
             device: parent.device,
             parent: Some(parent),
+            owner: None,
+            writable: true,
         });
         let surface = desc.Flags & driver::CUDA_ARRAY3D_SURFACE_LDST != 0;
         OpaqueArray::wrap(handle, shape, format, desc.NumChannels, surface, size)

@@ -237,9 +237,14 @@ impl SurfaceObject {
         }
         let Some(array) = resource.surface_array() else {
             return Err(CudaError::InvalidArgument(
-                "OpaqueArray must be created with is_surface_load_store=true to be bound as a SurfaceObject".into(),
+                "OpaqueArray must be created with is_surface_load_store=true to be bound as a SurfaceObject (a mapped graphics array: register the resource with GraphicsRegisterFlags::SURFACE_LOAD_STORE)".into(),
             ));
         };
+        if !array.writable {
+            return Err(CudaError::InvalidArgument(
+                "a surface writes its array, and this mapped array's resource was registered read-only (GraphicsRegisterFlags::READ_ONLY): read it through a TextureObject, or register the resource without READ_ONLY".into(),
+            ));
+        }
         let device = context.device();
         resource.check_for(&device)?;
         let res_desc = resource.to_driver();

@@ -100,6 +100,32 @@ impl ResourceDescriptor {
         }
     }
 
+    /// An array this crate does not own (`cuda.core`'s `OpaqueArray._from_handle(owning=False)`,
+    /// made public by [`ResourceDescriptor::from_mapped_array`]): the descriptor, and every texture
+    /// and surface made from it, hold `owner`, which keeps `raw` valid; surfaces need
+    /// `surface_load_store` and `writable`.
+    ///
+    /// # Safety
+    /// As for `ArrayHandle::borrowed`: `raw` is an array of `device`, valid until `owner` is
+    /// dropped and (for a buffer) the work of every stream and graph that used it is done; work
+    /// queued on `stream` from now on may use it.
+    pub(crate) unsafe fn from_borrowed_array(
+        raw: driver::CUarray,
+        owner: Arc<dyn std::any::Any + Send + Sync>,
+        stream: crate::stream::Stream,
+        device: Device,
+        surface_load_store: bool,
+        writable: bool,
+    ) -> ResourceDescriptor {
+        ResourceDescriptor {
+            kind: Kind::Array {
+                // SAFETY: forwarded to the caller.
+                handle: unsafe { ArrayHandle::borrowed(raw, owner, stream, device, writable) },
+                surface_load_store,
+            },
+        }
+    }
+
     /// A mipmapped array (`cuda.core`'s `from_mipmapped_array`): backs textures sampled across
     /// levels, not surfaces (bind a surface to a level instead).
     pub fn from_mipmapped_array(array: &MipmappedArray) -> ResourceDescriptor {
