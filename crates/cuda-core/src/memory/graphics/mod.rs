@@ -17,7 +17,9 @@
 //! used it, the way any buffer's free is ordered (`memory/buffer`). An image's arrays are covered
 //! the same way by a zero-byte *lifeline* buffer of the mapping that copies on the arrays use, as
 //! the texture module's arrays are. A graph that recorded work on the mapped memory holds the
-//! mapping, and the unmap waits for it and its launches; the resource reads as mapped
+//! mapping, and so do textures and surfaces made from its arrays
+//! ([`ResourceDescriptor::from_mapped_array`](crate::texture::ResourceDescriptor::from_mapped_array):
+//! they hold the lifeline); the unmap waits for them and their launches; the resource reads as mapped
 //! ([`GraphicsResource::is_mapped`]) until the unmap is queued. The registration is held by every mapping, so
 //! unregistering (`cuGraphicsUnregisterResource`) always comes after the last unmap.
 //!
