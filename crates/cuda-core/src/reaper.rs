@@ -10,6 +10,10 @@
 //! is idle), or one that cannot be queued yet (the stream it must be ordered on is being captured
 //! into a graph). So no `Drop` of this crate waits for the GPU.
 //!
+//! Unloading code may wait for GPU work the release does not concern (the driver's unload waits
+//! for work in flight in the context): it runs on a second thread ([`drop_slowly`]), so that a
+//! long-running kernel never holds up the frees and retries here.
+//!
 //! This module uses only the error module and the raw bindings: every other module may use it.
 
 use crate::error::{forget_payload, record_drop_error};
@@ -97,13 +101,82 @@ enum Job {
     Wake,
 }
 
-static SENDER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+/// A thread that drops and retries what is posted to it, started on first use.
+struct Lane {
+    name: &'static str,
+    sender: OnceLock<Mutex<mpsc::Sender<Job>>>,
+    starting: Mutex<()>,
+}
+
+impl Lane {
+    const fn new(name: &'static str) -> Lane {
+        Lane {
+            name,
+            sender: OnceLock::new(),
+            starting: Mutex::new(()),
+        }
+    }
+
+    fn sender(&self) -> Option<&Mutex<mpsc::Sender<Job>>> {
+        if let Some(s) = self.sender.get() {
+            return Some(s);
+        }
+        let _one_at_a_time = self.starting.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = self.sender.get() {
+            return Some(s);
+        }
+        let (tx, rx) = mpsc::channel::<Job>();
+        let started = std::thread::Builder::new()
+            .name(self.name.into())
+            .spawn(move || run(rx));
+        match started {
+            Ok(_) => {
+                let _ = self.sender.set(Mutex::new(tx));
+                self.sender.get()
+            }
+            Err(e) => {
+                record_drop_error(CudaError::InvalidState(format!(
+                    "cannot start the thread that releases CUDA objects off driver threads ({}): {e}; they are kept instead",
+                    self.name
+                )));
+                None
+            }
+        }
+    }
+
+    fn post(&self, job: Job) -> Result<(), Job> {
+        let counted = !matches!(job, Job::Wake);
+        if counted {
+            PENDING.fetch_add(1, Ordering::AcqRel);
+        }
+        let posted = match self.sender() {
+            Some(tx) => match tx.lock() {
+                Ok(tx) => tx.send(job).map_err(|e| e.0),
+                Err(_) => Err(job),
+            },
+            None => Err(job),
+        };
+        if counted && posted.is_err() {
+            PENDING.fetch_sub(1, Ordering::AcqRel);
+        }
+        posted
+    }
+}
+
+/// The release thread.
+static RELEASE: Lane = Lane::new("cuda-core-release");
+
+/// The thread that unloads code ([`drop_slowly`]): the driver's unload may wait for work in
+/// flight anywhere in the context (an unrelated kernel running for minutes), which must not hold
+/// up the frees and retries of the release thread.
+static SLOW: Lane = Lane::new("cuda-core-unload");
 
 /// Drops and releases posted to the release thread and not yet done.
 static PENDING: AtomicUsize = AtomicUsize::new(0);
 
-/// How many releases the release thread still holds: values handed to it to drop and releases
-/// waiting there for the GPU work queued before them, or for a capture to end.
+/// How many releases the release thread (and the thread that unloads code) still hold: values
+/// handed to it to drop and releases waiting there for the GPU work queued before them, or for a
+/// capture to end.
 ///
 /// No `Drop` of this crate waits for the GPU, so memory, graphs, streams and code let go of while
 /// work that uses them is queued are released there once that work is done: until this returns
@@ -133,54 +206,22 @@ pub fn pending_releases() -> usize {
 /// How often pending retries are tried when no capture ends.
 const RETRY_EVERY: Duration = Duration::from_millis(5);
 
-fn sender() -> Option<&'static Mutex<mpsc::Sender<Job>>> {
-    if let Some(s) = SENDER.get() {
-        return Some(s);
-    }
-    static STARTING: Mutex<()> = Mutex::new(());
-    let _one_at_a_time = STARTING.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(s) = SENDER.get() {
-        return Some(s);
-    }
-    let (tx, rx) = mpsc::channel::<Job>();
-    let started = std::thread::Builder::new()
-        .name("cuda-core-release".into())
-        .spawn(move || run(rx));
-    match started {
-        Ok(_) => {
-            let _ = SENDER.set(Mutex::new(tx));
-            SENDER.get()
-        }
-        Err(e) => {
-            record_drop_error(CudaError::InvalidState(format!(
-                "cannot start the thread that releases CUDA objects off driver threads: {e}; they are kept instead"
-            )));
-            None
-        }
-    }
-}
-
 /// Starts the release thread now (so that later posts from driver threads never spawn one).
 pub(crate) fn start() {
-    let _ = sender();
+    let _ = RELEASE.sender();
 }
 
 fn post(job: Job) -> Result<(), Job> {
-    let counted = !matches!(job, Job::Wake);
-    if counted {
-        PENDING.fetch_add(1, Ordering::AcqRel);
+    RELEASE.post(job)
+}
+
+/// Drops `value` on a thread of its own, for drops that may wait for GPU work they did not
+/// queue (unloading code): as [`drop_later`], but the release thread is not held up meanwhile.
+/// Counted in [`pending_releases`] until done.
+pub(crate) fn drop_slowly(value: Box<dyn Any + Send>) {
+    if let Err(job) = SLOW.post(Job::Drop(value)) {
+        std::mem::forget(job);
     }
-    let posted = match sender() {
-        Some(tx) => match tx.lock() {
-            Ok(tx) => tx.send(job).map_err(|e| e.0),
-            Err(_) => Err(job),
-        },
-        None => Err(job),
-    };
-    if counted && posted.is_err() {
-        PENDING.fetch_sub(1, Ordering::AcqRel);
-    }
-    posted
 }
 
 /// Drops `value` on the release thread. Safe to call from a driver callback thread: it only
@@ -205,7 +246,7 @@ pub(crate) fn retry(job: Box<dyn Retry>) {
 
 /// Wakes the release thread: a capture ended, so pending releases may proceed.
 pub(crate) fn wake() {
-    if SENDER.get().is_some() {
+    if RELEASE.sender.get().is_some() {
         let _ = post(Job::Wake);
     }
 }
@@ -285,6 +326,41 @@ mod tests {
     impl Drop for Held {
         fn drop(&mut self) {
             let _ = self.0.recv_timeout(Duration::from_secs(20));
+        }
+    }
+
+    /// Sets its flag when dropped.
+    struct Flag(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+    impl Drop for Flag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_slow_drop_does_not_hold_up_the_release_thread() {
+        let (let_go, rx) = sync_channel(1);
+        drop_slowly(Box::new(Held(rx)));
+        assert!(pending_releases() >= 1, "a slow drop is not counted");
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        drop_later(Box::new(Flag(dropped.clone())));
+        let start = Instant::now();
+        while !dropped.load(Ordering::SeqCst) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the release thread waited for the slow drop"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(pending_releases() >= 1, "the slow drop is still counted");
+        let_go.send(()).unwrap();
+        while pending_releases() > 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the count never came back to 0"
+            );
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 

@@ -113,16 +113,17 @@ impl Drop for LibraryHandle {
             // Borrowed (Kernel::from_handle): its owner unloads it.
             return;
         }
-        // Unloaded on the release thread, never here: drops never wait for the GPU, and the
+        // Unloaded on a thread of its own, never here: drops never wait for the GPU, and the
         // driver's unload may wait for work in flight (on an H100 a test that broke `launch`'s
         // contract, dropping a spinning kernel's code right after launching it, found the
         // kernel done when the drop returned). Also on a driver thread, where CUDA must not be
-        // called. The release thread may then wait in the unload; no lock is held there.
-        crate::reaper::drop_later(Box::new(Unload(self.0)));
+        // called. That thread may then wait in the unload, holding no lock, while the release
+        // thread goes on freeing memory (see `reaper::drop_slowly`).
+        crate::reaper::drop_slowly(Box::new(Unload(self.0)));
     }
 }
 
-/// A library handed to the release thread, unloaded when dropped there.
+/// A library handed to the unload thread, unloaded when dropped there.
 struct Unload(driver::CUlibrary);
 
 // SAFETY: as LibraryHandle's.
