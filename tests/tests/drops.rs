@@ -305,6 +305,38 @@ fn dropping_buffers_whose_free_waits_returns_at_once() {
     s.sync().unwrap();
 }
 
+// Found by review: a buffer whose free waits for the GPU (legacy pinned memory, `cuMemFreeHost`)
+// was freed at once when its own stream was idle, but such a free may wait for every stream of
+// the context: a drop beside another stream's held work waited for it. Freed on the release
+// thread now, whatever its stream's state.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn dropping_a_pinned_buffer_on_an_idle_stream_beside_held_work_returns_at_once() {
+    let _one = one_at_a_time();
+    let (d, s) = setup();
+    let resource = counted(LegacyPinnedMemoryResource::new(HostAllocFlags::default()));
+    let buffer = Buffer::allocate(resource.clone(), 1 << 16, &s).unwrap();
+    buffer.fill_u8(2, &s).unwrap();
+    s.sync().unwrap();
+    // Another stream of the context is held; the buffer's own stream is idle.
+    let held = d.create_stream(Default::default()).unwrap();
+    let gate = Gate::default();
+    gate.hold(&held);
+    drop_at_once("a pinned buffer whose stream is idle", buffer);
+    gate.open();
+    let start = Instant::now();
+    while resource.freed() == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the buffer was never freed: {}",
+            gate.state(&held)
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    held.sync().unwrap();
+    assert!(cuda_tests::releases_drain(Duration::from_secs(20)));
+}
+
 /// A kernel writing `value` into one word, in code of its own.
 fn marking_kernel(value: u32) -> cuda_core::Kernel {
     let source = format!(r#"extern "C" __global__ void mark(unsigned* out) {{ *out = {value}u; }}"#);

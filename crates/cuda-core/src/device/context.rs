@@ -13,6 +13,7 @@ use cuda_sys::driver;
 use current::Claim;
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 /// What a [`Context`] owns, which decides what releasing it destroys: only `Created` reaches
@@ -200,11 +201,23 @@ impl Drop for FenceEvent {
     }
 }
 
-/// How many captures begun through this crate run on streams of the context `handle` (by handle,
-/// so that every `Context` value naming it shares the count). Read-locked across a context-wide
-/// synchronisation, which would invalidate them; write-locked to count one.
-fn capture_count(handle: driver::CUcontext) -> Arc<RwLock<usize>> {
-    static COUNTS: Mutex<Option<HashMap<usize, Arc<RwLock<usize>>>>> = Mutex::new(None);
+/// The captures begun through this crate on streams of one context, and the synchronisations of
+/// that context in progress: a context-wide synchronisation would invalidate those captures.
+#[derive(Default)]
+struct CaptureCounts {
+    /// How many captures run.
+    captures: AtomicUsize,
+    /// Read-locked across a synchronisation; write-locked (briefly) to count a capture in, so a
+    /// capture waits to begin until a synchronisation in progress is done, and a synchronisation
+    /// that begins afterwards sees the count. A capture's end takes its count back without the
+    /// lock: it never waits for a synchronisation (a drop must not wait for the GPU).
+    syncing: RwLock<()>,
+}
+
+/// The counts of the context `handle` (by handle, so that every `Context` value naming it shares
+/// them).
+fn capture_count(handle: driver::CUcontext) -> Arc<CaptureCounts> {
+    static COUNTS: Mutex<Option<HashMap<usize, Arc<CaptureCounts>>>> = Mutex::new(None);
     COUNTS
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -215,16 +228,17 @@ fn capture_count(handle: driver::CUcontext) -> Arc<RwLock<usize>> {
 }
 
 /// A capture counted in its context by [`Context::count_capture`]; dropping it takes the count
-/// back.
+/// back (without waiting for anything).
 /// A capture of a green context's stream is counted in the device's primary context too: the
 /// primary context's synchronisation waits for its green contexts' work as well.
-pub(crate) struct CaptureCount(Arc<RwLock<usize>>, Option<Arc<RwLock<usize>>>);
+pub(crate) struct CaptureCount(Arc<CaptureCounts>, Option<Arc<CaptureCounts>>);
 
 impl Drop for CaptureCount {
     fn drop(&mut self) {
-        for count in std::iter::once(&self.0).chain(&self.1) {
-            let mut n = count.write().unwrap_or_else(|p| p.into_inner());
-            *n = n.saturating_sub(1);
+        for counts in std::iter::once(&self.0).chain(&self.1) {
+            let _ = counts
+                .captures
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| Some(n.saturating_sub(1)));
         }
     }
 }
@@ -513,10 +527,11 @@ impl Context {
     /// context is being captured.
     pub(crate) fn try_synchronize(&self) -> Result<bool> {
         crate::reaper::refuse_in_callback()?;
-        let count = capture_count(self.inner.handle);
-        // Held across the wait: no capture begins in the context meanwhile.
-        let captures = count.read().unwrap_or_else(|p| p.into_inner());
-        if *captures != 0 {
+        let counts = capture_count(self.inner.handle);
+        // Held across the wait: no capture begins in the context meanwhile (one counted before
+        // is seen here: it counted under the write lock).
+        let _syncing = counts.syncing.read().unwrap_or_else(|p| p.into_inner());
+        if counts.captures.load(Ordering::SeqCst) != 0 {
             return Ok(false);
         }
         self.with_current(|| {
@@ -540,7 +555,9 @@ impl Context {
             None
         };
         for c in std::iter::once(&count).chain(&primary) {
-            *c.write().unwrap_or_else(|p| p.into_inner()) += 1;
+            // Waits for a synchronisation in progress (it holds the read lock).
+            let _counting = c.syncing.write().unwrap_or_else(|p| p.into_inner());
+            c.captures.fetch_add(1, Ordering::SeqCst);
         }
         Ok(CaptureCount(count, primary))
     }

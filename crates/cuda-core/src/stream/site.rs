@@ -99,17 +99,6 @@ impl Site {
         !self.stream.is_default()
     }
 
-    /// Whether nothing is queued on the site's stream: a created stream the driver says is idle
-    /// (default streams are not asked: `false`).
-    pub(crate) fn is_idle(&self) -> bool {
-        // (Not while a capture begins or ends on the stream: see `Stream::capture_shared`.)
-        self.is_plain()
-            && self
-                .stream
-                .capture_shared(false)
-                .is_some_and(|_guard| super::pending(self.stream.handle()) == Some(false))
-    }
-
     /// The legacy default stream of `context` (reachable from every thread).
     pub(crate) fn of_legacy(context: &Context) -> Site {
         Site {

@@ -79,11 +79,11 @@ impl Allocation {
 
     /// [`release`](Self::release) for a drop, which must not wait for the GPU: when the
     /// resource's free waits for the stream (see [`Holder::waits_to_free`]), it is done on the
-    /// release thread ([`release_later`](Self::release_later)), unless only the deallocation
-    /// stream used the memory and it is idle.
+    /// release thread ([`release_later`](Self::release_later)), always: even with its streams
+    /// idle, such a free (`cuMemFreeHost`, `cuMemFree`) may wait for the work of every stream of
+    /// the context, other threads' included.
     pub(super) fn release_dropped(self) -> Result<()> {
-        let waits = self.resource.as_ref().is_some_and(Holder::waits_to_free);
-        if waits && !(self.uses.is_empty() && self.dealloc.is_idle()) {
+        if self.resource.as_ref().is_some_and(Holder::waits_to_free) {
             self.release_later();
             return Ok(());
         }
