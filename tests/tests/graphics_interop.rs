@@ -454,7 +454,7 @@ fn mapped_gl_textures_back_texture_and_surface_objects() {
         let array = image.array(0, 0).unwrap();
         assert!(!array.is_writable());
         assert_eq!(array.device(), d);
-        let res = ResourceDescriptor::from_mapped_array(&array);
+        let res = ResourceDescriptor::from_mapped_array(&array).unwrap();
         assert_eq!(res.kind(), "array");
         let tex = TextureObject::from_descriptor(&res, &TextureDescriptor::default()).unwrap();
         // Sampled on another stream than the one it was mapped on: ordered after the map.
@@ -487,7 +487,7 @@ fn mapped_gl_textures_back_texture_and_surface_objects() {
         let image = resource.map_image(&s).unwrap();
         let array = image.array(0, 0).unwrap();
         assert!(array.is_surface_load_store() && array.is_writable());
-        let res = ResourceDescriptor::from_mapped_array(&array);
+        let res = ResourceDescriptor::from_mapped_array(&array).unwrap();
         let surf = SurfaceObject::from_descriptor(&res).unwrap();
         let tex = TextureObject::from_descriptor(&res, &TextureDescriptor::default()).unwrap();
         let config = LaunchConfig::new(((W as u32).div_ceil(64), H as u32), 64);

@@ -206,9 +206,10 @@ pub fn pending_releases() -> usize {
 /// How often pending retries are tried when no capture ends.
 const RETRY_EVERY: Duration = Duration::from_millis(5);
 
-/// Starts the release thread now (so that later posts from driver threads never spawn one).
+/// Starts the release threads now (so that later posts from driver threads never spawn one).
 pub(crate) fn start() {
     let _ = RELEASE.sender();
+    let _ = SLOW.sender();
 }
 
 fn post(job: Job) -> Result<(), Job> {

@@ -20,6 +20,10 @@ pub(crate) struct Allocation {
     resource: Option<Holder>,
     pub(super) dealloc: Site,
     pub(super) uses: Vec<Site>,
+    /// Set once the work queued on `uses` and `dealloc` before the release is known to be done
+    /// (the release thread waited for fences recorded then): streams it cannot name (another
+    /// thread's per-thread default stream) need no context-wide synchronisation any more.
+    waited: bool,
 }
 
 /// The memory of a [`Buffer`] that graphs refer to: freed (stream-ordered, on the buffer's
@@ -67,7 +71,12 @@ impl Allocation {
         struct Deferred(Option<Allocation>);
         impl Drop for Deferred {
             fn drop(&mut self) {
-                if let Some(Err(e)) = self.0.take().map(Allocation::release) {
+                // Dropped once the fences of every site passed (see `release_after`).
+                let released = self.0.take().map(|mut a| {
+                    a.waited = true;
+                    a.release()
+                });
+                if let Some(Err(e)) = released {
                     record_drop_error(e);
                 }
             }
@@ -102,19 +111,20 @@ impl Allocation {
                 Fence::Event(e) => fences.push(e),
                 Fence::Capturing => return Ok(false),
                 Fence::Unreachable => {
-                    if !site.try_synchronize()? {
+                    if !self.waited && !site.try_synchronize()? {
                         return Ok(false); // after the captures in its context
                     }
                 }
             }
         }
-        // Another thread's per-thread default stream cannot be named here: wait for its context,
-        // then free on that context's legacy default stream.
+        // Another thread's per-thread default stream cannot be named here: wait for its context
+        // (unless its work before the release is known done), then free on that context's
+        // legacy default stream.
         let fallback;
         let site = if self.dealloc.reachable() {
             &self.dealloc
         } else {
-            if !self.dealloc.try_synchronize()? {
+            if !self.waited && !self.dealloc.try_synchronize()? {
                 return Ok(false); // after the captures in its context
             }
             fallback = Site::of_legacy(self.dealloc.context()?);
@@ -193,6 +203,7 @@ impl Buffer {
             resource,
             dealloc: self.dealloc.clone(),
             uses,
+            waited: false,
         }
     }
 }

@@ -3,12 +3,12 @@
 //! [`OpaqueArray`](crate::texture::OpaqueArray) has them.
 
 use super::{GraphicsRegisterFlags, Registered};
-use crate::device::Device;
+use crate::device::{Context, Device};
 use crate::error::Check;
-use crate::memory::buffer::{Buffer, Pod};
+use crate::memory::buffer::{enqueue_using, Buffer, Pod};
 use crate::memory::texture::copies::WholeArray;
 use crate::memory::texture::{descriptor_shape, element_bytes, ArrayFormat, ResourceDescriptor};
-use crate::stream::Stream;
+use crate::stream::{Stream, StreamOptions};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
 use std::any::Any;
@@ -31,7 +31,8 @@ pub struct MappedArray<'m> {
     /// The mapping's lifeline: copies use it as any operation uses a buffer, and textures and
     /// surfaces hold it.
     lifeline: &'m Arc<Buffer>,
-    device: Device,
+    /// The registration's context.
+    context: Context,
     shape: Vec<usize>,
     format: ArrayFormat,
     num_channels: u32,
@@ -81,7 +82,7 @@ impl<'m> MappedArray<'m> {
         Ok(MappedArray {
             raw,
             lifeline,
-            device: registered.context.device(),
+            context: registered.context.clone(),
             shape,
             format,
             num_channels: desc.NumChannels,
@@ -135,7 +136,7 @@ impl<'m> MappedArray<'m> {
 
     /// The device of the registration's context.
     pub fn device(&self) -> Device {
-        self.device
+        self.context.device()
     }
 
     /// The array as whole-array copies see it (every copy is work on the mapping's lifeline,
@@ -203,30 +204,42 @@ impl ResourceDescriptor {
     ///
     /// The descriptor, and every texture and surface made from it, hold the mapping: while any of
     /// them lives (and until the launches and graphs that used them are done) the image stays
-    /// mapped, and the guard's unmap, or its drop, lets go of the mapping instead of ending it;
-    /// the last holder ends it on the stream it was mapped on (see [`super::MappedImage`]; off
-    /// the registering thread the unmap waits there for the resource's next call, as for a
-    /// graph that held the mapping). Kernels reading the texture on any stream are ordered after
-    /// the map, as for an [`OpaqueArray`](crate::texture::OpaqueArray)'s.
+    /// mapped ([`GraphicsResource::is_mapped`](super::GraphicsResource::is_mapped) says so, and
+    /// mapping it again is refused), and the guard's unmap, or its drop, lets go of the mapping
+    /// instead of ending it. Once the last of them is released (on the release thread, after its
+    /// work), the unmap is queued on the stream the image was mapped on by the registering
+    /// thread's next graphics call (any resource's `is_mapped`, `map`, `close`, or
+    /// [`release_parked`](super::release_parked)), as for a graph that held the mapping; an EGL
+    /// image's ends there at once.
+    ///
+    /// Kernels reading the texture on any stream are ordered after the map: the array's work is
+    /// ordered on a private stream of the registration's context, which follows the mapping
+    /// stream's work so far (errors: making that stream, or ordering it, fails).
     ///
     /// [`TextureObject`]: crate::texture::TextureObject
     /// [`SurfaceObject`]: crate::texture::SurfaceObject
-    pub fn from_mapped_array(array: &MappedArray<'_>) -> ResourceDescriptor {
+    pub fn from_mapped_array(array: &MappedArray<'_>) -> Result<ResourceDescriptor> {
+        // A stream of the array's own, so that what is built on it never names the mapping
+        // stream (a default stream means another stream on another thread or context): it
+        // follows the map (the lifeline's first use there waits for the mapping stream), and
+        // the unmap follows it (a stream that used the lifeline).
+        let stream = array.context.create_stream(StreamOptions::default())?;
+        enqueue_using(&stream, &[&**array.lifeline], |_| Ok(()))?;
         let owner: Arc<dyn Any + Send + Sync> = array.lifeline.clone();
         // SAFETY: the array belongs to the mapping whose lifeline `owner` is: the driver keeps it
-        // valid until the unmap, which is the lifeline's free, queued on its deallocation stream
-        // (the mapping stream) only once every holder of the lifeline is gone and the work of
-        // every stream and graph that used it is done; the mapping stream has the map queued,
-        // so work ordered after it may use the array. The device is the registration's.
-        unsafe {
+        // valid until the unmap, which is the lifeline's free, queued (on the mapping stream,
+        // after every stream that used the lifeline, `stream` included) only once every holder
+        // of the lifeline is gone and the work of every stream and graph that used it is done;
+        // `stream` follows the map. The device is the registration's.
+        Ok(unsafe {
             ResourceDescriptor::from_borrowed_array(
                 array.raw,
                 owner,
-                array.lifeline.deallocation_stream().clone(),
-                array.device,
+                stream,
+                array.context.device(),
                 array.surface_load_store,
                 array.writable,
             )
-        }
+        })
     }
 }

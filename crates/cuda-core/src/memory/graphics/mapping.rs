@@ -183,7 +183,8 @@ impl fmt::Debug for MappedBuffer<'_> {
 /// Textures and surfaces made from its arrays
 /// ([`ResourceDescriptor::from_mapped_array`](crate::texture::ResourceDescriptor::from_mapped_array))
 /// hold the mapping, as a graph that recorded work on it does: then the unmap follows the last of
-/// them and their work, on the stream the image was mapped on.
+/// them and their work, on the stream the image was mapped on, queued by this thread's next
+/// graphics call (their release happens on the release thread, where no GL context is current).
 pub struct MappedImage<'r> {
     lifeline: Arc<Buffer>,
     registered: Arc<Registered>,

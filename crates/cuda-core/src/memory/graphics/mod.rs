@@ -342,8 +342,9 @@ impl GraphicsResource {
 
     /// Whether the resource is mapped: from a map until its unmap is queued. After a mapping's
     /// guard is gone the resource still reads as mapped while a graph that recorded work on the
-    /// mapping holds it (the unmap waits for that graph and its launches), or when the unmap
-    /// failed (no GL context current when the guard went, say).
+    /// mapping, or a texture or surface made from its arrays, holds it (the unmap waits for them
+    /// and their launches), or when the unmap failed (no GL context current when the guard went,
+    /// say).
     ///
     /// An unmap that could not be queued when the mapping was released (it was released on
     /// another thread, the release thread for a graph, or it failed) is queued here, on this
@@ -368,11 +369,12 @@ impl GraphicsResource {
     /// be alive here (they borrow the resource). An unmap still parked is queued first (its error
     /// is returned, and the resource stays open).
     ///
-    /// A mapping still held (by a graph that recorded work on it, or a guard that was leaked)
-    /// keeps the registration: `close` is then an error and the resource stays open and mapped
-    /// ([`is_mapped`](Self::is_mapped) keeps saying so), so that the GL object is not deleted
-    /// while CUDA may still use it. Close again once such graphs are gone (a leaked guard keeps
-    /// the mapping, and so the GL object, for the rest of the process).
+    /// A mapping still held (by a graph that recorded work on it, a texture or surface made from
+    /// its arrays, or a guard that was leaked) keeps the registration: `close` is then an error
+    /// and the resource stays open and mapped ([`is_mapped`](Self::is_mapped) keeps saying so),
+    /// so that the GL object is not deleted while CUDA may still use it. Close again once such
+    /// graphs, textures and surfaces are gone (a leaked guard keeps the mapping, and so the GL
+    /// object, for the rest of the process).
     pub fn close(&mut self) -> Result<()> {
         crate::reaper::refuse_in_callback()?;
         registered::release_orphans();
