@@ -337,6 +337,41 @@ fn dropping_a_pinned_buffer_on_an_idle_stream_beside_held_work_returns_at_once()
     assert!(cuda_tests::releases_drain(Duration::from_secs(20)));
 }
 
+// Found by review: a pool buffer used on another thread's per-thread default stream (which this
+// thread cannot name) was freed by the dropping thread after a context-wide synchronisation, so
+// the drop waited for that stream's work. The release thread waits for it instead.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn dropping_a_buffer_used_on_another_threads_per_thread_stream_returns_at_once() {
+    let _one = one_at_a_time();
+    let (d, s) = setup();
+    let buffer = Arc::new(d.allocate(1 << 20, &s).unwrap());
+    s.sync().unwrap();
+    let gate = Gate::default();
+    let (b, g) = (buffer.clone(), gate.clone());
+    std::thread::spawn(move || {
+        d.set_current().unwrap();
+        let pt = Stream::per_thread_default();
+        g.hold(&pt);
+        b.fill_u8(4, &pt).unwrap();
+    })
+    .join()
+    .unwrap();
+    let buffer = Arc::try_unwrap(buffer).unwrap_or_else(|_| panic!("the other thread kept the buffer"));
+    drop_at_once("a pool buffer used on another thread's held per-thread stream", buffer);
+    assert!(
+        cuda_core::pending_releases() >= 1,
+        "the free waiting for the other thread's stream is not counted"
+    );
+    gate.open();
+    assert!(
+        cuda_tests::releases_drain(Duration::from_secs(20)),
+        "pending_releases stayed at {}",
+        cuda_core::pending_releases()
+    );
+    d.sync().unwrap();
+}
+
 /// A kernel writing `value` into one word, in code of its own.
 fn marking_kernel(value: u32) -> cuda_core::Kernel {
     let source = format!(r#"extern "C" __global__ void mark(unsigned* out) {{ *out = {value}u; }}"#);

@@ -90,9 +90,12 @@ impl Allocation {
     /// resource's free waits for the stream (see [`Holder::waits_to_free`]), it is done on the
     /// release thread ([`release_later`](Self::release_later)), always: even with its streams
     /// idle, such a free (`cuMemFreeHost`, `cuMemFree`) may wait for the work of every stream of
-    /// the context, other threads' included.
+    /// the context, other threads' included. So is the free of memory used on a stream this
+    /// thread cannot name (another thread's per-thread default stream): only a context-wide
+    /// synchronisation waits for that, which the release thread makes.
     pub(super) fn release_dropped(self) -> Result<()> {
-        if self.resource.as_ref().is_some_and(Holder::waits_to_free) {
+        let waits = self.resource.as_ref().is_some_and(Holder::waits_to_free);
+        if waits || !self.dealloc.reachable() || self.uses.iter().any(|u| !u.reachable()) {
             self.release_later();
             return Ok(());
         }

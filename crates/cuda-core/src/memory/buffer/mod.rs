@@ -538,10 +538,12 @@ impl Buffer {
     /// Frees the memory through `resource` on the deallocation stream after `uses`: queued here
     /// when only that stream used it, else through an [`free::Allocation`] (which waits for the
     /// other streams, or hands the free to the release thread during a capture). For a drop
-    /// (`on_drop`), a resource whose free waits for the stream frees on the release thread, once
-    /// the work of every stream that used the memory is done: the drop returns at once.
+    /// (`on_drop`), a resource whose free waits for the stream, or memory used on a stream this
+    /// thread cannot name (another thread's per-thread default stream, which only a context-wide
+    /// synchronisation waits for), frees on the release thread, once the work of every stream that
+    /// used the memory is done: the drop returns at once.
     fn free_where_used(&mut self, resource: Holder, uses: Vec<Site>, on_drop: bool) -> Result<()> {
-        if on_drop && resource.waits_to_free() {
+        if on_drop && (resource.waits_to_free() || !self.dealloc.reachable() || uses.iter().any(|u| !u.reachable())) {
             return self.allocation(Some(resource), uses).release_dropped();
         }
         let resource = if uses.is_empty() {
