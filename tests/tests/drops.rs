@@ -7,10 +7,13 @@
 //! counts its `deallocate` calls), the buffer behind a texture.
 
 use cuda_core::graph::{CaptureMode, Graph, GraphDefinition};
-use cuda_core::texture::{ArrayFormat, ResourceDescriptor, TextureDescriptor, TextureObject};
+use cuda_core::texture::{
+    ArrayFormat, OpaqueArray, OpaqueArrayOptions, ResourceDescriptor, TextureDescriptor, TextureObject,
+};
 use cuda_core::{
-    launch, Buffer, CodeType, Device, EventOptions, HostAllocFlags, LaunchConfig, LegacyPinnedMemoryResource,
-    MemoryResource, Program, ProgramOptions, SourceType, Stream, VirtualMemoryResource,
+    launch, Buffer, CodeType, Context, ContextFlags, Device, DeviceMemoryResource, EventOptions, HostAllocFlags,
+    LaunchConfig, LegacyPinnedMemoryResource, MemoryResource, Program, ProgramOptions, SourceType, Stream,
+    VirtualMemoryResource,
 };
 use cuda_sys::driver::CUdeviceptr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -370,6 +373,46 @@ fn dropping_a_buffer_used_on_another_threads_per_thread_stream_returns_at_once()
         cuda_core::pending_releases()
     );
     d.sync().unwrap();
+}
+
+// Found by an audit: an array destroyed by a descriptor that outlived it, a pool resource's last
+// reference, and a created context were destroyed by the dropping thread; such destroys give
+// memory back to the device and may wait for the work of every stream of the context. They are
+// destroyed on the release thread now.
+#[test]
+#[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
+fn dropping_arrays_pools_and_contexts_beside_held_work_returns_at_once() {
+    let _one = one_at_a_time();
+    let (d, s) = setup();
+    let held = d.create_stream(Default::default()).unwrap();
+    let gate = Gate::default();
+    gate.hold(&held);
+    // A descriptor holding the last reference to its array.
+    let array = OpaqueArray::from_descriptor(&OpaqueArrayOptions::new([64, 64], ArrayFormat::Float32, 1)).unwrap();
+    let resource = ResourceDescriptor::from_opaque_array(&array);
+    drop(array);
+    drop_at_once("a descriptor holding the last reference to its array", resource);
+    // A pool resource whose memory was freed.
+    let pool = DeviceMemoryResource::new(&d, Default::default()).unwrap();
+    let buffer = pool.allocate(1 << 20, &s).unwrap();
+    buffer.fill_u8(1, &s).unwrap();
+    drop(buffer);
+    s.sync().unwrap();
+    drop_at_once("a device pool's last reference", pool);
+    // A created context with nothing of this crate left in it.
+    let context = Context::create(&d, ContextFlags::default()).unwrap();
+    d.set_current().unwrap();
+    drop_at_once("a created context", context);
+    gate.open();
+    assert!(
+        cuda_tests::releases_drain(Duration::from_secs(20)),
+        "pending_releases stayed at {}: {}",
+        cuda_core::pending_releases(),
+        gate.state(&held)
+    );
+    held.sync().unwrap();
+    let errors = cuda_core::take_drop_errors();
+    assert!(errors.is_empty(), "{errors:?}");
 }
 
 /// A kernel writing `value` into one word, in code of its own.

@@ -63,6 +63,18 @@ pub(crate) fn run_as_callback(what: &str, f: impl FnOnce()) {
     }
 }
 
+thread_local! {
+    /// Set on the release threads (see [`on_release_thread`]).
+    static RELEASING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is one of the release threads: there a release may wait for the
+/// GPU, so drops that would post their release here do it at once instead.
+#[inline]
+pub(crate) fn on_release_thread() -> bool {
+    RELEASING.try_with(std::cell::Cell::get).unwrap_or(false)
+}
+
 /// A `Drop` that calls CUDA, run on the release thread instead (for drops on a driver thread).
 struct Later<F: FnOnce() + Send>(Option<F>);
 
@@ -253,6 +265,7 @@ pub(crate) fn wake() {
 }
 
 fn run(rx: mpsc::Receiver<Job>) {
+    RELEASING.with(|r| r.set(true));
     // Releases must not be refused because another thread captures in global mode: this thread
     // only queues frees and waits, which never join a capture.
     let mut mode = driver::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;

@@ -102,8 +102,12 @@ impl ContextInner {
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
-        if crate::reaper::in_callback() {
-            // On a driver thread: released on the release thread instead.
+        let destroys = matches!(self.ownership, Ownership::Created | Ownership::Green(_));
+        if crate::reaper::in_callback() || (destroys && !crate::reaper::on_release_thread()) {
+            // Released on the release thread: never on a driver thread, and a created or green
+            // context's destroy never by a drop elsewhere (tearing a context down waits for the
+            // work still queued in it, on default streams say, which no object of this crate
+            // holds).
             let later = ContextInner {
                 handle: self.handle,
                 device: self.device,

@@ -74,8 +74,10 @@ unsafe impl Sync for MemoryPool {}
 
 impl Drop for MemoryPool {
     fn drop(&mut self) {
-        if self.owned && crate::reaper::in_callback() {
-            // On a driver thread: destroyed on the release thread instead.
+        if self.owned && !crate::reaper::on_release_thread() {
+            // Destroyed on the release thread: never on a driver thread, and never by a drop
+            // elsewhere, as destroying a pool gives its memory back to the device, which may
+            // wait for the work of the context's streams (other threads' included).
             let later = MemoryPool {
                 handle: self.handle,
                 owned: true,
@@ -94,8 +96,8 @@ impl Drop for MemoryPool {
             return;
         }
         if !self.imported {
-            // A pool made here: destroyed once the frees queued into it are done (see
-            // `DestroyWhenUnused`), here when nothing is outstanding.
+            // A pool made here (on the release thread now): destroyed once the frees queued
+            // into it are done (see `DestroyWhenUnused`), at once when nothing is outstanding.
             let mut job = DestroyWhenUnused {
                 handle: crate::reaper::SendHandle(self.handle),
                 since: std::time::Instant::now(),

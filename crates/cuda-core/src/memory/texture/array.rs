@@ -80,8 +80,11 @@ impl Drop for ArrayHandle {
             // (A borrowed array's owner goes with the handle's fields.)
             return;
         }
-        if crate::reaper::in_callback() {
-            // On a driver thread: destroyed on the release thread.
+        if !crate::reaper::on_release_thread() {
+            // Destroyed on the release thread: never on a driver thread, and never by a drop
+            // elsewhere (the last holder may be a descriptor dropped on any thread), as freeing
+            // an array may wait for the work of every stream of the context (other threads'
+            // included).
             let later = ArrayHandle {
                 raw: std::mem::replace(&mut self.raw, std::ptr::null_mut()),
                 parent: None,

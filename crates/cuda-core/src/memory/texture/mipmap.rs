@@ -37,8 +37,10 @@ impl Drop for MipmapHandle {
         if self.raw.is_null() {
             return;
         }
-        if crate::reaper::in_callback() {
-            // On a driver thread: destroyed on the release thread.
+        if !crate::reaper::on_release_thread() {
+            // Destroyed on the release thread: never on a driver thread, and never by a drop
+            // elsewhere, as freeing an array may wait for the work of every stream of the
+            // context (other threads' included).
             let later = MipmapHandle {
                 raw: std::mem::replace(&mut self.raw, std::ptr::null_mut()),
                 stream: self.stream.clone(),
