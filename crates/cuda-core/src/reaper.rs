@@ -10,9 +10,10 @@
 //! is idle), or one that cannot be queued yet (the stream it must be ordered on is being captured
 //! into a graph). So no `Drop` of this crate waits for the GPU.
 //!
-//! Unloading code may wait for GPU work the release does not concern (the driver's unload waits
-//! for work in flight in the context): it runs on a second thread ([`drop_slowly`]), so that a
-//! long-running kernel never holds up the frees and retries here.
+//! Unloading code, and destroying arrays, pools and contexts, may wait for GPU work the release
+//! does not concern (the driver waits for work in flight in the context): they run on a second
+//! thread ([`drop_slowly`]), so that a long-running kernel never holds up the frees and retries
+//! here.
 //!
 //! This module uses only the error module and the raw bindings: every other module may use it.
 
@@ -178,9 +179,10 @@ impl Lane {
 /// The release thread.
 static RELEASE: Lane = Lane::new("cuda-core-release");
 
-/// The thread that unloads code ([`drop_slowly`]): the driver's unload may wait for work in
-/// flight anywhere in the context (an unrelated kernel running for minutes), which must not hold
-/// up the frees and retries of the release thread.
+/// The thread for drops that may wait for work they did not queue ([`drop_slowly`]: unloading
+/// code, destroying arrays, pools and contexts, another library's streams): the driver may wait
+/// there for work in flight anywhere in the context (an unrelated kernel running for minutes),
+/// which must not hold up the frees and retries of the release thread.
 static SLOW: Lane = Lane::new("cuda-core-unload");
 
 /// Drops and releases posted to the release thread and not yet done.
@@ -191,8 +193,10 @@ static PENDING: AtomicUsize = AtomicUsize::new(0);
 /// capture to end.
 ///
 /// No `Drop` of this crate waits for the GPU, so memory, graphs, streams and code let go of while
-/// work that uses them is queued are released there once that work is done: until this returns
-/// 0, the device memory they hold is not yet back. A test that measures free memory, or a
+/// work that uses them is queued are released there once that work is done, and arrays, memory
+/// pools, created contexts and code are always destroyed there (their destroys may wait for the
+/// work of every stream of the context): until this returns 0, the device memory they hold is
+/// not yet back. A test that measures free memory, or a
 /// program about to exit under a leak checker, waits for it:
 ///
 /// ```no_run
@@ -229,8 +233,8 @@ fn post(job: Job) -> Result<(), Job> {
 }
 
 /// Drops `value` on a thread of its own, for drops that may wait for GPU work they did not
-/// queue (unloading code): as [`drop_later`], but the release thread is not held up meanwhile.
-/// Counted in [`pending_releases`] until done.
+/// queue (unloading code, destroying arrays, pools and contexts): as [`drop_later`], but the
+/// release thread is not held up meanwhile. Counted in [`pending_releases`] until done.
 pub(crate) fn drop_slowly(value: Box<dyn Any + Send>) {
     if let Err(job) = SLOW.post(Job::Drop(value)) {
         std::mem::forget(job);

@@ -104,17 +104,17 @@ impl Drop for ContextInner {
     fn drop(&mut self) {
         let destroys = matches!(self.ownership, Ownership::Created | Ownership::Green(_));
         if crate::reaper::in_callback() || (destroys && !crate::reaper::on_release_thread()) {
-            // Released on the release thread: never on a driver thread, and a created or green
-            // context's destroy never by a drop elsewhere (tearing a context down waits for the
-            // work still queued in it, on default streams say, which no object of this crate
-            // holds).
+            // Released on the thread for slow drops (see `reaper::drop_slowly`): never on a driver
+            // thread, and a created or green context's destroy never by a drop elsewhere (tearing a
+            // context down waits for the work still queued in it, on default streams say, which no
+            // object of this crate holds).
             let later = ContextInner {
                 handle: self.handle,
                 device: self.device,
                 ownership: std::mem::replace(&mut self.ownership, Ownership::Released),
                 fences: Mutex::new(std::mem::take(self.fences.get_mut().unwrap_or_else(|p| p.into_inner()))),
             };
-            crate::reaper::drop_later(Box::new(later));
+            crate::reaper::drop_slowly(Box::new(later));
             return;
         }
         if let Err(e) = self.release() {

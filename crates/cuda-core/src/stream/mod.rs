@@ -197,24 +197,24 @@ impl Drop for StreamInner {
         if self.handle as usize > PER_THREAD && !crate::reaper::in_callback() {
             unregister_dead(self.handle);
         }
-        let busy = (self.owned || !owners.is_empty()) && pending(self.handle) == Some(true);
-        if busy {
-            // The driver lets work already queued finish, but its destroy was seen to wait for a
-            // host function pending on the stream (30 s, under compute-sanitizer): a stream with
-            // work pending is destroyed on the release thread once it is idle, and so is a lent
-            // stream's owner (another library, whose drop destroys it). (A stream whose context
-            // failed runs nothing more: destroyed here.)
-            crate::reaper::retry(Box::new(DestroyWhenIdle {
-                handle: crate::reaper::SendHandle(self.handle),
-                destroy: self.owned,
-                owners,
-                _context: self.context.take(),
-            }));
-            self.owned = false;
-            return;
+        if !owners.is_empty() {
+            // A lent stream's owners (another library's stream, whose drop destroys it, and may
+            // wait for work pending there): let go of on the thread for drops that may wait. The
+            // stream is not asked about: the other library may be capturing it.
+            crate::reaper::drop_slowly(Box::new(owners));
         }
-        drop(owners);
         if self.owned {
+            if pending(self.handle) == Some(true) {
+                // The driver lets work already queued finish, but its destroy was seen to wait
+                // for a host function pending on the stream (30 s, under compute-sanitizer): a
+                // stream with work pending is destroyed on the release thread once it is idle.
+                // (A stream whose context failed runs nothing more: destroyed here.)
+                crate::reaper::retry(Box::new(DestroyWhenIdle {
+                    handle: crate::reaper::SendHandle(self.handle),
+                    _context: self.context.take(),
+                }));
+                return;
+            }
             // SAFETY: made by cuStreamCreateWithPriority (or cuGreenCtxStreamCreate, for a green
             // context) and destroyed once; no work is queued on it (or its context failed).
             if let Err(e) = unsafe { driver::cuStreamDestroy(self.handle) }.check("cuStreamDestroy") {
@@ -241,14 +241,9 @@ pub(crate) fn pending(handle: driver::CUstream) -> Option<bool> {
     })
 }
 
-/// A stream dropped with work pending: destroyed (when owned) or its owners let go of (when
-/// lent by another library) by the release thread once it is idle.
+/// An owned stream dropped with work pending: destroyed by the release thread once it is idle.
 struct DestroyWhenIdle {
     handle: crate::reaper::SendHandle<driver::CUstream>,
-    /// Whether this crate made the stream (and destroys it).
-    destroy: bool,
-    /// What kept a lent stream alive (another library's stream, destroyed by its drop).
-    owners: Vec<Arc<dyn std::any::Any + Send + Sync>>,
     /// The stream's context, kept until the stream is destroyed.
     _context: Option<Context>,
 }
@@ -258,13 +253,10 @@ impl crate::reaper::Retry for DestroyWhenIdle {
         if pending(self.handle.0) == Some(true) {
             return false;
         }
-        self.owners.clear();
-        if self.destroy {
-            // SAFETY: the dropped stream's handle, handed over here and destroyed once; idle (or
-            // its context failed).
-            if let Err(e) = unsafe { driver::cuStreamDestroy(self.handle.0) }.check("cuStreamDestroy") {
-                record_drop_error(e);
-            }
+        // SAFETY: the dropped stream's handle, handed over here and destroyed once; idle (or
+        // its context failed).
+        if let Err(e) = unsafe { driver::cuStreamDestroy(self.handle.0) }.check("cuStreamDestroy") {
+            record_drop_error(e);
         }
         true
     }

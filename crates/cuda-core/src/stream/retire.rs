@@ -44,10 +44,19 @@ impl crate::reaper::Retry for Retired {
                 Ok(Fence::Capturing) => still.push(site),
                 Ok(Fence::Unreachable) => {
                     // Another thread's per-thread default stream: only a synchronisation of its
-                    // context waits for it (not while a capture runs there, or when it fails:
-                    // tried again).
-                    if !matches!(site.try_synchronize(), Ok(true)) {
-                        still.push(site);
+                    // context waits for it (not while a capture runs there, or a green context
+                    // is current on another thread: tried again).
+                    match site.try_synchronize() {
+                        Ok(true) => {}
+                        Ok(false) => still.push(site),
+                        Err(e) if capture_refusal(&e) || crate::device::green_context_busy(&e) => still.push(site),
+                        Err(e) => {
+                            // The context failed: the values may still be in use, so they are
+                            // kept (asking again would fail the same way, forever).
+                            record_drop_error(e);
+                            std::mem::forget(std::mem::take(&mut self.values));
+                            return true;
+                        }
                     }
                 }
                 // Refused for a capture (another library's, on the stream), or a green context

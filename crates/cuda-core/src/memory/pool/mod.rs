@@ -75,9 +75,10 @@ unsafe impl Sync for MemoryPool {}
 impl Drop for MemoryPool {
     fn drop(&mut self) {
         if self.owned && !crate::reaper::on_release_thread() {
-            // Destroyed on the release thread: never on a driver thread, and never by a drop
-            // elsewhere, as destroying a pool gives its memory back to the device, which may
-            // wait for the work of the context's streams (other threads' included).
+            // Destroyed on the thread for slow drops (see `reaper::drop_slowly`): never on a driver
+            // thread, and never by a drop elsewhere, as destroying a pool gives its memory back to
+            // the device, which may wait for the work of the context's streams (other threads'
+            // included).
             let later = MemoryPool {
                 handle: self.handle,
                 owned: true,
@@ -88,7 +89,7 @@ impl Drop for MemoryPool {
                 import_id: self.import_id,
                 imports: Mutex::default(),
             };
-            crate::reaper::drop_later(Box::new(later));
+            crate::reaper::drop_slowly(Box::new(later));
             self.owned = false;
             return;
         }

@@ -38,15 +38,15 @@ impl Drop for MipmapHandle {
             return;
         }
         if !crate::reaper::on_release_thread() {
-            // Destroyed on the release thread: never on a driver thread, and never by a drop
-            // elsewhere, as freeing an array may wait for the work of every stream of the
-            // context (other threads' included).
+            // Destroyed on the thread for slow drops (see `reaper::drop_slowly`): never on a driver
+            // thread, and never by a drop elsewhere, as freeing an array may wait for the work of
+            // every stream of the context (other threads' included).
             let later = MipmapHandle {
                 raw: std::mem::replace(&mut self.raw, std::ptr::null_mut()),
                 stream: self.stream.clone(),
                 device: self.device,
             };
-            crate::reaper::drop_later(Box::new(later));
+            crate::reaper::drop_slowly(Box::new(later));
             return;
         }
         // SAFETY: made by cuMipmappedArrayCreate and destroyed once, by its last holder: every
