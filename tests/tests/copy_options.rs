@@ -435,6 +435,8 @@ fn copy_batch_refuses_the_legacy_default_stream_and_takes_the_per_thread_one() {
          PER_THREAD_DEFAULT_STREAM, which is a real stream to the driver and is accepted. Pass an explicit stream \
          or PER_THREAD_DEFAULT_STREAM."
     );
+    // A TypeError in cuda.core.
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Type);
     // NULL is the legacy default stream too (this process binds the ordinary entry points).
     if !cuda_sys::per_thread_default_stream() {
         // SAFETY: a default stream handle.
@@ -500,6 +502,8 @@ fn copy_batch_and_copies_with_options_refuse_a_capturing_stream() {
             err.to_string(),
             "copy_batch does not support graph capture; use GraphNode.memcpy or per-buffer Buffer.copy_to instead"
         );
+        // A TypeError in cuda.core.
+        assert_eq!(err.kind(), cuda_core::ErrorKind::Type);
         let opts = CopyOptions::default();
         let err = Buffer::copy_batch_with(&pairs(&srcs, &dsts), builder.stream(), opts).unwrap_err();
         assert!(err.to_string().contains("does not support graph capture"), "{err}");

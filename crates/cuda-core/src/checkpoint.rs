@@ -121,7 +121,7 @@ impl ProcessState {
             S::CU_PROCESS_STATE_CHECKPOINTING => ProcessState::Checkpointing,
             S::CU_PROCESS_STATE_RESTORING => ProcessState::Restoring,
             other => {
-                return Err(CudaError::InvalidArgument(format!(
+                return Err(CudaError::InvalidState(format!(
                     "Unknown CUDA checkpoint process state: {}",
                     other.0
                 )))

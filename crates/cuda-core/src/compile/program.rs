@@ -32,7 +32,7 @@ impl std::str::FromStr for SourceType {
             "c++" => Ok(SourceType::Cxx),
             "ptx" => Ok(SourceType::Ptx),
             "nvvm" => Ok(SourceType::Nvvm),
-            _ => Err(CudaError::InvalidArgument(format!(
+            _ => Err(CudaError::InvalidState(format!(
                 "unsupported code type {s:?} (supported: \"c++\", \"ptx\", \"nvvm\")"
             ))),
         }

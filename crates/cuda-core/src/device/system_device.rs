@@ -24,7 +24,7 @@ impl system::Device {
                 return Ok(device);
             }
         }
-        Err(CudaError::InvalidArgument(format!(
+        Err(CudaError::InvalidState(format!(
             "No corresponding CUDA device found for this NVML device ({}): CUDA does not see it \
              (a MIG-enabled GPU, or hidden by CUDA_VISIBLE_DEVICES)",
             self.uuid()?

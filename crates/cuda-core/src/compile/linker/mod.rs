@@ -111,7 +111,7 @@ impl Linker {
         let c_strings: Vec<(CString, CString)> = inputs.iter().map(|i| input_c_strings(i)).collect::<Result<_>>()?;
         let name = options.name.clone().unwrap_or_else(|| "<default linker>".into());
         if backend == LinkerBackend::NvJitLink && nvjitlink_version().is_none() {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "Linker: nvJitLink 12.3 or newer is not available (install it with `pip install nvidia-nvjitlink`)"
                     .into(),
             ));
@@ -119,7 +119,15 @@ impl Linker {
         let lto_input = inputs.iter().any(|i| i.code_type() == CodeType::Ltoir);
         if backend == LinkerBackend::Driver {
             if let Some(why) = options.needs_nvjitlink().or(lto_input.then_some("LTO-IR input")) {
-                return Err(CudaError::InvalidArgument(format!(
+                // cuda.core: a runtime error for what only nvJitLink can do (LTO, PTX output), a
+                // value error for options the driver's linker does not take.
+                let missing_backend = matches!(why, "link_time_optimization" | "ptx" | "LTO-IR input");
+                let error = if missing_backend {
+                    CudaError::InvalidState
+                } else {
+                    CudaError::InvalidArgument
+                };
+                return Err(error(format!(
                     "Linker: {why} needs nvJitLink, which is not available (install it with `pip install \
                      nvidia-nvjitlink`, of the driver's major version, 12.3 or newer)"
                 )));
@@ -341,9 +349,9 @@ impl Linker {
             CodeType::Ptx => bad("PTX output needs LinkerOptions.ptx (and LTO)".into()),
             CodeType::Ltoir => {
                 if self.backend() != LinkerBackend::NvJitLink {
-                    return bad(
-                        "LTOIR output needs nvJitLink 13.3 or newer; the driver's linker cannot make it".into(),
-                    );
+                    return Err(CudaError::InvalidState(
+                        "Linker: LTOIR output needs nvJitLink 13.3 or newer; the driver's linker cannot make it".into(),
+                    ));
                 }
                 if !lto {
                     return bad("LTOIR output requires link_time_optimization=True".into());
@@ -449,7 +457,7 @@ fn nvjitlink_version() -> Option<(u32, u32)> {
 fn require_nvjitlink(required: (u32, u32), what: &str) -> Result<()> {
     match nvjitlink_version() {
         Some(found) if found >= required => Ok(()),
-        found => Err(CudaError::InvalidArgument(format!(
+        found => Err(CudaError::InvalidState(format!(
             "Linker: {what} requires nvJitLink {}.{} or newer; found {}",
             required.0,
             required.1,

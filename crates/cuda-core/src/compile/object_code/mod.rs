@@ -348,7 +348,7 @@ impl ObjectCode {
     /// or any of its kernels lives.
     pub fn get_kernel(&self, name: &str) -> Result<Kernel> {
         if !self.inner.code_type.is_loadable() {
-            return Err(CudaError::InvalidArgument(format!(
+            return Err(CudaError::InvalidState(format!(
                 "ObjectCode {:?}: kernels cannot be loaded from {} code; link it to a cubin first",
                 self.inner.name, self.inner.code_type
             )));
@@ -392,7 +392,7 @@ impl ObjectCode {
         }
         let code_type = self.inner.code_type;
         if !code_type.is_loadable() {
-            return Err(CudaError::InvalidArgument(format!(
+            return Err(CudaError::InvalidState(format!(
                 "ObjectCode {:?}: {code_type} code cannot be loaded into the driver; link it to a cubin first",
                 self.inner.name
             )));

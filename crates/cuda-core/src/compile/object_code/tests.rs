@@ -454,6 +454,14 @@ fn unloadable_kinds_and_bad_files_fail_before_the_driver() {
         .get_global("g")
         .unwrap_err();
     assert!(err.to_string().contains("cannot be loaded"), "{err}");
+    // A RuntimeError in cuda.core ("Unsupported code type"), for kernels as for globals.
+    assert_eq!(err.kind(), crate::ErrorKind::Runtime);
+    let err = ObjectCode::from_ltoir(b"x".to_vec(), "l")
+        .unwrap()
+        .get_kernel("k")
+        .unwrap_err();
+    assert!(err.to_string().contains("kernels cannot be loaded"), "{err}");
+    assert_eq!(err.kind(), crate::ErrorKind::Runtime);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("k.cubin");
     let (elf, _) = minimal_elf();
@@ -554,4 +562,13 @@ fn a_symbol_mapping_can_be_given_to_code_of_any_constructor_until_it_is_shared()
     assert_eq!(err.kind(), crate::ErrorKind::Runtime);
     assert_eq!(code.symbol_mapping(), &mapping, "the clone kept its mapping");
     assert!(ObjectCode::foreign(None).with_symbol_mapping(mapping).is_err());
+}
+
+#[test]
+fn an_unknown_source_type_is_a_runtime_error_as_in_cuda_core() {
+    // cuda.core's Program raises RuntimeError("Unsupported code_type=...").
+    let err = "cuda".parse::<crate::SourceType>().unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::Runtime);
+    assert!(err.to_string().contains("unsupported code type \"cuda\""), "{err}");
+    assert_eq!("ptx".parse::<crate::SourceType>().ok(), Some(crate::SourceType::Ptx));
 }

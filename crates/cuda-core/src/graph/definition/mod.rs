@@ -234,7 +234,7 @@ fn check_node(reg: &Registry, node: NodeRef) -> Result<()> {
     if reg.is_live(node) {
         Ok(())
     } else {
-        Err(CudaError::InvalidArgument(
+        Err(CudaError::InvalidState(
             "the graph node was destroyed and is no longer valid".into(),
         ))
     }

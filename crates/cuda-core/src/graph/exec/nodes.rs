@@ -279,7 +279,7 @@ impl Graph {
         self.with_node(node, |exec, h| {
             expect_type(h, T::CU_GRAPH_NODE_TYPE_KERNEL, "update_kernel")?;
             if !same_attributes(&node_config(h)?, config) {
-                return Err(CudaError::InvalidArgument(
+                return Err(CudaError::NotSupported(
                     "update_kernel: an executable graph's kernel node keeps the launch attributes it was instantiated with (cluster shape, cooperative launch, priority, programmatic serialisation): update the definition's node and instantiate it again".into(),
                 ));
             }

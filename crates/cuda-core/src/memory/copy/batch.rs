@@ -31,7 +31,7 @@ const SINGLE_REQUIREMENT: &str = "cuda.bindings and the driver to both report CU
     (cuMemcpyWithAttributesAsync is unavailable here)";
 
 fn single_legacy(method: &str) -> CudaError {
-    CudaError::InvalidArgument(format!(
+    CudaError::InvalidType(format!(
         "{method} does not accept LEGACY_DEFAULT_STREAM with options (matches copy_batch); \
          cuMemcpyWithAttributesAsync rejects it outright, unlike PER_THREAD_DEFAULT_STREAM, which is a real \
          stream to the driver and is accepted. Pass an explicit stream, PER_THREAD_DEFAULT_STREAM, or \
@@ -53,7 +53,8 @@ fn single_capture(method: &str) -> String {
 fn refuse_capturing(recording: bool, stream: &Stream, refusal: &str) -> Result<()> {
     // (The stream is live, not the legacy default stream: refused before.)
     if recording || crate::stream::capture::is_capturing(stream.handle())? {
-        return Err(CudaError::InvalidState(refusal.into()));
+        // (A type error, as cuda.core raises for these refusals.)
+        return Err(CudaError::InvalidType(refusal.into()));
     }
     Ok(())
 }
@@ -102,7 +103,7 @@ impl Buffer {
             return Err(CudaError::InvalidArgument("copy_batch: empty buffers sequence".into()));
         }
         if stream.is_legacy_default() {
-            return Err(CudaError::InvalidArgument(BATCH_LEGACY.into()));
+            return Err(CudaError::InvalidType(BATCH_LEGACY.into()));
         }
         refuse_capturing_now(stream, BATCH_CAPTURE)?;
         for (i, (src, dst)) in pairs.iter().enumerate() {

@@ -281,7 +281,7 @@ pub(crate) fn run_starts(options: &[CopyOptions]) -> Vec<usize> {
 /// `requirement` says what the native path needs; `index` names the copy of a batch.
 pub(crate) fn during_api_call_refusal(requirement: &str, index: Option<usize>) -> CudaError {
     let at = index.map(|i| format!(" at index {i}")).unwrap_or_default();
-    CudaError::InvalidArgument(format!(
+    CudaError::InvalidState(format!(
         "src_access_order=DURING_API_CALL{at} requires {requirement}. A plain cuMemcpyAsync fallback \
          reads the source in stream order only, which would silently violate the guarantee that all \
          source reads complete before the call returns, letting the caller reuse the source buffer \

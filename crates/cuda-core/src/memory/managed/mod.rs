@@ -175,7 +175,7 @@ impl ManagedMemoryResource {
                         .and_then(|d| d.properties().concurrent_managed_access())
                         .unwrap_or(0);
                     if e.driver_status() == Some(driver::CUresult::CUDA_ERROR_NOT_SUPPORTED) && concurrent == 0 {
-                        return Err(CudaError::InvalidArgument(format!(
+                        return Err(CudaError::InvalidState(format!(
                             "{e}: The default memory pool on this device does not support managed allocations (concurrent managed access is not available). Use ManagedMemoryResource::new(Some(ManagedMemoryResourceOptions {{ .. }})) to create a dedicated managed pool."
                         )));
                     }

@@ -73,7 +73,7 @@ impl PinnedMemoryResource {
                     .and_then(|d| d.properties().host_numa_id())
                     .unwrap_or(-1);
                 Some(u32::try_from(id).map_err(|_| {
-                    CudaError::InvalidArgument(
+                    CudaError::InvalidState(
                         "Cannot determine host NUMA ID for IPC-enabled pinned memory pool. The system may not support NUMA, or no CUDA context is active. Set numa_id explicitly or call Device.set_current() first.".into(),
                     )
                 })?)
