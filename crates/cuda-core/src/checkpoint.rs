@@ -376,7 +376,7 @@ impl Process {
         }
         if let Some(fd) = &self.pidfd {
             if fd.exited()? {
-                return Err(CudaError::InvalidArgument(format!(
+                return Err(CudaError::InvalidState(format!(
                     "process {pid} has exited: a Process names the process that had the id when it was made, and its id may now belong to another (make a new Process for that one)"
                 )));
             }

@@ -25,7 +25,7 @@ fn check_stream(comm: &Communicator, stream: &Stream, what: &str) -> Result<()> 
             "{what}: the stream belongs to a context of device {} other than the primary context of device {device}, the communicator's: create the stream on device {device} (Device::create_stream)",
             c.device().device_id()
         ))),
-        None => Err(CudaError::InvalidArgument(format!("{what}: the stream has no context"))),
+        None => Err(CudaError::InvalidState(format!("{what}: the stream has no context"))),
     }
 }
 

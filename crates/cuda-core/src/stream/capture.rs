@@ -80,7 +80,7 @@ pub(crate) fn capture_beginning() -> Result<Beginning> {
     CAPTURES.fetch_add(1, Ordering::SeqCst);
     let beginning = Beginning(());
     if !super::gate::drain() {
-        return Err(CudaError::InvalidArgument(
+        return Err(CudaError::InvalidState(
             "a capture cannot begin: the process-wide memory barrier failed".into(),
         ));
     }
@@ -142,7 +142,7 @@ pub(crate) fn blocking_capture_joining() -> Result<BlockingCapture> {
     }
     let counted = BlockingCapture::count();
     if !super::gate::drain() {
-        return Err(CudaError::InvalidArgument(
+        return Err(CudaError::InvalidState(
             "a wait cannot begin: the process-wide memory barrier failed".into(),
         ));
     }

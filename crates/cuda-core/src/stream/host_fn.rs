@@ -47,7 +47,7 @@ impl Stream {
                 ));
             }
             let Some(boxed) = f.take() else {
-                return Err(CudaError::InvalidArgument("internal: the host function was queued twice".into()));
+                return Err(CudaError::InvalidState("internal: the host function was queued twice".into()));
             };
             let data = Box::into_raw(Box::new(boxed));
             // SAFETY: the stream is live and not capturing (inside its operation); the driver

@@ -49,7 +49,7 @@ impl Site {
     #[inline]
     pub(crate) fn of(stream: &Stream) -> Result<Site> {
         if !stream.is_default() {
-            return Site::plain(stream).ok_or_else(|| CudaError::InvalidArgument("the stream has no context".into()));
+            return Site::plain(stream).ok_or_else(|| CudaError::InvalidState("the stream has no context".into()));
         }
         let context = Context::current()?.ok_or_else(|| {
             CudaError::InvalidState(
@@ -119,7 +119,7 @@ impl Site {
         self.context
             .as_ref()
             .or(self.stream.context())
-            .ok_or_else(|| CudaError::InvalidArgument("the stream has no context".into()))
+            .ok_or_else(|| CudaError::InvalidState("the stream has no context".into()))
     }
 
     /// Whether `stream`, used on the calling thread, is this site, without resolving anything:

@@ -466,7 +466,7 @@ impl GraphBuilder {
     pub fn complete(&self, options: &GraphCompleteOptions) -> Result<Graph> {
         span!("graph instantiate", from = "GraphBuilder::complete");
         if self.kind == Kind::Body {
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "a conditional body runs as part of its parent: complete the parent".into(),
             ));
         }

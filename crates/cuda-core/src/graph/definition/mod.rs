@@ -244,7 +244,7 @@ fn check_node(reg: &Registry, node: NodeRef) -> Result<()> {
 fn current_context(what: &str) -> Result<driver::CUcontext> {
     let ctx = Context::current_handle()?;
     if ctx.is_null() {
-        return Err(CudaError::InvalidArgument(format!(
+        return Err(CudaError::InvalidState(format!(
             "{what}: no context is current (call Device::set_current first)"
         )));
     }
@@ -472,7 +472,7 @@ impl GraphNode {
         reg.refuse_while_capturing(self.graph.handle)?;
         reg.refuse_with_graph_memory("destroy")?;
         let refusal =
-            || CudaError::InvalidArgument("destroy: a capture records into a body of this node: end it first".into());
+            || CudaError::InvalidState("destroy: a capture records into a body of this node: end it first".into());
         // (Checked before the driver is asked about graphs a capture may be recording into.)
         if capturing_below(&reg, h) {
             return Err(refusal());

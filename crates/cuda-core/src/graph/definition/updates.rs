@@ -381,7 +381,7 @@ impl GraphNode {
             // collected while it is live, forgotten once it is freed (see `freed`).
             let freed = super::freed::Freed::child_of(h, reg)?;
             if freed.capturing(reg) {
-                return Err(CudaError::InvalidArgument(
+                return Err(CudaError::InvalidState(
                     "update_child: a capture records into a graph nested in this node's graph: end it first".into(),
                 ));
             }

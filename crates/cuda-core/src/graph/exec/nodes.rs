@@ -125,7 +125,7 @@ impl Graph {
     /// every stream waits for them.
     fn definition_fallback(&self, node: &GraphNode, what: &str) -> Result<Vec<Arc<FenceEvent>>> {
         if self.instantiated_from.is_none() {
-            return Err(CudaError::InvalidArgument(format!(
+            return Err(CudaError::InvalidState(format!(
                 "{what}: after Graph::update the node's definition no longer says what this graph runs: give the node's whole parameters (update_kernel, update_memset)"
             )));
         }

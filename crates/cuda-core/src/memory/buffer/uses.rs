@@ -257,7 +257,7 @@ fn run_once<T, F: FnOnce(Option<&mut Capture<'_>>) -> Result<T>>(
 ) -> Result<T> {
     match op.take() {
         Some(f) => f(capture),
-        None => Err(CudaError::InvalidArgument(
+        None => Err(CudaError::InvalidState(
             "internal: an operation was queued twice".into(),
         )),
     }

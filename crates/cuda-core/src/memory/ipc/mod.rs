@@ -131,7 +131,7 @@ impl Buffer {
         })?;
         if !(**pool).note_import(ptr) {
             // Already a buffer of this process: a second owner would free its mapping twice.
-            return Err(CudaError::InvalidArgument(
+            return Err(CudaError::InvalidState(
                 "this buffer is already imported in this process (and not yet freed): share that Buffer".into(),
             ));
         }
