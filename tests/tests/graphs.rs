@@ -451,6 +451,8 @@ fn updates_change_results_and_errors_say_why() {
     n3.memset(&x, 3u32, N).unwrap();
     let err = exec.update(&g3).unwrap_err();
     assert!(err.to_string().contains("topology"), "{err}");
+    // The driver's error (cuda.core raises a CUDAError), with the reason noted.
+    assert_eq!(err.kind(), cuda_core::ErrorKind::Driver, "{err}");
     // Per-node: value, disable, enable.
     assert!(
         exec.set_memset_value(&node2, 4u32).is_err(),

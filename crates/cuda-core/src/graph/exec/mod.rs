@@ -493,10 +493,9 @@ impl Graph {
             (status, reg.ready.clone())
         };
         if let Err(e) = status {
-            return Err(CudaError::InvalidArgument(format!(
-                "graph update failed: {} ({e})",
-                update_reason(info.result)
-            )));
+            // The driver's error, as cuda.core raises a CUDAError ("Graph update failed: ..."),
+            // with the reason the driver gave.
+            return Err(e.with_note(format!("graph update failed: {}", update_reason(info.result))));
         }
         // The graph now runs what `definition` holds (its nodes keep their identity as nodes of
         // the definition instantiated, which per-node updates still name): holding the
