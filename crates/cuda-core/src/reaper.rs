@@ -144,6 +144,7 @@ impl Lane {
             .spawn(move || run(rx));
         match started {
             Ok(_) => {
+                drain_at_exit();
                 let _ = self.sender.set(Mutex::new(tx));
                 self.sender.get()
             }
@@ -174,6 +175,37 @@ impl Lane {
         }
         posted
     }
+}
+
+/// How long the process waits at exit for the releases still pending (see [`drain_at_exit`]).
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+
+/// Makes the process, when it exits (`exit`, or `main` returning), first wait up to [`EXIT_WAIT`]
+/// for the release threads to finish what they hold: a free or destroy still running there
+/// while the driver tears itself down at exit could crash the process (an NCCL communicator
+/// aborted in the background at exit did), and what never ran shows up as leaked under a leak
+/// checker. Registered once, when the first release thread starts (after the driver was
+/// initialised, so this runs before the driver's own exit handlers).
+fn drain_at_exit() {
+    /// The process that registered the handler: a child forked without `exec` inherits the
+    /// handler and the count, but not the release threads, and does not wait.
+    static REGISTERED_BY: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    extern "C" fn wait_for_releases() {
+        if std::process::id() != REGISTERED_BY.load(Ordering::Relaxed) {
+            return;
+        }
+        let deadline = std::time::Instant::now() + EXIT_WAIT;
+        while PENDING.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        REGISTERED_BY.store(std::process::id(), Ordering::Relaxed);
+        // SAFETY: `atexit` takes a function of no arguments that does not unwind; this one only
+        // reads atomics and sleeps.
+        unsafe { libc::atexit(wait_for_releases) };
+    });
 }
 
 /// The release thread.
@@ -211,6 +243,9 @@ static PENDING: AtomicUsize = AtomicUsize::new(0);
 /// device.sync()?;
 /// # Ok(()) }
 /// ```
+///
+/// When the process exits, it first waits up to 2 s for this to reach 0 (so that no destroy runs
+/// while the driver tears itself down); a program that must be sure waits itself, as above.
 ///
 /// A release that waits for a capture (its stream is being captured into a graph) stays pending
 /// until the capture ends. A release the driver refused is not retried: it is recorded (see
@@ -380,6 +415,43 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// Prints once dropped, a while after it was let go of.
+    struct Late;
+
+    impl Drop for Late {
+        fn drop(&mut self) {
+            std::thread::sleep(Duration::from_millis(300));
+            println!("released before the process exited");
+        }
+    }
+
+    #[test]
+    fn the_process_waits_at_exit_for_pending_releases() {
+        const CHILD: &str = "CUDA_CORE_TEST_EXIT_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            // The child: lets go of a value whose release takes a while, and exits at once.
+            drop_later(Box::new(Late));
+            std::process::exit(0);
+        }
+        let exe = std::env::current_exe().expect("the test binary");
+        let out = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "reaper::tests::the_process_waits_at_exit_for_pending_releases",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .expect("the child runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert!(
+            text.contains("released before the process exited"),
+            "the exit did not wait for the release: {text}"
+        );
     }
 
     #[test]
