@@ -111,6 +111,12 @@ fn supported(v: Result<i32>) -> bool {
     matches!(v, Ok(v) if v != 0)
 }
 
+/// What the device cannot do: a runtime error, as cuda.core raises it ("requires CUDA VMM API
+/// support", "GPU Direct RDMA is not supported on this device").
+fn unsupported(message: impl Into<String>) -> CudaError {
+    CudaError::InvalidState(message.into())
+}
+
 /// The checks of `options` that need `device`, before any allocation.
 fn check_device(device: &Device, options: &VirtualMemoryResourceOptions) -> Result<()> {
     let p = device.properties();
@@ -118,7 +124,7 @@ fn check_device(device: &Device, options: &VirtualMemoryResourceOptions) -> Resu
     match options.location_type {
         VirtualMemoryLocationType::Device => {
             if !supported(p.virtual_memory_management_supported()) {
-                return Err(invalid("VirtualMemoryResource requires CUDA VMM API support"));
+                return Err(unsupported("VirtualMemoryResource requires CUDA VMM API support"));
             }
             if options.peers.contains(device) {
                 return Err(invalid(format!(
@@ -128,14 +134,14 @@ fn check_device(device: &Device, options: &VirtualMemoryResourceOptions) -> Resu
         }
         VirtualMemoryLocationType::Host => {
             if !supported(p.host_virtual_memory_management_supported()) {
-                return Err(invalid(format!(
+                return Err(unsupported(format!(
                     "VirtualMemoryResource requires CUDA VMM API support for host memory: device {n} does not report host_virtual_memory_management_supported"
                 )));
             }
         }
         VirtualMemoryLocationType::HostNuma(_) | VirtualMemoryLocationType::HostNumaCurrent => {
             if !supported(p.host_numa_virtual_memory_management_supported()) {
-                return Err(invalid(format!(
+                return Err(unsupported(format!(
                     "VirtualMemoryResource requires CUDA VMM API support for host NUMA memory: device {n} does not report host_numa_virtual_memory_management_supported (host_numa_id is {})",
                     p.host_numa_id().unwrap_or(-1)
                 )));
@@ -162,10 +168,10 @@ fn check_device(device: &Device, options: &VirtualMemoryResourceOptions) -> Resu
     }
     if options.gpu_direct_rdma && options.location_type == VirtualMemoryLocationType::Device {
         if !supported(p.gpu_direct_rdma_supported()) {
-            return Err(invalid("GPU Direct RDMA is not supported on this device"));
+            return Err(unsupported("GPU Direct RDMA is not supported on this device"));
         }
         if !supported(p.gpu_direct_rdma_with_cuda_vmm_supported()) {
-            return Err(invalid(
+            return Err(unsupported(
                 "GPU Direct RDMA is not supported on this device for virtual memory (gpu_direct_rdma_with_cuda_vmm_supported is not set)",
             ));
         }
