@@ -12,7 +12,9 @@
 use cuda_core::graph::CaptureMode;
 use cuda_core::graphics::{EglFrameType, GraphicsRegisterFlags, GraphicsResource, GraphicsResourceKind};
 use cuda_core::texture::{ArrayFormat, ResourceDescriptor, SurfaceObject, TextureDescriptor, TextureObject};
-use cuda_core::{launch, CodeType, Device, Kernel, LaunchConfig, Program, ProgramOptions, SourceType, Stream};
+use cuda_core::{
+    launch, CodeType, Device, Kernel, LaunchConfig, ObjectCode, Program, ProgramOptions, SourceType, Stream,
+};
 use cuda_sys::driver;
 use cuda_tests::skip;
 use gl_context::{c_text, egl, gl, Gl};
@@ -57,23 +59,33 @@ extern "C" __global__ void fill_u32(unsigned* out, unsigned n, unsigned mul, uns
 }
 "#;
 
-fn kernel(d: &Device) -> Kernel {
+/// `source` compiled to a cubin for `d`.
+fn compiled(d: &Device, source: &str) -> ObjectCode {
     let options = ProgramOptions {
         arch: Some(format!("sm_{}", d.arch().unwrap())),
         ..Default::default()
     };
-    Program::new(CODE, SourceType::Cxx, options)
+    Program::new(source, SourceType::Cxx, options)
         .unwrap()
         .compile(CodeType::Cubin, &[])
         .unwrap()
-        .get_kernel("fill_u32")
-        .unwrap()
+}
+
+fn kernel(d: &Device) -> Kernel {
+    compiled(d, CODE).get_kernel("fill_u32").unwrap()
 }
 
 fn words(bytes: &[u8]) -> Vec<u32> {
     bytes
         .chunks_exact(4)
         .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
         .collect()
 }
 
@@ -385,11 +397,7 @@ fn gl_textures_are_read_and_written_through_mapped_arrays() {
         array.copy_from(&src, &s).unwrap();
         image.unmap(&s).unwrap();
     }
-    let back = gl.read_texture(ftex, W * H * 4, gl::RED, gl::FLOAT);
-    let back: Vec<f32> = back
-        .chunks_exact(4)
-        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
-        .collect();
+    let back = f32s(&gl.read_texture(ftex, W * H * 4, gl::RED, gl::FLOAT));
     assert_eq!(back, floats);
     drop(writable);
     gl.delete_texture(tex);
@@ -425,14 +433,7 @@ fn sample_all(k: &Kernel, d: &Device, stream: &Stream, tex: &TextureObject, w: u
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn mapped_gl_textures_back_texture_and_surface_objects() {
     let Some((_serial, d, s, gl)) = setup() else { return };
-    let options = ProgramOptions {
-        arch: Some(format!("sm_{}", d.arch().unwrap())),
-        ..Default::default()
-    };
-    let code = Program::new(TEXTURE_CODE, SourceType::Cxx, options)
-        .unwrap()
-        .compile(CodeType::Cubin, &[])
-        .unwrap();
+    let code = compiled(&d, TEXTURE_CODE);
     let (sample, double) = (
         code.get_kernel("sample").unwrap(),
         code.get_kernel("surf_double").unwrap(),
@@ -502,11 +503,7 @@ fn mapped_gl_textures_back_texture_and_surface_objects() {
     assert_eq!(sample_all(&sample, &d, &s, &tex, W, H), doubled);
     drop((tex, surf));
     wait_unmapped(&resource);
-    let back: Vec<f32> = gl
-        .read_texture(surf_name, W * H * 4, gl::RED, gl::FLOAT)
-        .chunks_exact(4)
-        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
-        .collect();
+    let back = f32s(&gl.read_texture(surf_name, W * H * 4, gl::RED, gl::FLOAT));
     assert_eq!(back, doubled);
     drop(resource);
     gl.delete_texture(tex_name);

@@ -382,6 +382,17 @@ mod tests {
         }
     }
 
+    /// Waits until nothing is pending; fails after 20 s from `start`.
+    fn wait_for_no_pending(start: Instant) {
+        while pending_releases() > 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the count never came back to 0"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Sets its flag when dropped.
     struct Flag(std::sync::Arc<std::sync::atomic::AtomicBool>);
 
@@ -408,13 +419,7 @@ mod tests {
         }
         assert!(pending_releases() >= 1, "the slow drop is still counted");
         let_go.send(()).unwrap();
-        while pending_releases() > 0 {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "the count never came back to 0"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_for_no_pending(start);
     }
 
     /// Prints once dropped, a while after it was let go of.
@@ -461,12 +466,6 @@ mod tests {
         assert!(pending_releases() >= 1, "a posted drop is not counted");
         let_go.send(()).unwrap();
         let start = Instant::now();
-        while pending_releases() > 0 {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "the count never came back to 0"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_for_no_pending(start);
     }
 }

@@ -137,8 +137,9 @@ impl Drop for CommInner {
 /// is the blocking, orderly end.
 ///
 /// **Before the process exits**, end communicators with `finalize` (or `abort`): one dropped
-/// just before `main` returns is still being aborted on the release thread while the process
-/// tears NCCL down, which can crash it. A graph that recorded collectives refuses `finalize`
+/// just before `main` returns is aborted on the release thread, which the exit waits for only
+/// 2 s (see [`pending_releases`](crate::pending_releases)); an abort still running while the
+/// process tears NCCL down can crash it. A graph that recorded collectives refuses `finalize`
 /// until it is released after its launches: drop the graph, synchronise, and wait for
 /// [`pending_releases`](crate::pending_releases) to reach 0 first.
 pub struct Communicator {

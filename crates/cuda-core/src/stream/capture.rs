@@ -307,6 +307,12 @@ pub(crate) fn before_capture(site: &Site) -> Option<Arc<FenceEvent>> {
         .and_then(|m| m.get(&site.key()).map(|(_, f)| f.clone()))
 }
 
+/// Whether `e` refuses a release only for now, so that it is tried again: a capture in the way
+/// ([`capture_refusal`]), or a green context current on another thread.
+pub(crate) fn refused_for_now(e: &CudaError) -> bool {
+    capture_refusal(e) || crate::device::green_context_busy(e)
+}
+
 /// Whether `e` is a refusal because of a capture (of the stream, or one that a call would have
 /// invalidated): what a release tries again once the capture is over.
 pub(crate) fn capture_refusal(e: &CudaError) -> bool {

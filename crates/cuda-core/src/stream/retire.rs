@@ -3,7 +3,7 @@
 //! What a graph's launches may still use, and memory whose resource frees it at once (not
 //! stream-ordered), are let go of this way, so that no `Drop` waits for the GPU.
 
-use super::capture::capture_refusal;
+use super::capture::refused_for_now;
 use super::{Fence, Site};
 use crate::device::FenceEvent;
 use crate::error::{record_drop_error, Check};
@@ -39,32 +39,26 @@ impl crate::reaper::Retry for Retired {
     fn attempt(&mut self) -> bool {
         let mut still = Vec::new();
         for site in std::mem::take(&mut self.waiting) {
-            match site.fence() {
-                Ok(Fence::Event(e)) => self.fences.push(e),
-                Ok(Fence::Capturing) => still.push(site),
-                Ok(Fence::Unreachable) => {
-                    // Another thread's per-thread default stream: only a synchronisation of its
-                    // context waits for it (not while a capture runs there, or a green context
-                    // is current on another thread: tried again).
-                    match site.try_synchronize() {
-                        Ok(true) => {}
-                        Ok(false) => still.push(site),
-                        Err(e) if capture_refusal(&e) || crate::device::green_context_busy(&e) => still.push(site),
-                        Err(e) => {
-                            // The context failed: the values may still be in use, so they are
-                            // kept (asking again would fail the same way, forever).
-                            record_drop_error(e);
-                            std::mem::forget(std::mem::take(&mut self.values));
-                            return true;
-                        }
-                    }
+            // `Ok(true)` once waited for (a fence to poll, or its context synchronised).
+            let waited = site.fence().and_then(|fence| match fence {
+                Fence::Event(e) => {
+                    self.fences.push(e);
+                    Ok(true)
                 }
-                // Refused for a capture (another library's, on the stream), or a green context
+                Fence::Capturing => Ok(false),
+                // Another thread's per-thread default stream: only a synchronisation of its
+                // context waits for it (not while a capture runs there).
+                Fence::Unreachable => site.try_synchronize(),
+            });
+            match waited {
+                Ok(true) => {}
+                // A capture in the way (another library's, on the stream), or a green context
                 // current on another thread: tried again.
-                Err(e) if capture_refusal(&e) || crate::device::green_context_busy(&e) => still.push(site),
+                Ok(false) => still.push(site),
+                Err(e) if refused_for_now(&e) => still.push(site),
                 Err(e) => {
                     // The stream cannot be reached (its context is broken): the values may still
-                    // be in use, so they are kept.
+                    // be in use, so they are kept (asking again would fail the same way).
                     record_drop_error(e);
                     std::mem::forget(std::mem::take(&mut self.values));
                     return true;

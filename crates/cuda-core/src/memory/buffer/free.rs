@@ -5,7 +5,7 @@
 
 use super::{Buffer, Holder};
 use crate::error::{record_drop_error, Check};
-use crate::stream::capture::{capture_info, capture_refusal, Capture};
+use crate::stream::capture::{capture_info, refused_for_now, Capture};
 use crate::stream::graph_core::GraphAllocState;
 use crate::stream::{Fence, Site, Stream};
 use crate::{CudaError, Result};
@@ -51,7 +51,7 @@ impl Allocation {
             }
             // Also when a green context the free needs current is current on another thread: tried
             // again until it is not.
-            Err(e) if capture_refusal(&e) || crate::device::green_context_busy(&e) => {
+            Err(e) if refused_for_now(&e) => {
                 crate::reaper::retry(Box::new(PendingFree(Some(this))));
                 Ok(())
             }
@@ -94,8 +94,11 @@ impl Allocation {
     /// thread cannot name (another thread's per-thread default stream): only a context-wide
     /// synchronisation waits for that, which the release thread makes.
     pub(super) fn release_dropped(self) -> Result<()> {
-        let waits = self.resource.as_ref().is_some_and(Holder::waits_to_free);
-        if waits || !self.dealloc.reachable() || self.uses.iter().any(|u| !u.reachable()) {
+        if self
+            .resource
+            .as_ref()
+            .is_some_and(|r| frees_later(r, &self.dealloc, &self.uses))
+        {
             self.release_later();
             return Ok(());
         }
@@ -155,6 +158,13 @@ impl Allocation {
     }
 }
 
+/// Whether a dropped buffer's free goes to the release thread (see
+/// [`Allocation::release_dropped`]): `resource`'s free waits for the stream, or a stream this
+/// thread cannot name used the memory.
+pub(super) fn frees_later(resource: &Holder, dealloc: &Site, uses: &[Site]) -> bool {
+    resource.waits_to_free() || !dealloc.reachable() || uses.iter().any(|u| !u.reachable())
+}
+
 /// A free waiting on the release thread for a capture to end.
 struct PendingFree(Option<Allocation>);
 
@@ -165,7 +175,7 @@ impl crate::reaper::Retry for PendingFree {
         };
         match allocation.try_free() {
             Ok(done) => done,
-            Err(e) if capture_refusal(&e) || crate::device::green_context_busy(&e) => false,
+            Err(e) if refused_for_now(&e) => false,
             Err(e) => {
                 record_drop_error(e);
                 // Keep the memory: it may still be in use.

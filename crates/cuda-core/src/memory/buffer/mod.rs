@@ -39,7 +39,7 @@ pub use view::{BufferView, ReadOnlyView};
 use super::MemoryResource;
 use crate::device::FenceEvent;
 use crate::error::{record_drop_error, Check};
-use crate::stream::capture::capture_refusal;
+use crate::stream::capture::{capture_refusal, refused_for_now};
 use crate::stream::{Fence, Site, Stream};
 use crate::{CudaError, Result};
 use cuda_sys::driver;
@@ -471,7 +471,7 @@ impl Buffer {
         match self.free_here(&resource) {
             Ok(true) => Ok(None),
             Ok(false) => Ok(Some(resource)),
-            Err(e) if capture_refusal(&e) || crate::device::green_context_busy(&e) => Ok(Some(resource)),
+            Err(e) if refused_for_now(&e) => Ok(Some(resource)),
             Err(e) => {
                 std::mem::forget(resource);
                 Err(e)
@@ -543,7 +543,7 @@ impl Buffer {
     /// synchronisation waits for), frees on the release thread, once the work of every stream that
     /// used the memory is done: the drop returns at once.
     fn free_where_used(&mut self, resource: Holder, uses: Vec<Site>, on_drop: bool) -> Result<()> {
-        if on_drop && (resource.waits_to_free() || !self.dealloc.reachable() || uses.iter().any(|u| !u.reachable())) {
+        if on_drop && free::frees_later(&resource, &self.dealloc, &uses) {
             return self.allocation(Some(resource), uses).release_dropped();
         }
         let resource = if uses.is_empty() {

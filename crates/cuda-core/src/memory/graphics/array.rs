@@ -5,13 +5,12 @@
 use super::{GraphicsRegisterFlags, Registered};
 use crate::device::{Context, Device};
 use crate::error::Check;
-use crate::memory::buffer::{enqueue_using, Buffer, Pod};
+use crate::memory::buffer::{Buffer, Pod};
 use crate::memory::texture::copies::WholeArray;
 use crate::memory::texture::{descriptor_shape, element_bytes, ArrayFormat, ResourceDescriptor};
-use crate::stream::{Stream, StreamOptions};
+use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
-use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
@@ -219,27 +218,19 @@ impl ResourceDescriptor {
     /// [`TextureObject`]: crate::texture::TextureObject
     /// [`SurfaceObject`]: crate::texture::SurfaceObject
     pub fn from_mapped_array(array: &MappedArray<'_>) -> Result<ResourceDescriptor> {
-        // A stream of the array's own, so that what is built on it never names the mapping
-        // stream (a default stream means another stream on another thread or context): it
-        // follows the map (the lifeline's first use there waits for the mapping stream), and
-        // the unmap follows it (a stream that used the lifeline).
-        let stream = array.context.create_stream(StreamOptions::default())?;
-        enqueue_using(&stream, &[&**array.lifeline], |_| Ok(()))?;
-        let owner: Arc<dyn Any + Send + Sync> = array.lifeline.clone();
-        // SAFETY: the array belongs to the mapping whose lifeline `owner` is: the driver keeps it
-        // valid until the unmap, which is the lifeline's free, queued (on the mapping stream,
-        // after every stream that used the lifeline, `stream` included) only once every holder
-        // of the lifeline is gone and the work of every stream and graph that used it is done;
-        // `stream` follows the map. The device is the registration's.
-        Ok(unsafe {
+        // SAFETY: the array belongs to the mapping whose lifeline the descriptor holds: the
+        // driver keeps it valid until the unmap, which is the lifeline's free, queued (on the
+        // mapping stream, after every stream that used the lifeline) only once every holder of
+        // the lifeline is gone and the work of every stream and graph that used it is done; work
+        // ordered after the mapping stream follows the map. The context is the registration's.
+        unsafe {
             ResourceDescriptor::from_borrowed_array(
                 array.raw,
-                owner,
-                stream,
-                array.context.device(),
+                array.lifeline.clone(),
+                &array.context,
                 array.surface_load_store,
                 array.writable,
             )
-        })
+        }
     }
 }

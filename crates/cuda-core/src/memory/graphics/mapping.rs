@@ -221,10 +221,7 @@ impl MappedImage<'_> {
 pub(super) fn close_lifeline(lifeline: Arc<Buffer>, stream: &Stream) -> Result<()> {
     match Arc::try_unwrap(lifeline) {
         Ok(buffer) => buffer.close(Some(stream)),
-        Err(held) => {
-            drop(held);
-            Ok(())
-        }
+        Err(_held) => Ok(()),
     }
 }
 

@@ -13,7 +13,6 @@ use crate::memory::buffer::{Buffer, Pod};
 use crate::stream::Stream;
 use crate::Result;
 use cuda_sys::driver;
-use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
@@ -28,7 +27,7 @@ pub(super) struct ArrayHandle {
     raw: driver::CUarray,
     parent: Option<Arc<MipmapHandle>>,
     /// What keeps a borrowed array valid (see [`ArrayHandle::borrowed`]).
-    owner: Option<Arc<dyn Any + Send + Sync>>,
+    owner: Option<Arc<Buffer>>,
     /// Whether kernels may write the array (surfaces): a borrowed array may be read-only.
     pub(super) writable: bool,
     /// The stream lifelines of this array, and of what is built on it, are ordered on.
@@ -53,12 +52,11 @@ impl ArrayHandle {
     ///
     /// # Safety
     /// `raw` is an array of `device` that stays valid (not destroyed, and for a graphics mapping
-    /// not unmapped) until `owner` is dropped and, where `owner` is a buffer, until the work of
-    /// every stream and graph that used that buffer is done; work queued on `stream` after this
-    /// call may use it.
+    /// not unmapped) until `owner` is dropped and the work of every stream and graph that used
+    /// it is done; work queued on `stream` after this call may use it.
     pub(super) unsafe fn borrowed(
         raw: driver::CUarray,
-        owner: Arc<dyn Any + Send + Sync>,
+        owner: Arc<Buffer>,
         stream: Stream,
         device: Device,
         writable: bool,
@@ -89,7 +87,7 @@ impl Drop for ArrayHandle {
                 raw: std::mem::replace(&mut self.raw, std::ptr::null_mut()),
                 parent: None,
                 owner: None,
-                writable: self.writable,
+                writable: true,
                 stream: self.stream.clone(),
                 device: self.device,
             };

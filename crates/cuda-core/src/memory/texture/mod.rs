@@ -248,6 +248,15 @@ fn private_stream(context: &Context) -> Result<Stream> {
     context.create_stream(StreamOptions::default())
 }
 
+/// A private stream of `context` ordered after `buffer`'s allocation (its first use there waits
+/// for the buffer's stream), and which the buffer's free waits for: what a texture of a buffer,
+/// or of an array a buffer keeps valid, is ordered on.
+fn private_stream_after(context: &Context, buffer: &Buffer) -> Result<Stream> {
+    let stream = private_stream(context)?;
+    super::buffer::enqueue_using(&stream, &[buffer], |_| Ok(()))?;
+    Ok(stream)
+}
+
 /// A lifeline: a zero-byte buffer ordered on `stream` whose owner is `owner`, let go once the
 /// buffer is dropped and the work of every stream and graph that used it is done.
 fn lifeline<O: Any + Send + Sync>(owner: Arc<O>, device: Device, stream: &Stream) -> Result<Buffer> {

@@ -4,10 +4,10 @@
 
 use super::array::{ArrayHandle, OpaqueArray};
 use super::resource::{Kind, ResourceDescriptor};
-use super::{current_context, device_context, lifeline, private_stream, TextureDescriptor};
+use super::{current_context, device_context, lifeline, private_stream_after, TextureDescriptor};
 use crate::device::{Context, Device};
 use crate::error::{record_drop_error, Check};
-use crate::memory::buffer::{enqueue_using, Buffer};
+use crate::memory::buffer::Buffer;
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
@@ -119,11 +119,7 @@ fn stream_for(resource: &ResourceDescriptor, context: &Context) -> Result<Stream
     match &resource.kind {
         Kind::Array { handle, .. } => Ok(handle.stream.clone()),
         Kind::Mipmapped { handle } => Ok(handle.stream.clone()),
-        Kind::Linear { buffer, .. } | Kind::Pitch2D { buffer, .. } => {
-            let stream = private_stream(context)?;
-            enqueue_using(&stream, &[&**buffer], |_| Ok(()))?;
-            Ok(stream)
-        }
+        Kind::Linear { buffer, .. } | Kind::Pitch2D { buffer, .. } => private_stream_after(context, buffer),
     }
 }
 

@@ -102,28 +102,29 @@ impl ResourceDescriptor {
 
     /// An array this crate does not own (`cuda.core`'s `OpaqueArray._from_handle(owning=False)`,
     /// made public by [`ResourceDescriptor::from_mapped_array`]): the descriptor, and every texture
-    /// and surface made from it, hold `owner`, which keeps `raw` valid; surfaces need
-    /// `surface_load_store` and `writable`.
+    /// and surface made from it, hold `owner`, which keeps `raw` valid; their work is ordered on a
+    /// private stream of `context` that follows `owner`'s stream (and that `owner`'s free waits
+    /// for); surfaces need `surface_load_store` and `writable`.
     ///
     /// # Safety
-    /// As for `ArrayHandle::borrowed`: `raw` is an array of `device`, valid until `owner` is
-    /// dropped and (for a buffer) the work of every stream and graph that used it is done; work
-    /// queued on `stream` from now on may use it.
+    /// As for `ArrayHandle::borrowed`: `raw` is an array of `context`'s device, valid until
+    /// `owner` is dropped and the work of every stream and graph that used it is done, and usable
+    /// by work ordered after what `owner`'s stream has queued.
     pub(crate) unsafe fn from_borrowed_array(
         raw: driver::CUarray,
-        owner: Arc<dyn std::any::Any + Send + Sync>,
-        stream: crate::stream::Stream,
-        device: Device,
+        owner: Arc<Buffer>,
+        context: &crate::device::Context,
         surface_load_store: bool,
         writable: bool,
-    ) -> ResourceDescriptor {
-        ResourceDescriptor {
+    ) -> Result<ResourceDescriptor> {
+        let stream = super::private_stream_after(context, &owner)?;
+        Ok(ResourceDescriptor {
             kind: Kind::Array {
-                // SAFETY: forwarded to the caller.
-                handle: unsafe { ArrayHandle::borrowed(raw, owner, stream, device, writable) },
+                // SAFETY: forwarded to the caller; `stream` follows `owner`'s stream.
+                handle: unsafe { ArrayHandle::borrowed(raw, owner, stream, context.device(), writable) },
                 surface_load_store,
             },
-        }
+        })
     }
 
     /// A mipmapped array (`cuda.core`'s `from_mipmapped_array`): backs textures sampled across
