@@ -384,33 +384,49 @@ fn dropping_a_buffer_used_on_another_threads_per_thread_stream_returns_at_once()
 fn dropping_arrays_pools_and_contexts_beside_held_work_returns_at_once() {
     let _one = one_at_a_time();
     let (d, s) = setup();
+    assert!(
+        cuda_tests::releases_drain(Duration::from_secs(20)),
+        "an earlier test left releases"
+    );
     let held = d.create_stream(Default::default()).unwrap();
-    let gate = Gate::default();
-    gate.hold(&held);
+    // Each destroy in a phase of its own: dropped while another stream is held, then released
+    // once the gate opens (the failure names which one stayed pending).
+    let phase = |what: &str, drop_it: &mut dyn FnMut()| {
+        let gate = Gate::default();
+        gate.hold(&held);
+        let start = Instant::now();
+        drop_it();
+        let took = start.elapsed();
+        assert!(took < AT_ONCE, "dropping {what} waited {took:?} for the GPU");
+        std::thread::sleep(HELD_AFTER_DROP);
+        gate.open();
+        held.sync().unwrap();
+        assert!(
+            cuda_tests::releases_drain(Duration::from_secs(20)),
+            "{what}: pending_releases stayed at {} after the held work was done: {}",
+            cuda_core::pending_releases(),
+            gate.state(&held)
+        );
+    };
     // A descriptor holding the last reference to its array.
     let array = OpaqueArray::from_descriptor(&OpaqueArrayOptions::new([64, 64], ArrayFormat::Float32, 1)).unwrap();
-    let resource = ResourceDescriptor::from_opaque_array(&array);
+    let mut resource = Some(ResourceDescriptor::from_opaque_array(&array));
     drop(array);
-    drop_at_once("a descriptor holding the last reference to its array", resource);
+    phase("a descriptor holding the last reference to its array", &mut || {
+        drop(resource.take())
+    });
     // A pool resource whose memory was freed.
     let pool = DeviceMemoryResource::new(&d, Default::default()).unwrap();
     let buffer = pool.allocate(1 << 20, &s).unwrap();
     buffer.fill_u8(1, &s).unwrap();
     drop(buffer);
     s.sync().unwrap();
-    drop_at_once("a device pool's last reference", pool);
+    let mut pool = Some(pool);
+    phase("a device pool's last reference", &mut || drop(pool.take()));
     // A created context with nothing of this crate left in it.
-    let context = Context::create(&d, ContextFlags::default()).unwrap();
+    let mut context = Some(Context::create(&d, ContextFlags::default()).unwrap());
     d.set_current().unwrap();
-    drop_at_once("a created context", context);
-    gate.open();
-    assert!(
-        cuda_tests::releases_drain(Duration::from_secs(20)),
-        "pending_releases stayed at {}: {}",
-        cuda_core::pending_releases(),
-        gate.state(&held)
-    );
-    held.sync().unwrap();
+    phase("a created context", &mut || drop(context.take()));
     let errors = cuda_core::take_drop_errors();
     assert!(errors.is_empty(), "{errors:?}");
 }
@@ -448,9 +464,20 @@ fn dropping_code_while_other_kernels_are_queued_returns_at_once() {
     drop_at_once("code whose kernel has run, while other work is held", done);
     std::thread::sleep(HELD_AFTER_DROP);
     gate.open();
+    let opened = Instant::now();
     s.sync().unwrap();
+    let synced = opened.elapsed();
     assert_eq!(held_out.to_vec::<u32>(&s).unwrap(), [1]);
     assert_eq!(done_out.to_vec::<u32>(&other).unwrap(), [2]);
+    assert!(
+        cuda_tests::releases_drain(Duration::from_secs(20)),
+        "the code was not unloaded 20 s after the held work was let go (the stream synced after {synced:?})"
+    );
+    assert!(
+        opened.elapsed() < Duration::from_secs(10),
+        "the held work took {synced:?} to finish once let go, the unload {:?}",
+        opened.elapsed()
+    );
 }
 
 #[test]

@@ -670,7 +670,18 @@ mod graph_nodes {
         };
         let mut added = 0;
         for round in 0..8 {
-            let c = g.embed(&a).unwrap();
+            let c = match g.embed(&a) {
+                Ok(c) => c,
+                // CUDA 13.0's driver takes no conditional node inside a child graph.
+                Err(e)
+                    if round == 0
+                        && e.driver_status() == Some(cuda_sys::driver::CUresult::CUDA_ERROR_NOT_SUPPORTED) =>
+                {
+                    cuda_tests::skip(format!("the driver takes no conditional node in a child graph: {e}"));
+                    return;
+                }
+                Err(e) => panic!("embedding a graph with a conditional node: {e}"),
+            };
             let copy = copy_of(&c);
             // Recorded on any driver (if the driver takes a conditional node in a copy).
             let made = copy.if_then(&condition).ok();

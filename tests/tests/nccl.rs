@@ -19,11 +19,44 @@ use std::time::{Duration, Instant};
 const ROLE: &str = "NCCL_TEST_ROLE";
 const N: usize = 1000;
 
-/// NVLink multicast off, in this process and every child (set before any NCCL call).
+/// NVLink multicast off, in this process and every child (set once, before any NCCL call: NCCL
+/// reads its settings from the environment, which must not change while another thread reads it).
 fn quiet_nccl() {
-    std::env::set_var("NCCL_NVLS_ENABLE", "0");
-    if std::env::var_os("NCCL_DEBUG").is_none() {
-        std::env::set_var("NCCL_DEBUG", "WARN");
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::env::set_var("NCCL_NVLS_ENABLE", "0");
+        if std::env::var_os("NCCL_DEBUG").is_none() {
+            std::env::set_var("NCCL_DEBUG", "WARN");
+        }
+    });
+}
+
+/// One test at a time: communicators of several tests on the same two GPUs at once would compete
+/// for them (and a test waiting for its peer could wait behind another test's collective).
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    cuda_tests::one_at_a_time()
+}
+
+/// How long a rank process may live: a child whose parent failed (and so never finishes the
+/// collective it waits in) exits by then instead of holding the test run.
+const CHILD_DEADLINE: Duration = Duration::from_secs(120);
+
+/// A rank process, killed when the test lets go of it (a failing test unwinds through here), so
+/// no child outlives its test waiting for a peer that is gone.
+struct Rank(Child);
+
+impl Rank {
+    fn wait(&mut self) -> std::process::ExitStatus {
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Rank {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
     }
 }
 
@@ -350,6 +383,7 @@ fn check_collectives(comms: &[Communicator], devices: &[Device]) {
 #[test]
 #[ignore = "needs two GPUs"]
 fn nccl_init_all_over_two_gpus_every_collective() {
+    let _one = one_at_a_time();
     let Some(devices) = two_devices() else { return };
     let comms = Communicator::init_all(&devices).unwrap();
     assert_eq!((comms[0].rank(), comms[1].rank()), (0, 1));
@@ -381,6 +415,7 @@ fn nccl_init_all_over_two_gpus_every_collective() {
 #[test]
 #[ignore = "needs a GPU"]
 fn nccl_one_rank_runs_and_bad_arguments_are_refused_before_nccl() {
+    let _one = one_at_a_time();
     if !nccl_here() {
         return;
     }
@@ -448,7 +483,7 @@ fn nccl_one_rank_runs_and_bad_arguments_are_refused_before_nccl() {
 }
 
 /// Starts this executable as rank `rank` of `scenario`, connected to `port`.
-fn spawn_child(scenario: &str, port: u16, rank: usize, socket_transport: bool) -> Child {
+fn spawn_child(scenario: &str, port: u16, rank: usize, socket_transport: bool) -> Rank {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",
@@ -464,12 +499,13 @@ fn spawn_child(scenario: &str, port: u16, rank: usize, socket_transport: bool) -
             .env("NCCL_SHM_DISABLE", "1")
             .env("NCCL_SOCKET_IFNAME", "lo");
     }
-    cmd.spawn().unwrap()
+    Rank(cmd.spawn().unwrap())
 }
 
 /// Rank 0 of `scenario` in this process (device 0), rank 1 in a child (device 1); on the socket
 /// transport both ranks in children. The id goes over a TCP socket on the loopback interface.
 fn two_processes(scenario: &str, socket_transport: bool) {
+    let _one = one_at_a_time();
     let Some([d0, _]) = two_devices() else { return };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -477,13 +513,13 @@ fn two_processes(scenario: &str, socket_transport: bool) {
     if socket_transport {
         // NCCL reads its transport settings once per process: both ranks run in children that
         // start with them; this process only hands out the id.
-        let mut children: Vec<Child> = (0..2).map(|r| spawn_child(scenario, port, r, true)).collect();
+        let mut children: Vec<Rank> = (0..2).map(|r| spawn_child(scenario, port, r, true)).collect();
         for _ in 0..2 {
             let (mut peer, _) = listener.accept().unwrap();
             writeln!(peer, "{id}").unwrap();
         }
         for child in &mut children {
-            let status = child.wait().unwrap();
+            let status = child.wait();
             assert!(status.success(), "a rank failed: {status}");
         }
         return;
@@ -497,13 +533,13 @@ fn two_processes(scenario: &str, socket_transport: bool) {
     let comm = Communicator::init_with(0, 2, &id, &d0, &options).unwrap();
     run_rank(scenario, comm, &d0, &mut peer, Some(&mut child));
     if scenario != "killed" {
-        let status = child.wait().unwrap();
+        let status = child.wait();
         assert!(status.success(), "rank 1 failed: {status}");
     }
 }
 
 /// What each rank does in `scenario`.
-fn run_rank(scenario: &str, comm: Communicator, d: &Device, peer: &mut TcpStream, child: Option<&mut Child>) {
+fn run_rank(scenario: &str, comm: Communicator, d: &Device, peer: &mut TcpStream, child: Option<&mut Rank>) {
     match scenario {
         "collectives" => {
             check_collectives(std::slice::from_ref(&comm), std::slice::from_ref(d));
@@ -556,8 +592,8 @@ fn run_rank(scenario: &str, comm: Communicator, d: &Device, peer: &mut TcpStream
                 let mut line = String::new();
                 BufReader::new(peer.try_clone().unwrap()).read_line(&mut line).unwrap();
                 assert_eq!(line.trim(), "ready");
-                child.kill().unwrap();
-                child.wait().unwrap();
+                child.0.kill().unwrap();
+                child.wait();
                 let started = Instant::now();
                 comm.all_reduce_in_place(&data, ReduceOp::Sum, &s).unwrap();
                 let (tx, rx) = std::sync::mpsc::channel();
@@ -578,7 +614,7 @@ fn run_rank(scenario: &str, comm: Communicator, d: &Device, peer: &mut TcpStream
                 assert!(e.contains("closed"), "{e}");
             } else {
                 writeln!(peer, "ready").unwrap();
-                std::thread::sleep(Duration::from_secs(600)); // killed meanwhile
+                std::thread::sleep(CHILD_DEADLINE); // killed meanwhile
             }
         }
         other => panic!("unknown scenario {other}"),
@@ -616,6 +652,11 @@ fn nccl_a_killed_peer_ends_in_an_abort_not_a_hang() {
 fn nccl_child_rank_helper() {
     let Ok(role) = std::env::var(ROLE) else { return };
     quiet_nccl();
+    std::thread::spawn(|| {
+        std::thread::sleep(CHILD_DEADLINE);
+        eprintln!("rank process: still running after {CHILD_DEADLINE:?}, exiting");
+        std::process::exit(3);
+    });
     let parts: Vec<&str> = role.split(':').collect();
     let (scenario, port, rank) = (parts[0], parts[1], parts[2].parse::<usize>().unwrap());
     let mut peer = TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap();

@@ -344,6 +344,8 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 # With OUT set, the full log is written to $OUT/gpu-tests.log. Ends with
 # "N passed, N failed, N skipped": a test that finds the machine lacks what it needs (a second
 # GPU, a newer driver, ...) records why (cuda_tests::skip) and counts as skipped, not passed.
+# An executable still running after CUDA_TESTS_TIMEOUT seconds (300 unless set) is killed and
+# counts as failed.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 sanitize=0
@@ -380,8 +382,17 @@ run_one() {
   local output status
   runs=$((runs + 1))
   local skips="$work/skips.$runs"
-  output=$(CUDA_TESTS_SKIPS="$skips" "$@" --include-ignored ${filters[@]+"${filters[@]}"} 2>&1); status=$?
+  # One executable that hangs (a test waiting on a peer process that died, say) must not take
+  # the rest of the run with it: each gets CUDA_TESTS_TIMEOUT seconds (three times that under the
+  # sanitizer), after which it and the processes it started are killed and it counts as failed.
+  local limit=${CUDA_TESTS_TIMEOUT:-300}
+  [ "$sanitize" -eq 1 ] && limit=$((limit * 3))
+  output=$(CUDA_TESTS_SKIPS="$skips" timeout -k 10 "$limit" "$@" --include-ignored ${filters[@]+"${filters[@]}"} 2>&1); status=$?
   printf '%s\n' "== $label" "$output" | tee -a "$log"
+  if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+    echo "!! $label ran past ${limit} s (CUDA_TESTS_TIMEOUT) and was killed" | tee -a "$log"
+    failed=$((failed + 1)); return
+  fi
   local summary
   summary=$(printf '%s\n' "$output" | grep -E '^test result:' | tail -n 1)
   if [ -z "$summary" ]; then
