@@ -6,12 +6,14 @@
 // third thread's calls' durations are printed: a release that takes about HOLD waited for the
 // held stream; a memset that takes about as long was held up inside the driver by the release.
 //
-//   destroys_beside_held_work <release: 0-9, or -1 for all> [hold seconds, default 2]
+//   destroys_beside_held_work <release: 0-10, or -1 for all> [hold seconds, default 2]
 //
 // Releases: 0 cuMemFreeHost, 1 cuMemFree, 2 cuArrayDestroy, 3 cuMipmappedArrayDestroy,
 // 4 cuMemPoolDestroy (an empty pool), 5 cuStreamDestroy (an idle stream), 6 cuCtxDestroy (an idle
 // created context), 7 cuLibraryUnload (an unused library), 8 cuMemFreeAsync (a pool allocation,
-// on an idle stream), 9 cuMemHostUnregister.
+// on an idle stream), 9 cuMemHostUnregister, 10 cuMemPoolTrimTo(0) until the reserved memory is
+// 0, then cuMemPoolDestroy (a pool whose one allocation was freed and synchronised, not trimmed:
+// how this crate destroys pools; prints when the reserve reached 0).
 #include <cuda.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -34,7 +36,7 @@
 static const char *NAMES[] = {"cuMemFreeHost",   "cuMemFree",        "cuArrayDestroy",
                               "cuMipmappedArrayDestroy", "cuMemPoolDestroy", "cuStreamDestroy",
                               "cuCtxDestroy",    "cuLibraryUnload",  "cuMemFreeAsync",
-                              "cuMemHostUnregister"};
+                              "cuMemHostUnregister", "cuMemPoolTrimTo+Destroy"};
 
 // The smallest valid PTX: a library nothing launches from.
 static const char PTX[] = ".version 7.0\n.target sm_50\n.address_size 64\n"
@@ -85,7 +87,8 @@ static void make(struct object *o) {
     CHECK(cuMipmappedArrayCreate(&o->mipmap, &d, 4));
     break;
   }
-  case 4: {
+  case 4:
+  case 10: {
     CUmemPoolProps p;
     memset(&p, 0, sizeof p);
     p.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -99,7 +102,8 @@ static void make(struct object *o) {
     CHECK(cuMemFreeAsync(q, s));
     CHECK(cuStreamSynchronize(s));
     CHECK(cuStreamDestroy(s));
-    CHECK(cuMemPoolTrimTo(o->pool, 0));
+    if (o->kind == 4)
+      CHECK(cuMemPoolTrimTo(o->pool, 0));
     break;
   }
   case 5: CHECK(cuStreamCreate(&o->stream, CU_STREAM_NON_BLOCKING)); break;
@@ -135,6 +139,23 @@ static void release(struct object *o) {
   case 7: CHECK(cuLibraryUnload(o->library)); break;
   case 8: CHECK(cuMemFreeAsync(o->dptr, o->stream)); break;
   case 9: CHECK(cuMemHostUnregister(o->host)); break;
+  case 10: {
+    double t = now();
+    cuuint64_t reserved = 1, first = 0;
+    int tries = 0;
+    while (reserved != 0 && now() - t < hold_seconds + 5) {
+      CHECK(cuMemPoolTrimTo(o->pool, 0));
+      CHECK(cuMemPoolGetAttribute(o->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+      if (tries++ == 0)
+        first = reserved;
+      if (reserved != 0)
+        usleep(5000);
+    }
+    printf("  trim: first reserve %llu, reserve %llu after %.3f s and %d tries\n",
+           (unsigned long long)first, (unsigned long long)reserved, now() - t, tries);
+    CHECK(cuMemPoolDestroy(o->pool));
+    break;
+  }
   }
 }
 
@@ -215,10 +236,10 @@ int main(int argc, char **argv) {
   CHECK(cuDeviceGet(&dev, 0));
   CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
   CHECK(cuCtxSetCurrent(ctx));
-  if (which >= 0 && which <= 9) {
+  if (which >= 0 && which <= 10) {
     run(which);
   } else {
-    for (int k = 0; k <= 9; k++)
+    for (int k = 0; k <= 10; k++)
       run(k);
   }
   CHECK(cuDevicePrimaryCtxRelease(dev));

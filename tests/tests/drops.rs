@@ -391,7 +391,7 @@ fn dropping_arrays_pools_and_contexts_beside_held_work_returns_at_once() {
     let held = d.create_stream(Default::default()).unwrap();
     // Each destroy in a phase of its own: dropped while another stream is held, then released
     // once the gate opens (the failure names which one stayed pending).
-    let phase = |what: &str, drop_it: &mut dyn FnMut()| {
+    let phase = |what: &str, drop_it: &mut dyn FnMut(), extra: &dyn Fn() -> String| {
         let gate = Gate::default();
         gate.hold(&held);
         let start = Instant::now();
@@ -403,30 +403,55 @@ fn dropping_arrays_pools_and_contexts_beside_held_work_returns_at_once() {
         held.sync().unwrap();
         assert!(
             cuda_tests::releases_drain(Duration::from_secs(20)),
-            "{what}: pending_releases stayed at {} after the held work was done: {}",
+            "{what}: pending_releases stayed at {} after the held work was done: {}; {}; drop errors: {:?}",
             cuda_core::pending_releases(),
-            gate.state(&held)
+            gate.state(&held),
+            extra(),
+            cuda_core::take_drop_errors()
         );
     };
+    let nothing = || String::new();
     // A descriptor holding the last reference to its array.
     let array = OpaqueArray::from_descriptor(&OpaqueArrayOptions::new([64, 64], ArrayFormat::Float32, 1)).unwrap();
     let mut resource = Some(ResourceDescriptor::from_opaque_array(&array));
     drop(array);
-    phase("a descriptor holding the last reference to its array", &mut || {
-        drop(resource.take())
-    });
+    phase(
+        "a descriptor holding the last reference to its array",
+        &mut || drop(resource.take()),
+        &nothing,
+    );
     // A pool resource whose memory was freed.
     let pool = DeviceMemoryResource::new(&d, Default::default()).unwrap();
     let buffer = pool.allocate(1 << 20, &s).unwrap();
     buffer.fill_u8(1, &s).unwrap();
     drop(buffer);
     s.sync().unwrap();
+    let handle = pool.handle();
+    let before = format!(
+        "before the drop the pool reserved {:?} and used {:?}",
+        pool.reserved_mem_current(),
+        pool.used_mem_current()
+    );
     let mut pool = Some(pool);
-    phase("a device pool's last reference", &mut || drop(pool.take()));
+    // On failure: what the pool (still alive if its destroy is what is pending) keeps once trimmed.
+    let trimmed = || {
+        // SAFETY: called only when the release is still pending, so the pool is not destroyed.
+        unsafe {
+            let trim = cuda_sys::driver::cuMemPoolTrimTo(handle, 0);
+            let mut reserved = 0u64;
+            let asked = cuda_sys::driver::cuMemPoolGetAttribute(
+                handle,
+                cuda_sys::driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                (&mut reserved as *mut u64).cast(),
+            );
+            format!("{before}; trimmed now: {trim:?}, reserved {reserved} ({asked:?})")
+        }
+    };
+    phase("a device pool's last reference", &mut || drop(pool.take()), &trimmed);
     // A created context with nothing of this crate left in it.
     let mut context = Some(Context::create(&d, ContextFlags::default()).unwrap());
     d.set_current().unwrap();
-    phase("a created context", &mut || drop(context.take()));
+    phase("a created context", &mut || drop(context.take()), &nothing);
     let errors = cuda_core::take_drop_errors();
     assert!(errors.is_empty(), "{errors:?}");
 }

@@ -497,7 +497,7 @@ impl<'w> Worker<'w> {
             Op::Discard => {
                 allowed = &[
                     "not_supported",
-                    "graph holds",
+                    "holds this buffer",
                     "does not accept the legacy default stream",
                 ];
                 (Change::Garbage, t.buf.discard(stream))

@@ -116,10 +116,42 @@ fn read_refusal(reach: Reach, granted: Option<Granted>, device: usize, what: &st
     }
 }
 
-/// What the driver says `device` may do with the memory at `ptr` (`cuMemGetAccess`); `None`
-/// when it does not say (memory not mapped through virtual memory management).
+/// What the driver says `device` may do with the memory at `ptr`: for memory of a memory pool,
+/// what the pool grants it (`cuMemPoolGetAccess`); for other memory mapped through virtual
+/// memory management, what the mapping grants (`cuMemGetAccess`); `None` when the driver does
+/// not say (memory of neither kind).
+///
+/// Pool memory is asked about through its pool: `cuMemGetAccess` describes its mapping too, but
+/// reports no access for the pool's own device (which a pool always grants), so a copy from a
+/// DLPack tensor of pool memory was refused on an H200 (driver 580).
 fn granted(ptr: driver::CUdeviceptr, device: &Device) -> Option<Granted> {
-    let location = crate::memory::device_location(device);
+    let mut location = crate::memory::device_location(device);
+    let mut pool: driver::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: the out-pointer is a local of the attribute's type (a `CUmemoryPool`); the driver
+    // only reads its records for `ptr` (memory no pool made answers null or an error). In
+    // relaxed capture mode, as below.
+    let in_pool = relaxed_capture_mode(|| unsafe {
+        driver::cuPointerGetAttribute(
+            (&mut pool as *mut driver::CUmemoryPool).cast(),
+            driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+            ptr,
+        )
+    });
+    if in_pool == driver::CUresult::CUDA_SUCCESS && !pool.is_null() {
+        let mut flags = driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        // SAFETY: out-pointer and location are locals; the pool is the one the live memory at
+        // `ptr` came from (the caller holds that memory), which the driver keeps while any of
+        // its memory is allocated.
+        let status = relaxed_capture_mode(|| unsafe { driver::cuMemPoolGetAccess(&mut flags, pool, &mut location) });
+        if status != driver::CUresult::CUDA_SUCCESS {
+            return None;
+        }
+        return Some(match flags {
+            driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE => Granted::ReadWrite,
+            driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ => Granted::Read,
+            _ => Granted::Nothing,
+        });
+    }
     let mut flags: std::ffi::c_ulonglong = 0;
     // SAFETY: out-pointer to a local, the location a local; the driver only reads its mapping
     // records for `ptr` (an unknown address is an error). In relaxed capture mode: a global
