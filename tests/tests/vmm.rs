@@ -956,6 +956,11 @@ fn vmm_ipc_child_maps_a_shared_buffer() {
     s.sync().unwrap();
     let ptr = b.handle();
     drop((b, desc, forged));
+    // A virtual-memory free waits for the stream: the drop hands it to the release thread.
+    assert!(
+        cuda_tests::releases_drain(std::time::Duration::from_secs(20)),
+        "the import was never freed"
+    );
     let mut h = 0;
     // SAFETY: the driver only looks the address up; this process maps nothing else meanwhile
     // (one test runs here), so a failure means the import's mapping is gone.

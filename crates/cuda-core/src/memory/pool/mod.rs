@@ -36,6 +36,9 @@ pub struct MemoryPool {
     ipc: bool,
     /// Opened from another process's export.
     imported: bool,
+    /// A managed pool made here: destroyed only once the frees queued into it ran (see
+    /// `DestroyWhenUnused`).
+    managed: bool,
     /// The device whose memory it is (`None` for host and managed pools).
     device: Option<Device>,
     /// Set by `export_fd`: the driver shares pointers only of a pool already shared.
@@ -84,6 +87,7 @@ impl Drop for MemoryPool {
                 owned: true,
                 ipc: self.ipc,
                 imported: self.imported,
+                managed: self.managed,
                 device: self.device,
                 exported: AtomicBool::new(false),
                 import_id: self.import_id,
@@ -96,9 +100,10 @@ impl Drop for MemoryPool {
         if !self.owned {
             return;
         }
-        if !self.imported {
-            // A pool made here (on the release thread now): destroyed once the frees queued
-            // into it are done (see `DestroyWhenUnused`), at once when nothing is outstanding.
+        if self.managed {
+            // A managed pool made here (on the release thread now): destroyed once the frees
+            // queued into it are done (see `DestroyWhenUnused`), at once when nothing is
+            // outstanding.
             let mut job = DestroyWhenUnused {
                 handle: crate::reaper::SendHandle(self.handle),
                 since: std::time::Instant::now(),
@@ -106,6 +111,14 @@ impl Drop for MemoryPool {
             if !crate::reaper::Retry::attempt(&mut job) {
                 crate::reaper::retry(Box::new(job));
             }
+            return;
+        }
+        if !self.imported {
+            // A device or pinned pool made here (on the release thread now): destroyed at once.
+            // Every buffer from it is gone (each held the resource until its free was queued),
+            // and `cuda.h` lets a pool go with frees queued and not yet run: the driver releases
+            // it once they ran.
+            destroy_made(self.handle);
             return;
         }
         // (Peer access is not revoked here: that takes effect at once, while the work queued on
@@ -133,11 +146,13 @@ impl Drop for MemoryPool {
     }
 }
 
-/// A pool made here whose resource is gone, destroyed once the stream-ordered frees queued into
-/// it have run. `cuda.h` allows destroying a pool with frees outstanding, but driver 580 crashes
-/// doing so for managed pools (in `cuMemPoolDestroy`; the same raw calls crash a C program), so
-/// no pool made here is destroyed before its frees are done, and never by the dropping thread
-/// while they are pending: the release thread tries again.
+/// A managed pool made here whose resource is gone, destroyed once the stream-ordered frees
+/// queued into it have run. `cuda.h` allows destroying a pool with frees outstanding, but driver
+/// 580 crashes doing so for managed pools (in `cuMemPoolDestroy`; the same raw calls crash a C
+/// program), so no managed pool made here is destroyed before its frees are done, and never by
+/// the dropping thread while they are pending: the release thread tries again. (Device and
+/// pinned pools are destroyed at once, as `cuda.h` allows: waiting for their reserve to go
+/// never ended for a device pool on an H200 pair, which kept 32 MiB after its one free ran.)
 ///
 /// How it knows: the pool is trimmed to nothing (`cuMemPoolTrimTo(0)`), which gives back every
 /// block that is free, and memory whose free has not run yet is not; so the reserved memory left
@@ -191,17 +206,25 @@ impl crate::reaper::Retry for DestroyWhenUnused {
             // Kept (leaked) after the limit: destroying it could crash the driver.
             return self.since.elapsed() > POOL_WAIT_LIMIT;
         }
-        let mut made = made();
-        // SAFETY: made by cuMemPoolCreate, destroyed once (the job is dropped when this returns
-        // true); every free queued into it ran (or its context failed, and nothing runs there
-        // any more); buffers from it held the resource until then.
-        let destroyed = crate::stream::relaxed_capture_mode(|| unsafe { driver::cuMemPoolDestroy(self.handle.0) });
-        made.remove(&(self.handle.0 as usize));
-        drop(made);
-        if let Err(e) = destroyed.check("cuMemPoolDestroy") {
-            record_drop_error(e);
-        }
+        // Every free queued into it ran (or its context failed, and nothing runs there any
+        // more); buffers from it held the resource until then. Destroyed once: the job is
+        // dropped when this returns true.
+        destroy_made(self.handle.0);
         true
+    }
+}
+
+/// Destroys a pool this process made (`cuMemPoolCreate`), whose resource is gone, and forgets
+/// it in `MADE` under the same lock (see `MADE`).
+fn destroy_made(handle: driver::CUmemoryPool) {
+    let mut made = made();
+    // SAFETY: made by cuMemPoolCreate and destroyed once, by the pool's last holder (its
+    // resource, gone; every buffer from it held the resource until its free was queued).
+    let destroyed = crate::stream::relaxed_capture_mode(|| unsafe { driver::cuMemPoolDestroy(handle) });
+    made.remove(&(handle as usize));
+    drop(made);
+    if let Err(e) = destroyed.check("cuMemPoolDestroy") {
+        record_drop_error(e);
     }
 }
 
@@ -242,7 +265,8 @@ impl MemoryPool {
             unsafe { driver::cuMemPoolCreate(&mut handle, props) }.check("cuMemPoolCreate")?;
             made.insert(handle as usize);
         }
-        let pool = MemoryPool::wrap(handle, true, device, ipc, false);
+        let mut pool = MemoryPool::wrap(handle, true, device, ipc, false);
+        pool.managed = props.allocType == driver::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_MANAGED;
         if device.is_some() && crate::device_count()? > 1 {
             pool.revoke_peers()?;
         }
@@ -335,6 +359,7 @@ impl MemoryPool {
             owned,
             ipc,
             imported,
+            managed: false,
             device,
             exported: AtomicBool::new(false),
             import_id: 0,
