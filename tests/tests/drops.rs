@@ -642,8 +642,7 @@ fn a_pool_dropped_with_its_last_free_pending_waits_for_it() {
             s.sync().unwrap();
         }
     }
-    // Device and pinned pools were destroyed at once (`cuda.h` lets a pool go with frees
-    // queued); the release thread destroys the managed ones once their frees ran.
+    // The release thread destroys the pools once their frees ran.
     assert!(
         cuda_tests::releases_drain(Duration::from_secs(20)),
         "a pool was never destroyed: pending_releases stayed at {}",
