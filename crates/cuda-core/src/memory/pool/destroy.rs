@@ -1,0 +1,173 @@
+//! How a pool made here is destroyed once its resource is gone: after the frees queued into it
+//! have run (see [`DestroyWhenUnused`]).
+
+use super::made;
+use crate::device::Device;
+use crate::error::{record_drop_error, Check};
+use cuda_sys::driver;
+
+/// A pool made here whose resource is gone, destroyed once the stream-ordered frees queued into
+/// it have run. `cuda.h` allows destroying a pool with frees outstanding, but driver 580 crashes
+/// doing so for managed pools (in `cuMemPoolDestroy`; the same raw calls crash a C program), so
+/// no pool made here is destroyed before its frees are done, and never by the dropping thread
+/// while they are pending: the release thread tries again.
+///
+/// How it knows: the pool is trimmed to nothing (`cuMemPoolTrimTo(0)`), which gives back every
+/// block that is free, and memory whose free has not run yet is not; so the reserved memory left
+/// (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`) is zero once every free ran. (The used-memory count
+/// does not tell: it drops when a free is queued.) `tests/tests/drops.rs` checks both facts on
+/// every kind of pool, so a driver that changes them is seen.
+///
+/// The converse does not always hold: on an H200 pair (driver 580.159) a device pool idle after
+/// its one free ran kept 32 MiB reserved after every trim. So a device or pinned pool whose
+/// memory is all freed (used memory 0: every free queued) and whose reserve outlasts
+/// [`STUCK_AFTER`] is waited for another way, on the thread for slow drops ([`SyncedDestroy`]):
+/// the primary contexts its frees were queued in (its device's, or for host memory every one
+/// this crate retained) are synchronised, then it is destroyed. Frees queued on streams of other
+/// contexts (created or green ones) are not waited for then, which `cuda.h` allows for these
+/// pools. A managed pool, whose destroy crashes with a free pending, is only ever destroyed
+/// once trimmed to nothing.
+pub(super) struct DestroyWhenUnused {
+    pub(super) handle: crate::reaper::SendHandle<driver::CUmemoryPool>,
+    pub(super) since: std::time::Instant,
+    pub(super) kind: PoolKind,
+}
+
+/// What a pool's destroy may rely on (see [`DestroyWhenUnused`]).
+#[derive(Clone, Copy)]
+pub(super) enum PoolKind {
+    /// Destroyed only once trimmed to nothing.
+    Managed,
+    /// A device pool (its device) or a pinned pool (`None`).
+    Other(Option<Device>),
+}
+
+/// How long a pool that keeps memory is waited for before it is kept (never destroyed): memory
+/// stays that long only when a buffer was leaked or a free was kept because the memory might
+/// still be in use.
+const POOL_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// How long a device or pinned pool whose memory is all freed may keep its reserve before its
+/// contexts are synchronised instead (see [`DestroyWhenUnused`]).
+const STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl DestroyWhenUnused {
+    /// The pool's used memory (handed out and not yet freed), or `None` when the driver does
+    /// not say.
+    fn used(&self) -> Option<u64> {
+        let mut used = 0u64;
+        // SAFETY: the pool is live (destroyed once, by this job); `USED_MEM_CURRENT` is a 64-bit
+        // value. In relaxed capture mode, as the trim.
+        let asked = crate::stream::relaxed_capture_mode(|| unsafe {
+            driver::cuMemPoolGetAttribute(
+                self.handle.0,
+                driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+                (&mut used as *mut u64).cast(),
+            )
+        });
+        (asked == driver::CUresult::CUDA_SUCCESS).then_some(used)
+    }
+}
+
+impl crate::reaper::Retry for DestroyWhenUnused {
+    fn attempt(&mut self) -> bool {
+        use driver::CUresult as R;
+        let mut reserved = 0u64;
+        // In relaxed capture mode: another thread's global-mode capture must not refuse the
+        // question (a refusal is asked again, never taken for an answer).
+        // SAFETY: the pool is live (destroyed below, once); trimming frees only blocks no
+        // allocation or pending free uses; `RESERVED_MEM_CURRENT` is a 64-bit value.
+        let asked = crate::stream::relaxed_capture_mode(|| unsafe {
+            match driver::cuMemPoolTrimTo(self.handle.0, 0) {
+                R::CUDA_SUCCESS => driver::cuMemPoolGetAttribute(
+                    self.handle.0,
+                    driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                    (&mut reserved as *mut u64).cast(),
+                ),
+                e => e,
+            }
+        });
+        let in_use = match asked.check("cuMemPoolTrimTo") {
+            Ok(()) => reserved != 0,
+            // The context failed: nothing runs there any more, the pool may go.
+            Err(e)
+                if e.is_launch_failure()
+                    || matches!(
+                        e.driver_status(),
+                        Some(R::CUDA_ERROR_ECC_UNCORRECTABLE | R::CUDA_ERROR_DEINITIALIZED)
+                    ) =>
+            {
+                false
+            }
+            // Anything else (a capture in the way, say) is asked again.
+            Err(_) => true,
+        };
+        if in_use {
+            if let PoolKind::Other(device) = self.kind {
+                if self.since.elapsed() > STUCK_AFTER && self.used() == Some(0) {
+                    // Every free is queued: wait for them on the thread for slow drops.
+                    crate::reaper::drop_slowly(Box::new(SyncedDestroy {
+                        handle: crate::reaper::SendHandle(self.handle.0),
+                        device,
+                    }));
+                    return true;
+                }
+            }
+            // Kept (leaked) after the limit: destroying it could crash the driver.
+            return self.since.elapsed() > POOL_WAIT_LIMIT;
+        }
+        // Every free queued into it ran (or its context failed, and nothing runs there any
+        // more); buffers from it held the resource until then. Destroyed once: the job is
+        // dropped when this returns true.
+        destroy_made(self.handle.0);
+        true
+    }
+}
+
+/// A device or pinned pool whose memory is all freed, destroyed (when dropped, on the thread for
+/// slow drops) once the primary contexts its frees were queued in are synchronised: see
+/// [`DestroyWhenUnused`].
+struct SyncedDestroy {
+    handle: crate::reaper::SendHandle<driver::CUmemoryPool>,
+    /// The pool's device; `None` for host memory (every retained primary context).
+    device: Option<Device>,
+}
+
+impl Drop for SyncedDestroy {
+    fn drop(&mut self) {
+        for context in Device::retained_primary_contexts(self.device) {
+            match context.try_synchronize() {
+                Ok(true) => {}
+                // A stream of that context is being captured (a synchronisation would
+                // invalidate the capture): tried again, from the start, after it.
+                Ok(false) => {
+                    crate::reaper::retry(Box::new(DestroyWhenUnused {
+                        handle: crate::reaper::SendHandle(self.handle.0),
+                        since: std::time::Instant::now(),
+                        kind: PoolKind::Other(self.device),
+                    }));
+                    return;
+                }
+                // The context failed: nothing runs there any more.
+                Err(_) => {}
+            }
+        }
+        // Every free was queued (the pool's used memory was 0) before the synchronisations, so
+        // those queued in these contexts ran.
+        destroy_made(self.handle.0);
+    }
+}
+
+/// Destroys a pool this process made (`cuMemPoolCreate`), whose resource is gone, and forgets
+/// it in `MADE` under the same lock (see `MADE`).
+fn destroy_made(handle: driver::CUmemoryPool) {
+    let mut made = made();
+    // SAFETY: made by cuMemPoolCreate and destroyed once, by the pool's last holder (its
+    // resource, gone; every buffer from it held the resource until its free was queued).
+    let destroyed = crate::stream::relaxed_capture_mode(|| unsafe { driver::cuMemPoolDestroy(handle) });
+    made.remove(&(handle as usize));
+    drop(made);
+    if let Err(e) = destroyed.check("cuMemPoolDestroy") {
+        record_drop_error(e);
+    }
+}
