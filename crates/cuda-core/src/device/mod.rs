@@ -232,17 +232,15 @@ impl Device {
         }
     }
 
-    /// The primary contexts this crate has retained (those of `device` only, when given): the
-    /// contexts its work ran in, without retaining (and so activating) any other.
-    pub(crate) fn retained_primary_contexts(device: Option<Device>) -> Vec<Context> {
+    /// The primary contexts this crate has retained: the ones its work ran in, without
+    /// retaining (and so activating) any other.
+    pub(crate) fn retained_primary_contexts() -> Vec<Context> {
         let Ok(states) = states() else {
             return Vec::new();
         };
         states
             .iter()
-            .enumerate()
-            .filter(|(ordinal, _)| device.is_none_or(|d| d.ordinal as usize == *ordinal))
-            .filter_map(|(_, state)| state.primary.get().and_then(|p| p.as_ref().ok()).cloned())
+            .filter_map(|state| state.primary.get().and_then(|p| p.as_ref().ok()).cloned())
             .collect()
     }
 

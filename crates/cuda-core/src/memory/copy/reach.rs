@@ -126,31 +126,8 @@ fn read_refusal(reach: Reach, granted: Option<Granted>, device: usize, what: &st
 /// DLPack tensor of pool memory was refused on an H200 (driver 580).
 fn granted(ptr: driver::CUdeviceptr, device: &Device) -> Option<Granted> {
     let mut location = crate::memory::device_location(device);
-    let mut pool: driver::CUmemoryPool = std::ptr::null_mut();
-    // SAFETY: the out-pointer is a local of the attribute's type (a `CUmemoryPool`); the driver
-    // only reads its records for `ptr` (memory no pool made answers null or an error). In
-    // relaxed capture mode, as below.
-    let in_pool = relaxed_capture_mode(|| unsafe {
-        driver::cuPointerGetAttribute(
-            (&mut pool as *mut driver::CUmemoryPool).cast(),
-            driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
-            ptr,
-        )
-    });
-    if in_pool == driver::CUresult::CUDA_SUCCESS && !pool.is_null() {
-        let mut flags = driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
-        // SAFETY: out-pointer and location are locals; the pool is the one the live memory at
-        // `ptr` came from (the caller holds that memory), which the driver keeps while any of
-        // its memory is allocated.
-        let status = relaxed_capture_mode(|| unsafe { driver::cuMemPoolGetAccess(&mut flags, pool, &mut location) });
-        if status != driver::CUresult::CUDA_SUCCESS {
-            return None;
-        }
-        return Some(match flags {
-            driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE => Granted::ReadWrite,
-            driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ => Granted::Read,
-            _ => Granted::Nothing,
-        });
+    if let Some(answer) = granted_by_pool(ptr, &mut location) {
+        return answer;
     }
     let mut flags: std::ffi::c_ulonglong = 0;
     // SAFETY: out-pointer to a local, the location a local; the driver only reads its mapping
@@ -170,6 +147,53 @@ fn granted(ptr: driver::CUdeviceptr, device: &Device) -> Option<Granted> {
     } else {
         Granted::Nothing
     })
+}
+
+/// For memory of a pool, the answer of [`granted`]: what the pool the memory at `ptr` came from
+/// grants `location` (`cuMemPoolGetAccess`), or `Some(None)` (left to the driver) for managed
+/// memory, which kernels and copies may use wherever it lives. `None` for memory of no pool, or
+/// when the driver does not say (the mapping is asked then, as for other memory).
+fn granted_by_pool(ptr: driver::CUdeviceptr, location: &mut driver::CUmemLocation) -> Option<Option<Granted>> {
+    let mut pool: driver::CUmemoryPool = std::ptr::null_mut();
+    let mut managed: std::ffi::c_uint = 0;
+    // SAFETY: the out-pointers are locals of the attributes' types (a `CUmemoryPool`, an
+    // unsigned int); the driver only reads its records for `ptr` (memory no pool made answers
+    // null or an error). In relaxed capture mode: a global capture on another thread neither
+    // refuses the queries nor is invalidated by them.
+    let asked = relaxed_capture_mode(|| unsafe {
+        match driver::cuPointerGetAttribute(
+            (&mut pool as *mut driver::CUmemoryPool).cast(),
+            driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+            ptr,
+        ) {
+            driver::CUresult::CUDA_SUCCESS if !pool.is_null() => driver::cuPointerGetAttribute(
+                (&mut managed as *mut std::ffi::c_uint).cast(),
+                driver::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                ptr,
+            ),
+            driver::CUresult::CUDA_SUCCESS => driver::CUresult::CUDA_ERROR_INVALID_VALUE,
+            e => e,
+        }
+    });
+    if asked != driver::CUresult::CUDA_SUCCESS {
+        return None;
+    }
+    if managed != 0 {
+        return Some(None);
+    }
+    let mut flags = driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    // SAFETY: out-pointer and location are locals. The pool is the one the live memory at `ptr`
+    // came from (the caller holds that memory): a pool destroyed while memory from it is still
+    // allocated is released by the driver only once that memory is freed.
+    let status = relaxed_capture_mode(|| unsafe { driver::cuMemPoolGetAccess(&mut flags, pool, location) });
+    if status != driver::CUresult::CUDA_SUCCESS {
+        return None;
+    }
+    Some(Some(match flags {
+        driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE => Granted::ReadWrite,
+        driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ => Granted::Read,
+        _ => Granted::Nothing,
+    }))
 }
 
 impl Buffer {

@@ -19,11 +19,12 @@ use cuda_sys::driver;
 /// every kind of pool, so a driver that changes them is seen.
 ///
 /// The converse does not always hold: on an H200 pair (driver 580.159) a device pool idle after
-/// its one free ran kept 32 MiB reserved after every trim. So a device or pinned pool whose
+/// its one free ran kept 32 MiB reserved after every trim (`cuMemPoolTrimTo` documents that a
+/// free whose completion the host has not observed through a synchronisation may still count). So a device or pinned pool whose
 /// memory is all freed (used memory 0: every free queued) and whose reserve outlasts
 /// [`STUCK_AFTER`] is waited for another way, on the thread for slow drops ([`SyncedDestroy`]):
-/// the primary contexts its frees were queued in (its device's, or for host memory every one
-/// this crate retained) are synchronised, then it is destroyed. Frees queued on streams of other
+/// every primary context this crate retained (where its frees were queued, and the peers' work
+/// they wait for) is synchronised, then it is destroyed. Frees queued on streams of other
 /// contexts (created or green ones) are not waited for then, which `cuda.h` allows for these
 /// pools. A managed pool, whose destroy crashes with a free pending, is only ever destroyed
 /// once trimmed to nothing.
@@ -38,8 +39,8 @@ pub(super) struct DestroyWhenUnused {
 pub(super) enum PoolKind {
     /// Destroyed only once trimmed to nothing.
     Managed,
-    /// A device pool (its device) or a pinned pool (`None`).
-    Other(Option<Device>),
+    /// A device or pinned pool.
+    Other,
 }
 
 /// How long a pool that keeps memory is waited for before it is kept (never destroyed): memory
@@ -103,12 +104,11 @@ impl crate::reaper::Retry for DestroyWhenUnused {
             Err(_) => true,
         };
         if in_use {
-            if let PoolKind::Other(device) = self.kind {
+            if let PoolKind::Other = self.kind {
                 if self.since.elapsed() > STUCK_AFTER && self.used() == Some(0) {
                     // Every free is queued: wait for them on the thread for slow drops.
                     crate::reaper::drop_slowly(Box::new(SyncedDestroy {
                         handle: crate::reaper::SendHandle(self.handle.0),
-                        device,
                     }));
                     return true;
                 }
@@ -129,13 +129,11 @@ impl crate::reaper::Retry for DestroyWhenUnused {
 /// [`DestroyWhenUnused`].
 struct SyncedDestroy {
     handle: crate::reaper::SendHandle<driver::CUmemoryPool>,
-    /// The pool's device; `None` for host memory (every retained primary context).
-    device: Option<Device>,
 }
 
 impl Drop for SyncedDestroy {
     fn drop(&mut self) {
-        for context in Device::retained_primary_contexts(self.device) {
+        for context in Device::retained_primary_contexts() {
             match context.try_synchronize() {
                 Ok(true) => {}
                 // A stream of that context is being captured (a synchronisation would
@@ -144,7 +142,7 @@ impl Drop for SyncedDestroy {
                     crate::reaper::retry(Box::new(DestroyWhenUnused {
                         handle: crate::reaper::SendHandle(self.handle.0),
                         since: std::time::Instant::now(),
-                        kind: PoolKind::Other(self.device),
+                        kind: PoolKind::Other,
                     }));
                     return;
                 }

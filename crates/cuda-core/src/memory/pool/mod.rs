@@ -112,7 +112,7 @@ impl Drop for MemoryPool {
                 kind: if self.managed {
                     PoolKind::Managed
                 } else {
-                    PoolKind::Other(self.device)
+                    PoolKind::Other
                 },
             };
             if !crate::reaper::Retry::attempt(&mut job) {
