@@ -376,7 +376,7 @@ if [ -x "$here/cuda-pathfinder" ]; then
   "$here/cuda-pathfinder" >>"$log" 2>&1 || true
 fi
 
-passed=0; failed=0; skipped=0; runs=0
+passed=0; failed=0; skipped=0; runs=0; tool=
 run_one() {
   local label=$1; shift
   local output status
@@ -387,7 +387,7 @@ run_one() {
   # sanitizer), after which it and the processes it started are killed and it counts as failed.
   local limit=${CUDA_TESTS_TIMEOUT:-300}
   [ "$sanitize" -eq 1 ] && limit=$((limit * 3))
-  output=$(CUDA_TESTS_SKIPS="$skips" timeout -k 10 "$limit" "$@" --include-ignored ${filters[@]+"${filters[@]}"} 2>&1); status=$?
+  output=$(CUDA_TESTS_SKIPS="$skips" CUDA_TESTS_SANITIZER_TOOL="$tool" timeout -k 10 "$limit" "$@" --include-ignored ${filters[@]+"${filters[@]}"} 2>&1); status=$?
   printf '%s\n' "== $label" "$output" | tee -a "$log"
   if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
     echo "!! $label ran past ${limit} s (CUDA_TESTS_TIMEOUT) and was killed" | tee -a "$log"
@@ -446,9 +446,10 @@ for exe in "$here"/bin/*; do
   if [ "$sanitize" -eq 1 ]; then
     # API errors are left to the tests: error-path tests provoke them on purpose. Child processes
     # are helpers of error-path tests (a deliberately faulting kernel among them): not checked.
-    run_one "$name (memcheck)" "$sanitizer" --tool memcheck --leak-check full --report-api-errors no --target-processes application-only --error-exitcode 1 "$exe" --test-threads=1
-    run_one "$name (racecheck)" "$sanitizer" --tool racecheck --target-processes application-only --error-exitcode 1 "$exe" --test-threads=1
-    run_one "$name (synccheck)" "$sanitizer" --tool synccheck --target-processes application-only --error-exitcode 1 "$exe" --test-threads=1
+    # CUDA_TESTS_SANITIZER_TOOL names the tool, for tests it cannot run (they skip, saying why).
+    tool=memcheck; run_one "$name (memcheck)" "$sanitizer" --tool memcheck --leak-check full --report-api-errors no --target-processes application-only --error-exitcode 1 "$exe" --test-threads=1
+    tool=racecheck; run_one "$name (racecheck)" "$sanitizer" --tool racecheck --target-processes application-only --error-exitcode 1 "$exe" --test-threads=1
+    tool=synccheck; run_one "$name (synccheck)" "$sanitizer" --tool synccheck --target-processes application-only --error-exitcode 1 "$exe" --test-threads=1
   else
     run_one "$name" "$exe"
   fi

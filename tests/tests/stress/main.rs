@@ -323,6 +323,14 @@ fn mib(bytes: usize) -> f64 {
 #[test]
 #[ignore = "needs a CUDA GPU: cargo xtask test-gpu"]
 fn stress_random_safe_calls_on_shared_objects() {
+    if env("CUDA_TESTS_SANITIZER_TOOL").as_deref() == Some("racecheck") {
+        // Seen on an H200 (compute-sanitizer of CUDA 13.0): "Internal Sanitizer Error: Detected a
+        // failure to track a kernel launch", then no progress for minutes, with 2 threads as
+        // with 8. Racecheck looks for races inside kernels, which the other executables' kernels
+        // give it; memcheck and synccheck run the stress test.
+        cuda_tests::skip("racecheck loses track of kernel launches made from several threads at once and stops making progress; memcheck and synccheck run this test");
+        return;
+    }
     let cfg = config();
     let device = Device::new(0).expect("a GPU");
     device.set_current().unwrap();
