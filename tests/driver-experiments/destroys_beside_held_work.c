@@ -6,14 +6,15 @@
 // third thread's calls' durations are printed: a release that takes about HOLD waited for the
 // held stream; a memset that takes about as long was held up inside the driver by the release.
 //
-//   destroys_beside_held_work <release: 0-10, or -1 for all> [hold seconds, default 2]
+//   destroys_beside_held_work <release: 0-11, or -1 for all> [hold seconds, default 2]
 //
 // Releases: 0 cuMemFreeHost, 1 cuMemFree, 2 cuArrayDestroy, 3 cuMipmappedArrayDestroy,
 // 4 cuMemPoolDestroy (an empty pool), 5 cuStreamDestroy (an idle stream), 6 cuCtxDestroy (an idle
 // created context), 7 cuLibraryUnload (an unused library), 8 cuMemFreeAsync (a pool allocation,
 // on an idle stream), 9 cuMemHostUnregister, 10 cuMemPoolTrimTo(0) until the reserved memory is
 // 0, then cuMemPoolDestroy (a pool whose one allocation was freed and synchronised, not trimmed:
-// how this crate destroys pools; prints when the reserve reached 0).
+// how this crate destroys pools; prints when the reserve reached 0), 11 cuCtxSynchronize then
+// cuMemFreeHost (does waiting first, with a synchronisation, spare the bystander?).
 #include <cuda.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -36,7 +37,8 @@
 static const char *NAMES[] = {"cuMemFreeHost",   "cuMemFree",        "cuArrayDestroy",
                               "cuMipmappedArrayDestroy", "cuMemPoolDestroy", "cuStreamDestroy",
                               "cuCtxDestroy",    "cuLibraryUnload",  "cuMemFreeAsync",
-                              "cuMemHostUnregister", "cuMemPoolTrimTo+Destroy"};
+                              "cuMemHostUnregister", "cuMemPoolTrimTo+Destroy",
+                              "cuCtxSynchronize+cuMemFreeHost"};
 
 // The smallest valid PTX: a library nothing launches from.
 static const char PTX[] = ".version 7.0\n.target sm_50\n.address_size 64\n"
@@ -73,7 +75,8 @@ struct object {
 
 static void make(struct object *o) {
   switch (o->kind) {
-  case 0: CHECK(cuMemAllocHost(&o->host, 1 << 20)); break;
+  case 0:
+  case 11: CHECK(cuMemAllocHost(&o->host, 1 << 20)); break;
   case 1: CHECK(cuMemAlloc(&o->dptr, 1 << 20)); break;
   case 2: {
     CUDA_ARRAY3D_DESCRIPTOR d = {.Width = 256, .Height = 256, .Format = CU_AD_FORMAT_FLOAT,
@@ -139,6 +142,13 @@ static void release(struct object *o) {
   case 7: CHECK(cuLibraryUnload(o->library)); break;
   case 8: CHECK(cuMemFreeAsync(o->dptr, o->stream)); break;
   case 9: CHECK(cuMemHostUnregister(o->host)); break;
+  case 11: {
+    double t = now();
+    CHECK(cuCtxSynchronize());
+    printf("  cuCtxSynchronize took %.3f s\n", now() - t);
+    CHECK(cuMemFreeHost(o->host));
+    break;
+  }
   case 10: {
     double t = now();
     cuuint64_t reserved = 1, first = 0;
@@ -236,10 +246,10 @@ int main(int argc, char **argv) {
   CHECK(cuDeviceGet(&dev, 0));
   CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
   CHECK(cuCtxSetCurrent(ctx));
-  if (which >= 0 && which <= 10) {
+  if (which >= 0 && which <= 11) {
     run(which);
   } else {
-    for (int k = 0; k <= 10; k++)
+    for (int k = 0; k <= 11; k++)
       run(k);
   }
   CHECK(cuDevicePrimaryCtxRelease(dev));
