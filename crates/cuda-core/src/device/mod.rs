@@ -244,6 +244,17 @@ impl Device {
             .collect()
     }
 
+    /// Whether `handle` is a primary context this crate retained (alive for the life of the
+    /// process), without retaining any.
+    pub(crate) fn is_retained_primary(handle: driver::CUcontext) -> bool {
+        !handle.is_null()
+            && states().is_ok_and(|states| {
+                states
+                    .iter()
+                    .any(|state| matches!(state.primary.get(), Some(Ok(p)) if p.handle() == handle))
+            })
+    }
+
     /// The device's primary context, retained for the life of the process.
     pub fn primary_context(&self) -> Result<Context> {
         let state = &states()?[self.ordinal as usize];

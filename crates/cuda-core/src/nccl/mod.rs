@@ -49,6 +49,7 @@ pub use comm::{Communicator, CommunicatorOptions};
 pub use ops::{group, Group, RecvData, Region, SendData};
 pub use types::{DataType, NcclType, ReduceOp, UniqueId};
 
+use crate::error::Check;
 use crate::CudaError;
 use cuda_sys::nccl as sys;
 
@@ -60,6 +61,31 @@ pub fn version() -> crate::Result<(u32, u32, u32)> {
     check(status, "ncclGetVersion", None)?;
     let v = v.max(0) as u32;
     Ok((v / 10000, (v % 10000) / 100, v % 100))
+}
+
+/// Runs `f`, an NCCL call on a communicator of `context` (a device's primary context), with a
+/// current context NCCL can work from. NCCL switches devices itself, through the runtime
+/// (`cudaSetDevice` to each communicator's device, and back to the device it found). When the
+/// calling thread's current context is a primary context this crate holds, it is the one the
+/// runtime goes back to, so `f` runs as it is, as raw NCCL code does, and that context is made
+/// current again afterwards should NCCL have left another. Otherwise (no current context, a
+/// created or green one, another library's) `f` runs with `context` current
+/// ([`Context::with_current`], which restores the previous context after).
+pub(crate) fn in_runtime_context<T>(
+    context: &crate::Context,
+    f: impl FnOnce() -> crate::Result<T>,
+) -> crate::Result<T> {
+    let previous = crate::Context::current_handle()?;
+    if previous != context.handle() && !crate::Device::is_retained_primary(previous) {
+        return context.with_current(f);
+    }
+    let result = f();
+    if crate::Context::current_handle()? != previous {
+        // SAFETY: `previous` is a primary context this crate retained (or `context`'s, a primary
+        // context too), alive for the life of the process.
+        unsafe { cuda_sys::driver::cuCtxSetCurrent(previous) }.check("cuCtxSetCurrent")?;
+    }
+    result
 }
 
 /// `Ok` for `ncclSuccess`, else the error with NCCL's own words (`ncclGetLastError`).

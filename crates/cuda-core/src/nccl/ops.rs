@@ -182,7 +182,7 @@ impl Op<'_> {
     /// stream operation that holds the buffers.
     fn issue_in(&self, handle: sys::ncclComm_t, op: sys::ncclRedOp_t) -> Result<()> {
         let inner = &self.comm.inner;
-        inner.context.with_current(|| {
+        super::in_runtime_context(&inner.context, || {
             // SAFETY: see `issue`: the caller holds the lock with the live handle, and runs this
             // inside the stream operation that keeps the buffers (or the graph holds them).
             let status = unsafe { self.issue(handle, op) };
@@ -331,7 +331,7 @@ impl Group<'_> {
                     break;
                 }
             }
-            let ended = first.comm.inner.context.with_current(|| {
+            let ended = super::in_runtime_context(&first.comm.inner.context, || {
                 // SAFETY: closes the group opened above; every communicator in it is live under
                 // its lock, every buffer held by its stream.
                 check(unsafe { sys::ncclGroupEnd() }, "ncclGroupEnd", None)
