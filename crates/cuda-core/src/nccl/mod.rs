@@ -63,14 +63,15 @@ pub fn version() -> crate::Result<(u32, u32, u32)> {
     Ok((v / 10000, (v % 10000) / 100, v % 100))
 }
 
-/// Runs `f`, an NCCL call on a communicator of `context` (a device's primary context), with a
+/// Runs `f`, NCCL calls on a communicator of `context` (a device's primary context), with a
 /// current context NCCL can work from. NCCL switches devices itself, through the runtime
-/// (`cudaSetDevice` to each communicator's device, and back to the device it found). When the
-/// calling thread's current context is a primary context this crate holds, it is the one the
-/// runtime goes back to, so `f` runs as it is, as raw NCCL code does, and that context is made
-/// current again afterwards should NCCL have left another. Otherwise (no current context, a
-/// created or green one, another library's) `f` runs with `context` current
-/// ([`Context::with_current`], which restores the previous context after).
+/// (`cudaSetDevice` to each communicator's device, and on success back to the device it found;
+/// after an error the last communicator's device stays current). When the calling thread's
+/// current context is a primary context this crate holds, it is the one the runtime goes back
+/// to, so `f` runs as it is, as raw NCCL code does, and that context is made current again
+/// afterwards if NCCL left another. Otherwise (no current context, a created or green one,
+/// another library's) `f` runs with `context` current ([`crate::Context::with_current`], which
+/// restores the previous context after).
 pub(crate) fn in_runtime_context<T>(
     context: &crate::Context,
     f: impl FnOnce() -> crate::Result<T>,
@@ -80,12 +81,15 @@ pub(crate) fn in_runtime_context<T>(
         return context.with_current(f);
     }
     let result = f();
-    if crate::Context::current_handle()? != previous {
-        // SAFETY: `previous` is a primary context this crate retained (or `context`'s, a primary
+    let restored = match crate::Context::current_handle() {
+        Ok(now) if now == previous => Ok(()),
+        // SAFETY: `previous` is a primary context this crate retained (or `context`, a primary
         // context too), alive for the life of the process.
-        unsafe { cuda_sys::driver::cuCtxSetCurrent(previous) }.check("cuCtxSetCurrent")?;
-    }
-    result
+        _ => unsafe { cuda_sys::driver::cuCtxSetCurrent(previous) }.check("cuCtxSetCurrent"),
+    };
+    // The call's own error first.
+    let value = result?;
+    restored.map(|()| value)
 }
 
 /// `Ok` for `ncclSuccess`, else the error with NCCL's own words (`ncclGetLastError`).

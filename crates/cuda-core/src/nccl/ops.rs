@@ -306,10 +306,12 @@ impl Group<'_> {
                 }
             }
         }
-        // SAFETY: opens a group on this thread; closed below whatever happens in between.
-        let started = unsafe { sys::ncclGroupStart() };
-        let mut outcome = check(started, "ncclGroupStart", None);
-        if outcome.is_ok() {
+        // The whole group in one context NCCL can work from (see `in_runtime_context`): with
+        // pointer checks on, NCCL switches devices at each call too.
+        let outcome = super::in_runtime_context(&first.comm.inner.context, || {
+            // SAFETY: opens a group on this thread; closed below whatever happens in between.
+            check(unsafe { sys::ncclGroupStart() }, "ncclGroupStart", None)?;
+            let mut issued_all = Ok(());
             for (op, red) in self.ops.iter().zip(&reds) {
                 let handle = handle_of(op);
                 let issued = enqueue_using(op.stream, &op.buffers, |capture| {
@@ -327,17 +329,15 @@ impl Group<'_> {
                     check(status, op.call_name(), Some(handle))
                 });
                 if let Err(e) = issued {
-                    outcome = Err(e);
+                    issued_all = Err(e);
                     break;
                 }
             }
-            let ended = super::in_runtime_context(&first.comm.inner.context, || {
-                // SAFETY: closes the group opened above; every communicator in it is live under
-                // its lock, every buffer held by its stream.
-                check(unsafe { sys::ncclGroupEnd() }, "ncclGroupEnd", None)
-            });
-            outcome = outcome.and(ended);
-        }
+            // SAFETY: closes the group opened above; every communicator in it is live under its
+            // lock, every buffer held by its stream.
+            let ended = check(unsafe { sys::ncclGroupEnd() }, "ncclGroupEnd", None);
+            issued_all.and(ended)
+        });
         for (red, h) in made {
             destroy_op(red, h);
         }
