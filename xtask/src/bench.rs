@@ -24,6 +24,8 @@ pub fn run(args: &[String]) -> Result {
             "compare",
             "--bench",
             "criterion",
+            "--bench",
+            "nccl_busbw",
             // The cudarc column.
             "--features",
             "cudarc",
