@@ -390,6 +390,33 @@ fn nccl_init_all_over_two_gpus_every_collective() {
     assert_eq!(comms[1].count(), 2);
     assert_eq!(comms[1].device().device_id(), 1);
     check_collectives(&comms, &devices);
+    // A group over both devices leaves the thread's current context as it was (NCCL switches
+    // to each communicator's device and back).
+    let streams: Vec<Stream> = devices.iter().map(stream_on).collect();
+    let ones: Vec<_> = devices
+        .iter()
+        .zip(&streams)
+        .map(|(d, s)| upload(d, s, &vec![1.0f32; N]))
+        .collect();
+    for current in [1, 0] {
+        devices[current].set_current().unwrap();
+        let before = cuda_core::Context::current_handle().unwrap();
+        group(|g| {
+            for k in 0..2 {
+                g.all_reduce_in_place(&comms[k], &ones[k], ReduceOp::Max, &streams[k])?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            cuda_core::Context::current_handle().unwrap(),
+            before,
+            "device {current}'s context stays current"
+        );
+    }
+    for (k, s) in streams.iter().enumerate() {
+        assert_eq!(ones[k].to_vec_blocking(s).unwrap(), vec![1.0f32; N]);
+    }
     // Dropped with work queued: released on the release thread, never waiting here.
     let streams: Vec<Stream> = devices.iter().map(stream_on).collect();
     let data: Vec<_> = devices
@@ -475,6 +502,28 @@ fn nccl_one_rank_runs_and_bad_arguments_are_refused_before_nccl() {
     assert!(err.is_err());
     c.all_reduce_in_place(&b, ReduceOp::Max, &s).unwrap();
     c.check().unwrap();
+    // NCCL switches devices through the runtime: the thread's current context is as it was
+    // after a collective, whether it is the communicator's, or a created context of its device.
+    use cuda_core::{Context, ContextFlags};
+    let primary = Context::current_handle().unwrap();
+    c.all_reduce(&a, &b, ReduceOp::Sum, &s).unwrap();
+    assert_eq!(
+        Context::current_handle().unwrap(),
+        primary,
+        "the primary context stays current"
+    );
+    let created = Context::create(&d, ContextFlags::default()).unwrap();
+    created.set_current().unwrap();
+    c.all_reduce(&a, &b, ReduceOp::Sum, &s).unwrap();
+    group(|g| g.all_reduce(c, &a, &b, ReduceOp::Sum, &s)).unwrap();
+    assert_eq!(
+        Context::current_handle().unwrap(),
+        created.handle(),
+        "a created context stays current"
+    );
+    d.set_current().unwrap();
+    s.sync().unwrap();
+    assert_eq!(b.to_vec_blocking(&s).unwrap(), [1.0, 2.0, 3.0, 4.0]);
     // UniqueId from NCCL round-trips.
     let id = UniqueId::new().unwrap();
     assert_eq!(UniqueId::from_hex(&id.to_string()).unwrap(), id);
