@@ -99,6 +99,7 @@ fn two<'a, T: NcclType>(
         op,
         scalar: scalar_bytes::<T>(op),
         buffers: [Some(send.buffer), Some(recv.buffer)],
+        slot: Default::default(),
     })
 }
 
@@ -136,6 +137,7 @@ fn in_place<'a, T: NcclType>(
         op,
         scalar: scalar_bytes::<T>(op),
         buffers: [Some(data.buffer), None],
+        slot: Default::default(),
     })
 }
 
@@ -163,6 +165,7 @@ fn point<'a, T: NcclType>(
         op: ReduceOp::Sum,
         scalar: [0; 8],
         buffers: [Some(data.buffer), None],
+        slot: Default::default(),
     })
 }
 

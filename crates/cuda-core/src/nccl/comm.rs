@@ -51,6 +51,10 @@ pub(crate) struct CommInner {
     /// The streams collectives were queued on outside captures: what the watchdog watches and
     /// what a release waits for.
     pub(crate) sites: Mutex<Vec<Site>>,
+    /// The handle of the stream last added to `sites` (0 before any): a collective on it again
+    /// needs no lock. `sites` only grows while the communicator lives, and each entry holds its
+    /// stream, so a stream with this handle is that one (a live stream's handle is not reused).
+    last_site: AtomicUsize,
     /// How many graph holds exist: while any does, the communicator is never aborted or
     /// finalized (a graph may still launch kernels that use it).
     pub(crate) graph_holds: AtomicUsize,
@@ -73,10 +77,16 @@ impl CommInner {
     /// Remembers `stream` (a plain stream: collectives refuse the others) as one the
     /// communicator's work was queued on.
     pub(crate) fn note_site(&self, stream: &Stream) {
+        let handle = stream.handle() as usize;
+        if self.last_site.load(Ordering::Acquire) == handle {
+            return;
+        }
         let mut sites = self.sites.lock().unwrap_or_else(|p| p.into_inner());
         if !sites.iter().any(|s| s.is_plainly(stream)) {
             sites.push(Site::of_plain(stream));
         }
+        // Set under the lock, after the push: whoever reads it finds the stream in `sites`.
+        self.last_site.store(handle, Ordering::Release);
     }
 }
 
@@ -238,6 +248,7 @@ impl Communicator {
             rank: rank.max(0) as usize,
             count: count.max(0) as usize,
             sites: Mutex::new(Vec::new()),
+            last_site: AtomicUsize::new(0),
             graph_holds: AtomicUsize::new(0),
             options: options.clone(),
         });

@@ -117,6 +117,26 @@ pub(crate) struct Op<'a> {
     /// The `PreMulSum` scalar as the element type's bytes.
     pub(crate) scalar: [u8; 8],
     pub(crate) buffers: [Option<&'a Buffer>; 2],
+    /// Filled in by [`Group::run`] (unused by a single call).
+    pub(crate) slot: GroupSlot<'a>,
+}
+
+/// What a group's run keeps with each of its calls: the communicator's handle and lock (the
+/// lock with the communicator's first call in the group), and the reduction operator.
+pub(crate) struct GroupSlot<'a> {
+    handle: sys::ncclComm_t,
+    red: sys::ncclRedOp_t,
+    lock: Option<std::sync::MutexGuard<'a, super::comm::CommState>>,
+}
+
+impl Default for GroupSlot<'_> {
+    fn default() -> Self {
+        GroupSlot {
+            handle: std::ptr::null_mut(),
+            red: sys::ncclRedOp_t::ncclSum,
+            lock: None,
+        }
+    }
 }
 
 impl Op<'_> {
@@ -258,45 +278,42 @@ pub struct Group<'a> {
 }
 
 impl Group<'_> {
-    fn run(self) -> Result<()> {
+    fn run(mut self) -> Result<()> {
         let Some(first) = self.ops.first() else {
             return Ok(());
         };
+        let (first_stream, first_comm) = (first.stream, first.comm);
         // No capture runs anywhere until the group is queued (see the module notes).
-        let quiet = first.stream.quietly().ok_or_else(|| {
+        let quiet = first_stream.quietly().ok_or_else(|| {
             CudaError::InvalidState(
                 "an NCCL group runs only while no stream of this process is being captured (a capture beginning between its calls and its end would record work its graph does not hold): end the capture first, or capture single collectives".into(),
             )
         })?;
         // Each communicator locked once, for the whole group: no abort or release in between.
-        let mut locked: Vec<(
-            &Arc<CommInner>,
-            std::sync::MutexGuard<'_, super::comm::CommState>,
-            sys::ncclComm_t,
-        )> = Vec::new();
-        for op in &self.ops {
-            if !locked.iter().any(|(c, _, _)| Arc::ptr_eq(c, &op.comm.inner)) {
-                let (guard, handle) = op.comm.inner.live()?;
-                locked.push((&op.comm.inner, guard, handle));
-            }
-        }
-        let handle_of = |op: &Op<'_>| {
-            locked
+        // The lock goes with the communicator's first call; its later calls take the handle.
+        for i in 0..self.ops.len() {
+            let comm = self.ops[i].comm;
+            let earlier = self.ops[..i]
                 .iter()
-                .find(|(c, _, _)| Arc::ptr_eq(c, &op.comm.inner))
-                .map(|(_, _, h)| *h)
-                .unwrap_or(std::ptr::null_mut())
-        };
+                .find(|o| Arc::ptr_eq(&o.comm.inner, &comm.inner))
+                .map(|o| o.slot.handle);
+            self.ops[i].slot.handle = match earlier {
+                Some(handle) => handle,
+                None => {
+                    let (guard, handle) = comm.inner.live()?;
+                    self.ops[i].slot.lock = Some(guard);
+                    handle
+                }
+            };
+        }
         let mut made = Vec::new();
-        let mut reds = Vec::with_capacity(self.ops.len());
-        for op in &self.ops {
-            let handle = handle_of(op);
-            match op.make_op(handle) {
+        for op in self.ops.iter_mut() {
+            match op.make_op(op.slot.handle) {
                 Ok((red, is_made)) => {
                     if is_made {
-                        made.push((red, handle));
+                        made.push((red, op.slot.handle));
                     }
-                    reds.push(red);
+                    op.slot.red = red;
                 }
                 Err(e) => {
                     for (red, h) in made {
@@ -308,12 +325,12 @@ impl Group<'_> {
         }
         // The whole group in one context NCCL can work from (see `in_runtime_context`): with
         // pointer checks on, NCCL switches devices at each call too.
-        let outcome = super::in_runtime_context(&first.comm.inner.context, || {
+        let outcome = super::in_runtime_context(&first_comm.inner.context, || {
             // SAFETY: opens a group on this thread; closed below whatever happens in between.
             check(unsafe { sys::ncclGroupStart() }, "ncclGroupStart", None)?;
             let mut issued_all = Ok(());
-            for (op, red) in self.ops.iter().zip(&reds) {
-                let handle = handle_of(op);
+            for op in &self.ops {
+                let (handle, red) = (op.slot.handle, op.slot.red);
                 let issued = enqueue_using(op.stream, &op.buffers, |capture| {
                     if capture.is_some() {
                         // Unreachable while the quiet gate is held; refused all the same.
@@ -325,7 +342,7 @@ impl Group<'_> {
                     // itself at the end), so no context switch per call, as raw NCCL code does.
                     // SAFETY: see `issue`: the handle is live under its lock held to the group's
                     // end, and this runs inside the stream operation that keeps the buffers.
-                    let status = unsafe { op.issue(handle, *red) };
+                    let status = unsafe { op.issue(handle, red) };
                     check(status, op.call_name(), Some(handle))
                 });
                 if let Err(e) = issued {
@@ -341,7 +358,9 @@ impl Group<'_> {
         for (red, h) in made {
             destroy_op(red, h);
         }
-        drop(locked);
+        for op in self.ops.iter_mut() {
+            op.slot.lock = None;
+        }
         drop(quiet);
         for op in &self.ops {
             op.comm.inner.note_site(op.stream);
