@@ -391,34 +391,29 @@ fn dropping_arrays_pools_and_contexts_beside_held_work_returns_at_once() {
     let held = d.create_stream(Default::default()).unwrap();
     // Each destroy in a phase of its own: dropped while another stream is held, then released
     // once the gate opens (the failure names which one stayed pending).
-    let phase = |what: &str, drop_it: &mut dyn FnMut(), extra: &dyn Fn() -> String| {
+    let phase = |what: &str, value: Box<dyn std::any::Any>, before: &str| {
         let gate = Gate::default();
         gate.hold(&held);
-        let start = Instant::now();
-        drop_it();
-        let took = start.elapsed();
-        assert!(took < AT_ONCE, "dropping {what} waited {took:?} for the GPU");
+        drop_at_once(what, value);
         std::thread::sleep(HELD_AFTER_DROP);
         gate.open();
         held.sync().unwrap();
         assert!(
             cuda_tests::releases_drain(Duration::from_secs(20)),
-            "{what}: pending_releases stayed at {} after the held work was done: {}; {}; drop errors: {:?}",
+            "{what}: pending_releases stayed at {} after the held work was done: {}; {before}; drop errors: {:?}",
             cuda_core::pending_releases(),
             gate.state(&held),
-            extra(),
             cuda_core::take_drop_errors()
         );
     };
-    let nothing = || String::new();
     // A descriptor holding the last reference to its array.
     let array = OpaqueArray::from_descriptor(&OpaqueArrayOptions::new([64, 64], ArrayFormat::Float32, 1)).unwrap();
-    let mut resource = Some(ResourceDescriptor::from_opaque_array(&array));
+    let resource = ResourceDescriptor::from_opaque_array(&array);
     drop(array);
     phase(
         "a descriptor holding the last reference to its array",
-        &mut || drop(resource.take()),
-        &nothing,
+        Box::new(resource),
+        "",
     );
     // A pool resource whose memory was freed.
     let pool = DeviceMemoryResource::new(&d, Default::default()).unwrap();
@@ -431,14 +426,11 @@ fn dropping_arrays_pools_and_contexts_beside_held_work_returns_at_once() {
         pool.reserved_mem_current(),
         pool.used_mem_current()
     );
-    let mut pool = Some(pool);
-    phase("a device pool's last reference", &mut || drop(pool.take()), &|| {
-        before.clone()
-    });
+    phase("a device pool's last reference", Box::new(pool), &before);
     // A created context with nothing of this crate left in it.
-    let mut context = Some(Context::create(&d, ContextFlags::default()).unwrap());
+    let context = Context::create(&d, ContextFlags::default()).unwrap();
     d.set_current().unwrap();
-    phase("a created context", &mut || drop(context.take()), &nothing);
+    phase("a created context", Box::new(context), "");
     let errors = cuda_core::take_drop_errors();
     assert!(errors.is_empty(), "{errors:?}");
 }

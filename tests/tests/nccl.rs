@@ -16,6 +16,10 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+// Every test takes `cuda_tests::one_at_a_time`: communicators of several tests on the same two
+// GPUs at once would compete for them (and a test waiting for its peer could wait behind another
+// test's collective).
+
 const ROLE: &str = "NCCL_TEST_ROLE";
 const N: usize = 1000;
 
@@ -29,12 +33,6 @@ fn quiet_nccl() {
             std::env::set_var("NCCL_DEBUG", "WARN");
         }
     });
-}
-
-/// One test at a time: communicators of several tests on the same two GPUs at once would compete
-/// for them (and a test waiting for its peer could wait behind another test's collective).
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    cuda_tests::one_at_a_time()
 }
 
 /// How long a rank process may live: a child whose parent failed (and so never finishes the
@@ -383,7 +381,7 @@ fn check_collectives(comms: &[Communicator], devices: &[Device]) {
 #[test]
 #[ignore = "needs two GPUs"]
 fn nccl_init_all_over_two_gpus_every_collective() {
-    let _one = one_at_a_time();
+    let _one = cuda_tests::one_at_a_time();
     let Some(devices) = two_devices() else { return };
     let comms = Communicator::init_all(&devices).unwrap();
     assert_eq!((comms[0].rank(), comms[1].rank()), (0, 1));
@@ -418,7 +416,6 @@ fn nccl_init_all_over_two_gpus_every_collective() {
         assert_eq!(ones[k].to_vec_blocking(s).unwrap(), vec![1.0f32; N]);
     }
     // Dropped with work queued: released on the release thread, never waiting here.
-    let streams: Vec<Stream> = devices.iter().map(stream_on).collect();
     let data: Vec<_> = devices
         .iter()
         .zip(&streams)
@@ -442,7 +439,7 @@ fn nccl_init_all_over_two_gpus_every_collective() {
 #[test]
 #[ignore = "needs a GPU"]
 fn nccl_one_rank_runs_and_bad_arguments_are_refused_before_nccl() {
-    let _one = one_at_a_time();
+    let _one = cuda_tests::one_at_a_time();
     if !nccl_here() {
         return;
     }
@@ -554,7 +551,7 @@ fn spawn_child(scenario: &str, port: u16, rank: usize, socket_transport: bool) -
 /// Rank 0 of `scenario` in this process (device 0), rank 1 in a child (device 1); on the socket
 /// transport both ranks in children. The id goes over a TCP socket on the loopback interface.
 fn two_processes(scenario: &str, socket_transport: bool) {
-    let _one = one_at_a_time();
+    let _one = cuda_tests::one_at_a_time();
     let Some([d0, _]) = two_devices() else { return };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();

@@ -234,25 +234,17 @@ impl Device {
 
     /// The primary contexts this crate has retained: the ones its work ran in, without
     /// retaining (and so activating) any other.
-    pub(crate) fn retained_primary_contexts() -> Vec<Context> {
-        let Ok(states) = states() else {
-            return Vec::new();
-        };
-        states
-            .iter()
-            .filter_map(|state| state.primary.get().and_then(|p| p.as_ref().ok()).cloned())
-            .collect()
+    pub(crate) fn retained_primary_contexts() -> impl Iterator<Item = &'static Context> {
+        states()
+            .into_iter()
+            .flatten()
+            .filter_map(|state| state.primary.get()?.as_ref().ok())
     }
 
     /// Whether `handle` is a primary context this crate retained (alive for the life of the
     /// process), without retaining any.
     pub(crate) fn is_retained_primary(handle: driver::CUcontext) -> bool {
-        !handle.is_null()
-            && states().is_ok_and(|states| {
-                states
-                    .iter()
-                    .any(|state| matches!(state.primary.get(), Some(Ok(p)) if p.handle() == handle))
-            })
+        !handle.is_null() && Device::retained_primary_contexts().any(|p| p.handle() == handle)
     }
 
     /// The device's primary context, retained for the life of the process.

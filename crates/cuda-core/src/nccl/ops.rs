@@ -217,6 +217,14 @@ fn destroy_op(op: sys::ncclRedOp_t, handle: sys::ncclComm_t) {
     let _ = unsafe { sys::ncclRedOpDestroy(op, handle) };
 }
 
+/// Destroys the `PreMulSum` operators a group's run made for `ops` (the calls whose operator is
+/// not built in), once the group returned or failed before it opened.
+fn destroy_made_ops(ops: &[Op<'_>]) {
+    for op in ops.iter().filter(|op| op.op.builtin().is_none()) {
+        destroy_op(op.slot.red, op.slot.handle);
+    }
+}
+
 /// Queues one checked call on its stream.
 pub(crate) fn run_one(op: Op<'_>) -> Result<()> {
     let inner: &Arc<CommInner> = &op.comm.inner;
@@ -306,19 +314,11 @@ impl Group<'_> {
                 }
             };
         }
-        let mut made = Vec::new();
-        for op in self.ops.iter_mut() {
-            match op.make_op(op.slot.handle) {
-                Ok((red, is_made)) => {
-                    if is_made {
-                        made.push((red, op.slot.handle));
-                    }
-                    op.slot.red = red;
-                }
+        for i in 0..self.ops.len() {
+            match self.ops[i].make_op(self.ops[i].slot.handle) {
+                Ok((red, _)) => self.ops[i].slot.red = red,
                 Err(e) => {
-                    for (red, h) in made {
-                        destroy_op(red, h);
-                    }
+                    destroy_made_ops(&self.ops[..i]);
                     return Err(e);
                 }
             }
@@ -355,9 +355,7 @@ impl Group<'_> {
             let ended = check(unsafe { sys::ncclGroupEnd() }, "ncclGroupEnd", None);
             issued_all.and(ended)
         });
-        for (red, h) in made {
-            destroy_op(red, h);
-        }
+        destroy_made_ops(&self.ops);
         for op in self.ops.iter_mut() {
             op.slot.lock = None;
         }

@@ -137,16 +137,23 @@ fn granted(ptr: driver::CUdeviceptr, device: &Device) -> Option<Granted> {
     if status != driver::CUresult::CUDA_SUCCESS {
         return None;
     }
-    let bit = |f: driver::CUmemAccess_flags| f.0 as std::ffi::c_ulonglong;
-    let read_write = bit(driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
-    let read = bit(driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ);
-    Some(if flags & read_write == read_write {
-        Granted::ReadWrite
-    } else if flags & read != 0 {
-        Granted::Read
-    } else {
-        Granted::Nothing
-    })
+    Some(Granted::of(flags))
+}
+
+impl Granted {
+    /// The grant that access flags (`CU_MEM_ACCESS_FLAGS_PROT_*` bits) name.
+    fn of(flags: std::ffi::c_ulonglong) -> Granted {
+        let bit = |f: driver::CUmemAccess_flags| f.0 as std::ffi::c_ulonglong;
+        let read_write = bit(driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+        let read = bit(driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ);
+        if flags & read_write == read_write {
+            Granted::ReadWrite
+        } else if flags & read != 0 {
+            Granted::Read
+        } else {
+            Granted::Nothing
+        }
+    }
 }
 
 /// For memory of a pool, the answer of [`granted`]: what the pool the memory at `ptr` came from
@@ -189,11 +196,7 @@ fn granted_by_pool(ptr: driver::CUdeviceptr, location: &mut driver::CUmemLocatio
     if status != driver::CUresult::CUDA_SUCCESS {
         return None;
     }
-    Some(Some(match flags {
-        driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE => Granted::ReadWrite,
-        driver::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ => Granted::Read,
-        _ => Granted::Nothing,
-    }))
+    Some(Some(Granted::of(flags.0 as std::ffi::c_ulonglong)))
 }
 
 impl Buffer {

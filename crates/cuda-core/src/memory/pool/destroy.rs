@@ -5,6 +5,7 @@ use super::made;
 use crate::device::Device;
 use crate::error::{record_drop_error, Check};
 use cuda_sys::driver;
+use driver::CUmemPool_attribute as Attr;
 
 /// A pool made here whose resource is gone, destroyed once the stream-ordered frees queued into
 /// it have run. `cuda.h` allows destroying a pool with frees outstanding, but driver 580 crashes
@@ -20,27 +21,19 @@ use cuda_sys::driver;
 ///
 /// The converse does not always hold: on an H200 pair (driver 580.159) a device pool idle after
 /// its one free ran kept 32 MiB reserved after every trim (`cuMemPoolTrimTo` documents that a
-/// free whose completion the host has not observed through a synchronisation may still count). So a device or pinned pool whose
-/// memory is all freed (used memory 0: every free queued) and whose reserve outlasts
-/// [`STUCK_AFTER`] is waited for another way, on the thread for slow drops ([`SyncedDestroy`]):
-/// every primary context this crate retained (where its frees were queued, and the peers' work
-/// they wait for) is synchronised, then it is destroyed. Frees queued on streams of other
-/// contexts (created or green ones) are not waited for then, which `cuda.h` allows for these
-/// pools. A managed pool, whose destroy crashes with a free pending, is only ever destroyed
-/// once trimmed to nothing.
+/// free whose completion the host has not observed through a synchronisation may still count).
+/// So a device or pinned pool whose memory is all freed (used memory 0: every free queued) and
+/// whose reserve outlasts [`STUCK_AFTER`] is waited for another way, on the thread for slow
+/// drops ([`SyncedDestroy`]): every primary context this crate retained (where its frees were
+/// queued, and the peers' work they wait for) is synchronised, then it is destroyed. Frees
+/// queued on streams of other contexts (created or green ones) are not waited for then, which
+/// `cuda.h` allows for these pools. A managed pool, whose destroy crashes with a free pending,
+/// is only ever destroyed once trimmed to nothing.
 pub(super) struct DestroyWhenUnused {
-    pub(super) handle: crate::reaper::SendHandle<driver::CUmemoryPool>,
-    pub(super) since: std::time::Instant,
-    pub(super) kind: PoolKind,
-}
-
-/// What a pool's destroy may rely on (see [`DestroyWhenUnused`]).
-#[derive(Clone, Copy)]
-pub(super) enum PoolKind {
-    /// Destroyed only once trimmed to nothing.
-    Managed,
-    /// A device or pinned pool.
-    Other,
+    handle: crate::reaper::SendHandle<driver::CUmemoryPool>,
+    since: std::time::Instant,
+    /// A managed pool: destroyed only once trimmed to nothing.
+    managed: bool,
 }
 
 /// How long a pool that keeps memory is waited for before it is kept (never destroyed): memory
@@ -53,43 +46,30 @@ const POOL_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(600)
 const STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl DestroyWhenUnused {
-    /// The pool's used memory (handed out and not yet freed), or `None` when the driver does
-    /// not say.
-    fn used(&self) -> Option<u64> {
-        let mut used = 0u64;
-        // SAFETY: the pool is live (destroyed once, by this job); `USED_MEM_CURRENT` is a 64-bit
-        // value. In relaxed capture mode, as the trim.
-        let asked = crate::stream::relaxed_capture_mode(|| unsafe {
-            driver::cuMemPoolGetAttribute(
-                self.handle.0,
-                driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
-                (&mut used as *mut u64).cast(),
-            )
-        });
-        (asked == driver::CUresult::CUDA_SUCCESS).then_some(used)
+    /// The job for pool `handle`, from now.
+    pub(super) fn new(handle: driver::CUmemoryPool, managed: bool) -> DestroyWhenUnused {
+        DestroyWhenUnused {
+            handle: crate::reaper::SendHandle(handle),
+            since: std::time::Instant::now(),
+            managed,
+        }
     }
 }
 
 impl crate::reaper::Retry for DestroyWhenUnused {
     fn attempt(&mut self) -> bool {
         use driver::CUresult as R;
-        let mut reserved = 0u64;
+        let handle = self.handle.0;
         // In relaxed capture mode: another thread's global-mode capture must not refuse the
         // question (a refusal is asked again, never taken for an answer).
-        // SAFETY: the pool is live (destroyed below, once); trimming frees only blocks no
-        // allocation or pending free uses; `RESERVED_MEM_CURRENT` is a 64-bit value.
-        let asked = crate::stream::relaxed_capture_mode(|| unsafe {
-            match driver::cuMemPoolTrimTo(self.handle.0, 0) {
-                R::CUDA_SUCCESS => driver::cuMemPoolGetAttribute(
-                    self.handle.0,
-                    driver::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
-                    (&mut reserved as *mut u64).cast(),
-                ),
-                e => e,
-            }
+        let asked = crate::stream::relaxed_capture_mode(|| {
+            // SAFETY: the pool is live (destroyed below, once); trimming frees only blocks no
+            // allocation or pending free uses.
+            unsafe { driver::cuMemPoolTrimTo(handle, 0) }.check("cuMemPoolTrimTo")?;
+            super::attribute_u64(handle, Attr::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
         });
-        let in_use = match asked.check("cuMemPoolTrimTo") {
-            Ok(()) => reserved != 0,
+        let in_use = match asked {
+            Ok(reserved) => reserved != 0,
             // The context failed: nothing runs there any more, the pool may go.
             Err(e)
                 if e.is_launch_failure()
@@ -104,14 +84,20 @@ impl crate::reaper::Retry for DestroyWhenUnused {
             Err(_) => true,
         };
         if in_use {
-            if let PoolKind::Other = self.kind {
-                if self.since.elapsed() > STUCK_AFTER && self.used() == Some(0) {
-                    // Every free is queued: wait for them on the thread for slow drops.
-                    crate::reaper::drop_slowly(Box::new(SyncedDestroy {
-                        handle: crate::reaper::SendHandle(self.handle.0),
-                    }));
-                    return true;
-                }
+            // Asked only once the reserve has outlasted STUCK_AFTER (an attempt runs every
+            // few milliseconds).
+            let all_freed = || {
+                crate::stream::relaxed_capture_mode(|| {
+                    super::attribute_u64(handle, Attr::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
+                })
+                .is_ok_and(|used| used == 0)
+            };
+            if !self.managed && self.since.elapsed() > STUCK_AFTER && all_freed() {
+                // Every free is queued: wait for them on the thread for slow drops.
+                crate::reaper::drop_slowly(Box::new(SyncedDestroy {
+                    handle: crate::reaper::SendHandle(handle),
+                }));
+                return true;
             }
             // Kept (leaked) after the limit: destroying it could crash the driver.
             return self.since.elapsed() > POOL_WAIT_LIMIT;
@@ -119,7 +105,7 @@ impl crate::reaper::Retry for DestroyWhenUnused {
         // Every free queued into it ran (or its context failed, and nothing runs there any
         // more); buffers from it held the resource until then. Destroyed once: the job is
         // dropped when this returns true.
-        destroy_made(self.handle.0);
+        destroy_made(handle);
         true
     }
 }
@@ -139,11 +125,7 @@ impl Drop for SyncedDestroy {
                 // A stream of that context is being captured (a synchronisation would
                 // invalidate the capture): tried again, from the start, after it.
                 Ok(false) => {
-                    crate::reaper::retry(Box::new(DestroyWhenUnused {
-                        handle: crate::reaper::SendHandle(self.handle.0),
-                        since: std::time::Instant::now(),
-                        kind: PoolKind::Other,
-                    }));
+                    crate::reaper::retry(Box::new(DestroyWhenUnused::new(self.handle.0, false)));
                     return;
                 }
                 // The context failed: nothing runs there any more.

@@ -21,7 +21,7 @@ use crate::stream::capture::{capture_info, captures_running};
 use crate::stream::Stream;
 use crate::{CudaError, Result};
 use cuda_sys::driver;
-use destroy::{DestroyWhenUnused, PoolKind};
+use destroy::DestroyWhenUnused;
 use std::collections::HashSet;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,6 +72,16 @@ fn made() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<usize>> {
     MADE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A 64-bit attribute of the live pool `handle`.
+fn attribute_u64(handle: driver::CUmemoryPool, attr: Attr) -> Result<u64> {
+    let mut v = 0u64;
+    // SAFETY: the caller's pool is live; the attributes read here are 64-bit values
+    // (`cuuint64_t`).
+    unsafe { driver::cuMemPoolGetAttribute(handle, attr, (&mut v as *mut u64).cast()) }
+        .check("cuMemPoolGetAttribute")?;
+    Ok(v)
+}
+
 // SAFETY: a CUmemoryPool is a process-wide handle the driver lets any thread use; the rest is
 // atomics and a lock.
 unsafe impl Send for MemoryPool {}
@@ -106,15 +116,7 @@ impl Drop for MemoryPool {
         if !self.imported {
             // A pool made here (on the release thread now): destroyed once the frees queued
             // into it are done (see `DestroyWhenUnused`), at once when nothing is outstanding.
-            let mut job = DestroyWhenUnused {
-                handle: crate::reaper::SendHandle(self.handle),
-                since: std::time::Instant::now(),
-                kind: if self.managed {
-                    PoolKind::Managed
-                } else {
-                    PoolKind::Other
-                },
-            };
+            let mut job = DestroyWhenUnused::new(self.handle, self.managed);
             if !crate::reaper::Retry::attempt(&mut job) {
                 crate::reaper::retry(Box::new(job));
             }
@@ -365,11 +367,7 @@ impl MemoryPool {
     }
 
     fn attribute_u64(&self, attr: Attr) -> Result<u64> {
-        let mut v = 0u64;
-        // SAFETY: the attributes read here are 64-bit values (`cuuint64_t`).
-        unsafe { driver::cuMemPoolGetAttribute(self.handle, attr, (&mut v as *mut u64).cast()) }
-            .check("cuMemPoolGetAttribute")?;
-        Ok(v)
+        attribute_u64(self.handle, attr)
     }
 
     fn set_attribute_u64(&self, attr: Attr, value: u64) -> Result<()> {
